@@ -1,0 +1,10 @@
+# Sourced by the set-up and test scripts: where the cached libtorch lives and how tch finds it.
+# The 4.6 GB torch install is kept outside the clone, so every clone on this machine shares it.
+DPT_CACHE="${DPT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dpt-tui}"
+DPT_TORCH_VERSION="2.11.0"
+DPT_VENV="$DPT_CACHE/torch-$DPT_TORCH_VERSION"
+export DPT_CACHE DPT_TORCH_VERSION DPT_VENV
+# tch's documented switch: ask the Python on PATH (our virtualenv's) where libtorch is.
+export LIBTORCH_USE_PYTORCH=1
+export VIRTUAL_ENV="$DPT_VENV"
+export PATH="$DPT_VENV/bin:$PATH"

@@ -1,0 +1,81 @@
+//! Command-line flags and their resolution into a training configuration.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use dpt_tui::model::ModelKind;
+
+/// Train neural networks data-parallel over several devices with libtorch, watched live.
+#[derive(Debug, Parser)]
+#[command(name = "dpt-tui", version, about)]
+pub struct Args {
+    /// Model to train (the seeds' architectures and defaults).
+    #[arg(long, value_enum, default_value = "lenet")]
+    pub model: ModelKind,
+
+    /// Folder with the four IDX files of Fashion-MNIST or MNIST (.gz or raw).
+    #[arg(long, env = "DPT_DATA", default_value = dpt_tui::data::DEFAULT_DATA_DIR)]
+    pub data: PathBuf,
+
+    /// Devices, one replica each: auto, cpu, cpu:N (N replicas on the CPU), or a list such as
+    /// cuda:0,cuda:1 (a device may repeat).
+    #[arg(long, default_value = "auto")]
+    pub devices: String,
+
+    /// Epochs to train [default: the model's, 10].
+    #[arg(long)]
+    pub epochs: Option<usize>,
+
+    /// Global batch size, split over the replicas [default: the model's].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+
+    /// Learning rate [default: the model's].
+    #[arg(long, allow_hyphen_values = true)]
+    pub lr: Option<f64>,
+
+    /// SGD momentum [default: the model's].
+    #[arg(long, allow_hyphen_values = true)]
+    pub momentum: Option<f64>,
+
+    /// L2 weight decay, as torch.optim.SGD applies it.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub weight_decay: f64,
+
+    /// Seed of the initialization, the shuffles and the dropout streams.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Use only the first N training samples.
+    #[arg(long, value_name = "N")]
+    pub train_limit: Option<usize>,
+
+    /// Use only the first N test samples.
+    #[arg(long, value_name = "N")]
+    pub test_limit: Option<usize>,
+
+    /// Plain progress lines instead of the dashboard (automatic when stdout is not a terminal).
+    #[arg(long)]
+    pub headless: bool,
+
+    /// Report training statistics every N steps (and at each epoch end).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub log_every: usize,
+
+    /// Run directory for metrics.jsonl and the weights [default: runs/<timestamp>-<model>].
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+
+    /// Stop after N steps in all (a quick check of a set-up).
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<usize>,
+
+    /// Intra-op threads per CPU replica [default: the cores shared among the CPU replicas].
+    #[arg(long, value_name = "N")]
+    pub cpu_threads: Option<usize>,
+
+    /// Verify after every step that all replicas hold identical parameters (slow).
+    #[arg(long)]
+    pub check_replicas: bool,
+}

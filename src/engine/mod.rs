@@ -1,0 +1,177 @@
+//! The data-parallel training engine: one worker thread per replica, one coordinator thread,
+//! crossbeam channels between them, events out and controls in.
+
+pub mod allreduce;
+pub mod config;
+pub mod coordinator;
+pub mod device;
+pub mod events;
+pub mod flat;
+pub mod sgd;
+pub mod shard;
+pub mod worker;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use tch::Tensor;
+use thiserror::Error;
+
+pub use config::{ConfigError, TrainConfig};
+pub use device::{DeviceError, DeviceId};
+pub use events::{Control, Event, FinishReason, Summary};
+
+use crate::data::Dataset;
+use crate::model::Builder;
+use coordinator::{Coordinator, CoordinatorParts};
+use worker::{WorkerSetup, GLOBAL_RNG};
+
+/// A failure of a running engine.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("replica {replica} on {device} failed: {message}")]
+    Worker {
+        replica: usize,
+        device: String,
+        message: String,
+    },
+    #[error("a worker thread ended without reporting")]
+    WorkersGone,
+    #[error("replica {replica} differs from replica 0 after step {step}")]
+    ReplicasDiverged { replica: usize, step: usize },
+    #[error("cannot write {path}: {message}")]
+    Save { path: String, message: String },
+    #[error("cannot start a thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("the coordinator thread panicked: {0}")]
+    CoordinatorPanic(String),
+}
+
+/// What a finished run leaves: the summary and replica 0's final tensors (CPU copies).
+pub struct Outcome {
+    pub summary: Summary,
+    pub final_params: Vec<(String, Tensor)>,
+}
+
+/// A running engine: read [`Engine::events`], send controls, then [`Engine::join`].
+pub struct Engine {
+    events: Receiver<Event>,
+    controls: Sender<Control>,
+    thread: JoinHandle<Result<Outcome, EngineError>>,
+}
+
+impl Engine {
+    /// Checks `cfg` against `data`, starts the workers and the coordinator.
+    pub fn start(cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
+        cfg.validate(data.train.len(), data.test.len())?;
+        let mut builder = Builder::default();
+        let _ = cfg.model.build(&mut builder);
+        let (initial_params, initial_buffers) = {
+            let _lock = GLOBAL_RNG.lock().unwrap_or_else(|p| p.into_inner());
+            tch::manual_seed(cfg.seed as i64);
+            (
+                flat::initial_flat(&builder.params),
+                flat::initial_flat(&builder.buffers),
+            )
+        };
+        let (event_tx, event_rx) = unbounded();
+        let (control_tx, control_rx) = unbounded();
+        let (reply_tx, reply_rx) = unbounded();
+        let mut to_workers = Vec::new();
+        let mut threads = Vec::new();
+        for (replica, device) in cfg.devices.iter().enumerate() {
+            let (tx, rx) = unbounded();
+            let setup = WorkerSetup {
+                replica,
+                device: device.to_tch(),
+                model: cfg.model,
+                data: Arc::clone(&data),
+                initial_params: initial_params.copy(),
+                initial_buffers: initial_buffers.copy(),
+                threads: cfg.cpu_threads,
+            };
+            let replies = reply_tx.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("dpt-worker-{replica}"))
+                .spawn(move || worker::run(setup, rx, replies))
+                .map_err(|e| StartError::Engine(EngineError::Spawn(e)))?;
+            to_workers.push(tx);
+            threads.push(handle);
+        }
+        drop(reply_tx);
+        let coordinator = Coordinator::new(CoordinatorParts {
+            train_len: data.train.len(),
+            test_len: data.test.len(),
+            param_count: builder.param_count(),
+            cfg,
+            events: event_tx,
+            controls: control_rx,
+            to_workers,
+            from_workers: reply_rx,
+            threads,
+        });
+        let thread = std::thread::Builder::new()
+            .name("dpt-coordinator".into())
+            .spawn(move || coordinator.run())
+            .map_err(|e| StartError::Engine(EngineError::Spawn(e)))?;
+        Ok(Engine {
+            events: event_rx,
+            controls: control_tx,
+            thread,
+        })
+    }
+
+    /// The event stream; it ends (disconnects) when the run is over.
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// A sender for controls; clone it freely.
+    pub fn controls(&self) -> Sender<Control> {
+        self.controls.clone()
+    }
+
+    /// Waits for the coordinator and returns the run's outcome.
+    pub fn join(self) -> Result<Outcome, EngineError> {
+        drop(self.controls);
+        match self.thread.join() {
+            Ok(result) => result,
+            Err(panic) => Err(EngineError::CoordinatorPanic(worker::panic_message(
+                panic.as_ref(),
+            ))),
+        }
+    }
+}
+
+/// Why an engine did not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Writes named tensors as safetensors at `path` atomically: a temporary file in the same
+/// folder, flushed to disk, then renamed over the old one, so a failed write leaves it intact.
+pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
+    let err = |message: String| EngineError::Save {
+        path: path.display().to_string(),
+        message,
+    };
+    let tmp = path.with_extension("safetensors.tmp");
+    let result = Tensor::write_safetensors(tensors, &tmp)
+        .map_err(|e| err(e.to_string()))
+        .and_then(|()| {
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| err(e.to_string()))
+        })
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| err(e.to_string())));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,379 @@
+//! One worker thread per replica: owns the model copy on its device, the resident data set, and
+//! runs forward and backward on the shard the coordinator assigns.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use tch::{Device, Kind, Reduction, Tensor};
+
+use super::flat::FlatTensors;
+use crate::data::{Dataset, Split};
+use crate::model::{Builder, Forward, LossKind, ModelKind, Network};
+
+/// Serializes re-seeding libtorch's global generator: dropout masks are drawn under it so that
+/// each replica gets its own reproducible stream whatever the threads' interleaving.
+pub(crate) static GLOBAL_RNG: Mutex<()> = Mutex::new(());
+
+/// A command from the coordinator to one worker.
+pub enum ToWorker {
+    /// A new epoch: the shuffled order of the training set, uploaded once to the device.
+    Epoch { order: Arc<Vec<i64>> },
+    /// Forward and backward on rows `start..start + len` of the epoch order. With `report`, the
+    /// worker reads and resets its loss and accuracy accumulators (a device sync).
+    Step {
+        start: usize,
+        len: usize,
+        dropout_seed: i64,
+        report: bool,
+    },
+    /// Evaluate test rows `start..start + len`.
+    Evaluate { start: usize, len: usize },
+    /// Leave the thread.
+    Shutdown,
+}
+
+/// Shallow handles on a worker's flat buffers, given to the coordinator once at start-up. The
+/// protocol makes access exclusive: the coordinator touches them only between a worker's
+/// `StepDone` and its next `Step`.
+pub struct ReplicaHandles {
+    pub params: Tensor,
+    pub grads: Tensor,
+    pub buffers: Tensor,
+    pub named_params: Vec<(String, Tensor)>,
+    pub named_buffers: Vec<(String, Tensor)>,
+}
+
+/// Training metrics summed over the steps since the last report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sums {
+    pub loss: f64,
+    pub correct: f64,
+    pub samples: f64,
+}
+
+/// A worker's answer to the coordinator.
+pub enum FromWorker {
+    /// The replica is built and its data resident.
+    Ready {
+        replica: usize,
+        handles: Box<ReplicaHandles>,
+    },
+    /// Gradients of the shard are in the flat gradient buffer.
+    StepDone {
+        replica: usize,
+        data_secs: f64,
+        compute_secs: f64,
+        sums: Option<Sums>,
+    },
+    /// Test metrics of the assigned rows.
+    Evaluated { replica: usize, sums: Sums },
+    /// The worker failed and has left.
+    Failed { replica: usize, message: String },
+}
+
+/// What a worker needs to start.
+pub struct WorkerSetup {
+    pub replica: usize,
+    pub device: Device,
+    pub model: ModelKind,
+    pub data: Arc<Dataset>,
+    pub initial_params: Tensor,
+    pub initial_buffers: Tensor,
+    pub threads: usize,
+}
+
+struct DeviceSplit {
+    images: Tensor,
+    labels: Tensor,
+}
+
+fn upload(split: &Split, device: Device) -> DeviceSplit {
+    let n = split.len() as i64;
+    DeviceSplit {
+        images: Tensor::from_slice(&split.images)
+            .view([n, 1, split.rows as i64, split.cols as i64])
+            .to_device(device),
+        labels: Tensor::from_slice(&split.labels)
+            .to_kind(Kind::Int64)
+            .to_device(device),
+    }
+}
+
+struct Worker {
+    replica: usize,
+    device: Device,
+    net: Box<dyn Network>,
+    loss: LossKind,
+    params: FlatTensors,
+    grads: Tensor,
+    buffers: FlatTensors,
+    train: DeviceSplit,
+    test: DeviceSplit,
+    order: Option<Tensor>,
+    scale: f64,
+    shift: f64,
+    loss_sum: Tensor,
+    correct: Tensor,
+    samples: f64,
+}
+
+/// Runs one worker until `Shutdown`, a closed channel or a failure (reported, never propagated
+/// as a panic).
+pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<FromWorker>) {
+    let replica = setup.replica;
+    let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
+        let mut worker = Worker::new(setup)?;
+        replies
+            .send(FromWorker::Ready {
+                replica,
+                handles: Box::new(worker.handles()),
+            })
+            .map_err(|_| "coordinator gone".to_owned())?;
+        for cmd in commands {
+            let reply = match cmd {
+                ToWorker::Epoch { order } => {
+                    worker.order =
+                        Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
+                    continue;
+                }
+                ToWorker::Step {
+                    start,
+                    len,
+                    dropout_seed,
+                    report,
+                } => worker.step(start, len, dropout_seed, report)?,
+                ToWorker::Evaluate { start, len } => worker.evaluate(start, len),
+                ToWorker::Shutdown => break,
+            };
+            if replies.send(reply).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }));
+    let message = match result {
+        Ok(Ok(())) => return,
+        Ok(Err(message)) => message,
+        Err(panic) => panic_message(panic.as_ref()),
+    };
+    // The coordinator may already be gone; nothing more to do then.
+    let _ = replies.send(FromWorker::Failed { replica, message });
+}
+
+/// The text of a panic payload (libtorch errors surface as panics with the C++ message).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else {
+        "panic with a non-text payload".to_owned()
+    }
+}
+
+impl Worker {
+    fn new(setup: WorkerSetup) -> Result<Self, String> {
+        if setup.device == Device::Cpu {
+            tch::set_num_threads(setup.threads as i32);
+        }
+        let mut builder = Builder::default();
+        let net = setup.model.build(&mut builder);
+        let params = FlatTensors::zeros(&builder.params, setup.device, true);
+        let buffers = FlatTensors::zeros(&builder.buffers, setup.device, false);
+        {
+            let _guard = tch::no_grad_guard();
+            params
+                .flat
+                .shallow_clone()
+                .f_copy_(&setup.initial_params)
+                .map_err(|e| e.to_string())?;
+            buffers
+                .flat
+                .shallow_clone()
+                .f_copy_(&setup.initial_buffers)
+                .map_err(|e| e.to_string())?;
+        }
+        let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
+        let norm = setup.model.normalization();
+        let acc = |kind| Tensor::zeros([], (kind, setup.device));
+        Ok(Worker {
+            replica: setup.replica,
+            device: setup.device,
+            net,
+            loss: setup.model.loss(),
+            train: upload(&setup.data.train, setup.device),
+            test: upload(&setup.data.test, setup.device),
+            params,
+            grads,
+            buffers,
+            order: None,
+            scale: 1.0 / (255.0 * norm.std),
+            shift: -norm.mean / norm.std,
+            loss_sum: acc(Kind::Double),
+            correct: acc(Kind::Int64),
+            samples: 0.0,
+        })
+    }
+
+    fn handles(&self) -> ReplicaHandles {
+        let shallow = |f: &FlatTensors| {
+            f.names
+                .iter()
+                .cloned()
+                .zip(f.views.iter().map(Tensor::detach))
+                .collect()
+        };
+        ReplicaHandles {
+            params: self.params.flat.shallow_clone(),
+            grads: self.grads.shallow_clone(),
+            buffers: self.buffers.flat.shallow_clone(),
+            named_params: shallow(&self.params),
+            named_buffers: shallow(&self.buffers),
+        }
+    }
+
+    /// Gathers rows `index` of `images` on the device and normalizes them.
+    fn inputs(&self, images: &Tensor, index: &Tensor) -> Tensor {
+        self.normalize(&images.index_select(0, index))
+    }
+
+    /// Bytes to the model's input scale.
+    fn normalize(&self, raw: &Tensor) -> Tensor {
+        let x = raw.to_kind(Kind::Float);
+        if self.shift == 0.0 {
+            x * self.scale
+        } else {
+            x * self.scale + self.shift
+        }
+    }
+
+    fn loss(&self, out: &Tensor, y: &Tensor) -> Tensor {
+        match self.loss {
+            LossKind::CrossEntropy => {
+                out.cross_entropy_loss::<Tensor>(y, None, Reduction::Sum, -100, 0.0)
+            }
+            LossKind::Nll => out.g_nll_loss::<Tensor>(y, None, Reduction::Sum, -100),
+        }
+    }
+
+    fn dropout_masks(&self, n: i64, seed: i64) -> Vec<Tensor> {
+        let specs = self.net.dropout_masks(n);
+        if specs.is_empty() {
+            return Vec::new();
+        }
+        let _lock = GLOBAL_RNG
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tch::manual_seed(seed);
+        specs
+            .into_iter()
+            .map(|(shape, p)| {
+                Tensor::empty(shape.as_slice(), (Kind::Float, self.device))
+                    .bernoulli_float_(1.0 - p)
+                    / (1.0 - p)
+            })
+            .collect()
+    }
+
+    fn step(
+        &mut self,
+        start: usize,
+        len: usize,
+        dropout_seed: i64,
+        report: bool,
+    ) -> Result<FromWorker, String> {
+        let t0 = Instant::now();
+        let order = self.order.as_ref().ok_or("step before the first epoch")?;
+        if len == 0 {
+            // A last batch smaller than the replica count leaves this shard empty.
+            let _ = self.grads.zero_();
+        } else {
+            let index = order.narrow(0, start as i64, len as i64);
+            let x = self.inputs(&self.train.images, &index);
+            let y = self.train.labels.index_select(0, &index);
+            let masks = self.dropout_masks(len as i64, dropout_seed);
+            let data_secs = t0.elapsed().as_secs_f64();
+            let t1 = Instant::now();
+            let out = self.net.forward(
+                &self.params.views,
+                &self.buffers.views,
+                &x,
+                &Forward {
+                    train: true,
+                    masks: &masks,
+                },
+            );
+            let loss = self.loss(&out, &y);
+            let grads = Tensor::f_run_backward(&[&loss], &self.params.views, false, false)
+                .map_err(|e| e.to_string())?;
+            let flat: Vec<Tensor> = grads.iter().map(|g| g.view([-1])).collect();
+            let _ = Tensor::cat_out(&self.grads, &flat, 0);
+            let _guard = tch::no_grad_guard();
+            let _ = self.loss_sum.f_add_(&loss.detach());
+            let _ = self
+                .correct
+                .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));
+            self.samples += len as f64;
+            let compute_secs = t1.elapsed().as_secs_f64();
+            return Ok(FromWorker::StepDone {
+                replica: self.replica,
+                data_secs,
+                compute_secs,
+                sums: report.then(|| self.take_sums()),
+            });
+        }
+        Ok(FromWorker::StepDone {
+            replica: self.replica,
+            data_secs: t0.elapsed().as_secs_f64(),
+            compute_secs: 0.0,
+            sums: report.then(|| self.take_sums()),
+        })
+    }
+
+    fn take_sums(&mut self) -> Sums {
+        let sums = Sums {
+            loss: self.loss_sum.double_value(&[]),
+            correct: self.correct.int64_value(&[]) as f64,
+            samples: self.samples,
+        };
+        let _ = self.loss_sum.zero_();
+        let _ = self.correct.zero_();
+        self.samples = 0.0;
+        sums
+    }
+
+    fn evaluate(&self, start: usize, len: usize) -> FromWorker {
+        const EVAL_BATCH: usize = 1000;
+        let _guard = tch::no_grad_guard();
+        let mut loss = Tensor::zeros([], (Kind::Double, self.device));
+        let mut correct = Tensor::zeros([], (Kind::Int64, self.device));
+        let mut offset = start;
+        while offset < start + len {
+            let n = EVAL_BATCH.min(start + len - offset) as i64;
+            let x = self.normalize(&self.test.images.narrow(0, offset as i64, n));
+            let y = self.test.labels.narrow(0, offset as i64, n);
+            let out = self.net.forward(
+                &self.params.views,
+                &self.buffers.views,
+                &x,
+                &Forward {
+                    train: false,
+                    masks: &[],
+                },
+            );
+            let _ = loss.f_add_(&self.loss(&out, &y));
+            let _ = correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));
+            offset += n as usize;
+        }
+        FromWorker::Evaluated {
+            replica: self.replica,
+            sums: Sums {
+                loss: loss.double_value(&[]),
+                correct: correct.int64_value(&[]) as f64,
+                samples: len as f64,
+            },
+        }
+    }
+}

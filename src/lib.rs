@@ -1,0 +1,8 @@
+//! dpt-tui: data-parallel training over several devices with libtorch, reported as events for a
+//! terminal dashboard or a headless log.
+
+pub mod data;
+pub mod engine;
+pub mod headless;
+pub mod model;
+pub mod run_dir;

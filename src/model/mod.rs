@@ -1,0 +1,222 @@
+//! The seed models, written functionally over flat parameter storage.
+//!
+//! A model declares its tensors through a [`Builder`] (name, shape, initialization) and keeps
+//! only their indices; its forward pass reads the tensors from slices. The engine owns the
+//! storage (see `engine::flat`), which lets one contiguous buffer hold every parameter, so the
+//! allreduce and the optimizer step each touch a single tensor.
+
+mod lenet;
+mod mnist_net;
+mod resnet;
+
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+pub use lenet::Lenet;
+pub use mnist_net::MnistNet;
+pub use resnet::Resnet18;
+
+/// The models dpt-tui trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// d2l's from-scratch LeNet variant (seed 001).
+    Lenet,
+    /// d2l's ResNet-18 for 1x28x28 inputs (seed 002).
+    Resnet18,
+    /// The PyTorch MNIST example network (seed 004).
+    MnistNet,
+}
+
+/// The hyper-parameters a model is trained with unless flags say otherwise.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Defaults {
+    pub lr: f64,
+    pub momentum: f64,
+    pub batch_size: usize,
+    pub epochs: usize,
+}
+
+/// How raw bytes become the network's input: `(x / 255 - mean) / std`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Normalization {
+    pub mean: f64,
+    pub std: f64,
+}
+
+/// The training loss of a model (both summed over the shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossKind {
+    /// Cross-entropy on logits.
+    CrossEntropy,
+    /// Negative log-likelihood on log-probabilities.
+    Nll,
+}
+
+impl ModelKind {
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Lenet => "lenet",
+            ModelKind::Resnet18 => "resnet18",
+            ModelKind::MnistNet => "mnist-net",
+        }
+    }
+
+    /// The seeds' hyper-parameters.
+    pub fn defaults(self) -> Defaults {
+        match self {
+            ModelKind::Lenet => Defaults {
+                lr: 0.2,
+                momentum: 0.0,
+                batch_size: 256,
+                epochs: 10,
+            },
+            ModelKind::Resnet18 => Defaults {
+                lr: 0.1,
+                momentum: 0.0,
+                batch_size: 256,
+                epochs: 10,
+            },
+            ModelKind::MnistNet => Defaults {
+                lr: 0.01,
+                momentum: 0.5,
+                batch_size: 64,
+                epochs: 10,
+            },
+        }
+    }
+
+    /// Input normalization: d2l's models take x/255, seed 004 normalizes with MNIST's statistics.
+    pub fn normalization(self) -> Normalization {
+        match self {
+            ModelKind::Lenet | ModelKind::Resnet18 => Normalization {
+                mean: 0.0,
+                std: 1.0,
+            },
+            ModelKind::MnistNet => Normalization {
+                mean: 0.1307,
+                std: 0.3081,
+            },
+        }
+    }
+
+    /// The loss the seed trains with.
+    pub fn loss(self) -> LossKind {
+        match self {
+            ModelKind::MnistNet => LossKind::Nll,
+            ModelKind::Lenet | ModelKind::Resnet18 => LossKind::CrossEntropy,
+        }
+    }
+
+    /// Declares the model's tensors into `builder` and returns its forward pass.
+    pub fn build(self, builder: &mut Builder) -> Box<dyn Network> {
+        match self {
+            ModelKind::Lenet => Box::new(Lenet::new(builder)),
+            ModelKind::Resnet18 => Box::new(Resnet18::new(builder)),
+            ModelKind::MnistNet => Box::new(MnistNet::new(builder)),
+        }
+    }
+}
+
+/// How a tensor starts out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Init {
+    /// N(0, std²).
+    Normal {
+        std: f64,
+    },
+    /// U(-bound, bound), PyTorch's default for conv and linear layers with bound 1/sqrt(fan_in).
+    Uniform {
+        bound: f64,
+    },
+    Zeros,
+    Ones,
+}
+
+/// A named tensor a model declares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub init: Init,
+}
+
+impl TensorSpec {
+    /// Number of elements.
+    pub fn numel(&self) -> i64 {
+        self.shape.iter().product()
+    }
+
+    /// A freshly initialized CPU tensor for this spec, drawn from libtorch's global generator.
+    pub fn initial_value(&self) -> Tensor {
+        let opts = (Kind::Float, Device::Cpu);
+        match self.init {
+            Init::Normal { std } => Tensor::randn(self.shape.as_slice(), opts) * std,
+            Init::Uniform { bound } => {
+                Tensor::rand(self.shape.as_slice(), opts) * (2.0 * bound) - bound
+            }
+            Init::Zeros => Tensor::zeros(self.shape.as_slice(), opts),
+            Init::Ones => Tensor::ones(self.shape.as_slice(), opts),
+        }
+    }
+}
+
+/// Collects the trainable parameters and the buffers (BatchNorm statistics) of a model.
+#[derive(Debug, Default, Clone)]
+pub struct Builder {
+    pub params: Vec<TensorSpec>,
+    pub buffers: Vec<TensorSpec>,
+}
+
+impl Builder {
+    /// Declares a trainable parameter and returns its index.
+    pub fn param(&mut self, name: impl Into<String>, shape: &[i64], init: Init) -> usize {
+        self.params.push(TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+            init,
+        });
+        self.params.len() - 1
+    }
+
+    /// Declares a non-trainable buffer and returns its index.
+    pub fn buffer(&mut self, name: impl Into<String>, shape: &[i64], init: Init) -> usize {
+        self.buffers.push(TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+            init,
+        });
+        self.buffers.len() - 1
+    }
+
+    /// Total number of trainable scalars.
+    pub fn param_count(&self) -> i64 {
+        self.params.iter().map(TensorSpec::numel).sum()
+    }
+}
+
+/// Per-call context of a forward pass.
+pub struct Forward<'a> {
+    /// Training mode: batch statistics in BatchNorm, dropout on.
+    pub train: bool,
+    /// Pre-drawn dropout masks, consumed in the order [`Network::dropout_masks`] lists them.
+    pub masks: &'a [Tensor],
+}
+
+/// A model's forward pass over tensors it does not own.
+pub trait Network: Send {
+    /// Runs the network on a batch `x` of shape `[n, 1, 28, 28]`; returns `[n, 10]`.
+    fn forward(&self, params: &[Tensor], buffers: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor;
+
+    /// Shapes (for a batch of `n`) and drop probabilities of the dropout masks a training
+    /// forward pass needs, so the caller can draw them from a seeded stream of its own.
+    fn dropout_masks(&self, _n: i64) -> Vec<(Vec<i64>, f64)> {
+        Vec::new()
+    }
+}
+
+/// PyTorch's default initialization bound for a layer with `fan_in` inputs.
+pub(crate) fn default_bound(fan_in: i64) -> f64 {
+    1.0 / (fan_in as f64).sqrt()
+}

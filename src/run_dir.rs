@@ -1,0 +1,130 @@
+//! The run directory: `metrics.jsonl` (one JSON record per line) and the saved weights.
+//!
+//! Record kinds: `start`, `step`, `epoch`, `event` (lr changes, pauses, saves, warnings,
+//! failures) and a final `summary`. Later versions may add kinds and fields, never remove them.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+use thiserror::Error;
+
+use crate::engine::events::Event;
+
+/// A run directory that cannot be used.
+#[derive(Debug, Error)]
+pub enum RunDirError {
+    #[error("run directory {path} already holds a run ({file}); choose another --run-dir so nothing saved is overwritten")]
+    Occupied { path: PathBuf, file: &'static str },
+    #[error("cannot create run directory {path}: {source}; choose a writable --run-dir")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Names the default run directory `runs/<timestamp>-<model>`, adding `-2`, `-3`… if taken.
+pub fn default_run_dir(model: &str) -> PathBuf {
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    let base = PathBuf::from("runs").join(format!("{stamp}-{model}"));
+    let mut candidate = base.clone();
+    let mut n = 2;
+    while candidate.exists() {
+        candidate = PathBuf::from(format!("{}-{n}", base.display()));
+        n += 1;
+    }
+    candidate
+}
+
+/// Creates `path` (and its parents); refuses a folder that already holds a run.
+pub fn create_run_dir(path: &Path) -> Result<(), RunDirError> {
+    for file in ["metrics.jsonl", "model.safetensors"] {
+        if path.join(file).exists() {
+            return Err(RunDirError::Occupied {
+                path: path.to_owned(),
+                file,
+            });
+        }
+    }
+    std::fs::create_dir_all(path).map_err(|source| RunDirError::Create {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Appends events to `metrics.jsonl` as records, flushed line by line so `tail -f` follows.
+pub struct MetricsWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl MetricsWriter {
+    /// Opens `dir/metrics.jsonl` for appending.
+    pub fn create(dir: &Path) -> Result<Self, RunDirError> {
+        let path = dir.join("metrics.jsonl");
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|source| RunDirError::Write {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(MetricsWriter {
+            path,
+            out: BufWriter::new(file),
+        })
+    }
+
+    /// Writes the record for `event`.
+    pub fn record(&mut self, event: &Event) -> Result<(), RunDirError> {
+        let line =
+            serde_json::to_string(&to_record(event)).expect("a JSON value always serializes");
+        writeln!(self.out, "{line}")
+            .and_then(|()| self.out.flush())
+            .map_err(|source| RunDirError::Write {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+fn with_kind(kind: &str, value: Value) -> Value {
+    let mut map = match value {
+        Value::Object(map) => map,
+        other => {
+            let mut m = Map::new();
+            m.insert("value".into(), other);
+            m
+        }
+    };
+    map.insert("kind".into(), Value::String(kind.into()));
+    Value::Object(map)
+}
+
+fn value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("events serialize to JSON")
+}
+
+/// The `metrics.jsonl` record of an event.
+pub fn to_record(event: &Event) -> Value {
+    match event {
+        Event::Started(info) => with_kind("start", value(info)),
+        Event::Step(s) => with_kind("step", value(s)),
+        Event::Epoch(e) => with_kind("epoch", value(e)),
+        Event::Finished(summary) => with_kind("summary", value(summary)),
+        other => {
+            let mut v = with_kind("event", value(other));
+            if let Value::Object(map) = &mut v {
+                map.insert("time".into(), json!(chrono::Local::now().to_rfc3339()));
+            }
+            v
+        }
+    }
+}
