@@ -1,0 +1,231 @@
+//! The real binary: headless output, the run directory's schema, exit codes on bad input.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn dpt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(args)
+        .env_remove("DPT_DATA")
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn records(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect()
+}
+
+fn has_numbers(record: &Value, keys: &[&str]) {
+    for k in keys {
+        assert!(record[k].is_number(), "{k} missing in {record}");
+    }
+}
+
+#[test]
+fn headless_run_prints_progress_and_writes_the_schema() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let data = common::subset_dir();
+    let out = dpt(&[
+        "--data",
+        data.to_str().unwrap(),
+        "--devices",
+        "cpu:2",
+        "--epochs",
+        "2",
+        "--train-limit",
+        "600",
+        "--test-limit",
+        "200",
+        "--batch-size",
+        "100",
+        "--log-every",
+        "2",
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("lenet (129,068 parameters) on [cpu, cpu]"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("epoch 1/2 step"))
+            .count(),
+        3,
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("epoch 2/2 done: train loss")),
+        "{stdout}"
+    );
+    let acc_line = stdout
+        .lines()
+        .find(|l| l.starts_with("test acc: "))
+        .expect("summary line");
+    assert!(acc_line.ends_with("sec/epoch on [cpu, cpu]"), "{acc_line}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("speed: ") && l.ends_with(" samples/sec")),
+        "{stdout}"
+    );
+    assert!(run.join("model.safetensors").exists());
+
+    let recs = records(&run);
+    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"start"));
+    assert_eq!(kinds.last(), Some(&"summary"));
+    assert_eq!(kinds.iter().filter(|k| **k == "epoch").count(), 2);
+    assert_eq!(kinds.iter().filter(|k| **k == "step").count(), 6);
+    for r in &recs {
+        match r["kind"].as_str().unwrap() {
+            "step" => has_numbers(
+                r,
+                &["epoch", "step", "loss", "acc", "lr", "samples_per_sec"],
+            ),
+            "epoch" => has_numbers(
+                r,
+                &[
+                    "epoch",
+                    "train_loss",
+                    "train_acc",
+                    "test_acc",
+                    "test_loss",
+                    "epoch_seconds",
+                    "samples_per_sec",
+                    "lr",
+                ],
+            ),
+            "summary" => {
+                has_numbers(r, &["test_acc", "sec_per_epoch", "samples_per_sec"]);
+                assert_eq!(r["devices"], serde_json::json!(["cpu", "cpu"]));
+                assert_eq!(r["model"], "lenet");
+            }
+            _ => {}
+        }
+    }
+    let saved = recs
+        .iter()
+        .any(|r| r["kind"] == "event" && r["event"] == "saved");
+    assert!(saved, "the final save is logged");
+}
+
+/// Runs with bad input: exit status 2, one line on stderr containing `needle`, no panic.
+fn refused(args: &[&str], needle: &str) {
+    let out = dpt(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_with_exit_2() {
+    let data = common::subset_dir();
+    let d = data.to_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("r");
+    let r = run.to_str().unwrap();
+    refused(
+        &["--data", d, "--run-dir", r, "--batch-size", "0"],
+        "--batch-size must be at least 1",
+    );
+    refused(
+        &[
+            "--data",
+            d,
+            "--run-dir",
+            r,
+            "--devices",
+            "cpu:4",
+            "--batch-size",
+            "3",
+        ],
+        "smaller than the 4 replicas",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--lr", "nan"],
+        "--lr must be a positive finite number",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--lr", "-0.1"],
+        "--lr must be a positive finite number",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--lr", "inf"],
+        "--lr must be a positive finite number",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--epochs", "0"],
+        "--epochs must be at least 1",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--model", "vgg"],
+        "invalid value 'vgg'",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--devices", "gpu0"],
+        "unknown device 'gpu0'",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--devices", "cuda:99"],
+        "cuda:99 does not exist",
+    );
+    refused(
+        &["--data", "/nonexistent/data", "--run-dir", r],
+        "apt-get install dataset-fashion-mnist",
+    );
+    assert!(!run.exists(), "no run directory is created for bad input");
+
+    let corrupt = tmp.path().join("corrupt");
+    std::fs::create_dir(&corrupt).unwrap();
+    for f in std::fs::read_dir(&data).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, corrupt.join(f.file_name().unwrap())).unwrap();
+    }
+    let labels = corrupt.join("train-labels-idx1-ubyte.gz");
+    let bytes = std::fs::read(&labels).unwrap();
+    std::fs::write(&labels, &bytes[..bytes.len() / 2]).unwrap();
+    refused(
+        &["--data", corrupt.to_str().unwrap(), "--run-dir", r],
+        "corrupt or truncated gzip",
+    );
+}
+
+#[test]
+fn an_occupied_run_directory_is_never_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("metrics.jsonl"), "{\"kind\":\"start\"}\n").unwrap();
+    let data = common::subset_dir();
+    refused(
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--run-dir",
+            tmp.path().to_str().unwrap(),
+        ],
+        "already holds a run",
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("metrics.jsonl")).unwrap(),
+        "{\"kind\":\"start\"}\n"
+    );
+}
