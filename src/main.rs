@@ -75,9 +75,7 @@ fn run(args: cli::Args) -> Result<(), Failure> {
         data.test.truncate(n);
     }
 
-    let run_dir = args
-        .run_dir
-        .unwrap_or_else(|| default_run_dir(cfg.model.name()));
+    let run_dir = args.run_dir.unwrap_or_else(|| default_run_dir(cfg.model.name()));
     create_run_dir(&run_dir).map_err(|e| Failure::Input(e.into()))?;
     let mut metrics = MetricsWriter::create(&run_dir).map_err(|e| Failure::Input(e.into()))?;
     cfg.run_dir = Some(run_dir.clone());
@@ -103,16 +101,11 @@ fn run(args: cli::Args) -> Result<(), Failure> {
         }
         printer.print(&event, &mut stdout);
     }
-    let outcome = engine
-        .join()
-        .context("training failed")
-        .map_err(Failure::Run)?;
+    let outcome = engine.join().context("training failed").map_err(Failure::Run)?;
     let _ = outcome;
     println!("run directory: {}", run_dir.display());
     if let Some(e) = write_error {
-        return Err(Failure::Run(
-            anyhow::Error::new(e).context("metrics were not fully written"),
-        ));
+        return Err(Failure::Run(anyhow::Error::new(e).context("metrics were not fully written")));
     }
     Ok(())
 }

@@ -18,15 +18,9 @@ pub enum RunDirError {
     #[error("run directory {path} already holds a run ({file}); choose another --run-dir so nothing saved is overwritten")]
     Occupied { path: PathBuf, file: &'static str },
     #[error("cannot create run directory {path}: {source}; choose a writable --run-dir")]
-    Create {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Create { path: PathBuf, source: std::io::Error },
     #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
 }
 
 /// Names the default run directory `runs/<timestamp>-<model>`, adding `-2`, `-3`… if taken.
@@ -46,16 +40,10 @@ pub fn default_run_dir(model: &str) -> PathBuf {
 pub fn create_run_dir(path: &Path) -> Result<(), RunDirError> {
     for file in ["metrics.jsonl", "model.safetensors"] {
         if path.join(file).exists() {
-            return Err(RunDirError::Occupied {
-                path: path.to_owned(),
-                file,
-            });
+            return Err(RunDirError::Occupied { path: path.to_owned(), file });
         }
     }
-    std::fs::create_dir_all(path).map_err(|source| RunDirError::Create {
-        path: path.to_owned(),
-        source,
-    })
+    std::fs::create_dir_all(path).map_err(|source| RunDirError::Create { path: path.to_owned(), source })
 }
 
 /// Appends events to `metrics.jsonl` as records, flushed line by line so `tail -f` follows.
@@ -72,26 +60,16 @@ impl MetricsWriter {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|source| RunDirError::Write {
-                path: path.clone(),
-                source,
-            })?;
-        Ok(MetricsWriter {
-            path,
-            out: BufWriter::new(file),
-        })
+            .map_err(|source| RunDirError::Write { path: path.clone(), source })?;
+        Ok(MetricsWriter { path, out: BufWriter::new(file) })
     }
 
     /// Writes the record for `event`.
     pub fn record(&mut self, event: &Event) -> Result<(), RunDirError> {
-        let line =
-            serde_json::to_string(&to_record(event)).expect("a JSON value always serializes");
+        let line = serde_json::to_string(&to_record(event)).expect("a JSON value always serializes");
         writeln!(self.out, "{line}")
             .and_then(|()| self.out.flush())
-            .map_err(|source| RunDirError::Write {
-                path: self.path.clone(),
-                source,
-            })
+            .map_err(|source| RunDirError::Write { path: self.path.clone(), source })
     }
 }
 

@@ -58,35 +58,12 @@ fn headless_run_prints_progress_and_writes_the_schema() {
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    assert!(
-        stdout.contains("lenet (129,068 parameters) on [cpu, cpu]"),
-        "{stdout}"
-    );
-    assert_eq!(
-        stdout
-            .lines()
-            .filter(|l| l.starts_with("epoch 1/2 step"))
-            .count(),
-        3,
-        "{stdout}"
-    );
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l.starts_with("epoch 2/2 done: train loss")),
-        "{stdout}"
-    );
-    let acc_line = stdout
-        .lines()
-        .find(|l| l.starts_with("test acc: "))
-        .expect("summary line");
+    assert!(stdout.contains("lenet (129,068 parameters) on [cpu, cpu]"), "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("epoch 1/2 step")).count(), 3, "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("epoch 2/2 done: train loss")), "{stdout}");
+    let acc_line = stdout.lines().find(|l| l.starts_with("test acc: ")).expect("summary line");
     assert!(acc_line.ends_with("sec/epoch on [cpu, cpu]"), "{acc_line}");
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l.starts_with("speed: ") && l.ends_with(" samples/sec")),
-        "{stdout}"
-    );
+    assert!(stdout.lines().any(|l| l.starts_with("speed: ") && l.ends_with(" samples/sec")), "{stdout}");
     assert!(run.join("model.safetensors").exists());
 
     let recs = records(&run);
@@ -97,10 +74,7 @@ fn headless_run_prints_progress_and_writes_the_schema() {
     assert_eq!(kinds.iter().filter(|k| **k == "step").count(), 6);
     for r in &recs {
         match r["kind"].as_str().unwrap() {
-            "step" => has_numbers(
-                r,
-                &["epoch", "step", "loss", "acc", "lr", "samples_per_sec"],
-            ),
+            "step" => has_numbers(r, &["epoch", "step", "loss", "acc", "lr", "samples_per_sec"]),
             "epoch" => has_numbers(
                 r,
                 &[
@@ -122,9 +96,7 @@ fn headless_run_prints_progress_and_writes_the_schema() {
             _ => {}
         }
     }
-    let saved = recs
-        .iter()
-        .any(|r| r["kind"] == "event" && r["event"] == "saved");
+    let saved = recs.iter().any(|r| r["kind"] == "event" && r["event"] == "saved");
     assert!(saved, "the final save is logged");
 }
 
@@ -144,55 +116,19 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("r");
     let r = run.to_str().unwrap();
+    refused(&["--data", d, "--run-dir", r, "--batch-size", "0"], "--batch-size must be at least 1");
     refused(
-        &["--data", d, "--run-dir", r, "--batch-size", "0"],
-        "--batch-size must be at least 1",
-    );
-    refused(
-        &[
-            "--data",
-            d,
-            "--run-dir",
-            r,
-            "--devices",
-            "cpu:4",
-            "--batch-size",
-            "3",
-        ],
+        &["--data", d, "--run-dir", r, "--devices", "cpu:4", "--batch-size", "3"],
         "smaller than the 4 replicas",
     );
-    refused(
-        &["--data", d, "--run-dir", r, "--lr", "nan"],
-        "--lr must be a positive finite number",
-    );
-    refused(
-        &["--data", d, "--run-dir", r, "--lr", "-0.1"],
-        "--lr must be a positive finite number",
-    );
-    refused(
-        &["--data", d, "--run-dir", r, "--lr", "inf"],
-        "--lr must be a positive finite number",
-    );
-    refused(
-        &["--data", d, "--run-dir", r, "--epochs", "0"],
-        "--epochs must be at least 1",
-    );
-    refused(
-        &["--data", d, "--run-dir", r, "--model", "vgg"],
-        "invalid value 'vgg'",
-    );
-    refused(
-        &["--data", d, "--run-dir", r, "--devices", "gpu0"],
-        "unknown device 'gpu0'",
-    );
-    refused(
-        &["--data", d, "--run-dir", r, "--devices", "cuda:99"],
-        "cuda:99 does not exist",
-    );
-    refused(
-        &["--data", "/nonexistent/data", "--run-dir", r],
-        "apt-get install dataset-fashion-mnist",
-    );
+    refused(&["--data", d, "--run-dir", r, "--lr", "nan"], "--lr must be a positive finite number");
+    refused(&["--data", d, "--run-dir", r, "--lr", "-0.1"], "--lr must be a positive finite number");
+    refused(&["--data", d, "--run-dir", r, "--lr", "inf"], "--lr must be a positive finite number");
+    refused(&["--data", d, "--run-dir", r, "--epochs", "0"], "--epochs must be at least 1");
+    refused(&["--data", d, "--run-dir", r, "--model", "vgg"], "invalid value 'vgg'");
+    refused(&["--data", d, "--run-dir", r, "--devices", "gpu0"], "unknown device 'gpu0'");
+    refused(&["--data", d, "--run-dir", r, "--devices", "cuda:99"], "cuda:99 does not exist");
+    refused(&["--data", "/nonexistent/data", "--run-dir", r], "apt-get install dataset-fashion-mnist");
     assert!(!run.exists(), "no run directory is created for bad input");
 
     let corrupt = tmp.path().join("corrupt");
@@ -204,10 +140,7 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     let labels = corrupt.join("train-labels-idx1-ubyte.gz");
     let bytes = std::fs::read(&labels).unwrap();
     std::fs::write(&labels, &bytes[..bytes.len() / 2]).unwrap();
-    refused(
-        &["--data", corrupt.to_str().unwrap(), "--run-dir", r],
-        "corrupt or truncated gzip",
-    );
+    refused(&["--data", corrupt.to_str().unwrap(), "--run-dir", r], "corrupt or truncated gzip");
 }
 
 #[test]
@@ -216,16 +149,8 @@ fn an_occupied_run_directory_is_never_overwritten() {
     std::fs::write(tmp.path().join("metrics.jsonl"), "{\"kind\":\"start\"}\n").unwrap();
     let data = common::subset_dir();
     refused(
-        &[
-            "--data",
-            data.to_str().unwrap(),
-            "--run-dir",
-            tmp.path().to_str().unwrap(),
-        ],
+        &["--data", data.to_str().unwrap(), "--run-dir", tmp.path().to_str().unwrap()],
         "already holds a run",
     );
-    assert_eq!(
-        std::fs::read_to_string(tmp.path().join("metrics.jsonl")).unwrap(),
-        "{\"kind\":\"start\"}\n"
-    );
+    assert_eq!(std::fs::read_to_string(tmp.path().join("metrics.jsonl")).unwrap(), "{\"kind\":\"start\"}\n");
 }

@@ -18,9 +18,7 @@ fn train(model: ModelKind, replicas: usize, steps: usize, sgd: Sgd) -> Outcome {
     // 300 samples in batches of 96: the 4th step of each epoch is a partial batch of 12.
     let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
     for _ in engine.events().iter() {}
-    let outcome = engine
-        .join()
-        .expect("training succeeds with identical replicas");
+    let outcome = engine.join().expect("training succeeds with identical replicas");
     assert_eq!(outcome.summary.reason, FinishReason::StepLimit);
     assert_eq!(outcome.summary.global_steps, steps);
     outcome
@@ -40,11 +38,7 @@ fn max_relative_difference(a: &Outcome, b: &Outcome) -> f64 {
 
 #[test]
 fn lenet_on_two_and_three_replicas_matches_one_replica() {
-    let sgd = Sgd {
-        lr: 0.2,
-        momentum: 0.9,
-        weight_decay: 5e-3,
-    };
+    let sgd = Sgd { lr: 0.2, momentum: 0.9, weight_decay: 5e-3 };
     let steps = 6;
     let one = train(ModelKind::Lenet, 1, steps, sgd);
     let initial = {
@@ -53,19 +47,9 @@ fn lenet_on_two_and_three_replicas_matches_one_replica() {
         tch::manual_seed(11);
         dpt_tui::engine::flat::initial_flat(&b.params)
     };
-    let trained: Vec<tch::Tensor> = one
-        .final_params
-        .iter()
-        .map(|(_, t)| t.reshape([-1]))
-        .collect();
-    let moved = (tch::Tensor::cat(&trained, 0) - initial)
-        .abs()
-        .max()
-        .double_value(&[]);
-    assert!(
-        moved > 1e-4,
-        "training must move the parameters (moved {moved})"
-    );
+    let trained: Vec<tch::Tensor> = one.final_params.iter().map(|(_, t)| t.reshape([-1])).collect();
+    let moved = (tch::Tensor::cat(&trained, 0) - initial).abs().max().double_value(&[]);
+    assert!(moved > 1e-4, "training must move the parameters (moved {moved})");
     for replicas in [2, 3] {
         let many = train(ModelKind::Lenet, replicas, steps, sgd);
         let rel = max_relative_difference(&one, &many);
@@ -75,11 +59,7 @@ fn lenet_on_two_and_three_replicas_matches_one_replica() {
 
 #[test]
 fn plain_sgd_matches_too() {
-    let sgd = Sgd {
-        lr: 0.2,
-        momentum: 0.0,
-        weight_decay: 0.0,
-    };
+    let sgd = Sgd { lr: 0.2, momentum: 0.0, weight_decay: 0.0 };
     let one = train(ModelKind::Lenet, 1, 4, sgd);
     let two = train(ModelKind::Lenet, 2, 4, sgd);
     assert!(max_relative_difference(&one, &two) < 1e-4);
@@ -89,49 +69,18 @@ fn plain_sgd_matches_too() {
 fn batchnorm_and_dropout_replicas_stay_identical() {
     // check_replicas fails the run if any replica's parameters or BatchNorm statistics differ
     // from replica 0's after a step; per-replica dropout streams must not break that.
-    let sgd = Sgd {
-        lr: 0.05,
-        momentum: 0.5,
-        weight_decay: 0.0,
-    };
+    let sgd = Sgd { lr: 0.05, momentum: 0.5, weight_decay: 0.0 };
     let out = train(ModelKind::MnistNet, 2, 3, sgd);
-    assert!(out
-        .final_params
-        .iter()
-        .all(|(_, t)| bool::try_from(t.isfinite().all()).unwrap()));
-    let out = train(
-        ModelKind::Resnet18,
-        2,
-        1,
-        Sgd {
-            lr: 0.1,
-            momentum: 0.0,
-            weight_decay: 0.0,
-        },
-    );
-    let mean = out
-        .final_params
-        .iter()
-        .find(|(n, _)| n == "stem.bn.running_mean")
-        .expect("buffer saved");
-    assert!(
-        mean.1.abs().sum(Kind::Double).double_value(&[]) > 0.0,
-        "running statistics were updated"
-    );
+    assert!(out.final_params.iter().all(|(_, t)| bool::try_from(t.isfinite().all()).unwrap()));
+    let out = train(ModelKind::Resnet18, 2, 1, Sgd { lr: 0.1, momentum: 0.0, weight_decay: 0.0 });
+    let mean = out.final_params.iter().find(|(n, _)| n == "stem.bn.running_mean").expect("buffer saved");
+    assert!(mean.1.abs().sum(Kind::Double).double_value(&[]) > 0.0, "running statistics were updated");
 }
 
 #[test]
 fn same_seed_same_result() {
-    let sgd = Sgd {
-        lr: 0.01,
-        momentum: 0.5,
-        weight_decay: 0.0,
-    };
+    let sgd = Sgd { lr: 0.01, momentum: 0.5, weight_decay: 0.0 };
     let a = train(ModelKind::MnistNet, 2, 3, sgd);
     let b = train(ModelKind::MnistNet, 2, 3, sgd);
-    assert_eq!(
-        max_relative_difference(&a, &b),
-        0.0,
-        "dropout streams and shuffles are seeded"
-    );
+    assert_eq!(max_relative_difference(&a, &b), 0.0, "dropout streams and shuffles are seeded");
 }

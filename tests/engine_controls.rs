@@ -14,10 +14,7 @@ fn until(events: &Receiver<Event>, want: impl Fn(&Event) -> bool) -> (Event, Vec
         if want(&event) {
             return (event, skipped);
         }
-        assert!(
-            !matches!(event, Event::Failed { .. }),
-            "run failed: {event:?}"
-        );
+        assert!(!matches!(event, Event::Failed { .. }), "run failed: {event:?}");
         skipped.push(event);
     }
     panic!("event stream ended first; got {skipped:?}");
@@ -32,13 +29,7 @@ fn mnist_net_learns_the_subset() {
     let epochs: Vec<_> = engine
         .events()
         .iter()
-        .filter_map(|e| {
-            if let Event::Epoch(s) = e {
-                Some(*s)
-            } else {
-                None
-            }
-        })
+        .filter_map(|e| if let Event::Epoch(s) = e { Some(*s) } else { None })
         .collect();
     let outcome = engine.join().unwrap();
     assert_eq!(epochs.len(), 8);
@@ -47,9 +38,7 @@ fn mnist_net_learns_the_subset() {
     // above 50% test accuracy after 8 epochs (chance is 10%; 0.66 seen with seed 0), and the
     // training loss falls steadily.
     assert!(last.test_acc > 0.50, "test accuracy {}", last.test_acc);
-    assert!(
-        epochs[7].train_loss < epochs[3].train_loss && epochs[3].train_loss < epochs[0].train_loss
-    );
+    assert!(epochs[7].train_loss < epochs[3].train_loss && epochs[3].train_loss < epochs[0].train_loss);
     assert_eq!(outcome.summary.test_acc, Some(last.test_acc));
     assert_eq!(outcome.summary.reason, FinishReason::Completed);
     assert!(outcome.summary.samples_per_sec > 0.0);
@@ -67,19 +56,12 @@ fn pause_set_lr_save_and_stop_take_effect() {
     let controls = engine.controls();
 
     let (first, _) = until(&events, |e| matches!(e, Event::Step(_)));
-    let Event::Step(first) = first else {
-        unreachable!()
-    };
+    let Event::Step(first) = first else { unreachable!() };
     assert_eq!(first.lr, 0.2);
 
     controls.send(Control::Pause).unwrap();
     let (paused, _) = until(&events, |e| matches!(e, Event::Paused { .. }));
-    let Event::Paused {
-        global_step: paused_at,
-    } = paused
-    else {
-        unreachable!()
-    };
+    let Event::Paused { global_step: paused_at } = paused else { unreachable!() };
 
     // While paused: a bad lr is refused, a good one applied, a save written; no step runs.
     controls.send(Control::SetLr { lr: f64::NAN }).unwrap();
@@ -93,31 +75,22 @@ fn pause_set_lr_save_and_stop_take_effect() {
         !during_pause.iter().any(|e| matches!(e, Event::Step(_))),
         "no step while paused: {during_pause:?}"
     );
-    let refused = during_pause
-        .iter()
-        .filter(|e| matches!(e, Event::Refused { .. }))
-        .count();
+    let refused = during_pause.iter().filter(|e| matches!(e, Event::Refused { .. })).count();
     assert_eq!(refused, 2, "{during_pause:?}");
     assert!(during_pause
         .iter()
         .any(|e| matches!(e, Event::LrChanged { from, to, .. } if *from == 0.2 && *to == 0.05)));
-    assert!(during_pause
-        .iter()
-        .any(|e| matches!(e, Event::Saved { .. })));
+    assert!(during_pause.iter().any(|e| matches!(e, Event::Saved { .. })));
     assert!(dir.path().join("model.safetensors").exists());
 
     let (next, _) = until(&events, |e| matches!(e, Event::Step(_)));
-    let Event::Step(next) = next else {
-        unreachable!()
-    };
+    let Event::Step(next) = next else { unreachable!() };
     assert_eq!(next.lr, 0.05);
     assert_eq!(next.global_step, paused_at + 1);
 
     controls.send(Control::Stop).unwrap();
     let (finished, _) = until(&events, |e| matches!(e, Event::Finished(_)));
-    let Event::Finished(summary) = finished else {
-        unreachable!()
-    };
+    let Event::Finished(summary) = finished else { unreachable!() };
     assert_eq!(summary.reason, FinishReason::Stopped);
     assert!(summary.global_steps < 50 * 2);
     let outcome = engine.join().unwrap();
@@ -143,19 +116,10 @@ fn bad_settings_are_refused_before_any_thread_starts() {
     assert_eq!(start(&|c| c.batch_size = 0), ConfigError::ZeroBatch);
     assert!(matches!(
         start(&|c| c.batch_size = 2),
-        ConfigError::BatchSmallerThanReplicas {
-            batch: 2,
-            replicas: 3
-        }
+        ConfigError::BatchSmallerThanReplicas { batch: 2, replicas: 3 }
     ));
-    assert!(matches!(
-        start(&|c| c.sgd.lr = f64::INFINITY),
-        ConfigError::BadLr(_)
-    ));
+    assert!(matches!(start(&|c| c.sgd.lr = f64::INFINITY), ConfigError::BadLr(_)));
     assert!(matches!(start(&|c| c.sgd.lr = 0.0), ConfigError::BadLr(_)));
     assert_eq!(start(&|c| c.epochs = 0), ConfigError::ZeroEpochs);
-    assert!(matches!(
-        start(&|c| c.sgd.momentum = 1.5),
-        ConfigError::BadMomentum(_)
-    ));
+    assert!(matches!(start(&|c| c.sgd.momentum = 1.5), ConfigError::BadMomentum(_)));
 }

@@ -20,16 +20,8 @@ fn write_set(dir: &Path, n_img: u32, labels: &[u8]) {
     let images = encode_idx(&[n_img, 28, 28], &vec![7u8; n_img as usize * 784]);
     let labels_file = encode_idx(&[labels.len() as u32], labels);
     for prefix in ["train", "t10k"] {
-        std::fs::write(
-            dir.join(format!("{prefix}-images-idx3-ubyte.gz")),
-            gz(&images),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join(format!("{prefix}-labels-idx1-ubyte")),
-            &labels_file,
-        )
-        .unwrap();
+        std::fs::write(dir.join(format!("{prefix}-images-idx3-ubyte.gz")), gz(&images)).unwrap();
+        std::fs::write(dir.join(format!("{prefix}-labels-idx1-ubyte")), &labels_file).unwrap();
     }
 }
 
@@ -42,10 +34,7 @@ fn reads_the_shipped_subset() {
     // Fashion-MNIST's first training label is 9 (ankle boot); all ten classes occur.
     assert_eq!(data.train.labels[0], 9);
     let mut seen = [false; 10];
-    data.train
-        .labels
-        .iter()
-        .for_each(|&l| seen[l as usize] = true);
+    data.train.labels.iter().for_each(|&l| seen[l as usize] = true);
     assert!(seen.iter().all(|&s| s));
 }
 
@@ -67,16 +56,7 @@ fn bad_magic_is_reported() {
     let mut bytes = encode_idx(&[1], &[3]);
     bytes[2] = 0x0D; // float data: not ours
     let err = parse_idx(&bytes, Path::new("f")).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            IdxError::BadMagic {
-                found: 0x0000_0D01,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, IdxError::BadMagic { found: 0x0000_0D01, .. }), "{err}");
     let err = parse_idx(b"PK\x03\x04rest", Path::new("f")).unwrap_err();
     assert!(err.to_string().contains("not an IDX file"), "{err}");
 }
@@ -85,36 +65,20 @@ fn bad_magic_is_reported() {
 fn truncated_data_and_headers_are_reported() {
     let bytes = encode_idx(&[3, 28, 28], &vec![0u8; 3 * 784]);
     let err = parse_idx(&bytes[..bytes.len() - 10], Path::new("f")).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            IdxError::Truncated {
-                expected: 2352,
-                found: 2342,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, IdxError::Truncated { expected: 2352, found: 2342, .. }), "{err}");
     let err = parse_idx(&bytes[..9], Path::new("f")).unwrap_err();
     assert!(matches!(err, IdxError::Truncated { .. }), "{err}");
     let err = parse_idx(&[0, 0], Path::new("f")).unwrap_err();
     assert!(matches!(err, IdxError::Truncated { .. }), "{err}");
     let mut longer = bytes.clone();
     longer.push(0);
-    assert!(matches!(
-        parse_idx(&longer, Path::new("f")),
-        Err(IdxError::TrailingBytes { found: 1, .. })
-    ));
+    assert!(matches!(parse_idx(&longer, Path::new("f")), Err(IdxError::TrailingBytes { found: 1, .. })));
 }
 
 #[test]
 fn a_huge_announced_size_does_not_allocate() {
     let bytes = encode_idx(&[u32::MAX, u32::MAX, u32::MAX], &[1, 2, 3]);
-    assert!(matches!(
-        parse_idx(&bytes, Path::new("f")),
-        Err(IdxError::Truncated { .. })
-    ));
+    assert!(matches!(parse_idx(&bytes, Path::new("f")), Err(IdxError::Truncated { .. })));
 }
 
 #[test]
@@ -138,17 +102,7 @@ fn image_and_label_counts_must_match() {
     let dir = tempfile::tempdir().unwrap();
     write_set(dir.path(), 3, &[1, 2]);
     let err = Dataset::load(dir.path()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            DataError::CountMismatch {
-                n_images: 3,
-                n_labels: 2,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, DataError::CountMismatch { n_images: 3, n_labels: 2, .. }), "{err}");
 }
 
 #[test]
@@ -156,17 +110,7 @@ fn labels_must_be_classes() {
     let dir = tempfile::tempdir().unwrap();
     write_set(dir.path(), 3, &[1, 10, 2]);
     let err = Dataset::load(dir.path()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            DataError::LabelOutOfRange {
-                index: 1,
-                label: 10,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, DataError::LabelOutOfRange { index: 1, label: 10, .. }), "{err}");
 }
 
 #[test]
@@ -177,10 +121,7 @@ fn swapped_files_are_a_shape_error() {
     std::fs::remove_file(dir.path().join("train-images-idx3-ubyte.gz")).unwrap();
     std::fs::write(dir.path().join("train-images-idx3-ubyte"), labels).unwrap();
     let err = Dataset::load(dir.path()).unwrap_err();
-    assert!(
-        matches!(err, DataError::Idx(IdxError::BadShape { .. })),
-        "{err}"
-    );
+    assert!(matches!(err, DataError::Idx(IdxError::BadShape { .. })), "{err}");
 }
 
 #[test]

@@ -53,10 +53,7 @@ fn every_model_matches_its_architecture() {
         let buffers = FlatTensors::zeros(&b.buffers, Device::Cpu, false);
         tch::no_grad(|| {
             params.flat.shallow_clone().copy_(&initial_flat(&b.params));
-            buffers
-                .flat
-                .shallow_clone()
-                .copy_(&initial_flat(&b.buffers));
+            buffers.flat.shallow_clone().copy_(&initial_flat(&b.buffers));
         });
         let x = Tensor::rand([5, 1, 28, 28], (Kind::Float, Device::Cpu));
         let masks: Vec<Tensor> = net
@@ -65,15 +62,7 @@ fn every_model_matches_its_architecture() {
             .map(|(shape, _)| Tensor::ones(shape.as_slice(), (Kind::Float, Device::Cpu)))
             .collect();
         for train in [true, false] {
-            let out = net.forward(
-                &params.views,
-                &buffers.views,
-                &x,
-                &Forward {
-                    train,
-                    masks: &masks,
-                },
-            );
+            let out = net.forward(&params.views, &buffers.views, &x, &Forward { train, masks: &masks });
             assert_eq!(out.size(), vec![5, 10], "{model:?} train={train}");
             assert!(bool::try_from(out.isfinite().all()).unwrap());
         }
@@ -85,10 +74,7 @@ fn resnet_declares_batchnorm_statistics_as_buffers() {
     let mut b = Builder::default();
     ModelKind::Resnet18.build(&mut b);
     // 17 BatchNorm layers (the stem and two in each of the 8 residual blocks), each with mean and var.
-    assert!(b
-        .buffers
-        .iter()
-        .all(|s| s.name.ends_with("running_mean") || s.name.ends_with("running_var")));
+    assert!(b.buffers.iter().all(|s| s.name.ends_with("running_mean") || s.name.ends_with("running_var")));
     assert_eq!(b.buffers.len(), 2 * 17);
 }
 
@@ -104,12 +90,7 @@ fn lenet_initialization_follows_the_seed() {
         offset += spec.numel();
         let std = t.std(false).double_value(&[]);
         if spec.name.ends_with("bias") {
-            assert_eq!(
-                t.abs().sum(Kind::Double).double_value(&[]),
-                0.0,
-                "{}",
-                spec.name
-            );
+            assert_eq!(t.abs().sum(Kind::Double).double_value(&[]), 0.0, "{}", spec.name);
         } else if spec.numel() > 1000 {
             assert!((std - 0.01).abs() < 0.001, "{} std {std}", spec.name);
         }

@@ -19,19 +19,9 @@ pub enum DataError {
     #[error(transparent)]
     Idx(#[from] IdxError),
     #[error("{images} holds {n_images} images but {labels} holds {n_labels} labels; the two files must come from the same set")]
-    CountMismatch {
-        images: PathBuf,
-        n_images: usize,
-        labels: PathBuf,
-        n_labels: usize,
-    },
+    CountMismatch { images: PathBuf, n_images: usize, labels: PathBuf, n_labels: usize },
     #[error("{path}: label {label} at index {index} is outside 0..{max}; the file is corrupt, download or reinstall it")]
-    LabelOutOfRange {
-        path: PathBuf,
-        index: usize,
-        label: u8,
-        max: u8,
-    },
+    LabelOutOfRange { path: PathBuf, index: usize, label: u8, max: u8 },
 }
 
 /// One split (train or test): `len` images of `rows`×`cols` bytes and their labels.
@@ -84,10 +74,7 @@ fn locate(dir: &Path, file: &'static str) -> Result<PathBuf, DataError> {
         .into_iter()
         .map(|name| dir.join(name))
         .find(|p| p.is_file())
-        .ok_or_else(|| DataError::Missing {
-            dir: dir.to_owned(),
-            file,
-        })
+        .ok_or_else(|| DataError::Missing { dir: dir.to_owned(), file })
 }
 
 fn load_split(dir: &Path, images: &'static str, labels: &'static str) -> Result<Split, DataError> {
@@ -138,10 +125,5 @@ pub fn split_from_arrays(
             max: NUM_CLASSES,
         });
     }
-    Ok(Split {
-        images: img.data,
-        labels: lab.data,
-        rows: img.dims[1] as usize,
-        cols: img.dims[2] as usize,
-    })
+    Ok(Split { images: img.data, labels: lab.data, rows: img.dims[1] as usize, cols: img.dims[2] as usize })
 }

@@ -14,35 +14,17 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum IdxError {
     #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path} is a corrupt or truncated gzip file ({source}); download or reinstall it")]
-    Gzip {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Gzip { path: PathBuf, source: std::io::Error },
     #[error("{path} is not an IDX file: magic number {found:#010x}, expected {expected:#010x}; check that it is the right file")]
-    BadMagic {
-        path: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    BadMagic { path: PathBuf, found: u32, expected: u32 },
     #[error("{path} is truncated: the header announces {expected} bytes of data but {found} are there; download or reinstall it")]
-    Truncated {
-        path: PathBuf,
-        expected: u64,
-        found: u64,
-    },
+    Truncated { path: PathBuf, expected: u64, found: u64 },
     #[error("{path} has {found} trailing bytes after the announced data; the file is corrupt, download or reinstall it")]
     TrailingBytes { path: PathBuf, found: u64 },
     #[error("{path} has shape {found:?}, expected {expected}; check that images and labels are not swapped")]
-    BadShape {
-        path: PathBuf,
-        found: Vec<u32>,
-        expected: &'static str,
-    },
+    BadShape { path: PathBuf, found: Vec<u32>, expected: &'static str },
 }
 
 /// One decoded IDX file of unsigned bytes.
@@ -56,18 +38,12 @@ const TYPE_U8: u8 = 0x08;
 
 /// Reads `path`, decompressing it when it starts with the gzip magic bytes.
 pub fn read_idx_file(path: &Path) -> Result<IdxArray, IdxError> {
-    let raw = std::fs::read(path).map_err(|source| IdxError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    let raw = std::fs::read(path).map_err(|source| IdxError::Io { path: path.to_owned(), source })?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::with_capacity(raw.len() * 4);
         GzDecoder::new(raw.as_slice())
             .read_to_end(&mut out)
-            .map_err(|source| IdxError::Gzip {
-                path: path.to_owned(),
-                source,
-            })?;
+            .map_err(|source| IdxError::Gzip { path: path.to_owned(), source })?;
         out
     } else {
         raw
@@ -77,11 +53,8 @@ pub fn read_idx_file(path: &Path) -> Result<IdxArray, IdxError> {
 
 /// Parses an uncompressed IDX byte buffer; `path` only names the file in errors.
 pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray, IdxError> {
-    let truncated = |expected: u64| IdxError::Truncated {
-        path: path.to_owned(),
-        expected,
-        found: bytes.len() as u64,
-    };
+    let truncated =
+        |expected: u64| IdxError::Truncated { path: path.to_owned(), expected, found: bytes.len() as u64 };
     if bytes.len() < 4 {
         return Err(truncated(4));
     }
@@ -90,39 +63,23 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray, IdxError> {
     if bytes[0] != 0 || bytes[1] != 0 || bytes[2] != TYPE_U8 || ndims == 0 || ndims > 4 {
         // Name the most likely expected magic for the file at hand.
         let expected = 0x0000_0800 | u32::from(ndims.clamp(1, 3));
-        return Err(IdxError::BadMagic {
-            path: path.to_owned(),
-            found: magic,
-            expected,
-        });
+        return Err(IdxError::BadMagic { path: path.to_owned(), found: magic, expected });
     }
     let header = 4 + 4 * usize::from(ndims);
     if bytes.len() < header {
         return Err(truncated(header as u64));
     }
-    let dims: Vec<u32> = bytes[4..header]
-        .chunks_exact(4)
-        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let dims: Vec<u32> =
+        bytes[4..header].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
     let expected = dims.iter().map(|&d| u64::from(d)).product::<u64>();
     let found = (bytes.len() - header) as u64;
     if found < expected {
-        return Err(IdxError::Truncated {
-            path: path.to_owned(),
-            expected,
-            found,
-        });
+        return Err(IdxError::Truncated { path: path.to_owned(), expected, found });
     }
     if found > expected {
-        return Err(IdxError::TrailingBytes {
-            path: path.to_owned(),
-            found: found - expected,
-        });
+        return Err(IdxError::TrailingBytes { path: path.to_owned(), found: found - expected });
     }
-    Ok(IdxArray {
-        dims,
-        data: bytes[header..].to_vec(),
-    })
+    Ok(IdxArray { dims, data: bytes[header..].to_vec() })
 }
 
 /// Encodes `data` with `dims` as an uncompressed IDX buffer (used to write test fixtures).

@@ -38,10 +38,7 @@ mod tests {
 
     #[test]
     fn sums_like_the_seed_example() {
-        let mut data = vec![
-            Tensor::from_slice(&[1.0f32, 1.0]),
-            Tensor::from_slice(&[2.0f32, 2.0]),
-        ];
+        let mut data = vec![Tensor::from_slice(&[1.0f32, 1.0]), Tensor::from_slice(&[2.0f32, 2.0])];
         let holders = allreduce_sum(&mut data);
         assert_eq!(holders, vec![0, 0]);
         assert_eq!(Vec::<f32>::try_from(&data[0]).unwrap(), vec![3.0, 3.0]);

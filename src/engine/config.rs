@@ -71,11 +71,7 @@ impl TrainConfig {
             devices,
             epochs: d.epochs,
             batch_size: d.batch_size,
-            sgd: Sgd {
-                lr: d.lr,
-                momentum: d.momentum,
-                weight_decay: 0.0,
-            },
+            sgd: Sgd { lr: d.lr, momentum: d.momentum, weight_decay: 0.0 },
             seed: 0,
             log_every: 50,
             run_dir: None,

@@ -16,8 +16,7 @@ use tch::Tensor;
 use super::allreduce::allreduce_sum;
 use super::config::{check_lr, TrainConfig};
 use super::events::{
-    Control, EpochStats, Event, FinishReason, ReplicaTiming, RunInfo, StepStats, StepTiming,
-    Summary,
+    Control, EpochStats, Event, FinishReason, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary,
 };
 use super::shard::shards;
 use super::worker::{FromWorker, ReplicaHandles, Sums, ToWorker};
@@ -59,9 +58,7 @@ impl Window {
     }
 
     fn seconds(&self) -> f64 {
-        self.started.map_or(0.0, |t| {
-            t.elapsed().saturating_sub(self.paused).as_secs_f64()
-        })
+        self.started.map_or(0.0, |t| t.elapsed().saturating_sub(self.paused).as_secs_f64())
     }
 }
 
@@ -133,16 +130,10 @@ impl Coordinator {
         let result = self.wait_ready().and_then(|()| self.train());
         if let Err(e) = &result {
             let (replica, device) = match e {
-                EngineError::Worker {
-                    replica, device, ..
-                } => (Some(*replica), Some(device.clone())),
+                EngineError::Worker { replica, device, .. } => (Some(*replica), Some(device.clone())),
                 _ => (None, None),
             };
-            self.emit(Event::Failed {
-                replica,
-                device,
-                message: e.to_string(),
-            });
+            self.emit(Event::Failed { replica, device, message: e.to_string() });
         }
         self.shutdown();
         result
@@ -154,11 +145,7 @@ impl Coordinator {
     }
 
     fn worker_error(&self, replica: usize, message: String) -> EngineError {
-        EngineError::Worker {
-            replica,
-            device: self.cfg.devices[replica].to_string(),
-            message,
-        }
+        EngineError::Worker { replica, device: self.cfg.devices[replica].to_string(), message }
     }
 
     fn recv(&self) -> Result<FromWorker, EngineError> {
@@ -173,11 +160,7 @@ impl Coordinator {
         let k = self.cfg.devices.len();
         let mut handles: Vec<Option<ReplicaHandles>> = (0..k).map(|_| None).collect();
         for _ in 0..k {
-            if let FromWorker::Ready {
-                replica,
-                handles: h,
-            } = self.recv()?
-            {
+            if let FromWorker::Ready { replica, handles: h } = self.recv()? {
                 handles[replica] = Some(*h);
             }
         }
@@ -218,10 +201,8 @@ impl Coordinator {
         'epochs: for epoch in 0..self.cfg.epochs {
             let order = Arc::new(epoch_order(self.cfg.seed, epoch, self.train_len));
             for tx in &self.to_workers {
-                tx.send(ToWorker::Epoch {
-                    order: Arc::clone(&order),
-                })
-                .map_err(|_| EngineError::WorkersGone)?;
+                tx.send(ToWorker::Epoch { order: Arc::clone(&order) })
+                    .map_err(|_| EngineError::WorkersGone)?;
             }
             self.epoch = Window::new(k);
             self.window = Window::new(k);
@@ -282,44 +263,25 @@ impl Coordinator {
             reason,
         };
         self.emit(Event::Finished(Box::new(summary.clone())));
-        Ok(Outcome {
-            summary,
-            final_params: self.named_cpu(),
-        })
+        Ok(Outcome { summary, final_params: self.named_cpu() })
     }
 
     fn named_cpu(&self) -> Vec<(String, Tensor)> {
-        self.named
-            .iter()
-            .map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).copy()))
-            .collect()
+        self.named.iter().map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).copy())).collect()
     }
 
     fn train_step(&mut self, start: usize, len: usize, report: bool) -> Result<(), EngineError> {
         let k = self.cfg.devices.len();
         for (i, (offset, n)) in shards(len, k).into_iter().enumerate() {
-            let dropout_seed = mix_seed(
-                mix_seed(self.cfg.seed, self.global_step as u64),
-                i as u64 + 1,
-            ) as i64;
+            let dropout_seed =
+                mix_seed(mix_seed(self.cfg.seed, self.global_step as u64), i as u64 + 1) as i64;
             self.to_workers[i]
-                .send(ToWorker::Step {
-                    start: start + offset,
-                    len: n,
-                    dropout_seed,
-                    report,
-                })
+                .send(ToWorker::Step { start: start + offset, len: n, dropout_seed, report })
                 .map_err(|_| EngineError::WorkersGone)?;
         }
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
         for _ in 0..k {
-            if let FromWorker::StepDone {
-                replica,
-                data_secs,
-                compute_secs,
-                sums,
-            } = self.recv()?
-            {
+            if let FromWorker::StepDone { replica, data_secs, compute_secs, sums } = self.recv()? {
                 data_max = data_max.max(data_secs);
                 compute_max = compute_max.max(compute_secs);
                 let r = &mut self.window.replicas[replica];
@@ -336,17 +298,9 @@ impl Coordinator {
         let holders = allreduce_sum(&mut self.grads);
         let allreduce = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let sgd = super::sgd::Sgd {
-            lr: self.lr,
-            ..self.cfg.sgd
-        };
-        for i in 0..k {
-            sgd.step(
-                &mut self.params[i],
-                &self.grads[holders[i]],
-                &mut self.momentum[i],
-                len,
-            );
+        let sgd = super::sgd::Sgd { lr: self.lr, ..self.cfg.sgd };
+        for ((param, momentum), &holder) in self.params.iter_mut().zip(&mut self.momentum).zip(&holders) {
+            sgd.step(param, &self.grads[holder], momentum, len);
         }
         if let Some((first, rest)) = self.buffers.split_first_mut() {
             for b in rest {
@@ -371,12 +325,8 @@ impl Coordinator {
         let dev0 = self.params[0].device();
         for i in 1..self.params.len() {
             let same = |a: &Tensor, b: &Tensor| a.to_device(dev0).equal(b);
-            if !same(&self.params[i], &self.params[0]) || !same(&self.buffers[i], &self.buffers[0])
-            {
-                return Err(EngineError::ReplicasDiverged {
-                    replica: i,
-                    step: self.global_step,
-                });
+            if !same(&self.params[i], &self.params[0]) || !same(&self.buffers[i], &self.buffers[0]) {
+                return Err(EngineError::ReplicasDiverged { replica: i, step: self.global_step });
             }
         }
         Ok(())
@@ -404,10 +354,7 @@ impl Coordinator {
             replicas: w
                 .replicas
                 .iter()
-                .map(|r| ReplicaTiming {
-                    data: per(r.data),
-                    compute: per(r.compute),
-                })
+                .map(|r| ReplicaTiming { data: per(r.data), compute: per(r.compute) })
                 .collect(),
         };
         self.epoch.sums.loss += w.sums.loss;
@@ -476,22 +423,14 @@ impl Coordinator {
             Control::SetLr { lr } => match check_lr(lr) {
                 Ok(lr) => {
                     let from = std::mem::replace(&mut self.lr, lr);
-                    self.emit(Event::LrChanged {
-                        from,
-                        to: lr,
-                        global_step,
-                    });
+                    self.emit(Event::LrChanged { from, to: lr, global_step });
                 }
-                Err(e) => self.emit(Event::Refused {
-                    reason: e.to_string(),
-                }),
+                Err(e) => self.emit(Event::Refused { reason: e.to_string() }),
             },
             Control::SaveNow => {
                 if let Err(e) = self.save("requested") {
                     // A failed save must not end the run; the user hears about it.
-                    self.emit(Event::Warning {
-                        message: e.to_string(),
-                    });
+                    self.emit(Event::Warning { message: e.to_string() });
                 }
             }
             Control::Stop => self.stop = true,
@@ -506,10 +445,7 @@ impl Coordinator {
         };
         let path: PathBuf = dir.join("model.safetensors");
         save_named(&self.named_cpu(), &path)?;
-        self.emit(Event::Saved {
-            path: path.display().to_string(),
-            global_step: self.global_step,
-        });
+        self.emit(Event::Saved { path: path.display().to_string(), global_step: self.global_step });
         Ok(())
     }
 

@@ -39,11 +39,7 @@ pub enum DeviceError {
     #[error("unknown device '{0}' in --devices; use 'auto', 'cpu', 'cpu:N' or 'cuda:N' (comma-separated)")]
     Unknown(String),
     #[error("{device} does not exist: this machine has {count} CUDA device(s){hint}")]
-    Absent {
-        device: String,
-        count: usize,
-        hint: &'static str,
-    },
+    Absent { device: String, count: usize, hint: &'static str },
 }
 
 /// What the machine offers, as far as device selection cares.
@@ -86,9 +82,7 @@ pub fn resolve_devices(spec: &str, machine: Machine) -> Result<Vec<DeviceId>, De
                 _ => return Err(DeviceError::Unknown(item.to_owned())),
             }
         } else if let Some(n) = lower.strip_prefix("cuda:") {
-            let index = n
-                .parse::<usize>()
-                .map_err(|_| DeviceError::Unknown(item.to_owned()))?;
+            let index = n.parse::<usize>().map_err(|_| DeviceError::Unknown(item.to_owned()))?;
             if index >= machine.cuda_devices {
                 let hint = if machine.cuda_devices == 0 {
                     "; use --devices cpu or cpu:N"
@@ -124,72 +118,35 @@ pub fn resolve_devices(spec: &str, machine: Machine) -> Result<Vec<DeviceId>, De
 /// Intra-op threads for each replica: the cores shared evenly among the CPU replicas.
 pub fn cpu_threads_per_replica(devices: &[DeviceId], cores: usize) -> usize {
     let cpu = devices.iter().filter(|d| **d == DeviceId::Cpu).count();
-    if cpu == 0 {
-        1
-    } else {
-        (cores / cpu).max(1)
-    }
+    cores.checked_div(cpu).unwrap_or(1).max(1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const CPU_ONLY: Machine = Machine {
-        cuda_devices: 0,
-        cores: 2,
-    };
-    const TWO_GPUS: Machine = Machine {
-        cuda_devices: 2,
-        cores: 16,
-    };
+    const CPU_ONLY: Machine = Machine { cuda_devices: 0, cores: 2 };
+    const TWO_GPUS: Machine = Machine { cuda_devices: 2, cores: 16 };
 
     #[test]
     fn auto_picks_gpus_else_one_cpu_replica_per_core() {
-        assert_eq!(
-            resolve_devices("auto", CPU_ONLY).unwrap(),
-            vec![DeviceId::Cpu; 2]
-        );
-        assert_eq!(
-            resolve_devices("auto", TWO_GPUS).unwrap(),
-            vec![DeviceId::Cuda(0), DeviceId::Cuda(1)]
-        );
+        assert_eq!(resolve_devices("auto", CPU_ONLY).unwrap(), vec![DeviceId::Cpu; 2]);
+        assert_eq!(resolve_devices("auto", TWO_GPUS).unwrap(), vec![DeviceId::Cuda(0), DeviceId::Cuda(1)]);
     }
 
     #[test]
     fn lists_repeats_and_cpu_counts() {
-        assert_eq!(
-            resolve_devices("cpu:3", CPU_ONLY).unwrap(),
-            vec![DeviceId::Cpu; 3]
-        );
-        assert_eq!(
-            resolve_devices("cuda:0, cuda:0", TWO_GPUS).unwrap(),
-            vec![DeviceId::Cuda(0); 2]
-        );
-        assert_eq!(
-            resolve_devices("cuda:1,cpu", TWO_GPUS).unwrap(),
-            vec![DeviceId::Cuda(1), DeviceId::Cpu]
-        );
+        assert_eq!(resolve_devices("cpu:3", CPU_ONLY).unwrap(), vec![DeviceId::Cpu; 3]);
+        assert_eq!(resolve_devices("cuda:0, cuda:0", TWO_GPUS).unwrap(), vec![DeviceId::Cuda(0); 2]);
+        assert_eq!(resolve_devices("cuda:1,cpu", TWO_GPUS).unwrap(), vec![DeviceId::Cuda(1), DeviceId::Cpu]);
     }
 
     #[test]
     fn bad_specs_are_errors() {
         assert_eq!(resolve_devices("", CPU_ONLY), Err(DeviceError::Empty));
-        assert!(matches!(
-            resolve_devices("gpu0", CPU_ONLY),
-            Err(DeviceError::Unknown(_))
-        ));
-        assert!(matches!(
-            resolve_devices("cpu:0", CPU_ONLY),
-            Err(DeviceError::Unknown(_))
-        ));
-        assert!(matches!(
-            resolve_devices("cuda:2", TWO_GPUS),
-            Err(DeviceError::Absent { count: 2, .. })
-        ));
-        assert!(matches!(
-            resolve_devices("cuda:0", CPU_ONLY),
-            Err(DeviceError::Absent { count: 0, .. })
-        ));
+        assert!(matches!(resolve_devices("gpu0", CPU_ONLY), Err(DeviceError::Unknown(_))));
+        assert!(matches!(resolve_devices("cpu:0", CPU_ONLY), Err(DeviceError::Unknown(_))));
+        assert!(matches!(resolve_devices("cuda:2", TWO_GPUS), Err(DeviceError::Absent { count: 2, .. })));
+        assert!(matches!(resolve_devices("cuda:0", CPU_ONLY), Err(DeviceError::Absent { count: 0, .. })));
     }
 }

@@ -139,11 +139,7 @@ pub enum Event {
     /// An epoch ended and the test set was evaluated.
     Epoch(Box<EpochStats>),
     /// The learning rate changed at a step boundary.
-    LrChanged {
-        from: f64,
-        to: f64,
-        global_step: usize,
-    },
+    LrChanged { from: f64, to: f64, global_step: usize },
     /// Training paused at a step boundary.
     Paused { global_step: usize },
     /// Training resumed.
@@ -157,9 +153,5 @@ pub enum Event {
     /// The run ended normally.
     Finished(Box<Summary>),
     /// The run failed; `replica` names the failing replica when one did.
-    Failed {
-        replica: Option<usize>,
-        device: Option<String>,
-        message: String,
-    },
+    Failed { replica: Option<usize>, device: Option<String>, message: String },
 }

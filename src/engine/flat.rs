@@ -33,11 +33,7 @@ impl FlatTensors {
                 }
             })
             .collect();
-        FlatTensors {
-            flat,
-            views,
-            names: specs.iter().map(|s| s.name.clone()).collect(),
-        }
+        FlatTensors { flat, views, names: specs.iter().map(|s| s.name.clone()).collect() }
     }
 
     /// Number of scalars.
@@ -58,10 +54,7 @@ impl FlatTensors {
 
 /// The initial values of `specs`, drawn in order from libtorch's generator, as one flat CPU tensor.
 pub fn initial_flat(specs: &[TensorSpec]) -> Tensor {
-    let parts: Vec<Tensor> = specs
-        .iter()
-        .map(|s| s.initial_value().reshape([-1]))
-        .collect();
+    let parts: Vec<Tensor> = specs.iter().map(|s| s.initial_value().reshape([-1])).collect();
     if parts.is_empty() {
         Tensor::zeros([0], (Kind::Float, Device::Cpu))
     } else {

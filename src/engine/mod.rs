@@ -32,11 +32,7 @@ use worker::{WorkerSetup, GLOBAL_RNG};
 #[derive(Debug, Error)]
 pub enum EngineError {
     #[error("replica {replica} on {device} failed: {message}")]
-    Worker {
-        replica: usize,
-        device: String,
-        message: String,
-    },
+    Worker { replica: usize, device: String, message: String },
     #[error("a worker thread ended without reporting")]
     WorkersGone,
     #[error("replica {replica} differs from replica 0 after step {step}")]
@@ -71,10 +67,7 @@ impl Engine {
         let (initial_params, initial_buffers) = {
             let _lock = GLOBAL_RNG.lock().unwrap_or_else(|p| p.into_inner());
             tch::manual_seed(cfg.seed as i64);
-            (
-                flat::initial_flat(&builder.params),
-                flat::initial_flat(&builder.buffers),
-            )
+            (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
         };
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
@@ -116,11 +109,7 @@ impl Engine {
             .name("dpt-coordinator".into())
             .spawn(move || coordinator.run())
             .map_err(|e| StartError::Engine(EngineError::Spawn(e)))?;
-        Ok(Engine {
-            events: event_rx,
-            controls: control_tx,
-            thread,
-        })
+        Ok(Engine { events: event_rx, controls: control_tx, thread })
     }
 
     /// The event stream; it ends (disconnects) when the run is over.
@@ -138,9 +127,7 @@ impl Engine {
         drop(self.controls);
         match self.thread.join() {
             Ok(result) => result,
-            Err(panic) => Err(EngineError::CoordinatorPanic(worker::panic_message(
-                panic.as_ref(),
-            ))),
+            Err(panic) => Err(EngineError::CoordinatorPanic(worker::panic_message(panic.as_ref()))),
         }
     }
 }
@@ -157,18 +144,11 @@ pub enum StartError {
 /// Writes named tensors as safetensors at `path` atomically: a temporary file in the same
 /// folder, flushed to disk, then renamed over the old one, so a failed write leaves it intact.
 pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
-    let err = |message: String| EngineError::Save {
-        path: path.display().to_string(),
-        message,
-    };
+    let err = |message: String| EngineError::Save { path: path.display().to_string(), message };
     let tmp = path.with_extension("safetensors.tmp");
     let result = Tensor::write_safetensors(tensors, &tmp)
         .map_err(|e| err(e.to_string()))
-        .and_then(|()| {
-            std::fs::File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| err(e.to_string()))
-        })
+        .and_then(|()| std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| err(e.to_string())))
         .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| err(e.to_string())));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

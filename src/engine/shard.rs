@@ -27,10 +27,7 @@ mod tests {
                 let s = shards(n, k);
                 assert_eq!(s.len(), k);
                 assert_eq!(s.iter().map(|x| x.1).sum::<usize>(), n);
-                let (min, max) = (
-                    s.iter().map(|x| x.1).min().unwrap(),
-                    s.iter().map(|x| x.1).max().unwrap(),
-                );
+                let (min, max) = (s.iter().map(|x| x.1).min().unwrap(), s.iter().map(|x| x.1).max().unwrap());
                 assert!(max - min <= 1);
                 for w in s.windows(2) {
                     assert_eq!(w[0].0 + w[0].1, w[1].0);

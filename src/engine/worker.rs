@@ -22,12 +22,7 @@ pub enum ToWorker {
     Epoch { order: Arc<Vec<i64>> },
     /// Forward and backward on rows `start..start + len` of the epoch order. With `report`, the
     /// worker reads and resets its loss and accuracy accumulators (a device sync).
-    Step {
-        start: usize,
-        len: usize,
-        dropout_seed: i64,
-        report: bool,
-    },
+    Step { start: usize, len: usize, dropout_seed: i64, report: bool },
     /// Evaluate test rows `start..start + len`.
     Evaluate { start: usize, len: usize },
     /// Leave the thread.
@@ -56,17 +51,9 @@ pub struct Sums {
 /// A worker's answer to the coordinator.
 pub enum FromWorker {
     /// The replica is built and its data resident.
-    Ready {
-        replica: usize,
-        handles: Box<ReplicaHandles>,
-    },
+    Ready { replica: usize, handles: Box<ReplicaHandles> },
     /// Gradients of the shard are in the flat gradient buffer.
-    StepDone {
-        replica: usize,
-        data_secs: f64,
-        compute_secs: f64,
-        sums: Option<Sums>,
-    },
+    StepDone { replica: usize, data_secs: f64, compute_secs: f64, sums: Option<Sums> },
     /// Test metrics of the assigned rows.
     Evaluated { replica: usize, sums: Sums },
     /// The worker failed and has left.
@@ -95,9 +82,7 @@ fn upload(split: &Split, device: Device) -> DeviceSplit {
         images: Tensor::from_slice(&split.images)
             .view([n, 1, split.rows as i64, split.cols as i64])
             .to_device(device),
-        labels: Tensor::from_slice(&split.labels)
-            .to_kind(Kind::Int64)
-            .to_device(device),
+        labels: Tensor::from_slice(&split.labels).to_kind(Kind::Int64).to_device(device),
     }
 }
 
@@ -126,24 +111,17 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
         let mut worker = Worker::new(setup)?;
         replies
-            .send(FromWorker::Ready {
-                replica,
-                handles: Box::new(worker.handles()),
-            })
+            .send(FromWorker::Ready { replica, handles: Box::new(worker.handles()) })
             .map_err(|_| "coordinator gone".to_owned())?;
         for cmd in commands {
             let reply = match cmd {
                 ToWorker::Epoch { order } => {
-                    worker.order =
-                        Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
+                    worker.order = Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
                     continue;
                 }
-                ToWorker::Step {
-                    start,
-                    len,
-                    dropout_seed,
-                    report,
-                } => worker.step(start, len, dropout_seed, report)?,
+                ToWorker::Step { start, len, dropout_seed, report } => {
+                    worker.step(start, len, dropout_seed, report)?
+                }
                 ToWorker::Evaluate { start, len } => worker.evaluate(start, len),
                 ToWorker::Shutdown => break,
             };
@@ -184,16 +162,8 @@ impl Worker {
         let buffers = FlatTensors::zeros(&builder.buffers, setup.device, false);
         {
             let _guard = tch::no_grad_guard();
-            params
-                .flat
-                .shallow_clone()
-                .f_copy_(&setup.initial_params)
-                .map_err(|e| e.to_string())?;
-            buffers
-                .flat
-                .shallow_clone()
-                .f_copy_(&setup.initial_buffers)
-                .map_err(|e| e.to_string())?;
+            params.flat.shallow_clone().f_copy_(&setup.initial_params).map_err(|e| e.to_string())?;
+            buffers.flat.shallow_clone().f_copy_(&setup.initial_buffers).map_err(|e| e.to_string())?;
         }
         let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
         let norm = setup.model.normalization();
@@ -218,13 +188,8 @@ impl Worker {
     }
 
     fn handles(&self) -> ReplicaHandles {
-        let shallow = |f: &FlatTensors| {
-            f.names
-                .iter()
-                .cloned()
-                .zip(f.views.iter().map(Tensor::detach))
-                .collect()
-        };
+        let shallow =
+            |f: &FlatTensors| f.names.iter().cloned().zip(f.views.iter().map(Tensor::detach)).collect();
         ReplicaHandles {
             params: self.params.flat.shallow_clone(),
             grads: self.grads.shallow_clone(),
@@ -251,9 +216,7 @@ impl Worker {
 
     fn loss(&self, out: &Tensor, y: &Tensor) -> Tensor {
         match self.loss {
-            LossKind::CrossEntropy => {
-                out.cross_entropy_loss::<Tensor>(y, None, Reduction::Sum, -100, 0.0)
-            }
+            LossKind::CrossEntropy => out.cross_entropy_loss::<Tensor>(y, None, Reduction::Sum, -100, 0.0),
             LossKind::Nll => out.g_nll_loss::<Tensor>(y, None, Reduction::Sum, -100),
         }
     }
@@ -263,15 +226,12 @@ impl Worker {
         if specs.is_empty() {
             return Vec::new();
         }
-        let _lock = GLOBAL_RNG
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         tch::manual_seed(seed);
         specs
             .into_iter()
             .map(|(shape, p)| {
-                Tensor::empty(shape.as_slice(), (Kind::Float, self.device))
-                    .bernoulli_float_(1.0 - p)
+                Tensor::empty(shape.as_slice(), (Kind::Float, self.device)).bernoulli_float_(1.0 - p)
                     / (1.0 - p)
             })
             .collect()
@@ -300,10 +260,7 @@ impl Worker {
                 &self.params.views,
                 &self.buffers.views,
                 &x,
-                &Forward {
-                    train: true,
-                    masks: &masks,
-                },
+                &Forward { train: true, masks: &masks },
             );
             let loss = self.loss(&out, &y);
             let grads = Tensor::f_run_backward(&[&loss], &self.params.views, false, false)
@@ -312,9 +269,7 @@ impl Worker {
             let _ = Tensor::cat_out(&self.grads, &flat, 0);
             let _guard = tch::no_grad_guard();
             let _ = self.loss_sum.f_add_(&loss.detach());
-            let _ = self
-                .correct
-                .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));
+            let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));
             self.samples += len as f64;
             let compute_secs = t1.elapsed().as_secs_f64();
             return Ok(FromWorker::StepDone {
@@ -358,10 +313,7 @@ impl Worker {
                 &self.params.views,
                 &self.buffers.views,
                 &x,
-                &Forward {
-                    train: false,
-                    masks: &[],
-                },
+                &Forward { train: false, masks: &[] },
             );
             let _ = loss.f_add_(&self.loss(&out, &y));
             let _ = correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));

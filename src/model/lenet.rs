@@ -18,22 +18,10 @@ pub struct Lenet {
 impl Lenet {
     pub fn new(b: &mut Builder) -> Self {
         Lenet {
-            c1: (
-                b.param("conv1.weight", &[20, 1, 3, 3], W),
-                b.param("conv1.bias", &[20], Init::Zeros),
-            ),
-            c2: (
-                b.param("conv2.weight", &[50, 20, 5, 5], W),
-                b.param("conv2.bias", &[50], Init::Zeros),
-            ),
-            f3: (
-                b.param("fc1.weight", &[128, 800], W),
-                b.param("fc1.bias", &[128], Init::Zeros),
-            ),
-            f4: (
-                b.param("fc2.weight", &[10, 128], W),
-                b.param("fc2.bias", &[10], Init::Zeros),
-            ),
+            c1: (b.param("conv1.weight", &[20, 1, 3, 3], W), b.param("conv1.bias", &[20], Init::Zeros)),
+            c2: (b.param("conv2.weight", &[50, 20, 5, 5], W), b.param("conv2.bias", &[50], Init::Zeros)),
+            f3: (b.param("fc1.weight", &[128, 800], W), b.param("fc1.bias", &[128], Init::Zeros)),
+            f4: (b.param("fc2.weight", &[10, 128], W), b.param("fc2.bias", &[10], Init::Zeros)),
         }
     }
 }
@@ -41,28 +29,8 @@ impl Lenet {
 impl Network for Lenet {
     fn forward(&self, p: &[Tensor], _buffers: &[Tensor], x: &Tensor, _ctx: &Forward) -> Tensor {
         let pool = |t: Tensor| t.avg_pool2d([2, 2], [2, 2], [0, 0], false, true, None::<i64>);
-        let h = pool(
-            x.conv2d(
-                &p[self.c1.0],
-                Some(&p[self.c1.1]),
-                [1, 1],
-                [0, 0],
-                [1, 1],
-                1,
-            )
-            .relu(),
-        );
-        let h = pool(
-            h.conv2d(
-                &p[self.c2.0],
-                Some(&p[self.c2.1]),
-                [1, 1],
-                [0, 0],
-                [1, 1],
-                1,
-            )
-            .relu(),
-        );
+        let h = pool(x.conv2d(&p[self.c1.0], Some(&p[self.c1.1]), [1, 1], [0, 0], [1, 1], 1).relu());
+        let h = pool(h.conv2d(&p[self.c2.0], Some(&p[self.c2.1]), [1, 1], [0, 0], [1, 1], 1).relu());
         let n = h.size()[0];
         h.reshape([n, -1])
             .linear(&p[self.f3.0], Some(&p[self.f3.1]))

@@ -16,13 +16,8 @@ pub struct MnistNet {
 
 fn layer(b: &mut Builder, name: &str, shape: &[i64]) -> (usize, usize) {
     let fan_in: i64 = shape[1..].iter().product();
-    let init = Init::Uniform {
-        bound: default_bound(fan_in),
-    };
-    (
-        b.param(format!("{name}.weight"), shape, init),
-        b.param(format!("{name}.bias"), &shape[..1], init),
-    )
+    let init = Init::Uniform { bound: default_bound(fan_in) };
+    (b.param(format!("{name}.weight"), shape, init), b.param(format!("{name}.bias"), &shape[..1], init))
 }
 
 impl MnistNet {
@@ -39,38 +34,19 @@ impl MnistNet {
 impl Network for MnistNet {
     fn forward(&self, p: &[Tensor], _buffers: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
         let pool = |t: Tensor| t.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false);
-        let h = pool(x.conv2d(
-            &p[self.c1.0],
-            Some(&p[self.c1.1]),
-            [1, 1],
-            [0, 0],
-            [1, 1],
-            1,
-        ))
-        .relu();
-        let mut h = h.conv2d(
-            &p[self.c2.0],
-            Some(&p[self.c2.1]),
-            [1, 1],
-            [0, 0],
-            [1, 1],
-            1,
-        );
+        let h = pool(x.conv2d(&p[self.c1.0], Some(&p[self.c1.1]), [1, 1], [0, 0], [1, 1], 1)).relu();
+        let mut h = h.conv2d(&p[self.c2.0], Some(&p[self.c2.1]), [1, 1], [0, 0], [1, 1], 1);
         if ctx.train {
             // Dropout2d zeroes whole channels: the mask is [n, 20, 1, 1], already scaled by 1/(1-p).
-            h = h * &ctx.masks[0];
+            h *= &ctx.masks[0];
         }
         let h = pool(h).relu();
         let n = h.size()[0];
-        let mut h = h
-            .reshape([n, 320])
-            .linear(&p[self.f1.0], Some(&p[self.f1.1]))
-            .relu();
+        let mut h = h.reshape([n, 320]).linear(&p[self.f1.0], Some(&p[self.f1.1])).relu();
         if ctx.train {
-            h = h * &ctx.masks[1];
+            h *= &ctx.masks[1];
         }
-        h.linear(&p[self.f2.0], Some(&p[self.f2.1]))
-            .log_softmax(-1, Kind::Float)
+        h.linear(&p[self.f2.0], Some(&p[self.f2.1])).log_softmax(-1, Kind::Float)
     }
 
     fn dropout_masks(&self, n: i64) -> Vec<(Vec<i64>, f64)> {

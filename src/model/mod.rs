@@ -66,38 +66,17 @@ impl ModelKind {
     /// The seeds' hyper-parameters.
     pub fn defaults(self) -> Defaults {
         match self {
-            ModelKind::Lenet => Defaults {
-                lr: 0.2,
-                momentum: 0.0,
-                batch_size: 256,
-                epochs: 10,
-            },
-            ModelKind::Resnet18 => Defaults {
-                lr: 0.1,
-                momentum: 0.0,
-                batch_size: 256,
-                epochs: 10,
-            },
-            ModelKind::MnistNet => Defaults {
-                lr: 0.01,
-                momentum: 0.5,
-                batch_size: 64,
-                epochs: 10,
-            },
+            ModelKind::Lenet => Defaults { lr: 0.2, momentum: 0.0, batch_size: 256, epochs: 10 },
+            ModelKind::Resnet18 => Defaults { lr: 0.1, momentum: 0.0, batch_size: 256, epochs: 10 },
+            ModelKind::MnistNet => Defaults { lr: 0.01, momentum: 0.5, batch_size: 64, epochs: 10 },
         }
     }
 
     /// Input normalization: d2l's models take x/255, seed 004 normalizes with MNIST's statistics.
     pub fn normalization(self) -> Normalization {
         match self {
-            ModelKind::Lenet | ModelKind::Resnet18 => Normalization {
-                mean: 0.0,
-                std: 1.0,
-            },
-            ModelKind::MnistNet => Normalization {
-                mean: 0.1307,
-                std: 0.3081,
-            },
+            ModelKind::Lenet | ModelKind::Resnet18 => Normalization { mean: 0.0, std: 1.0 },
+            ModelKind::MnistNet => Normalization { mean: 0.1307, std: 0.3081 },
         }
     }
 
@@ -153,9 +132,7 @@ impl TensorSpec {
         let opts = (Kind::Float, Device::Cpu);
         match self.init {
             Init::Normal { std } => Tensor::randn(self.shape.as_slice(), opts) * std,
-            Init::Uniform { bound } => {
-                Tensor::rand(self.shape.as_slice(), opts) * (2.0 * bound) - bound
-            }
+            Init::Uniform { bound } => Tensor::rand(self.shape.as_slice(), opts) * (2.0 * bound) - bound,
             Init::Zeros => Tensor::zeros(self.shape.as_slice(), opts),
             Init::Ones => Tensor::ones(self.shape.as_slice(), opts),
         }
@@ -172,21 +149,13 @@ pub struct Builder {
 impl Builder {
     /// Declares a trainable parameter and returns its index.
     pub fn param(&mut self, name: impl Into<String>, shape: &[i64], init: Init) -> usize {
-        self.params.push(TensorSpec {
-            name: name.into(),
-            shape: shape.to_vec(),
-            init,
-        });
+        self.params.push(TensorSpec { name: name.into(), shape: shape.to_vec(), init });
         self.params.len() - 1
     }
 
     /// Declares a non-trainable buffer and returns its index.
     pub fn buffer(&mut self, name: impl Into<String>, shape: &[i64], init: Init) -> usize {
-        self.buffers.push(TensorSpec {
-            name: name.into(),
-            shape: shape.to_vec(),
-            init,
-        });
+        self.buffers.push(TensorSpec { name: name.into(), shape: shape.to_vec(), init });
         self.buffers.len() - 1
     }
 

@@ -21,11 +21,7 @@ impl Conv {
     fn new(b: &mut Builder, name: &str, cin: i64, cout: i64, k: i64, stride: i64) -> Self {
         let bound = default_bound(cin * k * k);
         Conv {
-            w: b.param(
-                format!("{name}.weight"),
-                &[cout, cin, k, k],
-                Init::Normal { std: 0.01 },
-            ),
+            w: b.param(format!("{name}.weight"), &[cout, cin, k, k], Init::Normal { std: 0.01 }),
             b: b.param(format!("{name}.bias"), &[cout], Init::Uniform { bound }),
             stride,
             padding: k / 2,
@@ -33,14 +29,7 @@ impl Conv {
     }
 
     fn apply(&self, p: &[Tensor], x: &Tensor) -> Tensor {
-        x.conv2d(
-            &p[self.w],
-            Some(&p[self.b]),
-            [self.stride; 2],
-            [self.padding; 2],
-            [1, 1],
-            1,
-        )
+        x.conv2d(&p[self.w], Some(&p[self.b]), [self.stride; 2], [self.padding; 2], [1, 1], 1)
     }
 }
 
@@ -97,10 +86,7 @@ impl Residual {
     }
 
     fn apply(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, train: bool) -> Tensor {
-        let y = self
-            .bn1
-            .apply(p, buf, &self.conv1.apply(p, x), train)
-            .relu();
+        let y = self.bn1.apply(p, buf, &self.conv1.apply(p, x), train).relu();
         let y = self.bn2.apply(p, buf, &self.conv2.apply(p, &y), train);
         let shortcut = match &self.projection {
             Some(conv) => conv.apply(p, x),
@@ -134,35 +120,19 @@ impl Resnet18 {
         }
         let fc = (
             b.param("fc.weight", &[10, 512], Init::Normal { std: 0.01 }),
-            b.param(
-                "fc.bias",
-                &[10],
-                Init::Uniform {
-                    bound: default_bound(512),
-                },
-            ),
+            b.param("fc.bias", &[10], Init::Uniform { bound: default_bound(512) }),
         );
-        Resnet18 {
-            stem,
-            stem_bn,
-            blocks,
-            fc,
-        }
+        Resnet18 { stem, stem_bn, blocks, fc }
     }
 }
 
 impl Network for Resnet18 {
     fn forward(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
-        let mut h = self
-            .stem_bn
-            .apply(p, buf, &self.stem.apply(p, x), ctx.train)
-            .relu();
+        let mut h = self.stem_bn.apply(p, buf, &self.stem.apply(p, x), ctx.train).relu();
         for block in &self.blocks {
             h = block.apply(p, buf, &h, ctx.train);
         }
         let n = h.size()[0];
-        h.adaptive_avg_pool2d([1, 1])
-            .reshape([n, -1])
-            .linear(&p[self.fc.0], Some(&p[self.fc.1]))
+        h.adaptive_avg_pool2d([1, 1]).reshape([n, -1]).linear(&p[self.fc.0], Some(&p[self.fc.1]))
     }
 }
