@@ -27,6 +27,14 @@ enum Failure {
 
 fn main() -> ExitCode {
     let args = cli::Args::parse();
+    // A worker's panic is caught at its thread boundary and reported once, as a failed run;
+    // the default hook would print it (and libtorch's backtrace) a second time.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !dpt_tui::engine::worker::in_worker_thread() {
+            default_hook(info);
+        }
+    }));
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Input(e)) => {

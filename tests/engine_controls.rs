@@ -123,3 +123,27 @@ fn bad_settings_are_refused_before_any_thread_starts() {
     assert_eq!(start(&|c| c.epochs = 0), ConfigError::ZeroEpochs);
     assert!(matches!(start(&|c| c.sgd.momentum = 1.5), ConfigError::BadMomentum(_)));
 }
+
+#[test]
+fn a_failing_worker_is_reported_with_its_replica_and_nothing_hangs() {
+    use dpt_tui::data::{Dataset, Split};
+    use dpt_tui::engine::EngineError;
+    // 14x14 images make LeNet's 800-wide linear layer fail inside libtorch on every replica.
+    let split = |n: usize| Split { images: vec![0; n * 196], labels: vec![1; n], rows: 14, cols: 14 };
+    let data = std::sync::Arc::new(Dataset { train: split(64), test: split(16) });
+    let engine = Engine::start(TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]), data).unwrap();
+    let events: Vec<Event> = engine.events().iter().collect();
+    let failed = events.iter().find_map(|e| match e {
+        Event::Failed { replica, device, message } => Some((*replica, device.clone(), message.clone())),
+        _ => None,
+    });
+    let (replica, device, message) = failed.expect("a Failed event");
+    assert!(replica.is_some_and(|r| r < 2));
+    assert_eq!(device.as_deref(), Some("cpu"));
+    assert!(message.contains("replica"), "{message}");
+    assert!(!events.iter().any(|e| matches!(e, Event::Finished(_))));
+    match engine.join() {
+        Err(EngineError::Worker { replica: r, .. }) => assert_eq!(Some(r), replica),
+        other => panic!("expected a worker error, got {:?}", other.map(|o| o.summary)),
+    }
+}

@@ -135,3 +135,16 @@ fn a_missing_folder_says_how_to_install_the_data() {
         "{msg}"
     );
 }
+
+#[test]
+fn images_must_be_28_by_28() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = encode_idx(&[2, 14, 14], &[0u8; 2 * 196]);
+    let labels = encode_idx(&[2], &[1, 2]);
+    for prefix in ["train", "t10k"] {
+        std::fs::write(dir.path().join(format!("{prefix}-images-idx3-ubyte")), &images).unwrap();
+        std::fs::write(dir.path().join(format!("{prefix}-labels-idx1-ubyte")), &labels).unwrap();
+    }
+    let err = Dataset::load(dir.path()).unwrap_err();
+    assert!(matches!(err, DataError::ImageSize { rows: 14, cols: 14, .. }), "{err}");
+}

@@ -8,6 +8,8 @@ use super::idx::{read_idx_file, IdxArray, IdxError};
 
 /// Where the data is looked for when neither `--data` nor `$DPT_DATA` says.
 pub const DEFAULT_DATA_DIR: &str = "/usr/share/datasets/fashion-mnist";
+/// Height and width of the images every model takes.
+pub const IMAGE_SIDE: usize = 28;
 /// Number of classes in (Fashion-)MNIST.
 pub const NUM_CLASSES: u8 = 10;
 
@@ -20,6 +22,8 @@ pub enum DataError {
     Idx(#[from] IdxError),
     #[error("{images} holds {n_images} images but {labels} holds {n_labels} labels; the two files must come from the same set")]
     CountMismatch { images: PathBuf, n_images: usize, labels: PathBuf, n_labels: usize },
+    #[error("{path} holds {rows}x{cols} images; the models take 28x28 images (MNIST or Fashion-MNIST)")]
+    ImageSize { path: PathBuf, rows: usize, cols: usize },
     #[error("{path}: label {label} at index {index} is outside 0..{max}; the file is corrupt, download or reinstall it")]
     LabelOutOfRange { path: PathBuf, index: usize, label: u8, max: u8 },
 }
@@ -82,7 +86,11 @@ fn load_split(dir: &Path, images: &'static str, labels: &'static str) -> Result<
     let labels_path = locate(dir, labels)?;
     let img = read_idx_file(&images_path)?;
     let lab = read_idx_file(&labels_path)?;
-    split_from_arrays(img, &images_path, lab, &labels_path)
+    let split = split_from_arrays(img, &images_path, lab, &labels_path)?;
+    if (split.rows, split.cols) != (IMAGE_SIDE, IMAGE_SIDE) {
+        return Err(DataError::ImageSize { path: images_path, rows: split.rows, cols: split.cols });
+    }
+    Ok(split)
 }
 
 /// Checks shapes, counts and label range of decoded image and label arrays.

@@ -87,7 +87,7 @@ impl Engine {
             };
             let replies = reply_tx.clone();
             let handle = std::thread::Builder::new()
-                .name(format!("dpt-worker-{replica}"))
+                .name(format!("{}{replica}", worker::WORKER_THREAD_PREFIX))
                 .spawn(move || worker::run(setup, rx, replies))
                 .map_err(|e| StartError::Engine(EngineError::Spawn(e)))?;
             to_workers.push(tx);

@@ -140,16 +140,28 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
     let _ = replies.send(FromWorker::Failed { replica, message });
 }
 
-/// The text of a panic payload (libtorch errors surface as panics with the C++ message).
+/// The first line of a panic payload. libtorch errors surface as panics whose text continues
+/// with a C++ backtrace; the first line names the problem.
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
+    let text = if let Some(s) = panic.downcast_ref::<String>() {
+        s.as_str()
     } else if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
+        s
     } else {
-        "panic with a non-text payload".to_owned()
-    }
+        "panic with a non-text payload"
+    };
+    let first = text.lines().next().unwrap_or(text);
+    first.replace("called `Result::unwrap()` on an `Err` value: ", "").trim().to_owned()
 }
+
+/// Whether the current thread is an engine worker, whose panics are caught and reported as
+/// [`FromWorker::Failed`] (so a panic hook may stay silent for them).
+pub fn in_worker_thread() -> bool {
+    std::thread::current().name().is_some_and(|n| n.starts_with(WORKER_THREAD_PREFIX))
+}
+
+/// Worker threads are named `dpt-worker-<replica>`.
+pub const WORKER_THREAD_PREFIX: &str = "dpt-worker-";
 
 impl Worker {
     fn new(setup: WorkerSetup) -> Result<Self, String> {

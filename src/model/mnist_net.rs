@@ -38,13 +38,13 @@ impl Network for MnistNet {
         let mut h = h.conv2d(&p[self.c2.0], Some(&p[self.c2.1]), [1, 1], [0, 0], [1, 1], 1);
         if ctx.train {
             // Dropout2d zeroes whole channels: the mask is [n, 20, 1, 1], already scaled by 1/(1-p).
-            h *= &ctx.masks[0];
+            h = h.g_mul(&ctx.masks[0]); // not in place: autograd saved `h`
         }
         let h = pool(h).relu();
         let n = h.size()[0];
         let mut h = h.reshape([n, 320]).linear(&p[self.f1.0], Some(&p[self.f1.1])).relu();
         if ctx.train {
-            h *= &ctx.masks[1];
+            h = h.g_mul(&ctx.masks[1]); // not in place: autograd saved `h`
         }
         h.linear(&p[self.f2.0], Some(&p[self.f2.1])).log_softmax(-1, Kind::Float)
     }
