@@ -78,4 +78,21 @@ pub struct Args {
     /// Verify after every step that all replicas hold identical parameters (slow).
     #[arg(long)]
     pub check_replicas: bool,
+
+    /// Dashboard colours: dark, light, high-contrast, monochrome, or a .toml file [default:
+    /// dark, or monochrome when NO_COLOR is set].
+    #[arg(long, value_name = "NAME|PATH")]
+    pub theme: Option<String>,
+
+    /// Draw the dashboard with ASCII only (automatic when the locale is not UTF-8).
+    #[arg(long)]
+    pub ascii: bool,
+
+    /// Most dashboard frames per second.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=60))]
+    pub fps: u32,
+
+    /// Device sampling period in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub sample_ms: u64,
 }

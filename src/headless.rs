@@ -67,6 +67,7 @@ impl HeadlessPrinter {
             Event::LrChanged { from, to, global_step } => format!("lr {from} -> {to} at step {global_step}"),
             Event::Paused { global_step } => format!("paused at step {global_step}"),
             Event::Resumed { global_step } => format!("resumed at step {global_step}"),
+            Event::StopRequested { global_step } => format!("stopping after step {global_step}"),
             Event::Saved { path, global_step } => format!("saved weights at step {global_step} to {path}"),
             Event::Refused { reason } => format!("refused: {reason}"),
             Event::Warning { message } => format!("warning: {message}"),

@@ -106,3 +106,26 @@ pub fn to_record(event: &Event) -> Value {
         }
     }
 }
+
+/// Starts the `dpt-recorder` thread: every engine event is written to `metrics.jsonl` and then
+/// forwarded, unchanged, to the returned receiver (the dashboard or the headless printer), so
+/// the record never depends on how fast the screen is. The thread returns the first write
+/// error, if any, after the stream ends.
+pub fn spawn_recorder(
+    events: crossbeam_channel::Receiver<Event>,
+    mut writer: MetricsWriter,
+) -> std::io::Result<(crossbeam_channel::Receiver<Event>, std::thread::JoinHandle<Option<RunDirError>>)> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let handle = std::thread::Builder::new().name("dpt-recorder".into()).spawn(move || {
+        let mut first_error = None;
+        for event in events {
+            if let Err(e) = writer.record(&event) {
+                first_error.get_or_insert(e);
+            }
+            // The consumer may have left (the user quit the dashboard); keep recording.
+            let _ = tx.send(event);
+        }
+        first_error
+    })?;
+    Ok((rx, handle))
+}

@@ -433,7 +433,12 @@ impl Coordinator {
                     self.emit(Event::Warning { message: e.to_string() });
                 }
             }
-            Control::Stop => self.stop = true,
+            Control::Stop => {
+                if !self.stop {
+                    self.emit(Event::StopRequested { global_step });
+                }
+                self.stop = true;
+            }
         }
         Ok(())
     }

@@ -144,6 +144,8 @@ pub enum Event {
     Paused { global_step: usize },
     /// Training resumed.
     Resumed { global_step: usize },
+    /// A stop was requested; the run ends after the current step.
+    StopRequested { global_step: usize },
     /// Weights were written.
     Saved { path: String, global_step: usize },
     /// A control was refused; nothing changed.

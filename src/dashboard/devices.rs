@@ -1,0 +1,84 @@
+//! Per-device state: the latest sample, a history for the sparkline, and the step time of the
+//! replicas on the device, so a straggler stands out.
+
+use std::collections::VecDeque;
+
+use crate::engine::events::StepStats;
+use crate::engine::DeviceId;
+use crate::monitor::{DeviceSample, SampleSource};
+
+/// How many samples the history keeps (two minutes at the default 1 s).
+pub const HISTORY: usize = 120;
+
+/// One device's panel state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceState {
+    pub device: DeviceId,
+    /// The replicas running on this device.
+    pub replicas: Vec<usize>,
+    pub latest: Option<DeviceSample>,
+    /// Utilization history in percent (for the sparkline).
+    pub util_history: VecDeque<u64>,
+    /// Memory use history in percent of the total.
+    pub mem_history: VecDeque<u64>,
+    /// Per replica on this device: (replica, seconds per step of data + forward/backward).
+    pub replica_step: Vec<(usize, f64)>,
+    /// Share of the step spent in the allreduce, 0..1.
+    pub allreduce_share: Option<f64>,
+}
+
+fn push(history: &mut VecDeque<u64>, value: u64) {
+    if history.len() == HISTORY {
+        history.pop_front();
+    }
+    history.push_back(value);
+}
+
+/// The panels for `devices` (one per distinct device, in order of first use).
+pub fn panels(devices: &[DeviceId]) -> Vec<DeviceState> {
+    let mut out: Vec<DeviceState> = Vec::new();
+    for (replica, &device) in devices.iter().enumerate() {
+        match out.iter_mut().find(|d| d.device == device) {
+            Some(d) => d.replicas.push(replica),
+            None => out.push(DeviceState {
+                device,
+                replicas: vec![replica],
+                latest: None,
+                util_history: VecDeque::new(),
+                mem_history: VecDeque::new(),
+                replica_step: Vec::new(),
+                allreduce_share: None,
+            }),
+        }
+    }
+    out
+}
+
+impl DeviceState {
+    pub fn on_sample(&mut self, s: &DeviceSample) {
+        if let Some(u) = s.util_pct {
+            push(&mut self.util_history, u.round().max(0.0) as u64);
+        }
+        if let Some(pct) =
+            s.mem_used.zip(s.mem_total).and_then(|(used, total)| used.saturating_mul(100).checked_div(total))
+        {
+            push(&mut self.mem_history, pct);
+        }
+        self.latest = Some(s.clone());
+    }
+
+    pub fn on_step(&mut self, s: &StepStats) {
+        self.replica_step = self
+            .replicas
+            .iter()
+            .filter_map(|&r| s.replicas.get(r).map(|t| (r, t.data + t.compute)))
+            .collect();
+        let total = s.timing.total();
+        self.allreduce_share = (total > 0.0).then(|| s.timing.allreduce / total);
+    }
+
+    /// Whether the figures are this process's rather than the device's own.
+    pub fn is_process_fallback(&self) -> bool {
+        self.latest.as_ref().is_some_and(|s| s.source == SampleSource::Process)
+    }
+}

@@ -1,0 +1,159 @@
+//! What each key does. Keys change the dashboard's state and return the controls to send to
+//! the engine; the engine confirms each through an event, which the log then shows.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::app::{App, Overlay, RunState};
+use crate::engine::config::check_lr;
+use crate::engine::Control;
+
+/// Every key, for the help overlay: (keys, what they do).
+pub const HELP: &[(&str, &str)] = &[
+    ("space / p", "pause or resume training"),
+    ("+ / -", "multiply / divide the lr by 2"),
+    ("l", "type an exact lr (Enter applies, Esc cancels)"),
+    ("s", "save the weights now (model.safetensors in the run directory)"),
+    ("q", "stop after this step and save (asks first); quit once finished"),
+    ("Ctrl-C", "stop after the current step and save, without asking"),
+    ("v", "curves: loss, accuracy, learning rate"),
+    ("w", "curves: whole run or the last 2 epochs"),
+    ("g", "log scale for the loss"),
+    ("?", "this help (Esc or ? closes it)"),
+];
+
+/// How many epochs the recent window shows.
+pub const RECENT_EPOCHS: f64 = 2.0;
+
+impl App {
+    /// Handles one key; returns the controls it asks the engine for.
+    pub fn on_key(&mut self, key: KeyEvent) -> Vec<Control> {
+        if key.kind == KeyEventKind::Release {
+            return Vec::new();
+        }
+        self.dirty = true;
+        if key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL) {
+            return self.request_stop();
+        }
+        match self.overlay.take() {
+            Some(Overlay::Help) => {
+                if !matches!(
+                    key.code,
+                    KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('q') | KeyCode::Enter
+                ) {
+                    self.overlay = Some(Overlay::Help);
+                }
+                Vec::new()
+            }
+            Some(Overlay::ConfirmQuit) => match key.code {
+                KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => self.request_stop(),
+                KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc | KeyCode::Char('q') => Vec::new(),
+                _ => {
+                    self.overlay = Some(Overlay::ConfirmQuit);
+                    Vec::new()
+                }
+            },
+            Some(Overlay::LrPrompt { input, error }) => self.prompt_key(key.code, input, error),
+            None => self.main_key(key.code),
+        }
+    }
+
+    fn request_stop(&mut self) -> Vec<Control> {
+        self.overlay = None;
+        if self.state.is_over() {
+            self.quit = true;
+            return Vec::new();
+        }
+        self.stop_requested = true;
+        vec![Control::Stop]
+    }
+
+    fn steering(&self) -> bool {
+        matches!(self.state, RunState::Running | RunState::Paused)
+    }
+
+    fn main_key(&mut self, code: KeyCode) -> Vec<Control> {
+        match code {
+            KeyCode::Char(' ') | KeyCode::Char('p') if self.steering() => {
+                vec![if self.state == RunState::Paused { Control::Resume } else { Control::Pause }]
+            }
+            KeyCode::Char('+') | KeyCode::Char('=') if self.steering() => self.scale_lr(self.lr_factor),
+            KeyCode::Char('-') | KeyCode::Char('_') if self.steering() => self.scale_lr(1.0 / self.lr_factor),
+            KeyCode::Char('l') if self.steering() => {
+                self.overlay = Some(Overlay::LrPrompt { input: String::new(), error: None });
+                Vec::new()
+            }
+            KeyCode::Char('s') if self.steering() => vec![Control::SaveNow],
+            KeyCode::Char('q') | KeyCode::Esc if self.state.is_over() => {
+                self.quit = true;
+                Vec::new()
+            }
+            KeyCode::Char('q') if !self.stop_requested => {
+                self.overlay = Some(Overlay::ConfirmQuit);
+                Vec::new()
+            }
+            KeyCode::Char('?') => {
+                self.overlay = Some(Overlay::Help);
+                Vec::new()
+            }
+            KeyCode::Char('v') => {
+                self.settings.view = self.settings.view.next();
+                Vec::new()
+            }
+            KeyCode::Char('w') => {
+                self.settings.recent = match self.settings.recent {
+                    Some(_) => None,
+                    None => Some(RECENT_EPOCHS),
+                };
+                Vec::new()
+            }
+            KeyCode::Char('g') => {
+                self.settings.log_loss = !self.settings.log_loss;
+                Vec::new()
+            }
+            _ => {
+                self.dirty = false;
+                Vec::new()
+            }
+        }
+    }
+
+    fn scale_lr(&mut self, factor: f64) -> Vec<Control> {
+        match self.lr {
+            Some(lr) => vec![Control::SetLr { lr: lr * factor }],
+            None => Vec::new(),
+        }
+    }
+
+    fn prompt_key(&mut self, code: KeyCode, mut input: String, error: Option<String>) -> Vec<Control> {
+        match code {
+            KeyCode::Esc => Vec::new(),
+            KeyCode::Enter => {
+                match input.trim().parse::<f64>().map_err(|_| ()).and_then(|v| check_lr(v).map_err(|_| ())) {
+                    Ok(lr) => vec![Control::SetLr { lr }],
+                    Err(()) => {
+                        let error = format!(
+                            "'{}' is not a positive finite number; the lr is unchanged",
+                            input.trim()
+                        );
+                        self.overlay = Some(Overlay::LrPrompt { input, error: Some(error) });
+                        Vec::new()
+                    }
+                }
+            }
+            KeyCode::Backspace => {
+                input.pop();
+                self.overlay = Some(Overlay::LrPrompt { input, error: None });
+                Vec::new()
+            }
+            KeyCode::Char(c) if input.len() < 32 && (c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
+                input.push(c);
+                self.overlay = Some(Overlay::LrPrompt { input, error: None });
+                Vec::new()
+            }
+            _ => {
+                self.overlay = Some(Overlay::LrPrompt { input, error });
+                Vec::new()
+            }
+        }
+    }
+}

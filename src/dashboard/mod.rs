@@ -1,0 +1,150 @@
+//! The live dashboard: a ratatui + crossterm full-screen view over the engine's event stream.
+//!
+//! The UI thread owns all state ([`app::App`]). It waits on one crossbeam `select!` over the
+//! engine's events, the keyboard (a `dpt-input` thread), the device monitor (`dpt-monitor`) and
+//! a frame ticker, and redraws on a tick only when something changed, so the event rate and the
+//! frame rate are independent and an idle dashboard costs nothing but the wake-ups.
+
+pub mod app;
+pub mod curves;
+pub mod devices;
+mod keys;
+pub mod log;
+pub mod terminal;
+pub mod theme;
+pub mod view;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{never, select, tick, unbounded, Receiver, Sender};
+use crossterm::event::{self, Event as TermEvent};
+use thiserror::Error;
+
+pub use keys::HELP;
+
+use crate::engine::{Control, DeviceId, Event};
+use crate::monitor::{self, MonitorMsg};
+use app::App;
+use theme::Theme;
+use view::Look;
+
+/// A failure of the terminal itself.
+#[derive(Debug, Error)]
+pub enum DashboardError {
+    #[error("terminal error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How the dashboard looks and samples.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub theme: Theme,
+    pub ascii: bool,
+    /// Most frames per second.
+    pub fps: u32,
+    /// Device sampling period.
+    pub sample: Duration,
+}
+
+/// Whether the locale promises UTF-8 (else the ASCII rendering is used).
+pub fn locale_is_utf8() -> bool {
+    for var in ["LC_ALL", "LC_CTYPE", "LANG"] {
+        if let Ok(v) = std::env::var(var) {
+            if !v.is_empty() {
+                let v = v.to_ascii_uppercase();
+                return v.contains("UTF-8") || v.contains("UTF8");
+            }
+        }
+    }
+    false
+}
+
+fn spawn_input(stop: Arc<AtomicBool>) -> std::io::Result<Receiver<TermEvent>> {
+    let (tx, rx) = unbounded();
+    std::thread::Builder::new().name("dpt-input".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            // Poll with a timeout so the thread notices `stop` without a key press.
+            match event::poll(Duration::from_millis(100)) {
+                Ok(true) => match event::read() {
+                    Ok(ev) => {
+                        if tx.send(ev).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                },
+                Ok(false) => {}
+                Err(_) => return,
+            }
+        }
+    })?;
+    Ok(rx)
+}
+
+/// Runs the dashboard until the user leaves (after the run ends, or after a confirmed stop).
+/// Returns the final state, whose summary or failure the caller prints after the screen is
+/// restored.
+pub fn run(
+    events: Receiver<Event>,
+    controls: Sender<Control>,
+    devices: &[DeviceId],
+    opts: Options,
+) -> Result<App, DashboardError> {
+    let mut tui = terminal::Tui::enter()?;
+    let stop_input = Arc::new(AtomicBool::new(false));
+    let input = spawn_input(Arc::clone(&stop_input))?;
+    let (monitor_tx, monitor_rx) = unbounded::<MonitorMsg>();
+    let (stop_monitor, monitor_stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let monitor = monitor::spawn(devices, opts.sample, monitor_tx, monitor_stop_rx)?;
+    let look = Look { theme: &opts.theme, ascii: opts.ascii };
+    let ticker = tick(Duration::from_millis(1000 / u64::from(opts.fps.clamp(1, 60))));
+    let started = Instant::now();
+    let mut app = App::new(devices);
+    let (mut events, mut monitor_rx) = (events, monitor_rx);
+    let result = loop {
+        select! {
+            recv(events) -> ev => match ev {
+                Ok(ev) => app.on_event(&ev),
+                Err(_) => {
+                    app.on_engine_gone();
+                    events = never();
+                }
+            },
+            recv(input) -> ev => match ev {
+                Ok(TermEvent::Key(key)) => {
+                    for control in app.on_key(key) {
+                        // The engine may have finished; a control then has nobody to reach.
+                        let _ = controls.send(control);
+                    }
+                }
+                Ok(TermEvent::Resize(..)) => app.dirty = true,
+                Ok(_) => {}
+                Err(_) => break Ok(()),
+            },
+            recv(monitor_rx) -> msg => match msg {
+                Ok(msg) => app.on_monitor(&msg),
+                Err(_) => monitor_rx = never(),
+            },
+            recv(ticker) -> _ => {
+                app.tick(started.elapsed().as_secs_f64());
+                if app.dirty {
+                    app.dirty = false;
+                    if let Err(e) = tui.terminal.draw(|f| view::draw(f, &app, &look)) {
+                        break Err(e);
+                    }
+                }
+            },
+        }
+        if app.quit {
+            break Ok(());
+        }
+    };
+    stop_input.store(true, Ordering::Relaxed);
+    drop(stop_monitor);
+    let _ = monitor.join();
+    drop(tui);
+    result?;
+    Ok(app)
+}

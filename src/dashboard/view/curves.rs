@@ -1,0 +1,83 @@
+//! The curve panel: train loss, train accuracy and test accuracy (or the lr) against epochs,
+//! with a legend and the marks where the lr changed or training paused.
+
+use ratatui::layout::Rect;
+use ratatui::style::Color;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget};
+use ratatui::Frame;
+
+use super::plot::{Plot, Series};
+use super::Look;
+use crate::dashboard::app::App;
+use crate::dashboard::curves::{x_range, y_range, CurveView, MarkKind};
+
+/// A series with its legend name and colour.
+type Named<'a> = (&'static str, &'a [(f64, f64)], Color);
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
+    let t = look.theme;
+    let c = &app.curves;
+    let s = app.settings;
+    let log = s.log_loss && s.view == CurveView::Loss;
+    let window = match s.recent {
+        Some(w) => format!("last {w} epochs"),
+        None => "whole run".to_owned(),
+    };
+    let title = format!("{}{} {} {window}", s.view.title(), if log { " (log)" } else { "" }, look.sep());
+    let block = look.panel(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if inner.height < 3 {
+        return;
+    }
+    let series: Vec<Named> = match s.view {
+        CurveView::Loss => {
+            vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
+        }
+        CurveView::Accuracy => {
+            vec![("train acc", &c.train_acc, t.train_acc), ("test acc", &c.test_acc, t.test_acc)]
+        }
+        CurveView::Lr => vec![("lr", &c.lr, t.lr)],
+    };
+    let marker = if look.ascii { "*" } else { "━" };
+    let mut legend = Vec::new();
+    for (name, _, color) in &series {
+        legend.push(Span::styled(format!(" {marker} "), t.fg(*color)));
+        legend.push(Span::styled(format!("{name} "), t.fg(t.text)));
+    }
+    let mark = if look.ascii { ":" } else { "┊" };
+    legend.push(Span::styled(format!(" {mark}"), t.fg(t.lr_mark)));
+    legend.push(Span::styled(" lr change ", t.fg(t.dim)));
+    legend.push(Span::styled(mark.to_string(), t.fg(t.pause_mark)));
+    legend.push(Span::styled(" pause", t.fg(t.dim)));
+    frame.render_widget(Paragraph::new(Line::from(legend)), Rect { height: 1, ..inner });
+    let plot_area = Rect { y: inner.y + 1, height: inner.height - 1, ..inner };
+
+    let epochs = app.info.as_ref().map_or(1, |i| i.epochs);
+    let x = x_range(c, epochs, s.recent);
+    let slices: Vec<&[(f64, f64)]> = series.iter().map(|(_, p, _)| *p).collect();
+    let Some(y) = y_range(&slices, x, log) else {
+        let msg = Paragraph::new(Span::styled(
+            "  no data yet: the first report comes after --log-every steps",
+            t.fg(t.dim),
+        ));
+        frame.render_widget(msg, plot_area);
+        return;
+    };
+    let marks = c
+        .marks
+        .iter()
+        .map(|(mx, kind)| (*mx, if *kind == MarkKind::Pause { t.pause_mark } else { t.lr_mark }))
+        .collect();
+    let plot = Plot {
+        series: series.iter().map(|(_, points, color)| Series { points, color: *color }).collect(),
+        x,
+        y,
+        log_y: log,
+        marks,
+        ascii: look.ascii,
+        axis_style: t.fg(t.dim),
+    };
+    plot.render(plot_area, frame.buffer_mut());
+}

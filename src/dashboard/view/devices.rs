@@ -1,0 +1,123 @@
+//! One panel per device: utilization and memory gauges with a history line, temperature and
+//! power where NVML gives them, and each replica's step time with the allreduce share.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::symbols::bar;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Sparkline};
+use ratatui::Frame;
+
+use super::{gib, Look};
+use crate::dashboard::app::App;
+use crate::dashboard::devices::DeviceState;
+use crate::engine::DeviceId;
+
+const ASCII_BARS: bar::Set = bar::Set {
+    full: "#",
+    seven_eighths: "#",
+    three_quarters: "=",
+    five_eighths: "=",
+    half: "-",
+    three_eighths: "-",
+    one_quarter: ".",
+    one_eighth: ".",
+    empty: " ",
+};
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
+    let t = look.theme;
+    let fallback = app.devices.iter().any(DeviceState::is_process_fallback);
+    let title = match (fallback, compact) {
+        (true, true) => "devices (process)".to_owned(),
+        (true, false) => format!("devices {} process figures (no NVML)", look.sep()),
+        (false, _) => "devices".to_owned(),
+    };
+    let block = look.panel(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if app.devices.is_empty() || inner.height == 0 {
+        return;
+    }
+    let per = if compact { 4 } else { 6 };
+    let n = app.devices.len().min((inner.height / per).max(1) as usize);
+    let rows = Layout::vertical(vec![Constraint::Length(per); n]).split(inner);
+    for (d, row) in app.devices.iter().zip(rows.iter()) {
+        device(frame, *row, d, look, compact);
+    }
+    if n < app.devices.len() {
+        let more = format!("+{} more devices: enlarge the terminal", app.devices.len() - n);
+        let y = inner.y + inner.height - 1;
+        frame.render_widget(Paragraph::new(Span::styled(more, t.fg(t.dim))), Rect { y, height: 1, ..inner });
+    }
+}
+
+fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: bool) {
+    let t = look.theme;
+    let s = d.latest.as_ref();
+    let fallback = d.is_process_fallback();
+    let replicas: Vec<String> = d.replicas.iter().map(|r| format!("r{r}")).collect();
+    let name = s.and_then(|s| s.name.clone()).map_or(String::new(), |n| format!(" {n}"));
+    let mut header = vec![
+        Span::styled(d.device.to_string(), t.title()),
+        Span::styled(format!("{name} [{}]", replicas.join(",")), t.fg(t.dim)),
+    ];
+    if let Some(share) = d.allreduce_share {
+        header.push(Span::styled(format!(" allreduce {:.0}%", share * 100.0), t.fg(t.dim)));
+    }
+    let header = Line::from(header);
+    let bar_width = (area.width as usize).saturating_sub(20).max(4);
+    let util_label = if fallback { "cpu " } else { "util" };
+    let util = s.and_then(|s| s.util_pct);
+    // Process CPU use can exceed 100% (several cores); the gauge shows it against all cores.
+    let util_frac = util.map(|u| if fallback { u / (100.0 * cores()) } else { u / 100.0 });
+    let (full, empty) = look.bar(util_frac.unwrap_or(0.0), bar_width);
+    let util_line = Line::from(vec![
+        Span::styled(format!("{util_label} "), t.fg(t.dim)),
+        Span::styled(full, t.fg(t.util)),
+        Span::styled(empty, t.fg(t.border)),
+        Span::styled(util.map_or(" n/a".to_owned(), |u| format!(" {u:>4.0}%")), t.fg(t.text)),
+    ]);
+    let mem = s.and_then(|s| s.mem_used.zip(s.mem_total));
+    let (full, empty) = look.bar(mem.map_or(0.0, |(u, tot)| u as f64 / tot.max(1) as f64), bar_width);
+    let mem_label = if fallback { "rss " } else { "mem " };
+    let mem_line = Line::from(vec![
+        Span::styled(mem_label, t.fg(t.dim)),
+        Span::styled(full, t.fg(t.memory)),
+        Span::styled(empty, t.fg(t.border)),
+        Span::styled(
+            mem.map_or(" n/a".to_owned(), |(u, tot)| format!(" {}/{} GiB", gib(u), gib(tot))),
+            t.fg(t.text),
+        ),
+    ]);
+    let mut extra = Vec::new();
+    if let Some(temp) = s.and_then(|s| s.temp_c) {
+        extra.push(Span::styled(format!("{temp}{} ", if look.ascii { "C" } else { "°C" }), t.fg(t.text)));
+    }
+    if let Some(power) = s.and_then(|s| s.power_w) {
+        extra.push(Span::styled(format!("{power:.0} W "), t.fg(t.text)));
+    }
+    for (r, secs) in &d.replica_step {
+        extra.push(Span::styled(format!("r{r} {:.1} ms ", secs * 1e3), t.fg(t.text)));
+    }
+    let mut lines = vec![header, util_line, mem_line, Line::from(extra)];
+    if matches!(d.device, DeviceId::Cpu) && !compact && s.is_none() {
+        lines.push(Line::from(Span::styled("waiting for the first sample", t.fg(t.dim))));
+    }
+    let text_rows = lines.len().min(area.height as usize) as u16;
+    frame.render_widget(Paragraph::new(lines), Rect { height: text_rows, ..area });
+    if !compact && area.height > text_rows + 1 {
+        let history: Vec<u64> = d.util_history.iter().copied().collect();
+        let width = area.width as usize;
+        let start = history.len().saturating_sub(width);
+        let spark = Sparkline::default()
+            .data(&history[start..])
+            .max(100)
+            .style(t.fg(t.util))
+            .bar_set(if look.ascii { ASCII_BARS } else { bar::NINE_LEVELS });
+        frame.render_widget(spark, Rect { y: area.y + text_rows, height: 1, ..area });
+    }
+}
+
+fn cores() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+}

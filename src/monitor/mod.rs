@@ -1,0 +1,93 @@
+//! Device monitoring on a thread of its own: GPU utilization, memory, temperature and power from
+//! NVML (loaded at run time, optional), or this process's CPU and memory use where NVML has
+//! nothing to say (no driver, CPU devices).
+
+mod nvml;
+mod process;
+
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::DeviceId;
+
+/// Where a sample's numbers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleSource {
+    /// The GPU itself, through NVML.
+    Nvml,
+    /// This process as the OS sees it (CPU use in % of one core, resident memory).
+    Process,
+}
+
+/// One reading of one device. Every figure is optional: a missing one is shown as absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSample {
+    pub device: DeviceId,
+    pub source: SampleSource,
+    /// GPU utilization, or the process's CPU use (100 = one core busy).
+    pub util_pct: Option<f64>,
+    pub mem_used: Option<u64>,
+    pub mem_total: Option<u64>,
+    pub temp_c: Option<u32>,
+    pub power_w: Option<f64>,
+    pub name: Option<String>,
+}
+
+/// What the monitor thread sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum MonitorMsg {
+    /// Why NVML is not used (sent once, at start, when it is not).
+    NvmlUnavailable { reason: String },
+    /// A reading of every monitored device.
+    Samples(Vec<DeviceSample>),
+}
+
+/// Starts the `dpt-monitor` thread sampling `devices` (duplicates removed) every `period`. It
+/// stops when `stop` is dropped or the receiver goes away.
+pub fn spawn(
+    devices: &[DeviceId],
+    period: Duration,
+    out: Sender<MonitorMsg>,
+    stop: Receiver<()>,
+) -> std::io::Result<JoinHandle<()>> {
+    let mut unique: Vec<DeviceId> = Vec::new();
+    for d in devices {
+        if !unique.contains(d) {
+            unique.push(*d);
+        }
+    }
+    std::thread::Builder::new().name("dpt-monitor".into()).spawn(move || {
+        let gpu = nvml::Gpus::open();
+        if let Err(reason) = &gpu {
+            if out.send(MonitorMsg::NvmlUnavailable { reason: reason.clone() }).is_err() {
+                return;
+            }
+        }
+        let mut process = process::ProcessProbe::new();
+        loop {
+            let cpu = process.sample();
+            let samples = unique
+                .iter()
+                .map(|&device| {
+                    let from_gpu = match (&gpu, device) {
+                        (Ok(g), DeviceId::Cuda(i)) => g.sample(i),
+                        _ => None,
+                    };
+                    from_gpu.unwrap_or_else(|| cpu.for_device(device))
+                })
+                .collect();
+            if out.send(MonitorMsg::Samples(samples)).is_err() {
+                return;
+            }
+            // The wait doubles as the stop signal, so stopping never waits out a period.
+            match stop.recv_timeout(period) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+        }
+    })
+}

@@ -1,0 +1,340 @@
+//! The dashboard without a terminal: state and key handling as plain unit tests, and screens
+//! drawn on ratatui's `TestBackend` at 80×24 and 120×40.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+use dpt_tui::dashboard::app::{App, Overlay, RunState};
+use dpt_tui::dashboard::curves::CurveView;
+use dpt_tui::dashboard::theme::Theme;
+use dpt_tui::dashboard::view::{self, Look};
+use dpt_tui::engine::events::{EpochStats, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary};
+use dpt_tui::engine::{Control, DeviceId, Event, FinishReason};
+use dpt_tui::monitor::{DeviceSample, MonitorMsg, SampleSource};
+
+fn key(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+}
+
+fn code(c: KeyCode) -> KeyEvent {
+    KeyEvent::new(c, KeyModifiers::NONE)
+}
+
+fn info(devices: &[&str]) -> RunInfo {
+    RunInfo {
+        model: "lenet".into(),
+        devices: devices.iter().map(|d| d.to_string()).collect(),
+        param_count: 129_068,
+        epochs: 10,
+        steps_per_epoch: 235,
+        batch_size: 256,
+        lr: 0.2,
+        momentum: 0.0,
+        weight_decay: 0.0,
+        train_samples: 60_000,
+        test_samples: 10_000,
+        cpu_threads_per_replica: 1,
+    }
+}
+
+fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Event {
+    Event::Step(Box::new(StepStats {
+        epoch,
+        step,
+        steps_per_epoch: 235,
+        global_step: (epoch - 1) * 235 + step,
+        loss,
+        acc,
+        lr,
+        samples_per_sec: 5000.0,
+        timing: StepTiming { data: 0.001, compute: 0.040, allreduce: 0.002, update: 0.001 },
+        replicas: vec![
+            ReplicaTiming { data: 0.001, compute: 0.040 },
+            ReplicaTiming { data: 0.001, compute: 0.052 },
+        ],
+    }))
+}
+
+fn epoch(e: usize, test_acc: f64) -> Event {
+    Event::Epoch(Box::new(EpochStats {
+        epoch: e,
+        train_loss: 2.0 / e as f64,
+        train_acc: 0.5 + 0.03 * e as f64,
+        test_loss: 1.9 / e as f64,
+        test_acc,
+        epoch_seconds: 11.5,
+        eval_seconds: 1.0,
+        samples_per_sec: 5200.0,
+        lr: 0.2,
+    }))
+}
+
+/// A run two and a half epochs in, on two CPU replicas, with process figures (no NVML).
+fn running_app() -> App {
+    let mut app = App::new(&[DeviceId::Cpu, DeviceId::Cpu]);
+    app.clock = || "12:00:00".to_owned();
+    app.on_event(&Event::Started(Box::new(info(&["cpu", "cpu"]))));
+    app.on_monitor(&MonitorMsg::NvmlUnavailable { reason: "NVML not available (library not found)".into() });
+    for e in 1..=3 {
+        for s in (50..=235).step_by(50).chain([235]) {
+            if e == 3 && s > 100 {
+                break;
+            }
+            app.on_event(&step(e, s, 2.3 / (e as f64 + s as f64 / 235.0), 0.1 + 0.2 * e as f64, 0.2));
+        }
+        if e < 3 {
+            app.on_event(&epoch(e, 0.6 + 0.1 * e as f64));
+        }
+    }
+    app.on_monitor(&MonitorMsg::Samples(vec![DeviceSample {
+        device: DeviceId::Cpu,
+        source: SampleSource::Process,
+        util_pct: Some(187.0),
+        mem_used: Some(700 << 20),
+        mem_total: Some(24 << 30),
+        temp_c: None,
+        power_w: None,
+        name: None,
+    }]));
+    app.tick(83.0);
+    app
+}
+
+fn screen(app: &App, width: u16, height: u16, ascii: bool) -> String {
+    let theme = Theme::load("dark").unwrap();
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| view::draw(f, app, &Look { theme: &theme, ascii })).unwrap();
+    let buf = terminal.backend().buffer().clone();
+    (0..height)
+        .map(|y| (0..width).map(|x| buf[(x, y)].symbol().to_owned()).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn pause_toggles_and_follows_the_engine() {
+    let mut app = running_app();
+    assert_eq!(app.on_key(key(' ')), vec![Control::Pause]);
+    // The state changes when the engine confirms, not on the key press.
+    assert_eq!(app.state, RunState::Running);
+    app.on_event(&Event::Paused { global_step: 570 });
+    assert_eq!(app.state, RunState::Paused);
+    assert_eq!(app.on_key(key('p')), vec![Control::Resume]);
+    app.on_event(&Event::Resumed { global_step: 570 });
+    assert_eq!(app.state, RunState::Running);
+    assert!(app.log.tail(2).any(|l| l.text == "paused at step 570"));
+}
+
+#[test]
+fn lr_keys_and_prompt() {
+    let mut app = running_app();
+    assert_eq!(app.on_key(key('+')), vec![Control::SetLr { lr: 0.4 }]);
+    assert_eq!(app.on_key(key('-')), vec![Control::SetLr { lr: 0.1 }]);
+    assert!(app.on_key(key('l')).is_empty());
+    for c in "abc".chars() {
+        app.on_key(key(c));
+    }
+    assert!(app.on_key(code(KeyCode::Enter)).is_empty(), "a bad lr is refused");
+    match &app.overlay {
+        Some(Overlay::LrPrompt { error: Some(e), .. }) => assert!(e.contains("not a positive finite number")),
+        other => panic!("prompt stays open with an error: {other:?}"),
+    }
+    for bad in ["-1", "0", "nan", "inf", "1e400"] {
+        app.overlay = Some(Overlay::LrPrompt { input: bad.into(), error: None });
+        assert!(app.on_key(code(KeyCode::Enter)).is_empty(), "{bad} refused");
+    }
+    app.overlay = Some(Overlay::LrPrompt { input: "0.09".into(), error: None });
+    app.on_key(code(KeyCode::Backspace));
+    app.on_key(key('5'));
+    assert_eq!(app.on_key(code(KeyCode::Enter)), vec![Control::SetLr { lr: 0.05 }]);
+    assert!(app.overlay.is_none());
+    app.on_key(key('l'));
+    app.on_key(key('3'));
+    assert!(app.on_key(code(KeyCode::Esc)).is_empty(), "Esc cancels");
+    assert!(app.overlay.is_none());
+    app.on_event(&Event::LrChanged { from: 0.2, to: 0.05, global_step: 571 });
+    assert_eq!(app.lr, Some(0.05));
+    assert_eq!(app.on_key(key('+')), vec![Control::SetLr { lr: 0.1 }]);
+}
+
+#[test]
+fn help_overlay_save_views_and_quit() {
+    let mut app = running_app();
+    app.on_key(key('?'));
+    assert_eq!(app.overlay, Some(Overlay::Help));
+    assert!(app.on_key(key('s')).is_empty(), "keys go to the overlay while it is open");
+    app.on_key(code(KeyCode::Esc));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.on_key(key('s')), vec![Control::SaveNow]);
+    app.on_key(key('v'));
+    assert_eq!(app.settings.view, CurveView::Accuracy);
+    app.on_key(key('w'));
+    assert!(app.settings.recent.is_some());
+    app.on_key(key('g'));
+    assert!(app.settings.log_loss);
+    // q asks first; n keeps training; y stops, and the dashboard leaves once the run finished.
+    assert!(app.on_key(key('q')).is_empty());
+    assert_eq!(app.overlay, Some(Overlay::ConfirmQuit));
+    assert!(app.on_key(key('n')).is_empty());
+    assert!(!app.quit);
+    app.on_key(key('q'));
+    assert_eq!(app.on_key(key('y')), vec![Control::Stop]);
+    assert!(!app.quit);
+    app.on_event(&Event::StopRequested { global_step: 600 });
+    assert_eq!(app.state, RunState::Stopping);
+    app.on_event(&Event::Finished(Box::new(Summary {
+        model: "lenet".into(),
+        devices: vec!["cpu".into(), "cpu".into()],
+        test_acc: Some(0.8),
+        sec_per_epoch: Some(11.5),
+        samples_per_sec: 5100.0,
+        epochs_done: 2,
+        global_steps: 600,
+        reason: FinishReason::Stopped,
+    })));
+    assert!(app.quit);
+}
+
+#[test]
+fn ctrl_c_stops_and_a_lost_engine_is_a_failure() {
+    let mut app = running_app();
+    assert_eq!(app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), vec![Control::Stop]);
+    let mut app = running_app();
+    app.on_engine_gone();
+    assert_eq!(app.state, RunState::Failed);
+    assert!(app.on_key(key(' ')).is_empty(), "no controls once the run is over");
+    app.on_key(key('q'));
+    assert!(app.quit, "q leaves at once after the run ended");
+}
+
+#[test]
+fn running_at_120x40() {
+    let s = screen(&running_app(), 120, 40, false);
+    for needle in [
+        "RUNNING",
+        "lenet on [cpu, cpu]",
+        "epoch 3/10",
+        "step 100/235",
+        "lr 0.2",
+        "momentum 0",
+        "batch 256",
+        "samples/s 5000",
+        "sec/epoch 11.5",
+        "elapsed 0:01:23",
+        "test acc 0.800",
+        "train loss",
+        "devices · process figures (no NVML)",
+        "cpu [r0,r1]",
+        "187%",
+        "0.7/24.0 GiB",
+        "r0 41.0 ms r1 53.0 ms",
+        "allreduce 5%",
+        "epoch 2: train loss 1.0000",
+        "space  pause",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+    assert!(s.chars().any(|c| ('\u{2801}'..='\u{28ff}').contains(&c)), "braille curve drawn\n{s}");
+}
+
+#[test]
+fn running_at_80x24_is_compact_and_complete() {
+    let s = screen(&running_app(), 80, 24, false);
+    for needle in [
+        "RUNNING",
+        "epoch 3/10",
+        "lr 0.2",
+        "mom 0",
+        "batch 256",
+        "ETA",
+        "devices (process)",
+        "187%",
+        "?  help",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+    assert_eq!(s.lines().count(), 24);
+}
+
+#[test]
+fn paused_with_marks_and_the_accuracy_view() {
+    let mut app = running_app();
+    app.on_event(&Event::Paused { global_step: 570 });
+    app.on_event(&Event::LrChanged { from: 0.2, to: 0.1, global_step: 570 });
+    app.on_key(key('v'));
+    let s = screen(&app, 120, 40, false);
+    for needle in [
+        "PAUSED",
+        "accuracy · whole run",
+        "train acc",
+        "test acc",
+        "lr 0.2 -> 0.1 at step 570",
+        "paused at step 570",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+    assert!(s.contains('┊'), "pause and lr marks drawn\n{s}");
+}
+
+#[test]
+fn help_overlay_lists_every_key() {
+    let mut app = running_app();
+    app.on_key(key('?'));
+    let s = screen(&app, 120, 40, false);
+    for (keys, _) in dpt_tui::dashboard::HELP {
+        assert!(s.contains(keys), "help lacks {keys}\n{s}");
+    }
+    let s = screen(&app, 80, 24, false);
+    assert!(s.contains("pause or resume training") && s.contains("log scale for the loss"), "{s}");
+}
+
+#[test]
+fn ascii_rendering_uses_no_other_characters() {
+    let mut app = running_app();
+    app.on_event(&Event::Paused { global_step: 570 });
+    for (w, h) in [(80, 24), (120, 40)] {
+        let s = screen(&app, w, h, true);
+        assert!(s.is_ascii(), "non-ASCII in\n{s}");
+        assert!(s.contains('*') && s.contains("PAUSED"), "{s}");
+    }
+}
+
+#[test]
+fn too_small_asks_for_a_larger_terminal() {
+    let s = screen(&running_app(), 50, 12, false);
+    assert!(s.contains("Terminal too small (50x12)"), "{s}");
+    assert!(s.contains("at least 60x18"), "{s}");
+}
+
+#[test]
+fn before_the_first_report() {
+    let mut app = App::new(&[DeviceId::Cpu]);
+    let s = screen(&app, 80, 24, false);
+    assert!(s.contains("STARTING") && s.contains("waiting for the workers"), "{s}");
+    app.on_event(&Event::Started(Box::new(info(&["cpu"]))));
+    let s = screen(&app, 80, 24, false);
+    assert!(s.contains("no data yet"), "{s}");
+}
+
+#[test]
+fn gpu_panels_show_nvml_figures() {
+    let mut app = App::new(&[DeviceId::Cuda(0), DeviceId::Cuda(1)]);
+    app.on_event(&Event::Started(Box::new(info(&["cuda:0", "cuda:1"]))));
+    let sample = |i: usize, util: f64| DeviceSample {
+        device: DeviceId::Cuda(i),
+        source: SampleSource::Nvml,
+        util_pct: Some(util),
+        mem_used: Some(12 << 30),
+        mem_total: Some(80 << 30),
+        temp_c: Some(61),
+        power_w: Some(312.4),
+        name: Some("NVIDIA H100".into()),
+    };
+    app.on_monitor(&MonitorMsg::Samples(vec![sample(0, 97.0), sample(1, 12.0)]));
+    let s = screen(&app, 120, 40, false);
+    for needle in ["cuda:0 NVIDIA H100 [r0]", "cuda:1", "util", "97%", "12.0/80.0 GiB", "61°C", "312 W"] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+    assert!(!s.contains("process figures"));
+}
