@@ -34,8 +34,9 @@ impl Tui {
             .and_then(|()| Terminal::new(CrosstermBackend::new(io::stdout())));
         match result {
             Ok(mut terminal) => {
+                // No `terminal.clear()`: it asks the terminal for the cursor position, which not
+                // every terminal answers; the alternate screen starts blank anyway.
                 terminal.hide_cursor()?;
-                terminal.clear()?;
                 Ok(Tui { terminal })
             }
             Err(e) => {

@@ -18,3 +18,5 @@ pub fn subset(train: usize, test: usize) -> Arc<Dataset> {
     data.test.truncate(test);
     Arc::new(data)
 }
+
+pub mod pty;

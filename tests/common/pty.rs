@@ -1,0 +1,97 @@
+//! Drives the real binary in a pseudo-terminal and reads its screen through a VT100 emulator.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use portable_pty::{native_pty_system, Child, CommandBuilder, ExitStatus, MasterPty, PtySize};
+
+pub struct PtyRun {
+    child: Box<dyn Child + Send + Sync>,
+    writer: Box<dyn Write + Send>,
+    screen: Arc<Mutex<vt100::Parser>>,
+    _master: Box<dyn MasterPty + Send>,
+}
+
+impl PtyRun {
+    /// Starts `dpt-tui args` in a `cols`×`rows` terminal with a UTF-8 locale.
+    pub fn spawn(args: &[&str], cols: u16, rows: u16, env: &[(&str, &str)]) -> PtyRun {
+        let pair = native_pty_system()
+            .openpty(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 })
+            .expect("a pseudo-terminal opens");
+        let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        cmd.args(args);
+        cmd.env("TERM", "xterm-256color");
+        cmd.env("LANG", "C.UTF-8");
+        cmd.env_remove("NO_COLOR");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = pair.slave.spawn_command(cmd).expect("the binary starts");
+        drop(pair.slave);
+        let mut reader = pair.master.try_clone_reader().expect("pty reader");
+        let writer = pair.master.take_writer().expect("pty writer");
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
+        let parser = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                parser.lock().unwrap().process(&buf[..n]);
+            }
+        });
+        PtyRun { child, writer, screen, _master: pair.master }
+    }
+
+    /// Types `text` into the terminal.
+    pub fn send(&mut self, text: &str) {
+        self.writer.write_all(text.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    /// What the screen shows now.
+    pub fn contents(&self) -> String {
+        self.screen.lock().unwrap().screen().contents()
+    }
+
+    /// Waits until the screen shows `needle`; panics with the screen after `timeout`.
+    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let screen = self.contents();
+            if screen.contains(needle) {
+                return screen;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("exited ({status:?}) before showing {needle:?}; screen:\n{screen}");
+            }
+            assert!(Instant::now() < deadline, "no {needle:?} within {timeout:?}; screen:\n{screen}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits for the process to end.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("still running after {timeout:?}; screen:\n{}", self.contents());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for PtyRun {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+    }
+}

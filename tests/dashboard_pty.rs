@@ -1,0 +1,91 @@
+//! End to end: the real binary in a pseudo-terminal on the shipped subset. Pause, set the lr
+//! through the prompt, resume, quit; the screen and metrics.jsonl must show each of them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::pty::PtyRun;
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn pause_set_lr_and_quit_in_a_real_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let data = common::subset_dir();
+    let mut tui = PtyRun::spawn(
+        &[
+            "--data", data.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "500", "--log-every", "2",
+            "--sample-ms", "200", "--run-dir", run.to_str().unwrap(),
+        ],
+        100,
+        30,
+        &[],
+    );
+    tui.wait_for("RUNNING", WAIT);
+    tui.wait_for("train loss", WAIT);
+
+    tui.send("p");
+    let screen = tui.wait_for("PAUSED", WAIT);
+    assert!(screen.contains("paused at step"), "{screen}");
+
+    tui.send("l");
+    tui.wait_for("set the learning rate", WAIT);
+    tui.send("x1\r");
+    tui.wait_for("'x1' is not a positive finite number", WAIT);
+    tui.send("\x7f\x7f0.05\r");
+    let screen = tui.wait_for("lr 0.2 -> 0.05", WAIT);
+    assert!(screen.contains("lr 0.05"), "status shows the new lr:\n{screen}");
+
+    tui.send(" ");
+    tui.wait_for("resumed at step", WAIT);
+    tui.wait_for("RUNNING", WAIT);
+
+    tui.send("?");
+    tui.wait_for("pause or resume training", WAIT);
+    // `?` closes the help too (a lone Esc followed at once by `q` would read as Alt-q).
+    tui.send("?");
+
+    tui.send("q");
+    tui.wait_for("Stop after the current step and save the weights?", WAIT);
+    tui.send("y");
+    let status = tui.wait_exit(WAIT);
+    assert!(status.success(), "{status:?}");
+    let screen = tui.contents();
+    assert!(screen.contains("speed: ") && screen.contains("run directory:"), "summary after leaving:\n{screen}");
+
+    let events: Vec<Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let has = |event: &str| events.iter().any(|r| r["kind"] == "event" && r["event"] == event);
+    for e in ["paused", "lr_changed", "resumed", "stop_requested", "saved"] {
+        assert!(has(e), "metrics.jsonl lacks a {e} event");
+    }
+    assert!(events.iter().any(|r| r["event"] == "lr_changed" && r["to"] == 0.05));
+    let summary = events.last().unwrap();
+    assert_eq!(summary["kind"], "summary");
+    assert_eq!(summary["reason"], "stopped");
+    assert!(run.join("model.safetensors").exists());
+}
+
+#[test]
+fn ascii_and_monochrome_in_a_real_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let data = common::subset_dir();
+    let mut tui = PtyRun::spawn(
+        &["--data", data.to_str().unwrap(), "--devices", "cpu", "--epochs", "500", "--run-dir", run.to_str().unwrap()],
+        80,
+        24,
+        &[("LANG", "C"), ("NO_COLOR", "1")],
+    );
+    let screen = tui.wait_for("RUNNING", WAIT);
+    assert!(screen.is_ascii(), "a non-UTF-8 locale gets ASCII:\n{screen}");
+    tui.send("\x03");
+    let status = tui.wait_exit(WAIT);
+    assert!(status.success(), "{status:?}");
+}
