@@ -53,7 +53,7 @@ fn install_panic_hook() {
         if dpt_tui::engine::worker::in_worker_thread() {
             return;
         }
-        dashboard::terminal::restore();
+        dashboard::terminal::on_panic();
         default_hook(info);
     }));
 }

@@ -17,8 +17,18 @@ fn pause_set_lr_and_quit_in_a_real_terminal() {
     let data = common::subset_dir();
     let mut tui = PtyRun::spawn(
         &[
-            "--data", data.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "500", "--log-every", "2",
-            "--sample-ms", "200", "--run-dir", run.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--devices",
+            "cpu:2",
+            "--epochs",
+            "500",
+            "--log-every",
+            "2",
+            "--sample-ms",
+            "200",
+            "--run-dir",
+            run.to_str().unwrap(),
         ],
         100,
         30,
@@ -54,7 +64,10 @@ fn pause_set_lr_and_quit_in_a_real_terminal() {
     let status = tui.wait_exit(WAIT);
     assert!(status.success(), "{status:?}");
     let screen = tui.contents();
-    assert!(screen.contains("speed: ") && screen.contains("run directory:"), "summary after leaving:\n{screen}");
+    assert!(
+        screen.contains("speed: ") && screen.contains("run directory:"),
+        "summary after leaving:\n{screen}"
+    );
 
     let events: Vec<Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
@@ -78,7 +91,16 @@ fn ascii_and_monochrome_in_a_real_terminal() {
     let run = tmp.path().join("run");
     let data = common::subset_dir();
     let mut tui = PtyRun::spawn(
-        &["--data", data.to_str().unwrap(), "--devices", "cpu", "--epochs", "500", "--run-dir", run.to_str().unwrap()],
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--devices",
+            "cpu",
+            "--epochs",
+            "500",
+            "--run-dir",
+            run.to_str().unwrap(),
+        ],
         80,
         24,
         &[("LANG", "C"), ("NO_COLOR", "1")],

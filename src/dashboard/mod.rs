@@ -35,6 +35,8 @@ use view::Look;
 pub enum DashboardError {
     #[error("terminal error: {0}")]
     Io(#[from] std::io::Error),
+    #[error("a thread of dpt-tui panicked (its message is above)")]
+    Panicked,
 }
 
 /// How the dashboard looks and samples.
@@ -121,6 +123,7 @@ pub fn run(
                 }
                 Ok(TermEvent::Resize(..)) => app.dirty = true,
                 Ok(_) => {}
+                // The terminal is gone (SSH dropped): nothing to draw on; stop and save.
                 Err(_) => break Ok(()),
             },
             recv(monitor_rx) -> msg => match msg {
@@ -128,11 +131,14 @@ pub fn run(
                 Err(_) => monitor_rx = never(),
             },
             recv(ticker) -> _ => {
+                if terminal::panicked() {
+                    break Err(DashboardError::Panicked);
+                }
                 app.tick(started.elapsed().as_secs_f64());
                 if app.dirty {
                     app.dirty = false;
                     if let Err(e) = tui.terminal.draw(|f| view::draw(f, &app, &look)) {
-                        break Err(e);
+                        break Err(e.into());
                     }
                 }
             },
@@ -145,6 +151,5 @@ pub fn run(
     drop(stop_monitor);
     let _ = monitor.join();
     drop(tui);
-    result?;
-    Ok(app)
+    result.map(|()| app)
 }

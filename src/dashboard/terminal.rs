@@ -12,6 +12,19 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// For the panic hook: restores the terminal so the message is readable, and tells the
+/// dashboard loop to stop drawing.
+pub fn on_panic() {
+    PANICKED.store(true, Ordering::SeqCst);
+    restore();
+}
+
+/// Whether a thread (other than a worker, whose panics are caught and reported) panicked.
+pub fn panicked() -> bool {
+    PANICKED.load(Ordering::SeqCst)
+}
 
 /// Leaves raw mode and the alternate screen, shows the cursor; harmless when not active.
 pub fn restore() {
