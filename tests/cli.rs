@@ -129,6 +129,13 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     refused(&["--data", d, "--run-dir", r, "--devices", "gpu0"], "unknown device 'gpu0'");
     refused(&["--data", d, "--run-dir", r, "--devices", "cuda:99"], "cuda:99 does not exist");
     refused(&["--data", "/nonexistent/data", "--run-dir", r], "apt-get install dataset-fashion-mnist");
+    refused(&["--data", d, "--run-dir", r, "--theme", "solarized"], "unknown theme 'solarized'");
+    let theme = tmp.path().join("bad.toml");
+    std::fs::write(&theme, "accent = \"not-a-colour\"\n").unwrap();
+    refused(&["--data", d, "--run-dir", r, "--theme", theme.to_str().unwrap()], "is not a colour");
+    std::fs::write(&theme, "accent = [1, 2\n").unwrap();
+    refused(&["--data", d, "--run-dir", r, "--theme", theme.to_str().unwrap()], "is malformed");
+    refused(&["--data", d, "--run-dir", r, "--fps", "0"], "--fps");
     assert!(!run.exists(), "no run directory is created for bad input");
 
     let corrupt = tmp.path().join("corrupt");

@@ -111,7 +111,7 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
         let start = history.len().saturating_sub(width);
         let spark = Sparkline::default()
             .data(&history[start..])
-            .max(100)
+            .max(if fallback { (100.0 * cores()) as u64 } else { 100 })
             .style(t.fg(t.util))
             .bar_set(if look.ascii { ASCII_BARS } else { bar::NINE_LEVELS });
         frame.render_widget(spark, Rect { y: area.y + text_rows, height: 1, ..area });
