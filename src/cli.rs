@@ -10,9 +10,10 @@ use dpt_tui::model::ModelKind;
 #[derive(Debug, Parser)]
 #[command(name = "dpt-tui", version, about)]
 pub struct Args {
-    /// Model to train (the seeds' architectures and defaults).
-    #[arg(long, value_enum, default_value = "lenet")]
-    pub model: ModelKind,
+    /// Model to train (the seeds' architectures and defaults) [default: lenet, or the resumed
+    /// checkpoint's].
+    #[arg(long, value_enum)]
+    pub model: Option<ModelKind>,
 
     /// Folder with the four IDX files of Fashion-MNIST or MNIST (.gz or raw).
     #[arg(long, env = "DPT_DATA", default_value = dpt_tui::data::DEFAULT_DATA_DIR)]
@@ -39,13 +40,13 @@ pub struct Args {
     #[arg(long, allow_hyphen_values = true)]
     pub momentum: Option<f64>,
 
-    /// L2 weight decay, as torch.optim.SGD applies it.
-    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
-    pub weight_decay: f64,
+    /// L2 weight decay, as torch.optim.SGD applies it [default: 0].
+    #[arg(long, allow_hyphen_values = true)]
+    pub weight_decay: Option<f64>,
 
-    /// Seed of the initialization, the shuffles and the dropout streams.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Seed of the initialization, the shuffles and the dropout streams [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
 
     /// Use only the first N training samples.
     #[arg(long, value_name = "N")]
@@ -78,6 +79,23 @@ pub struct Args {
     /// Verify after every step that all replicas hold identical parameters (slow).
     #[arg(long)]
     pub check_replicas: bool,
+
+    /// Continue a run from a checkpoint file or a run directory (its checkpoint.safetensors);
+    /// the run continues in that directory unless --run-dir names another.
+    #[arg(long, value_name = "PATH")]
+    pub resume: Option<PathBuf>,
+
+    /// Write a checkpoint every N epochs (0: only when stopping and at the end).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub checkpoint_every: usize,
+
+    /// When the loss is NaN or infinite [default: pause in the dashboard, stop headless].
+    #[arg(long, value_enum)]
+    pub on_nan: Option<dpt_tui::engine::OnNan>,
+
+    /// Report a replica as stuck when a step takes longer than this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
+    pub step_timeout: f64,
 
     /// Dashboard colours: dark, light, high-contrast, monochrome, or a .toml file [default:
     /// dark, or monochrome when NO_COLOR is set].

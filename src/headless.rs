@@ -69,6 +69,10 @@ impl HeadlessPrinter {
             Event::Resumed { global_step } => format!("resumed at step {global_step}"),
             Event::StopRequested { global_step } => format!("stopping after step {global_step}"),
             Event::Saved { path, global_step } => format!("saved weights at step {global_step} to {path}"),
+            Event::Checkpointed { path, global_step } => format!("checkpoint at step {global_step}: {path}"),
+            Event::Restored { epoch, step, global_step, .. } => {
+                format!("resumed from the checkpoint at epoch {} step {step} (step {global_step} in all)", epoch + 1)
+            }
             Event::Refused { reason } => format!("refused: {reason}"),
             Event::Warning { message } => format!("warning: {message}"),
             Event::Failed { message, .. } => format!("training failed: {message}"),

@@ -8,3 +8,4 @@ pub mod headless;
 pub mod model;
 pub mod monitor;
 pub mod run_dir;
+pub mod signals;

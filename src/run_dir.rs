@@ -97,6 +97,15 @@ pub fn to_record(event: &Event) -> Value {
         Event::Step(s) => with_kind("step", value(s)),
         Event::Epoch(e) => with_kind("epoch", value(e)),
         Event::Finished(summary) => with_kind("summary", value(summary)),
+        // The history is already in this file (or in the original run's); record the position only.
+        Event::Restored { epoch, step, global_step, .. } => json!({
+            "kind": "event",
+            "event": "restored",
+            "epoch": epoch,
+            "step": step,
+            "global_step": global_step,
+            "time": chrono::Local::now().to_rfc3339(),
+        }),
         other => {
             let mut v = with_kind("event", value(other));
             if let Value::Object(map) = &mut v {

@@ -35,6 +35,7 @@ fn info(devices: &[&str]) -> RunInfo {
         train_samples: 60_000,
         test_samples: 10_000,
         cpu_threads_per_replica: 1,
+        resumed_at: None,
     }
 }
 

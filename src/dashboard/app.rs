@@ -190,6 +190,20 @@ impl App {
             Event::Saved { path, global_step } => {
                 self.note(Level::Info, format!("saved weights at step {global_step} to {path}"));
             }
+            Event::Checkpointed { global_step, .. } => {
+                self.note(Level::Info, format!("checkpoint written at step {global_step}"));
+            }
+            Event::Restored { epoch, step, global_step, history } => {
+                self.replay(history);
+                self.global_step = *global_step;
+                self.note(
+                    Level::Info,
+                    format!(
+                        "resumed from the checkpoint at epoch {} step {step} (step {global_step} in all)",
+                        epoch + 1
+                    ),
+                );
+            }
             Event::Refused { reason } => self.note(Level::Warn, format!("refused: {reason}")),
             Event::Warning { message } => self.note(Level::Warn, message.clone()),
             Event::Finished(summary) => {
@@ -208,6 +222,29 @@ impl App {
                 self.state = RunState::Failed;
                 self.note(Level::Error, format!("training failed: {message}"));
                 self.failure = Some(message.clone());
+            }
+        }
+    }
+
+    /// Rebuilds the curves and epoch figures from a resumed run's earlier events.
+    fn replay(&mut self, history: &[Event]) {
+        for event in history {
+            match event {
+                Event::Step(s) => {
+                    self.curves.on_step(s);
+                    self.last_step = Some((**s).clone());
+                }
+                Event::Epoch(e) => {
+                    self.curves.on_epoch(e);
+                    self.epoch_seconds.push(e.epoch_seconds);
+                    self.last_epoch = Some((**e).clone());
+                }
+                Event::LrChanged { to, .. } => {
+                    self.curves.mark(MarkKind::LrChange);
+                    self.curves.on_lr(*to);
+                }
+                Event::Paused { .. } => self.curves.mark(MarkKind::Pause),
+                _ => {}
             }
         }
     }

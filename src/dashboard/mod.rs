@@ -26,6 +26,7 @@ pub use keys::HELP;
 
 use crate::engine::{Control, DeviceId, Event};
 use crate::monitor::{self, MonitorMsg};
+use crate::signals::SignalMsg;
 use app::App;
 use theme::Theme;
 use view::Look;
@@ -85,15 +86,25 @@ fn spawn_input(stop: Arc<AtomicBool>) -> std::io::Result<Receiver<TermEvent>> {
     Ok(rx)
 }
 
-/// Runs the dashboard until the user leaves (after the run ends, or after a confirmed stop).
-/// Returns the final state, whose summary or failure the caller prints after the screen is
-/// restored.
+/// How the dashboard ended.
+pub struct End {
+    /// The final state, whose summary or failure the caller prints after the screen is restored.
+    pub app: App,
+    /// The terminal went away (SIGHUP, or input closed): training goes on headless.
+    pub hangup: bool,
+    /// SIGINT or SIGTERM asked for a stop (the signal number).
+    pub interrupted: Option<i32>,
+}
+
+/// Runs the dashboard until the user leaves (after the run ends, or after a confirmed stop), or
+/// the terminal goes away.
 pub fn run(
-    events: Receiver<Event>,
+    events: &Receiver<Event>,
+    signals: &Receiver<SignalMsg>,
     controls: Sender<Control>,
     devices: &[DeviceId],
     opts: Options,
-) -> Result<App, DashboardError> {
+) -> Result<End, DashboardError> {
     let mut tui = terminal::Tui::enter()?;
     let stop_input = Arc::new(AtomicBool::new(false));
     let input = spawn_input(Arc::clone(&stop_input))?;
@@ -104,9 +115,25 @@ pub fn run(
     let ticker = tick(Duration::from_millis(1000 / u64::from(opts.fps.clamp(1, 60))));
     let started = Instant::now();
     let mut app = App::new(devices);
-    let (mut events, mut monitor_rx) = (events, monitor_rx);
+    let (mut events, mut monitor_rx, mut signals) = (events.clone(), monitor_rx, signals.clone());
+    let (mut hangup, mut interrupted) = (false, None);
     let result = loop {
         select! {
+            recv(signals) -> sig => match sig {
+                Ok(SignalMsg::Stop(number)) => {
+                    interrupted = Some(number);
+                    app.stop_requested = true;
+                    if app.state.is_over() {
+                        app.quit = true;
+                    }
+                    let _ = controls.send(Control::Stop);
+                }
+                Ok(SignalMsg::Hangup) => {
+                    hangup = true;
+                    break Ok(());
+                }
+                Err(_) => signals = never(),
+            },
             recv(events) -> ev => match ev {
                 Ok(ev) => app.on_event(&ev),
                 Err(_) => {
@@ -123,8 +150,11 @@ pub fn run(
                 }
                 Ok(TermEvent::Resize(..)) => app.dirty = true,
                 Ok(_) => {}
-                // The terminal is gone (SSH dropped): nothing to draw on; stop and save.
-                Err(_) => break Ok(()),
+                // The terminal is gone (SSH dropped): nothing to draw on; training goes on.
+                Err(_) => {
+                    hangup = true;
+                    break Ok(());
+                }
             },
             recv(monitor_rx) -> msg => match msg {
                 Ok(msg) => app.on_monitor(&msg),
@@ -151,5 +181,5 @@ pub fn run(
     drop(stop_monitor);
     let _ = monitor.join();
     drop(tui);
-    result.map(|()| app)
+    result.map(|()| End { app, hangup, interrupted })
 }

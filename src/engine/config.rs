@@ -1,12 +1,68 @@
 //! What one training run is asked to do, and the checks that reject a bad request up front.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
 use thiserror::Error;
 
+use super::checkpoint::{Checkpoint, CheckpointError, CheckpointState};
 use super::device::DeviceId;
+use super::faults::Faults;
 use super::sgd::Sgd;
-use crate::model::ModelKind;
+use crate::model::{Builder, ModelKind};
+
+/// What to do when the training loss stops being finite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum OnNan {
+    /// Pause with a warning (the dashboard's default).
+    Pause,
+    /// Stop without overwriting the last good checkpoint (the headless default).
+    Stop,
+    /// Warn once and go on.
+    Ignore,
+}
+
+/// A run to continue: the checkpoint's state and its tensors, flattened in the model's order.
+pub struct Resume {
+    pub state: CheckpointState,
+    pub params: Tensor,
+    pub momentum: Tensor,
+    pub buffers: Tensor,
+}
+
+impl std::fmt::Debug for Resume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resume").field("state", &self.state).finish_non_exhaustive()
+    }
+}
+
+impl Resume {
+    /// Checks `ckpt` against `model` and lays its tensors out as the engine stores them.
+    pub fn new(
+        ckpt: Checkpoint,
+        model: ModelKind,
+        path: &std::path::Path,
+    ) -> Result<Resume, CheckpointError> {
+        if ckpt.state.model != model.name() {
+            return Err(CheckpointError::OtherModel {
+                path: path.to_owned(),
+                found: ckpt.state.model.clone(),
+                expected: model.name().to_owned(),
+            });
+        }
+        let mut b = Builder::default();
+        let _ = model.build(&mut b);
+        Ok(Resume {
+            params: Checkpoint::flat(&ckpt.params, &b.params, path)?,
+            momentum: Checkpoint::flat(&ckpt.momentum, &b.params, path)?,
+            buffers: Checkpoint::flat(&ckpt.buffers, &b.buffers, path)?,
+            state: ckpt.state,
+        })
+    }
+}
 
 /// A request the engine refuses before starting.
 #[derive(Debug, Error, PartialEq)]
@@ -29,6 +85,16 @@ pub enum ConfigError {
     EmptyTrainSet,
     #[error("the test set is empty; check --test-limit and the data directory")]
     EmptyTestSet,
+    #[error("--step-timeout must be more than 0 seconds")]
+    ZeroTimeout,
+    #[error(
+        "the checkpoint was trained with batch {checkpoint}, not {asked}; drop --batch-size to continue it"
+    )]
+    ResumeBatch { checkpoint: usize, asked: usize },
+    #[error("the checkpoint was trained on {checkpoint} samples, this data set has {found}; use the same data and --train-limit")]
+    ResumeSamples { checkpoint: usize, found: usize },
+    #[error("the checkpoint has already finished {done} of {epochs} epochs; pass --epochs N with N > {done} to train further")]
+    ResumeDone { done: usize, epochs: usize },
 }
 
 /// Checks a learning rate given on the command line or at run time.
@@ -41,7 +107,7 @@ pub fn check_lr(lr: f64) -> Result<f64, ConfigError> {
 }
 
 /// Everything a run needs besides the data.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TrainConfig {
     pub model: ModelKind,
     pub devices: Vec<DeviceId>,
@@ -60,6 +126,15 @@ pub struct TrainConfig {
     pub check_replicas: bool,
     /// Intra-op threads of each CPU replica.
     pub cpu_threads: usize,
+    /// Write a checkpoint every this many epochs (0: only on stop and at the end).
+    pub checkpoint_every: usize,
+    pub on_nan: OnNan,
+    /// A replica that does not finish a step within this time is reported as stuck.
+    pub step_timeout: Duration,
+    /// Continue from a checkpoint.
+    pub resume: Option<Box<Resume>>,
+    /// Test-only fault injection.
+    pub faults: Faults,
 }
 
 impl TrainConfig {
@@ -78,11 +153,36 @@ impl TrainConfig {
             max_steps: None,
             check_replicas: false,
             cpu_threads: 1,
+            checkpoint_every: 1,
+            on_nan: OnNan::Stop,
+            step_timeout: Duration::from_secs(600),
+            resume: None,
+            faults: Faults::default(),
         }
     }
 
-    /// Rejects settings that cannot train.
+    /// Rejects settings that cannot train, given the data's size.
     pub fn validate(&self, train_len: usize, test_len: usize) -> Result<(), ConfigError> {
+        self.validate_settings()?;
+        if train_len == 0 {
+            return Err(ConfigError::EmptyTrainSet);
+        }
+        if test_len == 0 {
+            return Err(ConfigError::EmptyTestSet);
+        }
+        if let Some(r) = &self.resume {
+            if r.state.train_samples != train_len {
+                return Err(ConfigError::ResumeSamples {
+                    checkpoint: r.state.train_samples,
+                    found: train_len,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Rejects settings that cannot train, before the data is loaded.
+    pub fn validate_settings(&self) -> Result<(), ConfigError> {
         if self.batch_size == 0 {
             return Err(ConfigError::ZeroBatch);
         }
@@ -105,11 +205,19 @@ impl TrainConfig {
         if self.log_every == 0 {
             return Err(ConfigError::ZeroLogEvery);
         }
-        if train_len == 0 {
-            return Err(ConfigError::EmptyTrainSet);
+        if self.step_timeout.is_zero() {
+            return Err(ConfigError::ZeroTimeout);
         }
-        if test_len == 0 {
-            return Err(ConfigError::EmptyTestSet);
+        if let Some(r) = &self.resume {
+            if r.state.batch_size != self.batch_size {
+                return Err(ConfigError::ResumeBatch {
+                    checkpoint: r.state.batch_size,
+                    asked: self.batch_size,
+                });
+            }
+            if r.state.epoch >= self.epochs {
+                return Err(ConfigError::ResumeDone { done: r.state.epoch, epochs: self.epochs });
+            }
         }
         Ok(())
     }

@@ -1,26 +1,26 @@
 //! The coordinator thread: dispatches shards to the workers, allreduces the gradients, applies
-//! the SGD step to every replica, evaluates at epoch ends, applies controls at step boundaries
-//! and reports everything as events.
+//! the SGD step to every replica, evaluates at epoch ends, applies controls at step boundaries,
+//! writes checkpoints and reports everything as events.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tch::Tensor;
 
 use super::allreduce::allreduce_sum;
-use super::config::{check_lr, TrainConfig};
-use super::events::{
-    Control, EpochStats, Event, FinishReason, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary,
-};
+use super::checkpoint::{Checkpoint, CheckpointState, PartialEpoch, CHECKPOINT_FILE};
+use super::config::{check_lr, OnNan, TrainConfig};
+use super::events::{Control, EpochStats, Event, FinishReason, RunInfo, Summary};
 use super::shard::shards;
+use super::window::Window;
 use super::worker::{FromWorker, ReplicaHandles, Sums, ToWorker};
 use super::{save_named, EngineError, Outcome};
+use crate::model::TensorSpec;
 
 /// SplitMix64: derives independent seeds (shuffles, dropout streams) from the run's seed.
 pub fn mix_seed(a: u64, b: u64) -> u64 {
@@ -37,41 +37,38 @@ pub fn epoch_order(seed: u64, epoch: usize, n: usize) -> Vec<i64> {
     order
 }
 
-/// Statistics gathered between two reports (or over an epoch).
-#[derive(Default)]
-struct Window {
-    sums: Sums,
-    steps: usize,
-    timing: StepTiming,
-    replicas: Vec<ReplicaTiming>,
-    started: Option<Instant>,
-    paused: Duration,
+/// Work slower than a training step (start-up, evaluation) gets this many step timeouts.
+const SLOW_WORK_FACTOR: u32 = 10;
+/// How long shutting down waits for the worker threads to leave.
+const JOIN_GRACE: Duration = Duration::from_secs(5);
+
+/// What the coordinator is built from.
+pub struct CoordinatorParts {
+    pub cfg: TrainConfig,
+    pub train_len: usize,
+    pub test_len: usize,
+    pub param_specs: Vec<TensorSpec>,
+    pub buffer_specs: Vec<TensorSpec>,
+    pub events: Sender<Event>,
+    pub controls: Receiver<Control>,
+    pub to_workers: Vec<Sender<ToWorker>>,
+    pub from_workers: Receiver<FromWorker>,
+    pub threads: Vec<JoinHandle<()>>,
+    /// Disconnects once every worker thread has ended.
+    pub workers_alive: Receiver<()>,
 }
 
-impl Window {
-    fn new(replicas: usize) -> Self {
-        Window {
-            replicas: vec![ReplicaTiming::default(); replicas],
-            started: Some(Instant::now()),
-            ..Window::default()
-        }
-    }
-
-    fn seconds(&self) -> f64 {
-        self.started.map_or(0.0, |t| t.elapsed().saturating_sub(self.paused).as_secs_f64())
-    }
+/// The totals of finished epochs, for the summary.
+#[derive(Default)]
+struct Totals {
+    epochs_done: usize,
+    train_seconds: f64,
+    samples: f64,
+    last_test_acc: Option<f64>,
 }
 
 pub struct Coordinator {
-    cfg: TrainConfig,
-    train_len: usize,
-    test_len: usize,
-    param_count: i64,
-    events: Sender<Event>,
-    controls: Receiver<Control>,
-    to_workers: Vec<Sender<ToWorker>>,
-    from_workers: Receiver<FromWorker>,
-    threads: Vec<JoinHandle<()>>,
+    p: CoordinatorParts,
     params: Vec<Tensor>,
     grads: Vec<Tensor>,
     buffers: Vec<Tensor>,
@@ -80,22 +77,13 @@ pub struct Coordinator {
     lr: f64,
     paused: bool,
     stop: bool,
+    diverged: bool,
+    nan_warned: bool,
     global_step: usize,
     window: Window,
     epoch: Window,
-}
-
-/// What the coordinator is built from.
-pub struct CoordinatorParts {
-    pub cfg: TrainConfig,
-    pub train_len: usize,
-    pub test_len: usize,
-    pub param_count: i64,
-    pub events: Sender<Event>,
-    pub controls: Receiver<Control>,
-    pub to_workers: Vec<Sender<ToWorker>>,
-    pub from_workers: Receiver<FromWorker>,
-    pub threads: Vec<JoinHandle<()>>,
+    totals: Totals,
+    history: Vec<Event>,
 }
 
 impl Coordinator {
@@ -103,15 +91,6 @@ impl Coordinator {
         let k = p.cfg.devices.len();
         Coordinator {
             lr: p.cfg.sgd.lr,
-            cfg: p.cfg,
-            train_len: p.train_len,
-            test_len: p.test_len,
-            param_count: p.param_count,
-            events: p.events,
-            controls: p.controls,
-            to_workers: p.to_workers,
-            from_workers: p.from_workers,
-            threads: p.threads,
             params: Vec::new(),
             grads: Vec::new(),
             buffers: Vec::new(),
@@ -119,10 +98,19 @@ impl Coordinator {
             named: Vec::new(),
             paused: false,
             stop: false,
+            diverged: false,
+            nan_warned: false,
             global_step: 0,
             window: Window::new(k),
             epoch: Window::new(k),
+            totals: Totals::default(),
+            history: Vec::new(),
+            p,
         }
+    }
+
+    fn cfg(&self) -> &TrainConfig {
+        &self.p.cfg
     }
 
     /// Runs the whole training, then shuts the workers down whatever happened.
@@ -131,6 +119,9 @@ impl Coordinator {
         if let Err(e) = &result {
             let (replica, device) = match e {
                 EngineError::Worker { replica, device, .. } => (Some(*replica), Some(device.clone())),
+                EngineError::Stalled { replicas, .. } => {
+                    (replicas.first().copied(), replicas.first().map(|&r| self.cfg().devices[r].to_string()))
+                }
                 _ => (None, None),
             };
             self.emit(Event::Failed { replica, device, message: e.to_string() });
@@ -139,166 +130,248 @@ impl Coordinator {
         result
     }
 
-    fn emit(&self, event: Event) {
+    fn emit(&mut self, event: Event) {
+        if matches!(event, Event::Step(_) | Event::Epoch(_) | Event::LrChanged { .. } | Event::Paused { .. })
+        {
+            self.history.push(event.clone());
+        }
         // A consumer that has gone away must not stop training.
-        let _ = self.events.send(event);
+        let _ = self.p.events.send(event);
     }
 
     fn worker_error(&self, replica: usize, message: String) -> EngineError {
-        EngineError::Worker { replica, device: self.cfg.devices[replica].to_string(), message }
+        EngineError::Worker { replica, device: self.cfg().devices[replica].to_string(), message }
     }
 
-    fn recv(&self) -> Result<FromWorker, EngineError> {
-        match self.from_workers.recv() {
-            Ok(FromWorker::Failed { replica, message }) => Err(self.worker_error(replica, message)),
-            Ok(msg) => Ok(msg),
-            Err(_) => Err(EngineError::WorkersGone),
+    /// Sends `cmd(replica)` to every worker.
+    fn broadcast(&self, cmd: impl Fn(usize) -> ToWorker) -> Result<(), EngineError> {
+        for (i, tx) in self.p.to_workers.iter().enumerate() {
+            tx.send(cmd(i)).map_err(|_| EngineError::WorkersGone)?;
         }
+        Ok(())
+    }
+
+    /// One reply from each worker, within `timeout` in all; a silent replica is reported stuck.
+    fn gather(&self, timeout: Duration) -> Result<Vec<FromWorker>, EngineError> {
+        let k = self.cfg().devices.len();
+        let deadline = Instant::now() + timeout;
+        let mut replies: Vec<Option<FromWorker>> = (0..k).map(|_| None).collect();
+        for _ in 0..k {
+            match self.p.from_workers.recv_deadline(deadline) {
+                Ok(FromWorker::Failed { replica, message }) => {
+                    return Err(self.worker_error(replica, message))
+                }
+                Ok(msg) => {
+                    let r = msg.replica();
+                    replies[r] = Some(msg);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let replicas: Vec<usize> = (0..k).filter(|&i| replies[i].is_none()).collect();
+                    let devices = replicas.iter().map(|&r| self.cfg().devices[r].to_string()).collect();
+                    return Err(EngineError::Stalled { replicas, devices, seconds: timeout.as_secs_f64() });
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(EngineError::WorkersGone),
+            }
+        }
+        Ok(replies.into_iter().flatten().collect())
+    }
+
+    fn slow_timeout(&self) -> Duration {
+        self.cfg().step_timeout * SLOW_WORK_FACTOR
     }
 
     fn wait_ready(&mut self) -> Result<(), EngineError> {
-        let k = self.cfg.devices.len();
-        let mut handles: Vec<Option<ReplicaHandles>> = (0..k).map(|_| None).collect();
-        for _ in 0..k {
-            if let FromWorker::Ready { replica, handles: h } = self.recv()? {
-                handles[replica] = Some(*h);
+        for reply in self.gather(self.slow_timeout())? {
+            if let FromWorker::Ready { handles, .. } = reply {
+                let ReplicaHandles { params, grads, buffers, named_params, named_buffers } = *handles;
+                self.momentum.push(params.zeros_like());
+                self.params.push(params);
+                self.grads.push(grads);
+                self.buffers.push(buffers);
+                if self.named.is_empty() {
+                    self.named = named_params.into_iter().chain(named_buffers).collect();
+                }
             }
         }
-        for (i, h) in handles.into_iter().enumerate() {
-            let h = h.ok_or_else(|| self.worker_error(i, "did not start".into()))?;
-            self.momentum.push(h.params.zeros_like());
-            self.params.push(h.params);
-            self.grads.push(h.grads);
-            self.buffers.push(h.buffers);
-            if i == 0 {
-                self.named = h.named_params.into_iter().chain(h.named_buffers).collect();
+        if let Some(r) = &self.p.cfg.resume {
+            for m in &mut self.momentum {
+                m.copy_(&r.momentum);
             }
         }
         Ok(())
     }
 
-    fn train(&mut self) -> Result<Outcome, EngineError> {
-        let k = self.cfg.devices.len();
-        let steps_per_epoch = self.cfg.steps_per_epoch(self.train_len);
-        let devices: Vec<String> = self.cfg.devices.iter().map(ToString::to_string).collect();
-        self.emit(Event::Started(Box::new(RunInfo {
-            model: self.cfg.model.name().to_owned(),
-            devices: devices.clone(),
-            param_count: self.param_count,
-            epochs: self.cfg.epochs,
+    fn run_info(&self, steps_per_epoch: usize) -> RunInfo {
+        let cfg = self.cfg();
+        RunInfo {
+            model: cfg.model.name().to_owned(),
+            devices: cfg.devices.iter().map(ToString::to_string).collect(),
+            param_count: self.p.param_specs.iter().map(TensorSpec::numel).sum(),
+            epochs: cfg.epochs,
             steps_per_epoch,
-            batch_size: self.cfg.batch_size,
+            batch_size: cfg.batch_size,
             lr: self.lr,
-            momentum: self.cfg.sgd.momentum,
-            weight_decay: self.cfg.sgd.weight_decay,
-            train_samples: self.train_len,
-            test_samples: self.test_len,
-            cpu_threads_per_replica: self.cfg.cpu_threads,
-        })));
-        let mut last_test_acc = None;
-        let (mut epochs_done, mut train_secs, mut samples_done) = (0usize, 0.0f64, 0.0f64);
+            momentum: cfg.sgd.momentum,
+            weight_decay: cfg.sgd.weight_decay,
+            train_samples: self.p.train_len,
+            test_samples: self.p.test_len,
+            cpu_threads_per_replica: cfg.cpu_threads,
+            resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
+        }
+    }
+
+    fn train(&mut self) -> Result<Outcome, EngineError> {
+        let k = self.cfg().devices.len();
+        let steps_per_epoch = self.cfg().steps_per_epoch(self.p.train_len);
+        let (mut start_epoch, mut start_step, mut partial) = (0, 0, PartialEpoch::default());
+        let restored = self.p.cfg.resume.as_ref().map(|r| r.state.clone());
+        if let Some(s) = &restored {
+            (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
+            self.global_step = s.global_step;
+            self.lr = s.lr;
+            self.totals = Totals {
+                epochs_done: s.epochs_done,
+                train_seconds: s.train_seconds,
+                samples: s.samples_done,
+                last_test_acc: s.last_test_acc,
+            };
+        }
+        let info = self.run_info(steps_per_epoch);
+        self.emit(Event::Started(Box::new(info)));
+        if let Some(s) = restored {
+            self.history = s.history.clone();
+            let (epoch, step, global_step) = (s.epoch, s.step, s.global_step);
+            let _ = self.p.events.send(Event::Restored { epoch, step, global_step, history: s.history });
+        }
         let mut reason = FinishReason::Completed;
-        'epochs: for epoch in 0..self.cfg.epochs {
-            let order = Arc::new(epoch_order(self.cfg.seed, epoch, self.train_len));
-            for tx in &self.to_workers {
-                tx.send(ToWorker::Epoch { order: Arc::clone(&order) })
-                    .map_err(|_| EngineError::WorkersGone)?;
-            }
+        let mut position = (start_epoch, start_step);
+        'epochs: for epoch in start_epoch..self.cfg().epochs {
+            let order = Arc::new(epoch_order(self.cfg().seed, epoch, self.p.train_len));
+            self.broadcast(|_| ToWorker::Epoch { order: Arc::clone(&order) })?;
+            let first = if epoch == start_epoch { start_step } else { 0 };
             self.epoch = Window::new(k);
+            if epoch == start_epoch {
+                self.epoch.add(Sums {
+                    loss: partial.loss,
+                    correct: partial.correct,
+                    samples: partial.samples,
+                });
+                self.epoch.carried_seconds = partial.seconds;
+            }
             self.window = Window::new(k);
-            for step in 0..steps_per_epoch {
+            for step in first..steps_per_epoch {
+                position = (epoch, step);
                 self.poll_controls()?;
                 if self.stop {
-                    reason = FinishReason::Stopped;
+                    reason = if self.diverged { FinishReason::Diverged } else { FinishReason::Stopped };
                     break 'epochs;
                 }
-                if self.cfg.max_steps.is_some_and(|m| self.global_step >= m) {
+                if self.cfg().max_steps.is_some_and(|m| self.global_step >= m) {
                     reason = FinishReason::StepLimit;
                     break 'epochs;
                 }
-                let start = step * self.cfg.batch_size;
-                let len = self.cfg.batch_size.min(self.train_len - start);
+                let start = step * self.cfg().batch_size;
+                let len = self.cfg().batch_size.min(self.p.train_len - start);
                 let last = step + 1 == steps_per_epoch;
-                let report = last || (step + 1) % self.cfg.log_every == 0;
-                self.train_step(start, len, report)?;
-                if report {
-                    self.report(epoch + 1, step + 1, steps_per_epoch);
+                self.train_step(start, len)?;
+                if last || (step + 1) % self.cfg().log_every == 0 {
+                    self.report(epoch + 1, step + 1, steps_per_epoch)?;
                 }
             }
-            let epoch_seconds = self.epoch.seconds();
-            let eval_start = Instant::now();
-            let test = self.evaluate()?;
-            let train = self.epoch.sums;
-            let stats = EpochStats {
-                epoch: epoch + 1,
-                train_loss: train.loss / train.samples.max(1.0),
-                train_acc: train.correct / train.samples.max(1.0),
-                test_loss: test.loss / test.samples.max(1.0),
-                test_acc: test.correct / test.samples.max(1.0),
-                epoch_seconds,
-                eval_seconds: eval_start.elapsed().as_secs_f64(),
-                samples_per_sec: train.samples / epoch_seconds.max(1e-9),
-                lr: self.lr,
-            };
-            last_test_acc = Some(stats.test_acc);
-            epochs_done += 1;
-            train_secs += epoch_seconds;
-            samples_done += train.samples;
-            self.emit(Event::Epoch(Box::new(stats)));
+            self.end_epoch(epoch)?;
+            position = (epoch + 1, 0);
+            let every = self.cfg().checkpoint_every;
+            if every > 0 && (epoch + 1) % every == 0 && epoch + 1 < self.cfg().epochs {
+                self.checkpoint(position);
+            }
         }
         if reason != FinishReason::Completed {
-            // The partial epoch counts for throughput.
-            train_secs += self.epoch.seconds();
-            samples_done += self.epoch.sums.samples + self.window.sums.samples;
+            // Statistics of the partial window, so the curves and the checkpoint include them.
+            if self.window.steps > 0 {
+                self.report(position.0 + 1, position.1, steps_per_epoch)?;
+            }
         }
-        self.save("final")?;
-        let summary = Summary {
-            model: self.cfg.model.name().to_owned(),
-            devices,
-            test_acc: last_test_acc,
-            sec_per_epoch: (epochs_done > 0).then(|| train_secs / epochs_done as f64),
-            samples_per_sec: samples_done / train_secs.max(1e-9),
-            epochs_done,
-            global_steps: self.global_step,
-            reason,
-        };
+        if !self.diverged {
+            self.save();
+            self.checkpoint(position);
+        }
+        let summary = self.summary(reason, position);
         self.emit(Event::Finished(Box::new(summary.clone())));
         Ok(Outcome { summary, final_params: self.named_cpu() })
+    }
+
+    fn summary(&self, reason: FinishReason, position: (usize, usize)) -> Summary {
+        let t = &self.totals;
+        // A partial epoch counts for throughput.
+        let (secs, samples) = if position.1 > 0 {
+            (t.train_seconds + self.epoch.seconds(), t.samples + self.epoch.sums.samples)
+        } else {
+            (t.train_seconds, t.samples)
+        };
+        Summary {
+            model: self.cfg().model.name().to_owned(),
+            devices: self.cfg().devices.iter().map(ToString::to_string).collect(),
+            test_acc: t.last_test_acc,
+            sec_per_epoch: (t.epochs_done > 0).then(|| t.train_seconds / t.epochs_done as f64),
+            samples_per_sec: samples / secs.max(1e-9),
+            epochs_done: t.epochs_done,
+            global_steps: self.global_step,
+            reason,
+        }
+    }
+
+    fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
+        let epoch_seconds = self.epoch.seconds();
+        let eval_start = Instant::now();
+        let test = self.evaluate()?;
+        let train = self.epoch.sums;
+        let stats = EpochStats {
+            epoch: epoch + 1,
+            train_loss: train.loss / train.samples.max(1.0),
+            train_acc: train.correct / train.samples.max(1.0),
+            test_loss: test.loss / test.samples.max(1.0),
+            test_acc: test.correct / test.samples.max(1.0),
+            epoch_seconds,
+            eval_seconds: eval_start.elapsed().as_secs_f64(),
+            samples_per_sec: train.samples / epoch_seconds.max(1e-9),
+            lr: self.lr,
+        };
+        self.totals.last_test_acc = Some(stats.test_acc);
+        self.totals.epochs_done += 1;
+        self.totals.train_seconds += epoch_seconds;
+        self.totals.samples += train.samples;
+        self.emit(Event::Epoch(Box::new(stats)));
+        Ok(())
     }
 
     fn named_cpu(&self) -> Vec<(String, Tensor)> {
         self.named.iter().map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).copy())).collect()
     }
 
-    fn train_step(&mut self, start: usize, len: usize, report: bool) -> Result<(), EngineError> {
-        let k = self.cfg.devices.len();
-        for (i, (offset, n)) in shards(len, k).into_iter().enumerate() {
-            let dropout_seed =
-                mix_seed(mix_seed(self.cfg.seed, self.global_step as u64), i as u64 + 1) as i64;
-            self.to_workers[i]
-                .send(ToWorker::Step { start: start + offset, len: n, dropout_seed, report })
-                .map_err(|_| EngineError::WorkersGone)?;
-        }
+    fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
+        let (seed, global_step) = (self.cfg().seed, self.global_step);
+        let parts = shards(len, self.cfg().devices.len());
+        self.broadcast(|i| ToWorker::Step {
+            start: start + parts[i].0,
+            len: parts[i].1,
+            global_step,
+            dropout_seed: mix_seed(mix_seed(seed, global_step as u64), i as u64 + 1) as i64,
+        })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
-        for _ in 0..k {
-            if let FromWorker::StepDone { replica, data_secs, compute_secs, sums } = self.recv()? {
+        for reply in self.gather(self.cfg().step_timeout)? {
+            if let FromWorker::StepDone { replica, data_secs, compute_secs } = reply {
                 data_max = data_max.max(data_secs);
                 compute_max = compute_max.max(compute_secs);
                 let r = &mut self.window.replicas[replica];
                 r.data += data_secs;
                 r.compute += compute_secs;
-                if let Some(s) = sums {
-                    self.window.sums.loss += s.loss;
-                    self.window.sums.correct += s.correct;
-                    self.window.sums.samples += s.samples;
-                }
             }
         }
         let t = Instant::now();
         let holders = allreduce_sum(&mut self.grads);
         let allreduce = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let sgd = super::sgd::Sgd { lr: self.lr, ..self.cfg.sgd };
+        let sgd = super::sgd::Sgd { lr: self.lr, ..self.cfg().sgd };
         for ((param, momentum), &holder) in self.params.iter_mut().zip(&mut self.momentum).zip(&holders) {
             sgd.step(param, &self.grads[holder], momentum, len);
         }
@@ -315,7 +388,7 @@ impl Coordinator {
         w.timing.compute += compute_max;
         w.timing.allreduce += allreduce;
         w.timing.update += update;
-        if self.cfg.check_replicas {
+        if self.cfg().check_replicas {
             self.check_replicas()?;
         }
         Ok(())
@@ -332,53 +405,70 @@ impl Coordinator {
         Ok(())
     }
 
-    fn report(&mut self, epoch: usize, step: usize, steps_per_epoch: usize) {
-        let w = std::mem::replace(&mut self.window, Window::new(self.cfg.devices.len()));
-        let n = w.steps.max(1) as f64;
-        let per = |x: f64| x / n;
-        let stats = StepStats {
-            epoch,
-            step,
-            steps_per_epoch,
-            global_step: self.global_step,
-            loss: w.sums.loss / w.sums.samples.max(1.0),
-            acc: w.sums.correct / w.sums.samples.max(1.0),
-            lr: self.lr,
-            samples_per_sec: w.sums.samples / w.seconds().max(1e-9),
-            timing: StepTiming {
-                data: per(w.timing.data),
-                compute: per(w.timing.compute),
-                allreduce: per(w.timing.allreduce),
-                update: per(w.timing.update),
-            },
-            replicas: w
-                .replicas
-                .iter()
-                .map(|r| ReplicaTiming { data: per(r.data), compute: per(r.compute) })
-                .collect(),
-        };
-        self.epoch.sums.loss += w.sums.loss;
-        self.epoch.sums.correct += w.sums.correct;
-        self.epoch.sums.samples += w.sums.samples;
+    /// Reads the workers' metric sums (one device sync each) and reports the window.
+    fn report(&mut self, epoch: usize, step: usize, steps_per_epoch: usize) -> Result<(), EngineError> {
+        self.broadcast(|_| ToWorker::Report)?;
+        for reply in self.gather(self.cfg().step_timeout)? {
+            if let FromWorker::Sums { sums, .. } = reply {
+                self.window.add(sums);
+            }
+        }
+        let k = self.cfg().devices.len();
+        let w = std::mem::replace(&mut self.window, Window::new(k));
+        let stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
+        self.epoch.add(w.sums);
+        let finite = stats.loss.is_finite();
         self.emit(Event::Step(Box::new(stats)));
+        if !finite {
+            self.on_nan();
+        }
+        Ok(())
+    }
+
+    fn on_nan(&mut self) {
+        let at = self.global_step;
+        match self.cfg().on_nan {
+            OnNan::Ignore => {
+                if !self.nan_warned {
+                    self.nan_warned = true;
+                    self.emit(Event::Warning {
+                        message: format!("the loss is not finite at step {at} (--on-nan ignore)"),
+                    });
+                }
+            }
+            OnNan::Pause => {
+                self.emit(Event::Warning {
+                    message: format!(
+                        "the loss is not finite at step {at}: paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
+                    ),
+                });
+                if !self.paused {
+                    self.paused = true;
+                    self.emit(Event::Paused { global_step: at });
+                }
+            }
+            OnNan::Stop => {
+                self.emit(Event::Warning {
+                    message: format!(
+                        "the loss is not finite at step {at}: stopping; the last good checkpoint is kept"
+                    ),
+                });
+                self.diverged = true;
+                self.stop = true;
+            }
+        }
     }
 
     fn evaluate(&mut self) -> Result<Sums, EngineError> {
-        let k = self.cfg.devices.len();
-        for (i, (start, len)) in shards(self.test_len, k).into_iter().enumerate() {
-            self.to_workers[i]
-                .send(ToWorker::Evaluate { start, len })
-                .map_err(|_| EngineError::WorkersGone)?;
-        }
-        let mut total = Sums::default();
-        for _ in 0..k {
-            if let FromWorker::Evaluated { sums, .. } = self.recv()? {
-                total.loss += sums.loss;
-                total.correct += sums.correct;
-                total.samples += sums.samples;
+        let parts = shards(self.p.test_len, self.cfg().devices.len());
+        self.broadcast(|i| ToWorker::Evaluate { start: parts[i].0, len: parts[i].1 })?;
+        let mut total = Window::new(0);
+        for reply in self.gather(self.slow_timeout())? {
+            if let FromWorker::Evaluated { sums, .. } = reply {
+                total.add(sums);
             }
         }
-        Ok(total)
+        Ok(total.sums)
     }
 
     /// Applies every pending control; while paused, waits for the next one (no busy loop).
@@ -386,29 +476,26 @@ impl Coordinator {
         loop {
             let control = if self.paused {
                 let waited = Instant::now();
-                let c = self.controls.recv();
+                let c = self.p.controls.recv();
                 let idle = waited.elapsed();
                 self.window.paused += idle;
                 self.epoch.paused += idle;
-                match c {
-                    Ok(c) => c,
-                    // Nobody can resume us any more: carry on rather than hang.
-                    Err(_) => Control::Resume,
-                }
+                // Nobody can resume us any more: carry on rather than hang.
+                c.unwrap_or(Control::Resume)
             } else {
-                match self.controls.try_recv() {
+                match self.p.controls.try_recv() {
                     Ok(c) => c,
                     Err(_) => return Ok(()),
                 }
             };
-            self.apply(control)?;
+            self.apply(control);
             if self.stop {
                 return Ok(());
             }
         }
     }
 
-    fn apply(&mut self, control: Control) -> Result<(), EngineError> {
+    fn apply(&mut self, control: Control) {
         let global_step = self.global_step;
         match control {
             Control::Pause if !self.paused => {
@@ -428,10 +515,9 @@ impl Coordinator {
                 Err(e) => self.emit(Event::Refused { reason: e.to_string() }),
             },
             Control::SaveNow => {
-                if let Err(e) = self.save("requested") {
-                    // A failed save must not end the run; the user hears about it.
-                    self.emit(Event::Warning { message: e.to_string() });
-                }
+                self.save();
+                let position = self.position_now();
+                self.checkpoint(position);
             }
             Control::Stop => {
                 if !self.stop {
@@ -440,27 +526,129 @@ impl Coordinator {
                 self.stop = true;
             }
         }
-        Ok(())
     }
 
-    /// Writes the weights of replica 0 into the run directory (nothing without one).
-    fn save(&self, _why: &str) -> Result<(), EngineError> {
-        let Some(dir) = &self.cfg.run_dir else {
-            return Ok(());
+    /// The (epoch, step) that runs next, from the global step.
+    fn position_now(&self) -> (usize, usize) {
+        let spe = self.cfg().steps_per_epoch(self.p.train_len);
+        (self.global_step / spe, self.global_step % spe)
+    }
+
+    fn params_finite(&self) -> bool {
+        bool::try_from(self.params[0].isfinite().all()).unwrap_or(false)
+    }
+
+    /// Writes the weights of replica 0 into the run directory (nothing without one). A failed or
+    /// refused write is a warning: it must not end a run.
+    fn save(&mut self) {
+        let Some(dir) = self.cfg().run_dir.clone() else { return };
+        if !self.params_finite() {
+            self.emit(Event::Warning { message: "weights not saved: they are not finite".into() });
+            return;
+        }
+        let path = dir.join("model.safetensors");
+        match save_named(&self.named_cpu(), &path) {
+            Ok(()) => {
+                self.emit(Event::Saved { path: path.display().to_string(), global_step: self.global_step })
+            }
+            Err(e) => self.emit(Event::Warning { message: e.to_string() }),
+        }
+    }
+
+    /// Writes a checkpoint that continues at `position` (nothing without a run directory; never
+    /// over a good checkpoint with parameters that are not finite).
+    fn checkpoint(&mut self, position: (usize, usize)) {
+        let Some(dir) = self.cfg().run_dir.clone() else { return };
+        let path = dir.join(CHECKPOINT_FILE);
+        if !self.params_finite() {
+            self.emit(Event::Warning {
+                message: "checkpoint not written: the parameters are not finite".into(),
+            });
+            return;
+        }
+        let cfg = self.cfg();
+        let at_boundary = position.1 == 0;
+        let partial = if at_boundary {
+            PartialEpoch::default()
+        } else {
+            let s = self.epoch.sums;
+            PartialEpoch {
+                loss: s.loss,
+                correct: s.correct,
+                samples: s.samples,
+                seconds: self.epoch.seconds(),
+            }
         };
-        let path: PathBuf = dir.join("model.safetensors");
-        save_named(&self.named_cpu(), &path)?;
-        self.emit(Event::Saved { path: path.display().to_string(), global_step: self.global_step });
-        Ok(())
+        let state = CheckpointState {
+            format: 1,
+            model: cfg.model.name().to_owned(),
+            epoch: position.0,
+            step: position.1,
+            global_step: self.global_step,
+            epochs: cfg.epochs,
+            lr: self.lr,
+            momentum: cfg.sgd.momentum,
+            weight_decay: cfg.sgd.weight_decay,
+            batch_size: cfg.batch_size,
+            seed: cfg.seed,
+            train_samples: self.p.train_len,
+            test_samples: self.p.test_len,
+            partial_epoch: partial,
+            epochs_done: self.totals.epochs_done,
+            train_seconds: self.totals.train_seconds,
+            samples_done: self.totals.samples,
+            last_test_acc: self.totals.last_test_acc,
+            history: self.history.clone(),
+        };
+        let split = |flat: &Tensor, specs: &[TensorSpec]| -> Vec<(String, Tensor)> {
+            let flat = flat.to_device(tch::Device::Cpu);
+            let mut offset = 0;
+            specs
+                .iter()
+                .map(|s| {
+                    let t = flat.narrow(0, offset, s.numel()).view(s.shape.as_slice()).copy();
+                    offset += s.numel();
+                    (s.name.clone(), t)
+                })
+                .collect()
+        };
+        let ckpt = Checkpoint {
+            state,
+            params: split(&self.params[0], &self.p.param_specs),
+            momentum: split(&self.momentum[0], &self.p.param_specs),
+            buffers: split(&self.buffers[0], &self.p.buffer_specs),
+        };
+        let result = if cfg.faults.checkpoint_write {
+            Err(super::checkpoint::CheckpointError::Write {
+                path: path.clone(),
+                message: "injected fault (DPT_INJECT_FAULT=checkpoint-write)".into(),
+            })
+        } else {
+            ckpt.write(&path)
+        };
+        match result {
+            Ok(()) => {
+                let global_step = self.global_step;
+                self.emit(Event::Checkpointed { path: path.display().to_string(), global_step })
+            }
+            Err(e) => self.emit(Event::Warning { message: e.to_string() }),
+        }
     }
 
+    /// Asks every worker to leave and joins those that do within a grace period; a stuck one is
+    /// left behind (it ends with the process) rather than hanging the shutdown.
     fn shutdown(&mut self) {
-        for tx in &self.to_workers {
+        for tx in &self.p.to_workers {
             let _ = tx.send(ToWorker::Shutdown);
         }
-        self.to_workers.clear();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        self.p.to_workers.clear();
+        // Every worker holds a sender of `workers_alive`; all gone means all threads ended.
+        let all_ended =
+            matches!(self.p.workers_alive.recv_timeout(JOIN_GRACE), Err(RecvTimeoutError::Disconnected));
+        for t in self.p.threads.drain(..) {
+            if all_ended || t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -38,6 +38,9 @@ pub struct RunInfo {
     pub test_samples: usize,
     /// Intra-op threads each CPU replica uses.
     pub cpu_threads_per_replica: usize,
+    /// The global step a resumed run continues from.
+    #[serde(default)]
+    pub resumed_at: Option<usize>,
 }
 
 /// Where a step's time went, in seconds, averaged over the steps of a report window.
@@ -112,6 +115,8 @@ pub enum FinishReason {
     Stopped,
     /// The configured step limit was reached.
     StepLimit,
+    /// The loss stopped being finite and `--on-nan stop` ended the run.
+    Diverged,
 }
 
 /// The run's result, as the seed prints it.
@@ -148,6 +153,10 @@ pub enum Event {
     StopRequested { global_step: usize },
     /// Weights were written.
     Saved { path: String, global_step: usize },
+    /// A checkpoint was written.
+    Checkpointed { path: String, global_step: usize },
+    /// The run continues from a checkpoint; `history` holds the events before it.
+    Restored { epoch: usize, step: usize, global_step: usize, history: Vec<Event> },
     /// A control was refused; nothing changed.
     Refused { reason: String },
     /// A problem that did not stop the run.

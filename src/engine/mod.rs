@@ -2,13 +2,16 @@
 //! crossbeam channels between them, events out and controls in.
 
 pub mod allreduce;
+pub mod checkpoint;
 pub mod config;
 pub mod coordinator;
 pub mod device;
 pub mod events;
+pub mod faults;
 pub mod flat;
 pub mod sgd;
 pub mod shard;
+pub mod window;
 pub mod worker;
 
 use std::path::Path;
@@ -19,7 +22,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use tch::Tensor;
 use thiserror::Error;
 
-pub use config::{ConfigError, TrainConfig};
+pub use config::{ConfigError, OnNan, Resume, TrainConfig};
 pub use device::{DeviceError, DeviceId};
 pub use events::{Control, Event, FinishReason, Summary};
 
@@ -35,6 +38,8 @@ pub enum EngineError {
     Worker { replica: usize, device: String, message: String },
     #[error("a worker thread ended without reporting")]
     WorkersGone,
+    #[error("replica(s) {replicas:?} on {devices:?} did not finish a step within {seconds:.0} s (stuck?); raise --step-timeout if the steps are that slow")]
+    Stalled { replicas: Vec<usize>, devices: Vec<String>, seconds: f64 },
     #[error("replica {replica} differs from replica 0 after step {step}")]
     ReplicasDiverged { replica: usize, step: usize },
     #[error("cannot write {path}: {message}")]
@@ -64,16 +69,20 @@ impl Engine {
         cfg.validate(data.train.len(), data.test.len())?;
         let mut builder = Builder::default();
         let _ = cfg.model.build(&mut builder);
-        let (initial_params, initial_buffers) = {
-            let _lock = GLOBAL_RNG.lock().unwrap_or_else(|p| p.into_inner());
-            tch::manual_seed(cfg.seed as i64);
-            (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
+        let (initial_params, initial_buffers) = match &cfg.resume {
+            Some(r) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
+            None => {
+                let _lock = GLOBAL_RNG.lock().unwrap_or_else(|p| p.into_inner());
+                tch::manual_seed(cfg.seed as i64);
+                (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
+            }
         };
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let (reply_tx, reply_rx) = unbounded();
         let mut to_workers = Vec::new();
         let mut threads = Vec::new();
+        let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);
         for (replica, device) in cfg.devices.iter().enumerate() {
             let (tx, rx) = unbounded();
             let setup = WorkerSetup {
@@ -84,20 +93,29 @@ impl Engine {
                 initial_params: initial_params.copy(),
                 initial_buffers: initial_buffers.copy(),
                 threads: cfg.cpu_threads,
+                faults: cfg.faults.clone(),
             };
             let replies = reply_tx.clone();
+            let alive = alive_tx.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("{}{replica}", worker::WORKER_THREAD_PREFIX))
-                .spawn(move || worker::run(setup, rx, replies))
+                .spawn(move || {
+                    // Dropped when the thread ends, however it ends.
+                    let _alive = alive;
+                    worker::run(setup, rx, replies)
+                })
                 .map_err(|e| StartError::Engine(EngineError::Spawn(e)))?;
             to_workers.push(tx);
             threads.push(handle);
         }
         drop(reply_tx);
+        drop(alive_tx);
         let coordinator = Coordinator::new(CoordinatorParts {
             train_len: data.train.len(),
             test_len: data.test.len(),
-            param_count: builder.param_count(),
+            param_specs: builder.params,
+            buffer_specs: builder.buffers,
+            workers_alive: alive_rx,
             cfg,
             events: event_tx,
             controls: control_rx,

@@ -8,6 +8,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use tch::{Device, Kind, Reduction, Tensor};
 
+use super::faults::Faults;
 use super::flat::FlatTensors;
 use crate::data::{Dataset, Split};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network};
@@ -20,9 +21,11 @@ pub(crate) static GLOBAL_RNG: Mutex<()> = Mutex::new(());
 pub enum ToWorker {
     /// A new epoch: the shuffled order of the training set, uploaded once to the device.
     Epoch { order: Arc<Vec<i64>> },
-    /// Forward and backward on rows `start..start + len` of the epoch order. With `report`, the
-    /// worker reads and resets its loss and accuracy accumulators (a device sync).
-    Step { start: usize, len: usize, dropout_seed: i64, report: bool },
+    /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
+    /// accumulate on the device, without a sync.
+    Step { start: usize, len: usize, global_step: usize, dropout_seed: i64 },
+    /// Read and reset the loss and accuracy accumulators (one device sync).
+    Report,
     /// Evaluate test rows `start..start + len`.
     Evaluate { start: usize, len: usize },
     /// Leave the thread.
@@ -53,11 +56,26 @@ pub enum FromWorker {
     /// The replica is built and its data resident.
     Ready { replica: usize, handles: Box<ReplicaHandles> },
     /// Gradients of the shard are in the flat gradient buffer.
-    StepDone { replica: usize, data_secs: f64, compute_secs: f64, sums: Option<Sums> },
+    StepDone { replica: usize, data_secs: f64, compute_secs: f64 },
+    /// The accumulated training metrics since the last report.
+    Sums { replica: usize, sums: Sums },
     /// Test metrics of the assigned rows.
     Evaluated { replica: usize, sums: Sums },
     /// The worker failed and has left.
     Failed { replica: usize, message: String },
+}
+
+impl FromWorker {
+    /// The replica that sent this.
+    pub fn replica(&self) -> usize {
+        match self {
+            FromWorker::Ready { replica, .. }
+            | FromWorker::StepDone { replica, .. }
+            | FromWorker::Sums { replica, .. }
+            | FromWorker::Evaluated { replica, .. }
+            | FromWorker::Failed { replica, .. } => *replica,
+        }
+    }
 }
 
 /// What a worker needs to start.
@@ -69,6 +87,7 @@ pub struct WorkerSetup {
     pub initial_params: Tensor,
     pub initial_buffers: Tensor,
     pub threads: usize,
+    pub faults: Faults,
 }
 
 struct DeviceSplit {
@@ -99,6 +118,7 @@ struct Worker {
     order: Option<Tensor>,
     scale: f64,
     shift: f64,
+    faults: Faults,
     loss_sum: Tensor,
     correct: Tensor,
     samples: f64,
@@ -119,9 +139,11 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                     worker.order = Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
                     continue;
                 }
-                ToWorker::Step { start, len, dropout_seed, report } => {
-                    worker.step(start, len, dropout_seed, report)?
+                ToWorker::Step { start, len, global_step, dropout_seed } => {
+                    worker.inject_faults(global_step);
+                    worker.step(start, len, global_step, dropout_seed)?
                 }
+                ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
                 ToWorker::Evaluate { start, len } => worker.evaluate(start, len),
                 ToWorker::Shutdown => break,
             };
@@ -191,6 +213,7 @@ impl Worker {
             grads,
             buffers,
             order: None,
+            faults: setup.faults.clone(),
             scale: 1.0 / (255.0 * norm.std),
             shift: -norm.mean / norm.std,
             loss_sum: acc(Kind::Double),
@@ -249,12 +272,23 @@ impl Worker {
             .collect()
     }
 
+    fn inject_faults(&self, global_step: usize) {
+        if self.faults.worker_panic == Some((self.replica, global_step)) {
+            panic!("injected fault: replica {} panics at step {global_step}", self.replica);
+        }
+        if self.faults.worker_stall == Some((self.replica, global_step)) {
+            // Stands in for a hung kernel or driver: the thread never answers again.
+            let (_keep, never) = crossbeam_channel::bounded::<()>(0);
+            let _ = never.recv();
+        }
+    }
+
     fn step(
         &mut self,
         start: usize,
         len: usize,
+        global_step: usize,
         dropout_seed: i64,
-        report: bool,
     ) -> Result<FromWorker, String> {
         let t0 = Instant::now();
         let order = self.order.as_ref().ok_or("step before the first epoch")?;
@@ -274,7 +308,10 @@ impl Worker {
                 &x,
                 &Forward { train: true, masks: &masks },
             );
-            let loss = self.loss(&out, &y);
+            let mut loss = self.loss(&out, &y);
+            if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
+                loss = loss * f64::NAN;
+            }
             let grads = Tensor::f_run_backward(&[&loss], &self.params.views, false, false)
                 .map_err(|e| e.to_string())?;
             let flat: Vec<Tensor> = grads.iter().map(|g| g.view([-1])).collect();
@@ -284,18 +321,12 @@ impl Worker {
             let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));
             self.samples += len as f64;
             let compute_secs = t1.elapsed().as_secs_f64();
-            return Ok(FromWorker::StepDone {
-                replica: self.replica,
-                data_secs,
-                compute_secs,
-                sums: report.then(|| self.take_sums()),
-            });
+            return Ok(FromWorker::StepDone { replica: self.replica, data_secs, compute_secs });
         }
         Ok(FromWorker::StepDone {
             replica: self.replica,
             data_secs: t0.elapsed().as_secs_f64(),
             compute_secs: 0.0,
-            sums: report.then(|| self.take_sums()),
         })
     }
 

@@ -28,6 +28,17 @@ pub enum ModelKind {
     MnistNet,
 }
 
+impl std::str::FromStr for ModelKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [ModelKind::Lenet, ModelKind::Resnet18, ModelKind::MnistNet]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown model '{s}'; use lenet, resnet18 or mnist-net"))
+    }
+}
+
 /// The hyper-parameters a model is trained with unless flags say otherwise.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Defaults {

@@ -1,0 +1,190 @@
+//! Checkpoints: everything needed to continue a run exactly where it stopped, in one
+//! safetensors file written atomically (temporary file, fsync, rename, fsync of the folder).
+//!
+//! Tensors: `param.<name>`, `momentum.<name>`, `buffer.<name>`, and `__state__`, the
+//! [`CheckpointState`] as UTF-8 JSON bytes. The random streams need no state of their own: the
+//! shuffle of epoch `e` and the dropout masks of step `s` on replica `r` are derived from the
+//! run's seed and `(e)` or `(s, r)`, so the seed and the position restore them.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+use thiserror::Error;
+
+use super::events::Event;
+
+/// The checkpoint's file name inside a run directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
+const STATE_KEY: &str = "__state__";
+const FORMAT: u32 = 1;
+
+/// A checkpoint that cannot be written or used.
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    #[error("cannot read checkpoint {path}: {message}; pass a checkpoint.safetensors file or a run directory holding one")]
+    Read { path: PathBuf, message: String },
+    #[error("cannot write checkpoint {path}: {message}; the previous checkpoint is intact")]
+    Write { path: PathBuf, message: String },
+    #[error("checkpoint {path} belongs to model '{found}', not '{expected}'; drop --model or pass a checkpoint of {expected}")]
+    OtherModel { path: PathBuf, found: String, expected: String },
+    #[error("checkpoint {path} does not fit the model: {message}")]
+    Mismatch { path: PathBuf, message: String },
+}
+
+/// Running totals of the epoch in progress, so a mid-epoch resume reports the whole epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PartialEpoch {
+    pub loss: f64,
+    pub correct: f64,
+    pub samples: f64,
+    pub seconds: f64,
+}
+
+/// Where the run stands, besides its tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    pub format: u32,
+    pub model: String,
+    /// The epoch (0-based) and step within it that run next.
+    pub epoch: usize,
+    pub step: usize,
+    pub global_step: usize,
+    pub epochs: usize,
+    pub lr: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    pub batch_size: usize,
+    pub seed: u64,
+    pub train_samples: usize,
+    pub test_samples: usize,
+    pub partial_epoch: PartialEpoch,
+    /// Epochs finished, their total training seconds and samples, for the final summary.
+    pub epochs_done: usize,
+    pub train_seconds: f64,
+    pub samples_done: f64,
+    pub last_test_acc: Option<f64>,
+    /// The run's statistics and changes so far, so curves and log continue after a resume.
+    pub history: Vec<Event>,
+}
+
+/// A checkpoint in memory (tensors on the CPU).
+pub struct Checkpoint {
+    pub state: CheckpointState,
+    pub params: Vec<(String, Tensor)>,
+    pub momentum: Vec<(String, Tensor)>,
+    pub buffers: Vec<(String, Tensor)>,
+}
+
+/// `path` itself, or the checkpoint inside it when it is a directory.
+pub fn checkpoint_path(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join(CHECKPOINT_FILE)
+    } else {
+        path.to_owned()
+    }
+}
+
+/// Writes `tensors` to `path` atomically: a failure leaves the previous file as it was.
+pub fn write_atomic(tensors: &[(String, Tensor)], path: &Path) -> Result<(), String> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let result = (|| {
+        Tensor::write_safetensors(tensors, &tmp).map_err(|e| e.to_string())?;
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, path).map_err(|e| e.to_string())?;
+        // Make the rename itself durable.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+impl Checkpoint {
+    /// Writes the checkpoint to `path` atomically.
+    pub fn write(&self, path: &Path) -> Result<(), CheckpointError> {
+        let err = |message: String| CheckpointError::Write { path: path.to_owned(), message };
+        let json = serde_json::to_vec(&self.state).map_err(|e| err(e.to_string()))?;
+        let mut tensors: Vec<(String, Tensor)> = Vec::new();
+        for (prefix, list) in
+            [("param", &self.params), ("momentum", &self.momentum), ("buffer", &self.buffers)]
+        {
+            tensors.extend(list.iter().map(|(n, t)| (format!("{prefix}.{n}"), t.shallow_clone())));
+        }
+        tensors.push((STATE_KEY.to_owned(), Tensor::from_slice(&json)));
+        write_atomic(&tensors, path).map_err(err)
+    }
+
+    /// Reads a checkpoint file, or the one in a run directory.
+    pub fn read(path: &Path) -> Result<Checkpoint, CheckpointError> {
+        let file = checkpoint_path(path);
+        let err = |message: String| CheckpointError::Read { path: file.clone(), message };
+        if !file.is_file() {
+            return Err(err("no such file".into()));
+        }
+        let tensors = Tensor::read_safetensors(&file).map_err(|e| err(e.to_string()))?;
+        let mut state = None;
+        let (mut params, mut momentum, mut buffers) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, t) in tensors {
+            if name == STATE_KEY {
+                let bytes: Vec<u8> =
+                    Vec::try_from(&t.to_kind(Kind::Uint8)).map_err(|e: tch::TchError| err(e.to_string()))?;
+                state = Some(
+                    serde_json::from_slice::<CheckpointState>(&bytes)
+                        .map_err(|e| err(format!("bad state: {e}")))?,
+                );
+            } else if let Some(n) = name.strip_prefix("param.") {
+                params.push((n.to_owned(), t));
+            } else if let Some(n) = name.strip_prefix("momentum.") {
+                momentum.push((n.to_owned(), t));
+            } else if let Some(n) = name.strip_prefix("buffer.") {
+                buffers.push((n.to_owned(), t));
+            } else {
+                return Err(err(format!("unexpected tensor '{name}'")));
+            }
+        }
+        let state = state.ok_or_else(|| err("no run state in the file (is it a weights file?)".into()))?;
+        if state.format != FORMAT {
+            return Err(err(format!("format {} is not {FORMAT}", state.format)));
+        }
+        Ok(Checkpoint { state, params, momentum, buffers })
+    }
+
+    /// The tensors named `names` with `shapes`, in that order, flattened into one CPU tensor.
+    pub fn flat(
+        list: &[(String, Tensor)],
+        specs: &[crate::model::TensorSpec],
+        path: &Path,
+    ) -> Result<Tensor, CheckpointError> {
+        let mismatch = |message: String| CheckpointError::Mismatch { path: path.to_owned(), message };
+        let mut parts = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let (_, t) = list
+                .iter()
+                .find(|(n, _)| *n == spec.name)
+                .ok_or_else(|| mismatch(format!("tensor '{}' is missing", spec.name)))?;
+            if t.size() != spec.shape {
+                return Err(mismatch(format!(
+                    "'{}' has shape {:?}, expected {:?}",
+                    spec.name,
+                    t.size(),
+                    spec.shape
+                )));
+            }
+            parts.push(t.to_kind(Kind::Float).reshape([-1]));
+        }
+        if list.len() != specs.len() {
+            return Err(mismatch(format!("{} tensors, the model has {}", list.len(), specs.len())));
+        }
+        Ok(if parts.is_empty() {
+            Tensor::zeros([0], (Kind::Float, tch::Device::Cpu))
+        } else {
+            Tensor::cat(&parts, 0)
+        })
+    }
+}

@@ -1,0 +1,60 @@
+//! Test-only fault injection, to prove that failures are caught, reported and survived. The
+//! binary reads it from `DPT_INJECT_FAULT`; nothing is injected unless it is set.
+//!
+//! Syntax: comma-separated `worker-panic=R@S` (replica R panics at global step S),
+//! `worker-stall=R@S` (replica R stops answering at step S), `nan-loss=S` (every replica's loss
+//! becomes NaN from step S on), `checkpoint-write` (every checkpoint write fails).
+
+use std::str::FromStr;
+
+/// Faults to inject.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Faults {
+    pub worker_panic: Option<(usize, usize)>,
+    pub worker_stall: Option<(usize, usize)>,
+    pub nan_loss_from: Option<usize>,
+    pub checkpoint_write: bool,
+}
+
+fn replica_at(v: &str) -> Result<(usize, usize), String> {
+    let (r, s) = v.split_once('@').ok_or_else(|| format!("'{v}' is not R@STEP"))?;
+    Ok((
+        r.parse().map_err(|_| format!("bad replica '{r}'"))?,
+        s.parse().map_err(|_| format!("bad step '{s}'"))?,
+    ))
+}
+
+impl FromStr for Faults {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut f = Faults::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some(("worker-panic", v)) => f.worker_panic = Some(replica_at(v)?),
+                Some(("worker-stall", v)) => f.worker_stall = Some(replica_at(v)?),
+                Some(("nan-loss", v)) => {
+                    f.nan_loss_from = Some(v.parse().map_err(|_| format!("bad step '{v}'"))?)
+                }
+                None if item == "checkpoint-write" => f.checkpoint_write = true,
+                _ => return Err(format!("unknown fault '{item}'")),
+            }
+        }
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Faults;
+
+    #[test]
+    fn parses() {
+        let f: Faults = "worker-panic=1@3, nan-loss=7,checkpoint-write".parse().unwrap();
+        assert_eq!(f.worker_panic, Some((1, 3)));
+        assert_eq!(f.nan_loss_from, Some(7));
+        assert!(f.checkpoint_write && f.worker_stall.is_none());
+        assert!("worker-panic=1".parse::<Faults>().is_err());
+        assert!("meteor".parse::<Faults>().is_err());
+    }
+}
