@@ -159,6 +159,11 @@ impl Theme {
         Err(ThemeError::Unknown(spec.to_owned()))
     }
 
+    /// A theme from TOML text (`name` names it in errors).
+    pub fn from_toml(name: &str, text: &str) -> Result<Theme, ThemeError> {
+        resolve(name, text, name, 0)
+    }
+
     /// The theme for the flags and environment: `--theme` if given, else monochrome when
     /// `NO_COLOR` is set (and not empty), else dark.
     pub fn select(flag: Option<&str>, no_color: Option<&str>) -> Result<Theme, ThemeError> {

@@ -310,7 +310,7 @@ impl Worker {
             );
             let mut loss = self.loss(&out, &y);
             if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
-                loss = loss * f64::NAN;
+                loss = loss.g_mul_scalar(f64::NAN);
             }
             let grads = Tensor::f_run_backward(&[&loss], &self.params.views, false, false)
                 .map_err(|e| e.to_string())?;

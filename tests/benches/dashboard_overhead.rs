@@ -7,6 +7,7 @@
 //! subset), `BENCH_PAIRS` (default 5), `BENCH_ARGS` (extra flags, e.g. `--model mnist-net`).
 
 #[path = "../common/pty.rs"]
+#[allow(dead_code)]
 mod pty;
 
 use std::path::{Path, PathBuf};

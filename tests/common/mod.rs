@@ -20,3 +20,10 @@ pub fn subset(train: usize, test: usize) -> Arc<Dataset> {
 }
 
 pub mod pty;
+
+/// Sends `signal` (e.g. "INT") to process `pid`.
+pub fn kill(pid: u32, signal: &str) {
+    let status =
+        std::process::Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}

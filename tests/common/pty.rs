@@ -45,6 +45,11 @@ impl PtyRun {
         PtyRun { child, writer, screen, _master: pair.master }
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.process_id().expect("a running child has a pid")
+    }
+
     /// Types `text` into the terminal.
     pub fn send(&mut self, text: &str) {
         self.writer.write_all(text.as_bytes()).unwrap();

@@ -1,0 +1,270 @@
+//! Nothing lost: checkpoints, exact resume, failed writes, divergence, failing and stuck
+//! replicas, through the engine API with test-only fault injection.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use dpt_tui::engine::checkpoint::{Checkpoint, CHECKPOINT_FILE};
+use dpt_tui::engine::faults::Faults;
+use dpt_tui::engine::sgd::Sgd;
+use dpt_tui::engine::{
+    Control, DeviceId, Engine, EngineError, Event, FinishReason, OnNan, Outcome, Resume, TrainConfig,
+};
+use dpt_tui::model::ModelKind;
+
+/// 600 samples in batches of 100: 6 steps an epoch.
+fn config(dir: &Path) -> TrainConfig {
+    let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
+    cfg.epochs = 2;
+    cfg.batch_size = 100;
+    cfg.sgd = Sgd { lr: 0.1, momentum: 0.9, weight_decay: 1e-3 };
+    cfg.seed = 5;
+    cfg.log_every = 4;
+    cfg.run_dir = Some(dir.to_owned());
+    cfg
+}
+
+fn run(cfg: TrainConfig) -> (Result<Outcome, EngineError>, Vec<Event>) {
+    let engine = Engine::start(cfg, common::subset(600, 100)).expect("engine starts");
+    let events: Vec<Event> = engine.events().iter().collect();
+    (engine.join(), events)
+}
+
+fn resume_cfg(dir: &Path) -> TrainConfig {
+    let ckpt = Checkpoint::read(dir).expect("a checkpoint was written");
+    let mut cfg = config(dir);
+    cfg.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Lenet, &dir.join(CHECKPOINT_FILE)).unwrap()));
+    cfg
+}
+
+fn max_abs_diff(a: &Outcome, b: &Outcome) -> f64 {
+    a.final_params
+        .iter()
+        .zip(&b.final_params)
+        .map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[]))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn stop_and_resume_gives_the_same_parameters_as_a_straight_run() {
+    let straight_dir = tempfile::tempdir().unwrap();
+    let (straight, _) = run(config(straight_dir.path()));
+    let straight = straight.unwrap();
+    // Stopped at the epoch boundary (step 6) and in the middle of epoch 2 (step 9).
+    for stop_at in [6, 9] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path());
+        cfg.max_steps = Some(stop_at);
+        let (first, _) = run(cfg);
+        assert_eq!(first.unwrap().summary.reason, FinishReason::StepLimit);
+        let (resumed, events) = run(resume_cfg(dir.path()));
+        let resumed = resumed.unwrap();
+        assert_eq!(resumed.summary.reason, FinishReason::Completed);
+        assert_eq!(resumed.summary.global_steps, 12);
+        assert_eq!(max_abs_diff(&straight, &resumed), 0.0, "stopped at {stop_at}: parameters differ");
+        // The curves continue: the restored history holds the first part's reports.
+        let history = events.iter().find_map(|e| match e {
+            Event::Restored { global_step, history, .. } => Some((*global_step, history.len())),
+            _ => None,
+        });
+        let (at, n) = history.expect("a Restored event");
+        assert_eq!(at, stop_at);
+        assert!(n >= 2, "history has the earlier reports");
+        let epoch2 =
+            events.iter().find_map(|e| if let Event::Epoch(s) = e { Some(s.clone()) } else { None }).unwrap();
+        assert_eq!(epoch2.epoch, 2);
+    }
+}
+
+#[test]
+fn a_checkpoint_holds_the_whole_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.epochs = 50;
+    cfg.log_every = 1;
+    let engine = Engine::start(cfg, common::subset(600, 100)).unwrap();
+    let controls = engine.controls();
+    let mut set = false;
+    for e in engine.events().iter() {
+        if let Event::Step(s) = &e {
+            if !set {
+                controls.send(Control::SetLr { lr: 0.03 }).unwrap();
+                set = true;
+            } else if s.global_step >= 3 {
+                controls.send(Control::Stop).unwrap();
+            }
+        }
+    }
+    let outcome = engine.join().unwrap();
+    let ckpt = Checkpoint::read(dir.path()).unwrap();
+    let s = &ckpt.state;
+    assert_eq!(s.model, "lenet");
+    assert_eq!(s.lr, 0.03, "the lr as the user changed it");
+    assert_eq!(s.global_step, outcome.summary.global_steps);
+    assert_eq!((s.epoch, s.step), (s.global_step / 6, s.global_step % 6));
+    assert_eq!(s.seed, 5);
+    assert!(s.history.iter().any(|e| matches!(e, Event::LrChanged { to, .. } if *to == 0.03)));
+    assert_eq!(ckpt.params.len(), 8);
+    assert_eq!(ckpt.momentum.len(), 8);
+    let moved: f64 =
+        ckpt.momentum.iter().map(|(_, t)| t.abs().sum(tch::Kind::Double).double_value(&[])).sum();
+    assert!(moved > 0.0, "momentum buffers are saved");
+    // The weights file matches the checkpoint's parameters.
+    let weights = tch::Tensor::read_safetensors(dir.path().join("model.safetensors")).unwrap();
+    for (name, t) in &weights {
+        let (_, c) = ckpt.params.iter().find(|(n, _)| n == name).unwrap();
+        assert!(t.equal(c), "{name}");
+    }
+}
+
+#[test]
+fn batchnorm_statistics_are_checkpointed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = TrainConfig::new(ModelKind::Resnet18, vec![DeviceId::Cpu]);
+    cfg.batch_size = 32;
+    cfg.max_steps = Some(1);
+    cfg.run_dir = Some(dir.path().to_owned());
+    let engine = Engine::start(cfg, common::subset(64, 10)).unwrap();
+    for _ in engine.events().iter() {}
+    engine.join().unwrap();
+    let ckpt = Checkpoint::read(dir.path()).unwrap();
+    assert_eq!(ckpt.buffers.len(), 34);
+    let mean = &ckpt.buffers.iter().find(|(n, _)| n == "stem.bn.running_mean").unwrap().1;
+    assert!(mean.abs().sum(tch::Kind::Double).double_value(&[]) > 0.0);
+}
+
+#[test]
+fn a_failed_checkpoint_write_is_reported_and_keeps_the_previous_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.epochs = 1;
+    run(cfg).0.unwrap();
+    let path = dir.path().join(CHECKPOINT_FILE);
+    let before = std::fs::read(&path).unwrap();
+    let mut cfg = resume_cfg(dir.path());
+    cfg.epochs = 3;
+    cfg.faults = Faults { checkpoint_write: true, ..Faults::default() };
+    let (outcome, events) = run(cfg);
+    assert_eq!(
+        outcome.unwrap().summary.reason,
+        FinishReason::Completed,
+        "a failed write does not end the run"
+    );
+    let warnings: Vec<&String> = events
+        .iter()
+        .filter_map(|e| if let Event::Warning { message } = e { Some(message) } else { None })
+        .collect();
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("cannot write checkpoint") && w.contains("previous checkpoint is intact")));
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the previous checkpoint is untouched");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "no half-written file");
+}
+
+#[test]
+fn a_nan_loss_stops_and_keeps_the_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.epochs = 5;
+    cfg.on_nan = OnNan::Stop;
+    cfg.faults = Faults { nan_loss_from: Some(8), ..Faults::default() };
+    let (outcome, events) = run(cfg);
+    assert_eq!(outcome.unwrap().summary.reason, FinishReason::Diverged);
+    assert!(events.iter().any(|e| matches!(e, Event::Warning { message } if message.contains("not finite"))));
+    let ckpt = Checkpoint::read(dir.path()).unwrap();
+    assert_eq!(ckpt.state.global_step, 6, "the epoch-1 checkpoint stays");
+    assert!(ckpt.params.iter().all(|(_, t)| bool::try_from(t.isfinite().all()).unwrap()));
+}
+
+#[test]
+fn a_nan_loss_pauses_or_is_ignored_as_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.epochs = 5;
+    cfg.on_nan = OnNan::Pause;
+    cfg.faults = Faults { nan_loss_from: Some(2), ..Faults::default() };
+    let engine = Engine::start(cfg, common::subset(600, 100)).unwrap();
+    let controls = engine.controls();
+    let mut seen_warning = false;
+    for e in engine.events().iter() {
+        match e {
+            Event::Warning { message } if message.contains("paused") => seen_warning = true,
+            Event::Paused { .. } => {
+                assert!(seen_warning, "the warning comes first");
+                controls.send(Control::Stop).unwrap();
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(engine.join().unwrap().summary.reason, FinishReason::Stopped);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.on_nan = OnNan::Ignore;
+    cfg.faults = Faults { nan_loss_from: Some(2), ..Faults::default() };
+    let (outcome, events) = run(cfg);
+    assert_eq!(outcome.unwrap().summary.reason, FinishReason::Completed);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Warning { message } if message.contains("ignore")))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_panicking_worker_is_reported_and_the_checkpoint_stays_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.faults = Faults { worker_panic: Some((1, 8)), ..Faults::default() };
+    let (outcome, events) = run(cfg);
+    match outcome {
+        Err(EngineError::Worker { replica: 1, device, message }) => {
+            assert_eq!(device, "cpu");
+            assert!(message.contains("injected fault"), "{message}");
+        }
+        other => panic!("expected replica 1 to fail, got {:?}", other.map(|o| o.summary)),
+    }
+    assert!(events.iter().any(|e| matches!(e, Event::Failed { replica: Some(1), .. })));
+    let ckpt = Checkpoint::read(dir.path()).expect("the epoch-1 checkpoint is readable");
+    assert_eq!(ckpt.state.global_step, 6);
+}
+
+#[test]
+fn a_stuck_replica_is_detected_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.step_timeout = Duration::from_millis(1500);
+    cfg.faults = Faults { worker_stall: Some((0, 3)), ..Faults::default() };
+    let started = Instant::now();
+    let (outcome, events) = run(cfg);
+    match outcome {
+        Err(EngineError::Stalled { replicas, .. }) => assert_eq!(replicas, vec![0]),
+        other => panic!("expected a stall, got {:?}", other.map(|o| o.summary)),
+    }
+    assert!(events.iter().any(|e| matches!(e, Event::Failed { replica: Some(0), .. })));
+    // The timeout plus the shutdown grace period, not forever.
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn resuming_another_model_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_steps = Some(1);
+    run(cfg).0.unwrap();
+    let ckpt = Checkpoint::read(dir.path()).unwrap();
+    let err = Resume::new(ckpt, ModelKind::MnistNet, dir.path()).unwrap_err();
+    assert!(err.to_string().contains("belongs to model 'lenet', not 'mnist-net'"), "{err}");
+    std::fs::write(dir.path().join(CHECKPOINT_FILE), b"not a checkpoint").unwrap();
+    let err = Checkpoint::read(dir.path()).err().expect("garbage is refused");
+    assert!(err.to_string().contains("cannot read checkpoint"), "{err}");
+}
