@@ -49,12 +49,10 @@ fn every_model_matches_its_architecture() {
         let mut b = Builder::default();
         let net = model.build(&mut b);
         assert_eq!(b.param_count(), expected_params(model), "{model:?}");
-        let params = FlatTensors::zeros(&b.params, Device::Cpu, true);
-        let buffers = FlatTensors::zeros(&b.buffers, Device::Cpu, false);
-        tch::no_grad(|| {
-            params.flat.shallow_clone().copy_(&initial_flat(&b.params));
-            buffers.flat.shallow_clone().copy_(&initial_flat(&b.buffers));
-        });
+        let params = FlatTensors::zeros(&b.params, Device::Cpu, true, model.prefers_channels_last(false));
+        let buffers = FlatTensors::zeros(&b.buffers, Device::Cpu, false, false);
+        params.layout.load_logical(&params.flat, &initial_flat(&b.params));
+        buffers.layout.load_logical(&buffers.flat, &initial_flat(&b.buffers));
         let x = Tensor::rand([5, 1, 28, 28], (Kind::Float, Device::Cpu));
         let masks: Vec<Tensor> = net
             .dropout_masks(5)

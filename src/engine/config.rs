@@ -135,6 +135,8 @@ pub struct TrainConfig {
     pub resume: Option<Box<Resume>>,
     /// Test-only fault injection.
     pub faults: Faults,
+    /// Channels-last convolution weights (`None`: the model's measured preference).
+    pub channels_last: Option<bool>,
 }
 
 impl TrainConfig {
@@ -158,6 +160,7 @@ impl TrainConfig {
             step_timeout: Duration::from_secs(600),
             resume: None,
             faults: Faults::default(),
+            channels_last: None,
         }
     }
 
@@ -220,6 +223,12 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+
+    /// Whether convolution weights are laid out channels-last in this run.
+    pub fn uses_channels_last(&self) -> bool {
+        let on_gpu = self.devices.first().is_some_and(|d| matches!(d, DeviceId::Cuda(_)));
+        self.channels_last.unwrap_or_else(|| self.model.prefers_channels_last(on_gpu))
     }
 
     /// Steps in one epoch (the last partial batch is kept).

@@ -16,6 +16,7 @@ use super::allreduce::allreduce_sum;
 use super::checkpoint::{Checkpoint, CheckpointState, PartialEpoch, CHECKPOINT_FILE};
 use super::config::{check_lr, OnNan, TrainConfig};
 use super::events::{Control, EpochStats, Event, FinishReason, RunInfo, Summary};
+use super::flat::Layout;
 use super::shard::shards;
 use super::window::Window;
 use super::worker::{FromWorker, ReplicaHandles, Sums, ToWorker};
@@ -49,6 +50,8 @@ pub struct CoordinatorParts {
     pub test_len: usize,
     pub param_specs: Vec<TensorSpec>,
     pub buffer_specs: Vec<TensorSpec>,
+    pub param_layout: Layout,
+    pub buffer_layout: Layout,
     pub events: Sender<Event>,
     pub controls: Receiver<Control>,
     pub to_workers: Vec<Sender<ToWorker>>,
@@ -194,8 +197,8 @@ impl Coordinator {
             }
         }
         if let Some(r) = &self.p.cfg.resume {
-            for m in &mut self.momentum {
-                m.copy_(&r.momentum);
+            for m in &self.momentum {
+                self.p.param_layout.load_logical(m, &r.momentum);
             }
         }
         Ok(())
@@ -345,7 +348,7 @@ impl Coordinator {
     }
 
     fn named_cpu(&self) -> Vec<(String, Tensor)> {
-        self.named.iter().map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).copy())).collect()
+        self.named.iter().map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).contiguous().copy())).collect()
     }
 
     fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
@@ -600,23 +603,14 @@ impl Coordinator {
             last_test_acc: self.totals.last_test_acc,
             history: self.history.clone(),
         };
-        let split = |flat: &Tensor, specs: &[TensorSpec]| -> Vec<(String, Tensor)> {
-            let flat = flat.to_device(tch::Device::Cpu);
-            let mut offset = 0;
-            specs
-                .iter()
-                .map(|s| {
-                    let t = flat.narrow(0, offset, s.numel()).view(s.shape.as_slice()).copy();
-                    offset += s.numel();
-                    (s.name.clone(), t)
-                })
-                .collect()
+        let split = |flat: &Tensor, layout: &Layout, specs: &[TensorSpec]| -> Vec<(String, Tensor)> {
+            specs.iter().map(|s| s.name.clone()).zip(layout.to_logical(flat, tch::Device::Cpu)).collect()
         };
         let ckpt = Checkpoint {
             state,
-            params: split(&self.params[0], &self.p.param_specs),
-            momentum: split(&self.momentum[0], &self.p.param_specs),
-            buffers: split(&self.buffers[0], &self.p.buffer_specs),
+            params: split(&self.params[0], &self.p.param_layout, &self.p.param_specs),
+            momentum: split(&self.momentum[0], &self.p.param_layout, &self.p.param_specs),
+            buffers: split(&self.buffers[0], &self.p.buffer_layout, &self.p.buffer_specs),
         };
         let result = if cfg.faults.checkpoint_write {
             Err(super::checkpoint::CheckpointError::Write {

@@ -2,62 +2,133 @@
 //!
 //! The views are what the forward pass uses (leaves that require grad, for parameters); the flat
 //! buffer is what the allreduce, the optimizer and the replica check operate on, one kernel each.
+//! A 4-D tensor may be laid out channels-last (`[out, h, w, in]` in memory) inside the buffer,
+//! which lets oneDNN and cuDNN take their fastest convolution paths; the [`Layout`] says where
+//! and how each tensor lives, and converts to and from the logical (row-major) order that
+//! initial values, checkpoints and weight files use.
 
 use tch::{Device, Kind, Tensor};
 
 use crate::model::TensorSpec;
+
+/// Where each tensor of a flat buffer lives: offset, shape and strides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    entries: Vec<(i64, Vec<i64>, Vec<i64>)>,
+    total: i64,
+}
+
+fn row_major(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+impl Layout {
+    /// Lays `specs` out one after the other; 4-D tensors channels-last when asked.
+    pub fn new(specs: &[TensorSpec], channels_last: bool) -> Self {
+        let mut offset = 0;
+        let entries = specs
+            .iter()
+            .map(|s| {
+                let strides = match s.shape.as_slice() {
+                    [_, c, h, w] if channels_last => vec![h * w * c, 1, w * c, *c],
+                    shape => row_major(shape),
+                };
+                let entry = (offset, s.shape.clone(), strides);
+                offset += s.numel();
+                entry
+            })
+            .collect();
+        Layout { entries, total: offset }
+    }
+
+    /// Number of scalars in the buffer.
+    pub fn total(&self) -> i64 {
+        self.total
+    }
+
+    /// One view per tensor into `flat`.
+    pub fn views(&self, flat: &Tensor) -> Vec<Tensor> {
+        self.entries.iter().map(|(offset, shape, strides)| flat.as_strided(shape.as_slice(), strides.as_slice(), *offset)).collect()
+    }
+
+    /// Contiguous copies of the tensors of `flat`, in logical order, on `device`.
+    pub fn to_logical(&self, flat: &Tensor, device: Device) -> Vec<Tensor> {
+        let _guard = tch::no_grad_guard();
+        self.views(flat).iter().map(|v| v.to_device(device).contiguous().copy()).collect()
+    }
+
+    /// Fills `flat` from `logical`, the tensors' values concatenated in logical order.
+    pub fn load_logical(&self, flat: &Tensor, logical: &Tensor) {
+        let _guard = tch::no_grad_guard();
+        let mut start = 0;
+        for (mut view, (_, shape, _)) in self.views(flat).into_iter().zip(&self.entries) {
+            let n: i64 = shape.iter().product();
+            view.copy_(&logical.narrow(0, start, n).view(shape.as_slice()));
+            start += n;
+        }
+    }
+}
 
 /// Named views over one flat `f32` buffer.
 pub struct FlatTensors {
     pub flat: Tensor,
     pub views: Vec<Tensor>,
     pub names: Vec<String>,
+    pub layout: Layout,
 }
 
 impl FlatTensors {
     /// Allocates zeroed storage for `specs` on `device`.
-    pub fn zeros(specs: &[TensorSpec], device: Device, requires_grad: bool) -> Self {
-        let total: i64 = specs.iter().map(TensorSpec::numel).sum();
-        let flat = Tensor::zeros([total], (Kind::Float, device));
-        let _guard = tch::no_grad_guard();
-        let mut offset = 0;
-        let views = specs
-            .iter()
-            .map(|s| {
-                let v = flat.narrow(0, offset, s.numel()).view(s.shape.as_slice());
-                offset += s.numel();
-                if requires_grad {
-                    v.set_requires_grad(true)
-                } else {
-                    v
-                }
-            })
-            .collect();
-        FlatTensors { flat, views, names: specs.iter().map(|s| s.name.clone()).collect() }
+    pub fn zeros(specs: &[TensorSpec], device: Device, requires_grad: bool, channels_last: bool) -> Self {
+        let layout = Layout::new(specs, channels_last);
+        let flat = Tensor::zeros([layout.total()], (Kind::Float, device));
+        let views = {
+            let _guard = tch::no_grad_guard();
+            layout.views(&flat).into_iter().map(|v| if requires_grad { v.set_requires_grad(true) } else { v }).collect()
+        };
+        FlatTensors { flat, views, names: specs.iter().map(|s| s.name.clone()).collect(), layout }
     }
 
     /// Number of scalars.
     pub fn numel(&self) -> i64 {
-        self.flat.size()[0]
-    }
-
-    /// Deep copies of every named tensor, on the CPU (for saving).
-    pub fn named_cpu(&self) -> Vec<(String, Tensor)> {
-        let _guard = tch::no_grad_guard();
-        self.names
-            .iter()
-            .zip(&self.views)
-            .map(|(n, v)| (n.clone(), v.detach().to_device(Device::Cpu).copy()))
-            .collect()
+        self.layout.total()
     }
 }
 
-/// The initial values of `specs`, drawn in order from libtorch's generator, as one flat CPU tensor.
+/// The initial values of `specs`, drawn in order from libtorch's generator, as one flat CPU
+/// tensor in logical order.
 pub fn initial_flat(specs: &[TensorSpec]) -> Tensor {
     let parts: Vec<Tensor> = specs.iter().map(|s| s.initial_value().reshape([-1])).collect();
     if parts.is_empty() {
         Tensor::zeros([0], (Kind::Float, Device::Cpu))
     } else {
         Tensor::cat(&parts, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Builder, ModelKind};
+
+    #[test]
+    fn channels_last_round_trips_through_logical_order() {
+        let mut b = Builder::default();
+        ModelKind::Lenet.build(&mut b);
+        let logical = Tensor::arange(b.param_count(), (Kind::Float, Device::Cpu));
+        for cl in [false, true] {
+            let f = FlatTensors::zeros(&b.params, Device::Cpu, false, cl);
+            f.layout.load_logical(&f.flat, &logical);
+            let back = Tensor::cat(&f.layout.to_logical(&f.flat, Device::Cpu).iter().map(|t| t.reshape([-1])).collect::<Vec<_>>(), 0);
+            assert!(back.equal(&logical), "channels_last={cl}");
+            // The conv weight's value at [o, i, y, x] is the same whichever the layout.
+            assert_eq!(f.views[2].double_value(&[3, 4, 1, 2]), (200 + 3 * 500 + 4 * 25 + 5 + 2) as f64);
+        }
+        let cl = Layout::new(&b.params, true);
+        assert_eq!(cl.views(&Tensor::zeros([cl.total()], (Kind::Float, Device::Cpu)))[2].stride(), vec![500, 1, 100, 20]);
     }
 }

@@ -94,6 +94,7 @@ impl Engine {
                 initial_buffers: initial_buffers.copy(),
                 threads: cfg.cpu_threads,
                 faults: cfg.faults.clone(),
+                channels_last: cfg.uses_channels_last(),
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();
@@ -113,6 +114,8 @@ impl Engine {
         let coordinator = Coordinator::new(CoordinatorParts {
             train_len: data.train.len(),
             test_len: data.test.len(),
+            param_layout: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
+            buffer_layout: flat::Layout::new(&builder.buffers, false),
             param_specs: builder.params,
             buffer_specs: builder.buffers,
             workers_alive: alive_rx,

@@ -88,6 +88,7 @@ pub struct WorkerSetup {
     pub initial_buffers: Tensor,
     pub threads: usize,
     pub faults: Faults,
+    pub channels_last: bool,
 }
 
 struct DeviceSplit {
@@ -112,6 +113,7 @@ struct Worker {
     loss: LossKind,
     params: FlatTensors,
     grads: Tensor,
+    grad_views: Vec<Tensor>,
     buffers: FlatTensors,
     train: DeviceSplit,
     test: DeviceSplit,
@@ -192,14 +194,16 @@ impl Worker {
         }
         let mut builder = Builder::default();
         let net = setup.model.build(&mut builder);
-        let params = FlatTensors::zeros(&builder.params, setup.device, true);
-        let buffers = FlatTensors::zeros(&builder.buffers, setup.device, false);
+        let params = FlatTensors::zeros(&builder.params, setup.device, true, setup.channels_last);
+        let buffers = FlatTensors::zeros(&builder.buffers, setup.device, false, false);
         {
             let _guard = tch::no_grad_guard();
-            params.flat.shallow_clone().f_copy_(&setup.initial_params).map_err(|e| e.to_string())?;
-            buffers.flat.shallow_clone().f_copy_(&setup.initial_buffers).map_err(|e| e.to_string())?;
+            params.layout.load_logical(&params.flat, &setup.initial_params);
+            buffers.layout.load_logical(&buffers.flat, &setup.initial_buffers);
         }
         let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
+        // Gradient views laid out like the parameters, so the flat update pairs them up.
+        let grad_views = params.layout.views(&grads);
         let norm = setup.model.normalization();
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
         Ok(Worker {
@@ -211,6 +215,7 @@ impl Worker {
             test: upload(&setup.data.test, setup.device),
             params,
             grads,
+            grad_views,
             buffers,
             order: None,
             faults: setup.faults.clone(),
@@ -314,8 +319,9 @@ impl Worker {
             }
             let grads = Tensor::f_run_backward(&[&loss], &self.params.views, false, false)
                 .map_err(|e| e.to_string())?;
-            let flat: Vec<Tensor> = grads.iter().map(|g| g.view([-1])).collect();
-            let _ = Tensor::cat_out(&self.grads, &flat, 0);
+            for (view, g) in self.grad_views.iter_mut().zip(&grads) {
+                view.copy_(g);
+            }
             let _guard = tch::no_grad_guard();
             let _ = self.loss_sum.f_add_(&loss.detach());
             let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));

@@ -91,6 +91,17 @@ impl ModelKind {
         }
     }
 
+    /// Whether convolution weights and activations should be channels-last by default: measured
+    /// per model (BENCHMARKS.md). LeNet's 20→50 convolution runs about 1.4× faster so on one CPU
+    /// thread; the MNIST net's 1→10→20 convolutions run slower; cuDNN prefers it for ResNet-18.
+    pub fn prefers_channels_last(self, on_gpu: bool) -> bool {
+        match self {
+            ModelKind::Lenet => true,
+            ModelKind::Resnet18 => on_gpu,
+            ModelKind::MnistNet => false,
+        }
+    }
+
     /// The loss the seed trains with.
     pub fn loss(self) -> LossKind {
         match self {
