@@ -17,6 +17,7 @@ use super::checkpoint::{Checkpoint, CheckpointState, PartialEpoch, CHECKPOINT_FI
 use super::config::{check_lr, OnNan, TrainConfig};
 use super::events::{Control, EpochStats, Event, FinishReason, RunInfo, Summary};
 use super::flat::Layout;
+use super::sgd::StepScalars;
 use super::shard::shards;
 use super::window::Window;
 use super::worker::{FromWorker, ReplicaHandles, Sums, ToWorker};
@@ -76,6 +77,7 @@ pub struct Coordinator {
     grads: Vec<Tensor>,
     buffers: Vec<Tensor>,
     momentum: Vec<Tensor>,
+    scalars: Vec<StepScalars>,
     named: Vec<(String, Tensor)>,
     lr: f64,
     paused: bool,
@@ -98,6 +100,7 @@ impl Coordinator {
             grads: Vec::new(),
             buffers: Vec::new(),
             momentum: Vec::new(),
+            scalars: Vec::new(),
             named: Vec::new(),
             paused: false,
             stop: false,
@@ -188,6 +191,7 @@ impl Coordinator {
             if let FromWorker::Ready { handles, .. } = reply {
                 let ReplicaHandles { params, grads, buffers, named_params, named_buffers } = *handles;
                 self.momentum.push(params.zeros_like());
+                self.scalars.push(StepScalars::new(params.device()));
                 self.params.push(params);
                 self.grads.push(grads);
                 self.buffers.push(buffers);
@@ -375,8 +379,10 @@ impl Coordinator {
         let allreduce = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let sgd = super::sgd::Sgd { lr: self.lr, ..self.cfg().sgd };
-        for ((param, momentum), &holder) in self.params.iter_mut().zip(&mut self.momentum).zip(&holders) {
-            sgd.step(param, &self.grads[holder], momentum, len);
+        for (((param, momentum), scalars), &holder) in
+            self.params.iter_mut().zip(&mut self.momentum).zip(&mut self.scalars).zip(&holders)
+        {
+            sgd.step(param, &self.grads[holder], momentum, len, scalars);
         }
         if let Some((first, rest)) = self.buffers.split_first_mut() {
             for b in rest {
