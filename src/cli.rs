@@ -6,6 +6,13 @@ use clap::Parser;
 
 use dpt_tui::model::ModelKind;
 
+/// A yes/no flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
 /// Train neural networks data-parallel over several devices with libtorch, watched live.
 #[derive(Debug, Parser)]
 #[command(name = "dpt-tui", version, about)]
@@ -96,6 +103,16 @@ pub struct Args {
     /// Report a replica as stuck when a step takes longer than this many seconds.
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]
     pub step_timeout: f64,
+
+    /// Number format: f32, or bf16 (mixed precision: bfloat16 convolutions and matrix products,
+    /// f32 master weights, loss and update; for GPUs with bfloat16 tensor cores).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: dpt_tui::model::Precision,
+
+    /// Channels-last convolution weights and activations [default: the model's measured
+    /// preference: on for lenet, for resnet18 on GPUs].
+    #[arg(long, value_name = "on|off")]
+    pub channels_last: Option<OnOff>,
 
     /// Dashboard colours: dark, light, high-contrast, monochrome, or a .toml file [default:
     /// dark, or monochrome when NO_COLOR is set].

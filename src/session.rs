@@ -56,6 +56,8 @@ fn configure(args: &Args, machine: Machine, headless: bool) -> Result<TrainConfi
     cfg.max_steps = args.max_steps;
     cfg.check_replicas = args.check_replicas;
     cfg.checkpoint_every = args.checkpoint_every;
+    cfg.precision = args.precision;
+    cfg.channels_last = args.channels_last.map(|v| v == crate::cli::OnOff::On);
     cfg.on_nan = args.on_nan.unwrap_or(if headless { OnNan::Stop } else { OnNan::Pause });
     if !(args.step_timeout.is_finite() && args.step_timeout > 0.0) {
         return Err(input(anyhow!("--step-timeout must be a positive number of seconds")));

@@ -22,7 +22,17 @@ fn until(events: &Receiver<Event>, want: impl Fn(&Event) -> bool) -> (Event, Vec
 
 #[test]
 fn mnist_net_learns_the_subset() {
+    learns(dpt_tui::model::Precision::F32);
+}
+
+#[test]
+fn mnist_net_learns_in_bf16_too() {
+    learns(dpt_tui::model::Precision::Bf16);
+}
+
+fn learns(precision: dpt_tui::model::Precision) {
     let mut cfg = TrainConfig::new(ModelKind::MnistNet, vec![DeviceId::Cpu; 2]);
+    cfg.precision = precision;
     cfg.epochs = 8;
     cfg.seed = 1;
     let engine = Engine::start(cfg, common::subset(2000, 500)).unwrap();

@@ -1,7 +1,7 @@
 //! The seed models: output shapes and parameter counts against the seed architectures.
 
 use dpt_tui::engine::flat::{initial_flat, FlatTensors};
-use dpt_tui::model::{Builder, Forward, ModelKind};
+use dpt_tui::model::{Builder, Forward, ModelKind, Precision};
 use tch::{Device, Kind, Tensor};
 
 fn conv(cin: i64, cout: i64, k: i64) -> i64 {
@@ -60,9 +60,13 @@ fn every_model_matches_its_architecture() {
             .map(|(shape, _)| Tensor::ones(shape.as_slice(), (Kind::Float, Device::Cpu)))
             .collect();
         for train in [true, false] {
-            let out = net.forward(&params.views, &buffers.views, &x, &Forward { train, masks: &masks });
-            assert_eq!(out.size(), vec![5, 10], "{model:?} train={train}");
-            assert!(bool::try_from(out.isfinite().all()).unwrap());
+            for precision in [Precision::F32, Precision::Bf16] {
+                let ctx = Forward { train, masks: &masks, precision };
+                let out = net.forward(&params.views, &buffers.views, &x, &ctx);
+                assert_eq!(out.size(), vec![5, 10], "{model:?} train={train}");
+                assert_eq!(out.kind(), Kind::Float, "the loss sees f32");
+                assert!(bool::try_from(out.isfinite().all()).unwrap());
+            }
         }
     }
 }

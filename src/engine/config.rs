@@ -11,7 +11,7 @@ use super::checkpoint::{Checkpoint, CheckpointError, CheckpointState};
 use super::device::DeviceId;
 use super::faults::Faults;
 use super::sgd::Sgd;
-use crate::model::{Builder, ModelKind};
+use crate::model::{Builder, ModelKind, Precision};
 
 /// What to do when the training loss stops being finite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -137,6 +137,7 @@ pub struct TrainConfig {
     pub faults: Faults,
     /// Channels-last convolution weights (`None`: the model's measured preference).
     pub channels_last: Option<bool>,
+    pub precision: Precision,
 }
 
 impl TrainConfig {
@@ -161,6 +162,7 @@ impl TrainConfig {
             resume: None,
             faults: Faults::default(),
             channels_last: None,
+            precision: Precision::F32,
         }
     }
 

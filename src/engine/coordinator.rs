@@ -352,7 +352,10 @@ impl Coordinator {
     }
 
     fn named_cpu(&self) -> Vec<(String, Tensor)> {
-        self.named.iter().map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).contiguous().copy())).collect()
+        self.named
+            .iter()
+            .map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).contiguous().copy()))
+            .collect()
     }
 
     fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {

@@ -52,7 +52,10 @@ impl Layout {
 
     /// One view per tensor into `flat`.
     pub fn views(&self, flat: &Tensor) -> Vec<Tensor> {
-        self.entries.iter().map(|(offset, shape, strides)| flat.as_strided(shape.as_slice(), strides.as_slice(), *offset)).collect()
+        self.entries
+            .iter()
+            .map(|(offset, shape, strides)| flat.as_strided(shape.as_slice(), strides.as_slice(), *offset))
+            .collect()
     }
 
     /// Contiguous copies of the tensors of `flat`, in logical order, on `device`.
@@ -88,7 +91,11 @@ impl FlatTensors {
         let flat = Tensor::zeros([layout.total()], (Kind::Float, device));
         let views = {
             let _guard = tch::no_grad_guard();
-            layout.views(&flat).into_iter().map(|v| if requires_grad { v.set_requires_grad(true) } else { v }).collect()
+            layout
+                .views(&flat)
+                .into_iter()
+                .map(|v| if requires_grad { v.set_requires_grad(true) } else { v })
+                .collect()
         };
         FlatTensors { flat, views, names: specs.iter().map(|s| s.name.clone()).collect(), layout }
     }
@@ -123,12 +130,22 @@ mod tests {
         for cl in [false, true] {
             let f = FlatTensors::zeros(&b.params, Device::Cpu, false, cl);
             f.layout.load_logical(&f.flat, &logical);
-            let back = Tensor::cat(&f.layout.to_logical(&f.flat, Device::Cpu).iter().map(|t| t.reshape([-1])).collect::<Vec<_>>(), 0);
+            let back = Tensor::cat(
+                &f.layout
+                    .to_logical(&f.flat, Device::Cpu)
+                    .iter()
+                    .map(|t| t.reshape([-1]))
+                    .collect::<Vec<_>>(),
+                0,
+            );
             assert!(back.equal(&logical), "channels_last={cl}");
             // The conv weight's value at [o, i, y, x] is the same whichever the layout.
             assert_eq!(f.views[2].double_value(&[3, 4, 1, 2]), (200 + 3 * 500 + 4 * 25 + 5 + 2) as f64);
         }
         let cl = Layout::new(&b.params, true);
-        assert_eq!(cl.views(&Tensor::zeros([cl.total()], (Kind::Float, Device::Cpu)))[2].stride(), vec![500, 1, 100, 20]);
+        assert_eq!(
+            cl.views(&Tensor::zeros([cl.total()], (Kind::Float, Device::Cpu)))[2].stride(),
+            vec![500, 1, 100, 20]
+        );
     }
 }

@@ -67,6 +67,10 @@ impl Engine {
     /// Checks `cfg` against `data`, starts the workers and the coordinator.
     pub fn start(cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
         cfg.validate(data.train.len(), data.test.len())?;
+        if cfg.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_))) {
+            // cuDNN picks the fastest convolution algorithm for the (fixed) batch shapes.
+            tch::Cuda::cudnn_set_benchmark(true);
+        }
         let mut builder = Builder::default();
         let _ = cfg.model.build(&mut builder);
         let (initial_params, initial_buffers) = match &cfg.resume {
@@ -95,6 +99,7 @@ impl Engine {
                 threads: cfg.cpu_threads,
                 faults: cfg.faults.clone(),
                 channels_last: cfg.uses_channels_last(),
+                precision: cfg.precision,
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();

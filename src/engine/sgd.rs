@@ -31,7 +31,14 @@ impl StepScalars {
 impl Sgd {
     /// Updates `param` in place from `grad_sum` (the gradient summed over a global batch of
     /// `batch` samples). `momentum_buf` starts at zero, which equals PyTorch's first-step copy.
-    pub fn step(&self, param: &mut Tensor, grad_sum: &Tensor, momentum_buf: &mut Tensor, batch: usize, s: &mut StepScalars) {
+    pub fn step(
+        &self,
+        param: &mut Tensor,
+        grad_sum: &Tensor,
+        momentum_buf: &mut Tensor,
+        batch: usize,
+        s: &mut StepScalars,
+    ) {
         let _guard = tch::no_grad_guard();
         let inv_b = 1.0 / batch as f64;
         if self.momentum != 0.0 {
@@ -75,7 +82,10 @@ mod tests {
         sgd.step(&mut p, &g, &mut buf, 4, &mut s);
         // d = [1 + 0.045, 2 - 0.29] = [1.045, 1.71]; buf = 0.9 [1.1, 1.8] + d = [2.035, 3.33].
         let v: Vec<f32> = Vec::try_from(&p).unwrap();
-        assert!((v[0] - (0.45 - 0.5 * 2.035)).abs() < 1e-5 && (v[1] - (-2.9 - 0.5 * 3.33)).abs() < 1e-5, "{v:?}");
+        assert!(
+            (v[0] - (0.45 - 0.5 * 2.035)).abs() < 1e-5 && (v[1] - (-2.9 - 0.5 * 3.33)).abs() < 1e-5,
+            "{v:?}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tch::{Device, Kind, Reduction, Tensor};
 use super::faults::Faults;
 use super::flat::FlatTensors;
 use crate::data::{Dataset, Split};
-use crate::model::{Builder, Forward, LossKind, ModelKind, Network};
+use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Precision};
 
 /// Serializes re-seeding libtorch's global generator: dropout masks are drawn under it so that
 /// each replica gets its own reproducible stream whatever the threads' interleaving.
@@ -89,6 +89,7 @@ pub struct WorkerSetup {
     pub threads: usize,
     pub faults: Faults,
     pub channels_last: bool,
+    pub precision: Precision,
 }
 
 struct DeviceSplit {
@@ -114,6 +115,7 @@ struct Worker {
     params: FlatTensors,
     grads: Tensor,
     grad_views: Vec<Tensor>,
+    precision: Precision,
     buffers: FlatTensors,
     train: DeviceSplit,
     test: DeviceSplit,
@@ -216,6 +218,7 @@ impl Worker {
             params,
             grads,
             grad_views,
+            precision: setup.precision,
             buffers,
             order: None,
             faults: setup.faults.clone(),
@@ -311,7 +314,7 @@ impl Worker {
                 &self.params.views,
                 &self.buffers.views,
                 &x,
-                &Forward { train: true, masks: &masks },
+                &Forward { train: true, masks: &masks, precision: self.precision },
             );
             let mut loss = self.loss(&out, &y);
             if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
@@ -362,7 +365,7 @@ impl Worker {
                 &self.params.views,
                 &self.buffers.views,
                 &x,
-                &Forward { train: false, masks: &[] },
+                &Forward { train: false, masks: &[], precision: self.precision },
             );
             let _ = loss.f_add_(&self.loss(&out, &y));
             let _ = correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));

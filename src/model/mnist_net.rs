@@ -34,19 +34,19 @@ impl MnistNet {
 impl Network for MnistNet {
     fn forward(&self, p: &[Tensor], _buffers: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
         let pool = |t: Tensor| t.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false);
-        let h = pool(x.conv2d(&p[self.c1.0], Some(&p[self.c1.1]), [1, 1], [0, 0], [1, 1], 1)).relu();
-        let mut h = h.conv2d(&p[self.c2.0], Some(&p[self.c2.1]), [1, 1], [0, 0], [1, 1], 1);
+        let h = pool(ctx.conv2d(x, &p[self.c1.0], &p[self.c1.1], 1, 0)).relu();
+        let mut h = ctx.conv2d(&h, &p[self.c2.0], &p[self.c2.1], 1, 0);
         if ctx.train {
             // Dropout2d zeroes whole channels: the mask is [n, 20, 1, 1], already scaled by 1/(1-p).
-            h = h.g_mul(&ctx.masks[0]); // not in place: autograd saved `h`
+            h = h.g_mul(&ctx.mask(0)); // not in place: autograd saved `h`
         }
         let h = pool(h).relu();
         let n = h.size()[0];
-        let mut h = h.reshape([n, 320]).linear(&p[self.f1.0], Some(&p[self.f1.1])).relu();
+        let mut h = ctx.linear(&h.reshape([n, 320]), &p[self.f1.0], &p[self.f1.1]).relu();
         if ctx.train {
-            h = h.g_mul(&ctx.masks[1]); // not in place: autograd saved `h`
+            h = h.g_mul(&ctx.mask(1)); // not in place: autograd saved `h`
         }
-        h.linear(&p[self.f2.0], Some(&p[self.f2.1])).log_softmax(-1, Kind::Float)
+        ctx.output(ctx.linear(&h, &p[self.f2.0], &p[self.f2.1])).log_softmax(-1, Kind::Float)
     }
 
     fn dropout_masks(&self, n: i64) -> Vec<(Vec<i64>, f64)> {

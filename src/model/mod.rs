@@ -187,12 +187,54 @@ impl Builder {
     }
 }
 
+/// The number format of the forward and backward passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// Everything in f32 (convolutions use TF32 on GPUs that have it, libtorch's default).
+    F32,
+    /// Autocast-style mixed precision: convolutions and matrix products in bfloat16, the loss,
+    /// the master weights, the gradients and the update in f32.
+    Bf16,
+}
+
 /// Per-call context of a forward pass.
 pub struct Forward<'a> {
     /// Training mode: batch statistics in BatchNorm, dropout on.
     pub train: bool,
     /// Pre-drawn dropout masks, consumed in the order [`Network::dropout_masks`] lists them.
     pub masks: &'a [Tensor],
+    pub precision: Precision,
+}
+
+impl Forward<'_> {
+    /// The compute format of a tensor entering a convolution or a matrix product.
+    pub fn cast(&self, t: &Tensor) -> Tensor {
+        match self.precision {
+            Precision::F32 => t.shallow_clone(),
+            Precision::Bf16 => t.to_kind(Kind::BFloat16),
+        }
+    }
+
+    /// A 2-D convolution in the compute format.
+    pub fn conv2d(&self, x: &Tensor, w: &Tensor, b: &Tensor, stride: i64, padding: i64) -> Tensor {
+        self.cast(x).conv2d(&self.cast(w), Some(&self.cast(b)), [stride; 2], [padding; 2], [1, 1], 1)
+    }
+
+    /// A linear layer in the compute format.
+    pub fn linear(&self, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+        self.cast(x).linear(&self.cast(w), Some(&self.cast(b)))
+    }
+
+    /// The network's output back in f32 for the loss.
+    pub fn output(&self, t: Tensor) -> Tensor {
+        t.to_kind(Kind::Float)
+    }
+
+    /// Dropout mask `i`, in the activations' format.
+    pub fn mask(&self, i: usize) -> Tensor {
+        self.cast(&self.masks[i])
+    }
 }
 
 /// A model's forward pass over tensors it does not own.

@@ -28,8 +28,8 @@ impl Conv {
         }
     }
 
-    fn apply(&self, p: &[Tensor], x: &Tensor) -> Tensor {
-        x.conv2d(&p[self.w], Some(&p[self.b]), [self.stride; 2], [self.padding; 2], [1, 1], 1)
+    fn apply(&self, p: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
+        ctx.conv2d(x, &p[self.w], &p[self.b], self.stride, self.padding)
     }
 }
 
@@ -50,6 +50,7 @@ impl BatchNorm {
         }
     }
 
+    /// In the activations' format with f32 weights and statistics, as autocast runs BatchNorm.
     fn apply(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, train: bool) -> Tensor {
         x.batch_norm(
             Some(&p[self.w]),
@@ -85,11 +86,12 @@ impl Residual {
         }
     }
 
-    fn apply(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, train: bool) -> Tensor {
-        let y = self.bn1.apply(p, buf, &self.conv1.apply(p, x), train).relu();
-        let y = self.bn2.apply(p, buf, &self.conv2.apply(p, &y), train);
+    fn apply(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
+        let train = ctx.train;
+        let y = self.bn1.apply(p, buf, &self.conv1.apply(p, x, ctx), train).relu();
+        let y = self.bn2.apply(p, buf, &self.conv2.apply(p, &y, ctx), train);
         let shortcut = match &self.projection {
-            Some(conv) => conv.apply(p, x),
+            Some(conv) => conv.apply(p, x, ctx),
             None => x.shallow_clone(),
         };
         (y + shortcut).relu()
@@ -128,11 +130,11 @@ impl Resnet18 {
 
 impl Network for Resnet18 {
     fn forward(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
-        let mut h = self.stem_bn.apply(p, buf, &self.stem.apply(p, x), ctx.train).relu();
+        let mut h = self.stem_bn.apply(p, buf, &self.stem.apply(p, x, ctx), ctx.train).relu();
         for block in &self.blocks {
-            h = block.apply(p, buf, &h, ctx.train);
+            h = block.apply(p, buf, &h, ctx);
         }
         let n = h.size()[0];
-        h.adaptive_avg_pool2d([1, 1]).reshape([n, -1]).linear(&p[self.fc.0], Some(&p[self.fc.1]))
+        ctx.output(ctx.linear(&h.adaptive_avg_pool2d([1, 1]).reshape([n, -1]), &p[self.fc.0], &p[self.fc.1]))
     }
 }

@@ -49,7 +49,10 @@ fn main() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/benches/pytorch_seed.py");
     let limit = std::env::var("BENCH_TRAIN_LIMIT").ok();
     let tmp = tempfile::tempdir().unwrap();
-    println!("dpt-tui vs PyTorch: {rounds} rounds, {epochs} epochs, devices {devices}, data {}", data.display());
+    println!(
+        "dpt-tui vs PyTorch: {rounds} rounds, {epochs} epochs, devices {devices}, data {}",
+        data.display()
+    );
     let mut rows = Vec::new();
     for model in env_or("BENCH_MODELS", "lenet,mnist-net").split(',') {
         let (mut ours, mut theirs) = (Side::default(), Side::default());
@@ -58,7 +61,14 @@ fn main() {
                 let run = tmp.path().join(format!("{model}-{round}"));
                 let mut cmd = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
                 cmd.args(["--headless", "--model", model, "--devices", &devices, "--epochs", &epochs]);
-                cmd.args(["--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap(), "--checkpoint-every", "0"]);
+                cmd.args([
+                    "--data",
+                    data.to_str().unwrap(),
+                    "--run-dir",
+                    run.to_str().unwrap(),
+                    "--checkpoint-every",
+                    "0",
+                ]);
                 cmd.args(extra.split_whitespace());
                 if let Some(l) = &limit {
                     cmd.args(["--train-limit", l]);
@@ -71,7 +81,14 @@ fn main() {
             };
             let run_theirs = |theirs: &mut Side| {
                 let mut cmd = Command::new(&python);
-                cmd.arg(&script).args(["--model", model, "--epochs", &epochs, "--data", data.to_str().unwrap()]);
+                cmd.arg(&script).args([
+                    "--model",
+                    model,
+                    "--epochs",
+                    &epochs,
+                    "--data",
+                    data.to_str().unwrap(),
+                ]);
                 if let Some(l) = &limit {
                     cmd.args(["--train-limit", l]);
                 }
