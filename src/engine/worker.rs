@@ -249,12 +249,13 @@ impl Worker {
 
     /// Bytes to the model's input scale.
     fn normalize(&self, raw: &Tensor) -> Tensor {
-        let x = raw.to_kind(Kind::Float);
-        if self.shift == 0.0 {
-            x * self.scale
-        } else {
-            x * self.scale + self.shift
+        // In place on the fresh f32 copy: no further allocation.
+        let mut x = raw.to_kind(Kind::Float);
+        let _ = x.g_mul_scalar_(self.scale);
+        if self.shift != 0.0 {
+            let _ = x.g_add_scalar_(self.shift);
         }
+        x
     }
 
     fn loss(&self, out: &Tensor, y: &Tensor) -> Tensor {

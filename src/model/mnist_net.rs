@@ -4,7 +4,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::{default_bound, Builder, Forward, Init, Network};
+use super::{channels_last, default_bound, Builder, Forward, Init, Network};
 
 /// Indices of the network's tensors.
 pub struct MnistNet {
@@ -33,7 +33,10 @@ impl MnistNet {
 
 impl Network for MnistNet {
     fn forward(&self, p: &[Tensor], _buffers: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
-        let pool = |t: Tensor| t.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false);
+        // libtorch's channels-last max-pool kernel, forward and backward, is much faster than
+        // the planar one on these shapes: 4.6 -> 3.4 ms per 32-sample step on one thread,
+        // copies included (BENCHMARKS.md).
+        let pool = |t: Tensor| channels_last(&t).max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false);
         let h = pool(ctx.conv2d(x, &p[self.c1.0], &p[self.c1.1], 1, 0)).relu();
         let mut h = ctx.conv2d(&h, &p[self.c2.0], &p[self.c2.1], 1, 0);
         if ctx.train {

@@ -249,6 +249,12 @@ pub trait Network: Send {
     }
 }
 
+/// A copy of the 4-D `t` laid out channels-last (same shape and values; strides NHWC), as
+/// `t.contiguous(memory_format=torch.channels_last)` does; autograd follows it.
+pub fn channels_last(t: &Tensor) -> Tensor {
+    t.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2])
+}
+
 /// PyTorch's default initialization bound for a layer with `fan_in` inputs.
 pub(crate) fn default_bound(fan_in: i64) -> f64 {
     1.0 / (fan_in as f64).sqrt()
