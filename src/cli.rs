@@ -13,10 +13,47 @@ pub enum OnOff {
     Off,
 }
 
+/// Commands besides training.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Reopen the dashboard on a running job (the most recent one by default).
+    Attach {
+        /// The run directory.
+        run: Option<PathBuf>,
+        /// Watch without the right to pause, change the lr, save or stop.
+        #[arg(long)]
+        read_only: bool,
+    },
+    /// List the runs in a folder (default: runs) with their state and progress.
+    Ls {
+        #[arg(default_value = "runs")]
+        dir: PathBuf,
+    },
+    /// Open the dashboard on a recorded run's metrics.jsonl, or write its curves as a PNG.
+    Show {
+        /// The run directory.
+        run: PathBuf,
+        /// Write the curves to this PNG file instead of opening the dashboard.
+        #[arg(long, value_name = "FILE")]
+        png: Option<PathBuf>,
+    },
+}
+
 /// Train neural networks data-parallel over several devices with libtorch, watched live.
 #[derive(Debug, Parser)]
-#[command(name = "dpt-tui", version, about)]
+#[command(name = "dpt-tui", version, about, args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Start the training in the background and print how to attach to it.
+    #[arg(long)]
+    pub detach: bool,
+
+    /// Internal: run as the background job of a dashboard (output to the run directory).
+    #[arg(long, hide = true)]
+    pub serve: bool,
+
     /// Model to train (the seeds' architectures and defaults) [default: lenet, or the resumed
     /// checkpoint's].
     #[arg(long, value_enum)]

@@ -7,5 +7,7 @@ pub mod engine;
 pub mod headless;
 pub mod model;
 pub mod monitor;
+pub mod remote;
+pub mod report;
 pub mod run_dir;
 pub mod signals;

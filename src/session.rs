@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use crossbeam_channel::{select, Receiver, Sender};
+use std::os::unix::process::CommandExt;
 
-use crate::cli::Args;
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+
+use crate::cli::{Args, Command};
 use crate::Failure;
 use dpt_tui::dashboard::{self, theme::Theme};
 use dpt_tui::data::Dataset;
@@ -20,6 +22,10 @@ use dpt_tui::engine::{Control, Engine, Event, FinishReason, OnNan, Resume, Start
 use dpt_tui::headless::HeadlessPrinter;
 use dpt_tui::model::ModelKind;
 use dpt_tui::run_dir::{create_run_dir, default_run_dir, spawn_recorder, MetricsWriter};
+use dpt_tui::monitor;
+use dpt_tui::remote::hub::{Hub, HubMsg};
+use dpt_tui::remote::protocol::Snapshot;
+use dpt_tui::remote::{client, runs, server};
 use dpt_tui::signals::{self, SignalMsg, SignalWatch};
 
 fn input<E: Into<anyhow::Error>>(e: E) -> Failure {
@@ -79,14 +85,18 @@ fn configure(args: &Args, machine: Machine, headless: bool) -> Result<TrainConfi
     Ok(cfg)
 }
 
-/// Runs one invocation; returns the exit status.
-pub fn run(args: Args) -> Result<u8, Failure> {
-    let machine = Machine::detect();
-    let headless = args.headless || !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal();
-    let mut cfg = configure(&args, machine, headless)?;
-    let theme =
-        Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
+/// A training run, checked and ready to start: everything that can be bad input is behind it.
+struct Prepared {
+    cfg: TrainConfig,
+    data: Dataset,
+    run_dir: PathBuf,
+    theme: Theme,
+}
 
+/// Checks the flags, loads the data and creates (or reuses, when resuming) the run directory.
+fn prepare(args: &Args, machine: Machine, headless: bool) -> Result<Prepared, Failure> {
+    let cfg = configure(args, machine, headless)?;
+    let theme = Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
     let mut data = Dataset::load(&args.data).map_err(input)?;
     if let Some(n) = args.train_limit {
         data.train.truncate(n);
@@ -95,14 +105,14 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         data.test.truncate(n);
     }
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
-
     // A resumed run continues in its own directory unless told otherwise.
     let resumed_dir = args.resume.as_ref().and_then(|p| checkpoint_path(p).parent().map(PathBuf::from));
     let run_dir = match (&args.run_dir, resumed_dir) {
-        (Some(dir), _) => {
+        (Some(dir), _) if !args.serve => {
             create_run_dir(dir).map_err(input)?;
             dir.clone()
         }
+        (Some(dir), _) => dir.clone(),
         (None, Some(dir)) => dir,
         (None, None) => {
             let dir = default_run_dir(cfg.model.name());
@@ -110,61 +120,77 @@ pub fn run(args: Args) -> Result<u8, Failure> {
             dir
         }
     };
+    Ok(Prepared { cfg, data, run_dir, theme })
+}
+
+/// Runs one invocation; returns the exit status.
+pub fn run(args: Args) -> Result<u8, Failure> {
+    match args.command.clone() {
+        Some(Command::Attach { run, read_only }) => return attach_command(run, read_only, &args),
+        Some(Command::Ls { dir }) => return ls_command(&dir),
+        Some(Command::Show { run, png }) => return show_command(&run, png.as_deref(), &args),
+        None => {}
+    }
+    let machine = Machine::detect();
+    let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if args.serve || (!args.detach && (args.headless || !terminal)) {
+        return serve(&args, machine);
+    }
+    front(&args, machine, terminal)
+}
+
+/// Trains in this process, printing progress lines, and serves viewers on the run's socket.
+fn serve(args: &Args, machine: Machine) -> Result<u8, Failure> {
+    let Prepared { mut cfg, data, run_dir, .. } = prepare(args, machine, true)?;
+    if args.serve && args.on_nan.is_none() {
+        // A job watched through the dashboard pauses on divergence, as the dashboard would.
+        cfg.on_nan = OnNan::Pause;
+    }
     let metrics = MetricsWriter::create(&run_dir).map_err(input)?;
     cfg.run_dir = Some(run_dir.clone());
     let devices = cfg.devices.clone();
-
     let watch = SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)?;
     let engine = Engine::start(cfg, Arc::new(data)).map_err(|e| match e {
         StartError::Config(c) => input(c),
         StartError::Engine(e) => Failure::Run(e.into()),
     })?;
-    let (events, recorder) = spawn_recorder(engine.events().clone(), metrics)
-        .context("cannot start the recorder")
+    let (events, recorder) =
+        spawn_recorder(engine.events().clone(), metrics).context("cannot start the recorder").map_err(Failure::Run)?;
+    let (monitor_tx, monitor_rx) = unbounded();
+    let (stop_monitor, monitor_stop) = crossbeam_channel::bounded::<()>(0);
+    let monitor = monitor::spawn(&devices, Duration::from_millis(args.sample_ms), monitor_tx, monitor_stop)
+        .context("cannot start the device monitor")
         .map_err(Failure::Run)?;
+    let (hub, hub_thread) = Hub::spawn(events, monitor_rx).context("cannot start the hub").map_err(Failure::Run)?;
     let controls = engine.controls();
-    let mut printer = HeadlessPrinter::default();
-    let mut interrupted = None;
-    let mut finish = None;
-    if headless {
-        finish = headless_loop(&events, &watch.messages, &controls, &mut printer, &mut interrupted);
-    } else {
-        let opts = dashboard::Options {
-            theme,
-            ascii: args.ascii || !dashboard::locale_is_utf8(),
-            fps: args.fps,
-            sample: Duration::from_millis(args.sample_ms),
-        };
-        match dashboard::run(&events, &watch.messages, controls.clone(), &devices, opts) {
-            Ok(end) => {
-                interrupted = end.interrupted;
-                if end.hangup {
-                    // No terminal any more: go on headless, logging to the run directory;
-                    // writes to the dead terminal fail quietly.
-                    finish =
-                        headless_loop(&events, &watch.messages, &controls, &mut printer, &mut interrupted);
-                } else {
-                    if !end.app.state.is_over() {
-                        // The user left before the run ended: stop cleanly and save.
-                        let _ = controls.send(Control::Stop);
-                    }
-                    if let Some(summary) = end.app.summary {
-                        finish = Some(summary.reason);
-                        printer.print(&Event::Finished(Box::new(summary)), &mut std::io::stdout());
-                    }
-                }
-            }
-            Err(e) => {
-                let _ = controls.send(Control::Stop);
-                let _ = engine.join();
-                return Err(Failure::Run(anyhow::Error::new(e).context("the dashboard failed")));
-            }
+    // Viewers are a convenience: a job whose socket cannot be opened still trains.
+    let socket = match server::serve(&run_dir, hub.clone(), controls.clone()) {
+        Ok(path) => Some(path),
+        Err(e) => {
+            eprintln!("dpt-tui: warning: viewers cannot attach ({e})");
+            None
         }
+    };
+    let (snapshot, printed) = hub.subscribe(1 << 20).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
+    drop(hub);
+    let mut printer = HeadlessPrinter::default();
+    // What happened before the printer subscribed (the start, at least) comes first.
+    for event in &snapshot.events {
+        printer.print(event, &mut std::io::stdout());
     }
+    let mut interrupted = None;
+    let finish = headless_loop(&printed, &watch.messages, &controls, &mut printer, &mut interrupted);
     drop(controls);
     let outcome = engine.join().context("training failed");
     let write_error = recorder.join().ok().flatten();
+    let _ = hub_thread.join();
+    drop(stop_monitor);
+    let _ = monitor.join();
     drop(watch);
+    if let Some(path) = socket {
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(run_dir.join(server::SERVER_FILE));
+    }
     let resume_hint = format!("resume with: dpt-tui --resume {}", run_dir.display());
     if let Err(e) = outcome {
         println!("{resume_hint} (from the last checkpoint)");
@@ -180,9 +206,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
             Ok(signals::exit_code(signal))
         }
         (None, Some(FinishReason::Diverged)) => {
-            println!(
-                "stopped: the loss diverged; the last good checkpoint is kept; {resume_hint} --lr <lower>"
-            );
+            println!("stopped: the loss diverged; the last good checkpoint is kept; {resume_hint} --lr <lower>");
             Ok(1)
         }
         (None, Some(FinishReason::Stopped | FinishReason::StepLimit)) => {
@@ -193,10 +217,165 @@ pub fn run(args: Args) -> Result<u8, Failure> {
     }
 }
 
+/// Starts the job in the background (its own session, output to `server.log` in the run
+/// directory), then attaches the dashboard to it, or with `--detach` just says how to.
+fn front(args: &Args, machine: Machine, terminal: bool) -> Result<u8, Failure> {
+    let prepared = prepare(args, machine, false)?;
+    let run_dir = prepared.run_dir.clone();
+    let log_path = run_dir.join("server.log");
+    let log = std::fs::File::create(&log_path).context("cannot create server.log").map_err(Failure::Run)?;
+    let mut cmd = std::process::Command::new(std::env::current_exe().context("cannot find dpt-tui").map_err(Failure::Run)?);
+    cmd.args(std::env::args_os().skip(1).filter(|a| a != "--detach")).arg("--serve");
+    if args.run_dir.is_none() && args.resume.is_none() {
+        cmd.arg("--run-dir").arg(&run_dir);
+    }
+    let err_log = log.try_clone().context("cannot open server.log").map_err(Failure::Run)?;
+    cmd.stdin(std::process::Stdio::null()).stdout(log).stderr(err_log);
+    // SAFETY: setsid is async-signal-safe; the job leaves this terminal's session, so closing
+    // the terminal or losing the SSH connection does not signal it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("cannot start the background job").map_err(Failure::Run)?;
+    // Wait for the job to serve its socket (or to fail on the way).
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        if client::server_info(&run_dir).is_some_and(|i| i.pid == child.id()) && client::is_live(&run_dir) {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
+            let e = anyhow!("the background job exited ({status}): {last}");
+            return Err(if status.code() == Some(2) { Failure::Input(e) } else { Failure::Run(e) });
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Failure::Run(anyhow!("the background job did not start; see {}", log_path.display())));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if args.detach || !terminal {
+        println!("training in the background (pid {}), logging to {}", child.id(), log_path.display());
+        println!("attach with: dpt-tui attach {}", run_dir.display());
+        return Ok(0);
+    }
+    view_job(&run_dir, false, args, prepared.theme)
+}
+
+/// The dashboard on the job of `run_dir`, and the exit status that follows.
+fn view_job(run_dir: &std::path::Path, read_only: bool, args: &Args, theme: Theme) -> Result<u8, Failure> {
+    let attached = client::attach(run_dir, read_only).map_err(|e| Failure::Run(e.into()))?;
+    let watch = SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)?;
+    let source = dashboard::Source {
+        snapshot: attached.snapshot,
+        events: attached.events,
+        monitor: attached.monitor,
+        controls: (!read_only).then_some(attached.controls),
+        attached: true,
+    };
+    let end = dashboard::run(source, &watch.messages, dashboard_options(args, theme))
+        .map_err(|e| Failure::Run(anyhow::Error::new(e).context("the dashboard failed")))?;
+    let mut stdout = std::io::stdout();
+    if end.app.detached || end.hangup {
+        println!("detached; training goes on. attach with: dpt-tui attach {}", run_dir.display());
+        return Ok(0);
+    }
+    if let Some(summary) = end.app.summary {
+        HeadlessPrinter::default().print(&Event::Finished(Box::new(summary)), &mut stdout);
+    }
+    println!("run directory: {}", run_dir.display());
+    if let Some(message) = end.app.failure {
+        println!("resume with: dpt-tui --resume {} (from the last checkpoint)", run_dir.display());
+        return Err(Failure::Run(anyhow!("training failed: {message}")));
+    }
+    if let Some(signal) = end.interrupted {
+        println!("stopped by {}; resume with: dpt-tui --resume {}", signals::name(signal), run_dir.display());
+        return Ok(signals::exit_code(signal));
+    }
+    Ok(0)
+}
+
+fn dashboard_options(args: &Args, theme: Theme) -> dashboard::Options {
+    dashboard::Options {
+        theme,
+        ascii: args.ascii || !dashboard::locale_is_utf8(),
+        fps: args.fps,
+        sample: Duration::from_millis(args.sample_ms),
+    }
+}
+
+fn attach_command(run: Option<PathBuf>, read_only: bool, args: &Args) -> Result<u8, Failure> {
+    let run_dir = match run {
+        Some(r) => r,
+        None => runs::latest(std::path::Path::new("runs"))
+            .ok_or_else(|| input(anyhow!("no runs under ./runs; name the run directory: dpt-tui attach DIR")))?,
+    };
+    let theme = Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
+    if !client::is_live(&run_dir) {
+        let state = runs::inspect(&run_dir).map_or("not a run directory".to_owned(), |e| e.state.label().to_owned());
+        return Err(input(anyhow!(
+            "{} is not running ({state}); 'dpt-tui show {}' opens its record, 'dpt-tui --resume {}' continues it",
+            run_dir.display(),
+            run_dir.display(),
+            run_dir.display()
+        )));
+    }
+    view_job(&run_dir, read_only, args, theme)
+}
+
+fn ls_command(dir: &std::path::Path) -> Result<u8, Failure> {
+    let runs = runs::list(dir);
+    if runs.is_empty() {
+        println!("no runs in {}", dir.display());
+        return Ok(0);
+    }
+    println!("{:<10} {:<10} {:<18} {:>9} {:>9}  {}", "STATE", "MODEL", "DEVICES", "EPOCHS", "BEST ACC", "RUN");
+    for r in runs {
+        let state = if r.resumable { format!("{}*", r.state.label()) } else { r.state.label().to_owned() };
+        let acc = r.best_test_acc.map_or("-".to_owned(), |a| format!("{a:.3}"));
+        println!(
+            "{:<10} {:<10} {:<18} {:>9} {:>9}  {}",
+            state,
+            r.model,
+            r.devices.join(","),
+            format!("{}/{}", r.epochs_done, r.epochs),
+            acc,
+            r.path.display()
+        );
+    }
+    println!("(* resumable: dpt-tui --resume RUN)");
+    Ok(0)
+}
+
+fn show_command(run_dir: &std::path::Path, png: Option<&std::path::Path>, args: &Args) -> Result<u8, Failure> {
+    let history = runs::read_history(run_dir)
+        .map_err(|e| input(anyhow!("cannot read {}/metrics.jsonl: {e}; name a run directory", run_dir.display())))?;
+    if let Some(path) = png {
+        dpt_tui::report::write_png(&history, path).map_err(|e| input(anyhow!("{e}")))?;
+        println!("wrote {}", path.display());
+        return Ok(0);
+    }
+    let theme = Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
+    let watch = SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)?;
+    let source = dashboard::Source {
+        snapshot: Snapshot { events: history, monitor: Vec::new() },
+        events: crossbeam_channel::never(),
+        monitor: crossbeam_channel::never(),
+        controls: None,
+        attached: false,
+    };
+    dashboard::run(source, &watch.messages, dashboard_options(args, theme))
+        .map_err(|e| Failure::Run(anyhow::Error::new(e).context("the dashboard failed")))?;
+    Ok(0)
+}
+
 /// Prints events until the run ends; SIGINT/SIGTERM stop the run at the next step boundary,
 /// SIGHUP is ignored (the run goes on). Returns why the run finished.
 fn headless_loop(
-    events: &Receiver<Event>,
+    events: &Receiver<HubMsg>,
     signals: &Receiver<SignalMsg>,
     controls: &Sender<Control>,
     printer: &mut HeadlessPrinter,
@@ -208,7 +387,8 @@ fn headless_loop(
     loop {
         select! {
             recv(events) -> ev => match ev {
-                Ok(event) => {
+                Ok(HubMsg::Monitor(_)) => {}
+                Ok(HubMsg::Event(event)) => {
                     if let Event::Finished(s) = &event {
                         finish = Some(s.reason);
                     }

@@ -36,6 +36,7 @@ fn info(devices: &[&str]) -> RunInfo {
         test_samples: 10_000,
         cpu_threads_per_replica: 1,
         resumed_at: None,
+        started_unix: None,
     }
 }
 

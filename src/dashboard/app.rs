@@ -86,10 +86,24 @@ pub struct App {
     pub stop_requested: bool,
     /// Leave the dashboard now.
     pub quit: bool,
+    /// The user detached: the dashboard closes, training goes on.
+    pub detached: bool,
+    /// This viewer may steer the run (not `--read-only`, not `show`).
+    pub steerable: bool,
+    /// Attached to a job in another process (so `d` can detach).
+    pub attached: bool,
     /// Something changed since the last frame.
     pub dirty: bool,
     /// Wall-clock time for log lines, `HH:MM:SS` (tests fix it).
     pub clock: fn() -> String,
+}
+
+/// `cpu` or `cuda:N`, as events name devices.
+fn parse_device(s: &str) -> Option<DeviceId> {
+    match s.strip_prefix("cuda:") {
+        Some(n) => n.parse().ok().map(DeviceId::Cuda),
+        None => (s == "cpu").then_some(DeviceId::Cpu),
+    }
 }
 
 fn wall_clock() -> String {
@@ -118,6 +132,9 @@ impl App {
             lr_factor: 2.0,
             stop_requested: false,
             quit: false,
+            detached: false,
+            steerable: true,
+            attached: false,
             dirty: true,
             clock: wall_clock,
         }
@@ -144,6 +161,10 @@ impl App {
                         info.devices.join(", ")
                     ),
                 );
+                if self.devices.is_empty() {
+                    let ids: Vec<DeviceId> = info.devices.iter().filter_map(|d| parse_device(d)).collect();
+                    self.devices = panels(&ids);
+                }
                 self.info = Some((**info).clone());
             }
             Event::Step(s) => {

@@ -14,6 +14,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("l", "type an exact lr (Enter applies, Esc cancels)"),
     ("s", "save the weights now (model.safetensors in the run directory)"),
     ("q", "stop after this step and save (asks first); quit once finished"),
+    ("d", "detach: close the dashboard, training goes on (dpt-tui attach)"),
     ("Ctrl-C", "stop after the current step and save, without asking"),
     ("v", "curves: loss, accuracy, learning rate"),
     ("w", "curves: whole run or the last 2 epochs"),
@@ -59,7 +60,7 @@ impl App {
 
     fn request_stop(&mut self) -> Vec<Control> {
         self.overlay = None;
-        if self.state.is_over() {
+        if self.state.is_over() || !self.steerable {
             self.quit = true;
             return Vec::new();
         }
@@ -68,7 +69,7 @@ impl App {
     }
 
     fn steering(&self) -> bool {
-        matches!(self.state, RunState::Running | RunState::Paused)
+        self.steerable && matches!(self.state, RunState::Running | RunState::Paused)
     }
 
     fn main_key(&mut self, code: KeyCode) -> Vec<Control> {
@@ -84,6 +85,15 @@ impl App {
             }
             KeyCode::Char('s') if self.steering() => vec![Control::SaveNow],
             KeyCode::Char('q') | KeyCode::Esc if self.state.is_over() => {
+                self.quit = true;
+                Vec::new()
+            }
+            KeyCode::Char('d') if self.attached && !self.state.is_over() => {
+                self.detached = true;
+                self.quit = true;
+                Vec::new()
+            }
+            KeyCode::Char('q') | KeyCode::Esc if !self.steerable => {
                 self.quit = true;
                 Vec::new()
             }

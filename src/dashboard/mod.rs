@@ -16,7 +16,7 @@ pub mod view;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{never, select, tick, unbounded, Receiver, Sender};
 use crossterm::event::{self, Event as TermEvent};
@@ -24,8 +24,9 @@ use thiserror::Error;
 
 pub use keys::HELP;
 
-use crate::engine::{Control, DeviceId, Event};
-use crate::monitor::{self, MonitorMsg};
+use crate::engine::{Control, Event};
+use crate::monitor::MonitorMsg;
+use crate::remote::protocol::Snapshot;
 use crate::signals::SignalMsg;
 use app::App;
 use theme::Theme;
@@ -86,36 +87,58 @@ fn spawn_input(stop: Arc<AtomicBool>) -> std::io::Result<Receiver<TermEvent>> {
     Ok(rx)
 }
 
+/// Where the dashboard's data comes from: a job (attached over its socket) or a recorded run.
+pub struct Source {
+    /// The run so far, replayed before the live data.
+    pub snapshot: Snapshot,
+    pub events: Receiver<Event>,
+    pub monitor: Receiver<MonitorMsg>,
+    /// Where controls go; `None` for a viewer that may not steer (`--read-only`, `show`).
+    pub controls: Option<Sender<Control>>,
+    /// A live job in another process (`d` detaches from it).
+    pub attached: bool,
+}
+
 /// How the dashboard ended.
 pub struct End {
     /// The final state, whose summary or failure the caller prints after the screen is restored.
     pub app: App,
-    /// The terminal went away (SIGHUP, or input closed): training goes on headless.
+    /// The terminal went away (SIGHUP, or input closed).
     pub hangup: bool,
     /// SIGINT or SIGTERM asked for a stop (the signal number).
     pub interrupted: Option<i32>,
 }
 
-/// Runs the dashboard until the user leaves (after the run ends, or after a confirmed stop), or
-/// the terminal goes away.
-pub fn run(
-    events: &Receiver<Event>,
-    signals: &Receiver<SignalMsg>,
-    controls: Sender<Control>,
-    devices: &[DeviceId],
-    opts: Options,
-) -> Result<End, DashboardError> {
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Runs the dashboard until the user leaves (after the run ends, after a confirmed stop, or by
+/// detaching), or the terminal goes away.
+pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Result<End, DashboardError> {
+    let mut app = App::new(&[]);
+    app.steerable = source.controls.is_some();
+    app.attached = source.attached;
+    for event in &source.snapshot.events {
+        app.on_event(event);
+    }
+    for msg in &source.snapshot.monitor {
+        app.on_monitor(msg);
+    }
+    let controls = source.controls;
+    let send = |c: Control| {
+        if let Some(tx) = &controls {
+            // The job may have finished; a control then has nobody to reach.
+            let _ = tx.send(c);
+        }
+    };
     let mut tui = terminal::Tui::enter()?;
     let stop_input = Arc::new(AtomicBool::new(false));
     let input = spawn_input(Arc::clone(&stop_input))?;
-    let (monitor_tx, monitor_rx) = unbounded::<MonitorMsg>();
-    let (stop_monitor, monitor_stop_rx) = crossbeam_channel::bounded::<()>(0);
-    let monitor = monitor::spawn(devices, opts.sample, monitor_tx, monitor_stop_rx)?;
     let look = Look { theme: &opts.theme, ascii: opts.ascii };
     let ticker = tick(Duration::from_millis(1000 / u64::from(opts.fps.clamp(1, 60))));
-    let started = Instant::now();
-    let mut app = App::new(devices);
-    let (mut events, mut monitor_rx, mut signals) = (events.clone(), monitor_rx, signals.clone());
+    let (mut events, mut monitor_rx, mut signals) = (source.events, source.monitor, signals.clone());
     let (mut hangup, mut interrupted) = (false, None);
     let result = loop {
         select! {
@@ -123,10 +146,10 @@ pub fn run(
                 Ok(SignalMsg::Stop(number)) => {
                     interrupted = Some(number);
                     app.stop_requested = true;
-                    if app.state.is_over() {
+                    if app.state.is_over() || !app.steerable {
                         app.quit = true;
                     }
-                    let _ = controls.send(Control::Stop);
+                    send(Control::Stop);
                 }
                 Ok(SignalMsg::Hangup) => {
                     hangup = true;
@@ -137,15 +160,16 @@ pub fn run(
             recv(events) -> ev => match ev {
                 Ok(ev) => app.on_event(&ev),
                 Err(_) => {
-                    app.on_engine_gone();
+                    if app.attached {
+                        app.on_engine_gone();
+                    }
                     events = never();
                 }
             },
             recv(input) -> ev => match ev {
                 Ok(TermEvent::Key(key)) => {
                     for control in app.on_key(key) {
-                        // The engine may have finished; a control then has nobody to reach.
-                        let _ = controls.send(control);
+                        send(control);
                     }
                 }
                 Ok(TermEvent::Resize(..)) => app.dirty = true,
@@ -164,7 +188,9 @@ pub fn run(
                 if terminal::panicked() {
                     break Err(DashboardError::Panicked);
                 }
-                app.tick(started.elapsed().as_secs_f64());
+                if let Some(t0) = app.info.as_ref().and_then(|i| i.started_unix) {
+                    app.tick(unix_now() - t0);
+                }
                 if app.dirty {
                     app.dirty = false;
                     if let Err(e) = tui.terminal.draw(|f| view::draw(f, &app, &look)) {
@@ -178,8 +204,6 @@ pub fn run(
         }
     };
     stop_input.store(true, Ordering::Relaxed);
-    drop(stop_monitor);
-    let _ = monitor.join();
     drop(tui);
     result.map(|()| End { app, hangup, interrupted })
 }

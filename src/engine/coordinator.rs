@@ -224,6 +224,10 @@ impl Coordinator {
             test_samples: self.p.test_len,
             cpu_threads_per_replica: cfg.cpu_threads,
             resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs_f64()),
         }
     }
 

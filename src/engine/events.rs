@@ -41,6 +41,9 @@ pub struct RunInfo {
     /// The global step a resumed run continues from.
     #[serde(default)]
     pub resumed_at: Option<usize>,
+    /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
+    #[serde(default)]
+    pub started_unix: Option<f64>,
 }
 
 /// Where a step's time went, in seconds, averaged over the steps of a report window.
@@ -156,7 +159,14 @@ pub enum Event {
     /// A checkpoint was written.
     Checkpointed { path: String, global_step: usize },
     /// The run continues from a checkpoint; `history` holds the events before it.
-    Restored { epoch: usize, step: usize, global_step: usize, history: Vec<Event> },
+    Restored {
+        epoch: usize,
+        step: usize,
+        global_step: usize,
+        /// Left out of `metrics.jsonl`, which holds the history itself.
+        #[serde(default)]
+        history: Vec<Event>,
+    },
     /// A control was refused; nothing changed.
     Refused { reason: String },
     /// A problem that did not stop the run.

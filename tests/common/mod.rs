@@ -27,3 +27,21 @@ pub fn kill(pid: u32, signal: &str) {
         std::process::Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status().unwrap();
     assert!(status.success(), "kill -{signal} {pid}");
 }
+
+/// The records of `run/metrics.jsonl` once its last record is the run's summary (a background
+/// job writes it after the test's own process has gone); panics after `timeout`.
+pub fn wait_for_summary(run: &std::path::Path, timeout: std::time::Duration) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let records: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if records.last().is_some_and(|r| r["kind"] == "summary") {
+            return records;
+        }
+        assert!(std::time::Instant::now() < deadline, "no summary in {} after {timeout:?}", run.display());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,126 @@
+//! The hub: one thread that keeps the run's history and fans every engine event and device
+//! sample out to its subscribers (the headless printer, attached viewers). A subscriber that
+//! falls behind by more than its channel holds is dropped, never waited for: a slow or vanished
+//! viewer cannot slow training.
+
+use std::collections::VecDeque;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, never, select, unbounded, Receiver, Sender, TrySendError};
+
+use super::protocol::Snapshot;
+use crate::engine::Event;
+use crate::monitor::MonitorMsg;
+
+/// How many monitor readings a snapshot carries (two minutes at the default 1 s).
+const MONITOR_HISTORY: usize = 120;
+
+/// What subscribers receive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HubMsg {
+    Event(Event),
+    Monitor(MonitorMsg),
+}
+
+struct Subscribe {
+    capacity: usize,
+    reply: Sender<(Snapshot, Receiver<HubMsg>)>,
+}
+
+/// A handle to subscribe to the hub; clone freely.
+#[derive(Clone)]
+pub struct Hub {
+    requests: Sender<Subscribe>,
+}
+
+impl Hub {
+    /// Starts the `dpt-hub` thread over the engine's (recorded) events and the monitor.
+    pub fn spawn(events: Receiver<Event>, monitor: Receiver<MonitorMsg>) -> std::io::Result<(Hub, JoinHandle<()>)> {
+        let (requests, incoming) = unbounded::<Subscribe>();
+        let handle = std::thread::Builder::new().name("dpt-hub".into()).spawn(move || run(events, monitor, incoming))?;
+        Ok((Hub { requests }, handle))
+    }
+
+    /// The run so far and a channel of what follows, without a gap between them; `None` once
+    /// the run is over and the hub has stopped.
+    pub fn subscribe(&self, capacity: usize) -> Option<(Snapshot, Receiver<HubMsg>)> {
+        let (reply, answer) = bounded(1);
+        self.requests.send(Subscribe { capacity, reply }).ok()?;
+        answer.recv().ok()
+    }
+}
+
+fn run(events: Receiver<Event>, monitor: Receiver<MonitorMsg>, requests: Receiver<Subscribe>) {
+    let mut history: Vec<Event> = Vec::new();
+    let mut samples: VecDeque<MonitorMsg> = VecDeque::new();
+    let mut subscribers: Vec<Sender<HubMsg>> = Vec::new();
+    let mut monitor = monitor;
+    let publish = |subs: &mut Vec<Sender<HubMsg>>, msg: HubMsg| {
+        subs.retain(|s| match s.try_send(msg.clone()) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        });
+    };
+    loop {
+        select! {
+            recv(events) -> ev => match ev {
+                Ok(event) => {
+                    history.push(event.clone());
+                    publish(&mut subscribers, HubMsg::Event(event));
+                }
+                // The run is over: closing the subscribers' channels tells them so.
+                Err(_) => return,
+            },
+            recv(monitor) -> msg => match msg {
+                Ok(msg) => {
+                    if samples.len() == MONITOR_HISTORY {
+                        samples.pop_front();
+                    }
+                    samples.push_back(msg.clone());
+                    publish(&mut subscribers, HubMsg::Monitor(msg));
+                }
+                Err(_) => monitor = never(),
+            },
+            recv(requests) -> req => match req {
+                Ok(Subscribe { capacity, reply }) => {
+                    let (tx, rx) = bounded(capacity.max(1));
+                    let snapshot = Snapshot { events: history.clone(), monitor: samples.iter().cloned().collect() };
+                    if reply.send((snapshot, rx)).is_ok() {
+                        subscribers.push(tx);
+                    }
+                }
+                Err(_) => {}
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_then_live_and_slow_subscribers_are_dropped() {
+        let (etx, erx) = unbounded();
+        let (_mtx, mrx) = unbounded::<MonitorMsg>();
+        let (hub, handle) = Hub::spawn(erx, mrx).unwrap();
+        etx.send(Event::Paused { global_step: 1 }).unwrap();
+        let (snap, rx) = hub.subscribe(8).unwrap();
+        // The first event is either in the snapshot or live, never both, never lost.
+        let mut seen: Vec<Event> = snap.events.clone();
+        let (_slow_snap, slow) = hub.subscribe(1).unwrap();
+        for i in 2..6 {
+            etx.send(Event::Resumed { global_step: i }).unwrap();
+        }
+        drop(etx);
+        handle.join().unwrap();
+        seen.extend(rx.iter().map(|m| match m {
+            HubMsg::Event(e) => e,
+            HubMsg::Monitor(_) => unreachable!(),
+        }));
+        assert_eq!(seen.len(), 5, "{seen:?}");
+        // The slow subscriber got at most what fits, then was dropped.
+        assert!(slow.iter().count() <= 1);
+        assert!(hub.subscribe(4).is_none(), "no subscriptions after the run");
+    }
+}
