@@ -104,8 +104,11 @@ fn label(v: f64) -> String {
     }
 }
 
+/// A named, coloured series.
+type Line<'a> = (&'a str, &'a [(f64, f64)], Rgb);
+
 /// One panel: `series` against epochs in the rectangle (x, y, w, h).
-fn panel(cv: &mut Canvas, rect: (f64, f64, f64, f64), title: &str, series: &[(&str, &[(f64, f64)], Rgb)], c: &Curves, epochs: f64) {
+fn panel(cv: &mut Canvas, rect: (f64, f64, f64, f64), title: &str, series: &[Line], c: &Curves, epochs: f64) {
     let (x, y, w, h) = rect;
     let slices: Vec<&[(f64, f64)]> = series.iter().map(|s| s.1).collect();
     let xr = (0.0, epochs.max(c.x).max(1.0));
@@ -170,7 +173,14 @@ pub fn write_png(history: &[Event], path: &Path) -> Result<(), String> {
     }
     let mut cv = Canvas { px: WHITE.repeat(W * H) };
     let half = (H as f64 - 120.0) / 2.0;
-    panel(&mut cv, (80.0, 40.0, W as f64 - 120.0, half - 40.0), "loss", &[("train loss", &curves.train_loss, TRAIN_LOSS), ("test loss", &curves.test_loss, TEST_LOSS)], &curves, epochs);
+    panel(
+        &mut cv,
+        (80.0, 40.0, W as f64 - 120.0, half - 40.0),
+        "loss",
+        &[("train loss", &curves.train_loss, TRAIN_LOSS), ("test loss", &curves.test_loss, TEST_LOSS)],
+        &curves,
+        epochs,
+    );
     panel(
         &mut cv,
         (80.0, 80.0 + half, W as f64 - 120.0, half - 40.0),
@@ -182,7 +192,8 @@ pub fn write_png(history: &[Event], path: &Path) -> Result<(), String> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let file =
+            std::fs::File::create(&tmp).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         let mut enc = png::Encoder::new(BufWriter::new(file), W as u32, H as u32);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);

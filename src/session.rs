@@ -21,11 +21,11 @@ use dpt_tui::engine::sgd::Sgd;
 use dpt_tui::engine::{Control, Engine, Event, FinishReason, OnNan, Resume, StartError, TrainConfig};
 use dpt_tui::headless::HeadlessPrinter;
 use dpt_tui::model::ModelKind;
-use dpt_tui::run_dir::{create_run_dir, default_run_dir, spawn_recorder, MetricsWriter};
 use dpt_tui::monitor;
 use dpt_tui::remote::hub::{Hub, HubMsg};
 use dpt_tui::remote::protocol::Snapshot;
 use dpt_tui::remote::{client, runs, server};
+use dpt_tui::run_dir::{create_run_dir, default_run_dir, spawn_recorder, MetricsWriter};
 use dpt_tui::signals::{self, SignalMsg, SignalWatch};
 
 fn input<E: Into<anyhow::Error>>(e: E) -> Failure {
@@ -96,7 +96,8 @@ struct Prepared {
 /// Checks the flags, loads the data and creates (or reuses, when resuming) the run directory.
 fn prepare(args: &Args, machine: Machine, headless: bool) -> Result<Prepared, Failure> {
     let cfg = configure(args, machine, headless)?;
-    let theme = Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
+    let theme =
+        Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
     let mut data = Dataset::load(&args.data).map_err(input)?;
     if let Some(n) = args.train_limit {
         data.train.truncate(n);
@@ -154,14 +155,16 @@ fn serve(args: &Args, machine: Machine) -> Result<u8, Failure> {
         StartError::Config(c) => input(c),
         StartError::Engine(e) => Failure::Run(e.into()),
     })?;
-    let (events, recorder) =
-        spawn_recorder(engine.events().clone(), metrics).context("cannot start the recorder").map_err(Failure::Run)?;
+    let (events, recorder) = spawn_recorder(engine.events().clone(), metrics)
+        .context("cannot start the recorder")
+        .map_err(Failure::Run)?;
     let (monitor_tx, monitor_rx) = unbounded();
     let (stop_monitor, monitor_stop) = crossbeam_channel::bounded::<()>(0);
     let monitor = monitor::spawn(&devices, Duration::from_millis(args.sample_ms), monitor_tx, monitor_stop)
         .context("cannot start the device monitor")
         .map_err(Failure::Run)?;
-    let (hub, hub_thread) = Hub::spawn(events, monitor_rx).context("cannot start the hub").map_err(Failure::Run)?;
+    let (hub, hub_thread) =
+        Hub::spawn(events, monitor_rx).context("cannot start the hub").map_err(Failure::Run)?;
     let controls = engine.controls();
     // Viewers are a convenience: a job whose socket cannot be opened still trains.
     let socket = match server::serve(&run_dir, hub.clone(), controls.clone()) {
@@ -171,7 +174,8 @@ fn serve(args: &Args, machine: Machine) -> Result<u8, Failure> {
             None
         }
     };
-    let (snapshot, printed) = hub.subscribe(1 << 20).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
+    let (snapshot, printed) =
+        hub.subscribe(1 << 20).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
     drop(hub);
     let mut printer = HeadlessPrinter::default();
     // What happened before the printer subscribed (the start, at least) comes first.
@@ -206,7 +210,9 @@ fn serve(args: &Args, machine: Machine) -> Result<u8, Failure> {
             Ok(signals::exit_code(signal))
         }
         (None, Some(FinishReason::Diverged)) => {
-            println!("stopped: the loss diverged; the last good checkpoint is kept; {resume_hint} --lr <lower>");
+            println!(
+                "stopped: the loss diverged; the last good checkpoint is kept; {resume_hint} --lr <lower>"
+            );
             Ok(1)
         }
         (None, Some(FinishReason::Stopped | FinishReason::StepLimit)) => {
@@ -224,7 +230,9 @@ fn front(args: &Args, machine: Machine, terminal: bool) -> Result<u8, Failure> {
     let run_dir = prepared.run_dir.clone();
     let log_path = run_dir.join("server.log");
     let log = std::fs::File::create(&log_path).context("cannot create server.log").map_err(Failure::Run)?;
-    let mut cmd = std::process::Command::new(std::env::current_exe().context("cannot find dpt-tui").map_err(Failure::Run)?);
+    let mut cmd = std::process::Command::new(
+        std::env::current_exe().context("cannot find dpt-tui").map_err(Failure::Run)?,
+    );
     cmd.args(std::env::args_os().skip(1).filter(|a| a != "--detach")).arg("--serve");
     if args.run_dir.is_none() && args.resume.is_none() {
         cmd.arg("--run-dir").arg(&run_dir);
@@ -253,7 +261,10 @@ fn front(args: &Args, machine: Machine, terminal: bool) -> Result<u8, Failure> {
             return Err(if status.code() == Some(2) { Failure::Input(e) } else { Failure::Run(e) });
         }
         if std::time::Instant::now() > deadline {
-            return Err(Failure::Run(anyhow!("the background job did not start; see {}", log_path.display())));
+            return Err(Failure::Run(anyhow!(
+                "the background job did not start; see {}",
+                log_path.display()
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -310,12 +321,15 @@ fn dashboard_options(args: &Args, theme: Theme) -> dashboard::Options {
 fn attach_command(run: Option<PathBuf>, read_only: bool, args: &Args) -> Result<u8, Failure> {
     let run_dir = match run {
         Some(r) => r,
-        None => runs::latest(std::path::Path::new("runs"))
-            .ok_or_else(|| input(anyhow!("no runs under ./runs; name the run directory: dpt-tui attach DIR")))?,
+        None => runs::latest(std::path::Path::new("runs")).ok_or_else(|| {
+            input(anyhow!("no runs under ./runs; name the run directory: dpt-tui attach DIR"))
+        })?,
     };
-    let theme = Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
+    let theme =
+        Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
     if !client::is_live(&run_dir) {
-        let state = runs::inspect(&run_dir).map_or("not a run directory".to_owned(), |e| e.state.label().to_owned());
+        let state =
+            runs::inspect(&run_dir).map_or("not a run directory".to_owned(), |e| e.state.label().to_owned());
         return Err(input(anyhow!(
             "{} is not running ({state}); 'dpt-tui show {}' opens its record, 'dpt-tui --resume {}' continues it",
             run_dir.display(),
@@ -332,7 +346,7 @@ fn ls_command(dir: &std::path::Path) -> Result<u8, Failure> {
         println!("no runs in {}", dir.display());
         return Ok(0);
     }
-    println!("{:<10} {:<10} {:<18} {:>9} {:>9}  {}", "STATE", "MODEL", "DEVICES", "EPOCHS", "BEST ACC", "RUN");
+    println!("{:<10} {:<10} {:<18} {:>9} {:>9}  RUN", "STATE", "MODEL", "DEVICES", "EPOCHS", "BEST ACC");
     for r in runs {
         let state = if r.resumable { format!("{}*", r.state.label()) } else { r.state.label().to_owned() };
         let acc = r.best_test_acc.map_or("-".to_owned(), |a| format!("{a:.3}"));
@@ -350,15 +364,21 @@ fn ls_command(dir: &std::path::Path) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn show_command(run_dir: &std::path::Path, png: Option<&std::path::Path>, args: &Args) -> Result<u8, Failure> {
-    let history = runs::read_history(run_dir)
-        .map_err(|e| input(anyhow!("cannot read {}/metrics.jsonl: {e}; name a run directory", run_dir.display())))?;
+fn show_command(
+    run_dir: &std::path::Path,
+    png: Option<&std::path::Path>,
+    args: &Args,
+) -> Result<u8, Failure> {
+    let history = runs::read_history(run_dir).map_err(|e| {
+        input(anyhow!("cannot read {}/metrics.jsonl: {e}; name a run directory", run_dir.display()))
+    })?;
     if let Some(path) = png {
         dpt_tui::report::write_png(&history, path).map_err(|e| input(anyhow!("{e}")))?;
         println!("wrote {}", path.display());
         return Ok(0);
     }
-    let theme = Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
+    let theme =
+        Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)?;
     let watch = SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)?;
     let source = dashboard::Source {
         snapshot: Snapshot { events: history, monitor: Vec::new() },

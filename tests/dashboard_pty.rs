@@ -111,3 +111,44 @@ fn ascii_and_monochrome_in_a_real_terminal() {
     let status = tui.wait_exit(WAIT);
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn detach_with_d_and_attach_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let data = common::subset_dir();
+    let mut tui = PtyRun::spawn(
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--devices",
+            "cpu:2",
+            "--epochs",
+            "500",
+            "--log-every",
+            "2",
+            "--run-dir",
+            run.to_str().unwrap(),
+        ],
+        100,
+        30,
+        &[],
+    );
+    tui.wait_for("train loss", WAIT);
+    tui.send("+");
+    tui.wait_for("lr 0.2 -> 0.4", WAIT);
+    tui.send("d");
+    assert!(tui.wait_exit(WAIT).success());
+    assert!(tui.contents().contains("detached; training goes on"), "{}", tui.contents());
+
+    let mut again = PtyRun::spawn(&["attach", run.to_str().unwrap()], 100, 30, &[]);
+    let screen = again.wait_for("RUNNING", WAIT);
+    assert!(screen.contains("lr 0.4"), "the change is still there:\n{screen}");
+    again.wait_for("lr 0.2 -> 0.4", WAIT);
+    again.send("q");
+    again.wait_for("Stop after the current step", WAIT);
+    again.send("y");
+    assert!(again.wait_exit(WAIT).success());
+    let records = common::wait_for_summary(&run, WAIT);
+    assert_eq!(records.last().unwrap()["reason"], "stopped");
+}

@@ -59,7 +59,8 @@ pub fn attach_stream(mut stream: UnixStream, read_only: bool, version: u32) -> R
     hello.push('\n');
     stream.write_all(hello.as_bytes())?;
     let mut lines = BufReader::new(stream.try_clone()?).lines();
-    let first = lines.next().ok_or_else(|| AttachError::Refused("the job closed the connection".into()))??;
+    let first =
+        lines.next().ok_or_else(|| AttachError::Refused("the job closed the connection".into()))??;
     let snapshot = match decode::<ServerMsg>(&first).map_err(AttachError::Refused)? {
         ServerMsg::Welcome { snapshot, .. } => *snapshot,
         ServerMsg::Error { message } => return Err(AttachError::Refused(message)),
@@ -73,9 +74,9 @@ pub fn attach_stream(mut stream: UnixStream, read_only: bool, version: u32) -> R
             let sent = match decode::<ServerMsg>(&line) {
                 Ok(ServerMsg::Event { event }) => event_tx.send(event).is_ok(),
                 Ok(ServerMsg::Monitor { msg }) => monitor_tx.send(msg).is_ok(),
-                Ok(ServerMsg::Reply { ok: false, error, .. }) => {
-                    event_tx.send(Event::Refused { reason: error.unwrap_or_else(|| "refused".into()) }).is_ok()
-                }
+                Ok(ServerMsg::Reply { ok: false, error, .. }) => event_tx
+                    .send(Event::Refused { reason: error.unwrap_or_else(|| "refused".into()) })
+                    .is_ok(),
                 Ok(ServerMsg::Error { message }) => event_tx.send(Event::Warning { message }).is_ok(),
                 Ok(_) | Err(_) => true,
             };

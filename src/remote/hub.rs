@@ -35,9 +35,14 @@ pub struct Hub {
 
 impl Hub {
     /// Starts the `dpt-hub` thread over the engine's (recorded) events and the monitor.
-    pub fn spawn(events: Receiver<Event>, monitor: Receiver<MonitorMsg>) -> std::io::Result<(Hub, JoinHandle<()>)> {
+    pub fn spawn(
+        events: Receiver<Event>,
+        monitor: Receiver<MonitorMsg>,
+    ) -> std::io::Result<(Hub, JoinHandle<()>)> {
         let (requests, incoming) = unbounded::<Subscribe>();
-        let handle = std::thread::Builder::new().name("dpt-hub".into()).spawn(move || run(events, monitor, incoming))?;
+        let handle = std::thread::Builder::new()
+            .name("dpt-hub".into())
+            .spawn(move || run(events, monitor, incoming))?;
         Ok((Hub { requests }, handle))
     }
 
@@ -54,7 +59,7 @@ fn run(events: Receiver<Event>, monitor: Receiver<MonitorMsg>, requests: Receive
     let mut history: Vec<Event> = Vec::new();
     let mut samples: VecDeque<MonitorMsg> = VecDeque::new();
     let mut subscribers: Vec<Sender<HubMsg>> = Vec::new();
-    let mut monitor = monitor;
+    let (mut monitor, mut requests) = (monitor, requests);
     let publish = |subs: &mut Vec<Sender<HubMsg>>, msg: HubMsg| {
         subs.retain(|s| match s.try_send(msg.clone()) {
             Ok(()) => true,
@@ -81,15 +86,17 @@ fn run(events: Receiver<Event>, monitor: Receiver<MonitorMsg>, requests: Receive
                 }
                 Err(_) => monitor = never(),
             },
-            recv(requests) -> req => match req {
-                Ok(Subscribe { capacity, reply }) => {
-                    let (tx, rx) = bounded(capacity.max(1));
-                    let snapshot = Snapshot { events: history.clone(), monitor: samples.iter().cloned().collect() };
-                    if reply.send((snapshot, rx)).is_ok() {
-                        subscribers.push(tx);
-                    }
+            recv(requests) -> req => {
+                let Ok(Subscribe { capacity, reply }) = req else {
+                    // Nobody can subscribe any more; stop listening for it (no busy loop).
+                    requests = never();
+                    continue;
+                };
+                let (tx, rx) = bounded(capacity.max(1));
+                let snapshot = Snapshot { events: history.clone(), monitor: samples.iter().cloned().collect() };
+                if reply.send((snapshot, rx)).is_ok() {
+                    subscribers.push(tx);
                 }
-                Err(_) => {}
             },
         }
     }

@@ -54,7 +54,11 @@ pub struct RunEntry {
 /// version are skipped.
 pub fn read_history(run_dir: &Path) -> std::io::Result<Vec<Event>> {
     let text = std::fs::read_to_string(run_dir.join("metrics.jsonl"))?;
-    Ok(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter_map(record_to_event).collect())
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(record_to_event)
+        .collect())
 }
 
 fn record_to_event(v: Value) -> Option<Event> {
@@ -80,13 +84,19 @@ pub fn inspect(dir: &Path) -> Option<RunEntry> {
     // A resumed run appends: what counts is what follows its last start.
     let last_start = history.iter().rposition(|e| matches!(e, Event::Started(_))).unwrap_or(0);
     let current = &history[last_start..];
-    let info = history.iter().rev().find_map(|e| if let Event::Started(i) = e { Some(i.clone()) } else { None });
-    let epochs_done = history.iter().filter_map(|e| if let Event::Epoch(s) = e { Some(s.epoch) } else { None }).max().unwrap_or(0);
+    let info =
+        history.iter().rev().find_map(|e| if let Event::Started(i) = e { Some(i.clone()) } else { None });
+    let epochs_done = history
+        .iter()
+        .filter_map(|e| if let Event::Epoch(s) = e { Some(s.epoch) } else { None })
+        .max()
+        .unwrap_or(0);
     let best_test_acc = history
         .iter()
         .filter_map(|e| if let Event::Epoch(s) = e { Some(s.test_acc) } else { None })
         .fold(None, |best: Option<f64>, a| Some(best.map_or(a, |b| b.max(a))));
-    let summary = current.iter().rev().find_map(|e| if let Event::Finished(s) = e { Some(s.reason) } else { None });
+    let summary =
+        current.iter().rev().find_map(|e| if let Event::Finished(s) = e { Some(s.reason) } else { None });
     let failed = current.iter().any(|e| matches!(e, Event::Failed { .. }));
     let state = match summary {
         Some(FinishReason::Completed) => RunState::Finished,
@@ -101,7 +111,8 @@ pub fn inspect(dir: &Path) -> Option<RunEntry> {
             RunState::Dead
         }
     };
-    let resumable = state != RunState::Running && state != RunState::Finished && dir.join(CHECKPOINT_FILE).exists();
+    let resumable =
+        state != RunState::Running && state != RunState::Finished && dir.join(CHECKPOINT_FILE).exists();
     Some(RunEntry {
         path: dir.to_owned(),
         state,

@@ -72,7 +72,12 @@ pub fn socket_dir() -> std::io::Result<PathBuf> {
     if meta.uid() != my_uid() || meta.mode() & 0o077 != 0 {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("{} is not a private folder of this user (owner {}, mode {:o})", dir.display(), meta.uid(), meta.mode() & 0o777),
+            format!(
+                "{} is not a private folder of this user (owner {}, mode {:o})",
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o777
+            ),
         ));
     }
     Ok(dir)
@@ -94,7 +99,10 @@ pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Re
     let path = socket_dir()?.join(socket_name(run_dir));
     if path.exists() {
         if UnixStream::connect(&path).is_ok() {
-            return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("{} is being served already", run_dir.display())));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is being served already", run_dir.display()),
+            ));
         }
         std::fs::remove_file(&path)?;
     }
@@ -110,7 +118,9 @@ pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Re
             let Ok(stream) = stream else { continue };
             let (hub, controls) = (hub.clone(), controls.clone());
             // A viewer that cannot get a thread is simply not served.
-            let _ = std::thread::Builder::new().name("dpt-viewer".into()).spawn(move || viewer(stream, hub, controls));
+            let _ = std::thread::Builder::new()
+                .name("dpt-viewer".into())
+                .spawn(move || viewer(stream, hub, controls));
         }
     })?;
     Ok(path)
@@ -126,37 +136,42 @@ fn send_line(stream: &mut UnixStream, msg: &ServerMsg) -> std::io::Result<()> {
 /// data on a writer thread.
 fn viewer(mut stream: UnixStream, hub: Hub, controls: Sender<Control>) {
     if peer_uid(&stream).ok() != Some(my_uid()) {
-        let _ = send_line(&mut stream, &ServerMsg::Error { message: "permission denied: the run belongs to another user".into() });
+        let _ = send_line(
+            &mut stream,
+            &ServerMsg::Error { message: "permission denied: the run belongs to another user".into() },
+        );
         return;
     }
     let Ok(read_half) = stream.try_clone() else { return };
     let mut lines = BufReader::new(read_half).lines();
     // A peer that never says hello does not hold a thread forever.
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let read_only = match lines.next().map(|l| l.map_err(|e| e.to_string()).and_then(|l| decode::<ClientMsg>(&l))) {
-        Some(Ok(ClientMsg::Hello { version, read_only })) => {
-            if let Some(message) = version_error(version) {
+    let read_only =
+        match lines.next().map(|l| l.map_err(|e| e.to_string()).and_then(|l| decode::<ClientMsg>(&l))) {
+            Some(Ok(ClientMsg::Hello { version, read_only })) => {
+                if let Some(message) = version_error(version) {
+                    let _ = send_line(&mut stream, &ServerMsg::Error { message });
+                    return;
+                }
+                read_only
+            }
+            Some(Ok(_)) => {
+                let _ = send_line(&mut stream, &ServerMsg::Error { message: "say hello first".into() });
+                return;
+            }
+            Some(Err(message)) => {
                 let _ = send_line(&mut stream, &ServerMsg::Error { message });
                 return;
             }
-            read_only
-        }
-        Some(Ok(_)) => {
-            let _ = send_line(&mut stream, &ServerMsg::Error { message: "say hello first".into() });
-            return;
-        }
-        Some(Err(message)) => {
-            let _ = send_line(&mut stream, &ServerMsg::Error { message });
-            return;
-        }
-        None => return,
-    };
+            None => return,
+        };
     let _ = stream.set_read_timeout(None);
     let Some((snapshot, updates)) = hub.subscribe(VIEWER_BUFFER) else {
         let _ = send_line(&mut stream, &ServerMsg::Error { message: "the run has ended".into() });
         return;
     };
-    if send_line(&mut stream, &ServerMsg::Welcome { version: VERSION, snapshot: Box::new(snapshot) }).is_err() {
+    if send_line(&mut stream, &ServerMsg::Welcome { version: VERSION, snapshot: Box::new(snapshot) }).is_err()
+    {
         return;
     }
     let (replies, reply_rx) = unbounded::<ServerMsg>();

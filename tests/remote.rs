@@ -1,0 +1,258 @@
+//! Training that outlives the terminal: a detached CPU job, viewers attaching and detaching,
+//! controls over the socket, protocol errors, refused peers, leaks, `ls`, `show` and `--png`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dpt_tui::engine::{Control, Event};
+use dpt_tui::remote::client::{attach, attach_stream, server_info, AttachError};
+use dpt_tui::remote::protocol::VERSION;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A job started with `--detach` on the shipped subset; stopped when dropped.
+struct Job {
+    run: PathBuf,
+    pid: u32,
+    _tmp: tempfile::TempDir,
+}
+
+impl Job {
+    fn start(epochs: &str) -> Job {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("run");
+        let data = common::subset_dir();
+        let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+            .args([
+                "--detach",
+                "--data",
+                data.to_str().unwrap(),
+                "--devices",
+                "cpu:2",
+                "--train-limit",
+                "600",
+            ])
+            .args([
+                "--batch-size",
+                "100",
+                "--log-every",
+                "2",
+                "--epochs",
+                epochs,
+                "--run-dir",
+                run.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(&format!("attach with: dpt-tui attach {}", run.display())), "{stdout}");
+        let pid = server_info(&run).expect("server.json").pid;
+        Job { run, pid, _tmp: tmp }
+    }
+
+    fn count(&self, what: &str) -> usize {
+        std::fs::read_dir(format!("/proc/{}/{what}", self.pid)).map(|d| d.count()).unwrap_or(0)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+    }
+}
+
+/// Receives events until one matches.
+fn until(events: &crossbeam_channel::Receiver<Event>, want: impl Fn(&Event) -> bool) -> Event {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let e = events.recv_deadline(deadline).expect("the event came in time");
+        if want(&e) {
+            return e;
+        }
+    }
+}
+
+#[test]
+fn attach_change_the_lr_detach_and_attach_again() {
+    let job = Job::start("1000");
+    let first = attach(&job.run, false).unwrap();
+    assert!(
+        matches!(first.snapshot.events.first(), Some(Event::Started(_))),
+        "the snapshot starts at the start"
+    );
+    until(&first.events, |e| matches!(e, Event::Step(_)));
+    first.controls.send(Control::SetLr { lr: 0.05 }).unwrap();
+    until(&first.events, |e| matches!(e, Event::LrChanged { to, .. } if *to == 0.05));
+    // A second viewer at the same time, read-only: its control is refused, the job unchanged.
+    let second = attach(&job.run, true).unwrap();
+    second.controls.send(Control::Pause).unwrap();
+    until(&second.events, |e| matches!(e, Event::Refused { reason } if reason.contains("read-only")));
+    until(&first.events, |e| matches!(e, Event::Step(s) if s.lr == 0.05));
+    drop(first);
+    drop(second);
+
+    // Attach again: the history holds the change and the curves after it.
+    let again = attach(&job.run, false).unwrap();
+    let history = &again.snapshot.events;
+    assert!(history.iter().any(|e| matches!(e, Event::LrChanged { to, .. } if *to == 0.05)));
+    assert!(history.iter().any(|e| matches!(e, Event::Step(s) if s.lr == 0.05)));
+    assert!(history.iter().any(|e| matches!(e, Event::Step(s) if s.lr == 0.2)));
+    assert!(!again.snapshot.monitor.is_empty() || history.len() > 3);
+    again.controls.send(Control::Stop).unwrap();
+    until(&again.events, |e| matches!(e, Event::Finished(_)));
+    let records = common::wait_for_summary(&job.run, WAIT);
+    assert!(records.iter().any(|r| r["event"] == "lr_changed" && r["to"] == 0.05));
+    assert_eq!(records.last().unwrap()["reason"], "stopped");
+}
+
+fn raw(job: &Job) -> (UnixStream, std::io::Lines<BufReader<UnixStream>>) {
+    let socket = server_info(&job.run).unwrap().socket;
+    let stream = UnixStream::connect(socket).unwrap();
+    let lines = BufReader::new(stream.try_clone().unwrap()).lines();
+    (stream, lines)
+}
+
+#[test]
+fn version_mismatch_bad_messages_and_foreign_users_leave_the_job_running() {
+    let job = Job::start("1000");
+    let socket = server_info(&job.run).unwrap().socket;
+    match attach_stream(UnixStream::connect(&socket).unwrap(), false, VERSION + 1) {
+        Err(AttachError::Refused(m)) => assert!(m.contains("protocol version mismatch"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    // Garbage before and after the hello.
+    let (mut s, mut lines) = raw(&job);
+    s.write_all(b"{not json\n").unwrap();
+    let reply = lines.next().unwrap().unwrap();
+    assert!(reply.contains("\"error\"") && reply.contains("bad message"), "{reply}");
+    let (mut s, mut lines) = raw(&job);
+    s.write_all(format!("{{\"type\":\"hello\",\"version\":{VERSION},\"read_only\":false}}\n").as_bytes())
+        .unwrap();
+    assert!(lines.next().unwrap().unwrap().contains("welcome"));
+    s.write_all(b"{\"type\":\"launch\"}\n").unwrap();
+    let reply = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("\"error\""))).unwrap().unwrap();
+    assert!(reply.contains("bad message"), "{reply}");
+    drop(s);
+    // Another user cannot even reach the socket: its folder is private to the job's owner.
+    let dir = socket.parent().unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700);
+    let sock_mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
+    assert_eq!(sock_mode & 0o777, 0o600);
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            &format!(
+                "import socket; s=socket.socket(socket.AF_UNIX); s.connect({:?})",
+                socket.to_str().unwrap()
+            ),
+        ])
+        .uid(65534)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "user nobody connected");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    // The job goes on.
+    let viewer = attach(&job.run, false).unwrap();
+    until(&viewer.events, |e| matches!(e, Event::Step(_)));
+    viewer.controls.send(Control::Stop).unwrap();
+    until(&viewer.events, |e| matches!(e, Event::Finished(_)));
+}
+
+use std::os::unix::process::CommandExt;
+
+#[test]
+fn a_hundred_attach_detach_cycles_leak_neither_threads_nor_descriptors() {
+    let job = Job::start("1000");
+    let warm = attach(&job.run, false).unwrap();
+    until(&warm.events, |e| matches!(e, Event::Step(_)));
+    drop(warm);
+    let settle = |job: &Job, target: (usize, usize)| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = (job.count("task"), job.count("fd"));
+            if now.0 <= target.0 && now.1 <= target.1 {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "threads/fds {now:?}, before {target:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let before = settle(&job, (usize::MAX, usize::MAX));
+    for _ in 0..100 {
+        let v = attach(&job.run, false).unwrap();
+        drop(v);
+    }
+    let after = settle(&job, before);
+    assert!(after.0 <= before.0 && after.1 <= before.1, "{before:?} -> {after:?}");
+    let v = attach(&job.run, false).unwrap();
+    v.controls.send(Control::Stop).unwrap();
+    until(&v.events, |e| matches!(e, Event::Finished(_)));
+}
+
+#[test]
+fn ls_show_png_and_a_dead_job() {
+    let job = Job::start("2");
+    common::wait_for_summary(&job.run, WAIT);
+    let root = job.run.parent().unwrap();
+    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("ls").arg(root).output().unwrap();
+    let text = String::from_utf8_lossy(&ls.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("finished") && l.contains("lenet") && l.contains("2/2")),
+        "{text}"
+    );
+
+    let png = root.join("curves.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["show"])
+        .arg(&job.run)
+        .arg("--png")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let reader = decoder.read_info().expect("a valid PNG");
+    assert_eq!((reader.info().width, reader.info().height), (960, 640));
+
+    // `show` opens the dashboard on the record.
+    let mut tui = common::pty::PtyRun::spawn(&["show", job.run.to_str().unwrap()], 100, 30, &[]);
+    let screen = tui.wait_for("FINISHED", WAIT);
+    assert!(screen.contains("epoch 2/2") && screen.contains("train loss"), "{screen}");
+    tui.send("q");
+    assert!(tui.wait_exit(WAIT).success());
+
+    // A job killed hard leaves a stale socket: `ls` says dead and cleans it; attach explains.
+    let job = Job::start("1000");
+    let socket = server_info(&job.run).unwrap().socket;
+    let _ = Command::new("kill").args(["-9", &job.pid.to_string()]).status();
+    let deadline = Instant::now() + WAIT;
+    while Path::new(&format!("/proc/{}", job.pid)).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .arg("ls")
+        .arg(job.run.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ls.stdout).lines().any(|l| l.starts_with("dead")),
+        "{}",
+        String::from_utf8_lossy(&ls.stdout)
+    );
+    assert!(!socket.exists(), "the stale socket was removed");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("attach").arg(&job.run).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not running (dead)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
