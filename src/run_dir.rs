@@ -17,10 +17,10 @@ use crate::engine::events::Event;
 pub enum RunDirError {
     #[error("run directory {path} already holds a run ({file}); choose another --run-dir so nothing saved is overwritten")]
     Occupied { path: PathBuf, file: &'static str },
-    #[error("cannot create run directory {path}: {source}; choose a writable --run-dir")]
-    Create { path: PathBuf, source: std::io::Error },
-    #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot create run directory {path}: {cause}; choose a writable --run-dir")]
+    Create { path: PathBuf, cause: std::io::Error },
+    #[error("cannot write {path}: {cause}")]
+    Write { path: PathBuf, cause: std::io::Error },
 }
 
 /// Names the default run directory `runs/<timestamp>-<model>`, adding `-2`, `-3`… if taken.
@@ -43,7 +43,7 @@ pub fn create_run_dir(path: &Path) -> Result<(), RunDirError> {
             return Err(RunDirError::Occupied { path: path.to_owned(), file });
         }
     }
-    std::fs::create_dir_all(path).map_err(|source| RunDirError::Create { path: path.to_owned(), source })
+    std::fs::create_dir_all(path).map_err(|cause| RunDirError::Create { path: path.to_owned(), cause })
 }
 
 /// Appends events to `metrics.jsonl` as records, flushed line by line so `tail -f` follows.
@@ -60,7 +60,7 @@ impl MetricsWriter {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|source| RunDirError::Write { path: path.clone(), source })?;
+            .map_err(|cause| RunDirError::Write { path: path.clone(), cause })?;
         Ok(MetricsWriter { path, out: BufWriter::new(file) })
     }
 
@@ -69,7 +69,7 @@ impl MetricsWriter {
         let line = serde_json::to_string(&to_record(event)).expect("a JSON value always serializes");
         writeln!(self.out, "{line}")
             .and_then(|()| self.out.flush())
-            .map_err(|source| RunDirError::Write { path: self.path.clone(), source })
+            .map_err(|cause| RunDirError::Write { path: self.path.clone(), cause })
     }
 }
 

@@ -21,8 +21,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
 pub enum ThemeError {
     #[error("unknown theme '{0}'; use dark, light, high-contrast, monochrome or the path of a .toml file")]
     Unknown(String),
-    #[error("cannot read theme {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    #[error("cannot read theme {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error("theme {path} is malformed: {message}")]
     Malformed { path: String, message: String },
     #[error("theme {path}: '{value}' for {key} is not a colour; use a name such as 'cyan', an index 0-255 or '#rrggbb'")]
@@ -151,7 +151,7 @@ impl Theme {
         }
         if spec.contains('/') || spec.ends_with(".toml") {
             let text = std::fs::read_to_string(spec)
-                .map_err(|source| ThemeError::Read { path: spec.to_owned(), source })?;
+                .map_err(|cause| ThemeError::Read { path: spec.to_owned(), cause })?;
             let name =
                 Path::new(spec).file_stem().map_or(spec.to_owned(), |s| s.to_string_lossy().into_owned());
             return resolve(&name, &text, spec, 0);

@@ -13,10 +13,10 @@ use thiserror::Error;
 /// What can go wrong while reading one IDX file.
 #[derive(Debug, Error)]
 pub enum IdxError {
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{path} is a corrupt or truncated gzip file ({source}); download or reinstall it")]
-    Gzip { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
+    #[error("{path} is a corrupt or truncated gzip file ({cause}); download or reinstall it")]
+    Gzip { path: PathBuf, cause: std::io::Error },
     #[error("{path} is not an IDX file: magic number {found:#010x}, expected {expected:#010x}; check that it is the right file")]
     BadMagic { path: PathBuf, found: u32, expected: u32 },
     #[error("{path} is truncated: the header announces {expected} bytes of data but {found} are there; download or reinstall it")]
@@ -38,12 +38,12 @@ const TYPE_U8: u8 = 0x08;
 
 /// Reads `path`, decompressing it when it starts with the gzip magic bytes.
 pub fn read_idx_file(path: &Path) -> Result<IdxArray, IdxError> {
-    let raw = std::fs::read(path).map_err(|source| IdxError::Io { path: path.to_owned(), source })?;
+    let raw = std::fs::read(path).map_err(|cause| IdxError::Io { path: path.to_owned(), cause })?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::with_capacity(raw.len() * 4);
         GzDecoder::new(raw.as_slice())
             .read_to_end(&mut out)
-            .map_err(|source| IdxError::Gzip { path: path.to_owned(), source })?;
+            .map_err(|cause| IdxError::Gzip { path: path.to_owned(), cause })?;
         out
     } else {
         raw
