@@ -294,10 +294,14 @@ fn view_job(run_dir: &std::path::Path, read_only: bool, args: &Args, theme: Them
         println!("detached; training goes on. attach with: dpt-tui attach {}", run_dir.display());
         return Ok(0);
     }
+    let stopped_early = end.app.summary.as_ref().is_some_and(|s| s.reason != FinishReason::Completed);
     if let Some(summary) = end.app.summary {
         HeadlessPrinter::default().print(&Event::Finished(Box::new(summary)), &mut stdout);
     }
     println!("run directory: {}", run_dir.display());
+    if stopped_early && end.interrupted.is_none() {
+        println!("resume with: dpt-tui --resume {}", run_dir.display());
+    }
     if let Some(message) = end.app.failure {
         println!("resume with: dpt-tui --resume {} (from the last checkpoint)", run_dir.display());
         return Err(Failure::Run(anyhow!("training failed: {message}")));
