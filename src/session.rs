@@ -150,6 +150,10 @@ fn serve(args: &Args, machine: Machine) -> Result<u8, Failure> {
     let metrics = MetricsWriter::create(&run_dir).map_err(input)?;
     cfg.run_dir = Some(run_dir.clone());
     let devices = cfg.devices.clone();
+    if args.serve {
+        // Fail before training if viewers could never reach the job.
+        server::socket_dir().context("cannot serve the dashboard").map_err(Failure::Run)?;
+    }
     let watch = SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)?;
     let engine = Engine::start(cfg, Arc::new(data)).map_err(|e| match e {
         StartError::Config(c) => input(c),
@@ -166,9 +170,16 @@ fn serve(args: &Args, machine: Machine) -> Result<u8, Failure> {
     let (hub, hub_thread) =
         Hub::spawn(events, monitor_rx).context("cannot start the hub").map_err(Failure::Run)?;
     let controls = engine.controls();
-    // Viewers are a convenience: a job whose socket cannot be opened still trains.
+    // For a headless run, viewers are a convenience: without a socket it still trains. A
+    // background job exists to be attached to: without one it stops and says why.
     let socket = match server::serve(&run_dir, hub.clone(), controls.clone()) {
         Ok(path) => Some(path),
+        Err(e) if args.serve => {
+            let _ = controls.send(Control::Stop);
+            drop(controls);
+            let _ = engine.join();
+            return Err(Failure::Run(anyhow!("cannot serve the dashboard: {e}")));
+        }
         Err(e) => {
             eprintln!("dpt-tui: warning: viewers cannot attach ({e})");
             None
