@@ -28,6 +28,10 @@ use dpt_tui::remote::{client, runs, server};
 use dpt_tui::run_dir::{create_run_dir, default_run_dir, spawn_recorder, MetricsWriter};
 use dpt_tui::signals::{self, SignalMsg, SignalWatch};
 
+/// Messages the headless printer may fall behind by (a blocked stdout) before the hub drops it;
+/// the channel's slots are allocated up front, so this stays modest (about 5 MB).
+const PRINTER_BUFFER: usize = 1 << 16;
+
 fn input<E: Into<anyhow::Error>>(e: E) -> Failure {
     Failure::Input(e.into())
 }
@@ -186,7 +190,7 @@ fn serve(args: &Args, machine: Machine) -> Result<u8, Failure> {
         }
     };
     let (snapshot, printed) =
-        hub.subscribe(1 << 20).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
+        hub.subscribe(PRINTER_BUFFER).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
     drop(hub);
     let mut printer = HeadlessPrinter::default();
     // What happened before the printer subscribed (the start, at least) comes first.
@@ -312,6 +316,20 @@ fn view_job(run_dir: &std::path::Path, read_only: bool, args: &Args, theme: Them
     println!("run directory: {}", run_dir.display());
     if stopped_early && end.interrupted.is_none() {
         println!("resume with: dpt-tui --resume {}", run_dir.display());
+    }
+    if end.app.state == dashboard::app::RunState::Disconnected {
+        if client::is_live(run_dir) {
+            println!(
+                "lost the connection to the job; it goes on. attach with: dpt-tui attach {}",
+                run_dir.display()
+            );
+            return Ok(0);
+        }
+        println!("resume with: dpt-tui --resume {} (from the last checkpoint)", run_dir.display());
+        return Err(Failure::Run(anyhow!(
+            "the job ended without a final report; see {}",
+            run_dir.join("server.log").display()
+        )));
     }
     if let Some(message) = end.app.failure {
         println!("resume with: dpt-tui --resume {} (from the last checkpoint)", run_dir.display());

@@ -19,6 +19,8 @@ pub enum RunState {
     Stopping,
     Finished,
     Failed,
+    /// The connection to the job closed before its final event (the job may still run).
+    Disconnected,
 }
 
 impl RunState {
@@ -30,12 +32,13 @@ impl RunState {
             RunState::Stopping => "STOPPING",
             RunState::Finished => "FINISHED",
             RunState::Failed => "FAILED",
+            RunState::Disconnected => "DISCONNECTED",
         }
     }
 
     /// Whether training is over (keys that steer it no longer apply).
     pub fn is_over(self) -> bool {
-        matches!(self, RunState::Finished | RunState::Failed)
+        matches!(self, RunState::Finished | RunState::Failed | RunState::Disconnected)
     }
 }
 
@@ -270,14 +273,17 @@ impl App {
         }
     }
 
-    /// The engine's event stream ended; without a final event that is a failure.
-    pub fn on_engine_gone(&mut self) {
+    /// The job's event stream closed. Before a final event that means the connection was lost
+    /// (the job crashed, or this viewer fell too far behind and was dropped): say so, without
+    /// claiming the run failed.
+    pub fn on_disconnected(&mut self) {
         if !self.state.is_over() {
-            self.on_event(&Event::Failed {
-                replica: None,
-                device: None,
-                message: "the training engine ended unexpectedly".into(),
-            });
+            self.dirty = true;
+            self.state = RunState::Disconnected;
+            self.note(
+                Level::Error,
+                "lost the connection to the job; q leaves, 'dpt-tui attach' reconnects if it still runs",
+            );
         }
     }
 

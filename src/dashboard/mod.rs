@@ -161,7 +161,7 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
                 Ok(ev) => app.on_event(&ev),
                 Err(_) => {
                     if app.attached {
-                        app.on_engine_gone();
+                        app.on_disconnected();
                     }
                     events = never();
                 }

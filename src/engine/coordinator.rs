@@ -480,13 +480,13 @@ impl Coordinator {
     fn evaluate(&mut self) -> Result<Sums, EngineError> {
         let parts = shards(self.p.test_len, self.cfg().devices.len());
         self.broadcast(|i| ToWorker::Evaluate { start: parts[i].0, len: parts[i].1 })?;
-        let mut total = Window::new(0);
+        let mut total = Sums::default();
         for reply in self.gather(self.slow_timeout())? {
             if let FromWorker::Evaluated { sums, .. } = reply {
                 total.add(sums);
             }
         }
-        Ok(total.sums)
+        Ok(total)
     }
 
     /// Applies every pending control; while paused, waits for the next one (no busy loop).

@@ -37,9 +37,7 @@ impl Window {
     }
 
     pub fn add(&mut self, s: Sums) {
-        self.sums.loss += s.loss;
-        self.sums.correct += s.correct;
-        self.sums.samples += s.samples;
+        self.sums.add(s);
     }
 
     /// The report of this window, as per-step averages.

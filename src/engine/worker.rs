@@ -51,6 +51,14 @@ pub struct Sums {
     pub samples: f64,
 }
 
+impl Sums {
+    pub fn add(&mut self, s: Sums) {
+        self.loss += s.loss;
+        self.correct += s.correct;
+        self.samples += s.samples;
+    }
+}
+
 /// A worker's answer to the coordinator.
 pub enum FromWorker {
     /// The replica is built and its data resident.

@@ -29,7 +29,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
         RunState::Starting | RunState::Running => t.running,
         RunState::Paused | RunState::Stopping => t.paused,
         RunState::Finished => t.finished,
-        RunState::Failed => t.failed,
+        RunState::Failed | RunState::Disconnected => t.failed,
     };
     let state_style =
         if t.monochrome { t.highlight() } else { t.fg(state_color) }.add_modifier(Modifier::BOLD);
