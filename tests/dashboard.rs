@@ -199,12 +199,14 @@ fn help_overlay_save_views_and_quit() {
 }
 
 #[test]
-fn ctrl_c_stops_and_a_lost_engine_is_a_failure() {
+fn ctrl_c_stops_and_a_lost_connection_is_said_plainly() {
     let mut app = running_app();
     assert_eq!(app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), vec![Control::Stop]);
     let mut app = running_app();
-    app.on_engine_gone();
-    assert_eq!(app.state, RunState::Failed);
+    app.on_disconnected();
+    assert_eq!(app.state, RunState::Disconnected);
+    assert!(app.failure.is_none(), "a lost connection is not a failed run");
+    assert!(app.log.tail(1).any(|l| l.text.contains("lost the connection")));
     assert!(app.on_key(key(' ')).is_empty(), "no controls once the run is over");
     app.on_key(key('q'));
     assert!(app.quit, "q leaves at once after the run ended");

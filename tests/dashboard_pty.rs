@@ -14,22 +14,9 @@ const WAIT: Duration = Duration::from_secs(60);
 fn pause_set_lr_and_quit_in_a_real_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let data = common::subset_dir();
-    let mut tui = PtyRun::spawn(
-        &[
-            "--data",
-            data.to_str().unwrap(),
-            "--devices",
-            "cpu:2",
-            "--epochs",
-            "500",
-            "--log-every",
-            "2",
-            "--sample-ms",
-            "200",
-            "--run-dir",
-            run.to_str().unwrap(),
-        ],
+    let mut tui = common::train_in_pty(
+        &run,
+        &["--devices", "cpu:2", "--epochs", "500", "--log-every", "2", "--sample-ms", "200"],
         100,
         30,
         &[],
@@ -89,24 +76,16 @@ fn pause_set_lr_and_quit_in_a_real_terminal() {
 fn ascii_and_monochrome_in_a_real_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let data = common::subset_dir();
-    let mut tui = PtyRun::spawn(
-        &[
-            "--data",
-            data.to_str().unwrap(),
-            "--devices",
-            "cpu",
-            "--epochs",
-            "500",
-            "--run-dir",
-            run.to_str().unwrap(),
-        ],
+    let mut tui = common::train_in_pty(
+        &run,
+        &["--devices", "cpu", "--epochs", "500"],
         80,
         24,
         &[("LANG", "C"), ("NO_COLOR", "1")],
     );
     let screen = tui.wait_for("RUNNING", WAIT);
     assert!(screen.is_ascii(), "a non-UTF-8 locale gets ASCII:\n{screen}");
+    assert_eq!(tui.colored_cells(), 0, "NO_COLOR: not one coloured cell:\n{screen}");
     tui.send("\x03");
     let status = tui.wait_exit(WAIT);
     assert!(status.success(), "{status:?}");
@@ -116,20 +95,9 @@ fn ascii_and_monochrome_in_a_real_terminal() {
 fn detach_with_d_and_attach_again() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let data = common::subset_dir();
-    let mut tui = PtyRun::spawn(
-        &[
-            "--data",
-            data.to_str().unwrap(),
-            "--devices",
-            "cpu:2",
-            "--epochs",
-            "500",
-            "--log-every",
-            "2",
-            "--run-dir",
-            run.to_str().unwrap(),
-        ],
+    let mut tui = common::train_in_pty(
+        &run,
+        &["--devices", "cpu:2", "--epochs", "500", "--log-every", "2"],
         100,
         30,
         &[],

@@ -9,7 +9,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::pty::PtyRun;
 use serde_json::Value;
 
 fn records(dir: &Path) -> Vec<Value> {
@@ -101,22 +100,9 @@ fn sigterm_exits_143_with_a_checkpoint() {
 fn sighup_closes_the_dashboard_and_training_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let data = common::subset_dir();
-    let mut tui = PtyRun::spawn(
-        &[
-            "--data",
-            data.to_str().unwrap(),
-            "--devices",
-            "cpu:2",
-            "--epochs",
-            "12",
-            "--train-limit",
-            "600",
-            "--batch-size",
-            "100",
-            "--run-dir",
-            run.to_str().unwrap(),
-        ],
+    let mut tui = common::train_in_pty(
+        &run,
+        &["--devices", "cpu:2", "--epochs", "12", "--train-limit", "600", "--batch-size", "100"],
         100,
         30,
         &[],

@@ -45,3 +45,18 @@ pub fn wait_for_summary(run: &std::path::Path, timeout: std::time::Duration) -> 
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Starts `dpt-tui` training on the shipped subset in a `cols`×`rows` pseudo-terminal, with its
+/// run directory at `run` and `flags` added.
+pub fn train_in_pty(
+    run: &std::path::Path,
+    flags: &[&str],
+    cols: u16,
+    rows: u16,
+    env: &[(&str, &str)],
+) -> pty::PtyRun {
+    let data = subset_dir();
+    let mut args = vec!["--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    pty::PtyRun::spawn(&args, cols, rows, env)
+}

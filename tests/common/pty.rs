@@ -61,6 +61,18 @@ impl PtyRun {
         self.screen.lock().unwrap().screen().contents()
     }
 
+    /// How many cells on screen have a foreground or background colour of their own.
+    pub fn colored_cells(&self) -> usize {
+        let parser = self.screen.lock().unwrap();
+        let screen = parser.screen();
+        let (rows, cols) = screen.size();
+        (0..rows)
+            .flat_map(|r| (0..cols).map(move |c| (r, c)))
+            .filter_map(|(r, c)| screen.cell(r, c))
+            .filter(|cell| cell.fgcolor() != vt100::Color::Default || cell.bgcolor() != vt100::Color::Default)
+            .count()
+    }
+
     /// Waits until the screen shows `needle`; panics with the screen after `timeout`.
     pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
