@@ -16,26 +16,34 @@ pub enum OnOff {
 /// Commands besides training.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
-    /// Reopen the dashboard on a running job (the most recent one by default).
+    /// Reopen the dashboard on a running job, from any directory (your most recently started
+    /// one by default).
     Attach {
-        /// The run directory.
+        /// The run directory, or the folder name of one of your running jobs.
         run: Option<PathBuf>,
         /// Watch without the right to pause, change the lr, save or stop.
         #[arg(long)]
         read_only: bool,
     },
-    /// List the runs in a folder (default: runs) with their state and progress.
+    /// List your running jobs (started from any directory) and the runs in a folder.
     Ls {
+        /// The folder of runs to list besides the running jobs.
         #[arg(default_value = "runs")]
         dir: PathBuf,
+        /// First remove the sockets and entries that jobs which died left behind.
+        #[arg(long)]
+        prune: bool,
     },
-    /// Open the dashboard on a recorded run's metrics.jsonl, or write its curves as a PNG.
+    /// Open the dashboard on a recorded run's metrics.jsonl, or draw its curves as a picture.
     Show {
         /// The run directory.
         run: PathBuf,
-        /// Write the curves to this PNG file instead of opening the dashboard.
+        /// Write the curves to this PNG file (960x640) instead of opening the dashboard.
         #[arg(long, value_name = "FILE")]
         png: Option<PathBuf>,
+        /// Write the curves to this SVG file instead of opening the dashboard.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
     },
 }
 
@@ -136,6 +144,15 @@ pub struct Args {
     /// When the loss is NaN or infinite [default: pause in the dashboard, stop headless].
     #[arg(long, value_enum)]
     pub on_nan: Option<dpt_tui::engine::OnNan>,
+
+    /// Headless: when the final save fails (a full disk), try again this many times before
+    /// exiting 1 (the dashboard instead pauses and lets you retry with `s`).
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    pub save_retries: u32,
+
+    /// Headless: seconds between two tries of a failed final save.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub save_retry_secs: f64,
 
     /// Report a replica as stuck when a step takes longer than this many seconds.
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]

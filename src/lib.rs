@@ -1,13 +1,33 @@
 //! dpt-tui: data-parallel training over several devices with libtorch, reported as events for a
 //! terminal dashboard or a headless log.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod atomic;
 pub mod dashboard;
 pub mod data;
 pub mod engine;
 pub mod headless;
 pub mod model;
 pub mod monitor;
+pub mod record;
 pub mod remote;
 pub mod report;
 pub mod run_dir;
 pub mod signals;
+
+/// An error and its causes on one line (`outer: cause: root cause`), for records and logs.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        // Some errors repeat their cause in their own message.
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}

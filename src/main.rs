@@ -2,6 +2,8 @@
 //! the dashboard (a terminal) or as plain lines (anything else, or `--headless`).
 //! Exit status: 0 done, 2 bad input or usage, 1 failure during the run, 128 + N after signal N.
 
+#![deny(clippy::unwrap_used)]
+
 mod cli;
 mod session;
 

@@ -9,9 +9,10 @@ use dpt_tui::dashboard::app::{App, Overlay, RunState};
 use dpt_tui::dashboard::curves::CurveView;
 use dpt_tui::dashboard::theme::Theme;
 use dpt_tui::dashboard::view::{self, Look};
-use dpt_tui::engine::events::{EpochStats, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary};
-use dpt_tui::engine::{Control, DeviceId, Event, FinishReason};
+use dpt_tui::engine::{Control, DeviceId, FinishReason, Record};
 use dpt_tui::monitor::{DeviceSample, MonitorMsg, SampleSource};
+use dpt_tui::record::Change;
+use dpt_tui::record::{EpochStats, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary};
 
 fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
@@ -23,8 +24,8 @@ fn code(c: KeyCode) -> KeyEvent {
 
 fn info(devices: &[&str]) -> RunInfo {
     RunInfo {
-        model: "lenet".into(),
-        devices: devices.iter().map(|d| d.to_string()).collect(),
+        model: dpt_tui::model::ModelKind::Lenet,
+        devices: devices.iter().map(|d| d.parse().unwrap()).collect(),
         param_count: 129_068,
         epochs: 10,
         steps_per_epoch: 235,
@@ -40,8 +41,8 @@ fn info(devices: &[&str]) -> RunInfo {
     }
 }
 
-fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Event {
-    Event::Step(Box::new(StepStats {
+fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
+    Record::Step(Box::new(StepStats {
         epoch,
         step,
         steps_per_epoch: 235,
@@ -58,8 +59,8 @@ fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Event {
     }))
 }
 
-fn epoch(e: usize, test_acc: f64) -> Event {
-    Event::Epoch(Box::new(EpochStats {
+fn epoch(e: usize, test_acc: f64) -> Record {
+    Record::Epoch(Box::new(EpochStats {
         epoch: e,
         train_loss: 2.0 / e as f64,
         train_acc: 0.5 + 0.03 * e as f64,
@@ -76,7 +77,7 @@ fn epoch(e: usize, test_acc: f64) -> Event {
 fn running_app() -> App {
     let mut app = App::new(&[DeviceId::Cpu, DeviceId::Cpu]);
     app.clock = || "12:00:00".to_owned();
-    app.on_event(&Event::Started(Box::new(info(&["cpu", "cpu"]))));
+    app.on_event(&Record::Start(Box::new(info(&["cpu", "cpu"]))));
     app.on_monitor(&MonitorMsg::NvmlUnavailable { reason: "NVML not available (library not found)".into() });
     for e in 1..=3 {
         for s in (50..=235).step_by(50).chain([235]) {
@@ -120,10 +121,10 @@ fn pause_toggles_and_follows_the_engine() {
     assert_eq!(app.on_key(key(' ')), vec![Control::Pause]);
     // The state changes when the engine confirms, not on the key press.
     assert_eq!(app.state, RunState::Running);
-    app.on_event(&Event::Paused { global_step: 570 });
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
     assert_eq!(app.state, RunState::Paused);
     assert_eq!(app.on_key(key('p')), vec![Control::Resume]);
-    app.on_event(&Event::Resumed { global_step: 570 });
+    app.on_event(&Record::Event(Change::Resumed { global_step: 570 }));
     assert_eq!(app.state, RunState::Running);
     assert!(app.log.tail(2).any(|l| l.text == "paused at step 570"));
 }
@@ -155,7 +156,7 @@ fn lr_keys_and_prompt() {
     app.on_key(key('3'));
     assert!(app.on_key(code(KeyCode::Esc)).is_empty(), "Esc cancels");
     assert!(app.overlay.is_none());
-    app.on_event(&Event::LrChanged { from: 0.2, to: 0.05, global_step: 571 });
+    app.on_event(&Record::Event(Change::LrChanged { from: 0.2, to: 0.05, global_step: 571 }));
     assert_eq!(app.lr, Some(0.05));
     assert_eq!(app.on_key(key('+')), vec![Control::SetLr { lr: 0.1 }]);
 }
@@ -183,11 +184,11 @@ fn help_overlay_save_views_and_quit() {
     app.on_key(key('q'));
     assert_eq!(app.on_key(key('y')), vec![Control::Stop]);
     assert!(!app.quit);
-    app.on_event(&Event::StopRequested { global_step: 600 });
+    app.on_event(&Record::Event(Change::StopRequested { global_step: 600 }));
     assert_eq!(app.state, RunState::Stopping);
-    app.on_event(&Event::Finished(Box::new(Summary {
-        model: "lenet".into(),
-        devices: vec!["cpu".into(), "cpu".into()],
+    app.on_event(&Record::Summary(Box::new(Summary {
+        model: dpt_tui::model::ModelKind::Lenet,
+        devices: vec![DeviceId::Cpu, DeviceId::Cpu],
         test_acc: Some(0.8),
         sec_per_epoch: Some(11.5),
         samples_per_sec: 5100.0,
@@ -234,7 +235,7 @@ fn running_at_120x40() {
         "0.7/24.0 GiB",
         "r0 41.0 ms r1 53.0 ms",
         "allreduce 5%",
-        "epoch 2: train loss 1.0000",
+        "epoch 2/10 done: train loss 1.0000",
         "space  pause",
     ] {
         assert!(s.contains(needle), "missing {needle:?} in\n{s}");
@@ -264,8 +265,8 @@ fn running_at_80x24_is_compact_and_complete() {
 #[test]
 fn paused_with_marks_and_the_accuracy_view() {
     let mut app = running_app();
-    app.on_event(&Event::Paused { global_step: 570 });
-    app.on_event(&Event::LrChanged { from: 0.2, to: 0.1, global_step: 570 });
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
+    app.on_event(&Record::Event(Change::LrChanged { from: 0.2, to: 0.1, global_step: 570 }));
     app.on_key(key('v'));
     let s = screen(&app, 120, 40, false);
     for needle in [
@@ -296,7 +297,7 @@ fn help_overlay_lists_every_key() {
 #[test]
 fn ascii_rendering_uses_no_other_characters() {
     let mut app = running_app();
-    app.on_event(&Event::Paused { global_step: 570 });
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
     for (w, h) in [(80, 24), (120, 40)] {
         let s = screen(&app, w, h, true);
         assert!(s.is_ascii(), "non-ASCII in\n{s}");
@@ -316,7 +317,7 @@ fn before_the_first_report() {
     let mut app = App::new(&[DeviceId::Cpu]);
     let s = screen(&app, 80, 24, false);
     assert!(s.contains("STARTING") && s.contains("waiting for the workers"), "{s}");
-    app.on_event(&Event::Started(Box::new(info(&["cpu"]))));
+    app.on_event(&Record::Start(Box::new(info(&["cpu"]))));
     let s = screen(&app, 80, 24, false);
     assert!(s.contains("no data yet"), "{s}");
 }
@@ -324,7 +325,7 @@ fn before_the_first_report() {
 #[test]
 fn gpu_panels_show_nvml_figures() {
     let mut app = App::new(&[DeviceId::Cuda(0), DeviceId::Cuda(1)]);
-    app.on_event(&Event::Started(Box::new(info(&["cuda:0", "cuda:1"]))));
+    app.on_event(&Record::Start(Box::new(info(&["cuda:0", "cuda:1"]))));
     let sample = |i: usize, util: f64| DeviceSample {
         device: DeviceId::Cuda(i),
         source: SampleSource::Nvml,

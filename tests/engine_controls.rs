@@ -4,17 +4,18 @@
 mod common;
 
 use crossbeam_channel::Receiver;
-use dpt_tui::engine::{Control, DeviceId, Engine, Event, FinishReason, TrainConfig};
+use dpt_tui::engine::{Control, DeviceId, Engine, FinishReason, Record, TrainConfig};
 use dpt_tui::model::ModelKind;
+use dpt_tui::record::Change;
 
 /// Receives events until one matches `want`, returning it and everything skipped.
-fn until(events: &Receiver<Event>, want: impl Fn(&Event) -> bool) -> (Event, Vec<Event>) {
+fn until(events: &Receiver<Record>, want: impl Fn(&Record) -> bool) -> (Record, Vec<Record>) {
     let mut skipped = Vec::new();
     for event in events.iter() {
         if want(&event) {
             return (event, skipped);
         }
-        assert!(!matches!(event, Event::Failed { .. }), "run failed: {event:?}");
+        assert!(!matches!(event, Record::Event(Change::Failed { .. })), "run failed: {event:?}");
         skipped.push(event);
     }
     panic!("event stream ended first; got {skipped:?}");
@@ -39,7 +40,7 @@ fn learns(precision: dpt_tui::model::Precision) {
     let epochs: Vec<_> = engine
         .events()
         .iter()
-        .filter_map(|e| if let Event::Epoch(s) = e { Some(*s) } else { None })
+        .filter_map(|e| if let Record::Epoch(s) = e { Some(*s) } else { None })
         .collect();
     let outcome = engine.join().unwrap();
     assert_eq!(epochs.len(), 8);
@@ -65,13 +66,13 @@ fn pause_set_lr_save_and_stop_take_effect() {
     let events = engine.events().clone();
     let controls = engine.controls();
 
-    let (first, _) = until(&events, |e| matches!(e, Event::Step(_)));
-    let Event::Step(first) = first else { unreachable!() };
+    let (first, _) = until(&events, |e| matches!(e, Record::Step(_)));
+    let Record::Step(first) = first else { unreachable!() };
     assert_eq!(first.lr, 0.2);
 
     controls.send(Control::Pause).unwrap();
-    let (paused, _) = until(&events, |e| matches!(e, Event::Paused { .. }));
-    let Event::Paused { global_step: paused_at } = paused else { unreachable!() };
+    let (paused, _) = until(&events, |e| matches!(e, Record::Event(Change::Paused { .. })));
+    let Record::Event(Change::Paused { global_step: paused_at }) = paused else { unreachable!() };
 
     // While paused: a bad lr is refused, a good one applied, a save written; no step runs.
     controls.send(Control::SetLr { lr: f64::NAN }).unwrap();
@@ -79,28 +80,28 @@ fn pause_set_lr_save_and_stop_take_effect() {
     controls.send(Control::SetLr { lr: 0.05 }).unwrap();
     controls.send(Control::SaveNow).unwrap();
     controls.send(Control::Resume).unwrap();
-    let (resumed, during_pause) = until(&events, |e| matches!(e, Event::Resumed { .. }));
-    assert!(matches!(resumed, Event::Resumed { global_step } if global_step == paused_at));
+    let (resumed, during_pause) = until(&events, |e| matches!(e, Record::Event(Change::Resumed { .. })));
+    assert!(matches!(resumed, Record::Event(Change::Resumed { global_step }) if global_step == paused_at));
     assert!(
-        !during_pause.iter().any(|e| matches!(e, Event::Step(_))),
+        !during_pause.iter().any(|e| matches!(e, Record::Step(_))),
         "no step while paused: {during_pause:?}"
     );
-    let refused = during_pause.iter().filter(|e| matches!(e, Event::Refused { .. })).count();
+    let refused = during_pause.iter().filter(|e| matches!(e, Record::Event(Change::Refused { .. }))).count();
     assert_eq!(refused, 2, "{during_pause:?}");
-    assert!(during_pause
-        .iter()
-        .any(|e| matches!(e, Event::LrChanged { from, to, .. } if *from == 0.2 && *to == 0.05)));
-    assert!(during_pause.iter().any(|e| matches!(e, Event::Saved { .. })));
+    assert!(during_pause.iter().any(
+        |e| matches!(e, Record::Event(Change::LrChanged { from, to, .. }) if *from == 0.2 && *to == 0.05)
+    ));
+    assert!(during_pause.iter().any(|e| matches!(e, Record::Event(Change::Saved { .. }))));
     assert!(dir.path().join("model.safetensors").exists());
 
-    let (next, _) = until(&events, |e| matches!(e, Event::Step(_)));
-    let Event::Step(next) = next else { unreachable!() };
+    let (next, _) = until(&events, |e| matches!(e, Record::Step(_)));
+    let Record::Step(next) = next else { unreachable!() };
     assert_eq!(next.lr, 0.05);
     assert_eq!(next.global_step, paused_at + 1);
 
     controls.send(Control::Stop).unwrap();
-    let (finished, _) = until(&events, |e| matches!(e, Event::Finished(_)));
-    let Event::Finished(summary) = finished else { unreachable!() };
+    let (finished, _) = until(&events, |e| matches!(e, Record::Summary(_)));
+    let Record::Summary(summary) = finished else { unreachable!() };
     assert_eq!(summary.reason, FinishReason::Stopped);
     assert!(summary.global_steps < 50 * 2);
     let outcome = engine.join().unwrap();
@@ -142,16 +143,18 @@ fn a_failing_worker_is_reported_with_its_replica_and_nothing_hangs() {
     let split = |n: usize| Split { images: vec![0; n * 196], labels: vec![1; n], rows: 14, cols: 14 };
     let data = std::sync::Arc::new(Dataset { train: split(64), test: split(16) });
     let engine = Engine::start(TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]), data).unwrap();
-    let events: Vec<Event> = engine.events().iter().collect();
+    let events: Vec<Record> = engine.events().iter().collect();
     let failed = events.iter().find_map(|e| match e {
-        Event::Failed { replica, device, message } => Some((*replica, device.clone(), message.clone())),
+        Record::Event(Change::Failed { replica, device, message }) => {
+            Some((*replica, device.clone(), message.clone()))
+        }
         _ => None,
     });
     let (replica, device, message) = failed.expect("a Failed event");
     assert!(replica.is_some_and(|r| r < 2));
     assert_eq!(device.as_deref(), Some("cpu"));
     assert!(message.contains("replica"), "{message}");
-    assert!(!events.iter().any(|e| matches!(e, Event::Finished(_))));
+    assert!(!events.iter().any(|e| matches!(e, Record::Summary(_))));
     match engine.join() {
         Err(EngineError::Worker { replica: r, .. }) => assert_eq!(Some(r), replica),
         other => panic!("expected a worker error, got {:?}", other.map(|o| o.summary)),

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dpt_tui::engine::{Control, Event};
+use dpt_tui::engine::{Control, Record};
+use dpt_tui::record::Change;
 use dpt_tui::remote::client::{attach, attach_stream, server_info, AttachError};
 use dpt_tui::remote::protocol::VERSION;
 
@@ -68,7 +69,7 @@ impl Drop for Job {
 }
 
 /// Receives events until one matches.
-fn until(events: &crossbeam_channel::Receiver<Event>, want: impl Fn(&Event) -> bool) -> Event {
+fn until(events: &crossbeam_channel::Receiver<Record>, want: impl Fn(&Record) -> bool) -> Record {
     let deadline = Instant::now() + WAIT;
     loop {
         let e = events.recv_deadline(deadline).expect("the event came in time");
@@ -83,29 +84,32 @@ fn attach_change_the_lr_detach_and_attach_again() {
     let job = Job::start("1000");
     let first = attach(&job.run, false).unwrap();
     assert!(
-        matches!(first.snapshot.events.first(), Some(Event::Started(_))),
+        matches!(first.snapshot.records.first(), Some(Record::Start(_))),
         "the snapshot starts at the start"
     );
-    until(&first.events, |e| matches!(e, Event::Step(_)));
+    until(&first.records, |e| matches!(e, Record::Step(_)));
     first.controls.send(Control::SetLr { lr: 0.05 }).unwrap();
-    until(&first.events, |e| matches!(e, Event::LrChanged { to, .. } if *to == 0.05));
+    until(&first.records, |e| matches!(e, Record::Event(Change::LrChanged { to, .. }) if *to == 0.05));
     // A second viewer at the same time, read-only: its control is refused, the job unchanged.
     let second = attach(&job.run, true).unwrap();
     second.controls.send(Control::Pause).unwrap();
-    until(&second.events, |e| matches!(e, Event::Refused { reason } if reason.contains("read-only")));
-    until(&first.events, |e| matches!(e, Event::Step(s) if s.lr == 0.05));
+    until(
+        &second.records,
+        |e| matches!(e, Record::Event(Change::Refused { reason }) if reason.contains("read-only")),
+    );
+    until(&first.records, |e| matches!(e, Record::Step(s) if s.lr == 0.05));
     drop(first);
     drop(second);
 
     // Attach again: the history holds the change and the curves after it.
     let again = attach(&job.run, false).unwrap();
-    let history = &again.snapshot.events;
-    assert!(history.iter().any(|e| matches!(e, Event::LrChanged { to, .. } if *to == 0.05)));
-    assert!(history.iter().any(|e| matches!(e, Event::Step(s) if s.lr == 0.05)));
-    assert!(history.iter().any(|e| matches!(e, Event::Step(s) if s.lr == 0.2)));
+    let history = &again.snapshot.records;
+    assert!(history.iter().any(|e| matches!(e, Record::Event(Change::LrChanged { to, .. }) if *to == 0.05)));
+    assert!(history.iter().any(|e| matches!(e, Record::Step(s) if s.lr == 0.05)));
+    assert!(history.iter().any(|e| matches!(e, Record::Step(s) if s.lr == 0.2)));
     assert!(!again.snapshot.monitor.is_empty(), "device readings come with the snapshot");
     again.controls.send(Control::Stop).unwrap();
-    until(&again.events, |e| matches!(e, Event::Finished(_)));
+    until(&again.records, |e| matches!(e, Record::Summary(_)));
     let records = common::wait_for_summary(&job.run, WAIT);
     assert!(records.iter().any(|r| r["event"] == "lr_changed" && r["to"] == 0.05));
     assert_eq!(records.last().unwrap()["reason"], "stopped");
@@ -161,9 +165,9 @@ fn version_mismatch_bad_messages_and_foreign_users_leave_the_job_running() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
     // The job goes on.
     let viewer = attach(&job.run, false).unwrap();
-    until(&viewer.events, |e| matches!(e, Event::Step(_)));
+    until(&viewer.records, |e| matches!(e, Record::Step(_)));
     viewer.controls.send(Control::Stop).unwrap();
-    until(&viewer.events, |e| matches!(e, Event::Finished(_)));
+    until(&viewer.records, |e| matches!(e, Record::Summary(_)));
 }
 
 use std::os::unix::process::CommandExt;
@@ -172,7 +176,7 @@ use std::os::unix::process::CommandExt;
 fn a_hundred_attach_detach_cycles_leak_neither_threads_nor_descriptors() {
     let job = Job::start("1000");
     let warm = attach(&job.run, false).unwrap();
-    until(&warm.events, |e| matches!(e, Event::Step(_)));
+    until(&warm.records, |e| matches!(e, Record::Step(_)));
     drop(warm);
     let settle = |job: &Job, target: (usize, usize)| {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -194,7 +198,7 @@ fn a_hundred_attach_detach_cycles_leak_neither_threads_nor_descriptors() {
     assert!(after.0 <= before.0 && after.1 <= before.1, "{before:?} -> {after:?}");
     let v = attach(&job.run, false).unwrap();
     v.controls.send(Control::Stop).unwrap();
-    until(&v.events, |e| matches!(e, Event::Finished(_)));
+    until(&v.records, |e| matches!(e, Record::Summary(_)));
 }
 
 #[test]
@@ -247,7 +251,21 @@ fn ls_show_png_and_a_dead_job() {
         "{}",
         String::from_utf8_lossy(&ls.stdout)
     );
-    assert!(!socket.exists(), "the stale socket was removed");
+    // Listing changes nothing; it says what a prune would remove.
+    assert!(socket.exists(), "ls leaves the stale socket alone");
+    assert!(
+        String::from_utf8_lossy(&ls.stdout).contains("dpt-tui ls --prune"),
+        "{}",
+        String::from_utf8_lossy(&ls.stdout)
+    );
+    let pruned = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["ls", "--prune"])
+        .arg(job.run.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(pruned.status.success());
+    assert!(!socket.exists(), "ls --prune removed the stale socket");
+    assert!(!job.run.join("server.json").exists(), "and the dead job's server.json");
     let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("attach").arg(&job.run).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -275,4 +293,65 @@ fn a_job_that_cannot_serve_viewers_fails_at_start_with_the_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("background job exited") && err.contains("is not a private folder"), "{err}");
+}
+
+#[test]
+fn a_detached_job_is_listed_and_attached_from_any_directory() {
+    // A registry of our own, so other tests' jobs do not count as "the most recent".
+    let runtime = tempfile::tempdir().unwrap();
+    let xdg = runtime.path().to_str().unwrap();
+    let started_in = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .current_dir(started_in.path())
+        .env("XDG_RUNTIME_DIR", xdg)
+        .args(["--detach", "--data", data.to_str().unwrap(), "--devices", "cpu:2", "--train-limit", "600"])
+        .args(["--batch-size", "100", "--log-every", "2", "--epochs", "1000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    // The default run directory is under the starting directory, and every hint is absolute.
+    let hint = stdout.lines().find_map(|l| l.strip_prefix("attach with: dpt-tui attach ")).expect("a hint");
+    let run = PathBuf::from(hint);
+    assert!(run.is_absolute() && run.starts_with(started_in.path().canonicalize().unwrap()), "{stdout}");
+    let pid = server_info(&run).expect("server.json").pid;
+    let _stop = Job { run: run.clone(), pid, _tmp: tempfile::tempdir().unwrap() };
+
+    // From elsewhere: `ls` lists the running job with its absolute path.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .current_dir(elsewhere.path())
+        .env("XDG_RUNTIME_DIR", xdg)
+        .arg("ls")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&ls.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("running") && l.ends_with(&run.display().to_string())),
+        "{text}"
+    );
+
+    // A bare `attach` from another directory opens the dashboard on it; `d` detaches.
+    let mut tui = common::pty::PtyRun::spawn(&["attach"], 100, 30, &[("XDG_RUNTIME_DIR", xdg)]);
+    tui.wait_for("RUNNING", WAIT);
+    tui.send("d");
+    assert!(tui.wait_exit(WAIT).success());
+    assert!(tui.contents().contains("detached; training goes on"), "{}", tui.contents());
+
+    // With no job of ours running, a bare attach says what to do instead.
+    let v = attach(&run, false).unwrap();
+    v.controls.send(Control::Stop).unwrap();
+    until(&v.records, |e| matches!(e, Record::Summary(_)));
+    let deadline = Instant::now() + WAIT;
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .env("XDG_RUNTIME_DIR", xdg)
+        .arg("attach")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("none of your jobs is running"));
 }

@@ -1,14 +1,15 @@
 //! The dashboard's state, owned by the UI thread and changed only by engine events, monitor
 //! samples, keys and the clock. Drawing reads it; nothing here draws or touches a tensor.
 
-use crate::engine::events::{EpochStats, Event, RunInfo, StepStats, Summary};
 use crate::engine::DeviceId;
-use crate::headless::thousands;
 use crate::monitor::MonitorMsg;
+use crate::record::curves::Curves;
+use crate::record::text::{Level, Narrator};
+use crate::record::{Change, EpochStats, Record, RunInfo, StepStats, Summary};
 
-use super::curves::{CurveView, Curves, MarkKind};
+use super::curves::CurveView;
 use super::devices::{panels, DeviceState};
-use super::log::{EventLog, Level};
+use super::log::EventLog;
 
 /// The run as the status line names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +82,10 @@ pub struct App {
     pub overlay: Option<Overlay>,
     pub summary: Option<Summary>,
     pub failure: Option<String>,
+    /// The last save failed: what failed and how to retry (cleared by a good save).
+    pub save_problem: Option<String>,
+    /// Words the records' log lines.
+    narrator: Narrator,
     /// Seconds since training started, pauses included (set by [`App::tick`]).
     pub elapsed: f64,
     /// The factor `+` and `-` apply to the lr.
@@ -99,14 +104,6 @@ pub struct App {
     pub dirty: bool,
     /// Wall-clock time for log lines, `HH:MM:SS` (tests fix it).
     pub clock: fn() -> String,
-}
-
-/// `cpu` or `cuda:N`, as events name devices.
-fn parse_device(s: &str) -> Option<DeviceId> {
-    match s.strip_prefix("cuda:") {
-        Some(n) => n.parse().ok().map(DeviceId::Cuda),
-        None => (s == "cpu").then_some(DeviceId::Cpu),
-    }
 }
 
 fn wall_clock() -> String {
@@ -131,6 +128,8 @@ impl App {
             overlay: None,
             summary: None,
             failure: None,
+            save_problem: None,
+            narrator: Narrator::default(),
             elapsed: 0.0,
             lr_factor: 2.0,
             stop_requested: false,
@@ -148,128 +147,68 @@ impl App {
         self.log.push(time, level, text);
     }
 
-    /// Applies one engine event.
-    pub fn on_event(&mut self, event: &Event) {
+    /// Applies one record of the run: the curves and the log lines come from the record's own
+    /// folds; the rest is what the status line and panels show.
+    pub fn on_event(&mut self, record: &Record) {
         self.dirty = true;
-        match event {
-            Event::Started(info) => {
+        self.curves.apply(record);
+        if let Some(line) = self.narrator.line(record) {
+            if !line.progress {
+                for text in line.text.lines() {
+                    self.note(line.level, text);
+                }
+            }
+        }
+        match record {
+            Record::Start(info) => {
                 self.state = RunState::Running;
                 self.lr = Some(info.lr);
-                self.note(
-                    Level::Info,
-                    format!(
-                        "started {} ({} parameters) on [{}]",
-                        info.model,
-                        thousands(info.param_count),
-                        info.devices.join(", ")
-                    ),
-                );
                 if self.devices.is_empty() {
-                    let ids: Vec<DeviceId> = info.devices.iter().filter_map(|d| parse_device(d)).collect();
-                    self.devices = panels(&ids);
+                    self.devices = panels(&info.devices);
                 }
                 self.info = Some((**info).clone());
             }
-            Event::Step(s) => {
-                self.curves.on_step(s);
+            Record::Step(s) => {
                 for d in &mut self.devices {
                     d.on_step(s);
                 }
                 self.global_step = s.global_step;
                 self.last_step = Some((**s).clone());
             }
-            Event::Epoch(e) => {
-                self.curves.on_epoch(e);
+            Record::Epoch(e) => {
                 self.epoch_seconds.push(e.epoch_seconds);
-                self.note(
-                    Level::Info,
-                    format!(
-                        "epoch {}: train loss {:.4}, train acc {:.3}, test acc {:.3}, {:.1} s",
-                        e.epoch, e.train_loss, e.train_acc, e.test_acc, e.epoch_seconds
-                    ),
-                );
                 self.last_epoch = Some((**e).clone());
             }
-            Event::LrChanged { from, to, global_step } => {
-                self.lr = Some(*to);
-                self.curves.mark(MarkKind::LrChange);
-                self.curves.on_lr(*to);
-                self.note(Level::Info, format!("lr {from} -> {to} at step {global_step}"));
-            }
-            Event::Paused { global_step } => {
-                self.state = RunState::Paused;
-                self.curves.mark(MarkKind::Pause);
-                self.note(Level::Info, format!("paused at step {global_step}"));
-            }
-            Event::Resumed { global_step } => {
-                if self.state == RunState::Paused {
-                    self.state = RunState::Running;
-                }
-                self.note(Level::Info, format!("resumed at step {global_step}"));
-            }
-            Event::StopRequested { global_step } => {
-                self.state = RunState::Stopping;
-                self.note(Level::Info, format!("stopping after step {global_step}"));
-            }
-            Event::Saved { path, global_step } => {
-                self.note(Level::Info, format!("saved weights at step {global_step} to {path}"));
-            }
-            Event::Checkpointed { global_step, .. } => {
-                self.note(Level::Info, format!("checkpoint written at step {global_step}"));
-            }
-            Event::Restored { epoch, step, global_step, history } => {
-                self.replay(history);
-                self.global_step = *global_step;
-                self.note(
-                    Level::Info,
-                    format!(
-                        "resumed from the checkpoint at epoch {} step {step} (step {global_step} in all)",
-                        epoch + 1
-                    ),
-                );
-            }
-            Event::Refused { reason } => self.note(Level::Warn, format!("refused: {reason}")),
-            Event::Warning { message } => self.note(Level::Warn, message.clone()),
-            Event::Finished(summary) => {
+            Record::Event(change) => self.on_change(change),
+            Record::Summary(summary) => {
                 self.state = RunState::Finished;
-                let acc = summary.test_acc.map_or("n/a".to_owned(), |a| format!("{a:.3}"));
-                self.note(
-                    Level::Info,
-                    format!("finished: test acc {acc}, {:.1} samples/sec", summary.samples_per_sec),
-                );
                 self.summary = Some((**summary).clone());
                 if self.stop_requested {
                     self.quit = true;
                 }
             }
-            Event::Failed { message, .. } => {
-                self.state = RunState::Failed;
-                self.note(Level::Error, format!("training failed: {message}"));
-                self.failure = Some(message.clone());
-            }
         }
     }
 
-    /// Rebuilds the curves and epoch figures from a resumed run's earlier events.
-    fn replay(&mut self, history: &[Event]) {
-        for event in history {
-            match event {
-                Event::Step(s) => {
-                    self.curves.on_step(s);
-                    self.last_step = Some((**s).clone());
-                }
-                Event::Epoch(e) => {
-                    self.curves.on_epoch(e);
-                    self.epoch_seconds.push(e.epoch_seconds);
-                    self.last_epoch = Some((**e).clone());
-                }
-                Event::LrChanged { to, .. } => {
-                    self.curves.mark(MarkKind::LrChange);
-                    self.curves.on_lr(*to);
-                }
-                Event::Paused { .. } => self.curves.mark(MarkKind::Pause),
-                _ => {}
+    fn on_change(&mut self, change: &Change) {
+        match change {
+            Change::LrChanged { to, .. } => self.lr = Some(*to),
+            Change::Paused { .. } => self.state = RunState::Paused,
+            Change::Resumed { .. } if self.state == RunState::Paused => self.state = RunState::Running,
+            Change::StopRequested { .. } => self.state = RunState::Stopping,
+            Change::Restored { global_step, .. } => self.global_step = *global_step,
+            Change::Saved { .. } => self.save_problem = None,
+            Change::SaveFailed { message, advice, .. } => {
+                self.save_problem = Some(format!("NOT SAVED: {message}; {advice}"));
             }
+            Change::Failed { message, .. } => {
+                self.state = RunState::Failed;
+                self.failure = Some(message.clone());
+            }
+            Change::Resumed { .. }
+            | Change::Checkpointed { .. }
+            | Change::Refused { .. }
+            | Change::Warning { .. } => {}
         }
     }
 

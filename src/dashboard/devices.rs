@@ -3,9 +3,9 @@
 
 use std::collections::VecDeque;
 
-use crate::engine::events::StepStats;
 use crate::engine::DeviceId;
 use crate::monitor::{DeviceSample, SampleSource};
+use crate::record::StepStats;
 
 /// How many samples the history keeps (two minutes at the default 1 s).
 pub const HISTORY: usize = 120;

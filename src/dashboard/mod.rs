@@ -24,7 +24,7 @@ use thiserror::Error;
 
 pub use keys::HELP;
 
-use crate::engine::{Control, Event};
+use crate::engine::{Control, Record};
 use crate::monitor::MonitorMsg;
 use crate::remote::protocol::Snapshot;
 use crate::signals::SignalMsg;
@@ -91,7 +91,7 @@ fn spawn_input(stop: Arc<AtomicBool>) -> std::io::Result<Receiver<TermEvent>> {
 pub struct Source {
     /// The run so far, replayed before the live data.
     pub snapshot: Snapshot,
-    pub events: Receiver<Event>,
+    pub records: Receiver<Record>,
     pub monitor: Receiver<MonitorMsg>,
     /// Where controls go; `None` for a viewer that may not steer (`--read-only`, `show`).
     pub controls: Option<Sender<Control>>,
@@ -120,8 +120,8 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     let mut app = App::new(&[]);
     app.steerable = source.controls.is_some();
     app.attached = source.attached;
-    for event in &source.snapshot.events {
-        app.on_event(event);
+    for record in &source.snapshot.records {
+        app.on_event(record);
     }
     for msg in &source.snapshot.monitor {
         app.on_monitor(msg);
@@ -138,7 +138,7 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     let input = spawn_input(Arc::clone(&stop_input))?;
     let look = Look { theme: &opts.theme, ascii: opts.ascii };
     let ticker = tick(Duration::from_millis(1000 / u64::from(opts.fps.clamp(1, 60))));
-    let (mut events, mut monitor_rx, mut signals) = (source.events, source.monitor, signals.clone());
+    let (mut events, mut monitor_rx, mut signals) = (source.records, source.monitor, signals.clone());
     let (mut hangup, mut interrupted) = (false, None);
     let result = loop {
         select! {

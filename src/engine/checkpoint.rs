@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 use thiserror::Error;
 
-use super::events::Event;
+use super::tally::Tally;
+use crate::model::ModelKind;
 
 /// The checkpoint's file name inside a run directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
@@ -24,28 +25,23 @@ const FORMAT: u32 = 1;
 pub enum CheckpointError {
     #[error("cannot read checkpoint {path}: {message}; pass a checkpoint.safetensors file or a run directory holding one")]
     Read { path: PathBuf, message: String },
-    #[error("cannot write checkpoint {path}: {message}; the previous checkpoint is intact")]
-    Write { path: PathBuf, message: String },
+    #[error("cannot write checkpoint {path}; the previous checkpoint is intact")]
+    Write {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
     #[error("checkpoint {path} belongs to model '{found}', not '{expected}'; drop --model or pass a checkpoint of {expected}")]
-    OtherModel { path: PathBuf, found: String, expected: String },
+    OtherModel { path: PathBuf, found: ModelKind, expected: ModelKind },
     #[error("checkpoint {path} does not fit the model: {message}")]
     Mismatch { path: PathBuf, message: String },
-}
-
-/// Running totals of the epoch in progress, so a mid-epoch resume reports the whole epoch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct PartialEpoch {
-    pub loss: f64,
-    pub correct: f64,
-    pub samples: f64,
-    pub seconds: f64,
 }
 
 /// Where the run stands, besides its tensors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointState {
     pub format: u32,
-    pub model: String,
+    pub model: ModelKind,
     /// The epoch (0-based) and step within it that run next.
     pub epoch: usize,
     pub step: usize,
@@ -58,14 +54,13 @@ pub struct CheckpointState {
     pub seed: u64,
     pub train_samples: usize,
     pub test_samples: usize,
-    pub partial_epoch: PartialEpoch,
+    /// The epoch in progress so far, so a mid-epoch resume reports the whole epoch.
+    pub partial_epoch: Tally,
     /// Epochs finished, their total training seconds and samples, for the final summary.
     pub epochs_done: usize,
     pub train_seconds: f64,
     pub samples_done: f64,
     pub last_test_acc: Option<f64>,
-    /// The run's statistics and changes so far, so curves and log continue after a resume.
-    pub history: Vec<Event>,
 }
 
 /// A checkpoint in memory (tensors on the CPU).
@@ -85,31 +80,11 @@ pub fn checkpoint_path(path: &Path) -> PathBuf {
     }
 }
 
-/// Writes `tensors` to `path` atomically: a failure leaves the previous file as it was.
-pub fn write_atomic(tensors: &[(String, Tensor)], path: &Path) -> Result<(), String> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let result = (|| {
-        Tensor::write_safetensors(tensors, &tmp).map_err(|e| e.to_string())?;
-        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, path).map_err(|e| e.to_string())?;
-        // Make the rename itself durable.
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 impl Checkpoint {
     /// Writes the checkpoint to `path` atomically.
     pub fn write(&self, path: &Path) -> Result<(), CheckpointError> {
-        let err = |message: String| CheckpointError::Write { path: path.to_owned(), message };
-        let json = serde_json::to_vec(&self.state).map_err(|e| err(e.to_string()))?;
+        let err = |cause: std::io::Error| CheckpointError::Write { path: path.to_owned(), cause };
+        let json = serde_json::to_vec(&self.state).map_err(|e| err(std::io::Error::other(e)))?;
         let mut tensors: Vec<(String, Tensor)> = Vec::new();
         for (prefix, list) in
             [("param", &self.params), ("momentum", &self.momentum), ("buffer", &self.buffers)]
@@ -117,7 +92,10 @@ impl Checkpoint {
             tensors.extend(list.iter().map(|(n, t)| (format!("{prefix}.{n}"), t.shallow_clone())));
         }
         tensors.push((STATE_KEY.to_owned(), Tensor::from_slice(&json)));
-        write_atomic(&tensors, path).map_err(err)
+        crate::atomic::write_with(path, |tmp| {
+            Tensor::write_safetensors(&tensors, tmp).map_err(std::io::Error::other)
+        })
+        .map_err(err)
     }
 
     /// Reads a checkpoint file, or the one in a run directory.

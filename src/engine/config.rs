@@ -25,6 +25,18 @@ pub enum OnNan {
     Ignore,
 }
 
+/// What to do when the final save (the weights and checkpoint written when a run ends or
+/// stops) fails, e.g. on a full disk. The weights are in memory until the process ends; the run
+/// never ends as if done without them on disk.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SavePolicy {
+    /// Pause and wait for the user: `s` (`SaveNow`) retries, `SaveTo` another folder, a second
+    /// stop gives up and fails the run (the dashboard and background jobs).
+    WaitForUser,
+    /// Try again `tries` more times, `every` apart, then fail the run (headless).
+    Retry { tries: u32, every: Duration },
+}
+
 /// A run to continue: the checkpoint's state and its tensors, flattened in the model's order.
 pub struct Resume {
     pub state: CheckpointState,
@@ -46,11 +58,11 @@ impl Resume {
         model: ModelKind,
         path: &std::path::Path,
     ) -> Result<Resume, CheckpointError> {
-        if ckpt.state.model != model.name() {
+        if ckpt.state.model != model {
             return Err(CheckpointError::OtherModel {
                 path: path.to_owned(),
-                found: ckpt.state.model.clone(),
-                expected: model.name().to_owned(),
+                found: ckpt.state.model,
+                expected: model,
             });
         }
         let mut b = Builder::default();
@@ -129,6 +141,7 @@ pub struct TrainConfig {
     /// Write a checkpoint every this many epochs (0: only on stop and at the end).
     pub checkpoint_every: usize,
     pub on_nan: OnNan,
+    pub save_policy: SavePolicy,
     /// A replica that does not finish a step within this time is reported as stuck.
     pub step_timeout: Duration,
     /// Continue from a checkpoint.
@@ -158,6 +171,7 @@ impl TrainConfig {
             cpu_threads: 1,
             checkpoint_every: 1,
             on_nan: OnNan::Stop,
+            save_policy: SavePolicy::Retry { tries: 0, every: Duration::ZERO },
             step_timeout: Duration::from_secs(600),
             resume: None,
             faults: Faults::default(),

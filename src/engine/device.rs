@@ -5,8 +5,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// One replica's device.
+/// One replica's device; written `cpu` or `cuda:N` on the command line, in files and on the
+/// wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum DeviceId {
     Cpu,
     Cuda(usize),
@@ -28,6 +30,32 @@ impl fmt::Display for DeviceId {
             DeviceId::Cpu => write!(f, "cpu"),
             DeviceId::Cuda(i) => write!(f, "cuda:{i}"),
         }
+    }
+}
+
+impl From<DeviceId> for String {
+    fn from(d: DeviceId) -> String {
+        d.to_string()
+    }
+}
+
+impl std::str::FromStr for DeviceId {
+    type Err = DeviceError;
+
+    fn from_str(s: &str) -> Result<Self, DeviceError> {
+        match s.strip_prefix("cuda:") {
+            Some(n) => n.parse().map(DeviceId::Cuda).map_err(|_| DeviceError::Unknown(s.to_owned())),
+            None if s == "cpu" => Ok(DeviceId::Cpu),
+            None => Err(DeviceError::Unknown(s.to_owned())),
+        }
+    }
+}
+
+impl TryFrom<String> for DeviceId {
+    type Error = DeviceError;
+
+    fn try_from(s: String) -> Result<Self, DeviceError> {
+        s.parse()
     }
 }
 
@@ -139,6 +167,16 @@ mod tests {
         assert_eq!(resolve_devices("cpu:3", CPU_ONLY).unwrap(), vec![DeviceId::Cpu; 3]);
         assert_eq!(resolve_devices("cuda:0, cuda:0", TWO_GPUS).unwrap(), vec![DeviceId::Cuda(0); 2]);
         assert_eq!(resolve_devices("cuda:1,cpu", TWO_GPUS).unwrap(), vec![DeviceId::Cuda(1), DeviceId::Cpu]);
+    }
+
+    #[test]
+    fn devices_are_written_as_their_names() {
+        for d in [DeviceId::Cpu, DeviceId::Cuda(3)] {
+            let json = serde_json::to_string(&d).unwrap();
+            assert_eq!(json, format!("\"{d}\""));
+            assert_eq!(serde_json::from_str::<DeviceId>(&json).unwrap(), d);
+        }
+        assert!(serde_json::from_str::<DeviceId>("\"tpu:0\"").is_err());
     }
 
     #[test]

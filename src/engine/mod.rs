@@ -11,10 +11,10 @@ pub mod faults;
 pub mod flat;
 pub mod sgd;
 pub mod shard;
-pub mod window;
+pub mod tally;
 pub mod worker;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -22,9 +22,11 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use tch::Tensor;
 use thiserror::Error;
 
-pub use config::{ConfigError, OnNan, Resume, TrainConfig};
+pub use crate::record::{FinishReason, Record, Summary};
+use checkpoint::CheckpointError;
+pub use config::{ConfigError, OnNan, Resume, SavePolicy, TrainConfig};
 pub use device::{DeviceError, DeviceId};
-pub use events::{Control, Event, FinishReason, Summary};
+pub use events::Control;
 
 use crate::data::Dataset;
 use crate::model::Builder;
@@ -42,8 +44,14 @@ pub enum EngineError {
     Stalled { replicas: Vec<usize>, devices: Vec<String>, seconds: f64 },
     #[error("replica {replica} differs from replica 0 after step {step}")]
     ReplicasDiverged { replica: usize, step: usize },
-    #[error("cannot write {path}: {message}")]
-    Save { path: String, message: String },
+    #[error("cannot write {path}")]
+    Save {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     #[error("cannot start a thread: {0}")]
     Spawn(std::io::Error),
     #[error("the coordinator thread panicked: {0}")]
@@ -58,7 +66,7 @@ pub struct Outcome {
 
 /// A running engine: read [`Engine::events`], send controls, then [`Engine::join`].
 pub struct Engine {
-    events: Receiver<Event>,
+    events: Receiver<Record>,
     controls: Sender<Control>,
     thread: JoinHandle<Result<Outcome, EngineError>>,
 }
@@ -139,7 +147,7 @@ impl Engine {
     }
 
     /// The event stream; it ends (disconnects) when the run is over.
-    pub fn events(&self) -> &Receiver<Event> {
+    pub fn events(&self) -> &Receiver<Record> {
         &self.events
     }
 
@@ -165,19 +173,4 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Engine(#[from] EngineError),
-}
-
-/// Writes named tensors as safetensors at `path` atomically: a temporary file in the same
-/// folder, flushed to disk, then renamed over the old one, so a failed write leaves it intact.
-pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
-    let err = |message: String| EngineError::Save { path: path.display().to_string(), message };
-    let tmp = path.with_extension("safetensors.tmp");
-    let result = Tensor::write_safetensors(tensors, &tmp)
-        .map_err(|e| err(e.to_string()))
-        .and_then(|()| std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| err(e.to_string())))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| err(e.to_string())));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

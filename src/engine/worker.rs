@@ -10,6 +10,7 @@ use tch::{Device, Kind, Reduction, Tensor};
 
 use super::faults::Faults;
 use super::flat::FlatTensors;
+use super::tally::Tally;
 use crate::data::{Dataset, Split};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Precision};
 
@@ -43,22 +44,6 @@ pub struct ReplicaHandles {
     pub named_buffers: Vec<(String, Tensor)>,
 }
 
-/// Training metrics summed over the steps since the last report.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Sums {
-    pub loss: f64,
-    pub correct: f64,
-    pub samples: f64,
-}
-
-impl Sums {
-    pub fn add(&mut self, s: Sums) {
-        self.loss += s.loss;
-        self.correct += s.correct;
-        self.samples += s.samples;
-    }
-}
-
 /// A worker's answer to the coordinator.
 pub enum FromWorker {
     /// The replica is built and its data resident.
@@ -66,9 +51,9 @@ pub enum FromWorker {
     /// Gradients of the shard are in the flat gradient buffer.
     StepDone { replica: usize, data_secs: f64, compute_secs: f64 },
     /// The accumulated training metrics since the last report.
-    Sums { replica: usize, sums: Sums },
+    Sums { replica: usize, sums: Tally },
     /// Test metrics of the assigned rows.
-    Evaluated { replica: usize, sums: Sums },
+    Evaluated { replica: usize, sums: Tally },
     /// The worker failed and has left.
     Failed { replica: usize, message: String },
 }
@@ -156,7 +141,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                     worker.step(start, len, global_step, dropout_seed)?
                 }
                 ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
-                ToWorker::Evaluate { start, len } => worker.evaluate(start, len),
+                ToWorker::Evaluate { start, len } => worker.evaluate(start, len)?,
                 ToWorker::Shutdown => break,
             };
             if replies.send(reply).is_err() {
@@ -335,8 +320,12 @@ impl Worker {
                 view.copy_(g);
             }
             let _guard = tch::no_grad_guard();
-            let _ = self.loss_sum.f_add_(&loss.detach());
-            let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));
+            let tch_error = |e: tch::TchError| e.to_string();
+            self.loss_sum.f_add_(&loss.detach()).map(drop).map_err(tch_error)?;
+            self.correct
+                .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))
+                .map(drop)
+                .map_err(tch_error)?;
             self.samples += len as f64;
             let compute_secs = t1.elapsed().as_secs_f64();
             return Ok(FromWorker::StepDone { replica: self.replica, data_secs, compute_secs });
@@ -348,11 +337,12 @@ impl Worker {
         })
     }
 
-    fn take_sums(&mut self) -> Sums {
-        let sums = Sums {
+    fn take_sums(&mut self) -> Tally {
+        let sums = Tally {
             loss: self.loss_sum.double_value(&[]),
             correct: self.correct.int64_value(&[]) as f64,
             samples: self.samples,
+            seconds: 0.0,
         };
         let _ = self.loss_sum.zero_();
         let _ = self.correct.zero_();
@@ -360,7 +350,7 @@ impl Worker {
         sums
     }
 
-    fn evaluate(&self, start: usize, len: usize) -> FromWorker {
+    fn evaluate(&self, start: usize, len: usize) -> Result<FromWorker, String> {
         const EVAL_BATCH: usize = 1000;
         let _guard = tch::no_grad_guard();
         let mut loss = Tensor::zeros([], (Kind::Double, self.device));
@@ -376,17 +366,21 @@ impl Worker {
                 &x,
                 &Forward { train: false, masks: &[], precision: self.precision },
             );
-            let _ = loss.f_add_(&self.loss(&out, &y));
-            let _ = correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64));
+            loss.f_add_(&self.loss(&out, &y)).map(drop).map_err(|e| e.to_string())?;
+            correct
+                .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))
+                .map(drop)
+                .map_err(|e| e.to_string())?;
             offset += n as usize;
         }
-        FromWorker::Evaluated {
+        Ok(FromWorker::Evaluated {
             replica: self.replica,
-            sums: Sums {
+            sums: Tally {
                 loss: loss.double_value(&[]),
                 correct: correct.int64_value(&[]) as f64,
                 samples: len as f64,
+                seconds: 0.0,
             },
-        }
+        })
     }
 }

@@ -39,6 +39,12 @@ impl std::str::FromStr for ModelKind {
     }
 }
 
+impl std::fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The hyper-parameters a model is trained with unless flags say otherwise.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Defaults {

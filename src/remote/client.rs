@@ -9,9 +9,11 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use thiserror::Error;
 
 use super::protocol::{decode, encode, ClientMsg, ServerMsg, Snapshot, VERSION};
-use super::server::{ServerInfo, SERVER_FILE};
-use crate::engine::{Control, Event};
+use super::registry::ServerInfo;
+use super::server::SERVER_FILE;
+use crate::engine::Control;
 use crate::monitor::MonitorMsg;
+use crate::record::{Change, Record};
 
 /// Why attaching failed.
 #[derive(Debug, Error)]
@@ -29,7 +31,7 @@ pub enum AttachError {
 /// A connection to a running job.
 pub struct Attached {
     pub snapshot: Snapshot,
-    pub events: Receiver<Event>,
+    pub records: Receiver<Record>,
     pub monitor: Receiver<MonitorMsg>,
     pub controls: Sender<Control>,
 }
@@ -42,7 +44,7 @@ pub fn server_info(run_dir: &Path) -> Option<ServerInfo> {
 
 /// Whether the job of `run_dir` answers on its socket.
 pub fn is_live(run_dir: &Path) -> bool {
-    server_info(run_dir).is_some_and(|i| UnixStream::connect(&i.socket).is_ok())
+    server_info(run_dir).is_some_and(|i| i.answers())
 }
 
 /// Connects to the job of `run_dir`, with or without the right to steer it.
@@ -72,12 +74,16 @@ pub fn attach_stream(mut stream: UnixStream, read_only: bool, version: u32) -> R
         for line in lines {
             let Ok(line) = line else { break };
             let sent = match decode::<ServerMsg>(&line) {
-                Ok(ServerMsg::Event { event }) => event_tx.send(event).is_ok(),
+                Ok(ServerMsg::Record { record }) => event_tx.send(record).is_ok(),
                 Ok(ServerMsg::Monitor { msg }) => monitor_tx.send(msg).is_ok(),
                 Ok(ServerMsg::Reply { ok: false, error, .. }) => event_tx
-                    .send(Event::Refused { reason: error.unwrap_or_else(|| "refused".into()) })
+                    .send(Record::Event(Change::Refused {
+                        reason: error.unwrap_or_else(|| "refused".into()),
+                    }))
                     .is_ok(),
-                Ok(ServerMsg::Error { message }) => event_tx.send(Event::Warning { message }).is_ok(),
+                Ok(ServerMsg::Error { message }) => {
+                    event_tx.send(Record::Event(Change::Warning { message })).is_ok()
+                }
                 Ok(_) | Err(_) => true,
             };
             if !sent {
@@ -98,5 +104,5 @@ pub fn attach_stream(mut stream: UnixStream, read_only: bool, version: u32) -> R
         // The viewer is leaving: close both directions so the reader thread ends too.
         let _ = out.shutdown(std::net::Shutdown::Both);
     })?;
-    Ok(Attached { snapshot, events, monitor, controls })
+    Ok(Attached { snapshot, records: events, monitor, controls })
 }

@@ -1,5 +1,5 @@
-//! The hub: one thread that keeps the run's history and fans every engine event and device
-//! sample out to its subscribers (the headless printer, attached viewers). A subscriber that
+//! The hub: one thread that keeps the run's history (a [`History`], bounded however long the
+//! run) and fans every record and device sample out to its subscribers (the headless printer, attached viewers). A subscriber that
 //! falls behind by more than its channel holds is dropped, never waited for: a slow or vanished
 //! viewer cannot slow training.
 
@@ -9,8 +9,9 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, never, select, unbounded, Receiver, Sender, TrySendError};
 
 use super::protocol::Snapshot;
-use crate::engine::Event;
 use crate::monitor::MonitorMsg;
+use crate::record::history::History;
+use crate::record::Record;
 
 /// How many monitor readings a snapshot carries (two minutes at the default 1 s).
 const MONITOR_HISTORY: usize = 120;
@@ -18,7 +19,7 @@ const MONITOR_HISTORY: usize = 120;
 /// What subscribers receive.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HubMsg {
-    Event(Event),
+    Record(Record),
     Monitor(MonitorMsg),
 }
 
@@ -34,15 +35,17 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Starts the `dpt-hub` thread over the engine's (recorded) events and the monitor.
+    /// Starts the `dpt-hub` thread over the engine's (recorded) records and the monitor;
+    /// `history` holds what came before (a resumed run's earlier records).
     pub fn spawn(
-        events: Receiver<Event>,
+        history: History,
+        records: Receiver<Record>,
         monitor: Receiver<MonitorMsg>,
     ) -> std::io::Result<(Hub, JoinHandle<()>)> {
         let (requests, incoming) = unbounded::<Subscribe>();
         let handle = std::thread::Builder::new()
             .name("dpt-hub".into())
-            .spawn(move || run(events, monitor, incoming))?;
+            .spawn(move || run(history, records, monitor, incoming))?;
         Ok((Hub { requests }, handle))
     }
 
@@ -55,8 +58,12 @@ impl Hub {
     }
 }
 
-fn run(events: Receiver<Event>, monitor: Receiver<MonitorMsg>, requests: Receiver<Subscribe>) {
-    let mut history: Vec<Event> = Vec::new();
+fn run(
+    mut history: History,
+    records: Receiver<Record>,
+    monitor: Receiver<MonitorMsg>,
+    requests: Receiver<Subscribe>,
+) {
     let mut samples: VecDeque<MonitorMsg> = VecDeque::new();
     let mut subscribers: Vec<Sender<HubMsg>> = Vec::new();
     let (mut monitor, mut requests) = (monitor, requests);
@@ -68,10 +75,10 @@ fn run(events: Receiver<Event>, monitor: Receiver<MonitorMsg>, requests: Receive
     };
     loop {
         select! {
-            recv(events) -> ev => match ev {
-                Ok(event) => {
-                    history.push(event.clone());
-                    publish(&mut subscribers, HubMsg::Event(event));
+            recv(records) -> r => match r {
+                Ok(record) => {
+                    history.push(record.clone());
+                    publish(&mut subscribers, HubMsg::Record(record));
                 }
                 // The run is over: closing the subscribers' channels tells them so.
                 Err(_) => return,
@@ -93,7 +100,8 @@ fn run(events: Receiver<Event>, monitor: Receiver<MonitorMsg>, requests: Receive
                     continue;
                 };
                 let (tx, rx) = bounded(capacity.max(1));
-                let snapshot = Snapshot { events: history.clone(), monitor: samples.iter().cloned().collect() };
+                let snapshot =
+                    Snapshot { records: history.records().to_vec(), monitor: samples.iter().cloned().collect() };
                 if reply.send((snapshot, rx)).is_ok() {
                     subscribers.push(tx);
                 }
@@ -105,24 +113,25 @@ fn run(events: Receiver<Event>, monitor: Receiver<MonitorMsg>, requests: Receive
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Change;
 
     #[test]
     fn snapshot_then_live_and_slow_subscribers_are_dropped() {
         let (etx, erx) = unbounded();
         let (_mtx, mrx) = unbounded::<MonitorMsg>();
-        let (hub, handle) = Hub::spawn(erx, mrx).unwrap();
-        etx.send(Event::Paused { global_step: 1 }).unwrap();
+        let (hub, handle) = Hub::spawn(History::default(), erx, mrx).unwrap();
+        etx.send(Record::Event(Change::Paused { global_step: 1 })).unwrap();
         let (snap, rx) = hub.subscribe(8).unwrap();
         // The first event is either in the snapshot or live, never both, never lost.
-        let mut seen: Vec<Event> = snap.events.clone();
+        let mut seen: Vec<Record> = snap.records.clone();
         let (_slow_snap, slow) = hub.subscribe(1).unwrap();
         for i in 2..6 {
-            etx.send(Event::Resumed { global_step: i }).unwrap();
+            etx.send(Record::Event(Change::Resumed { global_step: i })).unwrap();
         }
         drop(etx);
         handle.join().unwrap();
         seen.extend(rx.iter().map(|m| match m {
-            HubMsg::Event(e) => e,
+            HubMsg::Record(r) => r,
             HubMsg::Monitor(_) => unreachable!(),
         }));
         assert_eq!(seen.len(), 5, "{seen:?}");

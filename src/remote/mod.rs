@@ -4,5 +4,6 @@
 pub mod client;
 pub mod hub;
 pub mod protocol;
+pub mod registry;
 pub mod runs;
 pub mod server;

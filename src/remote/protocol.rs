@@ -7,16 +7,19 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Control, Event};
+use crate::engine::Control;
 use crate::monitor::MonitorMsg;
+use crate::record::Record;
 
 /// The protocol version this build speaks.
-pub const VERSION: u32 = 1;
+/// The protocol version this build speaks (2: records as `metrics.jsonl` has them).
+pub const VERSION: u32 = 2;
 
 /// The run as a viewer first sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
-    pub events: Vec<Event>,
+    /// The run's history (bounded: see `record::history`).
+    pub records: Vec<Record>,
     pub monitor: Vec<MonitorMsg>,
 }
 
@@ -37,7 +40,7 @@ pub enum ServerMsg {
     /// The answer to `hello`: the run so far.
     Welcome { version: u32, snapshot: Box<Snapshot> },
     /// A live engine event.
-    Event { event: Event },
+    Record { record: Record },
     /// A live device reading.
     Monitor { msg: MonitorMsg },
     /// The answer to a `control`.
@@ -66,6 +69,7 @@ pub fn version_error(version: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Change;
 
     #[test]
     fn round_trips() {
@@ -78,7 +82,7 @@ mod tests {
         }
         let msgs = vec![
             ServerMsg::Welcome { version: VERSION, snapshot: Box::default() },
-            ServerMsg::Event { event: Event::Paused { global_step: 4 } },
+            ServerMsg::Record { record: Record::Event(Change::Paused { global_step: 4 }) },
             ServerMsg::Reply { id: 3, ok: false, error: Some("read-only".into()) },
             ServerMsg::Error { message: "no".into() },
         ];

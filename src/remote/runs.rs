@@ -1,15 +1,15 @@
-//! Runs on disk: their state for `dpt-tui ls`, and their history read back from
-//! `metrics.jsonl` for `dpt-tui show`.
+//! Runs on disk and live: their state for `dpt-tui ls` and a bare `dpt-tui attach`. Reading a
+//! run never changes it.
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
-use super::client::{is_live, server_info};
-use super::server::SERVER_FILE;
+use super::client::is_live;
+use super::registry::{self, ServerInfo};
 use crate::engine::checkpoint::CHECKPOINT_FILE;
-use crate::engine::events::{EpochStats, RunInfo, StepStats, Summary};
-use crate::engine::{Event, FinishReason};
+use crate::engine::DeviceId;
+use crate::model::ModelKind;
+use crate::record::history::History;
+use crate::record::{Change, FinishReason, Record};
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,89 +38,61 @@ impl RunState {
 /// One line of `dpt-tui ls`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunEntry {
+    /// The run directory, absolute.
     pub path: PathBuf,
     pub state: RunState,
     pub resumable: bool,
-    pub model: String,
-    pub devices: Vec<String>,
+    pub model: Option<ModelKind>,
+    pub devices: Vec<DeviceId>,
     pub epochs_done: usize,
     pub epochs: usize,
     pub best_test_acc: Option<f64>,
-    /// Seconds since the epoch of the last record, for ordering.
+    /// Seconds since the Unix epoch of the last record, for ordering.
     pub modified: u64,
 }
 
-/// The events recorded in `run_dir/metrics.jsonl`, in order. Lines that are not records of this
-/// version are skipped.
-pub fn read_history(run_dir: &Path) -> std::io::Result<Vec<Event>> {
-    let text = std::fs::read_to_string(run_dir.join("metrics.jsonl"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(record_to_event)
-        .collect())
+/// `path` made absolute (and canonical where it exists), for printing and comparing.
+pub fn absolute(path: &Path) -> PathBuf {
+    path.canonicalize().or_else(|_| std::path::absolute(path)).unwrap_or_else(|_| path.to_owned())
 }
 
-fn record_to_event(v: Value) -> Option<Event> {
-    Some(match v.get("kind")?.as_str()? {
-        "start" => Event::Started(Box::new(serde_json::from_value::<RunInfo>(v).ok()?)),
-        "step" => Event::Step(Box::new(serde_json::from_value::<StepStats>(v).ok()?)),
-        "epoch" => Event::Epoch(Box::new(serde_json::from_value::<EpochStats>(v).ok()?)),
-        "summary" => Event::Finished(Box::new(serde_json::from_value::<Summary>(v).ok()?)),
-        "event" => serde_json::from_value::<Event>(v).ok()?,
-        _ => return None,
-    })
-}
-
-/// The state of the run in `dir`, or `None` if it is not a run directory. A socket left by a
-/// crashed process is removed on the way.
+/// The state of the run in `dir`, or `None` if it is not a run directory.
 pub fn inspect(dir: &Path) -> Option<RunEntry> {
-    let history = read_history(dir).ok()?;
-    let modified = std::fs::metadata(dir.join("metrics.jsonl"))
+    let history = History::read(dir).ok()?;
+    let records = history.records();
+    let modified = std::fs::metadata(dir.join(crate::record::file::METRICS_FILE))
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
     // A resumed run appends: what counts is what follows its last start.
-    let last_start = history.iter().rposition(|e| matches!(e, Event::Started(_))).unwrap_or(0);
-    let current = &history[last_start..];
-    let info =
-        history.iter().rev().find_map(|e| if let Event::Started(i) = e { Some(i.clone()) } else { None });
-    let epochs_done = history
-        .iter()
-        .filter_map(|e| if let Event::Epoch(s) = e { Some(s.epoch) } else { None })
-        .max()
-        .unwrap_or(0);
-    let best_test_acc = history
-        .iter()
-        .filter_map(|e| if let Event::Epoch(s) = e { Some(s.test_acc) } else { None })
-        .fold(None, |best: Option<f64>, a| Some(best.map_or(a, |b| b.max(a))));
+    let last_start = records.iter().rposition(|r| matches!(r, Record::Start(_))).unwrap_or(0);
+    let current = &records[last_start..];
+    let info = records.iter().rev().find_map(|r| if let Record::Start(i) = r { Some(i) } else { None });
+    let epochs = || records.iter().filter_map(|r| if let Record::Epoch(e) = r { Some(e) } else { None });
+    let epochs_done = epochs().map(|e| e.epoch).max().unwrap_or(0);
+    let best_test_acc =
+        epochs().map(|e| e.test_acc).fold(None, |best: Option<f64>, a| Some(best.map_or(a, |b| b.max(a))));
     let summary =
-        current.iter().rev().find_map(|e| if let Event::Finished(s) = e { Some(s.reason) } else { None });
-    let failed = current.iter().any(|e| matches!(e, Event::Failed { .. }));
+        current.iter().rev().find_map(|r| if let Record::Summary(s) = r { Some(s.reason) } else { None });
+    let failed = current.iter().any(|r| matches!(r, Record::Event(Change::Failed { .. })));
     let state = match summary {
         Some(FinishReason::Completed) => RunState::Finished,
         Some(_) => RunState::Stopped,
         None if is_live(dir) => RunState::Running,
         None if failed => RunState::Failed,
-        None => {
-            if let Some(info) = server_info(dir) {
-                let _ = std::fs::remove_file(&info.socket);
-                let _ = std::fs::remove_file(dir.join(SERVER_FILE));
-            }
-            RunState::Dead
-        }
+        None => RunState::Dead,
     };
     let resumable =
         state != RunState::Running && state != RunState::Finished && dir.join(CHECKPOINT_FILE).exists();
     Some(RunEntry {
-        path: dir.to_owned(),
+        path: absolute(dir),
         state,
         resumable,
-        model: info.as_ref().map_or("?".into(), |i| i.model.clone()),
-        devices: info.as_ref().map_or(Vec::new(), |i| i.devices.clone()),
+        model: info.map(|i| i.model),
+        devices: info.map_or(Vec::new(), |i| i.devices.clone()),
         epochs_done,
-        epochs: info.as_ref().map_or(0, |i| i.epochs),
+        epochs: info.map_or(0, |i| i.epochs),
         best_test_acc,
         modified,
     })
@@ -135,8 +107,40 @@ pub fn list(root: &Path) -> Vec<RunEntry> {
     runs
 }
 
-/// The most recent running job under `root`, else the most recent run.
-pub fn latest(root: &Path) -> Option<PathBuf> {
-    let runs = list(root);
-    runs.iter().find(|r| r.state == RunState::Running).or(runs.first()).map(|r| r.path.clone())
+/// What `dpt-tui ls` shows: the user's live jobs, wherever they run, then the runs under
+/// `root` that are not among them; and how many dead jobs left entries behind.
+pub struct Listing {
+    pub runs: Vec<RunEntry>,
+    pub stale: usize,
+}
+
+/// The listing for `dpt-tui ls root`.
+pub fn listing(root: &Path) -> Listing {
+    let entries = registry::entries();
+    let (live, stale): (Vec<ServerInfo>, Vec<ServerInfo>) =
+        entries.into_iter().partition(ServerInfo::answers);
+    let mut runs: Vec<RunEntry> = live.iter().filter_map(|j| inspect(&j.run_dir)).collect();
+    for r in list(root) {
+        if !runs.iter().any(|l| l.path == r.path) {
+            runs.push(r);
+        }
+    }
+    Listing { runs, stale: stale.len() }
+}
+
+/// The most recently started live job of this user, from any directory.
+pub fn latest_live() -> Option<PathBuf> {
+    registry::live_jobs().into_iter().next().map(|j| j.run_dir)
+}
+
+/// The run a user names: a path, or the folder name of one of their live jobs.
+pub fn resolve(name: &Path) -> PathBuf {
+    if name.exists() {
+        return absolute(name);
+    }
+    registry::live_jobs()
+        .into_iter()
+        .map(|j| j.run_dir)
+        .find(|d| d.file_name().is_some_and(|n| Path::new(n) == name))
+        .unwrap_or_else(|| absolute(name))
 }

@@ -3,37 +3,23 @@
 //! both ending when it disconnects.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-use crossbeam_channel::{never, select, unbounded, Sender};
-use serde::{Deserialize, Serialize};
 
 use super::hub::{Hub, HubMsg};
 use super::protocol::{decode, encode, version_error, ClientMsg, ServerMsg, VERSION};
+use super::registry::{self, my_uid, ServerInfo};
+use crate::atomic;
 use crate::engine::Control;
-
-/// Written to `server.json` in the run directory: how to reach a running job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ServerInfo {
-    pub pid: u32,
-    pub socket: PathBuf,
-    pub version: u32,
-}
+use crossbeam_channel::{never, select, unbounded, Sender};
 
 /// The file in a run directory that names its server.
 pub const SERVER_FILE: &str = "server.json";
 /// Messages a viewer may fall behind by before it is dropped.
 const VIEWER_BUFFER: usize = 4096;
-
-/// This process's effective user id.
-pub fn my_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
 
 /// The user id of the process at the other end of `stream` (SO_PEERCRED).
 pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
@@ -56,47 +42,26 @@ pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
     }
 }
 
-/// The per-user folder for sockets: `$XDG_RUNTIME_DIR/dpt-tui`, else `/tmp/dpt-tui-<uid>`,
-/// created 0700 and refused if someone else owns it or others may enter it. Short, because a
-/// socket path may not exceed about 100 bytes.
-pub fn socket_dir() -> std::io::Result<PathBuf> {
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| d.is_dir()) {
-        Some(d) => d.join("dpt-tui"),
-        None => PathBuf::from(format!("/tmp/dpt-tui-{}", my_uid())),
-    };
-    if !dir.exists() {
-        std::fs::create_dir_all(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    let meta = std::fs::metadata(&dir)?;
-    if meta.uid() != my_uid() || meta.mode() & 0o077 != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is not a private folder of this user (owner {}, mode {:o})",
-                dir.display(),
-                meta.uid(),
-                meta.mode() & 0o777
-            ),
-        ));
-    }
-    Ok(dir)
+/// A job being served: where, and how to stop announcing it.
+pub struct Served {
+    pub info: ServerInfo,
 }
 
-fn socket_name(run_dir: &Path) -> String {
-    let canonical = run_dir.canonicalize().unwrap_or_else(|_| run_dir.to_owned());
-    // FNV-1a: a short, stable name for the run directory.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in canonical.as_os_str().as_encoded_bytes() {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+impl Served {
+    /// Removes the socket, the registry entry and `server.json` (the job is ending).
+    pub fn withdraw(&self) {
+        let _ = std::fs::remove_file(&self.info.socket);
+        let _ = std::fs::remove_file(self.info.entry_path());
+        let _ = std::fs::remove_file(self.info.run_dir.join(SERVER_FILE));
     }
-    format!("{h:016x}.sock")
 }
 
-/// Starts listening for viewers of the run in `run_dir`: controls go to `controls`, history and
-/// live data come from `hub`. A stale socket left by a crashed process is removed first.
-pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Result<PathBuf> {
-    let path = socket_dir()?.join(socket_name(run_dir));
+/// Starts listening for viewers of the run in `run_dir` (absolute): controls go to `controls`,
+/// history and live data come from `hub`. What dead jobs left in the registry is removed
+/// first.
+pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Result<Served> {
+    let _ = registry::prune();
+    let path = registry::socket_dir()?.join(registry::socket_name(run_dir));
     if path.exists() {
         if UnixStream::connect(&path).is_ok() {
             return Err(std::io::Error::new(
@@ -108,11 +73,18 @@ pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Re
     }
     let listener = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    let info = ServerInfo { pid: std::process::id(), socket: path.clone(), version: VERSION };
+    let info = ServerInfo {
+        pid: std::process::id(),
+        socket: path.clone(),
+        version: VERSION,
+        run_dir: run_dir.to_owned(),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    };
     let json = serde_json::to_string_pretty(&info).expect("server info serializes");
-    let tmp = run_dir.join(".server.json.tmp");
-    std::fs::write(&tmp, json)?;
-    std::fs::rename(&tmp, run_dir.join(SERVER_FILE))?;
+    atomic::write_bytes(&run_dir.join(SERVER_FILE), json.as_bytes())?;
+    atomic::write_bytes(&info.entry_path(), json.as_bytes())?;
     std::thread::Builder::new().name("dpt-server".into()).spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
@@ -123,7 +95,7 @@ pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Re
                 .spawn(move || viewer(stream, hub, controls));
         }
     })?;
-    Ok(path)
+    Ok(Served { info })
 }
 
 fn send_line(stream: &mut UnixStream, msg: &ServerMsg) -> std::io::Result<()> {
@@ -181,7 +153,7 @@ fn viewer(mut stream: UnixStream, hub: Hub, controls: Sender<Control>) {
         loop {
             let msg = select! {
                 recv(updates) -> m => match m {
-                    Ok(HubMsg::Event(event)) => ServerMsg::Event { event },
+                    Ok(HubMsg::Record(record)) => ServerMsg::Record { record },
                     Ok(HubMsg::Monitor(msg)) => ServerMsg::Monitor { msg },
                     Err(_) => {
                         // The run ended (or this viewer fell behind): say no more.

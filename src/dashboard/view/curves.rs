@@ -10,7 +10,8 @@ use ratatui::Frame;
 use super::plot::{Plot, Series};
 use super::Look;
 use crate::dashboard::app::App;
-use crate::dashboard::curves::{x_range, y_range, CurveView, MarkKind};
+use crate::dashboard::curves::CurveView;
+use crate::record::curves::{x_range, y_range, MarkKind};
 
 /// A series with its legend name and colour.
 type Named<'a> = (&'static str, &'a [(f64, f64)], Color);
@@ -54,8 +55,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
     frame.render_widget(Paragraph::new(Line::from(legend)), Rect { height: 1, ..inner });
     let plot_area = Rect { y: inner.y + 1, height: inner.height - 1, ..inner };
 
-    let epochs = app.info.as_ref().map_or(1, |i| i.epochs);
-    let x = x_range(c, epochs, s.recent);
+    let x = x_range(c, s.recent);
     let slices: Vec<&[(f64, f64)]> = series.iter().map(|(_, p, _)| *p).collect();
     let Some(y) = y_range(&slices, x, log) else {
         let msg = Paragraph::new(Span::styled(

@@ -57,7 +57,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     let mut items = vec![
         item(
             "",
-            format!("{} on [{}]", info.model, info.devices.join(", ")),
+            format!("{} on {}", info.model, crate::record::text::device_list(&info.devices)),
             text.add_modifier(Modifier::BOLD),
         ),
         item("epoch", format!("{epoch}/{}", info.epochs), text),

@@ -1,13 +1,28 @@
-//! The coordinator's writes to the run directory: the weights and the checkpoints.
+//! The coordinator's writes: the weights (`model.safetensors`) and checkpoints, atomically, and
+//! the final save, which never lets a run end as done while its weights exist only in memory.
+
+use std::path::{Path, PathBuf};
 
 use tch::Tensor;
 
-use super::super::checkpoint::{Checkpoint, CheckpointError, CheckpointState, PartialEpoch, CHECKPOINT_FILE};
-use super::super::events::Event;
+use super::super::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHECKPOINT_FILE};
+use super::super::config::SavePolicy;
+use super::super::events::Control;
 use super::super::flat::Layout;
-use super::super::save_named;
+use super::super::EngineError;
 use super::Coordinator;
+use crate::atomic;
 use crate::model::TensorSpec;
+use crate::record::Change;
+
+/// The weights' file name inside a run directory.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// Writes named tensors as safetensors at `path`, atomically.
+pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
+    atomic::write_with(path, |tmp| Tensor::write_safetensors(tensors, tmp).map_err(std::io::Error::other))
+        .map_err(|cause| EngineError::Save { path: path.to_owned(), cause })
+}
 
 impl Coordinator {
     /// The (epoch, step) that runs next, from the global step.
@@ -16,54 +31,163 @@ impl Coordinator {
         (self.global_step / spe, self.global_step % spe)
     }
 
-    pub(super) fn params_finite(&self) -> bool {
+    fn params_finite(&self) -> bool {
         bool::try_from(self.params[0].isfinite().all()).unwrap_or(false)
     }
 
-    /// Writes the weights of replica 0 into the run directory (nothing without one). A failed or
-    /// refused write is a warning: it must not end a run.
-    pub(super) fn save(&mut self) {
-        let Some(dir) = self.cfg().run_dir.clone() else { return };
-        if !self.params_finite() {
-            self.emit(Event::Warning { message: "weights not saved: they are not finite".into() });
-            return;
-        }
-        let path = dir.join("model.safetensors");
-        match save_named(&self.named_cpu(), &path) {
+    /// Saves into `dir` from now on (after a failed save on a full disk); false if refused.
+    pub(super) fn set_save_dir(&mut self, dir: PathBuf) -> bool {
+        match std::fs::create_dir_all(&dir) {
             Ok(()) => {
-                self.emit(Event::Saved { path: path.display().to_string(), global_step: self.global_step })
+                let dir = std::path::absolute(&dir).unwrap_or(dir);
+                self.emit(Change::Warning {
+                    message: format!("saving weights and checkpoints into {} from now on", dir.display()),
+                });
+                self.save_dir = Some(dir);
+                true
             }
-            Err(e) => self.emit(Event::Warning { message: e.to_string() }),
+            Err(e) => {
+                self.emit(Change::Refused {
+                    reason: format!("cannot use {} to save into: {e}", dir.display()),
+                });
+                false
+            }
         }
     }
 
-    /// Writes a checkpoint that continues at `position` (nothing without a run directory; never
-    /// over a good checkpoint with parameters that are not finite).
-    pub(super) fn checkpoint(&mut self, position: (usize, usize)) {
-        let Some(dir) = self.cfg().run_dir.clone() else { return };
-        let path = dir.join(CHECKPOINT_FILE);
+    /// Writes the weights and a checkpoint that continues at `position`, reporting each; on a
+    /// failure says what failed and how to retry (`advice`). Parameters that are not finite
+    /// are never written over good files.
+    pub(super) fn save_all(&mut self, position: (usize, usize), advice: &str) -> Result<(), EngineError> {
+        let Some(dir) = self.save_dir.clone() else { return Ok(()) };
         if !self.params_finite() {
-            self.emit(Event::Warning {
+            self.emit(Change::Warning {
+                message: "weights and checkpoint not saved: they are not finite".into(),
+            });
+            return Ok(());
+        }
+        let global_step = self.global_step;
+        let path = dir.join(WEIGHTS_FILE);
+        let result = save_named(&self.named_cpu(), &path).and_then(|()| {
+            self.emit(Change::Saved { path: path.display().to_string(), global_step });
+            self.write_checkpoint(&dir, position).map_err(EngineError::from)
+        });
+        match result {
+            Ok(path) => {
+                self.emit(Change::Checkpointed { path: path.display().to_string(), global_step });
+                Ok(())
+            }
+            Err(e) => {
+                let path = match &e {
+                    EngineError::Save { path, .. } => path.display().to_string(),
+                    _ => dir.display().to_string(),
+                };
+                let message = crate::error_chain(&e);
+                self.emit(Change::SaveFailed { path, message, advice: advice.to_owned() });
+                Err(e)
+            }
+        }
+    }
+
+    /// The periodic checkpoint: a failure is a warning (the previous checkpoint is intact).
+    pub(super) fn checkpoint_or_warn(&mut self, position: (usize, usize)) {
+        let Some(dir) = self.save_dir.clone() else { return };
+        if !self.params_finite() {
+            self.emit(Change::Warning {
                 message: "checkpoint not written: the parameters are not finite".into(),
             });
             return;
         }
-        let cfg = self.cfg();
-        let at_boundary = position.1 == 0;
-        let partial = if at_boundary {
-            PartialEpoch::default()
-        } else {
-            let s = self.epoch.sums;
-            PartialEpoch {
-                loss: s.loss,
-                correct: s.correct,
-                samples: s.samples,
-                seconds: self.epoch.seconds(),
+        let global_step = self.global_step;
+        match self.write_checkpoint(&dir, position) {
+            Ok(path) => self.emit(Change::Checkpointed { path: path.display().to_string(), global_step }),
+            Err(e) => self.emit(Change::Warning { message: crate::error_chain(&e) }),
+        }
+    }
+
+    /// The save when the run ends or stops. If it fails, the weights are still in memory: by
+    /// the [`SavePolicy`], wait for the user to free space or name another folder, or retry a
+    /// few times; a run whose weights could not be saved ends as failed, never as done.
+    pub(super) fn final_save(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
+        match self.cfg().save_policy {
+            SavePolicy::WaitForUser => {
+                let advice = "paused with the weights in memory: free some space and press s to retry, or send save_to with another folder; q gives up";
+                let Err(mut failure) = self.save_all(position, advice) else { return Ok(()) };
+                if !self.paused {
+                    self.paused = true;
+                    self.emit(Change::Paused { global_step: self.global_step });
+                }
+                loop {
+                    let control = match self.p.controls.recv() {
+                        Ok(c) => c,
+                        // Nobody can steer the run any more.
+                        Err(_) => return Err(failure),
+                    };
+                    match control {
+                        Control::SaveNow | Control::Resume => {}
+                        Control::SaveTo { dir } => {
+                            if !self.set_save_dir(dir) {
+                                continue;
+                            }
+                        }
+                        Control::Stop => return Err(failure),
+                        Control::Pause | Control::SetLr { .. } => {
+                            self.emit(Change::Refused {
+                                reason: "training is over; save the weights first (s)".into(),
+                            });
+                            continue;
+                        }
+                    }
+                    match self.save_all(position, advice) {
+                        Ok(()) => {
+                            self.paused = false;
+                            self.emit(Change::Resumed { global_step: self.global_step });
+                            return Ok(());
+                        }
+                        Err(e) => failure = e,
+                    }
+                }
             }
-        };
+            SavePolicy::Retry { tries, every } => {
+                let advice = |left: u32| {
+                    if left == 0 {
+                        "giving up; the trained weights are lost, the last checkpoint on disk is kept"
+                            .to_owned()
+                    } else {
+                        format!(
+                            "trying again in {:.0} s ({left} tries left; --save-retries)",
+                            every.as_secs_f64()
+                        )
+                    }
+                };
+                let Err(mut failure) = self.save_all(position, &advice(tries)) else { return Ok(()) };
+                for left in (0..tries).rev() {
+                    // A stop gives up; another folder is taken; nothing else waits on us.
+                    match self.p.controls.recv_timeout(every) {
+                        Ok(Control::Stop) => return Err(failure),
+                        Ok(Control::SaveTo { dir }) => {
+                            self.set_save_dir(dir);
+                        }
+                        _ => {}
+                    }
+                    match self.save_all(position, &advice(left)) {
+                        Ok(()) => return Ok(()),
+                        Err(e) => failure = e,
+                    }
+                }
+                Err(failure)
+            }
+        }
+    }
+
+    /// Writes a checkpoint that continues at `position` into `dir`.
+    fn write_checkpoint(&self, dir: &Path, position: (usize, usize)) -> Result<PathBuf, CheckpointError> {
+        let path = dir.join(CHECKPOINT_FILE);
+        let cfg = self.cfg();
+        let partial = if position.1 == 0 { Default::default() } else { self.epoch.now() };
         let state = CheckpointState {
             format: 1,
-            model: cfg.model.name().to_owned(),
+            model: cfg.model,
             epoch: position.0,
             step: position.1,
             global_step: self.global_step,
@@ -76,11 +200,10 @@ impl Coordinator {
             train_samples: self.p.train_len,
             test_samples: self.p.test_len,
             partial_epoch: partial,
-            epochs_done: self.totals.epochs_done,
-            train_seconds: self.totals.train_seconds,
-            samples_done: self.totals.samples,
-            last_test_acc: self.totals.last_test_acc,
-            history: self.history.clone(),
+            epochs_done: self.done.epochs,
+            train_seconds: self.done.tally.seconds,
+            samples_done: self.done.tally.samples,
+            last_test_acc: self.done.last_test_acc,
         };
         let split = |flat: &Tensor, layout: &Layout, specs: &[TensorSpec]| -> Vec<(String, Tensor)> {
             specs.iter().map(|s| s.name.clone()).zip(layout.to_logical(flat, tch::Device::Cpu)).collect()
@@ -91,20 +214,13 @@ impl Coordinator {
             momentum: split(&self.momentum[0], &self.p.param_layout, &self.p.param_specs),
             buffers: split(&self.buffers[0], &self.p.buffer_layout, &self.p.buffer_specs),
         };
-        let result = if cfg.faults.checkpoint_write {
-            Err(CheckpointError::Write {
-                path: path.clone(),
-                message: "injected fault (DPT_INJECT_FAULT=checkpoint-write)".into(),
-            })
-        } else {
-            ckpt.write(&path)
-        };
-        match result {
-            Ok(()) => {
-                let global_step = self.global_step;
-                self.emit(Event::Checkpointed { path: path.display().to_string(), global_step })
-            }
-            Err(e) => self.emit(Event::Warning { message: e.to_string() }),
+        if cfg.faults.checkpoint_write {
+            return Err(CheckpointError::Write {
+                path,
+                cause: std::io::Error::other("injected fault (DPT_INJECT_FAULT=checkpoint-write)"),
+            });
         }
+        ckpt.write(&path)?;
+        Ok(path)
     }
 }

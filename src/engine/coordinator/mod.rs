@@ -1,0 +1,283 @@
+//! The coordinator thread: runs the epochs, one step at a time (`step.rs`: dispatch, gather,
+//! reduce, update), applies controls and the NaN policy at step boundaries (`controls.rs`),
+//! evaluates at epoch ends, writes weights and checkpoints (`persist.rs`) and reports
+//! everything as records.
+
+mod controls;
+mod persist;
+mod step;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tch::Tensor;
+
+use super::config::TrainConfig;
+use super::events::Control;
+use super::flat::Layout;
+use super::sgd::StepScalars;
+use super::tally::{Tally, Window};
+use super::worker::{FromWorker, ToWorker};
+use super::{EngineError, Outcome};
+use crate::model::TensorSpec;
+use crate::record::{Change, EpochStats, FinishReason, Record, RunInfo, Summary};
+
+/// SplitMix64: derives independent seeds (shuffles, dropout streams) from the run's seed.
+pub fn mix_seed(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The order in which epoch `epoch` visits the `n` training samples.
+pub fn epoch_order(seed: u64, epoch: usize, n: usize) -> Vec<i64> {
+    let mut order: Vec<i64> = (0..n as i64).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix_seed(seed, epoch as u64)));
+    order
+}
+
+/// Work slower than a training step (start-up, evaluation) gets this many step timeouts.
+const SLOW_WORK_FACTOR: u32 = 10;
+/// How long shutting down waits for the worker threads to leave.
+const JOIN_GRACE: Duration = Duration::from_secs(5);
+
+/// What the coordinator is built from.
+pub struct CoordinatorParts {
+    pub cfg: TrainConfig,
+    pub train_len: usize,
+    pub test_len: usize,
+    pub param_specs: Vec<TensorSpec>,
+    pub buffer_specs: Vec<TensorSpec>,
+    pub param_layout: Layout,
+    pub buffer_layout: Layout,
+    pub events: Sender<Record>,
+    pub controls: Receiver<Control>,
+    pub to_workers: Vec<Sender<ToWorker>>,
+    pub from_workers: Receiver<FromWorker>,
+    pub threads: Vec<JoinHandle<()>>,
+    /// Disconnects once every worker thread has ended.
+    pub workers_alive: Receiver<()>,
+}
+
+/// The finished epochs, for the summary and the checkpoint.
+#[derive(Default)]
+struct Done {
+    epochs: usize,
+    /// Training figures of the finished epochs (seconds: training time).
+    tally: Tally,
+    last_test_acc: Option<f64>,
+}
+
+pub struct Coordinator {
+    p: CoordinatorParts,
+    params: Vec<Tensor>,
+    grads: Vec<Tensor>,
+    buffers: Vec<Tensor>,
+    momentum: Vec<Tensor>,
+    scalars: Vec<StepScalars>,
+    named: Vec<(String, Tensor)>,
+    lr: f64,
+    paused: bool,
+    stop: bool,
+    diverged: bool,
+    nan_warned: bool,
+    global_step: usize,
+    window: Window,
+    epoch: Window,
+    done: Done,
+    /// Where weights and checkpoints go (the run directory, unless a save moved it).
+    save_dir: Option<std::path::PathBuf>,
+}
+
+impl Coordinator {
+    pub fn new(p: CoordinatorParts) -> Self {
+        let k = p.cfg.devices.len();
+        Coordinator {
+            lr: p.cfg.sgd.lr,
+            params: Vec::new(),
+            grads: Vec::new(),
+            buffers: Vec::new(),
+            momentum: Vec::new(),
+            scalars: Vec::new(),
+            named: Vec::new(),
+            paused: false,
+            stop: false,
+            diverged: false,
+            nan_warned: false,
+            global_step: 0,
+            window: Window::new(k),
+            epoch: Window::new(k),
+            done: Done::default(),
+            save_dir: p.cfg.run_dir.clone(),
+            p,
+        }
+    }
+
+    fn cfg(&self) -> &TrainConfig {
+        &self.p.cfg
+    }
+
+    /// Runs the whole training, then shuts the workers down whatever happened.
+    pub fn run(mut self) -> Result<Outcome, EngineError> {
+        let result = self.wait_ready().and_then(|()| self.train());
+        if let Err(e) = &result {
+            let (replica, device) = match e {
+                EngineError::Worker { replica, device, .. } => (Some(*replica), Some(device.clone())),
+                EngineError::Stalled { replicas, .. } => {
+                    (replicas.first().copied(), replicas.first().map(|&r| self.cfg().devices[r].to_string()))
+                }
+                _ => (None, None),
+            };
+            self.emit(Change::Failed { replica, device, message: crate::error_chain(e) });
+        }
+        self.shutdown();
+        result
+    }
+
+    fn emit(&mut self, record: impl Into<Record>) {
+        // A consumer that has gone away must not stop training.
+        let _ = self.p.events.send(record.into());
+    }
+
+    fn run_info(&self, steps_per_epoch: usize) -> RunInfo {
+        let cfg = self.cfg();
+        RunInfo {
+            model: cfg.model,
+            devices: cfg.devices.clone(),
+            param_count: self.p.param_specs.iter().map(TensorSpec::numel).sum(),
+            epochs: cfg.epochs,
+            steps_per_epoch,
+            batch_size: cfg.batch_size,
+            lr: self.lr,
+            momentum: cfg.sgd.momentum,
+            weight_decay: cfg.sgd.weight_decay,
+            train_samples: self.p.train_len,
+            test_samples: self.p.test_len,
+            cpu_threads_per_replica: cfg.cpu_threads,
+            resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs_f64()),
+        }
+    }
+
+    fn train(&mut self) -> Result<Outcome, EngineError> {
+        let k = self.cfg().devices.len();
+        let steps_per_epoch = self.cfg().steps_per_epoch(self.p.train_len);
+        let (mut start_epoch, mut start_step, mut partial) = (0, 0, Tally::default());
+        let restored = self.p.cfg.resume.as_ref().map(|r| r.state.clone());
+        if let Some(s) = &restored {
+            (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
+            self.global_step = s.global_step;
+            self.lr = s.lr;
+            self.done = Done {
+                epochs: s.epochs_done,
+                tally: Tally { samples: s.samples_done, seconds: s.train_seconds, ..Tally::default() },
+                last_test_acc: s.last_test_acc,
+            };
+        }
+        let info = self.run_info(steps_per_epoch);
+        self.emit(Record::Start(Box::new(info)));
+        if let Some(s) = restored {
+            self.emit(Change::Restored { epoch: s.epoch, step: s.step, global_step: s.global_step });
+        }
+        let mut reason = FinishReason::Completed;
+        let mut position = (start_epoch, start_step);
+        'epochs: for epoch in start_epoch..self.cfg().epochs {
+            let order = Arc::new(epoch_order(self.cfg().seed, epoch, self.p.train_len));
+            self.broadcast(|_| ToWorker::Epoch { order: Arc::clone(&order) })?;
+            let first = if epoch == start_epoch { start_step } else { 0 };
+            self.epoch = if epoch == start_epoch { Window::resuming(k, partial) } else { Window::new(k) };
+            self.window = Window::new(k);
+            for step in first..steps_per_epoch {
+                position = (epoch, step);
+                self.poll_controls()?;
+                if self.stop {
+                    reason = if self.diverged { FinishReason::Diverged } else { FinishReason::Stopped };
+                    break 'epochs;
+                }
+                if self.cfg().max_steps.is_some_and(|m| self.global_step >= m) {
+                    reason = FinishReason::StepLimit;
+                    break 'epochs;
+                }
+                let start = step * self.cfg().batch_size;
+                let len = self.cfg().batch_size.min(self.p.train_len - start);
+                let last = step + 1 == steps_per_epoch;
+                self.train_step(start, len)?;
+                if last || (step + 1) % self.cfg().log_every == 0 {
+                    self.report(epoch + 1, step + 1, steps_per_epoch)?;
+                }
+            }
+            self.end_epoch(epoch)?;
+            position = (epoch + 1, 0);
+            let every = self.cfg().checkpoint_every;
+            if every > 0 && (epoch + 1) % every == 0 && epoch + 1 < self.cfg().epochs {
+                self.checkpoint_or_warn(position);
+            }
+        }
+        if reason != FinishReason::Completed && self.window.steps > 0 {
+            // Statistics of the partial window, so the curves and the checkpoint include them.
+            self.report(position.0 + 1, position.1, steps_per_epoch)?;
+        }
+        if !self.diverged {
+            self.final_save(position)?;
+        }
+        let summary = self.summary(reason, position);
+        self.emit(Record::Summary(Box::new(summary.clone())));
+        Ok(Outcome { summary, final_params: self.named_cpu() })
+    }
+
+    fn summary(&self, reason: FinishReason, position: (usize, usize)) -> Summary {
+        let mut all = self.done.tally;
+        // A partial epoch counts for throughput.
+        if position.1 > 0 {
+            all.add(self.epoch.now());
+        }
+        Summary {
+            model: self.cfg().model,
+            devices: self.cfg().devices.clone(),
+            test_acc: self.done.last_test_acc,
+            sec_per_epoch: (self.done.epochs > 0).then(|| self.done.tally.seconds / self.done.epochs as f64),
+            samples_per_sec: all.throughput(),
+            epochs_done: self.done.epochs,
+            global_steps: self.global_step,
+            reason,
+        }
+    }
+
+    fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
+        let train = self.epoch.now();
+        let eval_start = Instant::now();
+        let test = self.evaluate()?;
+        let stats = EpochStats {
+            epoch: epoch + 1,
+            train_loss: train.mean_loss(),
+            train_acc: train.accuracy(),
+            test_loss: test.mean_loss(),
+            test_acc: test.accuracy(),
+            epoch_seconds: train.seconds,
+            eval_seconds: eval_start.elapsed().as_secs_f64(),
+            samples_per_sec: train.throughput(),
+            lr: self.lr,
+        };
+        self.done.last_test_acc = Some(stats.test_acc);
+        self.done.epochs += 1;
+        self.done.tally.add(train);
+        self.emit(Record::Epoch(Box::new(stats)));
+        Ok(())
+    }
+
+    fn named_cpu(&self) -> Vec<(String, Tensor)> {
+        self.named
+            .iter()
+            .map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).contiguous().copy()))
+            .collect()
+    }
+}

@@ -1,0 +1,200 @@
+//! One data-parallel step and its kin: dispatch shards to the workers, gather their replies
+//! (a silent replica is reported stuck), reduce the gradients, apply the SGD update to every
+//! replica and copy the BatchNorm statistics from replica 0; plus the reports, the evaluation
+//! and the workers' start and shutdown. The cross-process reduce of the distributed engine
+//! belongs between the gather and the update.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
+use tch::Tensor;
+
+use super::super::allreduce::allreduce_sum;
+use super::super::sgd::{Sgd, StepScalars};
+use super::super::shard::shards;
+use super::super::tally::{Tally, Window};
+use super::super::worker::{FromWorker, ReplicaHandles, ToWorker};
+use super::super::EngineError;
+use super::{mix_seed, Coordinator, JOIN_GRACE, SLOW_WORK_FACTOR};
+use crate::record::Record;
+
+impl Coordinator {
+    fn worker_error(&self, replica: usize, message: String) -> EngineError {
+        EngineError::Worker { replica, device: self.cfg().devices[replica].to_string(), message }
+    }
+
+    /// Sends `cmd(replica)` to every worker.
+    pub(super) fn broadcast(&self, cmd: impl Fn(usize) -> ToWorker) -> Result<(), EngineError> {
+        for (i, tx) in self.p.to_workers.iter().enumerate() {
+            tx.send(cmd(i)).map_err(|_| EngineError::WorkersGone)?;
+        }
+        Ok(())
+    }
+
+    /// One reply from each worker, within `timeout` in all; a silent replica is reported stuck.
+    fn gather(&self, timeout: Duration) -> Result<Vec<FromWorker>, EngineError> {
+        let k = self.cfg().devices.len();
+        let deadline = Instant::now() + timeout;
+        let mut replies: Vec<Option<FromWorker>> = (0..k).map(|_| None).collect();
+        for _ in 0..k {
+            match self.p.from_workers.recv_deadline(deadline) {
+                Ok(FromWorker::Failed { replica, message }) => {
+                    return Err(self.worker_error(replica, message))
+                }
+                Ok(msg) => {
+                    let r = msg.replica();
+                    replies[r] = Some(msg);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let replicas: Vec<usize> = (0..k).filter(|&i| replies[i].is_none()).collect();
+                    let devices = replicas.iter().map(|&r| self.cfg().devices[r].to_string()).collect();
+                    return Err(EngineError::Stalled { replicas, devices, seconds: timeout.as_secs_f64() });
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(EngineError::WorkersGone),
+            }
+        }
+        Ok(replies.into_iter().flatten().collect())
+    }
+
+    fn slow_timeout(&self) -> Duration {
+        self.cfg().step_timeout * SLOW_WORK_FACTOR
+    }
+
+    /// Waits for every replica to be built, and takes its buffers.
+    pub(super) fn wait_ready(&mut self) -> Result<(), EngineError> {
+        for reply in self.gather(self.slow_timeout())? {
+            if let FromWorker::Ready { handles, .. } = reply {
+                let ReplicaHandles { params, grads, buffers, named_params, named_buffers } = *handles;
+                self.momentum.push(params.zeros_like());
+                self.scalars.push(StepScalars::new(params.device()));
+                self.params.push(params);
+                self.grads.push(grads);
+                self.buffers.push(buffers);
+                if self.named.is_empty() {
+                    self.named = named_params.into_iter().chain(named_buffers).collect();
+                }
+            }
+        }
+        if let Some(r) = &self.p.cfg.resume {
+            for m in &self.momentum {
+                self.p.param_layout.load_logical(m, &r.momentum);
+            }
+        }
+        Ok(())
+    }
+
+    /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
+    pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
+        let (seed, global_step) = (self.cfg().seed, self.global_step);
+        let parts = shards(len, self.cfg().devices.len());
+        self.broadcast(|i| ToWorker::Step {
+            start: start + parts[i].0,
+            len: parts[i].1,
+            global_step,
+            dropout_seed: mix_seed(mix_seed(seed, global_step as u64), i as u64 + 1) as i64,
+        })?;
+        let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
+        for reply in self.gather(self.cfg().step_timeout)? {
+            if let FromWorker::StepDone { replica, data_secs, compute_secs } = reply {
+                data_max = data_max.max(data_secs);
+                compute_max = compute_max.max(compute_secs);
+                let r = &mut self.window.replicas[replica];
+                r.data += data_secs;
+                r.compute += compute_secs;
+            }
+        }
+        let t = Instant::now();
+        let holders = allreduce_sum(&mut self.grads);
+        let allreduce = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let sgd = Sgd { lr: self.lr, ..self.cfg().sgd };
+        for (((param, momentum), scalars), &holder) in
+            self.params.iter_mut().zip(&mut self.momentum).zip(&mut self.scalars).zip(&holders)
+        {
+            sgd.step(param, &self.grads[holder], momentum, len, scalars);
+        }
+        if let Some((first, rest)) = self.buffers.split_first_mut() {
+            for b in rest {
+                b.copy_(first);
+            }
+        }
+        let update = t.elapsed().as_secs_f64();
+        self.global_step += 1;
+        let w = &mut self.window;
+        w.steps += 1;
+        w.timing.data += data_max;
+        w.timing.compute += compute_max;
+        w.timing.allreduce += allreduce;
+        w.timing.update += update;
+        if self.cfg().check_replicas {
+            self.check_replicas()?;
+        }
+        Ok(())
+    }
+
+    fn check_replicas(&self) -> Result<(), EngineError> {
+        let dev0 = self.params[0].device();
+        for i in 1..self.params.len() {
+            let same = |a: &Tensor, b: &Tensor| a.to_device(dev0).equal(b);
+            if !same(&self.params[i], &self.params[0]) || !same(&self.buffers[i], &self.buffers[0]) {
+                return Err(EngineError::ReplicasDiverged { replica: i, step: self.global_step });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the workers' figures (one device sync each) and reports the window.
+    pub(super) fn report(
+        &mut self,
+        epoch: usize,
+        step: usize,
+        steps_per_epoch: usize,
+    ) -> Result<(), EngineError> {
+        self.broadcast(|_| ToWorker::Report)?;
+        for reply in self.gather(self.cfg().step_timeout)? {
+            if let FromWorker::Sums { sums, .. } = reply {
+                self.window.add(sums);
+            }
+        }
+        let k = self.cfg().devices.len();
+        let w = std::mem::replace(&mut self.window, Window::new(k));
+        let stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
+        self.epoch.add(w.tally);
+        let finite = stats.loss.is_finite();
+        self.emit(Record::Step(Box::new(stats)));
+        if !finite {
+            self.on_nan();
+        }
+        Ok(())
+    }
+
+    /// The test set's figures, split over the replicas.
+    pub(super) fn evaluate(&mut self) -> Result<Tally, EngineError> {
+        let parts = shards(self.p.test_len, self.cfg().devices.len());
+        self.broadcast(|i| ToWorker::Evaluate { start: parts[i].0, len: parts[i].1 })?;
+        let mut total = Tally::default();
+        for reply in self.gather(self.slow_timeout())? {
+            if let FromWorker::Evaluated { sums, .. } = reply {
+                total.add(sums);
+            }
+        }
+        Ok(total)
+    }
+
+    /// Asks every worker to leave and joins those that do within a grace period; a stuck one is
+    /// left behind (it ends with the process) rather than hanging the shutdown.
+    pub(super) fn shutdown(&mut self) {
+        for tx in &self.p.to_workers {
+            let _ = tx.send(ToWorker::Shutdown);
+        }
+        self.p.to_workers.clear();
+        // Every worker holds a sender of `workers_alive`; all gone means all threads ended.
+        let all_ended =
+            matches!(self.p.workers_alive.recv_timeout(JOIN_GRACE), Err(RecvTimeoutError::Disconnected));
+        for t in self.p.threads.drain(..) {
+            if all_ended || t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The one accumulator of training figures: a [`Tally`] of loss, correct predictions, samples
+//! and seconds. Workers report one per window and per evaluation, the coordinator sums them per
+//! report window and per epoch ([`Window`], which adds the clock and the step timings), over
+//! finished epochs, and a checkpoint stores the epoch in progress as one.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{ReplicaTiming, StepStats, StepTiming};
+
+/// Sums of training or test figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Summed per-sample loss.
+    pub loss: f64,
+    pub correct: f64,
+    pub samples: f64,
+    pub seconds: f64,
+}
+
+impl Tally {
+    pub fn add(&mut self, t: Tally) {
+        self.loss += t.loss;
+        self.correct += t.correct;
+        self.samples += t.samples;
+        self.seconds += t.seconds;
+    }
+
+    /// Mean loss per sample.
+    pub fn mean_loss(&self) -> f64 {
+        self.loss / self.samples.max(1.0)
+    }
+
+    pub fn accuracy(&self) -> f64 {
+        self.correct / self.samples.max(1.0)
+    }
+
+    /// Samples per second.
+    pub fn throughput(&self) -> f64 {
+        self.samples / self.seconds.max(1e-9)
+    }
+}
+
+/// A tally being gathered since a point in time (a report window, an epoch), with its step
+/// timings; pauses do not count as training time.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Figures so far; `seconds` holds time carried over from before (a resumed epoch's part).
+    pub tally: Tally,
+    pub steps: usize,
+    pub timing: StepTiming,
+    pub replicas: Vec<ReplicaTiming>,
+    started: Instant,
+    pub paused: Duration,
+}
+
+impl Window {
+    pub fn new(replicas: usize) -> Self {
+        Window {
+            tally: Tally::default(),
+            steps: 0,
+            timing: StepTiming::default(),
+            replicas: vec![ReplicaTiming::default(); replicas],
+            started: Instant::now(),
+            paused: Duration::ZERO,
+        }
+    }
+
+    /// A window that continues a tally saved earlier (its seconds included).
+    pub fn resuming(replicas: usize, saved: Tally) -> Self {
+        Window { tally: saved, ..Window::new(replicas) }
+    }
+
+    /// Training seconds so far.
+    pub fn seconds(&self) -> f64 {
+        self.tally.seconds + self.started.elapsed().saturating_sub(self.paused).as_secs_f64()
+    }
+
+    /// The tally with the seconds up to now.
+    pub fn now(&self) -> Tally {
+        Tally { seconds: self.seconds(), ..self.tally }
+    }
+
+    /// Adds figures (without time: the window's clock counts that).
+    pub fn add(&mut self, t: Tally) {
+        self.tally.add(Tally { seconds: 0.0, ..t });
+    }
+
+    /// The report of this window, as per-step averages.
+    pub fn stats(
+        &self,
+        epoch: usize,
+        step: usize,
+        steps_per_epoch: usize,
+        global_step: usize,
+        lr: f64,
+    ) -> StepStats {
+        let n = self.steps.max(1) as f64;
+        let per = |x: f64| x / n;
+        let now = self.now();
+        StepStats {
+            epoch,
+            step,
+            steps_per_epoch,
+            global_step,
+            loss: now.mean_loss(),
+            acc: now.accuracy(),
+            lr,
+            samples_per_sec: now.throughput(),
+            timing: StepTiming {
+                data: per(self.timing.data),
+                compute: per(self.timing.compute),
+                allreduce: per(self.timing.allreduce),
+                update: per(self.timing.update),
+            },
+            replicas: self
+                .replicas
+                .iter()
+                .map(|r| ReplicaTiming { data: per(r.data), compute: per(r.compute) })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tallies_add_and_average() {
+        let mut t = Tally { loss: 2.0, correct: 1.0, samples: 4.0, seconds: 1.0 };
+        t.add(Tally { loss: 2.0, correct: 3.0, samples: 4.0, seconds: 1.0 });
+        assert_eq!((t.mean_loss(), t.accuracy(), t.throughput()), (0.5, 0.5, 4.0));
+        assert_eq!(Tally::default().mean_loss(), 0.0);
+        let w = Window::resuming(2, Tally { seconds: 5.0, ..Tally::default() });
+        assert!(w.seconds() >= 5.0);
+    }
+}

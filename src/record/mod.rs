@@ -1,0 +1,114 @@
+//! The run's record: one typed [`Record`] per thing that happened, in order. The engine emits
+//! records, the recorder appends them to `metrics.jsonl`, the hub keeps them for viewers, and
+//! every reader (dashboard, headless lines, `ls`, `show`, the picture) folds the same records.
+//!
+//! # `metrics.jsonl`
+//!
+//! One JSON object per line, tagged by `kind`; each line also carries `time` (RFC 3339, when it
+//! was written). Later versions add kinds and fields, never remove these:
+//!
+//! - `start`: [`RunInfo`] (also after a resume, which then continues the same file)
+//! - `step`: [`StepStats`], every `--log-every` steps and at each epoch end
+//! - `epoch`: [`EpochStats`]
+//! - `event`: a [`Change`], tagged by `event` (`lr_changed`, `paused`, `resumed`,
+//!   `stop_requested`, `saved`, `checkpointed`, `restored`, `refused`, `warning`, `save_failed`,
+//!   `failed`) with its fields
+//! - `summary`: [`Summary`]
+//!
+//! Records after a `restored` event supersede those of a higher `global_step` before it (see
+//! [`history::History`]).
+
+pub mod curves;
+pub mod file;
+pub mod history;
+pub mod stats;
+pub mod text;
+
+use serde::{Deserialize, Serialize};
+
+pub use stats::{EpochStats, FinishReason, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary};
+
+/// One entry of the run's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// Workers are ready and training begins.
+    Start(Box<RunInfo>),
+    /// Statistics of the steps since the previous report.
+    Step(Box<StepStats>),
+    /// An epoch ended and the test set was evaluated.
+    Epoch(Box<EpochStats>),
+    /// Something changed or happened during the run.
+    Event(Change),
+    /// The run ended (completed, stopped or diverged).
+    Summary(Box<Summary>),
+}
+
+/// A change or an incident, recorded as an `event` line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Change {
+    /// The learning rate changed at a step boundary.
+    LrChanged { from: f64, to: f64, global_step: usize },
+    /// Training paused at a step boundary.
+    Paused { global_step: usize },
+    /// Training resumed.
+    Resumed { global_step: usize },
+    /// A stop was requested; the run ends after the current step.
+    StopRequested { global_step: usize },
+    /// Weights were written.
+    Saved { path: String, global_step: usize },
+    /// A checkpoint was written.
+    Checkpointed { path: String, global_step: usize },
+    /// The run continues from a checkpoint at this position (0-based epoch and step).
+    Restored { epoch: usize, step: usize, global_step: usize },
+    /// A control was refused; nothing changed.
+    Refused { reason: String },
+    /// A problem that did not stop the run.
+    Warning { message: String },
+    /// The weights could not be written; they are still in memory. `advice` says how to retry.
+    SaveFailed { path: String, message: String, advice: String },
+    /// The run failed; `replica` names the failing replica when one did.
+    Failed { replica: Option<usize>, device: Option<String>, message: String },
+}
+
+impl Change {
+    /// The step this change happened at, where it has one.
+    pub fn global_step(&self) -> Option<usize> {
+        match self {
+            Change::LrChanged { global_step, .. }
+            | Change::Paused { global_step }
+            | Change::Resumed { global_step }
+            | Change::StopRequested { global_step }
+            | Change::Saved { global_step, .. }
+            | Change::Checkpointed { global_step, .. }
+            | Change::Restored { global_step, .. } => Some(*global_step),
+            _ => None,
+        }
+    }
+}
+
+impl From<Change> for Record {
+    fn from(c: Change) -> Self {
+        Record::Event(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_tagged_by_kind_and_event() {
+        let r = Record::Event(Change::Paused { global_step: 3 });
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v, serde_json::json!({"kind": "event", "event": "paused", "global_step": 3}));
+        assert_eq!(serde_json::from_value::<Record>(v).unwrap(), r);
+        let line = r#"{"kind":"event","event":"lr_changed","from":0.2,"to":0.1,"global_step":9,"time":"x"}"#;
+        assert_eq!(
+            serde_json::from_str::<Record>(line).unwrap(),
+            Record::Event(Change::LrChanged { from: 0.2, to: 0.1, global_step: 9 })
+        );
+        assert!(serde_json::from_str::<Record>(r#"{"kind":"nonsense"}"#).is_err());
+    }
+}

@@ -1,0 +1,122 @@
+//! The figures a run reports: its settings at start, each report window, each epoch and the
+//! final summary. Plain data, no tensors.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::DeviceId;
+use crate::model::ModelKind;
+
+/// Static facts about a run, recorded once when training starts (again after a resume).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub model: ModelKind,
+    /// One entry per replica, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
+    pub devices: Vec<DeviceId>,
+    pub param_count: i64,
+    pub epochs: usize,
+    pub steps_per_epoch: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    pub train_samples: usize,
+    pub test_samples: usize,
+    /// Intra-op threads each CPU replica uses.
+    pub cpu_threads_per_replica: usize,
+    /// The global step a resumed run continues from.
+    #[serde(default)]
+    pub resumed_at: Option<usize>,
+    /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
+    #[serde(default)]
+    pub started_unix: Option<f64>,
+}
+
+/// Where a step's time went, in seconds, averaged over the steps of a report window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTiming {
+    /// Gathering and normalizing the batch on the device (slowest replica).
+    pub data: f64,
+    /// Forward and backward pass (slowest replica).
+    pub compute: f64,
+    /// Summing the gradients over the replicas and handing the sum back.
+    pub allreduce: f64,
+    /// The SGD update of every replica and the BatchNorm statistics broadcast.
+    pub update: f64,
+}
+
+impl StepTiming {
+    /// Total step time.
+    pub fn total(&self) -> f64 {
+        self.data + self.compute + self.allreduce + self.update
+    }
+}
+
+/// One replica's share of the work in a report window (seconds per step, averaged).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaTiming {
+    pub data: f64,
+    pub compute: f64,
+}
+
+/// Training statistics over the steps since the previous report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStats {
+    /// 1-based epoch.
+    pub epoch: usize,
+    /// 1-based step within the epoch (the last step of the window).
+    pub step: usize,
+    pub steps_per_epoch: usize,
+    /// Steps done since the run began.
+    pub global_step: usize,
+    /// Mean training loss per sample over the window.
+    pub loss: f64,
+    /// Training accuracy over the window.
+    pub acc: f64,
+    pub lr: f64,
+    pub samples_per_sec: f64,
+    pub timing: StepTiming,
+    pub replicas: Vec<ReplicaTiming>,
+}
+
+/// End-of-epoch statistics, with test metrics computed over all replicas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochStats {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub train_acc: f64,
+    pub test_loss: f64,
+    pub test_acc: f64,
+    /// Training time of the epoch (evaluation excluded, pauses excluded).
+    pub epoch_seconds: f64,
+    pub eval_seconds: f64,
+    pub samples_per_sec: f64,
+    pub lr: f64,
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// Every epoch ran.
+    Completed,
+    /// A stop was asked for (the dashboard, a signal).
+    Stopped,
+    /// The configured step limit was reached.
+    StepLimit,
+    /// The loss stopped being finite and `--on-nan stop` ended the run.
+    Diverged,
+}
+
+/// The run's result, as the seed prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub model: ModelKind,
+    pub devices: Vec<DeviceId>,
+    /// Test accuracy after the last full epoch, if one finished.
+    pub test_acc: Option<f64>,
+    pub sec_per_epoch: Option<f64>,
+    pub samples_per_sec: f64,
+    pub epochs_done: usize,
+    pub global_steps: usize,
+    pub reason: FinishReason,
+}

@@ -1,0 +1,183 @@
+//! The record folded into lines of text: the headless output and the dashboard's log say the
+//! same thing in the same words.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Change, Record, RunInfo};
+
+/// How a line is coloured, and how much it matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
+/// One line of text for a record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub level: Level,
+    pub text: String,
+    /// A per-window progress line: printed headless, left out of the dashboard's log (its
+    /// status line and curves show the same).
+    pub progress: bool,
+}
+
+/// `129068` → `129,068`.
+pub fn thousands(n: i64) -> String {
+    let s = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn ms(seconds: f64) -> String {
+    format!("{:.1}", seconds * 1e3)
+}
+
+/// `[cuda:0, cuda:1]`.
+pub fn device_list<T: std::fmt::Display>(items: &[T]) -> String {
+    let names: Vec<String> = items.iter().map(ToString::to_string).collect();
+    format!("[{}]", names.join(", "))
+}
+
+/// Turns records into lines; remembers the planned epochs for "epoch 3/10".
+#[derive(Debug, Clone, Default)]
+pub struct Narrator {
+    epochs: usize,
+}
+
+impl Narrator {
+    /// The line for `record`, or `None` for records that say nothing new.
+    pub fn line(&mut self, record: &Record) -> Option<Line> {
+        let info = |text: String| Some(Line { level: Level::Info, text, progress: false });
+        match record {
+            Record::Start(i) => {
+                self.epochs = i.epochs;
+                info(start_line(i))
+            }
+            Record::Step(s) => Some(Line {
+                level: Level::Info,
+                progress: true,
+                text: format!(
+                    "epoch {}/{} step {:>4}/{}  loss {:.4}  acc {:.3}  lr {}  {:.1} samples/s  step {} ms = data {} + fwd/bwd {} + allreduce {} + update {}",
+                    s.epoch,
+                    self.epochs,
+                    s.step,
+                    s.steps_per_epoch,
+                    s.loss,
+                    s.acc,
+                    s.lr,
+                    s.samples_per_sec,
+                    ms(s.timing.total()),
+                    ms(s.timing.data),
+                    ms(s.timing.compute),
+                    ms(s.timing.allreduce),
+                    ms(s.timing.update),
+                ),
+            }),
+            Record::Epoch(e) => info(format!(
+                "epoch {}/{} done: train loss {:.4}, train acc {:.3}, test loss {:.4}, test acc {:.3}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
+                e.epoch, self.epochs, e.train_loss, e.train_acc, e.test_loss, e.test_acc, e.epoch_seconds, e.eval_seconds, e.samples_per_sec
+            )),
+            Record::Event(c) => Some(change_line(c)),
+            Record::Summary(s) => {
+                let acc = s.test_acc.map_or("n/a".to_owned(), |a| format!("{a:.3}"));
+                let spe = s.sec_per_epoch.map_or("n/a".to_owned(), |t| format!("{t:.1}"));
+                info(format!(
+                    "test acc: {acc}, {spe} sec/epoch on {}\nspeed: {:.1} samples/sec",
+                    device_list(&s.devices),
+                    s.samples_per_sec
+                ))
+            }
+        }
+    }
+}
+
+fn change_line(c: &Change) -> Line {
+    let (level, text) = match c {
+        Change::LrChanged { from, to, global_step } => {
+            (Level::Info, format!("lr {from} -> {to} at step {global_step}"))
+        }
+        Change::Paused { global_step } => (Level::Info, format!("paused at step {global_step}")),
+        Change::Resumed { global_step } => (Level::Info, format!("resumed at step {global_step}")),
+        Change::StopRequested { global_step } => (Level::Info, format!("stopping after step {global_step}")),
+        Change::Saved { path, global_step } => {
+            (Level::Info, format!("saved weights at step {global_step} to {path}"))
+        }
+        Change::Checkpointed { path, global_step } => {
+            (Level::Info, format!("checkpoint at step {global_step}: {path}"))
+        }
+        Change::Restored { epoch, step, global_step } => (
+            Level::Info,
+            format!(
+                "resumed from the checkpoint at epoch {} step {step} (step {global_step} in all)",
+                epoch + 1
+            ),
+        ),
+        Change::Refused { reason } => (Level::Warn, format!("refused: {reason}")),
+        Change::Warning { message } => (Level::Warn, format!("warning: {message}")),
+        Change::SaveFailed { path, message, advice } => {
+            (Level::Error, format!("cannot save {path}: {message}; the weights are kept in memory; {advice}"))
+        }
+        Change::Failed { message, .. } => (Level::Error, format!("training failed: {message}")),
+    };
+    Line { level, text, progress: false }
+}
+
+fn start_line(info: &RunInfo) -> String {
+    format!(
+        "dpt-tui: {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, lr {}, momentum {}, weight decay {}, {} train / {} test samples",
+        info.model.name(),
+        thousands(info.param_count),
+        device_list(&info.devices),
+        info.devices.len(),
+        info.cpu_threads_per_replica,
+        info.epochs,
+        info.steps_per_epoch,
+        info.batch_size,
+        info.lr,
+        info.momentum,
+        info.weight_decay,
+        info.train_samples,
+        info.test_samples
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_digits() {
+        assert_eq!(thousands(129_068), "129,068");
+        assert_eq!(thousands(11_175_818), "11,175,818");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(-1234), "-1,234");
+    }
+
+    #[test]
+    fn changes_read_as_sentences_with_their_level() {
+        let mut n = Narrator::default();
+        let l = n.line(&Record::Event(Change::Paused { global_step: 570 })).unwrap();
+        assert_eq!((l.level, l.text.as_str(), l.progress), (Level::Info, "paused at step 570", false));
+        let l = n
+            .line(&Record::Event(Change::SaveFailed {
+                path: "/r/model.safetensors".into(),
+                message: "No space left on device".into(),
+                advice: "free space and press s".into(),
+            }))
+            .unwrap();
+        assert_eq!(l.level, Level::Error);
+        assert!(l.text.contains("No space left") && l.text.contains("press s"), "{}", l.text);
+    }
+}

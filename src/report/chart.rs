@@ -1,0 +1,169 @@
+//! The chart itself: two panels (loss; accuracy) against epochs, with readable ticks (1-2-5
+//! steps on y, whole epochs on x), a legend per panel and the lr-change and pause marks.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::SIZE;
+use crate::record::curves::{y_range, Curves, MarkKind};
+use crate::record::{Record, Summary};
+
+const TRAIN_LOSS: RGBColor = RGBColor(214, 120, 0);
+const TEST_LOSS: RGBColor = RGBColor(200, 40, 40);
+const TRAIN_ACC: RGBColor = RGBColor(20, 130, 40);
+const TEST_ACC: RGBColor = RGBColor(120, 40, 170);
+const LR_MARK: RGBColor = RGBColor(60, 100, 220);
+const PAUSE_MARK: RGBColor = RGBColor(150, 150, 150);
+const FONT: &str = "sans-serif";
+
+/// "RUN — model on [devices] — test acc 0.842 after 10 epochs".
+pub fn title(records: &[Record], run_name: &str) -> String {
+    let info = records.iter().rev().find_map(|r| if let Record::Start(i) = r { Some(i) } else { None });
+    let summary: Option<&Summary> =
+        records.iter().rev().find_map(|r| if let Record::Summary(s) = r { Some(&**s) } else { None });
+    let last_epoch = records.iter().rev().find_map(|r| if let Record::Epoch(e) = r { Some(e) } else { None });
+    let mut t = run_name.to_owned();
+    if let Some(i) = info {
+        let devices: Vec<String> = i.devices.iter().map(ToString::to_string).collect();
+        t.push_str(&format!(" — {} on [{}]", i.model, devices.join(", ")));
+    }
+    match (summary.and_then(|s| s.test_acc), last_epoch) {
+        (_, Some(e)) => t.push_str(&format!(
+            " — test acc {:.3} after {} epoch{}",
+            e.test_acc,
+            e.epoch,
+            if e.epoch == 1 { "" } else { "s" }
+        )),
+        (Some(a), None) => t.push_str(&format!(" — test acc {a:.3}")),
+        (None, None) => {}
+    }
+    t
+}
+
+/// A step of 1, 2 or 5 times a power of ten that cuts `span` into at most `max` parts.
+pub fn nice_step(span: f64, max: usize) -> f64 {
+    let raw = span / max.max(1) as f64;
+    let mag = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw - 1e-12).unwrap_or(10.0 * mag)
+}
+
+type Series<'a> = (&'a str, &'a [(f64, f64)], RGBColor);
+
+fn panel(
+    area: &DrawingArea<SVGBackend, Shift>,
+    curves: &Curves,
+    caption: &str,
+    series: &[Series],
+    x_max: f64,
+) -> Result<(), String> {
+    let slices: Vec<&[(f64, f64)]> = series.iter().map(|s| s.1).collect();
+    let Some((lo, hi)) = y_range(&slices, (0.0, x_max), false) else { return Ok(()) };
+    let x_step = nice_step(x_max, 10).max(1.0);
+    let y_step = nice_step(hi - lo, 6);
+    // Ticks fall on multiples of the step: the axis starts and ends on one.
+    let (y0, y1) = ((lo / y_step).floor() * y_step, (hi / y_step).ceil() * y_step);
+    // The last whole epoch gets its tick too.
+    let x_end = x_max + x_step * 1e-6;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0.0..x_end).step(x_step), (y0..y1 + y_step * 1e-6).step(y_step))
+        .map_err(|e| e.to_string())?;
+    let decimals = (-y_step.log10().floor()).max(0.0) as usize;
+    chart
+        .configure_mesh()
+        .x_desc("epoch")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.decimals$}"))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .light_line_style(WHITE)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (kind, color, name) in
+        [(MarkKind::LrChange, LR_MARK, "lr change"), (MarkKind::Pause, PAUSE_MARK, "pause")]
+    {
+        let xs: Vec<f64> = curves.marks.iter().filter(|(_, k)| *k == kind).map(|(x, _)| *x).collect();
+        if xs.is_empty() {
+            continue;
+        }
+        let lines =
+            xs.into_iter().map(move |x| PathElement::new(vec![(x, y0), (x, y1)], color.stroke_width(1)));
+        chart
+            .draw_series(lines)
+            .map_err(|e| e.to_string())?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y - 6), (x, y + 6)], color.stroke_width(2)));
+    }
+    for (name, points, color) in series {
+        let color = *color;
+        let finite: Vec<(f64, f64)> = points.iter().copied().filter(|(_, y)| y.is_finite()).collect();
+        let style = color.stroke_width(2);
+        if finite.len() == 1 {
+            chart
+                .draw_series(finite.iter().map(|p| Circle::new(*p, 4, color.filled())))
+                .map_err(|e| e.to_string())?
+                .label(*name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
+        } else {
+            chart
+                .draw_series(LineSeries::new(finite, style))
+                .map_err(|e| e.to_string())?
+                .label(*name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// Draws `curves` under `title`; returns the SVG document.
+pub fn draw(curves: &Curves, title: &str) -> Result<String, String> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let root = root.titled(title, (FONT, 20)).map_err(|e| e.to_string())?;
+        let (top, bottom) = root.split_vertically(SIZE.1 as i32 / 2 - 16);
+        let x_max = (curves.epochs as f64).max(curves.x).max(1.0);
+        panel(
+            &top,
+            curves,
+            "loss",
+            &[("train loss", &curves.train_loss, TRAIN_LOSS), ("test loss", &curves.test_loss, TEST_LOSS)],
+            x_max,
+        )?;
+        panel(
+            &bottom,
+            curves,
+            "accuracy",
+            &[("train acc", &curves.train_acc, TRAIN_ACC), ("test acc", &curves.test_acc, TEST_ACC)],
+            x_max,
+        )?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nice_step;
+
+    #[test]
+    fn steps_are_one_two_five() {
+        assert_eq!(nice_step(10.0, 10), 1.0);
+        assert_eq!(nice_step(1.7, 6), 0.5);
+        assert_eq!(nice_step(0.06, 6), 0.01);
+        assert_eq!(nice_step(100.0, 10), 10.0);
+        assert_eq!(nice_step(30.0, 10), 5.0);
+    }
+}

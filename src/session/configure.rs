@@ -1,0 +1,133 @@
+//! Flags (and a checkpoint being resumed) into a checked training configuration, the data and
+//! the run directory: everything that can be bad input is behind [`prepare`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::anyhow;
+
+use super::input;
+use crate::cli::{Args, OnOff};
+use crate::Failure;
+use dpt_tui::data::Dataset;
+use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint};
+use dpt_tui::engine::device::{cpu_threads_per_replica, resolve_devices, Machine};
+use dpt_tui::engine::sgd::Sgd;
+use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
+use dpt_tui::model::ModelKind;
+use dpt_tui::remote::runs::absolute;
+use dpt_tui::run_dir::{create_run_dir, default_run_dir};
+
+/// The configuration the flags (and a checkpoint being resumed) ask for. `interactive`: a
+/// dashboard watches (or may attach), so a diverging loss or a failed final save pauses and
+/// waits for the user instead of ending the run.
+fn configure(args: &Args, machine: Machine, interactive: bool) -> Result<TrainConfig, Failure> {
+    let checkpoint = match &args.resume {
+        Some(path) => Some((Checkpoint::read(path).map_err(input)?, checkpoint_path(path))),
+        None => None,
+    };
+    let model = match (&checkpoint, args.model) {
+        (Some((c, _)), None) => c.state.model,
+        (_, Some(m)) => m,
+        (None, None) => ModelKind::Lenet,
+    };
+    let devices = resolve_devices(&args.devices, machine).map_err(input)?;
+    let mut cfg = TrainConfig::new(model, devices);
+    if let Some((c, _)) = &checkpoint {
+        let s = &c.state;
+        cfg.epochs = s.epochs;
+        cfg.batch_size = s.batch_size;
+        cfg.sgd = Sgd { lr: s.lr, momentum: s.momentum, weight_decay: s.weight_decay };
+        cfg.seed = s.seed;
+    }
+    cfg.epochs = args.epochs.unwrap_or(cfg.epochs);
+    cfg.batch_size = args.batch_size.unwrap_or(cfg.batch_size);
+    cfg.sgd.lr = args.lr.unwrap_or(cfg.sgd.lr);
+    cfg.sgd.momentum = args.momentum.unwrap_or(cfg.sgd.momentum);
+    cfg.sgd.weight_decay = args.weight_decay.unwrap_or(cfg.sgd.weight_decay);
+    cfg.seed = args.seed.unwrap_or(cfg.seed);
+    cfg.log_every = args.log_every;
+    cfg.max_steps = args.max_steps;
+    cfg.check_replicas = args.check_replicas;
+    cfg.checkpoint_every = args.checkpoint_every;
+    cfg.precision = args.precision;
+    cfg.channels_last = args.channels_last.map(|v| v == OnOff::On);
+    cfg.on_nan = args.on_nan.unwrap_or(if interactive { OnNan::Pause } else { OnNan::Stop });
+    cfg.save_policy = if interactive {
+        SavePolicy::WaitForUser
+    } else {
+        if !(args.save_retry_secs.is_finite() && args.save_retry_secs >= 0.0) {
+            return Err(input(anyhow!("--save-retry-secs must be a number of seconds ≥ 0")));
+        }
+        SavePolicy::Retry { tries: args.save_retries, every: Duration::from_secs_f64(args.save_retry_secs) }
+    };
+    if !(args.step_timeout.is_finite() && args.step_timeout > 0.0) {
+        return Err(input(anyhow!("--step-timeout must be a positive number of seconds")));
+    }
+    cfg.step_timeout = Duration::from_secs_f64(args.step_timeout);
+    cfg.cpu_threads = match args.cpu_threads {
+        Some(0) => return Err(input(anyhow!("--cpu-threads must be at least 1"))),
+        Some(n) => n,
+        None => cpu_threads_per_replica(&cfg.devices, machine.cores),
+    };
+    if let Ok(spec) = std::env::var("DPT_INJECT_FAULT") {
+        cfg.faults = spec.parse().map_err(|e: String| input(anyhow!("DPT_INJECT_FAULT: {e}")))?;
+    }
+    if let Some((c, path)) = checkpoint {
+        cfg.resume = Some(Box::new(Resume::new(c, model, &path).map_err(input)?));
+    }
+    // Cheap checks first, so a typo does not wait for the data to load.
+    cfg.validate_settings().map_err(input)?;
+    Ok(cfg)
+}
+
+/// A training run, checked and ready to start.
+pub struct Prepared {
+    pub cfg: TrainConfig,
+    pub data: Dataset,
+    /// The run directory, absolute.
+    pub run_dir: PathBuf,
+    /// The run directory of the checkpoint being resumed, whose `metrics.jsonl` holds the
+    /// history the curves and the log continue from.
+    pub resumed_from: Option<PathBuf>,
+}
+
+/// Checks the flags, loads the data and creates (or reuses, when resuming) the run directory.
+pub fn prepare(args: &Args, machine: Machine, interactive: bool) -> Result<Prepared, Failure> {
+    let cfg = configure(args, machine, interactive)?;
+    // A theme typo is bad input even where no dashboard opens (yet).
+    super::theme(args)?;
+    let mut data = Dataset::load(&args.data).map_err(input)?;
+    if let Some(n) = args.train_limit {
+        data.train.truncate(n);
+    }
+    if let Some(n) = args.test_limit {
+        data.test.truncate(n);
+    }
+    cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
+    // A resumed run continues in its own directory unless told otherwise.
+    let resumed_dir = args.resume.as_ref().and_then(|p| {
+        checkpoint_path(p).parent().map(|d| {
+            if d.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                d.to_owned()
+            }
+        })
+    });
+    let run_dir = match (&args.run_dir, &resumed_dir) {
+        // The background job of a dashboard front: the front created it.
+        (Some(dir), _) if args.serve => dir.clone(),
+        (Some(dir), _) => {
+            create_run_dir(dir).map_err(input)?;
+            dir.clone()
+        }
+        (None, Some(dir)) => dir.clone(),
+        (None, None) => {
+            let dir = default_run_dir(cfg.model.name());
+            create_run_dir(&dir).map_err(input)?;
+            dir
+        }
+    };
+    Ok(Prepared { cfg, data, run_dir: absolute(&run_dir), resumed_from: resumed_dir.map(|d| absolute(&d)) })
+}

@@ -1,0 +1,126 @@
+//! The dashboard front: starts the training as a background job (its own session, output in
+//! `server.log` in the run directory) and opens the dashboard on it, or with `--detach` just
+//! says how to attach. The job goes on when the dashboard closes or the terminal goes away.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+
+use super::configure::prepare;
+use super::{dashboard_options, failed, theme, watch_signals};
+use crate::cli::Args;
+use crate::Failure;
+use dpt_tui::dashboard::{self, app::RunState, theme::Theme};
+use dpt_tui::engine::device::Machine;
+use dpt_tui::engine::FinishReason;
+use dpt_tui::headless::HeadlessPrinter;
+use dpt_tui::record::Record;
+use dpt_tui::remote::client;
+use dpt_tui::signals;
+
+/// How long the front waits for its job to serve (loading a large data set included).
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Starts the background job, then attaches the dashboard to it.
+pub fn run(args: &Args, machine: Machine, terminal: bool) -> Result<u8, Failure> {
+    let theme = theme(args)?;
+    let prepared = prepare(args, machine, true)?;
+    let run_dir = prepared.run_dir.clone();
+    // The job loads the data again; this process needs none of it.
+    drop(prepared);
+    let log_path = run_dir.join("server.log");
+    let log = std::fs::File::create(&log_path).map_err(failed("cannot create server.log"))?;
+    let exe = std::env::current_exe().map_err(failed("cannot find the dpt-tui executable"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1).filter(|a| a != "--detach")).arg("--serve");
+    if args.run_dir.is_none() && args.resume.is_none() {
+        cmd.arg("--run-dir").arg(&run_dir);
+    }
+    let err_log = log.try_clone().map_err(failed("cannot open server.log"))?;
+    cmd.stdin(std::process::Stdio::null()).stdout(log).stderr(err_log);
+    // SAFETY: setsid is async-signal-safe; the job leaves this terminal's session, so closing
+    // the terminal or losing the SSH connection does not signal it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(failed("cannot start the background job"))?;
+    // Wait for the job to serve its socket (or to fail on the way).
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if client::server_info(&run_dir).is_some_and(|i| i.pid == child.id()) && client::is_live(&run_dir) {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
+            let e = anyhow!("the background job exited ({status}): {last}");
+            return Err(if status.code() == Some(2) { Failure::Input(e) } else { Failure::Run(e) });
+        }
+        if Instant::now() > deadline {
+            return Err(Failure::Run(anyhow!(
+                "the background job did not start; see {}",
+                log_path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if args.detach || !terminal {
+        println!("training in the background (pid {}), logging to {}", child.id(), log_path.display());
+        println!("attach with: dpt-tui attach {}", run_dir.display());
+        return Ok(0);
+    }
+    view_job(&run_dir, false, args, theme)
+}
+
+/// The dashboard on the job of `run_dir`, and the exit status that follows.
+pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> Result<u8, Failure> {
+    let attached = client::attach(run_dir, read_only).map_err(|e| Failure::Run(e.into()))?;
+    let watch = watch_signals()?;
+    let source = dashboard::Source {
+        snapshot: attached.snapshot,
+        records: attached.records,
+        monitor: attached.monitor,
+        controls: (!read_only).then_some(attached.controls),
+        attached: true,
+    };
+    let end = dashboard::run(source, &watch.messages, dashboard_options(args, theme))
+        .map_err(failed("the dashboard failed"))?;
+    let dir = run_dir.display();
+    if end.app.detached || end.hangup {
+        println!("detached; training goes on. attach with: dpt-tui attach {dir}");
+        return Ok(0);
+    }
+    let stopped_early = end.app.summary.as_ref().is_some_and(|s| s.reason != FinishReason::Completed);
+    if let Some(summary) = end.app.summary {
+        HeadlessPrinter::default().print(&Record::Summary(Box::new(summary)), &mut std::io::stdout());
+    }
+    println!("run directory: {dir}");
+    if stopped_early && end.interrupted.is_none() {
+        println!("resume with: dpt-tui --resume {dir}");
+    }
+    if end.app.state == RunState::Disconnected {
+        if client::is_live(run_dir) {
+            println!("lost the connection to the job; it goes on. attach with: dpt-tui attach {dir}");
+            return Ok(0);
+        }
+        println!("resume with: dpt-tui --resume {dir} (from the last checkpoint)");
+        return Err(Failure::Run(anyhow!(
+            "the job ended without a final report; see {}",
+            run_dir.join("server.log").display()
+        )));
+    }
+    if let Some(message) = end.app.failure {
+        println!("resume with: dpt-tui --resume {dir} (from the last checkpoint)");
+        return Err(Failure::Run(anyhow!("training failed: {message}")));
+    }
+    if let Some(signal) = end.interrupted {
+        println!("stopped by {}; resume with: dpt-tui --resume {dir}", signals::name(signal));
+        return Ok(signals::exit_code(signal));
+    }
+    Ok(0)
+}

@@ -1,0 +1,160 @@
+//! The training job itself: trains in this process, records to the run directory, serves
+//! viewers on the run's socket and prints progress lines. It runs in the foreground (headless,
+//! pipes, CI) or as the background job a dashboard front started (`--serve`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+
+use super::configure::{prepare, Prepared};
+use super::{failed, input, watch_signals};
+use crate::cli::Args;
+use crate::Failure;
+use dpt_tui::engine::device::Machine;
+use dpt_tui::engine::{Control, Engine, FinishReason, StartError};
+use dpt_tui::headless::HeadlessPrinter;
+use dpt_tui::monitor;
+use dpt_tui::record::file::{spawn_recorder, MetricsWriter};
+use dpt_tui::record::history::History;
+use dpt_tui::record::{Change, Record};
+use dpt_tui::remote::hub::{Hub, HubMsg};
+use dpt_tui::remote::{registry, server};
+use dpt_tui::signals::{self, SignalMsg};
+
+/// Messages the headless printer may fall behind by (a blocked stdout) before the hub drops it;
+/// the channel's slots are allocated up front, so this stays modest (about 5 MB).
+const PRINTER_BUFFER: usize = 1 << 16;
+
+/// Trains, printing progress lines; returns the exit status.
+pub fn run(args: &Args, machine: Machine) -> Result<u8, Failure> {
+    // A background job is watched through a dashboard: it pauses on divergence or a failed
+    // final save, as the dashboard would, instead of ending the run.
+    let Prepared { mut cfg, data, run_dir, resumed_from } = prepare(args, machine, args.serve)?;
+    let metrics = MetricsWriter::create(&run_dir).map_err(input)?;
+    // The curves and the log continue from the run's own record, not from the checkpoint.
+    let history = resumed_from.and_then(|d| History::read(&d).ok()).unwrap_or_default();
+    cfg.run_dir = Some(run_dir.clone());
+    let devices = cfg.devices.clone();
+    if args.serve {
+        // Fail before training if viewers could never reach the job.
+        registry::socket_dir().map_err(failed("cannot serve the dashboard"))?;
+    }
+    let watch = watch_signals()?;
+    let engine = Engine::start(cfg, Arc::new(data)).map_err(|e| match e {
+        StartError::Config(c) => input(c),
+        StartError::Engine(e) => Failure::Run(e.into()),
+    })?;
+    let (records, recorder) =
+        spawn_recorder(engine.events().clone(), metrics).map_err(failed("cannot start the recorder"))?;
+    let (monitor_tx, monitor_rx) = unbounded();
+    let (stop_monitor, monitor_stop) = crossbeam_channel::bounded::<()>(0);
+    let monitor = monitor::spawn(&devices, Duration::from_millis(args.sample_ms), monitor_tx, monitor_stop)
+        .map_err(failed("cannot start the device monitor"))?;
+    let (hub, hub_thread) =
+        Hub::spawn(history, records, monitor_rx).map_err(failed("cannot start the hub"))?;
+    let controls = engine.controls();
+    // For a headless run, viewers are a convenience: without a socket it still trains. A
+    // background job exists to be attached to: without one it stops and says why.
+    let served = match server::serve(&run_dir, hub.clone(), controls.clone()) {
+        Ok(served) => Some(served),
+        Err(e) if args.serve => {
+            let _ = controls.send(Control::Stop);
+            drop(controls);
+            let _ = engine.join();
+            return Err(Failure::Run(anyhow!("cannot serve the dashboard: {e}")));
+        }
+        Err(e) => {
+            eprintln!("dpt-tui: warning: viewers cannot attach ({e})");
+            None
+        }
+    };
+    let (snapshot, printed) =
+        hub.subscribe(PRINTER_BUFFER).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
+    drop(hub);
+    let mut printer = HeadlessPrinter::default();
+    // What happened before the printer subscribed (the start, at least) comes first; a resumed
+    // run's earlier history is in the file already and is not printed again.
+    let skip = snapshot.records.iter().rposition(|r| matches!(r, Record::Start(_))).unwrap_or(0);
+    for record in &snapshot.records[skip..] {
+        printer.print(record, &mut std::io::stdout());
+    }
+    let mut interrupted = None;
+    let finish = headless_loop(&printed, &watch.messages, &controls, &mut printer, &mut interrupted);
+    drop(controls);
+    let outcome = engine.join();
+    let write_error = recorder.join().ok().flatten();
+    let _ = hub_thread.join();
+    drop(stop_monitor);
+    let _ = monitor.join();
+    drop(watch);
+    if let Some(served) = served {
+        served.withdraw();
+    }
+    let resume_hint = format!("resume with: dpt-tui --resume {}", run_dir.display());
+    if let Err(e) = outcome {
+        println!("{resume_hint} (from the last checkpoint)");
+        return Err(Failure::Run(anyhow::Error::new(e).context("training failed")));
+    }
+    println!("run directory: {}", run_dir.display());
+    if let Some(e) = write_error {
+        return Err(Failure::Run(anyhow::Error::new(e).context("metrics were not fully written")));
+    }
+    match (interrupted, finish) {
+        (Some(signal), _) => {
+            println!("stopped by {}; {resume_hint}", signals::name(signal));
+            Ok(signals::exit_code(signal))
+        }
+        (None, Some(FinishReason::Diverged)) => {
+            println!(
+                "stopped: the loss diverged; the last good checkpoint is kept; {resume_hint} --lr <lower>"
+            );
+            Ok(1)
+        }
+        (None, Some(FinishReason::Stopped | FinishReason::StepLimit)) => {
+            println!("{resume_hint}");
+            Ok(0)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// Prints records until the run ends; SIGINT/SIGTERM stop the run at the next step boundary,
+/// SIGHUP is ignored (the run goes on). Returns why the run finished.
+fn headless_loop(
+    records: &Receiver<HubMsg>,
+    signals: &Receiver<SignalMsg>,
+    controls: &Sender<Control>,
+    printer: &mut HeadlessPrinter,
+    interrupted: &mut Option<i32>,
+) -> Option<FinishReason> {
+    let mut stdout = std::io::stdout();
+    let mut signals = signals.clone();
+    let mut finish = None;
+    loop {
+        select! {
+            recv(records) -> msg => match msg {
+                Ok(HubMsg::Monitor(_)) => {}
+                Ok(HubMsg::Record(record)) => {
+                    if let Record::Summary(s) = &record {
+                        finish = Some(s.reason);
+                    }
+                    // The failure is the exit message; it is not printed twice.
+                    if !matches!(record, Record::Event(Change::Failed { .. })) {
+                        printer.print(&record, &mut stdout);
+                    }
+                }
+                Err(_) => return finish,
+            },
+            recv(signals) -> sig => match sig {
+                Ok(SignalMsg::Stop(number)) => {
+                    interrupted.get_or_insert(number);
+                    let _ = controls.send(Control::Stop);
+                }
+                Ok(SignalMsg::Hangup) => {}
+                Err(_) => signals = crossbeam_channel::never(),
+            },
+        }
+    }
+}

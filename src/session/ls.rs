@@ -1,0 +1,48 @@
+//! `dpt-tui ls [DIR] [--prune]`: the user's live jobs, wherever they run, and the runs under
+//! DIR (default `./runs`). Listing changes nothing; `--prune` removes what dead jobs left.
+
+use std::path::Path;
+
+use super::failed;
+use crate::Failure;
+use dpt_tui::remote::{registry, runs};
+
+pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
+    if prune {
+        let cleaned = registry::prune().map_err(failed("cannot prune the job registry"))?;
+        for d in &cleaned {
+            println!("pruned the dead job of {}", d.display());
+        }
+        if cleaned.is_empty() {
+            println!("nothing to prune");
+        }
+    }
+    let listing = runs::listing(dir);
+    if listing.runs.is_empty() {
+        println!("no running jobs, and no runs in {}", runs::absolute(dir).display());
+    } else {
+        println!("{:<10} {:<10} {:<18} {:>9} {:>9}  RUN", "STATE", "MODEL", "DEVICES", "EPOCHS", "BEST ACC");
+        for r in &listing.runs {
+            let state =
+                if r.resumable { format!("{}*", r.state.label()) } else { r.state.label().to_owned() };
+            let acc = r.best_test_acc.map_or("-".to_owned(), |a| format!("{a:.3}"));
+            let devices: Vec<String> = r.devices.iter().map(ToString::to_string).collect();
+            println!(
+                "{:<10} {:<10} {:<18} {:>9} {:>9}  {}",
+                state,
+                r.model.map_or("?", |m| m.name()),
+                devices.join(","),
+                format!("{}/{}", r.epochs_done, r.epochs),
+                acc,
+                r.path.display()
+            );
+        }
+        if listing.runs.iter().any(|r| r.resumable) {
+            println!("(* resumable: dpt-tui --resume RUN)");
+        }
+    }
+    if listing.stale > 0 && !prune {
+        println!("{} dead job(s) left a socket behind; 'dpt-tui ls --prune' removes them", listing.stale);
+    }
+    Ok(0)
+}

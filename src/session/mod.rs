@@ -1,0 +1,68 @@
+//! One invocation of `dpt-tui`, by command: training (`job.rs` trains in this process, `front.rs`
+//! starts it in the background and opens the dashboard on it), `attach`, `ls` and `show`. The
+//! flags become a training configuration in one place, `configure.rs`.
+
+mod attach;
+mod configure;
+mod front;
+mod job;
+mod ls;
+mod show;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cli::{Args, Command};
+use crate::Failure;
+use dpt_tui::dashboard::{self, theme::Theme};
+use dpt_tui::engine::device::Machine;
+use dpt_tui::signals::SignalWatch;
+
+/// Bad input: exit 2.
+fn input<E: Into<anyhow::Error>>(e: E) -> Failure {
+    Failure::Input(e.into())
+}
+
+/// The run itself failed: exit 1.
+fn failed<E: Into<anyhow::Error>>(context: &'static str) -> impl FnOnce(E) -> Failure {
+    move |e| Failure::Run(e.into().context(context))
+}
+
+/// Runs one invocation; returns the exit status.
+pub fn run(args: Args) -> Result<u8, Failure> {
+    match args.command.clone() {
+        Some(Command::Attach { run, read_only }) => return attach::run(run.as_deref(), read_only, &args),
+        Some(Command::Ls { dir, prune }) => return ls::run(&dir, prune),
+        Some(Command::Show { run, png, svg }) => {
+            return show::run(&run, png.as_deref(), svg.as_deref(), &args)
+        }
+        None => {}
+    }
+    let machine = Machine::detect();
+    let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if args.serve || (!args.detach && (args.headless || !terminal)) {
+        return job::run(&args, machine);
+    }
+    front::run(&args, machine, terminal)
+}
+
+/// The dashboard's theme from `--theme` and `NO_COLOR`.
+fn theme(args: &Args) -> Result<Theme, Failure> {
+    Theme::select(args.theme.as_deref(), std::env::var("NO_COLOR").ok().as_deref()).map_err(input)
+}
+
+fn dashboard_options(args: &Args, theme: Theme) -> dashboard::Options {
+    dashboard::Options {
+        theme,
+        ascii: args.ascii || !dashboard::locale_is_utf8(),
+        fps: args.fps,
+        sample: Duration::from_millis(args.sample_ms),
+    }
+}
+
+/// Signals as messages, for the dashboard or the headless loop.
+fn watch_signals() -> Result<SignalWatch, Failure> {
+    SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)
+}

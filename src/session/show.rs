@@ -1,0 +1,47 @@
+//! `dpt-tui show RUN`: the dashboard on a recorded run's `metrics.jsonl`, or with `--png` /
+//! `--svg` its curves as a picture for a report.
+
+use std::path::Path;
+
+use anyhow::anyhow;
+
+use super::{dashboard_options, failed, input, theme, watch_signals};
+use crate::cli::Args;
+use crate::Failure;
+use dpt_tui::dashboard;
+use dpt_tui::record::history::History;
+use dpt_tui::remote::protocol::Snapshot;
+use dpt_tui::remote::runs;
+use dpt_tui::report::{self, Format};
+
+pub fn run(run: &Path, png: Option<&Path>, svg: Option<&Path>, args: &Args) -> Result<u8, Failure> {
+    let run_dir = runs::resolve(run);
+    let history = History::read(&run_dir).map_err(|e| {
+        input(anyhow::Error::new(e).context(format!("{} is not a run directory", run_dir.display())))
+    })?;
+    let pictures = [(png, Format::Png), (svg, Format::Svg)];
+    if pictures.iter().any(|(p, _)| p.is_some()) {
+        for (path, format) in pictures {
+            if let Some(path) = path {
+                report::write(history.records(), &run_dir, path, format).map_err(input)?;
+                println!("wrote {}", runs::absolute(path).display());
+            }
+        }
+        return Ok(0);
+    }
+    if history.records().is_empty() {
+        return Err(input(anyhow!("{}/metrics.jsonl holds no records yet", run_dir.display())));
+    }
+    let theme = theme(args)?;
+    let watch = watch_signals()?;
+    let source = dashboard::Source {
+        snapshot: Snapshot { records: history.into_records(), monitor: Vec::new() },
+        records: crossbeam_channel::never(),
+        monitor: crossbeam_channel::never(),
+        controls: None,
+        attached: false,
+    };
+    dashboard::run(source, &watch.messages, dashboard_options(args, theme))
+        .map_err(failed("the dashboard failed"))?;
+    Ok(0)
+}
