@@ -16,6 +16,15 @@ pub mod report;
 pub mod run_dir;
 pub mod signals;
 
+/// The innermost cause of an error ("No space left on device (os error 28)").
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(cause) = last.source() {
+        last = cause;
+    }
+    last.to_string()
+}
+
 /// An error and its causes on one line (`outer: cause: root cause`), for records and logs.
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();

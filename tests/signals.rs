@@ -84,6 +84,18 @@ fn sigint_stops_saves_and_says_how_to_resume() {
     let recs = records(&run);
     assert!(recs.iter().any(|r| r["event"] == "restored"));
     assert_eq!(recs.last().unwrap()["reason"], "completed");
+    // The history of the whole run comes back from metrics.jsonl: every epoch once, the
+    // curves continuous from the first step, as `show` and an attaching viewer see them.
+    let history = dpt_tui::record::history::History::read(&run).unwrap();
+    let epochs: Vec<usize> = history
+        .records()
+        .iter()
+        .filter_map(|r| if let dpt_tui::record::Record::Epoch(e) = r { Some(e.epoch) } else { None })
+        .collect();
+    assert_eq!(epochs, vec![1, 2, 3, 4], "each epoch once, in order");
+    let curves = dpt_tui::record::curves::Curves::of(history.records());
+    assert!(curves.train_loss.first().is_some_and(|p| p.0 < 1.0), "curves start in epoch 1");
+    assert!(curves.train_loss.windows(2).all(|w| w[0].0 < w[1].0), "no point repeated after the resume");
 }
 
 #[test]

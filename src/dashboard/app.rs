@@ -52,6 +52,11 @@ pub enum Overlay {
         input: String,
         error: Option<String>,
     },
+    /// The folder prompt of `S` (save into another folder, e.g. when the disk is full).
+    DirPrompt {
+        input: String,
+        error: Option<String>,
+    },
     ConfirmQuit,
 }
 
@@ -198,8 +203,11 @@ impl App {
             Change::StopRequested { .. } => self.state = RunState::Stopping,
             Change::Restored { global_step, .. } => self.global_step = *global_step,
             Change::Saved { .. } => self.save_problem = None,
-            Change::SaveFailed { message, advice, .. } => {
-                self.save_problem = Some(format!("NOT SAVED: {message}; {advice}"));
+            Change::SaveFailed { message, .. } => {
+                // The root cause is the last part of the chain ("No space left on device").
+                let cause = message.rsplit(": ").next().unwrap_or(message);
+                let cause = cause.split(" (os error").next().unwrap_or(cause);
+                self.save_problem = Some(format!("NOT SAVED ({cause}): s retries, S saves elsewhere"));
             }
             Change::Failed { message, .. } => {
                 self.state = RunState::Failed;

@@ -13,6 +13,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("+ / -", "multiply / divide the lr by 2"),
     ("l", "type an exact lr (Enter applies, Esc cancels)"),
     ("s", "save the weights now (model.safetensors in the run directory)"),
+    ("S", "save into another folder from now on (when the run directory's disk is full)"),
     ("q", "stop after this step and save (asks first); quit once finished"),
     ("d", "detach: close the dashboard, training goes on (dpt-tui attach)"),
     ("Ctrl-C", "stop after the current step and save, without asking"),
@@ -54,6 +55,7 @@ impl App {
                 }
             },
             Some(Overlay::LrPrompt { input, error }) => self.prompt_key(key.code, input, error),
+            Some(Overlay::DirPrompt { input, error }) => self.dir_prompt_key(key.code, input, error),
             None => self.main_key(key.code),
         }
     }
@@ -84,6 +86,10 @@ impl App {
                 Vec::new()
             }
             KeyCode::Char('s') if self.steering() => vec![Control::SaveNow],
+            KeyCode::Char('S') if self.steering() => {
+                self.overlay = Some(Overlay::DirPrompt { input: String::new(), error: None });
+                Vec::new()
+            }
             KeyCode::Char('q') | KeyCode::Esc if self.state.is_over() => {
                 self.quit = true;
                 Vec::new()
@@ -131,6 +137,32 @@ impl App {
         match self.lr {
             Some(lr) => vec![Control::SetLr { lr: lr * factor }],
             None => Vec::new(),
+        }
+    }
+
+    fn dir_prompt_key(&mut self, code: KeyCode, mut input: String, error: Option<String>) -> Vec<Control> {
+        match code {
+            KeyCode::Esc => Vec::new(),
+            KeyCode::Enter if input.trim().is_empty() => {
+                let error = Some("type a folder, e.g. /scratch/run1".to_owned());
+                self.overlay = Some(Overlay::DirPrompt { input, error });
+                Vec::new()
+            }
+            KeyCode::Enter => vec![Control::SaveTo { dir: input.trim().into() }],
+            KeyCode::Backspace => {
+                input.pop();
+                self.overlay = Some(Overlay::DirPrompt { input, error: None });
+                Vec::new()
+            }
+            KeyCode::Char(c) if input.len() < 1024 && !c.is_control() => {
+                input.push(c);
+                self.overlay = Some(Overlay::DirPrompt { input, error: None });
+                Vec::new()
+            }
+            _ => {
+                self.overlay = Some(Overlay::DirPrompt { input, error });
+                Vec::new()
+            }
         }
     }
 

@@ -92,10 +92,7 @@ impl Checkpoint {
             tensors.extend(list.iter().map(|(n, t)| (format!("{prefix}.{n}"), t.shallow_clone())));
         }
         tensors.push((STATE_KEY.to_owned(), Tensor::from_slice(&json)));
-        crate::atomic::write_with(path, |tmp| {
-            Tensor::write_safetensors(&tensors, tmp).map_err(std::io::Error::other)
-        })
-        .map_err(err)
+        super::tensor_file::write(&tensors, path).map_err(err)
     }
 
     /// Reads a checkpoint file, or the one in a run directory.

@@ -12,6 +12,7 @@ pub mod flat;
 pub mod sgd;
 pub mod shard;
 pub mod tally;
+pub mod tensor_file;
 pub mod worker;
 
 use std::path::PathBuf;

@@ -136,7 +136,7 @@ fn change_line(c: &Change) -> Line {
 
 fn start_line(info: &RunInfo) -> String {
     format!(
-        "dpt-tui: {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, lr {}, momentum {}, weight decay {}, {} train / {} test samples",
+        "training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, lr {}, momentum {}, weight decay {}, {} train / {} test samples",
         info.model.name(),
         thousands(info.param_count),
         device_list(&info.devices),

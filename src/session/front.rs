@@ -108,14 +108,14 @@ pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> R
             println!("lost the connection to the job; it goes on. attach with: dpt-tui attach {dir}");
             return Ok(0);
         }
-        println!("resume with: dpt-tui --resume {dir} (from the last checkpoint)");
+        println!("{}", super::resume_from_checkpoint(run_dir));
         return Err(Failure::Run(anyhow!(
             "the job ended without a final report; see {}",
             run_dir.join("server.log").display()
         )));
     }
     if let Some(message) = end.app.failure {
-        println!("resume with: dpt-tui --resume {dir} (from the last checkpoint)");
+        println!("{}", super::resume_from_checkpoint(run_dir));
         return Err(Failure::Run(anyhow!("training failed: {message}")));
     }
     if let Some(signal) = end.interrupted {

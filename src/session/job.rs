@@ -94,7 +94,7 @@ pub fn run(args: &Args, machine: Machine) -> Result<u8, Failure> {
     }
     let resume_hint = format!("resume with: dpt-tui --resume {}", run_dir.display());
     if let Err(e) = outcome {
-        println!("{resume_hint} (from the last checkpoint)");
+        println!("{}", super::resume_from_checkpoint(&run_dir));
         return Err(Failure::Run(anyhow::Error::new(e).context("training failed")));
     }
     println!("run directory: {}", run_dir.display());

@@ -62,6 +62,15 @@ fn dashboard_options(args: &Args, theme: Theme) -> dashboard::Options {
     }
 }
 
+/// What to tell a user whose run ended early: how to resume it, if a checkpoint exists.
+fn resume_from_checkpoint(run_dir: &std::path::Path) -> String {
+    if dpt_tui::engine::checkpoint::checkpoint_path(run_dir).is_file() {
+        format!("resume with: dpt-tui --resume {} (from the last checkpoint)", run_dir.display())
+    } else {
+        format!("no checkpoint was written in {}; nothing to resume", run_dir.display())
+    }
+}
+
 /// Signals as messages, for the dashboard or the headless loop.
 fn watch_signals() -> Result<SignalWatch, Failure> {
     SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)

@@ -20,6 +20,7 @@ pub fn subset(train: usize, test: usize) -> Arc<Dataset> {
 }
 
 pub mod pty;
+pub mod screens;
 
 /// Sends `signal` (e.g. "INT") to process `pid`.
 pub fn kill(pid: u32, signal: &str) {

@@ -1,4 +1,4 @@
-//! Windows over the dashboard: the key help, the lr prompt, the quit confirmation.
+//! Windows over the dashboard: the key help, the lr and folder prompts, the quit confirmation.
 
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -48,6 +48,21 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
             }
             lines.push(Line::from(Span::styled("Enter applies, Esc cancels", t.fg(t.dim))));
             ("set the learning rate", lines, 60)
+        }
+        Overlay::DirPrompt { input, error } => {
+            let cursor = if look.ascii { "_" } else { "▏" };
+            let mut lines = vec![
+                Line::from(Span::styled("save weights and checkpoints into this folder:", t.fg(t.dim))),
+                Line::from(vec![
+                    Span::styled(format!("> {input}"), t.fg(t.text)),
+                    Span::styled(cursor, t.fg(t.accent)),
+                ]),
+            ];
+            if let Some(e) = error {
+                lines.push(Line::from(Span::styled(e.clone(), t.fg(t.error))));
+            }
+            lines.push(Line::from(Span::styled("Enter saves there now, Esc cancels", t.fg(t.dim))));
+            ("save into another folder", lines, 70)
         }
         Overlay::ConfirmQuit => (
             "stop training?",

@@ -54,7 +54,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     let item = |label: &str, value: String, style: Style| Item { label: short(label), value, style };
     let (epoch, step) = app.last_step.as_ref().map_or((1, 0), |s| (s.epoch, s.step));
     let dash = || "-".to_owned();
-    let mut items = vec![
+    let mut items = Vec::new();
+    if let Some(problem) = &app.save_problem {
+        items.push(item("", problem.clone(), t.fg(t.error).add_modifier(Modifier::BOLD)));
+    }
+    items.extend([
         item(
             "",
             format!("{} on {}", info.model, crate::record::text::device_list(&info.devices)),
@@ -78,7 +82,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
             app.last_epoch.as_ref().map_or_else(dash, |e| format!("{:.3}", e.test_acc)),
             t.fg(t.test_acc),
         ),
-    ];
+    ]);
     {
         if let Some(s) = &app.last_step {
             let total = s.timing.total().max(1e-12);

@@ -10,7 +10,7 @@ use super::Coordinator;
 use crate::record::Change;
 
 /// How to retry a save asked for during the run.
-const RETRY_ADVICE: &str = "free some space and press s to try again, or send save_to with another folder";
+const RETRY_ADVICE: &str = "free some space and press s to try again, or S to save into another folder";
 
 impl Coordinator {
     /// Applies every pending control; while paused, waits for the next one (no busy loop).

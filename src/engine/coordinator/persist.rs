@@ -9,9 +9,9 @@ use super::super::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHE
 use super::super::config::SavePolicy;
 use super::super::events::Control;
 use super::super::flat::Layout;
+use super::super::tensor_file;
 use super::super::EngineError;
 use super::Coordinator;
-use crate::atomic;
 use crate::model::TensorSpec;
 use crate::record::Change;
 
@@ -20,8 +20,7 @@ pub const WEIGHTS_FILE: &str = "model.safetensors";
 
 /// Writes named tensors as safetensors at `path`, atomically.
 pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
-    atomic::write_with(path, |tmp| Tensor::write_safetensors(tensors, tmp).map_err(std::io::Error::other))
-        .map_err(|cause| EngineError::Save { path: path.to_owned(), cause })
+    tensor_file::write(tensors, path).map_err(|cause| EngineError::Save { path: path.to_owned(), cause })
 }
 
 impl Coordinator {
@@ -82,7 +81,7 @@ impl Coordinator {
                     EngineError::Save { path, .. } => path.display().to_string(),
                     _ => dir.display().to_string(),
                 };
-                let message = crate::error_chain(&e);
+                let message = crate::root_cause(&e);
                 self.emit(Change::SaveFailed { path, message, advice: advice.to_owned() });
                 Err(e)
             }
@@ -111,7 +110,7 @@ impl Coordinator {
     pub(super) fn final_save(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
         match self.cfg().save_policy {
             SavePolicy::WaitForUser => {
-                let advice = "paused with the weights in memory: free some space and press s to retry, or send save_to with another folder; q gives up";
+                let advice = "paused with the weights in memory: free some space and press s to retry, or S to save into another folder; q gives up";
                 let Err(mut failure) = self.save_all(position, advice) else { return Ok(()) };
                 if !self.paused {
                     self.paused = true;
@@ -155,7 +154,7 @@ impl Coordinator {
                             .to_owned()
                     } else {
                         format!(
-                            "trying again in {:.0} s ({left} tries left; --save-retries)",
+                            "trying again in {} s ({left} tries left; --save-retries)",
                             every.as_secs_f64()
                         )
                     }

@@ -1,0 +1,76 @@
+//! The dashboard's screens as snapshots (`tests/snapshots/`), so a layout regression fails: a
+//! running, a paused, a finished and a failed run, and one whose final save failed, at 80×24
+//! and 120×40. The fixtures are fixed (clock, timings, samples), so nothing needs filtering.
+//! After a deliberate change of the layout, review with `cargo insta review` (or rerun with
+//! `INSTA_UPDATE=always`) and commit the new snapshots.
+
+mod common;
+
+use dpt_tui::dashboard::app::App;
+use dpt_tui::engine::{DeviceId, FinishReason, Record};
+use dpt_tui::model::ModelKind;
+use dpt_tui::record::{Change, Summary};
+
+use common::screens::{running_app, screen};
+
+fn paused() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
+    app.on_event(&Record::Event(Change::LrChanged { from: 0.2, to: 0.1, global_step: 570 }));
+    app
+}
+
+fn finished() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Summary(Box::new(Summary {
+        model: ModelKind::Lenet,
+        devices: vec![DeviceId::Cpu, DeviceId::Cpu],
+        test_acc: Some(0.8),
+        sec_per_epoch: Some(11.5),
+        samples_per_sec: 5100.0,
+        epochs_done: 2,
+        global_steps: 570,
+        reason: FinishReason::Completed,
+    })));
+    app
+}
+
+fn failed() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Event(Change::Failed {
+        replica: Some(1),
+        device: Some("cpu".into()),
+        message: "replica 1 on cpu failed: injected fault".into(),
+    }));
+    app
+}
+
+fn not_saved() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Event(Change::SaveFailed {
+        path: "/scratch/run/model.safetensors".into(),
+        message: "No space left on device (os error 28)".into(),
+        advice: "paused with the weights in memory: free some space and press s to retry, or S to save into another folder; q gives up".into(),
+    }));
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
+    app
+}
+
+macro_rules! screens {
+    ($($name:ident: $app:expr),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let app = $app;
+            insta::assert_snapshot!(concat!(stringify!($name), "_80x24"), screen(&app, 80, 24, false));
+            insta::assert_snapshot!(concat!(stringify!($name), "_120x40"), screen(&app, 120, 40, false));
+        }
+    )*};
+}
+
+screens! {
+    running: running_app(),
+    paused_after_an_lr_change: paused(),
+    finished_run: finished(),
+    failed_run: failed(),
+    final_save_failed: not_saved(),
+}
