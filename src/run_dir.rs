@@ -11,10 +11,12 @@ use thiserror::Error;
 pub enum RunDirError {
     #[error("run directory {path} already holds a run ({file}); choose another --run-dir so nothing saved is overwritten")]
     Occupied { path: PathBuf, file: &'static str },
-    #[error("cannot create run directory {path}: {cause}; choose a writable --run-dir")]
-    Create { path: PathBuf, cause: std::io::Error },
-    #[error("cannot write {path}: {cause}")]
-    Write { path: PathBuf, cause: std::io::Error },
+    #[error("cannot create run directory {path} (choose a writable --run-dir)")]
+    Create {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
 }
 
 /// Names the default run directory `runs/<timestamp>-<model>`, adding `-2`, `-3`… if taken.

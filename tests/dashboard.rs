@@ -5,7 +5,7 @@ mod common;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use dpt_tui::dashboard::app::{App, Overlay, RunState};
+use dpt_tui::dashboard::app::{App, Overlay, PromptKind, RunState};
 use dpt_tui::dashboard::curves::CurveView;
 use dpt_tui::engine::{Control, DeviceId, FinishReason, Record};
 use dpt_tui::monitor::{DeviceSample, MonitorMsg, SampleSource};
@@ -39,14 +39,16 @@ fn lr_keys_and_prompt() {
     }
     assert!(app.on_key(code(KeyCode::Enter)).is_empty(), "a bad lr is refused");
     match &app.overlay {
-        Some(Overlay::LrPrompt { error: Some(e), .. }) => assert!(e.contains("not a positive finite number")),
+        Some(Overlay::Prompt { kind: PromptKind::Lr, error: Some(e), .. }) => {
+            assert!(e.contains("not a positive finite number"))
+        }
         other => panic!("prompt stays open with an error: {other:?}"),
     }
     for bad in ["-1", "0", "nan", "inf", "1e400"] {
-        app.overlay = Some(Overlay::LrPrompt { input: bad.into(), error: None });
+        app.overlay = Some(Overlay::Prompt { kind: PromptKind::Lr, input: bad.into(), error: None });
         assert!(app.on_key(code(KeyCode::Enter)).is_empty(), "{bad} refused");
     }
-    app.overlay = Some(Overlay::LrPrompt { input: "0.09".into(), error: None });
+    app.overlay = Some(Overlay::Prompt { kind: PromptKind::Lr, input: "0.09".into(), error: None });
     app.on_key(code(KeyCode::Backspace));
     app.on_key(key('5'));
     assert_eq!(app.on_key(code(KeyCode::Enter)), vec![Control::SetLr { lr: 0.05 }]);
@@ -242,4 +244,29 @@ fn gpu_panels_show_nvml_figures() {
         assert!(s.contains(needle), "missing {needle:?} in\n{s}");
     }
     assert!(!s.contains("process figures"));
+}
+
+#[test]
+fn capital_s_asks_for_a_folder_to_save_into() {
+    let mut app = running_app();
+    assert!(app.on_key(key('S')).is_empty());
+    assert!(app.on_key(code(KeyCode::Enter)).is_empty(), "an empty folder is refused");
+    assert!(matches!(&app.overlay, Some(Overlay::Prompt { kind: PromptKind::SaveDir, error: Some(_), .. })));
+    for c in "/scratch/run 2".chars() {
+        app.on_key(key(c));
+    }
+    assert_eq!(app.on_key(code(KeyCode::Enter)), vec![Control::SaveTo { dir: "/scratch/run 2".into() }]);
+    assert!(app.overlay.is_none());
+    // The engine's answer shows on the status line until a save succeeds.
+    app.on_event(&Record::Event(Change::SaveFailed {
+        path: "/r/model.safetensors".into(),
+        message: "cannot write /r/model.safetensors: No space left on device (os error 28)".into(),
+        advice: String::new(),
+    }));
+    assert_eq!(
+        app.save_problem.as_deref(),
+        Some("NOT SAVED (No space left on device): s retries, S saves elsewhere")
+    );
+    app.on_event(&Record::Event(Change::Saved { path: "/s/model.safetensors".into(), global_step: 600 }));
+    assert!(app.save_problem.is_none());
 }

@@ -47,17 +47,47 @@ impl RunState {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Overlay {
     Help,
-    /// The exact-lr prompt: what was typed and why the last entry was refused.
-    LrPrompt {
-        input: String,
-        error: Option<String>,
-    },
-    /// The folder prompt of `S` (save into another folder, e.g. when the disk is full).
-    DirPrompt {
+    /// A line of input: what was typed and why the last entry was refused.
+    Prompt {
+        kind: PromptKind,
         input: String,
         error: Option<String>,
     },
     ConfirmQuit,
+}
+
+/// What a prompt asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptKind {
+    /// An exact learning rate (`l`).
+    Lr,
+    /// A folder to save into from now on (`S`, e.g. when the disk is full).
+    SaveDir,
+}
+
+impl PromptKind {
+    /// The control that `input` asks for, or why it is refused.
+    pub fn parse(self, input: &str) -> Result<crate::engine::Control, String> {
+        let input = input.trim();
+        match self {
+            PromptKind::Lr => input
+                .parse::<f64>()
+                .ok()
+                .and_then(|v| crate::engine::config::check_lr(v).ok())
+                .map(|lr| crate::engine::Control::SetLr { lr })
+                .ok_or_else(|| format!("'{input}' is not a positive finite number; the lr is unchanged")),
+            PromptKind::SaveDir if input.is_empty() => Err("type a folder, e.g. /scratch/run1".to_owned()),
+            PromptKind::SaveDir => Ok(crate::engine::Control::SaveTo { dir: input.into() }),
+        }
+    }
+
+    /// Whether `c` may be typed into this prompt.
+    pub fn accepts(self, c: char, len: usize) -> bool {
+        match self {
+            PromptKind::Lr => len < 32 && (c.is_ascii_alphanumeric() || "+-.".contains(c)),
+            PromptKind::SaveDir => len < 1024 && !c.is_control(),
+        }
+    }
 }
 
 /// How the curve panel is set.

@@ -3,8 +3,7 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::app::{App, Overlay, RunState};
-use crate::engine::config::check_lr;
+use super::app::{App, Overlay, PromptKind, RunState};
 use crate::engine::Control;
 
 /// Every key, for the help overlay: (keys, what they do).
@@ -54,8 +53,7 @@ impl App {
                     Vec::new()
                 }
             },
-            Some(Overlay::LrPrompt { input, error }) => self.prompt_key(key.code, input, error),
-            Some(Overlay::DirPrompt { input, error }) => self.dir_prompt_key(key.code, input, error),
+            Some(Overlay::Prompt { kind, input, error }) => self.prompt_key(key.code, kind, input, error),
             None => self.main_key(key.code),
         }
     }
@@ -82,12 +80,14 @@ impl App {
             KeyCode::Char('+') | KeyCode::Char('=') if self.steering() => self.scale_lr(self.lr_factor),
             KeyCode::Char('-') | KeyCode::Char('_') if self.steering() => self.scale_lr(1.0 / self.lr_factor),
             KeyCode::Char('l') if self.steering() => {
-                self.overlay = Some(Overlay::LrPrompt { input: String::new(), error: None });
+                self.overlay =
+                    Some(Overlay::Prompt { kind: PromptKind::Lr, input: String::new(), error: None });
                 Vec::new()
             }
             KeyCode::Char('s') if self.steering() => vec![Control::SaveNow],
             KeyCode::Char('S') if self.steering() => {
-                self.overlay = Some(Overlay::DirPrompt { input: String::new(), error: None });
+                self.overlay =
+                    Some(Overlay::Prompt { kind: PromptKind::SaveDir, input: String::new(), error: None });
                 Vec::new()
             }
             KeyCode::Char('q') | KeyCode::Esc if self.state.is_over() => {
@@ -140,62 +140,32 @@ impl App {
         }
     }
 
-    fn dir_prompt_key(&mut self, code: KeyCode, mut input: String, error: Option<String>) -> Vec<Control> {
+    fn prompt_key(
+        &mut self,
+        code: KeyCode,
+        kind: PromptKind,
+        mut input: String,
+        error: Option<String>,
+    ) -> Vec<Control> {
+        let mut reopen = |input: String, error: Option<String>| {
+            self.overlay = Some(Overlay::Prompt { kind, input, error });
+            Vec::new()
+        };
         match code {
             KeyCode::Esc => Vec::new(),
-            KeyCode::Enter if input.trim().is_empty() => {
-                let error = Some("type a folder, e.g. /scratch/run1".to_owned());
-                self.overlay = Some(Overlay::DirPrompt { input, error });
-                Vec::new()
-            }
-            KeyCode::Enter => vec![Control::SaveTo { dir: input.trim().into() }],
+            KeyCode::Enter => match kind.parse(&input) {
+                Ok(control) => vec![control],
+                Err(error) => reopen(input, Some(error)),
+            },
             KeyCode::Backspace => {
                 input.pop();
-                self.overlay = Some(Overlay::DirPrompt { input, error: None });
-                Vec::new()
+                reopen(input, None)
             }
-            KeyCode::Char(c) if input.len() < 1024 && !c.is_control() => {
+            KeyCode::Char(c) if kind.accepts(c, input.len()) => {
                 input.push(c);
-                self.overlay = Some(Overlay::DirPrompt { input, error: None });
-                Vec::new()
+                reopen(input, None)
             }
-            _ => {
-                self.overlay = Some(Overlay::DirPrompt { input, error });
-                Vec::new()
-            }
-        }
-    }
-
-    fn prompt_key(&mut self, code: KeyCode, mut input: String, error: Option<String>) -> Vec<Control> {
-        match code {
-            KeyCode::Esc => Vec::new(),
-            KeyCode::Enter => {
-                match input.trim().parse::<f64>().map_err(|_| ()).and_then(|v| check_lr(v).map_err(|_| ())) {
-                    Ok(lr) => vec![Control::SetLr { lr }],
-                    Err(()) => {
-                        let error = format!(
-                            "'{}' is not a positive finite number; the lr is unchanged",
-                            input.trim()
-                        );
-                        self.overlay = Some(Overlay::LrPrompt { input, error: Some(error) });
-                        Vec::new()
-                    }
-                }
-            }
-            KeyCode::Backspace => {
-                input.pop();
-                self.overlay = Some(Overlay::LrPrompt { input, error: None });
-                Vec::new()
-            }
-            KeyCode::Char(c) if input.len() < 32 && (c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
-                input.push(c);
-                self.overlay = Some(Overlay::LrPrompt { input, error: None });
-                Vec::new()
-            }
-            _ => {
-                self.overlay = Some(Overlay::LrPrompt { input, error });
-                Vec::new()
-            }
+            _ => reopen(input, error),
         }
     }
 }

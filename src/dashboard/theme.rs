@@ -21,8 +21,12 @@ pub const BUILTIN: &[(&str, &str)] = &[
 pub enum ThemeError {
     #[error("unknown theme '{0}'; use dark, light, high-contrast, monochrome or the path of a .toml file")]
     Unknown(String),
-    #[error("cannot read theme {path}: {cause}")]
-    Read { path: String, cause: std::io::Error },
+    #[error("cannot read theme {path}")]
+    Read {
+        path: String,
+        #[source]
+        cause: std::io::Error,
+    },
     #[error("theme {path} is malformed: {message}")]
     Malformed { path: String, message: String },
     #[error("theme {path}: '{value}' for {key} is not a colour; use a name such as 'cyan', an index 0-255 or '#rrggbb'")]

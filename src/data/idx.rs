@@ -13,10 +13,18 @@ use thiserror::Error;
 /// What can go wrong while reading one IDX file.
 #[derive(Debug, Error)]
 pub enum IdxError {
-    #[error("cannot read {path}: {cause}")]
-    Io { path: PathBuf, cause: std::io::Error },
-    #[error("{path} is a corrupt or truncated gzip file ({cause}); download or reinstall it")]
-    Gzip { path: PathBuf, cause: std::io::Error },
+    #[error("cannot read {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+    #[error("{path} is a corrupt or truncated gzip file (download or reinstall it)")]
+    Gzip {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
     #[error("{path} is not an IDX file: magic number {found:#010x}, expected {expected:#010x}; check that it is the right file")]
     BadMagic { path: PathBuf, found: u32, expected: u32 },
     #[error("{path} is truncated: the header announces {expected} bytes of data but {found} are there; download or reinstall it")]

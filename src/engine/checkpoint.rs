@@ -23,8 +23,13 @@ const FORMAT: u32 = 1;
 /// A checkpoint that cannot be written or used.
 #[derive(Debug, Error)]
 pub enum CheckpointError {
-    #[error("cannot read checkpoint {path}: {message}; pass a checkpoint.safetensors file or a run directory holding one")]
-    Read { path: PathBuf, message: String },
+    #[error("cannot read checkpoint {path}: {message} (pass a checkpoint.safetensors file or a run directory holding one)")]
+    Read {
+        path: PathBuf,
+        message: String,
+        #[source]
+        cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     #[error("cannot write checkpoint {path}; the previous checkpoint is intact")]
     Write {
         path: PathBuf,
@@ -98,20 +103,26 @@ impl Checkpoint {
     /// Reads a checkpoint file, or the one in a run directory.
     pub fn read(path: &Path) -> Result<Checkpoint, CheckpointError> {
         let file = checkpoint_path(path);
-        let err = |message: String| CheckpointError::Read { path: file.clone(), message };
+        let err = |message: String| CheckpointError::Read { path: file.clone(), message, cause: None };
+        let failed = |message: &str, cause: Box<dyn std::error::Error + Send + Sync>| CheckpointError::Read {
+            path: file.clone(),
+            message: message.to_owned(),
+            cause: Some(cause),
+        };
         if !file.is_file() {
             return Err(err("no such file".into()));
         }
-        let tensors = Tensor::read_safetensors(&file).map_err(|e| err(e.to_string()))?;
+        let tensors =
+            Tensor::read_safetensors(&file).map_err(|e| failed("not a safetensors file", e.into()))?;
         let mut state = None;
         let (mut params, mut momentum, mut buffers) = (Vec::new(), Vec::new(), Vec::new());
         for (name, t) in tensors {
             if name == STATE_KEY {
-                let bytes: Vec<u8> =
-                    Vec::try_from(&t.to_kind(Kind::Uint8)).map_err(|e: tch::TchError| err(e.to_string()))?;
+                let bytes: Vec<u8> = Vec::try_from(&t.to_kind(Kind::Uint8))
+                    .map_err(|e: tch::TchError| failed("unreadable run state", e.into()))?;
                 state = Some(
                     serde_json::from_slice::<CheckpointState>(&bytes)
-                        .map_err(|e| err(format!("bad state: {e}")))?,
+                        .map_err(|e| failed("bad run state", e.into()))?,
                 );
             } else if let Some(n) = name.strip_prefix("param.") {
                 params.push((n.to_owned(), t));

@@ -115,7 +115,7 @@ fn change_line(c: &Change) -> Line {
             (Level::Info, format!("saved weights at step {global_step} to {path}"))
         }
         Change::Checkpointed { path, global_step } => {
-            (Level::Info, format!("checkpoint at step {global_step}: {path}"))
+            (Level::Info, format!("checkpoint written at step {global_step} ({path})"))
         }
         Change::Restored { epoch, step, global_step } => (
             Level::Info,

@@ -6,7 +6,7 @@ use ratatui::widgets::{Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::Look;
-use crate::dashboard::app::{App, Overlay};
+use crate::dashboard::app::{App, Overlay, PromptKind};
 use crate::dashboard::keys::HELP;
 
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
@@ -33,11 +33,25 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
                 .collect();
             ("keys", lines, 84)
         }
-        Overlay::LrPrompt { input, error } => {
-            let current = app.lr.map_or("-".to_owned(), |v| format!("{v}"));
+        Overlay::Prompt { kind, input, error } => {
+            let (title, question, enter) = match kind {
+                PromptKind::Lr => (
+                    "set the learning rate",
+                    format!(
+                        "current lr {}; a positive number:",
+                        app.lr.map_or("-".to_owned(), |v| format!("{v}"))
+                    ),
+                    "Enter applies, Esc cancels",
+                ),
+                PromptKind::SaveDir => (
+                    "save into another folder",
+                    "save weights and checkpoints into this folder:".to_owned(),
+                    "Enter saves there now, Esc cancels",
+                ),
+            };
             let cursor = if look.ascii { "_" } else { "▏" };
             let mut lines = vec![
-                Line::from(Span::styled(format!("current lr {current}; a positive number:"), t.fg(t.dim))),
+                Line::from(Span::styled(question, t.fg(t.dim))),
                 Line::from(vec![
                     Span::styled(format!("> {input}"), t.fg(t.text)),
                     Span::styled(cursor, t.fg(t.accent)),
@@ -46,23 +60,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
             if let Some(e) = error {
                 lines.push(Line::from(Span::styled(e.clone(), t.fg(t.error))));
             }
-            lines.push(Line::from(Span::styled("Enter applies, Esc cancels", t.fg(t.dim))));
-            ("set the learning rate", lines, 60)
-        }
-        Overlay::DirPrompt { input, error } => {
-            let cursor = if look.ascii { "_" } else { "▏" };
-            let mut lines = vec![
-                Line::from(Span::styled("save weights and checkpoints into this folder:", t.fg(t.dim))),
-                Line::from(vec![
-                    Span::styled(format!("> {input}"), t.fg(t.text)),
-                    Span::styled(cursor, t.fg(t.accent)),
-                ]),
-            ];
-            if let Some(e) = error {
-                lines.push(Line::from(Span::styled(e.clone(), t.fg(t.error))));
-            }
-            lines.push(Line::from(Span::styled("Enter saves there now, Esc cancels", t.fg(t.dim))));
-            ("save into another folder", lines, 70)
+            lines.push(Line::from(Span::styled(enter, t.fg(t.dim))));
+            (title, lines, 70)
         }
         Overlay::ConfirmQuit => (
             "stop training?",
