@@ -2,8 +2,10 @@
 # The 4.6 GB torch install is kept outside the clone, so every clone on this machine shares it.
 DPT_CACHE="${DPT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dpt-tui}"
 DPT_TORCH_VERSION="2.11.0"
+DPT_CUDA_CRT_VERSION="13.0.88"
+DPT_CUDA_CCCL_VERSION="13.0.85"
 DPT_VENV="$DPT_CACHE/torch-$DPT_TORCH_VERSION"
-export DPT_CACHE DPT_TORCH_VERSION DPT_VENV
+export DPT_CACHE DPT_TORCH_VERSION DPT_CUDA_CRT_VERSION DPT_CUDA_CCCL_VERSION DPT_VENV
 # tch's documented switch: ask the Python on PATH (our virtualenv's) where libtorch is.
 export LIBTORCH_USE_PYTORCH=1
 export VIRTUAL_ENV="$DPT_VENV"

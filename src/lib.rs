@@ -6,6 +6,7 @@
 pub mod atomic;
 pub mod dashboard;
 pub mod data;
+pub mod dist;
 pub mod engine;
 pub mod headless;
 pub mod model;

@@ -1,0 +1,318 @@
+//! The one unsafe module: safe Rust handles over the C++ shim (`c10d_shim.cpp`,
+//! `c10d_nccl.cpp`) that reaches libtorch's c10d — TCPStore and PrefixStore for rendezvous,
+//! ProcessGroupGloo and ProcessGroupNCCL for collectives — and the single-process NCCL
+//! allreduce. Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
+
+use std::ffi::{c_char, CStr, CString};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use tch::Tensor;
+use thiserror::Error;
+
+#[repr(C)]
+struct RawStore {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct RawGroup {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct RawWork {
+    _private: [u8; 0],
+}
+type CTensor = torch_sys::C_tensor;
+
+extern "C" {
+    fn dpt_free_string(s: *mut c_char);
+    fn dpt_free_bytes(b: *mut u8);
+    fn dpt_tcp_store(
+        host: *const c_char,
+        port: u16,
+        world_size: i32,
+        is_server: i32,
+        timeout_ms: i64,
+        err: *mut *mut c_char,
+    ) -> *mut RawStore;
+    fn dpt_prefix_store(prefix: *const c_char, base: *mut RawStore, err: *mut *mut c_char) -> *mut RawStore;
+    fn dpt_store_free(s: *mut RawStore);
+    fn dpt_store_set(
+        s: *mut RawStore,
+        key: *const c_char,
+        data: *const u8,
+        len: usize,
+        err: *mut *mut c_char,
+    ) -> i32;
+    fn dpt_store_get(
+        s: *mut RawStore,
+        key: *const c_char,
+        out: *mut *mut u8,
+        len: *mut usize,
+        err: *mut *mut c_char,
+    ) -> i32;
+    fn dpt_store_add(s: *mut RawStore, key: *const c_char, value: i64, err: *mut *mut c_char) -> i64;
+    fn dpt_store_wait(
+        s: *mut RawStore,
+        keys: *const *const c_char,
+        n: usize,
+        timeout_ms: i64,
+        err: *mut *mut c_char,
+    ) -> i32;
+    fn dpt_store_check(s: *mut RawStore, keys: *const *const c_char, n: usize, err: *mut *mut c_char) -> i32;
+    fn dpt_gloo_group(
+        s: *mut RawStore,
+        rank: i32,
+        size: i32,
+        timeout_ms: i64,
+        err: *mut *mut c_char,
+    ) -> *mut RawGroup;
+    fn dpt_nccl_group(
+        s: *mut RawStore,
+        rank: i32,
+        size: i32,
+        timeout_ms: i64,
+        err: *mut *mut c_char,
+    ) -> *mut RawGroup;
+    fn dpt_group_free(g: *mut RawGroup);
+    fn dpt_allreduce_sum(
+        g: *mut RawGroup,
+        t: *const *mut CTensor,
+        n: usize,
+        err: *mut *mut c_char,
+    ) -> *mut RawWork;
+    fn dpt_broadcast(
+        g: *mut RawGroup,
+        t: *const *mut CTensor,
+        n: usize,
+        root: i32,
+        err: *mut *mut c_char,
+    ) -> *mut RawWork;
+    fn dpt_work_wait(w: *mut RawWork, timeout_ms: i64, err: *mut *mut c_char) -> i32;
+    fn dpt_work_free(w: *mut RawWork);
+    fn dpt_nccl_local_allreduce(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
+}
+
+/// A failure inside c10d (a C++ exception, its message kept), or bad input to this module.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("{0}")]
+pub struct C10dError(pub String);
+
+/// Calls `f` with an error slot; a message left there becomes the error.
+fn call<T>(f: impl FnOnce(*mut *mut c_char) -> T) -> Result<T, C10dError> {
+    let mut err: *mut c_char = std::ptr::null_mut();
+    let out = f(&mut err);
+    if err.is_null() {
+        return Ok(out);
+    }
+    // SAFETY: the shim stores a NUL-terminated malloc'ed string, ours to free.
+    let message = unsafe {
+        let m = CStr::from_ptr(err).to_string_lossy().into_owned();
+        dpt_free_string(err);
+        m
+    };
+    // c10d's messages can run to a backtrace; the first line says what happened.
+    Err(C10dError(message.lines().next().unwrap_or("c10d failed").trim().to_owned()))
+}
+
+fn c_string(s: &str) -> Result<CString, C10dError> {
+    CString::new(s).map_err(|_| C10dError(format!("'{s}' contains a NUL byte")))
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn non_null<T>(p: *mut T, what: &str) -> Result<NonNull<T>, C10dError> {
+    NonNull::new(p).ok_or_else(|| C10dError(format!("{what} returned nothing")))
+}
+
+/// A c10d key-value store (a TCPStore, or a prefixed view of one).
+pub struct Store(NonNull<RawStore>);
+
+// SAFETY: c10d stores are thread-safe (TCPStore serializes its client socket).
+unsafe impl Send for Store {}
+unsafe impl Sync for Store {}
+
+impl Store {
+    /// Connects to the TCPStore at `host:port`, or hosts it (`server`), waiting up to
+    /// `timeout` for the connection and for each later operation.
+    pub fn tcp(
+        host: &str,
+        port: u16,
+        world_size: usize,
+        server: bool,
+        timeout: Duration,
+    ) -> Result<Store, C10dError> {
+        let host = c_string(host)?;
+        let world = i32::try_from(world_size).map_err(|_| C10dError("world size too large".into()))?;
+        // SAFETY: valid C string; the shim returns an owned handle or null with an error.
+        let p = call(|err| unsafe {
+            dpt_tcp_store(host.as_ptr(), port, world, i32::from(server), millis(timeout), err)
+        })?;
+        Ok(Store(non_null(p, "TCPStore")?))
+    }
+
+    /// A view of this store whose keys all start with `prefix`.
+    pub fn prefixed(&self, prefix: &str) -> Result<Store, C10dError> {
+        let prefix = c_string(prefix)?;
+        // SAFETY: `self.0` is a live handle; the new one holds its own reference.
+        let p = call(|err| unsafe { dpt_prefix_store(prefix.as_ptr(), self.0.as_ptr(), err) })?;
+        Ok(Store(non_null(p, "PrefixStore")?))
+    }
+
+    pub fn set(&self, key: &str, value: &[u8]) -> Result<(), C10dError> {
+        let key = c_string(key)?;
+        // SAFETY: live handle, valid key, `value` readable for its length.
+        call(|err| unsafe { dpt_store_set(self.0.as_ptr(), key.as_ptr(), value.as_ptr(), value.len(), err) })
+            .map(drop)
+    }
+
+    /// The value of `key`, waiting for it up to the store's timeout.
+    pub fn get(&self, key: &str) -> Result<Vec<u8>, C10dError> {
+        let key = c_string(key)?;
+        let (mut out, mut len) = (std::ptr::null_mut::<u8>(), 0usize);
+        // SAFETY: live handle; on success the shim hands over a malloc'ed buffer of `len` bytes.
+        call(|err| unsafe { dpt_store_get(self.0.as_ptr(), key.as_ptr(), &mut out, &mut len, err) })?;
+        if out.is_null() {
+            return Err(C10dError("store get returned nothing".into()));
+        }
+        // SAFETY: `out` holds `len` initialized bytes; we copy them and free the buffer.
+        let bytes = unsafe {
+            let v = std::slice::from_raw_parts(out, len).to_vec();
+            dpt_free_bytes(out);
+            v
+        };
+        Ok(bytes)
+    }
+
+    /// Adds `value` to the counter `key` (created at 0); returns the new value.
+    pub fn add(&self, key: &str, value: i64) -> Result<i64, C10dError> {
+        let key = c_string(key)?;
+        // SAFETY: live handle, valid key.
+        call(|err| unsafe { dpt_store_add(self.0.as_ptr(), key.as_ptr(), value, err) })
+    }
+
+    /// Waits until every key exists, up to `timeout`.
+    pub fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), C10dError> {
+        let owned = keys.iter().map(|k| c_string(k)).collect::<Result<Vec<_>, _>>()?;
+        let ptrs: Vec<*const c_char> = owned.iter().map(|k| k.as_ptr()).collect();
+        // SAFETY: live handle; `ptrs` points at `owned`, alive for the call.
+        call(|err| unsafe {
+            dpt_store_wait(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), millis(timeout), err)
+        })
+        .map(drop)
+    }
+
+    /// Whether every key exists now.
+    pub fn check(&self, keys: &[&str]) -> Result<bool, C10dError> {
+        let owned = keys.iter().map(|k| c_string(k)).collect::<Result<Vec<_>, _>>()?;
+        let ptrs: Vec<*const c_char> = owned.iter().map(|k| k.as_ptr()).collect();
+        // SAFETY: as in `wait`.
+        call(|err| unsafe { dpt_store_check(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), err) })
+            .map(|v| v == 1)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle.
+        unsafe { dpt_store_free(self.0.as_ptr()) }
+    }
+}
+
+/// Which c10d backend a group runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Gloo,
+    Nccl,
+}
+
+/// A c10d process group: this process's membership of `size` ranks.
+pub struct Group(NonNull<RawGroup>);
+
+// SAFETY: a c10d backend may be used from any thread; dpt-tui issues collectives from one
+// thread per process (the coordinator), in the same order on every rank.
+unsafe impl Send for Group {}
+
+impl Group {
+    /// Joins the group as `rank` of `size`, meeting the others through `store`; collectives
+    /// time out after `timeout`.
+    pub fn new(
+        backend: Backend,
+        store: &Store,
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Group, C10dError> {
+        let (rank, size) = (
+            i32::try_from(rank).map_err(|_| C10dError("rank too large".into()))?,
+            i32::try_from(size).map_err(|_| C10dError("world size too large".into()))?,
+        );
+        let s = store.0.as_ptr();
+        // SAFETY: live store handle; the group keeps its own reference to it.
+        let p = call(|err| unsafe {
+            match backend {
+                Backend::Gloo => dpt_gloo_group(s, rank, size, millis(timeout), err),
+                Backend::Nccl => dpt_nccl_group(s, rank, size, millis(timeout), err),
+            }
+        })?;
+        Ok(Group(non_null(p, "process group")?))
+    }
+
+    /// Starts summing `tensors` (one per device of this process) over all ranks, in place.
+    pub fn allreduce_sum<'a>(&self, tensors: &'a mut [Tensor]) -> Result<Work<'a>, C10dError> {
+        let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
+        // SAFETY: live group; the tensors outlive the returned work (its lifetime).
+        let p = call(|err| unsafe { dpt_allreduce_sum(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), err) })?;
+        Ok(Work(non_null(p, "allreduce")?, PhantomData))
+    }
+
+    /// Starts copying `root`'s `tensors` to every rank, in place.
+    pub fn broadcast<'a>(&self, tensors: &'a mut [Tensor], root: usize) -> Result<Work<'a>, C10dError> {
+        let root = i32::try_from(root).map_err(|_| C10dError("root rank too large".into()))?;
+        let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
+        // SAFETY: as in `allreduce_sum`.
+        let p = call(|err| unsafe { dpt_broadcast(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), root, err) })?;
+        Ok(Work(non_null(p, "broadcast")?, PhantomData))
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle.
+        unsafe { dpt_group_free(self.0.as_ptr()) }
+    }
+}
+
+/// A collective in flight; its tensors stay borrowed until it is waited for or dropped.
+#[must_use = "a collective must be waited for before its tensors are read"]
+pub struct Work<'a>(NonNull<RawWork>, PhantomData<&'a mut [Tensor]>);
+
+// SAFETY: c10d work objects may be waited on from another thread.
+unsafe impl Send for Work<'_> {}
+
+impl Work<'_> {
+    /// Waits for the collective, up to `timeout`. Gloo blocks until done; NCCL returns at once
+    /// and makes the current CUDA stream wait.
+    pub fn wait(self, timeout: Duration) -> Result<(), C10dError> {
+        // SAFETY: live work handle.
+        call(|err| unsafe { dpt_work_wait(self.0.as_ptr(), millis(timeout), err) }).map(drop)
+    }
+}
+
+impl Drop for Work<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle.
+        unsafe { dpt_work_free(self.0.as_ptr()) }
+    }
+}
+
+/// Sums `tensors`, one per distinct GPU of this process, in place with one NCCL call (what
+/// `nn.DataParallel` uses). CPU tensors are refused with an error.
+pub fn nccl_local_allreduce(tensors: &mut [Tensor]) -> Result<(), C10dError> {
+    let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
+    // SAFETY: the tensors are alive and exclusively borrowed for the call.
+    call(|err| unsafe { dpt_nccl_local_allreduce(ptrs.as_ptr(), ptrs.len(), err) }).map(drop)
+}

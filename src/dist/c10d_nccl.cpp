@@ -1,0 +1,35 @@
+// The NCCL half of the shim: c10d's ProcessGroupNCCL across processes, and the single-process
+// multi-GPU allreduce nn.DataParallel uses (torch::cuda::nccl::all_reduce). Compiled on every
+// machine, CPU-only ones included; without a GPU the calls fail cleanly. See c10d_shim.h.
+#include "c10d_shim.h"
+
+#include <torch/csrc/cuda/nccl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include <chrono>
+#include <vector>
+
+extern "C" {
+
+dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, char** err) {
+  DPT_GUARD(err, nullptr, {
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = std::chrono::milliseconds(timeout_ms);
+    return new dpt_group{c10::make_intrusive<c10d::ProcessGroupNCCL>(s->p, rank, size, opts)};
+  })
+}
+
+// Sums `n` tensors, one per distinct GPU, in place, with one NCCL call.
+int dpt_nccl_local_allreduce(at::Tensor** tensors, size_t n, char** err) {
+  DPT_GUARD(err, -1, {
+    std::vector<at::Tensor> v;
+    for (size_t i = 0; i < n; ++i) {
+      TORCH_CHECK(tensors[i]->is_cuda(), "NCCL needs CUDA tensors; tensor ", i, " is on ", tensors[i]->device());
+      v.push_back(*tensors[i]);
+    }
+    torch::cuda::nccl::all_reduce(v, v);
+    return 0;
+  })
+}
+
+}  // extern "C"

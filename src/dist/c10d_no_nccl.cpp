@@ -1,0 +1,17 @@
+// Stands in for c10d_nccl.cpp when the wheel's CUDA or NCCL headers are missing: the same entry
+// points, each failing with a message that says why.
+#include "c10d_shim.h"
+
+extern "C" {
+
+dpt_group* dpt_nccl_group(dpt_store*, int, int, int64_t, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without NCCL (the libtorch it was built against lacks CUDA headers)");
+  return nullptr;
+}
+
+int dpt_nccl_local_allreduce(at::Tensor**, size_t, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without NCCL (the libtorch it was built against lacks CUDA headers)");
+  return -1;
+}
+
+}  // extern "C"
