@@ -13,6 +13,14 @@ pub enum OnOff {
     Off,
 }
 
+/// The collective backend across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DistBackend {
+    Auto,
+    Gloo,
+    Nccl,
+}
+
 /// Commands besides training.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
@@ -167,6 +175,37 @@ pub struct Args {
     /// preference: on for lenet, for resnet18 on GPUs].
     #[arg(long, value_name = "on|off")]
     pub channels_last: Option<OnOff>,
+
+    /// Collective backend across processes: auto (nccl when this process's devices are GPUs,
+    /// else gloo), gloo or nccl.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub dist_backend: DistBackend,
+
+    /// Seconds a rank waits for the others (at the rendezvous and in every collective) before
+    /// the run stops with the missing ranks named.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub dist_timeout: f64,
+
+    /// This process's rank in a multi-process run [default: $RANK, or Slurm's $SLURM_PROCID].
+    #[arg(long, value_name = "N")]
+    pub rank: Option<usize>,
+
+    /// Processes in the run [default: $WORLD_SIZE, or Slurm's $SLURM_NTASKS; 1].
+    #[arg(long, value_name = "N")]
+    pub world_size: Option<usize>,
+
+    /// This process's index on its node [default: $LOCAL_RANK, or $SLURM_LOCALID; 0].
+    #[arg(long, value_name = "N")]
+    pub local_rank: Option<usize>,
+
+    /// Rank 0's host, where the rendezvous store listens [default: $MASTER_ADDR, or Slurm's
+    /// first node].
+    #[arg(long, value_name = "HOST")]
+    pub master_addr: Option<String>,
+
+    /// The rendezvous store's port [default: $MASTER_PORT, else 29500].
+    #[arg(long, value_name = "PORT")]
+    pub master_port: Option<u16>,
 
     /// Dashboard colours: dark, light, high-contrast, monochrome, or a .toml file [default:
     /// dark, or monochrome when NO_COLOR is set].

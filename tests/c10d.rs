@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, Store};
+use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
 use tch::Tensor;
 
 const T: Duration = Duration::from_secs(30);
@@ -19,7 +19,10 @@ fn rank(port: u16, rank: usize) -> std::thread::JoinHandle<(Vec<f32>, Vec<f32>)>
         let store = Store::tcp("127.0.0.1", port, 2, rank == 0, T).unwrap();
         let group = Group::new(Backend::Gloo, &store.prefixed("test/").unwrap(), rank, 2, T).unwrap();
         let mut t = [Tensor::from_slice(&[1.0f32 + rank as f32 * 2.0, 2.0 + rank as f32 * 2.0])];
-        group.allreduce_sum(&mut t).unwrap().wait(T).unwrap();
+        group.allreduce(&mut t, ReduceOp::Sum).unwrap().wait(T).unwrap();
+        let mut m = [Tensor::from_slice(&[rank as f64 * 3.0, 5.0 - rank as f64])];
+        group.allreduce(&mut m, ReduceOp::Max).unwrap().wait(T).unwrap();
+        assert_eq!(Vec::<f64>::try_from(&m[0]).unwrap(), vec![3.0, 5.0]);
         let sum = Vec::<f32>::try_from(&t[0]).unwrap();
         let mut b = [Tensor::from_slice(&[rank as f32 + 10.0; 3])];
         group.broadcast(&mut b, 1).unwrap().wait(T).unwrap();

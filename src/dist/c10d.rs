@@ -28,6 +28,7 @@ type CTensor = torch_sys::C_tensor;
 extern "C" {
     fn dpt_free_string(s: *mut c_char);
     fn dpt_free_bytes(b: *mut u8);
+    fn dpt_set_c10_log_level(level: i32);
     fn dpt_tcp_store(
         host: *const c_char,
         port: u16,
@@ -76,10 +77,11 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> *mut RawGroup;
     fn dpt_group_free(g: *mut RawGroup);
-    fn dpt_allreduce_sum(
+    fn dpt_allreduce(
         g: *mut RawGroup,
         t: *const *mut CTensor,
         n: usize,
+        op: i32,
         err: *mut *mut c_char,
     ) -> *mut RawWork;
     fn dpt_broadcast(
@@ -98,6 +100,16 @@ extern "C" {
 #[derive(Debug, Error, Clone, PartialEq)]
 #[error("{0}")]
 pub struct C10dError(pub String);
+
+/// Keeps c10d's own log lines (a warning with a backtrace for every failed connection attempt)
+/// off stderr, where dpt-tui reports one line; `TORCH_CPP_LOG_LEVEL`, when set, decides as in
+/// PyTorch.
+pub fn quiet_logs() {
+    if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_none() {
+        // SAFETY: sets a global integer flag; no other precondition.
+        unsafe { dpt_set_c10_log_level(3) }
+    }
+}
 
 /// Calls `f` with an error slot; a message left there becomes the error.
 fn call<T>(f: impl FnOnce(*mut *mut c_char) -> T) -> Result<T, C10dError> {
@@ -229,6 +241,13 @@ pub enum Backend {
     Nccl,
 }
 
+/// How an allreduce combines the ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+}
+
 /// A c10d process group: this process's membership of `size` ranks.
 pub struct Group(NonNull<RawGroup>);
 
@@ -261,11 +280,15 @@ impl Group {
         Ok(Group(non_null(p, "process group")?))
     }
 
-    /// Starts summing `tensors` (one per device of this process) over all ranks, in place.
-    pub fn allreduce_sum<'a>(&self, tensors: &'a mut [Tensor]) -> Result<Work<'a>, C10dError> {
+    /// Starts reducing `tensors` (one per device of this process) over all ranks, in place.
+    pub fn allreduce<'a>(&self, tensors: &'a mut [Tensor], op: ReduceOp) -> Result<Work<'a>, C10dError> {
         let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
+        let op = match op {
+            ReduceOp::Sum => 0,
+            ReduceOp::Max => 1,
+        };
         // SAFETY: live group; the tensors outlive the returned work (its lifetime).
-        let p = call(|err| unsafe { dpt_allreduce_sum(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), err) })?;
+        let p = call(|err| unsafe { dpt_allreduce(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), op, err) })?;
         Ok(Work(non_null(p, "allreduce")?, PhantomData))
     }
 

@@ -6,6 +6,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <c10/util/Logging.h>
+
 #include <chrono>
 #include <sstream>
 #include <string>
@@ -40,6 +42,13 @@ void dpt_free_string(char* s) {
 
 void dpt_free_bytes(uint8_t* b) {
   std::free(b);
+}
+
+// c10's log threshold (0 info, 1 warning, 2 error, 3 fatal): c10d logs every failed
+// connection attempt with a backtrace to stderr, which dpt-tui reports as one line instead.
+void dpt_set_c10_log_level(int level) {
+  FLAGS_caffe2_log_level = level;
+  c10::UpdateLoggingLevelsFromFlags();
 }
 
 dpt_store* dpt_tcp_store(
@@ -131,11 +140,12 @@ void dpt_group_free(dpt_group* g) {
   delete g;
 }
 
-dpt_work* dpt_allreduce_sum(dpt_group* g, at::Tensor** tensors, size_t n, char** err) {
+// op: 0 sums, 1 takes the maximum.
+dpt_work* dpt_allreduce(dpt_group* g, at::Tensor** tensors, size_t n, int op, char** err) {
   DPT_GUARD(err, nullptr, {
     auto v = tensors_of(tensors, n);
     c10d::AllreduceOptions opts;
-    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.reduceOp = op == 1 ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
     return new dpt_work{g->p->allreduce(v, opts)};
   })
 }

@@ -7,9 +7,16 @@ use tch::Tensor;
 /// sharing replica 0's device read the sum from `grads[0]` directly; the returned vector says,
 /// per replica, which buffer holds its reduced gradient.
 pub fn allreduce_sum(grads: &mut [Tensor]) -> Vec<usize> {
+    sum_into_first(grads);
+    hand_out(grads)
+}
+
+/// Sums every replica's gradients into `grads[0]` (between the two halves, a multi-process run
+/// sums `grads[0]` over the processes).
+pub fn sum_into_first(grads: &mut [Tensor]) {
     let _guard = tch::no_grad_guard();
     let Some((first, rest)) = grads.split_first_mut() else {
-        return Vec::new();
+        return;
     };
     let dev0 = first.device();
     for g in rest.iter() {
@@ -19,6 +26,15 @@ pub fn allreduce_sum(grads: &mut [Tensor]) -> Vec<usize> {
             let _ = first.g_add_(&g.to_device(dev0));
         }
     }
+}
+
+/// Copies `grads[0]` to the replicas on other devices; returns which buffer each replica reads.
+pub fn hand_out(grads: &mut [Tensor]) -> Vec<usize> {
+    let _guard = tch::no_grad_guard();
+    let Some((first, rest)) = grads.split_first_mut() else {
+        return Vec::new();
+    };
+    let dev0 = first.device();
     let mut holder = vec![0];
     for (i, g) in rest.iter_mut().enumerate() {
         if g.device() == dev0 {

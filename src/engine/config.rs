@@ -74,6 +74,20 @@ impl Resume {
             state: ckpt.state,
         })
     }
+
+    /// A resume whose tensors are zeros of the model's sizes, to be filled by a broadcast from
+    /// rank 0 (the only rank that reads the checkpoint).
+    pub fn awaiting(state: CheckpointState) -> Resume {
+        let mut b = Builder::default();
+        let _ = state.model.build(&mut b);
+        let zeros = |specs: &[crate::model::TensorSpec]| {
+            Tensor::zeros(
+                [specs.iter().map(crate::model::TensorSpec::numel).sum::<i64>()],
+                (tch::Kind::Float, tch::Device::Cpu),
+            )
+        };
+        Resume { params: zeros(&b.params), momentum: zeros(&b.params), buffers: zeros(&b.buffers), state }
+    }
 }
 
 /// A request the engine refuses before starting.
@@ -151,6 +165,8 @@ pub struct TrainConfig {
     /// Channels-last convolution weights (`None`: the model's measured preference).
     pub channels_last: Option<bool>,
     pub precision: Precision,
+    /// The other processes of a multi-process run (`None`: this process alone).
+    pub world: Option<Box<crate::dist::World>>,
 }
 
 impl TrainConfig {
@@ -177,6 +193,7 @@ impl TrainConfig {
             faults: Faults::default(),
             channels_last: None,
             precision: Precision::F32,
+            world: None,
         }
     }
 

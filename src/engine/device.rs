@@ -143,6 +143,26 @@ pub fn resolve_devices(spec: &str, machine: Machine) -> Result<Vec<DeviceId>, De
     Ok(out)
 }
 
+/// `--devices` for one process of a multi-process run started `local_world_size` to a node:
+/// `auto` takes `cuda:LOCAL_RANK` (torchrun's one process per GPU; modulo the GPUs this
+/// process sees, for launchers that hide the others), or this process's share of the cores on
+/// a CPU-only node. Anything else means what it means for one process.
+pub fn resolve_devices_for_rank(
+    spec: &str,
+    machine: Machine,
+    local_rank: usize,
+    local_world_size: usize,
+) -> Result<Vec<DeviceId>, DeviceError> {
+    if !spec.trim().eq_ignore_ascii_case("auto") {
+        return resolve_devices(spec, machine);
+    }
+    Ok(if machine.cuda_devices > 0 {
+        vec![DeviceId::Cuda(local_rank % machine.cuda_devices)]
+    } else {
+        vec![DeviceId::Cpu; (machine.cores / local_world_size.max(1)).max(1)]
+    })
+}
+
 /// Intra-op threads for each replica: the cores shared evenly among the CPU replicas.
 pub fn cpu_threads_per_replica(devices: &[DeviceId], cores: usize) -> usize {
     let cpu = devices.iter().filter(|d| **d == DeviceId::Cpu).count();
@@ -160,6 +180,16 @@ mod tests {
     fn auto_picks_gpus_else_one_cpu_replica_per_core() {
         assert_eq!(resolve_devices("auto", CPU_ONLY).unwrap(), vec![DeviceId::Cpu; 2]);
         assert_eq!(resolve_devices("auto", TWO_GPUS).unwrap(), vec![DeviceId::Cuda(0), DeviceId::Cuda(1)]);
+    }
+
+    #[test]
+    fn auto_under_a_launcher_takes_the_local_gpu_or_a_share_of_the_cores() {
+        assert_eq!(resolve_devices_for_rank("auto", TWO_GPUS, 1, 2).unwrap(), vec![DeviceId::Cuda(1)]);
+        let one_visible = Machine { cuda_devices: 1, cores: 16 };
+        assert_eq!(resolve_devices_for_rank("auto", one_visible, 3, 4).unwrap(), vec![DeviceId::Cuda(0)]);
+        let cpu8 = Machine { cuda_devices: 0, cores: 8 };
+        assert_eq!(resolve_devices_for_rank("auto", cpu8, 0, 2).unwrap(), vec![DeviceId::Cpu; 4]);
+        assert_eq!(resolve_devices_for_rank("cpu:2", cpu8, 1, 2).unwrap(), vec![DeviceId::Cpu; 2]);
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub enum EngineError {
     Spawn(std::io::Error),
     #[error("the coordinator thread panicked: {0}")]
     CoordinatorPanic(String),
+    #[error(transparent)]
+    Dist(#[from] crate::dist::DistError),
 }
 
 /// What a finished run leaves: the summary and replica 0's final tensors (CPU copies).
@@ -74,15 +76,16 @@ pub struct Engine {
 
 impl Engine {
     /// Checks `cfg` against `data`, starts the workers and the coordinator.
-    pub fn start(cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
+    pub fn start(mut cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
         cfg.validate(data.train.len(), data.test.len())?;
+        let world = cfg.world.take();
         if cfg.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_))) {
             // cuDNN picks the fastest convolution algorithm for the (fixed) batch shapes.
             tch::Cuda::cudnn_set_benchmark(true);
         }
         let mut builder = Builder::default();
         let _ = cfg.model.build(&mut builder);
-        let (initial_params, initial_buffers) = match &cfg.resume {
+        let (mut initial_params, mut initial_buffers) = match &cfg.resume {
             Some(r) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
             None => {
                 let _lock = GLOBAL_RNG.lock().unwrap_or_else(|p| p.into_inner());
@@ -90,6 +93,13 @@ impl Engine {
                 (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
             }
         };
+        if let Some(w) = &world {
+            // Every replica of every rank starts from global replica 0's weights and buffers.
+            w.broadcast(&mut initial_params).map_err(EngineError::from)?;
+            if initial_buffers.numel() > 0 {
+                w.broadcast(&mut initial_buffers).map_err(EngineError::from)?;
+            }
+        }
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let (reply_tx, reply_rx) = unbounded();
@@ -126,6 +136,7 @@ impl Engine {
         drop(reply_tx);
         drop(alive_tx);
         let coordinator = Coordinator::new(CoordinatorParts {
+            world,
             train_len: data.train.len(),
             test_len: data.test.len(),
             param_layout: flat::Layout::new(&builder.params, cfg.uses_channels_last()),

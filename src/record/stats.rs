@@ -29,6 +29,22 @@ pub struct RunInfo {
     /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
     #[serde(default)]
     pub started_unix: Option<f64>,
+    /// The processes of a multi-process run (absent for one process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<WorldInfo>,
+}
+
+/// The processes of a multi-process run, as rank 0 records them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorldInfo {
+    /// This process's rank.
+    pub rank: usize,
+    /// `gloo` or `nccl`.
+    pub backend: String,
+    /// Host of each rank.
+    pub hosts: Vec<String>,
+    /// Replicas of each rank; `devices` lists this rank's, the step records time them all.
+    pub replicas: Vec<usize>,
 }
 
 /// Where a step's time went, in seconds, averaged over the steps of a report window.

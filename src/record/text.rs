@@ -135,8 +135,18 @@ fn change_line(c: &Change) -> Line {
 }
 
 fn start_line(info: &RunInfo) -> String {
+    let world = info.world.as_ref().map_or(String::new(), |w| {
+        format!(
+            "rank {} of {} ({}, {} replicas in all over {}); ",
+            w.rank,
+            w.hosts.len(),
+            w.backend,
+            w.replicas.iter().sum::<usize>(),
+            w.hosts.join(", ")
+        )
+    });
     format!(
-        "training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, lr {}, momentum {}, weight decay {}, {} train / {} test samples",
+        "{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, lr {}, momentum {}, weight decay {}, {} train / {} test samples",
         info.model.name(),
         thousands(info.param_count),
         device_list(&info.devices),

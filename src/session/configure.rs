@@ -10,9 +10,11 @@ use super::input;
 use crate::cli::{Args, OnOff};
 use crate::Failure;
 use dpt_tui::data::Dataset;
-use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint};
-use dpt_tui::engine::device::{cpu_threads_per_replica, resolve_devices, Machine};
+use dpt_tui::dist::World;
+use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
+use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::engine::sgd::Sgd;
+use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::remote::runs::absolute;
@@ -21,20 +23,22 @@ use dpt_tui::run_dir::{create_run_dir, default_run_dir};
 /// The configuration the flags (and a checkpoint being resumed) ask for. `interactive`: a
 /// dashboard watches (or may attach), so a diverging loss or a failed final save pauses and
 /// waits for the user instead of ending the run.
-fn configure(args: &Args, machine: Machine, interactive: bool) -> Result<TrainConfig, Failure> {
-    let checkpoint = match &args.resume {
-        Some(path) => Some((Checkpoint::read(path).map_err(input)?, checkpoint_path(path))),
-        None => None,
-    };
-    let model = match (&checkpoint, args.model) {
-        (Some((c, _)), None) => c.state.model,
+fn configure(
+    args: &Args,
+    machine: Machine,
+    interactive: bool,
+    devices: Vec<DeviceId>,
+    world: Option<&World>,
+) -> Result<TrainConfig, Failure> {
+    let resume = read_resume(args, world)?;
+    let model = match (&resume, args.model) {
+        (Some(r), None) => r.state.model,
         (_, Some(m)) => m,
         (None, None) => ModelKind::Lenet,
     };
-    let devices = resolve_devices(&args.devices, machine).map_err(input)?;
     let mut cfg = TrainConfig::new(model, devices);
-    if let Some((c, _)) = &checkpoint {
-        let s = &c.state;
+    if let Some(r) = &resume {
+        let s = &r.state;
         cfg.epochs = s.epochs;
         cfg.batch_size = s.batch_size;
         cfg.sgd = Sgd { lr: s.lr, momentum: s.momentum, weight_decay: s.weight_decay };
@@ -73,28 +77,74 @@ fn configure(args: &Args, machine: Machine, interactive: bool) -> Result<TrainCo
     if let Ok(spec) = std::env::var("DPT_INJECT_FAULT") {
         cfg.faults = spec.parse().map_err(|e: String| input(anyhow!("DPT_INJECT_FAULT: {e}")))?;
     }
-    if let Some((c, path)) = checkpoint {
-        cfg.resume = Some(Box::new(Resume::new(c, model, &path).map_err(input)?));
+    if let Some(r) = resume {
+        if r.state.model != model {
+            let path = args.resume.as_deref().map(checkpoint_path).unwrap_or_default();
+            return Err(input(CheckpointError::OtherModel { path, found: r.state.model, expected: model }));
+        }
+        cfg.resume = Some(Box::new(r));
     }
     // Cheap checks first, so a typo does not wait for the data to load.
     cfg.validate_settings().map_err(input)?;
     Ok(cfg)
 }
 
+/// The checkpoint to continue from, if `--resume` asks for one. In a multi-process run only
+/// rank 0 reads it (no shared file system needed): its state goes to the others through the
+/// store, its tensors by broadcast.
+fn read_resume(args: &Args, world: Option<&World>) -> Result<Option<Resume>, Failure> {
+    let Some(path) = &args.resume else { return Ok(None) };
+    let read = |path: &std::path::Path| -> Result<Resume, anyhow::Error> {
+        let ckpt = Checkpoint::read(path)?;
+        let model = args.model.unwrap_or(ckpt.state.model);
+        Ok(Resume::new(ckpt, model, &checkpoint_path(path))?)
+    };
+    let Some(w) = world else { return read(path).map(Some).map_err(Failure::Input) };
+    let mut resume = if w.rank == 0 {
+        let result = read(path);
+        let shared: Result<CheckpointState, String> = match &result {
+            Ok(r) => Ok(r.state.clone()),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        let bytes = serde_json::to_vec(&shared).expect("checkpoint states serialize");
+        w.share_bytes("resume", Some(&bytes)).map_err(super::dist::failure)?;
+        result.map_err(Failure::Input)?
+    } else {
+        let bytes = w.share_bytes("resume", None).map_err(super::dist::failure)?;
+        let shared: Result<CheckpointState, String> = serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::Run(anyhow!("rank 0 sent a checkpoint state this version cannot read: {e}"))
+        })?;
+        let state = shared.map_err(|e| input(anyhow!("rank 0 cannot resume: {e}")))?;
+        Resume::awaiting(state)
+    };
+    for t in [&mut resume.params, &mut resume.momentum, &mut resume.buffers] {
+        if t.numel() > 0 {
+            w.broadcast(t).map_err(super::dist::failure)?;
+        }
+    }
+    Ok(Some(resume))
+}
+
 /// A training run, checked and ready to start.
 pub struct Prepared {
     pub cfg: TrainConfig,
     pub data: Dataset,
-    /// The run directory, absolute.
-    pub run_dir: PathBuf,
+    /// The run directory, absolute (rank 0's only, in a multi-process run).
+    pub run_dir: Option<PathBuf>,
     /// The run directory of the checkpoint being resumed, whose `metrics.jsonl` holds the
     /// history the curves and the log continue from.
     pub resumed_from: Option<PathBuf>,
 }
 
 /// Checks the flags, loads the data and creates (or reuses, when resuming) the run directory.
-pub fn prepare(args: &Args, machine: Machine, interactive: bool) -> Result<Prepared, Failure> {
-    let cfg = configure(args, machine, interactive)?;
+pub fn prepare(
+    args: &Args,
+    machine: Machine,
+    interactive: bool,
+    devices: Vec<DeviceId>,
+    world: Option<World>,
+) -> Result<Prepared, Failure> {
+    let mut cfg = configure(args, machine, interactive, devices, world.as_ref())?;
     // A theme typo is bad input even where no dashboard opens (yet).
     super::theme(args)?;
     let mut data = Dataset::load(&args.data).map_err(input)?;
@@ -105,6 +155,15 @@ pub fn prepare(args: &Args, machine: Machine, interactive: bool) -> Result<Prepa
         data.test.truncate(n);
     }
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
+    if let Some(w) = &world {
+        same_data_everywhere(w, data.train.len(), data.test.len())?;
+    }
+    let leader = world.as_ref().is_none_or(|w| w.rank == 0);
+    cfg.world = world.map(Box::new);
+    if !leader {
+        // Rank 0 owns the run directory; the other ranks keep a log (their output) only.
+        return Ok(Prepared { cfg, data, run_dir: None, resumed_from: None });
+    }
     // A resumed run continues in its own directory unless told otherwise.
     let resumed_dir = args.resume.as_ref().and_then(|p| {
         checkpoint_path(p).parent().map(|d| {
@@ -129,5 +188,26 @@ pub fn prepare(args: &Args, machine: Machine, interactive: bool) -> Result<Prepa
             dir
         }
     };
-    Ok(Prepared { cfg, data, run_dir: absolute(&run_dir), resumed_from: resumed_dir.map(|d| absolute(&d)) })
+    Ok(Prepared {
+        cfg,
+        data,
+        run_dir: Some(absolute(&run_dir)),
+        resumed_from: resumed_dir.map(|d| absolute(&d)),
+    })
+}
+
+/// Every rank must train on the same number of samples (the same data, the same limits).
+fn same_data_everywhere(w: &World, train: usize, test: usize) -> Result<(), Failure> {
+    let mut v = [train as f64, -(train as f64), test as f64, -(test as f64)];
+    w.allreduce_values(&mut v, dpt_tui::dist::c10d::ReduceOp::Max).map_err(super::dist::failure)?;
+    if v[0] != -v[1] || v[2] != -v[3] {
+        return Err(input(anyhow!(
+            "the ranks have different data: {}..{} training and {}..{} test samples across ranks, {train} and {test} here; give every rank the same data and --train-limit/--test-limit",
+            -v[1],
+            v[0],
+            -v[3],
+            v[2]
+        )));
+    }
+    Ok(())
 }

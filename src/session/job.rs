@@ -12,8 +12,10 @@ use super::configure::{prepare, Prepared};
 use super::{failed, input, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
+use dpt_tui::data::Dataset;
+use dpt_tui::dist::launch::Launch;
 use dpt_tui::engine::device::Machine;
-use dpt_tui::engine::{Control, Engine, FinishReason, StartError};
+use dpt_tui::engine::{Control, Engine, EngineError, FinishReason, StartError, TrainConfig};
 use dpt_tui::headless::HeadlessPrinter;
 use dpt_tui::monitor;
 use dpt_tui::record::file::{spawn_recorder, MetricsWriter};
@@ -27,11 +29,33 @@ use dpt_tui::signals::{self, SignalMsg};
 /// the channel's slots are allocated up front, so this stays modest (about 5 MB).
 const PRINTER_BUFFER: usize = 1 << 16;
 
-/// Trains, printing progress lines; returns the exit status.
-pub fn run(args: &Args, machine: Machine) -> Result<u8, Failure> {
+/// Why the engine did not start, as an exit status.
+fn start_failure(e: StartError) -> Failure {
+    match e {
+        StartError::Config(c) => input(c),
+        StartError::Engine(EngineError::Dist(e)) => super::dist::failure(e),
+        StartError::Engine(e) => Failure::Run(e.into()),
+    }
+}
+
+/// Trains, printing progress lines; returns the exit status. With a `launch`, this process is
+/// one rank of several: it meets the others first, and only rank 0 records and serves.
+pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, Failure> {
+    let devices = super::dist::devices(args, machine, launch.as_ref())?;
+    // The processes of a node share its cores.
+    let machine = Machine {
+        cores: (machine.cores / launch.as_ref().map_or(1, |l| l.local_world_size)).max(1),
+        ..machine
+    };
+    let world = match &launch {
+        Some(l) => Some(super::dist::join(args, l, &devices)?),
+        None => None,
+    };
     // A background job is watched through a dashboard: it pauses on divergence or a failed
     // final save, as the dashboard would, instead of ending the run.
-    let Prepared { mut cfg, data, run_dir, resumed_from } = prepare(args, machine, args.serve)?;
+    let Prepared { mut cfg, data, run_dir, resumed_from } =
+        prepare(args, machine, args.serve, devices, world)?;
+    let Some(run_dir) = run_dir else { return follow(cfg, data) };
     let metrics = MetricsWriter::create(&run_dir).map_err(input)?;
     // The curves and the log continue from the run's own record, not from the checkpoint.
     let history = resumed_from.and_then(|d| History::read(&d).ok()).unwrap_or_default();
@@ -42,10 +66,7 @@ pub fn run(args: &Args, machine: Machine) -> Result<u8, Failure> {
         registry::socket_dir().map_err(failed("cannot serve the dashboard"))?;
     }
     let watch = watch_signals()?;
-    let engine = Engine::start(cfg, Arc::new(data)).map_err(|e| match e {
-        StartError::Config(c) => input(c),
-        StartError::Engine(e) => Failure::Run(e.into()),
-    })?;
+    let engine = Engine::start(cfg, Arc::new(data)).map_err(start_failure)?;
     let (records, recorder) =
         spawn_recorder(engine.events().clone(), metrics).map_err(failed("cannot start the recorder"))?;
     let (monitor_tx, monitor_rx) = unbounded();
@@ -81,7 +102,12 @@ pub fn run(args: &Args, machine: Machine) -> Result<u8, Failure> {
         printer.print(record, &mut std::io::stdout());
     }
     let mut interrupted = None;
-    let finish = headless_loop(&printed, &watch.messages, &controls, &mut printer, &mut interrupted);
+    let as_record = |m: HubMsg| match m {
+        HubMsg::Record(r) => Some(r),
+        HubMsg::Monitor(_) => None,
+    };
+    let finish =
+        headless_loop(&printed, as_record, &watch.messages, &controls, &mut printer, &mut interrupted);
     drop(controls);
     let outcome = engine.join();
     let write_error = recorder.join().ok().flatten();
@@ -120,10 +146,31 @@ pub fn run(args: &Args, machine: Machine) -> Result<u8, Failure> {
     }
 }
 
+/// A rank other than 0: trains in step with the others and prints its progress lines (its
+/// log); rank 0 records, saves and serves the run.
+fn follow(cfg: TrainConfig, data: Dataset) -> Result<u8, Failure> {
+    let watch = watch_signals()?;
+    let engine = Engine::start(cfg, Arc::new(data)).map_err(start_failure)?;
+    let controls = engine.controls();
+    let records = engine.events().clone();
+    let (mut printer, mut interrupted) = (HeadlessPrinter::default(), None);
+    headless_loop(&records, Some, &watch.messages, &controls, &mut printer, &mut interrupted);
+    drop(controls);
+    let outcome = engine.join();
+    drop(watch);
+    match (outcome, interrupted) {
+        (Err(EngineError::Dist(e)), _) => Err(super::dist::failure(e)),
+        (Err(e), _) => Err(Failure::Run(anyhow::Error::new(e).context("training failed"))),
+        (Ok(_), Some(signal)) => Ok(signals::exit_code(signal)),
+        (Ok(_), None) => Ok(0),
+    }
+}
+
 /// Prints records until the run ends; SIGINT/SIGTERM stop the run at the next step boundary,
 /// SIGHUP is ignored (the run goes on). Returns why the run finished.
-fn headless_loop(
-    records: &Receiver<HubMsg>,
+fn headless_loop<M>(
+    records: &Receiver<M>,
+    as_record: impl Fn(M) -> Option<Record>,
     signals: &Receiver<SignalMsg>,
     controls: &Sender<Control>,
     printer: &mut HeadlessPrinter,
@@ -134,9 +181,9 @@ fn headless_loop(
     let mut finish = None;
     loop {
         select! {
-            recv(records) -> msg => match msg {
-                Ok(HubMsg::Monitor(_)) => {}
-                Ok(HubMsg::Record(record)) => {
+            recv(records) -> msg => match msg.map(&as_record) {
+                Ok(None) => {}
+                Ok(Some(record)) => {
                     if let Record::Summary(s) = &record {
                         finish = Some(s.reason);
                     }

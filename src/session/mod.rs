@@ -4,6 +4,7 @@
 
 mod attach;
 mod configure;
+mod dist;
 mod front;
 mod job;
 mod ls;
@@ -41,9 +42,14 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         None => {}
     }
     let machine = Machine::detect();
+    // One process of several (torchrun, srun, by hand): every rank trains in the foreground;
+    // rank 0 serves its socket, so `dpt-tui attach` opens the dashboard on the whole run.
+    if let Some(launch) = dist::launch(&args)? {
+        return job::run(&args, machine, Some(launch));
+    }
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if args.serve || (!args.detach && (args.headless || !terminal)) {
-        return job::run(&args, machine);
+        return job::run(&args, machine, None);
     }
     front::run(&args, machine, terminal)
 }

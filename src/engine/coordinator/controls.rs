@@ -1,40 +1,94 @@
 //! What the coordinator does between steps: apply the user's controls (pause, lr, save, stop)
 //! and the policy for a loss that stops being finite.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
 
 use super::super::config::{check_lr, OnNan};
 use super::super::events::Control;
 use super::super::EngineError;
 use super::Coordinator;
+use crate::dist::c10d::ReduceOp;
 use crate::record::Change;
+
+/// How often a paused rank 0 tells the other ranks it is still paused (well inside any
+/// collective timeout).
+const HEARTBEAT: Duration = Duration::from_millis(500);
 
 /// How to retry a save asked for during the run.
 const RETRY_ADVICE: &str = "free some space and press s to try again, or S to save into another folder";
 
 impl Coordinator {
-    /// Applies every pending control; while paused, waits for the next one (no busy loop).
+    /// Applies every pending control; while paused, waits for the next one (no busy loop). In
+    /// a multi-process run the ranks then agree, so every rank takes the same decision at the
+    /// same step: rank 0's lr and pause, a stop or divergence from any rank.
     pub(super) fn poll_controls(&mut self) -> Result<(), EngineError> {
         loop {
-            let control = if self.paused {
-                let waited = Instant::now();
-                let c = self.p.controls.recv();
-                let idle = waited.elapsed();
-                self.window.paused += idle;
-                self.epoch.paused += idle;
-                // Nobody can resume us any more: carry on rather than hang.
-                c.unwrap_or(Control::Resume)
-            } else {
-                match self.p.controls.try_recv() {
-                    Ok(c) => c,
-                    Err(_) => return Ok(()),
-                }
-            };
-            self.apply(control);
-            if self.stop {
+            while let Ok(c) = self.p.controls.try_recv() {
+                self.apply(c);
+            }
+            if self.p.world.is_some() {
+                self.agree()?;
+            }
+            if !self.paused || self.stop {
                 return Ok(());
             }
+            let waited = Instant::now();
+            let next = if self.p.world.is_some() {
+                // The other ranks wait on our decision: tell them at least every heartbeat.
+                match self.p.controls.recv_timeout(HEARTBEAT) {
+                    Ok(c) => Some(c),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => Some(Control::Resume),
+                }
+            } else {
+                // Nobody can resume us any more: carry on rather than hang.
+                Some(self.p.controls.recv().unwrap_or(Control::Resume))
+            };
+            let idle = waited.elapsed();
+            self.window.paused += idle;
+            self.epoch.paused += idle;
+            if let Some(c) = next {
+                self.apply(c);
+            }
         }
+    }
+
+    /// One decision for every rank (an allreduce of a few numbers, maximum taken).
+    fn agree(&mut self) -> Result<(), EngineError> {
+        let Some(w) = &self.p.world else { return Ok(()) };
+        let leader = w.rank == 0;
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        let mut v = [
+            if leader { self.lr } else { f64::NEG_INFINITY },
+            flag(leader && self.paused),
+            flag(self.stop),
+            flag(self.diverged),
+        ];
+        w.allreduce_values(&mut v, ReduceOp::Max)?;
+        let global_step = self.global_step;
+        if !leader {
+            if v[0] != self.lr {
+                let from = std::mem::replace(&mut self.lr, v[0]);
+                self.emit(Change::LrChanged { from, to: v[0], global_step });
+            }
+            let paused = v[1] > 0.0;
+            if paused != self.paused {
+                self.paused = paused;
+                self.emit(if paused {
+                    Change::Paused { global_step }
+                } else {
+                    Change::Resumed { global_step }
+                });
+            }
+        }
+        if v[2] > 0.0 && !self.stop {
+            self.stop = true;
+            self.emit(Change::StopRequested { global_step });
+        }
+        self.diverged |= v[3] > 0.0;
+        Ok(())
     }
 
     pub(super) fn apply(&mut self, control: Control) {

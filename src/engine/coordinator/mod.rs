@@ -50,6 +50,8 @@ const JOIN_GRACE: Duration = Duration::from_secs(5);
 /// What the coordinator is built from.
 pub struct CoordinatorParts {
     pub cfg: TrainConfig,
+    /// The other processes of a multi-process run.
+    pub world: Option<Box<crate::dist::World>>,
     pub train_len: usize,
     pub test_len: usize,
     pub param_specs: Vec<TensorSpec>,
@@ -97,7 +99,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub fn new(p: CoordinatorParts) -> Self {
-        let k = p.cfg.devices.len();
+        let total = p.world.as_ref().map_or(p.cfg.devices.len(), |w| w.total_replicas());
         Coordinator {
             lr: p.cfg.sgd.lr,
             params: Vec::new(),
@@ -111,8 +113,8 @@ impl Coordinator {
             diverged: false,
             nan_warned: false,
             global_step: 0,
-            window: Window::new(k),
-            epoch: Window::new(k),
+            window: Window::new(total),
+            epoch: Window::new(total),
             done: Done::default(),
             save_dir: p.cfg.run_dir.clone(),
             p,
@@ -165,11 +167,17 @@ impl Coordinator {
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()
                 .map(|d| d.as_secs_f64()),
+            world: self.p.world.as_ref().map(|w| crate::record::stats::WorldInfo {
+                rank: w.rank,
+                backend: format!("{:?}", w.backend).to_lowercase(),
+                hosts: w.hosts.clone(),
+                replicas: w.replicas.clone(),
+            }),
         }
     }
 
     fn train(&mut self) -> Result<Outcome, EngineError> {
-        let k = self.cfg().devices.len();
+        let k = self.replica_span().1;
         let steps_per_epoch = self.cfg().steps_per_epoch(self.p.train_len);
         let (mut start_epoch, mut start_step, mut partial) = (0, 0, Tally::default());
         let restored = self.p.cfg.resume.as_ref().map(|r| r.state.clone());

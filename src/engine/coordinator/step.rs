@@ -9,14 +9,34 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 use tch::Tensor;
 
-use super::super::allreduce::allreduce_sum;
+use super::super::allreduce::{hand_out, sum_into_first};
 use super::super::sgd::{Sgd, StepScalars};
 use super::super::shard::shards;
 use super::super::tally::{Tally, Window};
 use super::super::worker::{FromWorker, ReplicaHandles, ToWorker};
 use super::super::EngineError;
 use super::{mix_seed, Coordinator, JOIN_GRACE, SLOW_WORK_FACTOR};
+use crate::dist::c10d::ReduceOp;
+use crate::dist::World;
 use crate::record::Record;
+
+/// Makes a report window global: training figures summed over the ranks, each replica's
+/// timings gathered (each rank fills its own replicas' slots), step phases at their slowest.
+fn sum_over_ranks(world: &World, w: &mut Window) -> Result<(), EngineError> {
+    let mut sums = [w.tally.loss, w.tally.correct, w.tally.samples];
+    world.allreduce_values(&mut sums, ReduceOp::Sum)?;
+    [w.tally.loss, w.tally.correct, w.tally.samples] = sums;
+    let mut replicas: Vec<f64> = w.replicas.iter().flat_map(|r| [r.data, r.compute]).collect();
+    world.allreduce_values(&mut replicas, ReduceOp::Sum)?;
+    for (r, pair) in w.replicas.iter_mut().zip(replicas.chunks(2)) {
+        (r.data, r.compute) = (pair[0], pair[1]);
+    }
+    let t = &mut w.timing;
+    let mut phases = [t.data, t.compute, t.allreduce, t.update];
+    world.allreduce_values(&mut phases, ReduceOp::Max)?;
+    (t.data, t.compute, t.allreduce, t.update) = (phases[0], phases[1], phases[2], phases[3]);
+    Ok(())
+}
 
 impl Coordinator {
     fn worker_error(&self, replica: usize, message: String) -> EngineError {
@@ -86,25 +106,31 @@ impl Coordinator {
     /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
     pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
         let (seed, global_step) = (self.cfg().seed, self.global_step);
-        let parts = shards(len, self.cfg().devices.len());
+        // The global batch is split over every replica of every process; ours are a slice.
+        let (offset, total) = self.replica_span();
+        let parts = shards(len, total);
         self.broadcast(|i| ToWorker::Step {
-            start: start + parts[i].0,
-            len: parts[i].1,
+            start: start + parts[offset + i].0,
+            len: parts[offset + i].1,
             global_step,
-            dropout_seed: mix_seed(mix_seed(seed, global_step as u64), i as u64 + 1) as i64,
+            dropout_seed: mix_seed(mix_seed(seed, global_step as u64), (offset + i) as u64 + 1) as i64,
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
         for reply in self.gather(self.cfg().step_timeout)? {
             if let FromWorker::StepDone { replica, data_secs, compute_secs } = reply {
                 data_max = data_max.max(data_secs);
                 compute_max = compute_max.max(compute_secs);
-                let r = &mut self.window.replicas[replica];
+                let r = &mut self.window.replicas[offset + replica];
                 r.data += data_secs;
                 r.compute += compute_secs;
             }
         }
         let t = Instant::now();
-        let holders = allreduce_sum(&mut self.grads);
+        sum_into_first(&mut self.grads);
+        if let Some(w) = &self.p.world {
+            w.allreduce_flat(&self.grads[0])?;
+        }
+        let holders = hand_out(&mut self.grads);
         let allreduce = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let sgd = Sgd { lr: self.lr, ..self.cfg().sgd };
@@ -114,6 +140,11 @@ impl Coordinator {
             sgd.step(param, &self.grads[holder], momentum, len, scalars);
         }
         if let Some((first, rest)) = self.buffers.split_first_mut() {
+            if let Some(w) = &self.p.world {
+                if first.numel() > 0 {
+                    w.broadcast(first)?;
+                }
+            }
             for b in rest {
                 b.copy_(first);
             }
@@ -156,8 +187,12 @@ impl Coordinator {
                 self.window.add(sums);
             }
         }
-        let k = self.cfg().devices.len();
-        let w = std::mem::replace(&mut self.window, Window::new(k));
+        let total = self.replica_span().1;
+        let mut w = std::mem::replace(&mut self.window, Window::new(total));
+        if let Some(world) = &self.p.world {
+            sum_over_ranks(world, &mut w)?;
+            world.mark_progress(self.global_step);
+        }
         let stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
         self.epoch.add(w.tally);
         let finite = stats.loss.is_finite();
@@ -170,15 +205,29 @@ impl Coordinator {
 
     /// The test set's figures, split over the replicas.
     pub(super) fn evaluate(&mut self) -> Result<Tally, EngineError> {
-        let parts = shards(self.p.test_len, self.cfg().devices.len());
-        self.broadcast(|i| ToWorker::Evaluate { start: parts[i].0, len: parts[i].1 })?;
+        let (offset, replicas) = self.replica_span();
+        let parts = shards(self.p.test_len, replicas);
+        self.broadcast(|i| ToWorker::Evaluate { start: parts[offset + i].0, len: parts[offset + i].1 })?;
         let mut total = Tally::default();
         for reply in self.gather(self.slow_timeout())? {
             if let FromWorker::Evaluated { sums, .. } = reply {
                 total.add(sums);
             }
         }
+        if let Some(w) = &self.p.world {
+            let mut v = [total.loss, total.correct, total.samples];
+            w.allreduce_values(&mut v, ReduceOp::Sum)?;
+            [total.loss, total.correct, total.samples] = v;
+        }
         Ok(total)
+    }
+
+    /// This process's replicas as (global index of the first, replicas in the whole run).
+    pub(super) fn replica_span(&self) -> (usize, usize) {
+        match &self.p.world {
+            Some(w) => (w.replica_offset(), w.total_replicas()),
+            None => (0, self.cfg().devices.len()),
+        }
     }
 
     /// Asks every worker to leave and joins those that do within a grace period; a stuck one is

@@ -1,0 +1,301 @@
+//! The processes of one run as a c10d world: the rendezvous (every rank checks in through the
+//! TCPStore, missing ranks are named, settings must agree), then the collectives the
+//! coordinator issues, always from its one thread and in the same order on every rank.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+use thiserror::Error;
+
+use super::c10d::{Backend, C10dError, Group, ReduceOp, Store};
+use super::launch::Launch;
+
+/// Floats per allreduce bucket (25 MB, DDP's default bucket size): a large model's gradients go
+/// out as several messages in flight at once instead of one that must finish whole.
+pub const BUCKET_ELEMS: i64 = 25 * 1024 * 1024 / 4;
+
+/// A multi-process run that cannot start or cannot go on.
+#[derive(Debug, Error)]
+pub enum DistError {
+    #[error("cannot reach rank 0's store at {addr}:{port} within {seconds:.0} s (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?): {message}")]
+    Connect { addr: String, port: u16, seconds: f64, message: String },
+    #[error("rank(s) {missing:?} of {world} never arrived within {seconds:.0} s (--dist-timeout); start every rank with the same MASTER_ADDR:MASTER_PORT ({addr})")]
+    Missing { missing: Vec<usize>, world: usize, seconds: f64, addr: String },
+    #[error("rank {rank} ({host}) was started with other settings: {field} is {theirs} there, {ours} on rank 0; start every rank with the same flags and data")]
+    Mismatch { rank: usize, host: String, field: String, theirs: String, ours: String },
+    #[error("{0}")]
+    Lost(String),
+    #[error(transparent)]
+    C10d(#[from] C10dError),
+}
+
+impl DistError {
+    /// Whether this is bad input (exit 2) rather than a failure during the run (exit 1).
+    pub fn is_input(&self) -> bool {
+        matches!(self, DistError::Connect { .. } | DistError::Missing { .. } | DistError::Mismatch { .. })
+    }
+}
+
+/// What each rank says when it arrives.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Arrival {
+    host: String,
+    replicas: usize,
+    /// The settings every rank must share, as a JSON object.
+    settings: serde_json::Value,
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The processes of the run, from this process's side.
+pub struct World {
+    pub rank: usize,
+    pub size: usize,
+    pub backend: Backend,
+    pub timeout: Duration,
+    /// Replicas (devices) of each rank, in rank order.
+    pub replicas: Vec<usize>,
+    /// Host of each rank.
+    pub hosts: Vec<String>,
+    /// Where small tensors of the collectives live (the GPU for NCCL).
+    pub device: Device,
+    group: Group,
+    store: Store,
+    addr: String,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+impl World {
+    /// Meets the other ranks: connects to (rank 0: hosts) the store, checks in, waits for every
+    /// rank up to `timeout`, compares `settings`, then forms the process group.
+    pub fn join(
+        launch: &Launch,
+        backend: Backend,
+        device: Device,
+        local_replicas: usize,
+        settings: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<World, DistError> {
+        super::c10d::quiet_logs();
+        let (rank, size) = (launch.rank, launch.world_size);
+        let addr = format!("{}:{}", launch.master_addr, launch.master_port);
+        let server = rank == 0 && !launch.agent_store;
+        let root =
+            Store::tcp(&launch.master_addr, launch.master_port, size, server, timeout).map_err(|e| {
+                DistError::Connect {
+                    addr: launch.master_addr.clone(),
+                    port: launch.master_port,
+                    seconds: timeout.as_secs_f64(),
+                    message: e.0,
+                }
+            })?;
+        let store = root.prefixed("dpt/")?;
+        let me = Arrival { host: hostname(), replicas: local_replicas, settings };
+        let json = serde_json::to_vec(&me).expect("arrivals serialize");
+        store.set(&format!("arrived/{rank}"), &json)?;
+        let keys: Vec<String> = (0..size).map(|r| format!("arrived/{r}")).collect();
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if store.wait(&key_refs, timeout).is_err() {
+            let missing = (0..size).filter(|r| !store.check(&[key_refs[*r]]).unwrap_or(false)).collect();
+            return Err(DistError::Missing { missing, world: size, seconds: timeout.as_secs_f64(), addr });
+        }
+        let mut arrivals = Vec::with_capacity(size);
+        for key in &key_refs {
+            let bytes = store.get(key)?;
+            let a: Arrival = serde_json::from_slice(&bytes).map_err(|e| {
+                DistError::Lost(format!("a rank sent a check-in this version cannot read: {e}"))
+            })?;
+            arrivals.push(a);
+        }
+        // Nobody leaves (closing rank 0's store) before everyone has read every check-in, so a
+        // mismatch is reported by every rank alike.
+        barrier(&store, "read", size, timeout)?;
+        check_settings(&arrivals)?;
+        let group = Group::new(backend, &store.prefixed("pg/")?, rank, size, timeout)?;
+        Ok(World {
+            rank,
+            size,
+            backend,
+            timeout,
+            replicas: arrivals.iter().map(|a| a.replicas).collect(),
+            hosts: arrivals.into_iter().map(|a| a.host).collect(),
+            device,
+            group,
+            store,
+            addr,
+        })
+    }
+
+    /// Replicas in the whole run.
+    pub fn total_replicas(&self) -> usize {
+        self.replicas.iter().sum()
+    }
+
+    /// The global index of this rank's first replica.
+    pub fn replica_offset(&self) -> usize {
+        self.replicas[..self.rank].iter().sum()
+    }
+
+    /// Sums `flat` (a contiguous tensor) over all ranks in place, in buckets in flight together.
+    pub fn allreduce_flat(&self, flat: &Tensor) -> Result<(), DistError> {
+        let mut chunks = flat.split(BUCKET_ELEMS, 0);
+        let works = chunks
+            .iter_mut()
+            .map(|c| self.group.allreduce(std::slice::from_mut(c), ReduceOp::Sum))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.lost(e))?;
+        for w in works {
+            w.wait(self.timeout).map_err(|e| self.lost(e))?;
+        }
+        Ok(())
+    }
+
+    /// Reduces a few numbers over all ranks.
+    pub fn allreduce_values(&self, values: &mut [f64], op: ReduceOp) -> Result<(), DistError> {
+        let mut t = [Tensor::from_slice(values).to_device(self.device)];
+        self.group
+            .allreduce(&mut t, op)
+            .map_err(|e| self.lost(e))?
+            .wait(self.timeout)
+            .map_err(|e| self.lost(e))?;
+        let back: Vec<f64> = Vec::try_from(&t[0].to_device(Device::Cpu).to_kind(Kind::Double))
+            .map_err(|e: tch::TchError| DistError::Lost(e.to_string()))?;
+        values.copy_from_slice(&back);
+        Ok(())
+    }
+
+    /// Copies rank 0's `t` to every rank, in place (through the collectives' device).
+    pub fn broadcast(&self, t: &mut Tensor) -> Result<(), DistError> {
+        if t.device() == self.device {
+            let mut one = [t.shallow_clone()];
+            return self
+                .group
+                .broadcast(&mut one, 0)
+                .map_err(|e| self.lost(e))?
+                .wait(self.timeout)
+                .map_err(|e| self.lost(e));
+        }
+        let mut one = [t.to_device(self.device)];
+        self.group
+            .broadcast(&mut one, 0)
+            .map_err(|e| self.lost(e))?
+            .wait(self.timeout)
+            .map_err(|e| self.lost(e))?;
+        t.copy_(&one[0]);
+        Ok(())
+    }
+
+    /// Copies rank 0's `values` to every rank.
+    pub fn broadcast_values(&self, values: &mut [f64]) -> Result<(), DistError> {
+        let mut t = Tensor::from_slice(values);
+        self.broadcast(&mut t)?;
+        let back: Vec<f64> = Vec::try_from(&t).map_err(|e: tch::TchError| DistError::Lost(e.to_string()))?;
+        values.copy_from_slice(&back);
+        Ok(())
+    }
+
+    /// Rank 0 publishes `bytes` under `key`; every other rank reads them (waiting up to the
+    /// timeout). For what is not a tensor (a checkpoint's state).
+    pub fn share_bytes(&self, key: &str, bytes: Option<&[u8]>) -> Result<Vec<u8>, DistError> {
+        let key = format!("share/{key}");
+        if self.rank == 0 {
+            let b = bytes.unwrap_or_default();
+            self.store.set(&key, b).map_err(|e| self.lost(e))?;
+            return Ok(b.to_vec());
+        }
+        self.store.get(&key).map_err(|e| self.lost(e))
+    }
+
+    /// Tells the others how far this rank got (read back to name a rank that stopped).
+    pub fn mark_progress(&self, global_step: usize) {
+        let _ = self.store.set(&format!("progress/{}", self.rank), global_step.to_string().as_bytes());
+    }
+
+    /// Turns a failed collective into a message naming the rank(s) that stopped. Every rank
+    /// that sees the failure says so in the store; a rank that has not said so within a few
+    /// seconds is the one that died or hangs. Rank 0 hosts the store: if it does not answer,
+    /// rank 0 is gone.
+    fn lost(&self, e: C10dError) -> DistError {
+        const OBSERVE: Duration = Duration::from_secs(3);
+        if self.store.set(&format!("failed/{}", self.rank), b"").is_err() {
+            return DistError::Lost(format!(
+                "rank 0 ({}) is gone: its store at {} does not answer ({})",
+                self.hosts[0], self.addr, e.0
+            ));
+        }
+        let others: Vec<usize> = (0..self.size).filter(|r| *r != self.rank).collect();
+        let keys: Vec<String> = others.iter().map(|r| format!("failed/{r}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // Waiting for evidence, not for a peer: a timeout here is the answer.
+        let _ = self.store.wait(&refs, OBSERVE);
+        let last_step = |r: usize| {
+            self.store
+                .get(&format!("progress/{r}"))
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok()?.parse::<usize>().ok())
+        };
+        let silent: Vec<String> = others
+            .iter()
+            .zip(&refs)
+            .filter(|(_, k)| !self.store.check(&[k]).unwrap_or(true))
+            .map(|(&r, _)| match self.store.check(&[&format!("progress/{r}")]) {
+                Ok(true) => {
+                    format!("rank {r} ({}, last seen at step {})", self.hosts[r], last_step(r).unwrap_or(0))
+                }
+                _ => format!("rank {r} ({})", self.hosts[r]),
+            })
+            .collect();
+        if silent.is_empty() {
+            DistError::Lost(format!("a collective with the other ranks failed: {}", e.0))
+        } else {
+            DistError::Lost(format!("{} stopped answering: {}", silent.join(", "), e.0))
+        }
+    }
+}
+
+/// Waits until all `size` ranks have reached the barrier `name`.
+fn barrier(store: &Store, name: &str, size: usize, timeout: Duration) -> Result<(), DistError> {
+    let count = format!("barrier/{name}");
+    let done = format!("barrier/{name}/done");
+    if store.add(&count, 1)? == size as i64 {
+        store.set(&done, b"")?;
+    }
+    store.wait(&[done.as_str()], timeout)?;
+    Ok(())
+}
+
+fn check_settings(arrivals: &[Arrival]) -> Result<(), DistError> {
+    let ours = &arrivals[0].settings;
+    for (rank, a) in arrivals.iter().enumerate().skip(1) {
+        if let (Some(o), Some(t)) = (ours.as_object(), a.settings.as_object()) {
+            for (field, value) in o {
+                let theirs = t.get(field).cloned().unwrap_or(serde_json::Value::Null);
+                if &theirs != value {
+                    return Err(DistError::Mismatch {
+                        rank,
+                        host: a.host.clone(),
+                        field: field.clone(),
+                        theirs: theirs.to_string(),
+                        ours: value.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! A multi-process run from this process's side: where it stands (torchrun, Slurm or flags),
+//! its devices, and joining the other ranks. The settings every rank must share are compared at
+//! the rendezvous, so a rank started with other flags stops the run at once with a clear error.
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+
+use super::input;
+use crate::cli::{Args, DistBackend};
+use crate::Failure;
+use dpt_tui::dist::c10d::Backend;
+use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
+use dpt_tui::dist::{DistError, World};
+use dpt_tui::engine::device::{resolve_devices, resolve_devices_for_rank, Machine};
+use dpt_tui::engine::DeviceId;
+
+/// This process's launch, or `None` when it runs alone.
+pub fn launch(args: &Args) -> Result<Option<Launch>, Failure> {
+    let flags = LaunchFlags {
+        rank: args.rank,
+        world_size: args.world_size,
+        local_rank: args.local_rank,
+        master_addr: args.master_addr.clone(),
+        master_port: args.master_port,
+    };
+    launch::resolve(&|k| std::env::var(k).ok(), &flags).map_err(input)
+}
+
+/// The devices of this process's replicas.
+pub fn devices(args: &Args, machine: Machine, launch: Option<&Launch>) -> Result<Vec<DeviceId>, Failure> {
+    match launch {
+        Some(l) => resolve_devices_for_rank(&args.devices, machine, l.local_rank, l.local_world_size),
+        None => resolve_devices(&args.devices, machine),
+    }
+    .map_err(input)
+}
+
+/// A failure of the world: bad input (exit 2) at the start, a failure (exit 1) later.
+pub fn failure(e: DistError) -> Failure {
+    if e.is_input() {
+        Failure::Input(e.into())
+    } else {
+        Failure::Run(e.into())
+    }
+}
+
+/// What every rank must agree on: the training flags (not the per-rank ones such as the
+/// devices, the run directory or the data's path) and this build's version.
+fn settings(args: &Args, world_size: usize) -> serde_json::Value {
+    serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "world_size": world_size,
+        "model": args.model.map(|m| m.name()),
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "lr": args.lr,
+        "momentum": args.momentum,
+        "weight_decay": args.weight_decay,
+        "seed": args.seed,
+        "train_limit": args.train_limit,
+        "test_limit": args.test_limit,
+        "max_steps": args.max_steps,
+        "log_every": args.log_every,
+        "precision": format!("{:?}", args.precision),
+        "channels_last": args.channels_last.map(|c| format!("{c:?}")),
+        "resume": args.resume.is_some(),
+    })
+}
+
+/// Joins the other ranks.
+pub fn join(args: &Args, launch: &Launch, devices: &[DeviceId]) -> Result<World, Failure> {
+    if !(args.dist_timeout.is_finite() && args.dist_timeout > 0.0) {
+        return Err(input(anyhow!("--dist-timeout must be a positive number of seconds")));
+    }
+    let gpus = devices.iter().all(|d| matches!(d, DeviceId::Cuda(_)));
+    let backend = match args.dist_backend {
+        DistBackend::Gloo => Backend::Gloo,
+        DistBackend::Nccl if !gpus => {
+            return Err(input(anyhow!(
+                "--dist-backend nccl needs GPU devices, and this rank has {}; use --dist-backend gloo",
+                devices.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+            )))
+        }
+        DistBackend::Nccl => Backend::Nccl,
+        DistBackend::Auto if gpus => Backend::Nccl,
+        DistBackend::Auto => Backend::Gloo,
+    };
+    let device = match (backend, devices.first()) {
+        (Backend::Nccl, Some(d)) => d.to_tch(),
+        _ => tch::Device::Cpu,
+    };
+    let timeout = Duration::from_secs_f64(args.dist_timeout);
+    World::join(launch, backend, device, devices.len(), settings(args, launch.world_size), timeout)
+        .map_err(failure)
+}

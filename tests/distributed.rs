@@ -1,0 +1,291 @@
+//! Data parallel across processes on libtorch's c10d (Gloo on the CPU), on localhost: the same
+//! weights as one process with the same replicas, torchrun, a rendezvous that times out, ranks
+//! started with other settings, a rank killed mid-run (and the resume that follows), and an lr
+//! change given on rank 0 reaching rank 1 at the same step.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dpt_tui::engine::Control;
+use dpt_tui::record::{Change, Record};
+use tch::Tensor;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn training(extra: &[&str]) -> Vec<String> {
+    let data = common::subset_dir();
+    let mut v: Vec<String> =
+        ["--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "200"]
+            .into_iter()
+            .chain([
+                "--batch-size",
+                "100",
+                "--log-every",
+                "2",
+                "--momentum",
+                "0.9",
+                "--weight-decay",
+                "0.001",
+                "--headless",
+            ])
+            .map(String::from)
+            .collect();
+    v.extend(extra.iter().map(|s| (*s).to_owned()));
+    v
+}
+
+/// Rank `rank` of `world` on localhost:`port`.
+fn rank(rank: usize, world: usize, port: u16, args: &[String]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(args)
+        .args(["--rank", &rank.to_string(), "--world-size", &world.to_string()])
+        .args(["--master-addr", "127.0.0.1", "--master-port", &port.to_string()])
+        .env("LOCAL_WORLD_SIZE", world.to_string())
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    c
+}
+
+fn weights(run: &Path) -> Vec<(String, Tensor)> {
+    let mut w = Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
+    w.sort_by(|a, b| a.0.cmp(&b.0));
+    w
+}
+
+/// Largest difference relative to the largest magnitude, over all tensors.
+fn rel_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let (mut diff, mut scale) = (0.0f64, 0.0f64);
+    for ((na, ta), (nb, tb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        diff = diff.max((ta - tb).abs().max().double_value(&[]));
+        scale = scale.max(ta.abs().max().double_value(&[]));
+    }
+    diff / scale.max(1e-12)
+}
+
+fn ok(out: &Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+/// Runs `world` ranks with `devices` each; returns rank 0's run directory.
+fn run_world(tmp: &Path, name: &str, world: usize, devices: &str, extra: &[&str]) -> PathBuf {
+    let port = free_port();
+    let run = tmp.join(name);
+    let mut args = training(extra);
+    args.extend(["--devices".to_owned(), devices.to_owned()]);
+    let children: Vec<Child> = (0..world)
+        .map(|r| {
+            let mut c = rank(r, world, port, &args);
+            if r == 0 {
+                c.arg("--run-dir").arg(&run);
+            }
+            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        ok(&c.wait_with_output().unwrap());
+    }
+    run
+}
+
+fn run_alone(tmp: &Path, name: &str, devices: &str, extra: &[&str]) -> PathBuf {
+    let run = tmp.join(name);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(training(extra)).args(["--devices", devices]).arg("--run-dir").arg(&run);
+    ok(&c.output().unwrap());
+    run
+}
+
+#[test]
+fn two_processes_end_with_the_weights_of_one_with_as_many_replicas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let epochs = ["--epochs", "2"];
+    // 2 × cpu:1 against 1 × cpu:2: the same sums in the same order, so the same bits.
+    let two = run_world(tmp.path(), "two", 2, "cpu:1", &epochs);
+    let one = run_alone(tmp.path(), "one", "cpu:2", &epochs);
+    assert_eq!(rel_diff(&weights(&two), &weights(&one)), 0.0);
+    // 2 × cpu:2 against 1 × cpu:4: sums associated differently, float32 noise only.
+    let two = run_world(tmp.path(), "two-by-two", 2, "cpu:2", &epochs);
+    let one = run_alone(tmp.path(), "four", "cpu:4", &epochs);
+    let d = rel_diff(&weights(&two), &weights(&one));
+    assert!(d < 1e-5, "relative difference {d}");
+    // Rank 0 alone owns the run directory; it records the world.
+    let records = common::wait_for_summary(&two, WAIT);
+    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
+    assert_eq!(start["world"]["replicas"], serde_json::json!([2, 2]));
+    assert_eq!(start["world"]["backend"], "gloo");
+    let step = records.iter().find(|r| r["kind"] == "step").unwrap();
+    assert_eq!(step["replicas"].as_array().unwrap().len(), 4, "every replica of every rank is timed");
+}
+
+#[test]
+fn resnet18_batchnorm_statistics_come_from_replica_0_of_rank_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ["--model", "resnet18", "--max-steps", "2", "--lr", "0.05"];
+    let two = run_world(tmp.path(), "two", 2, "cpu:1", &extra);
+    let one = run_alone(tmp.path(), "one", "cpu:2", &extra);
+    let (a, b) = (weights(&two), weights(&one));
+    let stats: Vec<&(String, Tensor)> = a.iter().filter(|(n, _)| n.contains("running_mean")).collect();
+    assert!(!stats.is_empty());
+    assert_eq!(rel_diff(&a, &b), 0.0, "weights and BatchNorm statistics as one process with 2 replicas");
+}
+
+#[test]
+fn torchrun_starts_the_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let python =
+        std::env::var("VIRTUAL_ENV").map(|v| PathBuf::from(v).join("bin/python")).unwrap_or("python3".into());
+    let port = free_port().to_string();
+    let out = Command::new(python)
+        .args(["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", &port, "--no-python"])
+        .arg(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(training(&["--epochs", "1", "--devices", "cpu:1"]))
+        .arg("--run-dir")
+        .arg(&run)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .unwrap();
+    let text = ok(&out);
+    assert!(text.contains("rank 1 of 2"), "{text}");
+    let records = common::wait_for_summary(&run, WAIT);
+    assert_eq!(records.last().unwrap()["reason"], "completed");
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_named_within_the_timeout() {
+    let port = free_port();
+    let args = training(&["--epochs", "1", "--devices", "cpu:1", "--dist-timeout", "3"]);
+    let t0 = Instant::now();
+    let out = rank(0, 3, port, &args)
+        .arg("--run-dir")
+        .arg(tempfile::tempdir().unwrap().path().join("r"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("rank(s) [1, 2] of 3 never arrived within 3 s"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    // A rank whose rank 0 never comes says so too.
+    let out = rank(1, 2, free_port(), &args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot reach rank 0's store"), "{err}");
+}
+
+#[test]
+fn ranks_with_other_settings_are_refused_at_the_start() {
+    let port = free_port();
+    let a = training(&["--epochs", "1", "--devices", "cpu:1", "--dist-timeout", "20"]);
+    let mut b = a.clone();
+    b.extend(["--lr".to_owned(), "0.05".to_owned()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let r0 = rank(0, 2, port, &a)
+        .arg("--run-dir")
+        .arg(tmp.path().join("r"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r1 = rank(1, 2, port, &b).stderr(Stdio::piped()).spawn().unwrap();
+    for child in [r0, r1] {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("rank 1") && err.contains("other settings") && err.contains("lr"), "{err}");
+    }
+}
+
+#[test]
+fn a_rank_killed_mid_run_stops_the_others_and_the_run_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_port();
+    let args = training(&["--epochs", "6", "--devices", "cpu:1", "--dist-timeout", "20"]);
+    let r0 = rank(0, 2, port, &args)
+        .arg("--run-dir")
+        .arg(&run)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut r1 = rank(1, 2, port, &args).stdout(Stdio::piped()).spawn().unwrap();
+    // Once rank 1 has finished its first epoch (a checkpoint exists), it is killed.
+    let lines = BufReader::new(r1.stdout.take().unwrap()).lines();
+    for line in lines {
+        if line.unwrap().starts_with("epoch 2/6 done") {
+            break;
+        }
+    }
+    common::kill(r1.id(), "KILL");
+    let _ = r1.wait();
+    let t0 = Instant::now();
+    let out = r0.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("rank 1 (") && err.contains("stopped answering"), "names the rank and host: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert!(run.join("checkpoint.safetensors").exists());
+
+    // Resume: only rank 0 reads the checkpoint; rank 1 names a path that does not exist.
+    let port = free_port();
+    let mut resume = training(&["--devices", "cpu:1", "--resume"]);
+    resume.push(run.to_str().unwrap().to_owned());
+    let r0 = rank(0, 2, port, &resume).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let elsewhere = training(&["--devices", "cpu:1", "--resume", "/nowhere/run"]);
+    let r1 = rank(1, 2, port, &elsewhere).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let text0 = ok(&r0.wait_with_output().unwrap());
+    let text1 = ok(&r1.wait_with_output().unwrap());
+    assert!(
+        text0.contains("resumed from the checkpoint") && text1.contains("epoch 6/6 done"),
+        "{text0}\n{text1}"
+    );
+    let records = common::wait_for_summary(&run, WAIT);
+    assert_eq!(records.last().unwrap()["reason"], "completed");
+}
+
+#[test]
+fn an_lr_change_on_rank_0_reaches_rank_1_at_the_same_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_port();
+    let args = training(&["--epochs", "40", "--devices", "cpu:1", "--dist-timeout", "30"]);
+    let r0 = rank(0, 2, port, &args).arg("--run-dir").arg(&run).stdout(Stdio::null()).spawn().unwrap();
+    let mut r1 = rank(1, 2, port, &args).stdout(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + WAIT;
+    while dpt_tui::remote::client::server_info(&run).is_none() {
+        assert!(Instant::now() < deadline, "rank 0 serves its socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let viewer = dpt_tui::remote::client::attach(&run, false).unwrap();
+    viewer.controls.send(Control::SetLr { lr: 0.05 }).unwrap();
+    let at0 = loop {
+        if let Record::Event(Change::LrChanged { to: 0.05, global_step, .. }) =
+            viewer.records.recv_timeout(WAIT).unwrap()
+        {
+            break global_step;
+        }
+    };
+    viewer.controls.send(Control::Stop).unwrap();
+    let mut at1 = None;
+    for line in BufReader::new(r1.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("lr 0.2 -> 0.05 at step ") {
+            at1 = rest.trim().parse::<usize>().ok();
+        }
+    }
+    assert_eq!(at1, Some(at0), "rank 1 changed the lr at the step rank 0 did");
+    assert!(r1.wait().unwrap().success());
+    let mut r0 = r0;
+    assert!(r0.wait().unwrap().success());
+}
