@@ -237,6 +237,8 @@ fn gpu_panels_show_nvml_figures() {
         temp_c: Some(61),
         power_w: Some(312.4),
         name: Some("NVIDIA H100".into()),
+        rank: None,
+        host: None,
     };
     app.on_monitor(&MonitorMsg::Samples(vec![sample(0, 97.0), sample(1, 12.0)]));
     let s = screen(&app, 120, 40, false);
@@ -269,4 +271,41 @@ fn capital_s_asks_for_a_folder_to_save_into() {
     );
     app.on_event(&Record::Event(Change::Saved { path: "/s/model.safetensors".into(), global_step: 600 }));
     assert!(app.save_problem.is_none());
+}
+
+#[test]
+fn a_multi_process_run_shows_every_ranks_devices() {
+    let mut app = App::new(&[]);
+    let mut i = info(&["cpu"]);
+    i.world = Some(dpt_tui::record::stats::WorldInfo {
+        rank: 0,
+        backend: "gloo".into(),
+        hosts: vec!["node-a".into(), "node-b".into()],
+        replicas: vec![1, 2],
+        devices: vec![vec![DeviceId::Cpu], vec![DeviceId::Cpu, DeviceId::Cpu]],
+    });
+    app.on_event(&Record::Start(Box::new(i)));
+    assert_eq!(app.devices.len(), 2, "a panel per rank's device");
+    assert_eq!(app.devices[1].replicas, vec![1, 2], "global replica numbers");
+    let sample = |rank: Option<usize>, util: f64| DeviceSample {
+        device: DeviceId::Cpu,
+        source: SampleSource::Process,
+        util_pct: Some(util),
+        mem_used: Some(1 << 30),
+        mem_total: Some(8 << 30),
+        temp_c: None,
+        power_w: None,
+        name: None,
+        rank,
+        host: rank.map(|_| "node-b".to_owned()),
+    };
+    app.on_monitor(&MonitorMsg::Samples(vec![sample(None, 55.0), sample(Some(1), 77.0)]));
+    assert_eq!(app.devices[0].latest.as_ref().and_then(|s| s.util_pct), Some(55.0), "rank 0's own sample");
+    assert_eq!(app.devices[1].latest.as_ref().and_then(|s| s.util_pct), Some(77.0), "rank 1's, by rank");
+    let s = screen(&app, 120, 40, false);
+    for needle in
+        ["lenet on 2 ranks, 3 replicas", "node-a rank 0 cpu [r0]", "node-b rank 1 cpu [r1,r2]", "77%"]
+    {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
 }

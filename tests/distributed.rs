@@ -259,7 +259,8 @@ fn an_lr_change_on_rank_0_reaches_rank_1_at_the_same_step() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let port = free_port();
-    let args = training(&["--epochs", "40", "--devices", "cpu:1", "--dist-timeout", "30"]);
+    let args =
+        training(&["--epochs", "40", "--devices", "cpu:1", "--dist-timeout", "30", "--sample-ms", "200"]);
     let r0 = rank(0, 2, port, &args).arg("--run-dir").arg(&run).stdout(Stdio::null()).spawn().unwrap();
     let mut r1 = rank(1, 2, port, &args).stdout(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + WAIT;
@@ -276,6 +277,16 @@ fn an_lr_change_on_rank_0_reaches_rank_1_at_the_same_step() {
             break global_step;
         }
     };
+    // Rank 1's device figures reach rank 0's viewers, stamped with its rank and host.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let msg = viewer.monitor.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap();
+        if let dpt_tui::monitor::MonitorMsg::Samples(samples) = msg {
+            if samples.iter().any(|s| s.rank == Some(1) && s.host.is_some()) {
+                break;
+            }
+        }
+    }
     viewer.controls.send(Control::Stop).unwrap();
     let mut at1 = None;
     for line in BufReader::new(r1.stdout.take().unwrap()).lines() {

@@ -8,7 +8,7 @@ use crate::record::text::{Level, Narrator};
 use crate::record::{Change, EpochStats, Record, RunInfo, StepStats, Summary};
 
 use super::curves::CurveView;
-use super::devices::{panels, DeviceState};
+use super::devices::{panels, rank_panels, DeviceState};
 use super::log::EventLog;
 
 /// The run as the status line names it.
@@ -198,7 +198,20 @@ impl App {
             Record::Start(info) => {
                 self.state = RunState::Running;
                 self.lr = Some(info.lr);
-                if self.devices.is_empty() {
+                if let Some(w) = &info.world {
+                    // Every rank's devices, each replica under its global number.
+                    let mut first = 0;
+                    self.devices = w
+                        .devices
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(r, devices)| {
+                            let p = rank_panels(devices, Some(r), w.hosts.get(r).map(String::as_str), first);
+                            first += devices.len();
+                            p
+                        })
+                        .collect();
+                } else if self.devices.is_empty() {
                     self.devices = panels(&info.devices);
                 }
                 self.info = Some((**info).clone());
@@ -278,7 +291,7 @@ impl App {
             }
             MonitorMsg::Samples(samples) => {
                 for s in samples {
-                    if let Some(d) = self.devices.iter_mut().find(|d| d.device == s.device) {
+                    if let Some(d) = self.devices.iter_mut().find(|d| d.takes(s)) {
                         d.on_sample(s);
                     }
                 }

@@ -14,6 +14,10 @@ pub const HISTORY: usize = 120;
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceState {
     pub device: DeviceId,
+    /// The rank the device belongs to, in a multi-process run (`None`: this process alone).
+    pub rank: Option<usize>,
+    /// That rank's host.
+    pub host: Option<String>,
     /// The replicas running on this device.
     pub replicas: Vec<usize>,
     pub latest: Option<DeviceSample>,
@@ -36,12 +40,25 @@ fn push(history: &mut VecDeque<u64>, value: u64) {
 
 /// The panels for `devices` (one per distinct device, in order of first use).
 pub fn panels(devices: &[DeviceId]) -> Vec<DeviceState> {
+    rank_panels(devices, None, None, 0)
+}
+
+/// The panels of one rank's `devices`, whose replicas are numbered from `first_replica`.
+pub fn rank_panels(
+    devices: &[DeviceId],
+    rank: Option<usize>,
+    host: Option<&str>,
+    first_replica: usize,
+) -> Vec<DeviceState> {
     let mut out: Vec<DeviceState> = Vec::new();
-    for (replica, &device) in devices.iter().enumerate() {
+    for (i, &device) in devices.iter().enumerate() {
+        let replica = first_replica + i;
         match out.iter_mut().find(|d| d.device == device) {
             Some(d) => d.replicas.push(replica),
             None => out.push(DeviceState {
                 device,
+                rank,
+                host: host.map(str::to_owned),
                 replicas: vec![replica],
                 latest: None,
                 util_history: VecDeque::new(),
@@ -75,6 +92,11 @@ impl DeviceState {
             .collect();
         let total = s.timing.total();
         self.allreduce_share = (total > 0.0).then(|| s.timing.allreduce / total);
+    }
+
+    /// Whether a sample belongs to this panel (a sample without a rank is rank 0's own).
+    pub fn takes(&self, s: &DeviceSample) -> bool {
+        self.device == s.device && self.rank.unwrap_or(0) == s.rank.unwrap_or(0)
     }
 
     /// Whether the figures are this process's rather than the device's own.

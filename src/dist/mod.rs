@@ -8,6 +8,7 @@
 //! step.
 
 pub mod c10d;
+pub mod figures;
 pub mod launch;
 pub mod world;
 

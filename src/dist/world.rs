@@ -42,6 +42,8 @@ impl DistError {
 struct Arrival {
     host: String,
     replicas: usize,
+    #[serde(default)]
+    devices: Vec<crate::engine::DeviceId>,
     /// The settings every rank must share, as a JSON object.
     settings: serde_json::Value,
 }
@@ -63,6 +65,8 @@ pub struct World {
     pub replicas: Vec<usize>,
     /// Host of each rank.
     pub hosts: Vec<String>,
+    /// Devices of each rank, one per replica.
+    pub devices: Vec<Vec<crate::engine::DeviceId>>,
     /// Where small tensors of the collectives live (the GPU for NCCL).
     pub device: Device,
     group: Group,
@@ -87,7 +91,7 @@ impl World {
         launch: &Launch,
         backend: Backend,
         device: Device,
-        local_replicas: usize,
+        local_devices: &[crate::engine::DeviceId],
         settings: serde_json::Value,
         timeout: Duration,
     ) -> Result<World, DistError> {
@@ -105,7 +109,12 @@ impl World {
                 }
             })?;
         let store = root.prefixed("dpt/")?;
-        let me = Arrival { host: hostname(), replicas: local_replicas, settings };
+        let me = Arrival {
+            host: hostname(),
+            replicas: local_devices.len(),
+            devices: local_devices.to_vec(),
+            settings,
+        };
         let json = serde_json::to_vec(&me).expect("arrivals serialize");
         store.set(&format!("arrived/{rank}"), &json)?;
         let keys: Vec<String> = (0..size).map(|r| format!("arrived/{r}")).collect();
@@ -133,6 +142,7 @@ impl World {
             backend,
             timeout,
             replicas: arrivals.iter().map(|a| a.replicas).collect(),
+            devices: arrivals.iter().map(|a| a.devices.clone()).collect(),
             hosts: arrivals.into_iter().map(|a| a.host).collect(),
             device,
             group,
@@ -219,6 +229,12 @@ impl World {
             return Ok(b.to_vec());
         }
         self.store.get(&key).map_err(|e| self.lost(e))
+    }
+
+    /// A view of the store for what travels beside the collectives (device figures), usable
+    /// from another thread.
+    pub fn side_store(&self) -> Result<Store, DistError> {
+        Ok(self.store.prefixed("side/")?)
     }
 
     /// Tells the others how far this rank got (read back to name a rank that stopped).

@@ -35,6 +35,12 @@ pub struct DeviceSample {
     pub temp_c: Option<u32>,
     pub power_w: Option<f64>,
     pub name: Option<String>,
+    /// The rank whose device this is, in a multi-process run (absent: this process's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    /// That rank's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// What the monitor thread sends.

@@ -37,6 +37,8 @@ impl Gpus {
             temp_c: dev.temperature(TemperatureSensor::Gpu).ok(),
             power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
             name: dev.name().ok(),
+            rank: None,
+            host: None,
         })
     }
 }

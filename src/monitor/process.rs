@@ -64,6 +64,8 @@ impl ProcessReading {
             temp_c: None,
             power_w: None,
             name: None,
+            rank: None,
+            host: None,
         }
     }
 }

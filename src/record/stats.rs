@@ -43,8 +43,11 @@ pub struct WorldInfo {
     pub backend: String,
     /// Host of each rank.
     pub hosts: Vec<String>,
-    /// Replicas of each rank; `devices` lists this rank's, the step records time them all.
+    /// Replicas of each rank; the step records time them all, numbered rank by rank.
     pub replicas: Vec<usize>,
+    /// Each rank's devices, one per replica.
+    #[serde(default)]
+    pub devices: Vec<Vec<crate::engine::DeviceId>>,
 }
 
 /// Where a step's time went, in seconds, averaged over the steps of a report window.

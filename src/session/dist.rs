@@ -91,6 +91,5 @@ pub fn join(args: &Args, launch: &Launch, devices: &[DeviceId]) -> Result<World,
         _ => tch::Device::Cpu,
     };
     let timeout = Duration::from_secs_f64(args.dist_timeout);
-    World::join(launch, backend, device, devices.len(), settings(args, launch.world_size), timeout)
-        .map_err(failure)
+    World::join(launch, backend, device, devices, settings(args, launch.world_size), timeout).map_err(failure)
 }

@@ -13,6 +13,8 @@ use super::{failed, input, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::data::Dataset;
+use dpt_tui::dist::c10d::Store;
+use dpt_tui::dist::figures;
 use dpt_tui::dist::launch::Launch;
 use dpt_tui::engine::device::Machine;
 use dpt_tui::engine::{Control, Engine, EngineError, FinishReason, StartError, TrainConfig};
@@ -53,9 +55,14 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
     };
     // A background job is watched through a dashboard: it pauses on divergence or a failed
     // final save, as the dashboard would, instead of ending the run.
+    // Device figures travel beside the collectives, through the store.
+    let side = match &world {
+        Some(w) => Some((w.side_store().map_err(super::dist::failure)?, w.rank, w.size)),
+        None => None,
+    };
     let Prepared { mut cfg, data, run_dir, resumed_from } =
         prepare(args, machine, args.serve, devices, world)?;
-    let Some(run_dir) = run_dir else { return follow(cfg, data) };
+    let Some(run_dir) = run_dir else { return follow(args, cfg, data, side) };
     let metrics = MetricsWriter::create(&run_dir).map_err(input)?;
     // The curves and the log continue from the run's own record, not from the checkpoint.
     let history = resumed_from.and_then(|d| History::read(&d).ok()).unwrap_or_default();
@@ -71,7 +78,15 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
         spawn_recorder(engine.events().clone(), metrics).map_err(failed("cannot start the recorder"))?;
     let (monitor_tx, monitor_rx) = unbounded();
     let (stop_monitor, monitor_stop) = crossbeam_channel::bounded::<()>(0);
-    let monitor = monitor::spawn(&devices, Duration::from_millis(args.sample_ms), monitor_tx, monitor_stop)
+    let period = Duration::from_millis(args.sample_ms);
+    let collector = match side {
+        Some((store, _, size)) => Some(
+            figures::spawn_collector(store, size, period, monitor_tx.clone(), monitor_stop.clone())
+                .map_err(failed("cannot start the device collector"))?,
+        ),
+        None => None,
+    };
+    let monitor = monitor::spawn(&devices, period, monitor_tx, monitor_stop)
         .map_err(failed("cannot start the device monitor"))?;
     let (hub, hub_thread) =
         Hub::spawn(history, records, monitor_rx).map_err(failed("cannot start the hub"))?;
@@ -114,6 +129,9 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
     let _ = hub_thread.join();
     drop(stop_monitor);
     let _ = monitor.join();
+    if let Some(c) = collector {
+        let _ = c.join();
+    }
     drop(watch);
     if let Some(served) = served {
         served.withdraw();
@@ -148,7 +166,25 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
 
 /// A rank other than 0: trains in step with the others and prints its progress lines (its
 /// log); rank 0 records, saves and serves the run.
-fn follow(cfg: TrainConfig, data: Dataset) -> Result<u8, Failure> {
+fn follow(
+    args: &Args,
+    cfg: TrainConfig,
+    data: Dataset,
+    side: Option<(Store, usize, usize)>,
+) -> Result<u8, Failure> {
+    // This rank's device figures go to rank 0's dashboard.
+    let (readings_tx, readings) = unbounded();
+    let (stop_monitor, monitor_stop) = crossbeam_channel::bounded::<()>(0);
+    let monitor =
+        monitor::spawn(&cfg.devices, Duration::from_millis(args.sample_ms), readings_tx, monitor_stop)
+            .map_err(failed("cannot start the device monitor"))?;
+    let publisher = match side {
+        Some((store, rank, _)) => Some(
+            figures::spawn_publisher(store, rank, dpt_tui::dist::world::hostname(), readings)
+                .map_err(failed("cannot start the device publisher"))?,
+        ),
+        None => None,
+    };
     let watch = watch_signals()?;
     let engine = Engine::start(cfg, Arc::new(data)).map_err(start_failure)?;
     let controls = engine.controls();
@@ -158,6 +194,11 @@ fn follow(cfg: TrainConfig, data: Dataset) -> Result<u8, Failure> {
     drop(controls);
     let outcome = engine.join();
     drop(watch);
+    drop(stop_monitor);
+    let _ = monitor.join();
+    if let Some(p) = publisher {
+        let _ = p.join();
+    }
     match (outcome, interrupted) {
         (Err(EngineError::Dist(e)), _) => Err(super::dist::failure(e)),
         (Err(e), _) => Err(Failure::Run(anyhow::Error::new(e).context("training failed"))),

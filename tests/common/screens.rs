@@ -98,6 +98,8 @@ pub fn running_app() -> App {
         temp_c: None,
         power_w: None,
         name: None,
+        rank: None,
+        host: None,
     }]));
     app.tick(83.0);
     app

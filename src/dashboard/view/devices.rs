@@ -57,8 +57,13 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
     let fallback = d.is_process_fallback();
     let replicas: Vec<String> = d.replicas.iter().map(|r| format!("r{r}")).collect();
     let name = s.and_then(|s| s.name.clone()).map_or(String::new(), |n| format!(" {n}"));
+    let place = match (d.rank, &d.host) {
+        (Some(r), Some(h)) => format!("{h} rank {r} "),
+        (Some(r), None) => format!("rank {r} "),
+        _ => String::new(),
+    };
     let mut header = vec![
-        Span::styled(d.device.to_string(), t.title()),
+        Span::styled(format!("{place}{}", d.device), t.title()),
         Span::styled(format!("{name} [{}]", replicas.join(",")), t.fg(t.dim)),
     ];
     if let Some(share) = d.allreduce_share {

@@ -61,7 +61,15 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     items.extend([
         item(
             "",
-            format!("{} on {}", info.model, crate::record::text::device_list(&info.devices)),
+            match &info.world {
+                Some(w) => format!(
+                    "{} on {} ranks, {} replicas",
+                    info.model,
+                    w.hosts.len(),
+                    w.replicas.iter().sum::<usize>()
+                ),
+                None => format!("{} on {}", info.model, crate::record::text::device_list(&info.devices)),
+            },
             text.add_modifier(Modifier::BOLD),
         ),
         item("epoch", format!("{epoch}/{}", info.epochs), text),

@@ -172,6 +172,7 @@ impl Coordinator {
                 backend: format!("{:?}", w.backend).to_lowercase(),
                 hosts: w.hosts.clone(),
                 replicas: w.replicas.clone(),
+                devices: w.devices.clone(),
             }),
         }
     }
