@@ -6,6 +6,11 @@ use clap::Parser;
 
 use dpt_tui::model::ModelKind;
 
+/// A value the library knows how to read (the names live beside the types, not here).
+fn parse<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
+    s.parse()
+}
+
 /// A yes/no flag value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
@@ -70,9 +75,9 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub serve: bool,
 
-    /// Model to train (the seeds' architectures and defaults) [default: lenet, or the resumed
-    /// checkpoint's].
-    #[arg(long, value_enum)]
+    /// Model to train (the seeds' architectures and defaults): lenet, resnet18 or mnist-net
+    /// [default: lenet, or the resumed checkpoint's].
+    #[arg(long, value_name = "NAME", value_parser = parse::<ModelKind>)]
     pub model: Option<ModelKind>,
 
     /// Folder with the four IDX files of Fashion-MNIST or MNIST (.gz or raw).
@@ -150,7 +155,7 @@ pub struct Args {
     pub checkpoint_every: usize,
 
     /// When the loss is NaN or infinite [default: pause in the dashboard, stop headless].
-    #[arg(long, value_enum)]
+    #[arg(long, value_name = "pause|stop|ignore", value_parser = parse::<dpt_tui::engine::OnNan>)]
     pub on_nan: Option<dpt_tui::engine::OnNan>,
 
     /// Headless: when the final save fails (a full disk), try again this many times before
@@ -168,7 +173,7 @@ pub struct Args {
 
     /// Number format: f32, or bf16 (mixed precision: bfloat16 convolutions and matrix products,
     /// f32 master weights, loss and update; for GPUs with bfloat16 tensor cores).
-    #[arg(long, value_enum, default_value = "f32")]
+    #[arg(long, value_name = "f32|bf16", default_value = "f32", value_parser = parse::<dpt_tui::model::Precision>)]
     pub precision: dpt_tui::model::Precision,
 
     /// Channels-last convolution weights and activations [default: the model's measured

@@ -14,7 +14,7 @@ use super::sgd::Sgd;
 use crate::model::{Builder, ModelKind, Precision};
 
 /// What to do when the training loss stops being finite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnNan {
     /// Pause with a warning (the dashboard's default).
@@ -23,6 +23,19 @@ pub enum OnNan {
     Stop,
     /// Warn once and go on.
     Ignore,
+}
+
+impl std::str::FromStr for OnNan {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pause" => Ok(OnNan::Pause),
+            "stop" => Ok(OnNan::Stop),
+            "ignore" => Ok(OnNan::Ignore),
+            _ => Err(format!("unknown policy '{s}'; use pause, stop or ignore")),
+        }
+    }
 }
 
 /// What to do when the final save (the weights and checkpoint written when a run ends or

@@ -17,7 +17,7 @@ pub use mnist_net::MnistNet;
 pub use resnet::Resnet18;
 
 /// The models dpt-tui trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     /// d2l's from-scratch LeNet variant (seed 001).
@@ -194,7 +194,7 @@ impl Builder {
 }
 
 /// The number format of the forward and backward passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     /// Everything in f32 (convolutions use TF32 on GPUs that have it, libtorch's default).
@@ -202,6 +202,18 @@ pub enum Precision {
     /// Autocast-style mixed precision: convolutions and matrix products in bfloat16, the loss,
     /// the master weights, the gradients and the update in f32.
     Bf16,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(format!("unknown precision '{s}'; use f32 or bf16")),
+        }
+    }
 }
 
 /// Per-call context of a forward pass.
