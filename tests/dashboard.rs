@@ -239,6 +239,7 @@ fn gpu_panels_show_nvml_figures() {
         name: Some("NVIDIA H100".into()),
         rank: None,
         host: None,
+        note: None,
     };
     app.on_monitor(&MonitorMsg::Samples(vec![sample(0, 97.0), sample(1, 12.0)]));
     let s = screen(&app, 120, 40, false);
@@ -298,6 +299,7 @@ fn a_multi_process_run_shows_every_ranks_devices() {
         name: None,
         rank,
         host: rank.map(|_| "node-b".to_owned()),
+        note: None,
     };
     app.on_monitor(&MonitorMsg::Samples(vec![sample(None, 55.0), sample(Some(1), 77.0)]));
     assert_eq!(app.devices[0].latest.as_ref().and_then(|s| s.util_pct), Some(55.0), "rank 0's own sample");
@@ -308,4 +310,19 @@ fn a_multi_process_run_shows_every_ranks_devices() {
     {
         assert!(s.contains(needle), "missing {needle:?} in\n{s}");
     }
+}
+
+#[test]
+fn a_gpu_without_nvml_figures_says_why_and_never_shows_cpu_figures() {
+    let mut app = App::new(&[DeviceId::Cuda(0)]);
+    app.on_event(&Record::Start(Box::new(info(&["cuda:0"]))));
+    app.on_monitor(&MonitorMsg::NvmlUnavailable { reason: "NVML not available (library not found)".into() });
+    app.on_monitor(&MonitorMsg::Samples(vec![DeviceSample::unavailable(
+        DeviceId::Cuda(0),
+        "NVML not available (library not found)".into(),
+    )]));
+    let s = screen(&app, 120, 40, false);
+    assert!(s.contains("GPU figures unavailable: NVML not available"), "{s}");
+    assert!(!s.contains("rss") && !s.contains("process figures"), "no CPU figures on a GPU panel\n{s}");
+    assert!(app.nvml_note.as_deref().is_some_and(|n| n.ends_with("GPU figures unavailable")));
 }

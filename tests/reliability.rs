@@ -242,6 +242,25 @@ fn a_panicking_worker_is_reported_and_the_checkpoint_stays_valid() {
 }
 
 #[test]
+fn a_coordinator_panic_names_the_replica_and_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.faults = Faults { coordinator_panic: Some((1, 4)), ..Faults::default() };
+    let (outcome, events) = run(cfg);
+    match outcome {
+        Err(e @ EngineError::Coordinator { replica: Some(1), .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("on replica 1 (cpu)") && text.contains("injected fault"), "{text}");
+            assert!(!text.contains("CUDA_LAUNCH_BLOCKING"), "the CUDA hint is for CUDA devices: {text}");
+        }
+        other => panic!("expected the coordinator to fail on replica 1, got {:?}", other.map(|o| o.summary)),
+    }
+    assert!(events.iter().any(
+        |e| matches!(e, Record::Event(Change::Failed { replica: Some(1), device: Some(d), .. }) if d == "cpu")
+    ));
+}
+
+#[test]
 fn a_stuck_replica_is_detected_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());

@@ -283,7 +283,11 @@ impl App {
         match msg {
             MonitorMsg::NvmlUnavailable { reason } => {
                 let gpus = self.devices.iter().any(|d| matches!(d.device, DeviceId::Cuda(_)));
-                let note = format!("{reason}: showing this process's CPU and memory use");
+                let note = if gpus {
+                    format!("{reason}: GPU figures unavailable")
+                } else {
+                    format!("{reason}: showing this process's CPU and memory use")
+                };
                 if gpus {
                     self.note(Level::Warn, note.clone());
                 }

@@ -68,36 +68,81 @@ pub enum DeviceError {
     Unknown(String),
     #[error("{device} does not exist: this machine has {count} CUDA device(s){hint}")]
     Absent { device: String, count: usize, hint: &'static str },
+    #[error("the NVIDIA driver shows {gpus} GPU(s) (driver {driver}) but libtorch finds none: this build's libtorch (torch {torch}) is built for CUDA 13.0, which needs a driver of the R580 family or newer (NVIDIA's CUDA 13.0 release notes list the exact minimum); update the driver, or train on the CPU with --devices cpu:N")]
+    DriverTooOld { gpus: usize, driver: String, torch: &'static str },
 }
 
 /// What the machine offers, as far as device selection cares.
 #[derive(Debug, Clone, Copy)]
 pub struct Machine {
+    /// CUDA devices libtorch can use.
     pub cuda_devices: usize,
     pub cores: usize,
+    /// GPUs the NVIDIA driver shows through NVML (0 without a driver), whatever libtorch makes
+    /// of them: more here than in `cuda_devices` means a driver libtorch cannot use.
+    pub driver_gpus: usize,
 }
 
+/// The CPU replicas `--devices auto` makes at most on a machine without a usable GPU: more
+/// replicas than this only add allreduce work on a many-core host; the cores are shared out as
+/// intra-op threads instead.
+pub const AUTO_CPU_REPLICAS: usize = 8;
+
+/// The torch release this build links (for messages).
+pub const TORCH_VERSION: &str = "2.11.0";
+
 impl Machine {
-    /// Asks libtorch and the OS.
-    pub fn detect() -> Self {
-        Machine {
-            cuda_devices: usize::try_from(tch::Cuda::device_count()).unwrap_or(0),
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    /// Asks the OS, and libtorch only if `spec` may name a GPU (`auto`, `cuda…`): `--devices
+    /// cpu` never initializes CUDA.
+    pub fn detect(spec: &str) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let spec = spec.to_ascii_lowercase();
+        if !(spec.contains("auto") || spec.contains("cuda")) {
+            return Machine { cuda_devices: 0, cores, driver_gpus: 0 };
         }
+        let cuda_devices = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
+        let driver_gpus = if cuda_devices == 0 {
+            crate::monitor::nvml::Gpus::open().map_or(0, |g| g.census().0)
+        } else {
+            cuda_devices
+        };
+        Machine { cuda_devices, cores, driver_gpus }
+    }
+
+    /// The error for a machine whose driver shows GPUs libtorch cannot use, if it is one.
+    fn driver_problem(&self) -> Option<DeviceError> {
+        (self.cuda_devices == 0 && self.driver_gpus > 0).then(|| DeviceError::DriverTooOld {
+            gpus: self.driver_gpus,
+            driver: crate::monitor::nvml::Gpus::open()
+                .ok()
+                .and_then(|g| g.census().1)
+                .unwrap_or_else(|| "unknown".into()),
+            torch: TORCH_VERSION,
+        })
     }
 }
 
 /// Parses and checks a `--devices` value against `machine`. `auto` means every CUDA device, or
-/// one CPU replica per core when there is none; `cpu:N` means N replicas on the CPU; devices may
-/// repeat (`cuda:0,cuda:0` runs two replicas on one GPU).
+/// one CPU replica per core (at most [`AUTO_CPU_REPLICAS`]) when there is none, unless the
+/// driver shows GPUs libtorch cannot use: that is an error, never a silent CPU run. `cpu:N`
+/// means N replicas on the CPU; devices may repeat (`cuda:0,cuda:0` runs two replicas on one
+/// GPU).
 pub fn resolve_devices(spec: &str, machine: Machine) -> Result<Vec<DeviceId>, DeviceError> {
     let spec = spec.trim();
     if spec.eq_ignore_ascii_case("auto") {
+        if let Some(e) = machine.driver_problem() {
+            return Err(e);
+        }
         return Ok(if machine.cuda_devices > 0 {
             (0..machine.cuda_devices).map(DeviceId::Cuda).collect()
         } else {
-            vec![DeviceId::Cpu; machine.cores.max(1)]
+            vec![DeviceId::Cpu; machine.cores.clamp(1, AUTO_CPU_REPLICAS)]
         });
+    }
+    if spec.to_ascii_lowercase().contains("cuda") {
+        if let Some(e) = machine.driver_problem() {
+            return Err(e);
+        }
     }
     let mut out = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -156,6 +201,9 @@ pub fn resolve_devices_for_rank(
     if !spec.trim().eq_ignore_ascii_case("auto") {
         return resolve_devices(spec, machine);
     }
+    if let Some(e) = machine.driver_problem() {
+        return Err(e);
+    }
     Ok(if machine.cuda_devices > 0 {
         vec![DeviceId::Cuda(local_rank % machine.cuda_devices)]
     } else {
@@ -173,8 +221,28 @@ pub fn cpu_threads_per_replica(devices: &[DeviceId], cores: usize) -> usize {
 mod tests {
     use super::*;
 
-    const CPU_ONLY: Machine = Machine { cuda_devices: 0, cores: 2 };
-    const TWO_GPUS: Machine = Machine { cuda_devices: 2, cores: 16 };
+    const CPU_ONLY: Machine = Machine { cuda_devices: 0, cores: 2, driver_gpus: 0 };
+    const TWO_GPUS: Machine = Machine { cuda_devices: 2, cores: 16, driver_gpus: 2 };
+
+    #[test]
+    fn a_driver_libtorch_cannot_use_is_an_error_not_224_cpu_replicas() {
+        let old_driver = Machine { cuda_devices: 0, cores: 224, driver_gpus: 8 };
+        for spec in ["auto", "cuda:0"] {
+            match resolve_devices(spec, old_driver) {
+                Err(DeviceError::DriverTooOld { gpus: 8, .. }) => {}
+                other => panic!("{spec}: {other:?}"),
+            }
+        }
+        let e = resolve_devices("auto", old_driver).unwrap_err().to_string();
+        assert!(e.contains("CUDA 13.0") && e.contains("R580") && e.contains("--devices cpu"), "{e}");
+        assert!(resolve_devices_for_rank("auto", old_driver, 0, 8).is_err());
+        // The CPU is still there for whoever asks for it.
+        assert_eq!(resolve_devices("cpu:2", old_driver).unwrap(), vec![DeviceId::Cpu; 2]);
+        // Without a GPU, auto makes at most AUTO_CPU_REPLICAS replicas.
+        let big = Machine { cuda_devices: 0, cores: 224, driver_gpus: 0 };
+        assert_eq!(resolve_devices("auto", big).unwrap(), vec![DeviceId::Cpu; AUTO_CPU_REPLICAS]);
+        assert_eq!(cpu_threads_per_replica(&resolve_devices("auto", big).unwrap(), 224), 28);
+    }
 
     #[test]
     fn auto_picks_gpus_else_one_cpu_replica_per_core() {
@@ -185,9 +253,9 @@ mod tests {
     #[test]
     fn auto_under_a_launcher_takes_the_local_gpu_or_a_share_of_the_cores() {
         assert_eq!(resolve_devices_for_rank("auto", TWO_GPUS, 1, 2).unwrap(), vec![DeviceId::Cuda(1)]);
-        let one_visible = Machine { cuda_devices: 1, cores: 16 };
+        let one_visible = Machine { cuda_devices: 1, cores: 16, driver_gpus: 1 };
         assert_eq!(resolve_devices_for_rank("auto", one_visible, 3, 4).unwrap(), vec![DeviceId::Cuda(0)]);
-        let cpu8 = Machine { cuda_devices: 0, cores: 8 };
+        let cpu8 = Machine { cuda_devices: 0, cores: 8, driver_gpus: 0 };
         assert_eq!(resolve_devices_for_rank("auto", cpu8, 0, 2).unwrap(), vec![DeviceId::Cpu; 4]);
         assert_eq!(resolve_devices_for_rank("cpu:2", cpu8, 1, 2).unwrap(), vec![DeviceId::Cpu; 2]);
     }

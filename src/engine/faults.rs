@@ -2,7 +2,8 @@
 //! binary reads it from `DPT_INJECT_FAULT`; nothing is injected unless it is set.
 //!
 //! Syntax: comma-separated `worker-panic=R@S` (replica R panics at global step S),
-//! `worker-stall=R@S` (replica R stops answering at step S), `nan-loss=S` (every replica's loss
+//! `worker-stall=R@S` (replica R stops answering at step S), `coordinator-panic=R@S` (the
+//! coordinator panics while updating replica R at step S), `nan-loss=S` (every replica's loss
 //! becomes NaN from step S on), `checkpoint-write` (every checkpoint write fails).
 
 use std::str::FromStr;
@@ -12,6 +13,8 @@ use std::str::FromStr;
 pub struct Faults {
     pub worker_panic: Option<(usize, usize)>,
     pub worker_stall: Option<(usize, usize)>,
+    /// The coordinator panics while updating replica R at step S (as a CUDA fault would).
+    pub coordinator_panic: Option<(usize, usize)>,
     pub nan_loss_from: Option<usize>,
     pub checkpoint_write: bool,
 }
@@ -33,6 +36,7 @@ impl FromStr for Faults {
             match item.split_once('=') {
                 Some(("worker-panic", v)) => f.worker_panic = Some(replica_at(v)?),
                 Some(("worker-stall", v)) => f.worker_stall = Some(replica_at(v)?),
+                Some(("coordinator-panic", v)) => f.coordinator_panic = Some(replica_at(v)?),
                 Some(("nan-loss", v)) => {
                     f.nan_loss_from = Some(v.parse().map_err(|_| format!("bad step '{v}'"))?)
                 }

@@ -57,8 +57,24 @@ pub enum EngineError {
     Spawn(std::io::Error),
     #[error("the coordinator thread panicked: {0}")]
     CoordinatorPanic(String),
+    #[error("{}", coordinator_failure(*.replica, device.as_deref(), message))]
+    Coordinator { replica: Option<usize>, device: Option<String>, message: String },
     #[error(transparent)]
     Dist(#[from] crate::dist::DistError),
+}
+
+fn coordinator_failure(replica: Option<usize>, device: Option<&str>, message: &str) -> String {
+    let place = match (replica, device) {
+        (Some(r), Some(d)) => format!(" on replica {r} ({d})"),
+        (None, Some(d)) => format!(" on {d}"),
+        _ => String::new(),
+    };
+    let hint = if device.is_some_and(|d| d.starts_with("cuda")) {
+        "; a CUDA fault is reported late: rerun with CUDA_LAUNCH_BLOCKING=1 to name the failing kernel"
+    } else {
+        ""
+    };
+    format!("the coordinator failed{place}: {message}{hint}")
 }
 
 /// What a finished run leaves: the summary and replica 0's final tensors (CPU copies).

@@ -173,10 +173,12 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     first.replace("called `Result::unwrap()` on an `Err` value: ", "").trim().to_owned()
 }
 
-/// Whether the current thread is an engine worker, whose panics are caught and reported as
-/// [`FromWorker::Failed`] (so a panic hook may stay silent for them).
+/// Whether the current thread is an engine worker or the coordinator, whose panics are caught
+/// and reported as a failed run naming the replica (so a panic hook may stay silent for them).
 pub fn in_worker_thread() -> bool {
-    std::thread::current().name().is_some_and(|n| n.starts_with(WORKER_THREAD_PREFIX))
+    std::thread::current()
+        .name()
+        .is_some_and(|n| n.starts_with(WORKER_THREAD_PREFIX) || n == "dpt-coordinator")
 }
 
 /// Worker threads are named `dpt-worker-<replica>`.

@@ -2,7 +2,7 @@
 //! NVML (loaded at run time, optional), or this process's CPU and memory use where NVML has
 //! nothing to say (no driver, CPU devices).
 
-mod nvml;
+pub mod nvml;
 mod process;
 
 use std::thread::JoinHandle;
@@ -19,8 +19,11 @@ use crate::engine::DeviceId;
 pub enum SampleSource {
     /// The GPU itself, through NVML.
     Nvml,
-    /// This process as the OS sees it (CPU use in % of one core, resident memory).
+    /// This process as the OS sees it (CPU use in % of one core, resident memory): for CPU
+    /// devices only.
     Process,
+    /// A GPU whose figures NVML cannot give; `note` says why. Never CPU figures in their place.
+    Unavailable,
 }
 
 /// One reading of one device. Every figure is optional: a missing one is shown as absent.
@@ -41,6 +44,28 @@ pub struct DeviceSample {
     /// That rank's host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Why figures are missing, when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl DeviceSample {
+    /// A GPU reading without figures, saying why.
+    pub fn unavailable(device: DeviceId, why: String) -> DeviceSample {
+        DeviceSample {
+            device,
+            source: SampleSource::Unavailable,
+            util_pct: None,
+            mem_used: None,
+            mem_total: None,
+            temp_c: None,
+            power_w: None,
+            name: None,
+            rank: None,
+            host: None,
+            note: Some(why),
+        }
+    }
 }
 
 /// What the monitor thread sends.
@@ -78,12 +103,12 @@ pub fn spawn(
             let cpu = process.sample();
             let samples = unique
                 .iter()
-                .map(|&device| {
-                    let from_gpu = match (&gpu, device) {
-                        (Ok(g), DeviceId::Cuda(i)) => g.sample(i),
-                        _ => None,
-                    };
-                    from_gpu.unwrap_or_else(|| cpu.for_device(device))
+                .map(|&device| match (&gpu, device) {
+                    (Ok(g), DeviceId::Cuda(i)) => {
+                        g.sample(i).unwrap_or_else(|why| DeviceSample::unavailable(device, why))
+                    }
+                    (Err(why), DeviceId::Cuda(_)) => DeviceSample::unavailable(device, why.clone()),
+                    (_, DeviceId::Cpu) => cpu.for_device(device),
                 })
                 .collect();
             if out.send(MonitorMsg::Samples(samples)).is_err() {
@@ -96,4 +121,28 @@ pub fn spawn(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_nvml_cannot_read_gets_an_unavailable_sample_not_cpu_figures() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        // No machine has GPU 999: with NVML or without, its figures are unavailable.
+        let handle = spawn(&[DeviceId::Cuda(999), DeviceId::Cpu], Duration::from_millis(100), tx, stop).unwrap();
+        let samples = rx
+            .iter()
+            .find_map(|m| if let MonitorMsg::Samples(s) = m { Some(s) } else { None })
+            .expect("a reading");
+        drop(stop_tx);
+        handle.join().unwrap();
+        let gpu = samples.iter().find(|s| s.device == DeviceId::Cuda(999)).unwrap();
+        assert_eq!(gpu.source, SampleSource::Unavailable);
+        assert!(gpu.util_pct.is_none() && gpu.mem_used.is_none() && gpu.note.is_some());
+        let cpu = samples.iter().find(|s| s.device == DeviceId::Cpu).unwrap();
+        assert_eq!(cpu.source, SampleSource::Process);
+    }
 }

@@ -11,24 +11,25 @@ pub struct Gpus {
 }
 
 impl Gpus {
-    /// Loads `libnvidia-ml.so`, then `libnvidia-ml.so.1` (drivers often ship only the latter).
+    /// Loads NVML (nvml-wrapper opens `libnvidia-ml.so.1`, the name every driver ships).
     pub fn open() -> Result<Gpus, String> {
-        match Nvml::init() {
-            Ok(nvml) => Ok(Gpus { nvml }),
-            Err(first) => Nvml::builder()
-                .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
-                .init()
-                .map(|nvml| Gpus { nvml })
-                .map_err(|_| format!("NVML not available ({first})")),
-        }
+        Nvml::init().map(|nvml| Gpus { nvml }).map_err(|e| format!("NVML not available ({e})"))
+    }
+
+    /// How many GPUs the driver shows, and its version: what the machine has, whatever
+    /// libtorch makes of it.
+    pub fn census(&self) -> (usize, Option<String>) {
+        let count = self.nvml.device_count().map_or(0, |n| n as usize);
+        (count, self.nvml.sys_driver_version().ok())
     }
 
     /// A reading of GPU `index` (NVML's numbering, which matches CUDA's when
-    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`), or `None` if NVML cannot open it.
-    pub fn sample(&self, index: usize) -> Option<DeviceSample> {
-        let dev = self.nvml.device_by_index(u32::try_from(index).ok()?).ok()?;
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`), or why NVML cannot give one.
+    pub fn sample(&self, index: usize) -> Result<DeviceSample, String> {
+        let i = u32::try_from(index).map_err(|_| format!("no GPU {index}"))?;
+        let dev = self.nvml.device_by_index(i).map_err(|e| format!("NVML cannot open GPU {index}: {e}"))?;
         let mem = dev.memory_info().ok();
-        Some(DeviceSample {
+        Ok(DeviceSample {
             device: DeviceId::Cuda(index),
             source: SampleSource::Nvml,
             util_pct: dev.utilization_rates().ok().map(|u| f64::from(u.gpu)),
@@ -39,6 +40,7 @@ impl Gpus {
             name: dev.name().ok(),
             rank: None,
             host: None,
+            note: None,
         })
     }
 }

@@ -66,6 +66,7 @@ impl ProcessReading {
             name: None,
             rank: None,
             host: None,
+            note: None,
         }
     }
 }

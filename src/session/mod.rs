@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         }
         None => {}
     }
-    let machine = Machine::detect();
+    let machine = Machine::detect(&args.devices);
     // One process of several (torchrun, srun, by hand): every rank trains in the foreground;
     // rank 0 serves its socket, so `dpt-tui attach` opens the dashboard on the whole run.
     if let Some(launch) = dist::launch(&args)? {

@@ -100,6 +100,7 @@ pub fn running_app() -> App {
         name: None,
         rank: None,
         host: None,
+        note: None,
     }]));
     app.tick(83.0);
     app

@@ -11,6 +11,7 @@ use super::{gib, Look};
 use crate::dashboard::app::App;
 use crate::dashboard::devices::DeviceState;
 use crate::engine::DeviceId;
+use crate::monitor::SampleSource;
 
 const ASCII_BARS: bar::Set = bar::Set {
     full: "#",
@@ -70,6 +71,20 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
         header.push(Span::styled(format!(" allreduce {:.0}%", share * 100.0), t.fg(t.dim)));
     }
     let header = Line::from(header);
+    if let Some(why) = s.filter(|s| s.source == SampleSource::Unavailable).and_then(|s| s.note.clone()) {
+        // A GPU's figures or the reason they are missing; never the process's in their place.
+        let mut lines = vec![
+            header,
+            Line::from(Span::styled(format!("GPU figures unavailable: {why}"), t.fg(t.warning))),
+        ];
+        if !d.replica_step.is_empty() {
+            let steps: Vec<String> =
+                d.replica_step.iter().map(|(r, s)| format!("r{r} {:.1} ms", s * 1e3)).collect();
+            lines.push(Line::from(Span::styled(steps.join(" "), t.fg(t.text))));
+        }
+        frame.render_widget(Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: true }), area);
+        return;
+    }
     let bar_width = (area.width as usize).saturating_sub(20).max(4);
     let util_label = if fallback { "cpu " } else { "util" };
     let util = s.and_then(|s| s.util_pct);

@@ -95,6 +95,8 @@ pub struct Coordinator {
     done: Done,
     /// Where weights and checkpoints go (the run directory, unless a save moved it).
     save_dir: Option<std::path::PathBuf>,
+    /// The replica whose tensors this thread is touching now, to name it if that fails.
+    touching: Option<usize>,
 }
 
 impl Coordinator {
@@ -117,6 +119,7 @@ impl Coordinator {
             epoch: Window::new(total),
             done: Done::default(),
             save_dir: p.cfg.run_dir.clone(),
+            touching: None,
             p,
         }
     }
@@ -125,12 +128,18 @@ impl Coordinator {
         &self.p.cfg
     }
 
-    /// Runs the whole training, then shuts the workers down whatever happened.
+    /// Runs the whole training, then shuts the workers down whatever happened. A panic here
+    /// (a libtorch error, often a CUDA fault that a worker's kernel caused and the coordinator's
+    /// next operation on that device reports) is caught and names the device.
     pub fn run(mut self) -> Result<Outcome, EngineError> {
-        let result = self.wait_ready().and_then(|()| self.train());
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.wait_ready().and_then(|()| self.train())
+        }));
+        let result = caught.unwrap_or_else(|panic| Err(self.panic_error(panic.as_ref())));
         if let Err(e) = &result {
             let (replica, device) = match e {
                 EngineError::Worker { replica, device, .. } => (Some(*replica), Some(device.clone())),
+                EngineError::Coordinator { replica, device, .. } => (*replica, device.clone()),
                 EngineError::Stalled { replicas, .. } => {
                     (replicas.first().copied(), replicas.first().map(|&r| self.cfg().devices[r].to_string()))
                 }
@@ -140,6 +149,22 @@ impl Coordinator {
         }
         self.shutdown();
         result
+    }
+
+    /// The failure a panic of this thread stands for, with the replica it was working on (or,
+    /// failing that, the first CUDA device that reports an error).
+    fn panic_error(&self, panic: &(dyn std::any::Any + Send)) -> EngineError {
+        let message = super::worker::panic_message(panic);
+        let replica = self.touching.or_else(|| {
+            self.cfg().devices.iter().position(|d| match d {
+                crate::engine::DeviceId::Cuda(i) => {
+                    std::panic::catch_unwind(|| tch::Cuda::synchronize(*i as i64)).is_err()
+                }
+                crate::engine::DeviceId::Cpu => false,
+            })
+        });
+        let device = replica.and_then(|r| self.cfg().devices.get(r)).map(ToString::to_string);
+        EngineError::Coordinator { replica, device, message }
     }
 
     fn emit(&mut self, record: impl Into<Record>) {

@@ -134,11 +134,21 @@ impl Coordinator {
         let allreduce = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let sgd = Sgd { lr: self.lr, ..self.cfg().sgd };
-        for (((param, momentum), scalars), &holder) in
-            self.params.iter_mut().zip(&mut self.momentum).zip(&mut self.scalars).zip(&holders)
-        {
-            sgd.step(param, &self.grads[holder], momentum, len, scalars);
+        let inject = self.cfg().faults.coordinator_panic;
+        for (i, &holder) in holders.iter().enumerate() {
+            self.touching = Some(i);
+            if inject == Some((i, global_step)) {
+                panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
+            }
+            sgd.step(
+                &mut self.params[i],
+                &self.grads[holder],
+                &mut self.momentum[i],
+                len,
+                &mut self.scalars[i],
+            );
         }
+        self.touching = None;
         if let Some((first, rest)) = self.buffers.split_first_mut() {
             if let Some(w) = &self.p.world {
                 if first.numel() > 0 {
