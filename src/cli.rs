@@ -47,6 +47,9 @@ pub enum Command {
         #[arg(long)]
         prune: bool,
     },
+    /// Check this machine: driver, NVML, libtorch, every CUDA device, NCCL, then a training
+    /// step of each model on each device and the collectives (exit 0 when all is well).
+    Doctor,
     /// Open the dashboard on a recorded run's metrics.jsonl, or draw its curves as a picture.
     Show {
         /// The run directory.

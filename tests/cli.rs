@@ -161,3 +161,23 @@ fn an_occupied_run_directory_is_never_overwritten() {
     );
     assert_eq!(std::fs::read_to_string(tmp.path().join("metrics.jsonl")).unwrap(), "{\"kind\":\"start\"}\n");
 }
+
+#[test]
+fn doctor_checks_this_machine() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("doctor").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for needle in [
+        "libtorch",
+        "NCCL",
+        "ok    a training step of lenet on cpu",
+        "ok    a training step of resnet18 on cpu",
+        "ok    c10d Gloo allreduce, 2 local ranks",
+        "all is well",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in\n{stdout}");
+    }
+    if tch::Cuda::device_count() == 0 {
+        assert!(stdout.contains("no GPU here: the CPU path is checked"), "{stdout}");
+    }
+}

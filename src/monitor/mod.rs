@@ -132,7 +132,8 @@ mod tests {
         let (tx, rx) = crossbeam_channel::unbounded();
         let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
         // No machine has GPU 999: with NVML or without, its figures are unavailable.
-        let handle = spawn(&[DeviceId::Cuda(999), DeviceId::Cpu], Duration::from_millis(100), tx, stop).unwrap();
+        let handle =
+            spawn(&[DeviceId::Cuda(999), DeviceId::Cpu], Duration::from_millis(100), tx, stop).unwrap();
         let samples = rx
             .iter()
             .find_map(|m| if let MonitorMsg::Samples(s) = m { Some(s) } else { None })

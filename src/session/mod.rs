@@ -5,6 +5,7 @@
 mod attach;
 mod configure;
 mod dist;
+mod doctor;
 mod front;
 mod job;
 mod ls;
@@ -39,6 +40,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         Some(Command::Show { run, png, svg }) => {
             return show::run(&run, png.as_deref(), svg.as_deref(), &args)
         }
+        Some(Command::Doctor) => return Ok(doctor::run()),
         None => {}
     }
     let machine = Machine::detect(&args.devices);

@@ -1,0 +1,183 @@
+//! `dpt-tui doctor`: one command to check a machine. It says what the machine has (driver,
+//! NVML, libtorch, every CUDA device, NCCL) and then checks, for real and in a few seconds,
+//! that each model trains a step on each device and that the collectives work: c10d's Gloo
+//! between two local ranks, and on GPUs NCCL between the local GPUs. Each problem gets a line
+//! with its fix; the exit status is 0 only when all is well.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dpt_tui::data::{Dataset, Split};
+use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
+use dpt_tui::engine::device::{Machine, AUTO_CPU_REPLICAS, TORCH_VERSION};
+use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
+use dpt_tui::model::ModelKind;
+use dpt_tui::monitor::nvml::Gpus;
+
+/// One line of the report: what was checked, how it went, and the fix when it did not.
+struct Check {
+    what: String,
+    result: Result<String, String>,
+    fix: &'static str,
+}
+
+fn print_fact(name: &str, value: &str) {
+    println!("  {name:<24} {value}");
+}
+
+/// A tiny random data set of `n` 28×28 images, enough for one step.
+fn synthetic(n: usize) -> Arc<Dataset> {
+    let split = |n: usize, salt: usize| Split {
+        images: (0..n * 784).map(|i| ((i * 31 + salt) % 251) as u8).collect(),
+        labels: (0..n).map(|i| (i % 10) as u8).collect(),
+        rows: 28,
+        cols: 28,
+    };
+    Arc::new(Dataset { train: split(n, 0), test: split(n / 2, 7) })
+}
+
+/// One training step of `model` on `device`, through the engine as a run would take it.
+fn train_step(model: ModelKind, device: DeviceId) -> Result<String, String> {
+    let mut cfg = TrainConfig::new(model, vec![device]);
+    (cfg.epochs, cfg.batch_size, cfg.max_steps, cfg.log_every) = (1, 16, Some(1), 1);
+    cfg.step_timeout = Duration::from_secs(120);
+    let t0 = Instant::now();
+    let engine = Engine::start(cfg, synthetic(32)).map_err(|e| e.to_string())?;
+    for _ in engine.events().iter() {}
+    let outcome = engine.join().map_err(|e| dpt_tui::error_chain(&e))?;
+    Ok(format!("{} step(s) in {:.2} s", outcome.summary.global_steps, t0.elapsed().as_secs_f64()))
+}
+
+/// A Gloo allreduce of 1 M floats between two local ranks (threads, over loopback TCP).
+fn gloo_pair() -> Result<String, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let timeout = Duration::from_secs(30);
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || -> Result<f64, String> {
+                let store = Store::tcp("127.0.0.1", port, 2, rank == 0, timeout).map_err(|e| e.0)?;
+                let group = Group::new(Backend::Gloo, &store, rank, 2, timeout).map_err(|e| e.0)?;
+                let mut t = [tch::Tensor::ones([1 << 20], (tch::Kind::Float, tch::Device::Cpu))];
+                let t0 = Instant::now();
+                group.allreduce(&mut t, ReduceOp::Sum).map_err(|e| e.0)?.wait(timeout).map_err(|e| e.0)?;
+                let sum = t[0].double_value(&[0]);
+                if sum != 2.0 {
+                    return Err(format!("1 + 1 came back as {sum}"));
+                }
+                Ok(t0.elapsed().as_secs_f64())
+            })
+        })
+        .collect();
+    let mut slowest = 0.0f64;
+    for r in ranks {
+        slowest = slowest.max(r.join().map_err(|_| "a rank panicked".to_owned())??);
+    }
+    Ok(format!("4 MB summed in {:.1} ms", slowest * 1e3))
+}
+
+/// NCCL across the local GPUs: 256 MB per GPU, with its bus bandwidth.
+fn nccl_local(gpus: usize) -> Result<String, String> {
+    let numel: i64 = 64 << 20;
+    let mut ts: Vec<tch::Tensor> =
+        (0..gpus).map(|i| tch::Tensor::ones([numel], (tch::Kind::Float, tch::Device::Cuda(i)))).collect();
+    nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
+    (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
+    let t0 = Instant::now();
+    nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
+    (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
+    let secs = t0.elapsed().as_secs_f64();
+    let bytes = numel as f64 * 4.0;
+    let busbw = 2.0 * (gpus as f64 - 1.0) / gpus as f64 * bytes / secs / 1e9;
+    Ok(format!("256 MB per GPU in {:.1} ms, bus bandwidth {busbw:.0} GB/s (measured now)", secs * 1e3))
+}
+
+pub fn run() -> u8 {
+    let machine = Machine::detect("auto");
+    println!("dpt-tui {} doctor", env!("CARGO_PKG_VERSION"));
+    println!("machine");
+    print_fact("host", &dpt_tui::dist::world::hostname());
+    print_fact("CPU cores", &machine.cores.to_string());
+    print_fact("libtorch", &format!("torch {TORCH_VERSION} (CUDA 13.0 build)"));
+    let nvml = Gpus::open();
+    match &nvml {
+        Ok(g) => {
+            let (count, driver) = g.census();
+            print_fact("NVIDIA driver", &driver.unwrap_or_else(|| "unknown".into()));
+            print_fact("GPUs (NVML)", &count.to_string());
+        }
+        Err(why) => print_fact("NVIDIA driver", &format!("none ({why})")),
+    }
+    print_fact("CUDA devices (libtorch)", &machine.cuda_devices.to_string());
+    print_fact("cuDNN", if tch::Cuda::cudnn_is_available() { "available" } else { "not available" });
+    // A CPU tensor is refused by a shim that has NCCL, and by name by one built without it.
+    let probe = nccl_local_allreduce(&mut [tch::Tensor::zeros([1], (tch::Kind::Float, tch::Device::Cpu))]);
+    let nccl = match probe {
+        Err(e) if e.0.contains("built without NCCL") => {
+            "not in this build (CUDA headers were missing at build time)"
+        }
+        _ => "compiled in (libtorch_cuda, the wheel's libnccl)",
+    };
+    print_fact("NCCL", nccl);
+    for i in 0..machine.cuda_devices {
+        let name = nvml.as_ref().ok().and_then(|g| g.sample(i).ok()).and_then(|s| s.name);
+        print_fact(&format!("cuda:{i}"), &name.unwrap_or_else(|| "(NVML has no figures for it)".into()));
+    }
+    let mut checks = Vec::new();
+    if machine.cuda_devices == 0 && machine.driver_gpus > 0 {
+        checks.push(Check {
+            what: "GPUs usable by libtorch".into(),
+            result: Err(format!("the driver shows {} GPU(s), libtorch none", machine.driver_gpus)),
+            fix: "update the NVIDIA driver to the R580 family or newer (CUDA 13.0), or train with --devices cpu:N",
+        });
+    }
+    let mut devices = vec![DeviceId::Cpu];
+    devices.extend((0..machine.cuda_devices).map(DeviceId::Cuda));
+    for device in &devices {
+        for model in [ModelKind::Lenet, ModelKind::Resnet18, ModelKind::MnistNet] {
+            checks.push(Check {
+                what: format!("a training step of {model} on {device}"),
+                result: train_step(model, *device),
+                fix: "run 'bash .ci/setup' again; if it persists, report this output",
+            });
+        }
+    }
+    checks.push(Check {
+        what: "c10d Gloo allreduce, 2 local ranks".into(),
+        result: gloo_pair(),
+        fix: "check that loopback TCP works and GLOO_SOCKET_IFNAME (if set) names an interface",
+    });
+    if machine.cuda_devices >= 2 {
+        checks.push(Check {
+            what: format!("NCCL allreduce over {} local GPUs", machine.cuda_devices),
+            result: nccl_local(machine.cuda_devices),
+            fix: "check the GPUs' peer access (nvidia-smi topo -m) and NCCL_DEBUG=INFO output",
+        });
+    }
+    println!("checks");
+    let mut problems = 0;
+    for c in &checks {
+        match &c.result {
+            Ok(detail) => println!("  ok    {:<42} {detail}", c.what),
+            Err(e) => {
+                problems += 1;
+                println!("  FAIL  {:<42} {e}", c.what);
+                println!("        fix: {}", c.fix);
+            }
+        }
+    }
+    if machine.cuda_devices == 0 {
+        println!(
+            "no GPU here: the CPU path is checked (--devices auto takes up to {AUTO_CPU_REPLICAS} CPU replicas; NCCL checks need GPUs)"
+        );
+    }
+    if problems == 0 {
+        println!("all is well");
+        0
+    } else {
+        println!("{problems} problem(s)");
+        1
+    }
+}
