@@ -53,7 +53,11 @@ impl Job {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains(&format!("attach with: dpt-tui attach {}", run.display())), "{stdout}");
-        let pid = server_info(&run).expect("server.json").pid;
+        // The front says which process trains (a short job may be over, its server.json gone).
+        let pid = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("training in the background (pid ")?.split(')').next()?.parse().ok())
+            .expect("the job's pid");
         Job { run, pid, _tmp: tmp }
     }
 

@@ -332,6 +332,13 @@ impl Drop for Work<'_> {
     }
 }
 
+/// Whether this build has NCCL: a CPU tensor is refused by a shim that has it, and by name by
+/// one built without it.
+pub fn nccl_compiled() -> bool {
+    let mut probe = [Tensor::zeros([1], (tch::Kind::Float, tch::Device::Cpu))];
+    !nccl_local_allreduce(&mut probe).is_err_and(|e| e.0.contains("built without NCCL"))
+}
+
 /// Sums `tensors`, one per distinct GPU of this process, in place with one NCCL call (what
 /// `nn.DataParallel` uses). CPU tensors are refused with an error.
 pub fn nccl_local_allreduce(tensors: &mut [Tensor]) -> Result<(), C10dError> {

@@ -60,3 +60,74 @@ mod tests {
         assert_eq!(Vec::<f32>::try_from(&data[0]).unwrap(), vec![3.0, 3.0]);
     }
 }
+
+/// How this process sums its replicas' gradients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalReduce {
+    /// Through replica 0's device by tensor copies (CPU replicas, one GPU, or no NCCL).
+    Copies,
+    /// One NCCL call over one tensor per distinct GPU, as `nn.DataParallel` does; replicas
+    /// sharing a GPU are summed on it first. `groups` lists the replicas of each GPU, the first
+    /// of each holding the GPU's sum.
+    Nccl { groups: Vec<Vec<usize>> },
+}
+
+impl LocalReduce {
+    /// The path for replicas on `devices`: NCCL when they span two GPUs or more and nothing
+    /// else, and the build has NCCL; tensor copies otherwise.
+    pub fn plan(devices: &[crate::engine::DeviceId], nccl: bool) -> LocalReduce {
+        use crate::engine::DeviceId;
+        if !nccl || !devices.iter().all(|d| matches!(d, DeviceId::Cuda(_))) {
+            return LocalReduce::Copies;
+        }
+        let mut groups: Vec<(DeviceId, Vec<usize>)> = Vec::new();
+        for (replica, d) in devices.iter().enumerate() {
+            match groups.iter_mut().find(|(g, _)| g == d) {
+                Some((_, members)) => members.push(replica),
+                None => groups.push((*d, vec![replica])),
+            }
+        }
+        if groups.len() < 2 {
+            return LocalReduce::Copies;
+        }
+        LocalReduce::Nccl { groups: groups.into_iter().map(|(_, m)| m).collect() }
+    }
+
+    /// For the screen and the record: which path runs.
+    pub fn describe(&self, devices: &[crate::engine::DeviceId]) -> String {
+        match self {
+            LocalReduce::Nccl { groups } => format!("nccl over {} GPUs", groups.len()),
+            LocalReduce::Copies if devices.len() < 2 => "none (one replica)".to_owned(),
+            LocalReduce::Copies => {
+                format!("copies through {}", devices.first().map_or("-".into(), ToString::to_string))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::LocalReduce;
+    use crate::engine::DeviceId::{Cpu, Cuda};
+
+    #[test]
+    fn nccl_only_across_two_gpus_or_more() {
+        let nccl =
+            |groups: &[&[usize]]| LocalReduce::Nccl { groups: groups.iter().map(|g| g.to_vec()).collect() };
+        assert_eq!(LocalReduce::plan(&[Cuda(0), Cuda(1)], true), nccl(&[&[0], &[1]]));
+        assert_eq!(LocalReduce::plan(&[Cuda(1), Cuda(1), Cuda(0)], true), nccl(&[&[0, 1], &[2]]));
+        assert_eq!(
+            LocalReduce::plan(&[Cuda(0), Cuda(0)], true),
+            LocalReduce::Copies,
+            "one GPU sums in place"
+        );
+        assert_eq!(LocalReduce::plan(&[Cpu, Cpu], true), LocalReduce::Copies);
+        assert_eq!(LocalReduce::plan(&[Cuda(0), Cpu], true), LocalReduce::Copies, "NCCL takes GPUs only");
+        assert_eq!(LocalReduce::plan(&[Cuda(0), Cuda(1)], false), LocalReduce::Copies, "the fallback");
+        assert_eq!(
+            LocalReduce::plan(&[Cuda(0), Cuda(1)], true).describe(&[Cuda(0), Cuda(1)]),
+            "nccl over 2 GPUs"
+        );
+        assert_eq!(LocalReduce::Copies.describe(&[Cpu, Cpu]), "copies through cpu");
+    }
+}

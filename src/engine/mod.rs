@@ -61,6 +61,8 @@ pub enum EngineError {
     Coordinator { replica: Option<usize>, device: Option<String>, message: String },
     #[error(transparent)]
     Dist(#[from] crate::dist::DistError),
+    #[error("the NCCL allreduce between this process's GPUs failed: {0}; rerun with NCCL_DEBUG=INFO, or run 'dpt-tui doctor'")]
+    Nccl(String),
 }
 
 fn coordinator_failure(replica: Option<usize>, device: Option<&str>, message: &str) -> String {

@@ -29,6 +29,10 @@ pub struct RunInfo {
     /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
     #[serde(default)]
     pub started_unix: Option<f64>,
+    /// How this process sums its replicas' gradients (`nccl over 2 GPUs`, `copies through
+    /// cpu`), and across processes (`+ gloo across 2 ranks`).
+    #[serde(default)]
+    pub allreduce: String,
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,

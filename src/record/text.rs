@@ -160,7 +160,7 @@ fn start_line(info: &RunInfo) -> String {
         info.weight_decay,
         info.train_samples,
         info.test_samples
-    )
+    ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
 }
 
 #[cfg(test)]

@@ -112,13 +112,10 @@ pub fn run() -> u8 {
     }
     print_fact("CUDA devices (libtorch)", &machine.cuda_devices.to_string());
     print_fact("cuDNN", if tch::Cuda::cudnn_is_available() { "available" } else { "not available" });
-    // A CPU tensor is refused by a shim that has NCCL, and by name by one built without it.
-    let probe = nccl_local_allreduce(&mut [tch::Tensor::zeros([1], (tch::Kind::Float, tch::Device::Cpu))]);
-    let nccl = match probe {
-        Err(e) if e.0.contains("built without NCCL") => {
-            "not in this build (CUDA headers were missing at build time)"
-        }
-        _ => "compiled in (libtorch_cuda, the wheel's libnccl)",
+    let nccl = if dpt_tui::dist::c10d::nccl_compiled() {
+        "compiled in (libtorch_cuda, the wheel's libnccl)"
+    } else {
+        "not in this build (CUDA headers were missing at build time)"
     };
     print_fact("NCCL", nccl);
     for i in 0..machine.cuda_devices {

@@ -36,6 +36,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         cpu_threads_per_replica: 1,
         resumed_at: None,
         started_unix: None,
+        allreduce: "copies through cpu".into(),
         world: None,
     }
 }

@@ -77,6 +77,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
         item("lr", app.lr.map_or_else(dash, |v| format!("{v}")), t.fg(t.lr).add_modifier(Modifier::BOLD)),
         item("momentum", format!("{}", info.momentum), text),
         item("batch", format!("{}", info.batch_size), text),
+        item("allreduce", if info.allreduce.is_empty() { dash() } else { info.allreduce.clone() }, text),
         item(
             "samples/s",
             app.last_step.as_ref().map_or_else(dash, |s| format!("{:.0}", s.samples_per_sec)),

@@ -97,6 +97,8 @@ pub struct Coordinator {
     save_dir: Option<std::path::PathBuf>,
     /// The replica whose tensors this thread is touching now, to name it if that fails.
     touching: Option<usize>,
+    /// How this process sums its replicas' gradients.
+    reduce: super::allreduce::LocalReduce,
 }
 
 impl Coordinator {
@@ -120,6 +122,7 @@ impl Coordinator {
             done: Done::default(),
             save_dir: p.cfg.run_dir.clone(),
             touching: None,
+            reduce: super::allreduce::LocalReduce::plan(&p.cfg.devices, crate::dist::c10d::nccl_compiled()),
             p,
         }
     }
@@ -192,6 +195,13 @@ impl Coordinator {
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()
                 .map(|d| d.as_secs_f64()),
+            allreduce: {
+                let local = self.reduce.describe(&cfg.devices);
+                match &self.p.world {
+                    Some(w) => format!("{local} + {:?} across {} ranks", w.backend, w.size).to_lowercase(),
+                    None => local,
+                }
+            },
             world: self.p.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,
                 backend: format!("{:?}", w.backend).to_lowercase(),

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 use tch::Tensor;
 
-use super::super::allreduce::{hand_out, sum_into_first};
+use super::super::allreduce::{hand_out, sum_into_first, LocalReduce};
 use super::super::sgd::{Sgd, StepScalars};
 use super::super::shard::shards;
 use super::super::tally::{Tally, Window};
 use super::super::worker::{FromWorker, ReplicaHandles, ToWorker};
 use super::super::EngineError;
 use super::{mix_seed, Coordinator, JOIN_GRACE, SLOW_WORK_FACTOR};
+use crate::dist::c10d::nccl_local_allreduce;
 use crate::dist::c10d::ReduceOp;
 use crate::dist::World;
 use crate::record::Record;
@@ -126,11 +127,16 @@ impl Coordinator {
             }
         }
         let t = Instant::now();
-        sum_into_first(&mut self.grads);
-        if let Some(w) = &self.p.world {
-            w.allreduce_flat(&self.grads[0])?;
-        }
-        let holders = hand_out(&mut self.grads);
+        let holders = match self.reduce.clone() {
+            LocalReduce::Copies => {
+                sum_into_first(&mut self.grads);
+                if let Some(w) = &self.p.world {
+                    w.allreduce_flat(&self.grads[0])?;
+                }
+                hand_out(&mut self.grads)
+            }
+            LocalReduce::Nccl { groups } => self.nccl_reduce(&groups)?,
+        };
         let allreduce = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let sgd = Sgd { lr: self.lr, ..self.cfg().sgd };
@@ -171,6 +177,36 @@ impl Coordinator {
             self.check_replicas()?;
         }
         Ok(())
+    }
+
+    /// Sums the gradients of replicas sharing a GPU on it, then over the GPUs with one NCCL
+    /// call (then over the processes, from the first GPU, handed back to the others); returns
+    /// which buffer each replica reads.
+    fn nccl_reduce(&mut self, groups: &[Vec<usize>]) -> Result<Vec<usize>, EngineError> {
+        let _guard = tch::no_grad_guard();
+        for g in groups {
+            for &m in &g[1..] {
+                let other = self.grads[m].shallow_clone();
+                let _ = self.grads[g[0]].g_add_(&other);
+            }
+        }
+        let mut firsts: Vec<Tensor> = groups.iter().map(|g| self.grads[g[0]].shallow_clone()).collect();
+        nccl_local_allreduce(&mut firsts).map_err(|e| EngineError::Nccl(e.0))?;
+        if let Some(w) = &self.p.world {
+            w.allreduce_flat(&firsts[0])?;
+            if let Some((first, rest)) = firsts.split_first_mut() {
+                for f in rest {
+                    f.copy_(first);
+                }
+            }
+        }
+        let mut holders = vec![0; self.grads.len()];
+        for g in groups {
+            for &m in g {
+                holders[m] = g[0];
+            }
+        }
+        Ok(holders)
     }
 
     fn check_replicas(&self) -> Result<(), EngineError> {
