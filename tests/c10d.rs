@@ -76,3 +76,25 @@ fn nccl_without_a_gpu_fails_cleanly() {
         assert!(Group::new(Backend::Nccl, &store, 0, 1, T).is_err(), "no NCCL group without a GPU");
     }
 }
+
+#[test]
+fn cuda_identities_are_written_as_nvml_writes_them() {
+    let id = dpt_tui::dist::c10d::CudaIdentity {
+        major: 9,
+        minor: 0,
+        pci_domain: 0,
+        pci_bus: 0x3b,
+        pci_device: 0,
+        uuid: [
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+        ],
+    };
+    assert_eq!(id.nvml_uuid(), "GPU-12345678-9abc-def0-0123-456789abcdef");
+    assert_eq!(id.nvml_pci_bus_id(), "00000000:3B:00.0");
+    if tch::Cuda::device_count() == 0 {
+        assert!(
+            dpt_tui::dist::c10d::cuda_identity(0).is_err(),
+            "no CUDA device 0 here: an error, not a crash"
+        );
+    }
+}

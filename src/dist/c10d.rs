@@ -94,6 +94,17 @@ extern "C" {
     fn dpt_work_wait(w: *mut RawWork, timeout_ms: i64, err: *mut *mut c_char) -> i32;
     fn dpt_work_free(w: *mut RawWork);
     fn dpt_nccl_local_allreduce(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
+    #[allow(clippy::too_many_arguments)]
+    fn dpt_cuda_identity(
+        device: i32,
+        major: *mut i32,
+        minor: *mut i32,
+        pci_domain: *mut i32,
+        pci_bus: *mut i32,
+        pci_device: *mut i32,
+        uuid: *mut u8,
+        err: *mut *mut c_char,
+    ) -> i32;
 }
 
 /// A failure inside c10d (a C++ exception, its message kept), or bad input to this module.
@@ -330,6 +341,59 @@ impl Drop for Work<'_> {
         // SAFETY: we own the handle.
         unsafe { dpt_work_free(self.0.as_ptr()) }
     }
+}
+
+/// What identifies a CUDA device to NVML, and its compute capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaIdentity {
+    pub major: i32,
+    pub minor: i32,
+    pub pci_domain: i32,
+    pub pci_bus: i32,
+    pub pci_device: i32,
+    pub uuid: [u8; 16],
+}
+
+impl CudaIdentity {
+    /// The UUID as NVML writes it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub fn nvml_uuid(&self) -> String {
+        let h: Vec<String> = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "GPU-{}-{}-{}-{}-{}",
+            h[0..4].concat(),
+            h[4..6].concat(),
+            h[6..8].concat(),
+            h[8..10].concat(),
+            h[10..16].concat()
+        )
+    }
+
+    /// The PCI bus id as NVML writes it: `00000000:3B:00.0`.
+    pub fn nvml_pci_bus_id(&self) -> String {
+        format!("{:08X}:{:02X}:{:02X}.0", self.pci_domain, self.pci_bus, self.pci_device)
+    }
+}
+
+/// The identity of CUDA device `index` (this process's numbering, after
+/// `CUDA_VISIBLE_DEVICES`), through libtorch's cached device properties.
+pub fn cuda_identity(index: usize) -> Result<CudaIdentity, C10dError> {
+    let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+    let (mut major, mut minor, mut dom, mut bus, mut dev) = (0, 0, 0, 0, 0);
+    let mut uuid = [0u8; 16];
+    // SAFETY: every out-pointer is valid for one write; `uuid` holds 16 bytes.
+    call(|err| unsafe {
+        dpt_cuda_identity(
+            device,
+            &mut major,
+            &mut minor,
+            &mut dom,
+            &mut bus,
+            &mut dev,
+            uuid.as_mut_ptr(),
+            err,
+        )
+    })?;
+    Ok(CudaIdentity { major, minor, pci_domain: dom, pci_bus: bus, pci_device: dev, uuid })
 }
 
 /// Whether this build has NCCL: a CPU tensor is refused by a shim that has it, and by name by

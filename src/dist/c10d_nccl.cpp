@@ -3,6 +3,7 @@
 // machine, CPU-only ones included; without a GPU the calls fail cleanly. See c10d_shim.h.
 #include "c10d_shim.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <torch/csrc/cuda/nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
@@ -28,6 +29,21 @@ int dpt_nccl_local_allreduce(at::Tensor** tensors, size_t n, char** err) {
       v.push_back(*tensors[i]);
     }
     torch::cuda::nccl::all_reduce(v, v);
+    return 0;
+  })
+}
+
+// What identifies CUDA device `device` to NVML and what it can do: compute capability, PCI
+// domain, bus and device, and the 16-byte UUID.
+int dpt_cuda_identity(int device, int* major, int* minor, int* pci_domain, int* pci_bus, int* pci_device, uint8_t* uuid, char** err) {
+  DPT_GUARD(err, -1, {
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+    *major = p->major;
+    *minor = p->minor;
+    *pci_domain = p->pciDomainID;
+    *pci_bus = p->pciBusID;
+    *pci_device = p->pciDeviceID;
+    std::memcpy(uuid, p->uuid.bytes, 16);
     return 0;
   })
 }

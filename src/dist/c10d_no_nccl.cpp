@@ -14,4 +14,9 @@ int dpt_nccl_local_allreduce(at::Tensor**, size_t, char** err) {
   return -1;
 }
 
+int dpt_cuda_identity(int, int*, int*, int*, int*, int*, uint8_t*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
 }  // extern "C"

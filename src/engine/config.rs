@@ -126,6 +126,8 @@ pub enum ConfigError {
     EmptyTestSet,
     #[error("--step-timeout must be more than 0 seconds")]
     ZeroTimeout,
+    #[error("--precision bf16 needs bfloat16 tensor cores (compute capability 8.0, Ampere, or newer); {device} is sm{major}{minor}: use --precision f32 there")]
+    Bf16Unsupported { device: String, major: i32, minor: i32 },
     #[error(
         "the checkpoint was trained with batch {checkpoint}, not {asked}; drop --batch-size to continue it"
     )]
@@ -134,6 +136,24 @@ pub enum ConfigError {
     ResumeSamples { checkpoint: usize, found: usize },
     #[error("the checkpoint has already finished {done} of {epochs} epochs; pass --epochs N with N > {done} to train further")]
     ResumeDone { done: usize, epochs: usize },
+}
+
+/// The first device of `devices` that cannot run `--precision bf16`, by its compute capability
+/// (`capability(i)` for `cuda:i`; unknown capabilities pass).
+pub fn bf16_problem(
+    precision: Precision,
+    devices: &[DeviceId],
+    capability: impl Fn(usize) -> Option<(i32, i32)>,
+) -> Option<ConfigError> {
+    if precision != Precision::Bf16 {
+        return None;
+    }
+    devices.iter().find_map(|d| match d {
+        DeviceId::Cuda(i) => capability(*i)
+            .filter(|(major, _)| *major < 8)
+            .map(|(major, minor)| ConfigError::Bf16Unsupported { device: d.to_string(), major, minor }),
+        DeviceId::Cpu => None,
+    })
 }
 
 /// Checks a learning rate given on the command line or at run time.
@@ -213,6 +233,10 @@ impl TrainConfig {
     /// Rejects settings that cannot train, given the data's size.
     pub fn validate(&self, train_len: usize, test_len: usize) -> Result<(), ConfigError> {
         self.validate_settings()?;
+        let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
+        if let Some(e) = bf16_problem(self.precision, &self.devices, capability) {
+            return Err(e);
+        }
         if train_len == 0 {
             return Err(ConfigError::EmptyTrainSet);
         }
@@ -280,5 +304,22 @@ impl TrainConfig {
     /// Steps in one epoch (the last partial batch is kept).
     pub fn steps_per_epoch(&self, train_len: usize) -> usize {
         train_len.div_ceil(self.batch_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_needs_ampere_or_newer() {
+        let caps = |i: usize| Some(if i == 0 { (9, 0) } else { (7, 5) });
+        let gpus = [DeviceId::Cuda(0), DeviceId::Cuda(1)];
+        let e = bf16_problem(Precision::Bf16, &gpus, caps).expect("a T4 (sm75) is refused");
+        assert_eq!(e, ConfigError::Bf16Unsupported { device: "cuda:1".into(), major: 7, minor: 5 });
+        assert!(e.to_string().contains("--precision f32"));
+        assert!(bf16_problem(Precision::Bf16, &gpus[..1], caps).is_none(), "an H100 (sm90) runs bf16");
+        assert!(bf16_problem(Precision::F32, &gpus, caps).is_none());
+        assert!(bf16_problem(Precision::Bf16, &[DeviceId::Cpu], caps).is_none(), "the CPU has no such limit");
     }
 }

@@ -98,15 +98,24 @@ pub fn spawn(
                 return;
             }
         }
+        // What identifies each CUDA device to NVML, read once.
+        let identities: Vec<Option<crate::dist::c10d::CudaIdentity>> = unique
+            .iter()
+            .map(|d| match d {
+                DeviceId::Cuda(i) if gpu.is_ok() => crate::dist::c10d::cuda_identity(*i).ok(),
+                _ => None,
+            })
+            .collect();
         let mut process = process::ProcessProbe::new();
         loop {
             let cpu = process.sample();
             let samples = unique
                 .iter()
-                .map(|&device| match (&gpu, device) {
-                    (Ok(g), DeviceId::Cuda(i)) => {
-                        g.sample(i).unwrap_or_else(|why| DeviceSample::unavailable(device, why))
-                    }
+                .zip(&identities)
+                .map(|(&device, identity)| match (&gpu, device) {
+                    (Ok(g), DeviceId::Cuda(i)) => g
+                        .sample(identity.as_ref(), i)
+                        .unwrap_or_else(|why| DeviceSample::unavailable(device, why)),
                     (Err(why), DeviceId::Cuda(_)) => DeviceSample::unavailable(device, why.clone()),
                     (_, DeviceId::Cpu) => cpu.for_device(device),
                 })

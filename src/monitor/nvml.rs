@@ -1,13 +1,44 @@
 //! GPUs through NVML, loaded at run time; absent NVML is an ordinary outcome, not an error.
+//!
+//! NVML numbers GPUs by PCI bus and ignores `CUDA_VISIBLE_DEVICES`; CUDA numbers the visible
+//! ones, by speed unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`. So a CUDA device is found in NVML by
+//! what identifies it (its UUID, a MIG slice's UUID, its PCI bus id), never by its index; only
+//! when the identity cannot be read is the index used, and the panel says so.
 
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device, Nvml};
 
 use super::{DeviceSample, SampleSource};
+use crate::dist::c10d::CudaIdentity;
 use crate::engine::DeviceId;
 
 pub struct Gpus {
     nvml: Nvml,
+}
+
+/// How a CUDA device was found among NVML's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matched {
+    /// By the UUID CUDA reports (`GPU-…`), or a MIG slice's (`MIG-…`).
+    Uuid(String),
+    /// By PCI domain, bus and device.
+    PciBus(String),
+    /// By index: the identity could not be read; right only with `CUDA_DEVICE_ORDER=PCI_BUS_ID`
+    /// and no `CUDA_VISIBLE_DEVICES`.
+    Index(u32),
+}
+
+/// Where to look for a CUDA device in NVML, in order: its UUID, as a MIG slice, its PCI bus
+/// id; its index only without an identity.
+pub fn lookups(identity: Option<&CudaIdentity>, cuda_index: usize) -> Vec<Matched> {
+    match identity {
+        Some(id) => {
+            let uuid = id.nvml_uuid();
+            let mig = format!("MIG-{}", &uuid[4..]);
+            vec![Matched::Uuid(uuid), Matched::Uuid(mig), Matched::PciBus(id.nvml_pci_bus_id())]
+        }
+        None => u32::try_from(cuda_index).map(|i| vec![Matched::Index(i)]).unwrap_or_default(),
+    }
 }
 
 impl Gpus {
@@ -23,16 +54,46 @@ impl Gpus {
         (count, self.nvml.sys_driver_version().ok())
     }
 
-    /// A reading of GPU `index` (NVML's numbering, which matches CUDA's when
-    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`), or why NVML cannot give one.
-    pub fn sample(&self, index: usize) -> Result<DeviceSample, String> {
-        let i = u32::try_from(index).map_err(|_| format!("no GPU {index}"))?;
-        let dev = self.nvml.device_by_index(i).map_err(|e| format!("NVML cannot open GPU {index}: {e}"))?;
+    /// The NVML device a CUDA device is, and how it was found.
+    pub fn find(
+        &self,
+        identity: Option<&CudaIdentity>,
+        cuda_index: usize,
+    ) -> Result<(Device<'_>, Matched), String> {
+        for how in lookups(identity, cuda_index) {
+            let found = match &how {
+                Matched::Uuid(u) => self.nvml.device_by_uuid(u.as_str()),
+                Matched::PciBus(b) => self.nvml.device_by_pci_bus_id(b.as_str()),
+                Matched::Index(i) => self.nvml.device_by_index(*i),
+            };
+            if let Ok(dev) = found {
+                return Ok((dev, how));
+            }
+        }
+        Err(match identity {
+            Some(id) => {
+                format!("NVML shows no GPU with UUID {} or PCI bus {}", id.nvml_uuid(), id.nvml_pci_bus_id())
+            }
+            None => format!("NVML cannot open GPU {cuda_index}"),
+        })
+    }
+
+    /// A reading of CUDA device `cuda_index` (identified by `identity`), or why NVML cannot
+    /// give one. A MIG slice has its own memory but no utilization of its own: that figure is
+    /// absent rather than the parent GPU's.
+    pub fn sample(&self, identity: Option<&CudaIdentity>, cuda_index: usize) -> Result<DeviceSample, String> {
+        let (dev, how) = self.find(identity, cuda_index)?;
         let mem = dev.memory_info().ok();
+        let mig = matches!(&how, Matched::Uuid(u) if u.starts_with("MIG-"));
+        let note = match how {
+            Matched::Index(_) => Some("matched by index: set CUDA_DEVICE_ORDER=PCI_BUS_ID".to_owned()),
+            _ if mig => Some("MIG slice: utilization is not reported per slice".to_owned()),
+            _ => None,
+        };
         Ok(DeviceSample {
-            device: DeviceId::Cuda(index),
+            device: DeviceId::Cuda(cuda_index),
             source: SampleSource::Nvml,
-            util_pct: dev.utilization_rates().ok().map(|u| f64::from(u.gpu)),
+            util_pct: if mig { None } else { dev.utilization_rates().ok().map(|u| f64::from(u.gpu)) },
             mem_used: mem.as_ref().map(|m| m.used),
             mem_total: mem.as_ref().map(|m| m.total),
             temp_c: dev.temperature(TemperatureSensor::Gpu).ok(),
@@ -40,7 +101,34 @@ impl Gpus {
             name: dev.name().ok(),
             rank: None,
             host: None,
-            note: None,
+            note,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(bus: i32, first: u8) -> CudaIdentity {
+        let mut uuid = [0u8; 16];
+        uuid[0] = first;
+        CudaIdentity { major: 8, minor: 0, pci_domain: 0, pci_bus: bus, pci_device: 0, uuid }
+    }
+
+    #[test]
+    fn devices_are_looked_up_by_identity_not_index() {
+        // CUDA_VISIBLE_DEVICES=4,5: this process's cuda:0 is the machine's fifth GPU; its UUID
+        // and bus say so whatever the index.
+        let l = lookups(Some(&id(0x81, 0xab)), 0);
+        assert_eq!(l[0], Matched::Uuid("GPU-ab000000-0000-0000-0000-000000000000".into()));
+        assert_eq!(l[1], Matched::Uuid("MIG-ab000000-0000-0000-0000-000000000000".into()), "a MIG slice");
+        assert_eq!(l[2], Matched::PciBus("00000000:81:00.0".into()));
+        assert!(
+            !l.iter().any(|m| matches!(m, Matched::Index(_))),
+            "never the index when the identity is known"
+        );
+        // Without an identity, the index is all there is, and the panel will say so.
+        assert_eq!(lookups(None, 3), vec![Matched::Index(3)]);
     }
 }

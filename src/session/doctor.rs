@@ -119,8 +119,23 @@ pub fn run() -> u8 {
     };
     print_fact("NCCL", nccl);
     for i in 0..machine.cuda_devices {
-        let name = nvml.as_ref().ok().and_then(|g| g.sample(i).ok()).and_then(|s| s.name);
-        print_fact(&format!("cuda:{i}"), &name.unwrap_or_else(|| "(NVML has no figures for it)".into()));
+        let identity = dpt_tui::dist::c10d::cuda_identity(i).ok();
+        let found = nvml
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|g| g.find(identity.as_ref(), i).map(|(d, how)| (d.name().ok(), how)));
+        let text = match (&identity, found) {
+            (Some(id), Ok((name, how))) => format!(
+                "{} sm{}{} bf16 {} NVML match {how:?}",
+                name.unwrap_or_default(),
+                id.major,
+                id.minor,
+                if id.major >= 8 { "yes" } else { "no" }
+            ),
+            (_, Ok((name, how))) => format!("{} NVML match {how:?}", name.unwrap_or_default()),
+            (_, Err(why)) => format!("no NVML match: {why}"),
+        };
+        print_fact(&format!("cuda:{i}"), &text);
     }
     let mut checks = Vec::new();
     if machine.cuda_devices == 0 && machine.driver_gpus > 0 {

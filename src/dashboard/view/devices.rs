@@ -70,6 +70,9 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
     if let Some(share) = d.allreduce_share {
         header.push(Span::styled(format!(" allreduce {:.0}%", share * 100.0), t.fg(t.dim)));
     }
+    if let Some(note) = s.filter(|s| s.source == SampleSource::Nvml).and_then(|s| s.note.as_ref()) {
+        header.push(Span::styled(format!(" ({note})"), t.fg(t.warning)));
+    }
     let header = Line::from(header);
     if let Some(why) = s.filter(|s| s.source == SampleSource::Unavailable).and_then(|s| s.note.clone()) {
         // A GPU's figures or the reason they are missing; never the process's in their place.
