@@ -70,6 +70,8 @@ pub enum DeviceError {
     Absent { device: String, count: usize, hint: &'static str },
     #[error("the NVIDIA driver shows {gpus} GPU(s) (driver {driver}) but libtorch finds none: this build's libtorch (torch {torch}) is built for CUDA 13.0, which needs a driver of the R580 family or newer (NVIDIA's CUDA 13.0 release notes list the exact minimum); update the driver, or train on the CPU with --devices cpu:N")]
     DriverTooOld { gpus: usize, driver: String, torch: &'static str },
+    #[error("the NVIDIA driver shows {gpus} GPU(s) but CUDA_VISIBLE_DEVICES={visible} leaves libtorch none: check the ids (or UUIDs) it names, or that the driver is of CUDA 13.0's R580 family or newer; --devices cpu:N trains on the CPU")]
+    NoneVisible { gpus: usize, visible: String },
 }
 
 /// What the machine offers, as far as device selection cares.
@@ -79,8 +81,32 @@ pub struct Machine {
     pub cuda_devices: usize,
     pub cores: usize,
     /// GPUs the NVIDIA driver shows through NVML (0 without a driver), whatever libtorch makes
-    /// of them: more here than in `cuda_devices` means a driver libtorch cannot use.
+    /// of them: more here than in `cuda_devices` means a driver libtorch cannot use — unless
+    /// `CUDA_VISIBLE_DEVICES` hides them on purpose.
     pub driver_gpus: usize,
+    /// What `CUDA_VISIBLE_DEVICES` says.
+    pub visible: Visible,
+}
+
+/// `CUDA_VISIBLE_DEVICES`, as far as device selection cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visible {
+    /// Not set: every GPU is visible.
+    Unset,
+    /// Set empty or to `-1`: the GPUs are hidden on purpose.
+    Hidden,
+    /// Set to some ids or UUIDs.
+    Named,
+}
+
+impl Visible {
+    fn read() -> Visible {
+        match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Err(_) => Visible::Unset,
+            Ok(v) if matches!(v.trim(), "" | "-1") => Visible::Hidden,
+            Ok(_) => Visible::Named,
+        }
+    }
 }
 
 /// The CPU replicas `--devices auto` makes at most on a machine without a usable GPU: more
@@ -97,8 +123,9 @@ impl Machine {
     pub fn detect(spec: &str) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let spec = spec.to_ascii_lowercase();
+        let visible = Visible::read();
         if !(spec.contains("auto") || spec.contains("cuda")) {
-            return Machine { cuda_devices: 0, cores, driver_gpus: 0 };
+            return Machine { cuda_devices: 0, cores, driver_gpus: 0, visible };
         }
         let cuda_devices = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
         let driver_gpus = if cuda_devices == 0 {
@@ -106,11 +133,20 @@ impl Machine {
         } else {
             cuda_devices
         };
-        Machine { cuda_devices, cores, driver_gpus }
+        Machine { cuda_devices, cores, driver_gpus, visible }
     }
 
     /// The error for a machine whose driver shows GPUs libtorch cannot use, if it is one.
     fn driver_problem(&self) -> Option<DeviceError> {
+        match self.visible {
+            // The GPUs are hidden on purpose (`CUDA_VISIBLE_DEVICES=` or `-1`): the CPU it is.
+            Visible::Hidden => return None,
+            Visible::Named if self.cuda_devices == 0 && self.driver_gpus > 0 => {
+                let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+                return Some(DeviceError::NoneVisible { gpus: self.driver_gpus, visible });
+            }
+            _ => {}
+        }
         (self.cuda_devices == 0 && self.driver_gpus > 0).then(|| DeviceError::DriverTooOld {
             gpus: self.driver_gpus,
             driver: crate::monitor::nvml::Gpus::open()
@@ -221,12 +257,12 @@ pub fn cpu_threads_per_replica(devices: &[DeviceId], cores: usize) -> usize {
 mod tests {
     use super::*;
 
-    const CPU_ONLY: Machine = Machine { cuda_devices: 0, cores: 2, driver_gpus: 0 };
-    const TWO_GPUS: Machine = Machine { cuda_devices: 2, cores: 16, driver_gpus: 2 };
+    const CPU_ONLY: Machine = Machine { cuda_devices: 0, cores: 2, driver_gpus: 0, visible: Visible::Unset };
+    const TWO_GPUS: Machine = Machine { cuda_devices: 2, cores: 16, driver_gpus: 2, visible: Visible::Unset };
 
     #[test]
     fn a_driver_libtorch_cannot_use_is_an_error_not_224_cpu_replicas() {
-        let old_driver = Machine { cuda_devices: 0, cores: 224, driver_gpus: 8 };
+        let old_driver = Machine { cuda_devices: 0, cores: 224, driver_gpus: 8, visible: Visible::Unset };
         for spec in ["auto", "cuda:0"] {
             match resolve_devices(spec, old_driver) {
                 Err(DeviceError::DriverTooOld { gpus: 8, .. }) => {}
@@ -239,9 +275,14 @@ mod tests {
         // The CPU is still there for whoever asks for it.
         assert_eq!(resolve_devices("cpu:2", old_driver).unwrap(), vec![DeviceId::Cpu; 2]);
         // Without a GPU, auto makes at most AUTO_CPU_REPLICAS replicas.
-        let big = Machine { cuda_devices: 0, cores: 224, driver_gpus: 0 };
+        let big = Machine { cuda_devices: 0, cores: 224, driver_gpus: 0, visible: Visible::Unset };
         assert_eq!(resolve_devices("auto", big).unwrap(), vec![DeviceId::Cpu; AUTO_CPU_REPLICAS]);
         assert_eq!(cpu_threads_per_replica(&resolve_devices("auto", big).unwrap(), 224), 28);
+        // GPUs hidden on purpose are no driver problem; ids that hide them all are said as such.
+        let hidden = Machine { visible: Visible::Hidden, ..old_driver };
+        assert_eq!(resolve_devices("auto", hidden).unwrap(), vec![DeviceId::Cpu; AUTO_CPU_REPLICAS]);
+        let wrong_ids = Machine { visible: Visible::Named, ..old_driver };
+        assert!(matches!(resolve_devices("auto", wrong_ids), Err(DeviceError::NoneVisible { .. })));
     }
 
     #[test]
@@ -253,9 +294,9 @@ mod tests {
     #[test]
     fn auto_under_a_launcher_takes_the_local_gpu_or_a_share_of_the_cores() {
         assert_eq!(resolve_devices_for_rank("auto", TWO_GPUS, 1, 2).unwrap(), vec![DeviceId::Cuda(1)]);
-        let one_visible = Machine { cuda_devices: 1, cores: 16, driver_gpus: 1 };
+        let one_visible = Machine { cuda_devices: 1, cores: 16, driver_gpus: 1, visible: Visible::Named };
         assert_eq!(resolve_devices_for_rank("auto", one_visible, 3, 4).unwrap(), vec![DeviceId::Cuda(0)]);
-        let cpu8 = Machine { cuda_devices: 0, cores: 8, driver_gpus: 0 };
+        let cpu8 = Machine { cuda_devices: 0, cores: 8, driver_gpus: 0, visible: Visible::Unset };
         assert_eq!(resolve_devices_for_rank("auto", cpu8, 0, 2).unwrap(), vec![DeviceId::Cpu; 4]);
         assert_eq!(resolve_devices_for_rank("cpu:2", cpu8, 1, 2).unwrap(), vec![DeviceId::Cpu; 2]);
     }
