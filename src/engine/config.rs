@@ -296,9 +296,12 @@ impl TrainConfig {
     }
 
     /// Whether convolution weights are laid out channels-last in this run.
+    /// The flat buffers share one layout across replicas (the allreduce sums them element by
+    /// element), so the model's preference must hold on every device, not just the first.
     pub fn uses_channels_last(&self) -> bool {
-        let on_gpu = self.devices.first().is_some_and(|d| matches!(d, DeviceId::Cuda(_)));
-        self.channels_last.unwrap_or_else(|| self.model.prefers_channels_last(on_gpu))
+        self.channels_last.unwrap_or_else(|| {
+            self.devices.iter().all(|d| self.model.prefers_channels_last(matches!(d, DeviceId::Cuda(_))))
+        })
     }
 
     /// Steps in one epoch (the last partial batch is kept).
@@ -310,6 +313,20 @@ impl TrainConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channels_last_must_suit_every_device() {
+        let cfg = |devices: Vec<DeviceId>| TrainConfig::new(ModelKind::Resnet18, devices);
+        assert!(cfg(vec![DeviceId::Cuda(0), DeviceId::Cuda(1)]).uses_channels_last());
+        assert!(
+            !cfg(vec![DeviceId::Cuda(0), DeviceId::Cpu]).uses_channels_last(),
+            "not from the first device alone"
+        );
+        assert!(!cfg(vec![DeviceId::Cpu, DeviceId::Cuda(0)]).uses_channels_last());
+        let mut forced = cfg(vec![DeviceId::Cpu]);
+        forced.channels_last = Some(true);
+        assert!(forced.uses_channels_last(), "--channels-last on wins");
+    }
 
     #[test]
     fn bf16_needs_ampere_or_newer() {
