@@ -9,6 +9,7 @@
 
 pub mod c10d;
 pub mod figures;
+pub mod identity;
 pub mod launch;
 pub mod world;
 
