@@ -49,7 +49,12 @@ pub enum Command {
     },
     /// Check this machine: driver, NVML, libtorch, every CUDA device, NCCL, then a training
     /// step of each model on each device and the collectives (exit 0 when all is well).
-    Doctor,
+    Doctor {
+        /// Internal: one rank of the doctor's two-process collective check
+        /// (`RANK:PORT:BACKEND`).
+        #[arg(long, hide = true)]
+        peer: Option<String>,
+    },
     /// Open the dashboard on a recorded run's metrics.jsonl, or draw its curves as a picture.
     Show {
         /// The run directory.

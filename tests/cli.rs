@@ -163,6 +163,16 @@ fn an_occupied_run_directory_is_never_overwritten() {
 }
 
 #[test]
+fn a_doctor_rank_given_a_bad_spec_says_so_and_fails() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["doctor", "--peer", "nonsense"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("internal to 'dpt-tui doctor'"));
+}
+
+#[test]
 fn doctor_checks_this_machine() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("doctor").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -172,7 +182,7 @@ fn doctor_checks_this_machine() {
         "NCCL",
         "ok    a training step of lenet on cpu",
         "ok    a training step of resnet18 on cpu",
-        "ok    c10d Gloo allreduce, 2 local ranks",
+        "ok    c10d Gloo allreduce, 2 local processes",
         "all is well",
     ] {
         assert!(stdout.contains(needle), "missing {needle:?} in\n{stdout}");

@@ -84,3 +84,31 @@ fn same_seed_same_result() {
     let b = train(ModelKind::MnistNet, 2, 3, sgd);
     assert_eq!(max_relative_difference(&a, &b), 0.0, "dropout streams and shuffles are seeded");
 }
+
+#[test]
+fn cpu_steps_are_timed_by_the_host_clock_every_step_and_say_so() {
+    let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
+    (cfg.batch_size, cfg.max_steps, cfg.log_every) = (64, Some(4), 2);
+    let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
+    let records: Vec<_> = engine.events().iter().collect();
+    engine.join().expect("training succeeds");
+    let Some(dpt_tui::record::Record::Start(info)) = records.first() else { panic!("no start record") };
+    assert_eq!(info.timing, "host clock, every step");
+    let steps: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            dpt_tui::record::Record::Step(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps.len(), 2);
+    for s in steps {
+        // Every phase was measured, and the forward/backward pass is real work.
+        assert!(
+            s.timing.compute > 0.0 && s.timing.allreduce > 0.0 && s.timing.update > 0.0,
+            "{:?}",
+            s.timing
+        );
+        assert!(s.replicas.iter().all(|r| r.compute > 0.0), "{:?}", s.replicas);
+    }
+}

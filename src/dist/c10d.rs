@@ -25,6 +25,10 @@ struct RawGroup {
 struct RawWork {
     _private: [u8; 0],
 }
+#[repr(C)]
+struct RawEvent {
+    _private: [u8; 0],
+}
 type CTensor = torch_sys::C_tensor;
 
 extern "C" {
@@ -95,6 +99,15 @@ extern "C" {
     ) -> *mut RawWork;
     fn dpt_work_wait(w: *mut RawWork, timeout_ms: i64, err: *mut *mut c_char) -> i32;
     fn dpt_work_free(w: *mut RawWork);
+    fn dpt_cuda_event_new(device: i32, err: *mut *mut c_char) -> *mut RawEvent;
+    fn dpt_cuda_event_record(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_event_elapsed_ms(
+        a: *mut RawEvent,
+        b: *mut RawEvent,
+        ms: *mut f32,
+        err: *mut *mut c_char,
+    ) -> i32;
+    fn dpt_cuda_event_free(e: *mut RawEvent);
     fn dpt_nccl_local_allreduce(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
     #[allow(clippy::too_many_arguments)]
     fn dpt_cuda_identity(
@@ -380,4 +393,42 @@ pub fn nccl_local_allreduce(tensors: &mut [Tensor]) -> Result<(), C10dError> {
     let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
     // SAFETY: the tensors are alive and exclusively borrowed for the call.
     call(|err| unsafe { dpt_nccl_local_allreduce(ptrs.as_ptr(), ptrs.len(), err) }).map(drop)
+}
+
+/// A CUDA timing event on one device (`torch.cuda.Event(enable_timing=True)`): recorded on the
+/// device's current stream, it marks when the GPU reaches that point of the queued work.
+pub struct CudaEvent(NonNull<RawEvent>);
+
+// SAFETY: a CUDA event may be recorded and queried from any host thread.
+unsafe impl Send for CudaEvent {}
+
+impl CudaEvent {
+    /// A timing event on CUDA device `index`; an error without that device.
+    pub fn new(index: usize) -> Result<CudaEvent, C10dError> {
+        let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+        // SAFETY: plain value argument; the shim returns an owned handle or an error.
+        let p = call(|err| unsafe { dpt_cuda_event_new(device, err) })?;
+        Ok(CudaEvent(non_null(p, "CUDA event")?))
+    }
+
+    /// Records the event on its device's current stream.
+    pub fn record(&mut self) -> Result<(), C10dError> {
+        // SAFETY: live handle, exclusively borrowed.
+        call(|err| unsafe { dpt_cuda_event_record(self.0.as_ptr(), err) }).map(drop)
+    }
+
+    /// Waits until `later` has completed, then the GPU time from this event to it, in seconds.
+    pub fn seconds_until(&self, later: &CudaEvent) -> Result<f64, C10dError> {
+        let mut ms = 0.0f32;
+        // SAFETY: both handles are alive; `ms` is valid for one write.
+        call(|err| unsafe { dpt_cuda_event_elapsed_ms(self.0.as_ptr(), later.0.as_ptr(), &mut ms, err) })?;
+        Ok(f64::from(ms) / 1e3)
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle.
+        unsafe { dpt_cuda_event_free(self.0.as_ptr()) }
+    }
 }

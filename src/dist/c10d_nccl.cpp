@@ -4,11 +4,19 @@
 #include "c10d_shim.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/core/Event.h>
 #include <torch/csrc/cuda/nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <chrono>
 #include <vector>
+
+// c10's device-generic event: its CUDA implementation lives in libc10_cuda (no CUDA runtime
+// symbol in this object); BACKEND_DEFAULT is a CUDA event with timing.
+struct dpt_event {
+  c10::Event event;
+  c10::DeviceIndex device;
+};
 
 extern "C" {
 
@@ -46,6 +54,40 @@ int dpt_cuda_identity(int device, int* major, int* minor, int* pci_domain, int* 
     std::memcpy(uuid, p->uuid.bytes, 16);
     return 0;
   })
+}
+
+// A timing event on CUDA device `device` (PyTorch's torch.cuda.Event(enable_timing=True)).
+static dpt_event* new_event(int device) {
+  auto count = c10::cuda::device_count();
+  TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
+  auto index = static_cast<c10::DeviceIndex>(device);
+  return new dpt_event{c10::Event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT), index};
+}
+
+dpt_event* dpt_cuda_event_new(int device, char** err) {
+  DPT_GUARD(err, nullptr, { return new_event(device); })
+}
+
+// Records the event on its device's current stream: it completes when the work queued there
+// before it has run.
+int dpt_cuda_event_record(dpt_event* ev, char** err) {
+  DPT_GUARD(err, -1, {
+    ev->event.record(at::cuda::getCurrentCUDAStream(ev->device).unwrap());
+    return 0;
+  })
+}
+
+// Waits for `later`, then the GPU time between the two events in milliseconds.
+int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, char** err) {
+  DPT_GUARD(err, -1, {
+    later->event.synchronize();
+    *ms = static_cast<float>(earlier->event.elapsedTime(later->event));
+    return 0;
+  })
+}
+
+void dpt_cuda_event_free(dpt_event* ev) {
+  delete ev;
 }
 
 }  // extern "C"

@@ -19,4 +19,21 @@ int dpt_cuda_identity(int, int*, int*, int*, int*, int*, uint8_t*, char** err) {
   return -1;
 }
 
+dpt_event* dpt_cuda_event_new(int, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return nullptr;
+}
+
+int dpt_cuda_event_record(dpt_event*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
+int dpt_cuda_event_elapsed_ms(dpt_event*, dpt_event*, float*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
+void dpt_cuda_event_free(dpt_event*) {}
+
 }  // extern "C"

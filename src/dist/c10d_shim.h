@@ -22,6 +22,9 @@ struct dpt_work {
   c10::intrusive_ptr<c10d::Work> p;
 };
 
+// A CUDA event with timing (defined in c10d_nccl.cpp; opaque elsewhere).
+struct dpt_event;
+
 inline char* dpt_strdup(const char* s) {
   size_t n = std::strlen(s) + 1;
   char* out = static_cast<char*>(std::malloc(n));

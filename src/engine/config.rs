@@ -230,13 +230,18 @@ impl TrainConfig {
         }
     }
 
-    /// Rejects settings that cannot train, given the data's size.
+    /// Rejects settings the GPUs cannot run (asks CUDA for their compute capability).
+    pub fn validate_devices(&self) -> Result<(), ConfigError> {
+        let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
+        match bf16_problem(self.precision, &self.devices, capability) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Rejects settings that cannot train, given the data's size (without touching CUDA).
     pub fn validate(&self, train_len: usize, test_len: usize) -> Result<(), ConfigError> {
         self.validate_settings()?;
-        let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
-        if let Some(e) = bf16_problem(self.precision, &self.devices, capability) {
-            return Err(e);
-        }
         if train_len == 0 {
             return Err(ConfigError::EmptyTrainSet);
         }

@@ -86,6 +86,10 @@ pub struct Machine {
     pub driver_gpus: usize,
     /// What `CUDA_VISIBLE_DEVICES` says.
     pub visible: Visible,
+    /// Whether libtorch was asked (`cuda_devices` is libtorch's count); else the count comes
+    /// from NVML and the variable, and what only libtorch can tell (a driver it cannot use) is
+    /// left to the process that trains.
+    pub cuda_probed: bool,
 }
 
 /// `CUDA_VISIBLE_DEVICES`, as far as device selection cares.
@@ -125,7 +129,7 @@ impl Machine {
         let spec = spec.to_ascii_lowercase();
         let visible = Visible::read();
         if !(spec.contains("auto") || spec.contains("cuda")) {
-            return Machine { cuda_devices: 0, cores, driver_gpus: 0, visible };
+            return Machine { cuda_devices: 0, cores, driver_gpus: 0, visible, cuda_probed: false };
         }
         let cuda_devices = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
         let driver_gpus = if cuda_devices == 0 {
@@ -133,11 +137,36 @@ impl Machine {
         } else {
             cuda_devices
         };
-        Machine { cuda_devices, cores, driver_gpus, visible }
+        Machine { cuda_devices, cores, driver_gpus, visible, cuda_probed: true }
+    }
+
+    /// What the machine offers as far as NVML and `CUDA_VISIBLE_DEVICES` tell, without
+    /// initializing CUDA in this process (the dashboard front, which only starts the job). Where
+    /// NVML cannot count (MIG slices named by UUID), libtorch is asked after all.
+    pub fn survey(spec: &str) -> Self {
+        let lower = spec.to_ascii_lowercase();
+        if !(lower.contains("auto") || lower.contains("cuda")) {
+            return Machine::detect(spec);
+        }
+        let uuids = crate::monitor::nvml::Gpus::open().map(|g| g.uuids()).unwrap_or_default();
+        let var = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        match super::visible::visible_count(var.as_deref(), &uuids) {
+            Some(cuda_devices) => Machine {
+                cuda_devices,
+                cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                driver_gpus: uuids.len(),
+                visible: Visible::read(),
+                cuda_probed: false,
+            },
+            None => Machine::detect(spec),
+        }
     }
 
     /// The error for a machine whose driver shows GPUs libtorch cannot use, if it is one.
     fn driver_problem(&self) -> Option<DeviceError> {
+        if !self.cuda_probed {
+            return None;
+        }
         match self.visible {
             // The GPUs are hidden on purpose (`CUDA_VISIBLE_DEVICES=` or `-1`): the CPU it is.
             Visible::Hidden => return None,
@@ -257,12 +286,20 @@ pub fn cpu_threads_per_replica(devices: &[DeviceId], cores: usize) -> usize {
 mod tests {
     use super::*;
 
-    const CPU_ONLY: Machine = Machine { cuda_devices: 0, cores: 2, driver_gpus: 0, visible: Visible::Unset };
-    const TWO_GPUS: Machine = Machine { cuda_devices: 2, cores: 16, driver_gpus: 2, visible: Visible::Unset };
+    const CPU_ONLY: Machine =
+        Machine { cuda_devices: 0, cores: 2, driver_gpus: 0, visible: Visible::Unset, cuda_probed: true };
+    const TWO_GPUS: Machine =
+        Machine { cuda_devices: 2, cores: 16, driver_gpus: 2, visible: Visible::Unset, cuda_probed: true };
 
     #[test]
     fn a_driver_libtorch_cannot_use_is_an_error_not_224_cpu_replicas() {
-        let old_driver = Machine { cuda_devices: 0, cores: 224, driver_gpus: 8, visible: Visible::Unset };
+        let old_driver = Machine {
+            cuda_devices: 0,
+            cores: 224,
+            driver_gpus: 8,
+            visible: Visible::Unset,
+            cuda_probed: true,
+        };
         for spec in ["auto", "cuda:0"] {
             match resolve_devices(spec, old_driver) {
                 Err(DeviceError::DriverTooOld { gpus: 8, .. }) => {}
@@ -275,7 +312,13 @@ mod tests {
         // The CPU is still there for whoever asks for it.
         assert_eq!(resolve_devices("cpu:2", old_driver).unwrap(), vec![DeviceId::Cpu; 2]);
         // Without a GPU, auto makes at most AUTO_CPU_REPLICAS replicas.
-        let big = Machine { cuda_devices: 0, cores: 224, driver_gpus: 0, visible: Visible::Unset };
+        let big = Machine {
+            cuda_devices: 0,
+            cores: 224,
+            driver_gpus: 0,
+            visible: Visible::Unset,
+            cuda_probed: true,
+        };
         assert_eq!(resolve_devices("auto", big).unwrap(), vec![DeviceId::Cpu; AUTO_CPU_REPLICAS]);
         assert_eq!(cpu_threads_per_replica(&resolve_devices("auto", big).unwrap(), 224), 28);
         // GPUs hidden on purpose are no driver problem; ids that hide them all are said as such.
@@ -283,6 +326,16 @@ mod tests {
         assert_eq!(resolve_devices("auto", hidden).unwrap(), vec![DeviceId::Cpu; AUTO_CPU_REPLICAS]);
         let wrong_ids = Machine { visible: Visible::Named, ..old_driver };
         assert!(matches!(resolve_devices("auto", wrong_ids), Err(DeviceError::NoneVisible { .. })));
+        // The dashboard front counts through NVML and leaves the driver question to the job.
+        let surveyed = Machine { cuda_devices: 8, cuda_probed: false, ..old_driver };
+        assert_eq!(resolve_devices("auto", surveyed).unwrap().len(), 8);
+    }
+
+    #[test]
+    fn a_survey_of_this_machine_does_not_ask_libtorch() {
+        let m = Machine::survey("auto");
+        assert!(!m.cuda_probed);
+        assert!(!Machine::survey("cpu:2").cuda_probed);
     }
 
     #[test]
@@ -294,9 +347,16 @@ mod tests {
     #[test]
     fn auto_under_a_launcher_takes_the_local_gpu_or_a_share_of_the_cores() {
         assert_eq!(resolve_devices_for_rank("auto", TWO_GPUS, 1, 2).unwrap(), vec![DeviceId::Cuda(1)]);
-        let one_visible = Machine { cuda_devices: 1, cores: 16, driver_gpus: 1, visible: Visible::Named };
+        let one_visible = Machine {
+            cuda_devices: 1,
+            cores: 16,
+            driver_gpus: 1,
+            visible: Visible::Named,
+            cuda_probed: true,
+        };
         assert_eq!(resolve_devices_for_rank("auto", one_visible, 3, 4).unwrap(), vec![DeviceId::Cuda(0)]);
-        let cpu8 = Machine { cuda_devices: 0, cores: 8, driver_gpus: 0, visible: Visible::Unset };
+        let cpu8 =
+            Machine { cuda_devices: 0, cores: 8, driver_gpus: 0, visible: Visible::Unset, cuda_probed: true };
         assert_eq!(resolve_devices_for_rank("auto", cpu8, 0, 2).unwrap(), vec![DeviceId::Cpu; 4]);
         assert_eq!(resolve_devices_for_rank("cpu:2", cpu8, 1, 2).unwrap(), vec![DeviceId::Cpu; 2]);
     }

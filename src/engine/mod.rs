@@ -3,6 +3,7 @@
 
 pub mod allreduce;
 pub mod checkpoint;
+pub mod clock;
 pub mod config;
 pub mod coordinator;
 pub mod device;
@@ -13,6 +14,7 @@ pub mod sgd;
 pub mod shard;
 pub mod tally;
 pub mod tensor_file;
+pub mod visible;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -96,6 +98,7 @@ impl Engine {
     /// Checks `cfg` against `data`, starts the workers and the coordinator.
     pub fn start(mut cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
         cfg.validate(data.train.len(), data.test.len())?;
+        cfg.validate_devices()?;
         let world = cfg.world.take();
         if cfg.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_))) {
             // cuDNN picks the fastest convolution algorithm for the (fixed) batch shapes.

@@ -49,6 +49,9 @@ pub struct Window {
     /// Figures so far; `seconds` holds time carried over from before (a resumed epoch's part).
     pub tally: Tally,
     pub steps: usize,
+    /// Steps whose phases were timed (every one on the CPU; a sample on GPUs).
+    pub timed: usize,
+    /// Phase seconds summed over the timed steps.
     pub timing: StepTiming,
     pub replicas: Vec<ReplicaTiming>,
     started: Instant,
@@ -60,6 +63,7 @@ impl Window {
         Window {
             tally: Tally::default(),
             steps: 0,
+            timed: 0,
             timing: StepTiming::default(),
             replicas: vec![ReplicaTiming::default(); replicas],
             started: Instant::now(),
@@ -87,7 +91,7 @@ impl Window {
         self.tally.add(Tally { seconds: 0.0, ..t });
     }
 
-    /// The report of this window, as per-step averages.
+    /// The report of this window, timings as averages over its timed steps.
     pub fn stats(
         &self,
         epoch: usize,
@@ -96,7 +100,7 @@ impl Window {
         global_step: usize,
         lr: f64,
     ) -> StepStats {
-        let n = self.steps.max(1) as f64;
+        let n = self.timed.max(1) as f64;
         let per = |x: f64| x / n;
         let now = self.now();
         StepStats {

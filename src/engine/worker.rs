@@ -3,11 +3,11 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use tch::{Device, Kind, Reduction, Tensor};
 
+use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::tally::Tally;
@@ -24,7 +24,8 @@ pub enum ToWorker {
     Epoch { order: Arc<Vec<i64>> },
     /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
     /// accumulate on the device, without a sync.
-    Step { start: usize, len: usize, global_step: usize, dropout_seed: i64 },
+    /// `timed`: measure the phases of this step (see `engine::clock`).
+    Step { start: usize, len: usize, global_step: usize, dropout_seed: i64, timed: bool },
     /// Read and reset the loss and accuracy accumulators (one device sync).
     Report,
     /// Evaluate test rows `start..start + len`.
@@ -48,8 +49,9 @@ pub struct ReplicaHandles {
 pub enum FromWorker {
     /// The replica is built and its data resident.
     Ready { replica: usize, handles: Box<ReplicaHandles> },
-    /// Gradients of the shard are in the flat gradient buffer.
-    StepDone { replica: usize, data_secs: f64, compute_secs: f64 },
+    /// Gradients of the shard are in the flat gradient buffer (queued, on a GPU); the seconds
+    /// of its data and forward/backward phases when the step was timed.
+    StepDone { replica: usize, timing: Option<(f64, f64)> },
     /// The accumulated training metrics since the last report.
     Sums { replica: usize, sums: Tally },
     /// Test metrics of the assigned rows.
@@ -116,6 +118,7 @@ struct Worker {
     scale: f64,
     shift: f64,
     faults: Faults,
+    clock: PhaseClock,
     loss_sum: Tensor,
     correct: Tensor,
     samples: f64,
@@ -136,9 +139,9 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                     worker.order = Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
                     continue;
                 }
-                ToWorker::Step { start, len, global_step, dropout_seed } => {
+                ToWorker::Step { start, len, global_step, dropout_seed, timed } => {
                     worker.inject_faults(global_step);
-                    worker.step(start, len, global_step, dropout_seed)?
+                    worker.step(start, len, global_step, dropout_seed, timed)?
                 }
                 ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
                 ToWorker::Evaluate { start, len } => worker.evaluate(start, len)?,
@@ -217,6 +220,7 @@ impl Worker {
             buffers,
             order: None,
             faults: setup.faults.clone(),
+            clock: PhaseClock::new(setup.device, 2).map_err(|e| e.to_string())?,
             scale: 1.0 / (255.0 * norm.std),
             shift: -norm.mean / norm.std,
             loss_sum: acc(Kind::Double),
@@ -293,19 +297,21 @@ impl Worker {
         len: usize,
         global_step: usize,
         dropout_seed: i64,
+        timed: bool,
     ) -> Result<FromWorker, String> {
-        let t0 = Instant::now();
+        let clock_error = |e: crate::dist::c10d::C10dError| e.0;
+        self.clock.start(timed).map_err(clock_error)?;
         let order = self.order.as_ref().ok_or("step before the first epoch")?;
         if len == 0 {
             // A last batch smaller than the replica count leaves this shard empty.
             let _ = self.grads.zero_();
+            self.clock.mark().map_err(clock_error)?;
         } else {
             let index = order.narrow(0, start as i64, len as i64);
             let x = self.inputs(&self.train.images, &index);
             let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
-            let data_secs = t0.elapsed().as_secs_f64();
-            let t1 = Instant::now();
+            self.clock.mark().map_err(clock_error)?;
             let out = self.net.forward(
                 &self.params.views,
                 &self.buffers.views,
@@ -329,14 +335,11 @@ impl Worker {
                 .map(drop)
                 .map_err(tch_error)?;
             self.samples += len as f64;
-            let compute_secs = t1.elapsed().as_secs_f64();
-            return Ok(FromWorker::StepDone { replica: self.replica, data_secs, compute_secs });
         }
-        Ok(FromWorker::StepDone {
-            replica: self.replica,
-            data_secs: t0.elapsed().as_secs_f64(),
-            compute_secs: 0.0,
-        })
+        self.clock.mark().map_err(clock_error)?;
+        let timing =
+            self.clock.read().map_err(clock_error)?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
+        Ok(FromWorker::StepDone { replica: self.replica, timing })
     }
 
     fn take_sums(&mut self) -> Tally {

@@ -54,6 +54,13 @@ impl Gpus {
         (count, self.nvml.sys_driver_version().ok())
     }
 
+    /// The UUIDs of the GPUs the driver shows, in NVML order (a GPU whose UUID cannot be read
+    /// is listed as an empty string).
+    pub fn uuids(&self) -> Vec<String> {
+        let count = self.nvml.device_count().unwrap_or(0);
+        (0..count).map(|i| self.nvml.device_by_index(i).and_then(|d| d.uuid()).unwrap_or_default()).collect()
+    }
+
     /// The NVML device a CUDA device is, and how it was found.
     pub fn find(
         &self,

@@ -33,6 +33,10 @@ pub struct RunInfo {
     /// cpu`), and across processes (`+ gloo across 2 ranks`).
     #[serde(default)]
     pub allreduce: String,
+    /// What the step timings were measured with (`host clock, every step`, `CUDA events, one
+    /// step in 10`).
+    #[serde(default)]
+    pub timing: String,
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,

@@ -161,6 +161,7 @@ fn start_line(info: &RunInfo) -> String {
         info.train_samples,
         info.test_samples
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
+        + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }
 }
 
 #[cfg(test)]

@@ -155,6 +155,9 @@ pub fn prepare(
         data.test.truncate(n);
     }
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
+    if machine.cuda_probed {
+        cfg.validate_devices().map_err(input)?;
+    }
     if let Some(w) = &world {
         same_data_everywhere(w, data.train.len(), data.test.len())?;
     }

@@ -48,34 +48,81 @@ fn train_step(model: ModelKind, device: DeviceId) -> Result<String, String> {
     Ok(format!("{} step(s) in {:.2} s", outcome.summary.global_steps, t0.elapsed().as_secs_f64()))
 }
 
-/// A Gloo allreduce of 1 M floats between two local ranks (threads, over loopback TCP).
-fn gloo_pair() -> Result<String, String> {
+/// The bytes each rank of the two-process check sums.
+const PAIR_FLOATS: i64 = 1 << 20;
+
+/// One rank of the two-process check: joins rank 0's store, sums 4 MB of ones with `backend`
+/// (Gloo on the CPU, NCCL on GPU `rank`), checks the result; prints the seconds or the error.
+pub fn peer(spec: &str) -> u8 {
+    let result = (|| -> Result<f64, String> {
+        let bad = || format!("bad --peer '{spec}'; it is internal to 'dpt-tui doctor'");
+        let mut parts = spec.split(':');
+        let rank: usize = parts.next().and_then(|r| r.parse().ok()).ok_or_else(bad)?;
+        let port: u16 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let (backend, device) = match parts.next() {
+            Some("gloo") => (Backend::Gloo, tch::Device::Cpu),
+            Some("nccl") => (Backend::Nccl, tch::Device::Cuda(rank)),
+            _ => return Err(bad()),
+        };
+        dpt_tui::dist::c10d::quiet_logs();
+        let timeout = Duration::from_secs(30);
+        let store = Store::tcp("127.0.0.1", port, 2, rank == 0, timeout).map_err(|e| e.0)?;
+        let group = Group::new(backend, &store, rank, 2, timeout).map_err(|e| e.0)?;
+        let mut t = [tch::Tensor::ones([PAIR_FLOATS], (tch::Kind::Float, device))];
+        // The first collective sets up the connections; the second is the one timed.
+        group.allreduce(&mut t, ReduceOp::Sum).map_err(|e| e.0)?.wait(timeout).map_err(|e| e.0)?;
+        let _ = t[0].fill_(1.0);
+        let t0 = Instant::now();
+        group.allreduce(&mut t, ReduceOp::Sum).map_err(|e| e.0)?.wait(timeout).map_err(|e| e.0)?;
+        let sum = t[0].double_value(&[PAIR_FLOATS - 1]);
+        if sum != 2.0 {
+            return Err(format!("1 + 1 came back as {sum}"));
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    })();
+    match result {
+        Ok(secs) => {
+            println!("ok {secs}");
+            0
+        }
+        Err(e) => {
+            println!("error {e}");
+            1
+        }
+    }
+}
+
+/// A c10d allreduce of 4 MB between two local processes (this binary, started twice), as two
+/// ranks of a real run meet: over a TCPStore on loopback.
+fn process_pair(backend: &str) -> Result<String, String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
-    let timeout = Duration::from_secs(30);
-    let ranks: Vec<_> = (0..2)
-        .map(|rank| {
-            std::thread::spawn(move || -> Result<f64, String> {
-                let store = Store::tcp("127.0.0.1", port, 2, rank == 0, timeout).map_err(|e| e.0)?;
-                let group = Group::new(Backend::Gloo, &store, rank, 2, timeout).map_err(|e| e.0)?;
-                let mut t = [tch::Tensor::ones([1 << 20], (tch::Kind::Float, tch::Device::Cpu))];
-                let t0 = Instant::now();
-                group.allreduce(&mut t, ReduceOp::Sum).map_err(|e| e.0)?.wait(timeout).map_err(|e| e.0)?;
-                let sum = t[0].double_value(&[0]);
-                if sum != 2.0 {
-                    return Err(format!("1 + 1 came back as {sum}"));
-                }
-                Ok(t0.elapsed().as_secs_f64())
-            })
-        })
-        .collect();
-    let mut slowest = 0.0f64;
-    for r in ranks {
-        slowest = slowest.max(r.join().map_err(|_| "a rank panicked".to_owned())??);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut children = Vec::new();
+    for rank in 0..2 {
+        let child = std::process::Command::new(&exe)
+            .args(["doctor", "--peer", &format!("{rank}:{port}:{backend}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start a rank: {e}"))?;
+        children.push(child);
     }
-    Ok(format!("4 MB summed in {:.1} ms", slowest * 1e3))
+    let mut slowest = 0.0f64;
+    for child in children {
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().last().unwrap_or("").trim().to_owned();
+        match line.split_once(' ') {
+            Some(("ok", secs)) => slowest = slowest.max(secs.parse().map_err(|_| line.clone())?),
+            Some(("error", why)) => return Err(why.to_owned()),
+            _ => return Err(format!("a rank ended ({}) without a result", out.status)),
+        }
+    }
+    Ok(format!("4 MB summed in {:.1} ms between 2 processes", slowest * 1e3))
 }
 
 /// NCCL across the local GPUs: 256 MB per GPU, with its bus bandwidth.
@@ -157,10 +204,17 @@ pub fn run() -> u8 {
         }
     }
     checks.push(Check {
-        what: "c10d Gloo allreduce, 2 local ranks".into(),
-        result: gloo_pair(),
+        what: "c10d Gloo allreduce, 2 local processes".into(),
+        result: process_pair("gloo"),
         fix: "check that loopback TCP works and GLOO_SOCKET_IFNAME (if set) names an interface",
     });
+    if machine.cuda_devices >= 2 {
+        checks.push(Check {
+            what: "c10d NCCL allreduce, 2 local processes".into(),
+            result: process_pair("nccl"),
+            fix: "run with NCCL_DEBUG=INFO; check NCCL_SOCKET_IFNAME and the GPUs' peer access (nvidia-smi topo -m)",
+        });
+    }
     if machine.cuda_devices >= 2 {
         checks.push(Check {
             what: format!("NCCL allreduce over {} local GPUs", machine.cuda_devices),

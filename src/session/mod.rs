@@ -40,20 +40,21 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         Some(Command::Show { run, png, svg }) => {
             return show::run(&run, png.as_deref(), svg.as_deref(), &args)
         }
-        Some(Command::Doctor) => return Ok(doctor::run()),
+        Some(Command::Doctor { peer: Some(peer) }) => return Ok(doctor::peer(&peer)),
+        Some(Command::Doctor { peer: None }) => return Ok(doctor::run()),
         None => {}
     }
-    let machine = Machine::detect(&args.devices);
     // One process of several (torchrun, srun, by hand): every rank trains in the foreground;
     // rank 0 serves its socket, so `dpt-tui attach` opens the dashboard on the whole run.
     if let Some(launch) = dist::launch(&args)? {
-        return job::run(&args, machine, Some(launch));
+        return job::run(&args, Machine::detect(&args.devices), Some(launch));
     }
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if args.serve || (!args.detach && (args.headless || !terminal)) {
-        return job::run(&args, machine, None);
+        return job::run(&args, Machine::detect(&args.devices), None);
     }
-    front::run(&args, machine, terminal)
+    // The front only starts the job: it counts GPUs through NVML and never initializes CUDA.
+    front::run(&args, Machine::survey(&args.devices), terminal)
 }
 
 /// The dashboard's theme from `--theme` and `NO_COLOR`.

@@ -6,6 +6,8 @@
 //! Environment: `BENCH_MODELS` (default `lenet,mnist-net`), `BENCH_ROUNDS` (3), `BENCH_EPOCHS`
 //! (2), `BENCH_TRAIN_LIMIT` (all), `BENCH_DEVICES` (dpt-tui's `--devices`, default `auto`),
 //! `BENCH_ARGS` (more dpt-tui flags), `PYTHON` (default: the set-up's virtualenv), `DPT_DATA`.
+//! With several GPUs the PyTorch side is DistributedDataParallel over NCCL, one process per GPU
+//! started by torchrun; with one GPU or the CPU, one process on the same device(s).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -48,10 +50,21 @@ fn main() {
         .unwrap_or_else(|_| "python3".to_owned());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/benches/pytorch_seed.py");
     let limit = std::env::var("BENCH_TRAIN_LIMIT").ok();
+    // The GPUs dpt-tui trains on; PyTorch gets the same ones (DDP when there are several).
+    let gpus = if devices.trim() == "auto" {
+        usize::try_from(tch::Cuda::device_count()).unwrap_or(0)
+    } else {
+        devices.split(',').filter(|d| d.trim().starts_with("cuda")).count()
+    };
     let tmp = tempfile::tempdir().unwrap();
     println!(
-        "dpt-tui vs PyTorch: {rounds} rounds, {epochs} epochs, devices {devices}, data {}",
-        data.display()
+        "dpt-tui vs PyTorch: {rounds} rounds, {epochs} epochs, devices {devices}, data {}; PyTorch side: {}",
+        data.display(),
+        match gpus {
+            0 => "one process on the CPU".to_owned(),
+            1 => "one process on the GPU".to_owned(),
+            n => format!("DDP over NCCL, {n} processes (torchrun)"),
+        }
     );
     let mut rows = Vec::new();
     for model in env_or("BENCH_MODELS", "lenet,mnist-net").split(',') {
@@ -81,14 +94,17 @@ fn main() {
             };
             let run_theirs = |theirs: &mut Side| {
                 let mut cmd = Command::new(&python);
-                cmd.arg(&script).args([
-                    "--model",
-                    model,
-                    "--epochs",
-                    &epochs,
-                    "--data",
-                    data.to_str().unwrap(),
-                ]);
+                if gpus > 1 {
+                    // Several GPUs: real DDP over NCCL, one process per GPU, as torchrun starts it.
+                    let n = gpus.to_string();
+                    cmd.args(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", &n]);
+                }
+                cmd.arg(&script);
+                cmd.args(["--device", if gpus > 0 { "cuda" } else { "cpu" }]);
+                if gpus > 1 {
+                    cmd.arg("--ddp");
+                }
+                cmd.args(["--model", model, "--epochs", &epochs, "--data", data.to_str().unwrap()]);
                 if let Some(l) = &limit {
                     cmd.args(["--train-limit", l]);
                 }

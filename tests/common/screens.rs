@@ -37,6 +37,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         resumed_at: None,
         started_unix: None,
         allreduce: "copies through cpu".into(),
+        timing: "host clock, every step".into(),
         world: None,
     }
 }

@@ -96,8 +96,10 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
         if let Some(s) = &app.last_step {
             let total = s.timing.total().max(1e-12);
             let pct = |v: f64| format!("{:.0}%", 100.0 * v / total);
+            // GPU phases come from CUDA events on sampled steps; say so beside the figures.
+            let sampled = app.info.as_ref().is_some_and(|i| i.timing.starts_with("CUDA"));
             items.push(item(
-                "step",
+                if sampled { "step (CUDA events)" } else { "step" },
                 format!(
                     "{:.1} ms = data {} + fwd/bwd {} + allreduce {} + update {}",
                     1e3 * s.timing.total(),

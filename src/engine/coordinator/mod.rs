@@ -99,6 +99,8 @@ pub struct Coordinator {
     touching: Option<usize>,
     /// How this process sums its replicas' gradients.
     reduce: super::allreduce::LocalReduce,
+    /// Times the allreduce and the update, on the first replica's device.
+    clock: Option<super::clock::PhaseClock>,
 }
 
 impl Coordinator {
@@ -123,6 +125,7 @@ impl Coordinator {
             save_dir: p.cfg.run_dir.clone(),
             touching: None,
             reduce: super::allreduce::LocalReduce::plan(&p.cfg.devices, crate::dist::c10d::nccl_compiled()),
+            clock: None,
             p,
         }
     }
@@ -202,6 +205,7 @@ impl Coordinator {
                     None => local,
                 }
             },
+            timing: super::clock::describe(&cfg.devices.iter().map(|d| d.to_tch()).collect::<Vec<_>>()),
             world: self.p.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,
                 backend: format!("{:?}", w.backend).to_lowercase(),

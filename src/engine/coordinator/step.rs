@@ -10,6 +10,7 @@ use crossbeam_channel::RecvTimeoutError;
 use tch::Tensor;
 
 use super::super::allreduce::{hand_out, sum_into_first, LocalReduce};
+use super::super::clock::{self, PhaseClock};
 use super::super::sgd::{Sgd, StepScalars};
 use super::super::shard::shards;
 use super::super::tally::{Tally, Window};
@@ -37,6 +38,11 @@ fn sum_over_ranks(world: &World, w: &mut Window) -> Result<(), EngineError> {
     world.allreduce_values(&mut phases, ReduceOp::Max)?;
     (t.data, t.compute, t.allreduce, t.update) = (phases[0], phases[1], phases[2], phases[3]);
     Ok(())
+}
+
+/// The error for a failed timing event on the first replica's device.
+fn clock_failure(device: &str) -> impl Fn(crate::dist::c10d::C10dError) -> EngineError + '_ {
+    move |e| EngineError::Coordinator { replica: Some(0), device: Some(device.to_owned()), message: e.0 }
 }
 
 impl Coordinator {
@@ -96,6 +102,9 @@ impl Coordinator {
                 }
             }
         }
+        let first = self.params.first().map_or(tch::Device::Cpu, Tensor::device);
+        let name = self.cfg().devices.first().map(ToString::to_string).unwrap_or_default();
+        self.clock = Some(PhaseClock::new(first, 2).map_err(clock_failure(&name))?);
         if let Some(r) = &self.p.cfg.resume {
             for m in &self.momentum {
                 self.p.param_layout.load_logical(m, &r.momentum);
@@ -110,23 +119,29 @@ impl Coordinator {
         // The global batch is split over every replica of every process; ours are a slice.
         let (offset, total) = self.replica_span();
         let parts = shards(len, total);
+        let devices: Vec<tch::Device> = self.cfg().devices.iter().map(|d| d.to_tch()).collect();
+        let timed = clock::sampled(&devices, global_step);
         self.broadcast(|i| ToWorker::Step {
             start: start + parts[offset + i].0,
             len: parts[offset + i].1,
             global_step,
             dropout_seed: mix_seed(mix_seed(seed, global_step as u64), (offset + i) as u64 + 1) as i64,
+            timed,
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
         for reply in self.gather(self.cfg().step_timeout)? {
-            if let FromWorker::StepDone { replica, data_secs, compute_secs } = reply {
-                data_max = data_max.max(data_secs);
-                compute_max = compute_max.max(compute_secs);
+            if let FromWorker::StepDone { replica, timing: Some((data, compute)) } = reply {
+                data_max = data_max.max(data);
+                compute_max = compute_max.max(compute);
                 let r = &mut self.window.replicas[offset + replica];
-                r.data += data_secs;
-                r.compute += compute_secs;
+                r.data += data;
+                r.compute += compute;
             }
         }
-        let t = Instant::now();
+        let first = self.cfg().devices[0].to_string();
+        let clock_error = clock_failure(&first);
+        let mut clock = self.clock.take().ok_or(EngineError::WorkersGone)?;
+        clock.start(timed).map_err(&clock_error)?;
         let holders = match self.reduce.clone() {
             LocalReduce::Copies => {
                 sum_into_first(&mut self.grads);
@@ -137,8 +152,7 @@ impl Coordinator {
             }
             LocalReduce::Nccl { groups } => self.nccl_reduce(&groups)?,
         };
-        let allreduce = t.elapsed().as_secs_f64();
-        let t = Instant::now();
+        clock.mark().map_err(&clock_error)?;
         let sgd = Sgd { lr: self.lr, ..self.cfg().sgd };
         let inject = self.cfg().faults.coordinator_panic;
         for (i, &holder) in holders.iter().enumerate() {
@@ -165,14 +179,19 @@ impl Coordinator {
                 b.copy_(first);
             }
         }
-        let update = t.elapsed().as_secs_f64();
+        clock.mark().map_err(&clock_error)?;
+        let phases = clock.read().map_err(&clock_error)?;
+        self.clock = Some(clock);
         self.global_step += 1;
         let w = &mut self.window;
         w.steps += 1;
-        w.timing.data += data_max;
-        w.timing.compute += compute_max;
-        w.timing.allreduce += allreduce;
-        w.timing.update += update;
+        if let Some(p) = phases {
+            w.timed += 1;
+            w.timing.data += data_max;
+            w.timing.compute += compute_max;
+            w.timing.allreduce += p[0];
+            w.timing.update += p[1];
+        }
         if self.cfg().check_replicas {
             self.check_replicas()?;
         }
