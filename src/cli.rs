@@ -11,6 +11,59 @@ fn parse<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
     s.parse()
 }
 
+/// `--model`: a built-in model's name, or a TorchScript file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelArg {
+    Builtin(ModelKind),
+    File(PathBuf),
+}
+
+impl std::str::FromStr for ModelArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(kind) = s.parse::<ModelKind>() {
+            return Ok(ModelArg::Builtin(kind));
+        }
+        let looks_like_file = s.contains('/')
+            || [".pt", ".pth", ".ts", ".torchscript"].iter().any(|ext| s.ends_with(ext))
+            || std::path::Path::new(s).is_file();
+        if looks_like_file {
+            Ok(ModelArg::File(PathBuf::from(s)))
+        } else {
+            Err(format!(
+                "unknown model '{s}'; use lenet, resnet18, mnist-net or the path of a TorchScript file"
+            ))
+        }
+    }
+}
+
+impl ModelArg {
+    /// The name every rank of a run must agree on.
+    pub fn name(&self) -> String {
+        match self {
+            ModelArg::Builtin(kind) => kind.name().to_owned(),
+            ModelArg::File(path) => path.display().to_string(),
+        }
+    }
+}
+
+/// `--loss`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossArg(pub dpt_tui::model::LossKind);
+
+impl std::str::FromStr for LossArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cross-entropy" => Ok(LossArg(dpt_tui::model::LossKind::CrossEntropy)),
+            "nll" => Ok(LossArg(dpt_tui::model::LossKind::Nll)),
+            _ => Err(format!("unknown loss '{s}'; use cross-entropy or nll")),
+        }
+    }
+}
+
 /// A yes/no flag value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
@@ -83,10 +136,21 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub serve: bool,
 
-    /// Model to train (the seeds' architectures and defaults): lenet, resnet18 or mnist-net
-    /// [default: lenet, or the resumed checkpoint's].
-    #[arg(long, value_name = "NAME", value_parser = parse::<ModelKind>)]
-    pub model: Option<ModelKind>,
+    /// Model to train: lenet, resnet18 or mnist-net (the seeds' architectures and defaults),
+    /// or the path of a TorchScript file of your own [default: lenet, or the resumed
+    /// checkpoint's].
+    #[arg(long, value_name = "NAME|FILE", value_parser = parse::<ModelArg>)]
+    pub model: Option<ModelArg>,
+
+    /// The training loss of a TorchScript model: cross-entropy on logits, or nll on
+    /// log-probabilities [default: cross-entropy; the built-in models use their seed's].
+    #[arg(long, value_parser = parse::<LossArg>)]
+    pub loss: Option<LossArg>,
+
+    /// Input normalization `MEAN,STD`: the network sees `(x / 255 - MEAN) / STD` [default:
+    /// 0,1 (x / 255), the MNIST net 0.1307,0.3081].
+    #[arg(long, value_name = "MEAN,STD")]
+    pub normalize: Option<String>,
 
     /// Folder with the four IDX files of Fashion-MNIST or MNIST (.gz or raw).
     #[arg(long, env = "DPT_DATA", default_value = dpt_tui::data::DEFAULT_DATA_DIR)]

@@ -36,7 +36,7 @@ fn run(cfg: TrainConfig) -> (Result<Outcome, EngineError>, Vec<Record>) {
 fn resume_cfg(dir: &Path) -> TrainConfig {
     let ckpt = Checkpoint::read(dir).expect("a checkpoint was written");
     let mut cfg = config(dir);
-    cfg.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Lenet, &dir.join(CHECKPOINT_FILE)).unwrap()));
+    cfg.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Lenet, None, &dir.join(CHECKPOINT_FILE)).unwrap()));
     cfg
 }
 
@@ -284,7 +284,7 @@ fn resuming_another_model_is_refused() {
     cfg.max_steps = Some(1);
     run(cfg).0.unwrap();
     let ckpt = Checkpoint::read(dir.path()).unwrap();
-    let err = Resume::new(ckpt, ModelKind::MnistNet, dir.path()).unwrap_err();
+    let err = Resume::new(ckpt, ModelKind::MnistNet, None, dir.path()).unwrap_err();
     assert!(err.to_string().contains("belongs to model 'lenet', not 'mnist-net'"), "{err}");
     std::fs::write(dir.path().join(CHECKPOINT_FILE), b"not a checkpoint").unwrap();
     let err = Checkpoint::read(dir.path()).err().expect("garbage is refused");

@@ -66,6 +66,9 @@ pub struct CheckpointState {
     pub train_seconds: f64,
     pub samples_done: f64,
     pub last_test_acc: Option<f64>,
+    /// The TorchScript file of a `torchscript` model, as it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_file: Option<PathBuf>,
 }
 
 /// A checkpoint in memory (tensors on the CPU).

@@ -1,6 +1,7 @@
 //! What one training run is asked to do, and the checks that reject a bad request up front.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,8 @@ use super::checkpoint::{Checkpoint, CheckpointError, CheckpointState};
 use super::device::DeviceId;
 use super::faults::Faults;
 use super::sgd::Sgd;
-use crate::model::{Builder, ModelKind, Precision};
+use crate::model::script::ScriptModel;
+use crate::model::{Builder, LossKind, ModelKind, Normalization, Precision};
 
 /// What to do when the training loss stops being finite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +71,7 @@ impl Resume {
     pub fn new(
         ckpt: Checkpoint,
         model: ModelKind,
+        script: Option<&ScriptModel>,
         path: &std::path::Path,
     ) -> Result<Resume, CheckpointError> {
         if ckpt.state.model != model {
@@ -78,8 +81,7 @@ impl Resume {
                 expected: model,
             });
         }
-        let mut b = Builder::default();
-        let _ = model.build(&mut b);
+        let b = model_specs(model, script);
         Ok(Resume {
             params: Checkpoint::flat(&ckpt.params, &b.params, path)?,
             momentum: Checkpoint::flat(&ckpt.momentum, &b.params, path)?,
@@ -90,9 +92,8 @@ impl Resume {
 
     /// A resume whose tensors are zeros of the model's sizes, to be filled by a broadcast from
     /// rank 0 (the only rank that reads the checkpoint).
-    pub fn awaiting(state: CheckpointState) -> Resume {
-        let mut b = Builder::default();
-        let _ = state.model.build(&mut b);
+    pub fn awaiting(state: CheckpointState, script: Option<&ScriptModel>) -> Resume {
+        let b = model_specs(state.model, script);
         let zeros = |specs: &[crate::model::TensorSpec]| {
             Tensor::zeros(
                 [specs.iter().map(crate::model::TensorSpec::numel).sum::<i64>()],
@@ -136,6 +137,27 @@ pub enum ConfigError {
     ResumeSamples { checkpoint: usize, found: usize },
     #[error("the checkpoint has already finished {done} of {epochs} epochs; pass --epochs N with N > {done} to train further")]
     ResumeDone { done: usize, epochs: usize },
+    #[error("this run trains a TorchScript model but none was given; pass --model FILE.pt")]
+    ScriptMissing,
+    #[error("--precision bf16 is for the built-in models; a TorchScript model trains in f32 (cast inside the model to use bf16)")]
+    ScriptBf16,
+    #[error("--normalize must be a finite mean and a positive std, got {0},{1}")]
+    BadNormalization(f64, f64),
+}
+
+/// The tensors of `model` (a built-in, or the TorchScript `script`), by name and shape.
+pub fn model_specs(model: ModelKind, script: Option<&ScriptModel>) -> Builder {
+    let mut b = Builder::default();
+    match script {
+        Some(s) => {
+            b.params = s.params.clone();
+            b.buffers = s.buffers.clone();
+        }
+        None => {
+            let _ = model.build(&mut b);
+        }
+    }
+    b
 }
 
 /// The first device of `devices` that cannot run `--precision bf16`, by its compute capability
@@ -200,6 +222,11 @@ pub struct TrainConfig {
     pub precision: Precision,
     /// The other processes of a multi-process run (`None`: this process alone).
     pub world: Option<Box<crate::dist::World>>,
+    /// The user's TorchScript model, when `model` is `ModelKind::Script`.
+    pub script: Option<Arc<ScriptModel>>,
+    pub loss: LossKind,
+    /// Input normalization: `(x / 255 - mean) / std`.
+    pub normalization: Normalization,
 }
 
 impl TrainConfig {
@@ -227,7 +254,20 @@ impl TrainConfig {
             channels_last: None,
             precision: Precision::F32,
             world: None,
+            script: None,
+            loss: model.loss(),
+            normalization: model.normalization(),
         }
+    }
+
+    /// A run of the user's TorchScript `script` (loss and normalization from the caller).
+    pub fn for_script(script: Arc<ScriptModel>, devices: Vec<DeviceId>) -> Self {
+        TrainConfig { script: Some(script), ..TrainConfig::new(ModelKind::Script, devices) }
+    }
+
+    /// The tensors the model trains and keeps, by name and shape, in the engine's order.
+    pub fn specs(&self) -> Builder {
+        model_specs(self.model, self.script.as_deref())
     }
 
     /// Rejects settings the GPUs cannot run (asks CUDA for their compute capability).
@@ -285,6 +325,18 @@ impl TrainConfig {
         }
         if self.step_timeout.is_zero() {
             return Err(ConfigError::ZeroTimeout);
+        }
+        if self.model == ModelKind::Script && self.script.is_none() {
+            return Err(ConfigError::ScriptMissing);
+        }
+        if self.model == ModelKind::Script && self.precision == Precision::Bf16 {
+            return Err(ConfigError::ScriptBf16);
+        }
+        if !(self.normalization.std.is_finite()
+            && self.normalization.std > 0.0
+            && self.normalization.mean.is_finite())
+        {
+            return Err(ConfigError::BadNormalization(self.normalization.mean, self.normalization.std));
         }
         if let Some(r) = &self.resume {
             if r.state.batch_size != self.batch_size {

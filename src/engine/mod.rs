@@ -32,7 +32,6 @@ pub use device::{DeviceError, DeviceId};
 pub use events::Control;
 
 use crate::data::Dataset;
-use crate::model::Builder;
 use coordinator::{Coordinator, CoordinatorParts};
 use worker::{WorkerSetup, GLOBAL_RNG};
 
@@ -104,11 +103,13 @@ impl Engine {
             // cuDNN picks the fastest convolution algorithm for the (fixed) batch shapes.
             tch::Cuda::cudnn_set_benchmark(true);
         }
-        let mut builder = Builder::default();
-        let _ = cfg.model.build(&mut builder);
-        let (mut initial_params, mut initial_buffers) = match &cfg.resume {
-            Some(r) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
-            None => {
+        let builder = cfg.specs();
+        let (mut initial_params, mut initial_buffers) = match (&cfg.resume, &cfg.script) {
+            (Some(r), _) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
+            (None, Some(s)) => {
+                (Tensor::from_slice(&s.initial_params), Tensor::from_slice(&s.initial_buffers))
+            }
+            (None, None) => {
                 let _lock = GLOBAL_RNG.lock().unwrap_or_else(|p| p.into_inner());
                 tch::manual_seed(cfg.seed as i64);
                 (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
@@ -133,6 +134,9 @@ impl Engine {
                 replica,
                 device: device.to_tch(),
                 model: cfg.model,
+                script: cfg.script.clone(),
+                loss: cfg.loss,
+                normalization: cfg.normalization,
                 data: Arc::clone(&data),
                 initial_params: initial_params.copy(),
                 initial_buffers: initial_buffers.copy(),

@@ -12,7 +12,8 @@ use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::tally::Tally;
 use crate::data::{Dataset, Split};
-use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Precision};
+use crate::model::script::{ScriptModel, ScriptNet};
+use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision};
 
 /// Serializes re-seeding libtorch's global generator: dropout masks are drawn under it so that
 /// each replica gets its own reproducible stream whatever the threads' interleaving.
@@ -78,6 +79,9 @@ pub struct WorkerSetup {
     pub replica: usize,
     pub device: Device,
     pub model: ModelKind,
+    pub script: Option<Arc<ScriptModel>>,
+    pub loss: LossKind,
+    pub normalization: Normalization,
     pub data: Arc<Dataset>,
     pub initial_params: Tensor,
     pub initial_buffers: Tensor,
@@ -193,24 +197,35 @@ impl Worker {
             tch::set_num_threads(setup.threads as i32);
         }
         let mut builder = Builder::default();
-        let net = setup.model.build(&mut builder);
-        let params = FlatTensors::zeros(&builder.params, setup.device, true, setup.channels_last);
+        let mut net: Box<dyn Network> = match (&setup.script, setup.model.build(&mut builder)) {
+            (_, Some(net)) => net,
+            (Some(script), None) => {
+                builder = crate::engine::config::model_specs(setup.model, Some(script));
+                Box::new(ScriptNet::load(script, setup.device)?)
+            }
+            (None, None) => return Err("a TorchScript run without its model".into()),
+        };
+        let mut params = FlatTensors::zeros(&builder.params, setup.device, true, setup.channels_last);
         let buffers = FlatTensors::zeros(&builder.buffers, setup.device, false, false);
         {
             let _guard = tch::no_grad_guard();
             params.layout.load_logical(&params.flat, &setup.initial_params);
             buffers.layout.load_logical(&buffers.flat, &setup.initial_buffers);
         }
+        // A module that owns its tensors now works on the flat buffers' storage.
+        if let Some(own) = net.adopt(&params.views, &buffers.views) {
+            params.views = own;
+        }
         let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
         // Gradient views laid out like the parameters, so the flat update pairs them up.
         let grad_views = params.layout.views(&grads);
-        let norm = setup.model.normalization();
+        let norm = setup.normalization;
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
         Ok(Worker {
             replica: setup.replica,
             device: setup.device,
             net,
-            loss: setup.model.loss(),
+            loss: setup.loss,
             train: upload(&setup.data.train, setup.device),
             test: upload(&setup.data.test, setup.device),
             params,
@@ -312,12 +327,20 @@ impl Worker {
             let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
             self.clock.mark().map_err(clock_error)?;
-            let out = self.net.forward(
-                &self.params.views,
-                &self.buffers.views,
-                &x,
-                &Forward { train: true, masks: &masks, precision: self.precision },
-            );
+            let out = {
+                // A network drawing its own random numbers gets this replica's stream.
+                let _rng = self.net.draws_inside().then(|| {
+                    let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    tch::manual_seed(dropout_seed);
+                    lock
+                });
+                self.net.forward(
+                    &self.params.views,
+                    &self.buffers.views,
+                    &x,
+                    &Forward { train: true, masks: &masks, precision: self.precision },
+                )?
+            };
             let mut loss = self.loss(&out, &y);
             if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
                 loss = loss.g_mul_scalar(f64::NAN);
@@ -370,7 +393,7 @@ impl Worker {
                 &self.buffers.views,
                 &x,
                 &Forward { train: false, masks: &[], precision: self.precision },
-            );
+            )?;
             loss.f_add_(&self.loss(&out, &y)).map(drop).map_err(|e| e.to_string())?;
             correct
                 .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))

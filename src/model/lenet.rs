@@ -27,12 +27,18 @@ impl Lenet {
 }
 
 impl Network for Lenet {
-    fn forward(&self, p: &[Tensor], _buffers: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
+    fn forward(
+        &self,
+        p: &[Tensor],
+        _buffers: &[Tensor],
+        x: &Tensor,
+        ctx: &Forward,
+    ) -> Result<Tensor, String> {
         let pool = |t: Tensor| t.avg_pool2d([2, 2], [2, 2], [0, 0], false, true, None::<i64>);
         let h = pool(ctx.conv2d(x, &p[self.c1.0], &p[self.c1.1], 1, 0).relu());
         let h = pool(ctx.conv2d(&h, &p[self.c2.0], &p[self.c2.1], 1, 0).relu());
         let n = h.size()[0];
         let h = ctx.linear(&h.reshape([n, -1]), &p[self.f3.0], &p[self.f3.1]).relu();
-        ctx.output(ctx.linear(&h, &p[self.f4.0], &p[self.f4.1]))
+        Ok(ctx.output(ctx.linear(&h, &p[self.f4.0], &p[self.f4.1])))
     }
 }

@@ -32,7 +32,13 @@ impl MnistNet {
 }
 
 impl Network for MnistNet {
-    fn forward(&self, p: &[Tensor], _buffers: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
+    fn forward(
+        &self,
+        p: &[Tensor],
+        _buffers: &[Tensor],
+        x: &Tensor,
+        ctx: &Forward,
+    ) -> Result<Tensor, String> {
         // libtorch's channels-last max-pool kernel, forward and backward, is much faster than
         // the planar one on these shapes: 4.6 -> 3.4 ms per 32-sample step on one thread,
         // copies included (BENCHMARKS.md).
@@ -51,7 +57,7 @@ impl Network for MnistNet {
         if ctx.train {
             h = h.g_mul(&ctx.mask(1)); // not in place: autograd saved `h`
         }
-        ctx.output(ctx.linear(&h, &p[self.f2.0], &p[self.f2.1])).log_softmax(-1, Kind::Float)
+        Ok(ctx.output(ctx.linear(&h, &p[self.f2.0], &p[self.f2.1])).log_softmax(-1, Kind::Float))
     }
 
     fn dropout_masks(&self, n: i64) -> Vec<(Vec<i64>, f64)> {

@@ -8,6 +8,7 @@
 mod lenet;
 mod mnist_net;
 mod resnet;
+pub mod script;
 
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
@@ -26,6 +27,9 @@ pub enum ModelKind {
     Resnet18,
     /// The PyTorch MNIST example network (seed 004).
     MnistNet,
+    /// A user's TorchScript file (`--model PATH`; see `script`).
+    #[serde(rename = "torchscript")]
+    Script,
 }
 
 impl std::str::FromStr for ModelKind {
@@ -77,6 +81,7 @@ impl ModelKind {
             ModelKind::Lenet => "lenet",
             ModelKind::Resnet18 => "resnet18",
             ModelKind::MnistNet => "mnist-net",
+            ModelKind::Script => "torchscript",
         }
     }
 
@@ -86,13 +91,17 @@ impl ModelKind {
             ModelKind::Lenet => Defaults { lr: 0.2, momentum: 0.0, batch_size: 256, epochs: 10 },
             ModelKind::Resnet18 => Defaults { lr: 0.1, momentum: 0.0, batch_size: 256, epochs: 10 },
             ModelKind::MnistNet => Defaults { lr: 0.01, momentum: 0.5, batch_size: 64, epochs: 10 },
+            // A user's network: torch.optim.SGD's usual starting point for small CNNs.
+            ModelKind::Script => Defaults { lr: 0.05, momentum: 0.9, batch_size: 128, epochs: 10 },
         }
     }
 
     /// Input normalization: d2l's models take x/255, seed 004 normalizes with MNIST's statistics.
     pub fn normalization(self) -> Normalization {
         match self {
-            ModelKind::Lenet | ModelKind::Resnet18 => Normalization { mean: 0.0, std: 1.0 },
+            ModelKind::Lenet | ModelKind::Resnet18 | ModelKind::Script => {
+                Normalization { mean: 0.0, std: 1.0 }
+            }
             ModelKind::MnistNet => Normalization { mean: 0.1307, std: 0.3081 },
         }
     }
@@ -104,7 +113,7 @@ impl ModelKind {
         match self {
             ModelKind::Lenet => true,
             ModelKind::Resnet18 => on_gpu,
-            ModelKind::MnistNet => false,
+            ModelKind::MnistNet | ModelKind::Script => false,
         }
     }
 
@@ -112,16 +121,18 @@ impl ModelKind {
     pub fn loss(self) -> LossKind {
         match self {
             ModelKind::MnistNet => LossKind::Nll,
-            ModelKind::Lenet | ModelKind::Resnet18 => LossKind::CrossEntropy,
+            ModelKind::Lenet | ModelKind::Resnet18 | ModelKind::Script => LossKind::CrossEntropy,
         }
     }
 
-    /// Declares the model's tensors into `builder` and returns its forward pass.
-    pub fn build(self, builder: &mut Builder) -> Box<dyn Network> {
+    /// Declares a built-in model's tensors into `builder` and returns its forward pass; `None`
+    /// for a TorchScript model, whose tensors come from its file (`script::ScriptModel`).
+    pub fn build(self, builder: &mut Builder) -> Option<Box<dyn Network>> {
         match self {
-            ModelKind::Lenet => Box::new(Lenet::new(builder)),
-            ModelKind::Resnet18 => Box::new(Resnet18::new(builder)),
-            ModelKind::MnistNet => Box::new(MnistNet::new(builder)),
+            ModelKind::Lenet => Some(Box::new(Lenet::new(builder))),
+            ModelKind::Resnet18 => Some(Box::new(Resnet18::new(builder))),
+            ModelKind::MnistNet => Some(Box::new(MnistNet::new(builder))),
+            ModelKind::Script => None,
         }
     }
 }
@@ -257,8 +268,26 @@ impl Forward<'_> {
 
 /// A model's forward pass over tensors it does not own.
 pub trait Network: Send {
-    /// Runs the network on a batch `x` of shape `[n, 1, 28, 28]`; returns `[n, 10]`.
-    fn forward(&self, params: &[Tensor], buffers: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor;
+    /// Runs the network on a batch `x` of shape `[n, C, H, W]`; returns `[n, classes]`.
+    fn forward(
+        &self,
+        params: &[Tensor],
+        buffers: &[Tensor],
+        x: &Tensor,
+        ctx: &Forward,
+    ) -> Result<Tensor, String>;
+
+    /// A network that holds its own tensors (a TorchScript module) moves them onto the flat
+    /// buffers' views here, and returns the tensors its forward pass differentiates against.
+    fn adopt(&mut self, _params: &[Tensor], _buffers: &[Tensor]) -> Option<Vec<Tensor>> {
+        None
+    }
+
+    /// Whether the forward pass draws random numbers itself (from libtorch's generator), so
+    /// the caller must seed it per replica and step around the call.
+    fn draws_inside(&self) -> bool {
+        false
+    }
 
     /// Shapes (for a batch of `n`) and drop probabilities of the dropout masks a training
     /// forward pass needs, so the caller can draw them from a seeded stream of its own.

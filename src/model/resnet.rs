@@ -129,12 +129,16 @@ impl Resnet18 {
 }
 
 impl Network for Resnet18 {
-    fn forward(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, ctx: &Forward) -> Tensor {
+    fn forward(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, ctx: &Forward) -> Result<Tensor, String> {
         let mut h = self.stem_bn.apply(p, buf, &self.stem.apply(p, x, ctx), ctx.train).relu();
         for block in &self.blocks {
             h = block.apply(p, buf, &h, ctx);
         }
         let n = h.size()[0];
-        ctx.output(ctx.linear(&h.adaptive_avg_pool2d([1, 1]).reshape([n, -1]), &p[self.fc.0], &p[self.fc.1]))
+        Ok(ctx.output(ctx.linear(
+            &h.adaptive_avg_pool2d([1, 1]).reshape([n, -1]),
+            &p[self.fc.0],
+            &p[self.fc.1],
+        )))
     }
 }

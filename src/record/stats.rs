@@ -37,6 +37,9 @@ pub struct RunInfo {
     /// step in 10`).
     #[serde(default)]
     pub timing: String,
+    /// The TorchScript file of a `torchscript` model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_file: Option<String>,
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,

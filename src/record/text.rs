@@ -147,7 +147,7 @@ fn start_line(info: &RunInfo) -> String {
     });
     format!(
         "{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, lr {}, momentum {}, weight decay {}, {} train / {} test samples",
-        info.model.name(),
+        info.model_file.as_deref().map_or_else(|| info.model.name().to_owned(), |f| format!("{f} (TorchScript)")),
         thousands(info.param_count),
         device_list(&info.devices),
         info.devices.len(),

@@ -2,12 +2,13 @@
 //! the run directory: everything that can be bad input is behind [`prepare`].
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
 
 use super::input;
-use crate::cli::{Args, OnOff};
+use crate::cli::{Args, ModelArg, OnOff};
 use crate::Failure;
 use dpt_tui::data::Dataset;
 use dpt_tui::dist::World;
@@ -16,7 +17,8 @@ use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::engine::sgd::Sgd;
 use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
-use dpt_tui::model::ModelKind;
+use dpt_tui::model::script::ScriptModel;
+use dpt_tui::model::{ModelKind, Normalization};
 use dpt_tui::remote::runs::absolute;
 use dpt_tui::run_dir::{create_run_dir, default_run_dir};
 
@@ -30,13 +32,31 @@ fn configure(
     devices: Vec<DeviceId>,
     world: Option<&World>,
 ) -> Result<TrainConfig, Failure> {
-    let resume = read_resume(args, world)?;
-    let model = match (&resume, args.model) {
+    let mut script = match &args.model {
+        Some(ModelArg::File(path)) => Some(ScriptModel::read(path).map_err(input)?),
+        _ => None,
+    };
+    let resume = read_resume(args, world, &mut script)?;
+    let model = match (&resume, &args.model) {
+        (_, Some(ModelArg::Builtin(m))) => *m,
+        (_, Some(ModelArg::File(_))) => ModelKind::Script,
         (Some(r), None) => r.state.model,
-        (_, Some(m)) => m,
         (None, None) => ModelKind::Lenet,
     };
     let mut cfg = TrainConfig::new(model, devices);
+    cfg.script = script.map(Arc::new);
+    if let Some(loss) = args.loss {
+        if model != ModelKind::Script {
+            return Err(input(anyhow!(
+                "--loss is for TorchScript models; {} trains with its seed's loss",
+                model.name()
+            )));
+        }
+        cfg.loss = loss.0;
+    }
+    if let Some(text) = &args.normalize {
+        cfg.normalization = parse_normalize(text).map_err(input)?;
+    }
     if let Some(r) = &resume {
         let s = &r.state;
         cfg.epochs = s.epochs;
@@ -92,12 +112,23 @@ fn configure(
 /// The checkpoint to continue from, if `--resume` asks for one. In a multi-process run only
 /// rank 0 reads it (no shared file system needed): its state goes to the others through the
 /// store, its tensors by broadcast.
-fn read_resume(args: &Args, world: Option<&World>) -> Result<Option<Resume>, Failure> {
+fn read_resume(
+    args: &Args,
+    world: Option<&World>,
+    script: &mut Option<ScriptModel>,
+) -> Result<Option<Resume>, Failure> {
     let Some(path) = &args.resume else { return Ok(None) };
-    let read = |path: &std::path::Path| -> Result<Resume, anyhow::Error> {
+    let mut read = |path: &std::path::Path| -> Result<Resume, anyhow::Error> {
         let ckpt = Checkpoint::read(path)?;
-        let model = args.model.unwrap_or(ckpt.state.model);
-        Ok(Resume::new(ckpt, model, &checkpoint_path(path))?)
+        let model = match &args.model {
+            Some(ModelArg::Builtin(m)) => *m,
+            Some(ModelArg::File(_)) => ModelKind::Script,
+            None => ckpt.state.model,
+        };
+        if model == ModelKind::Script && script.is_none() {
+            *script = Some(recorded_script(&ckpt.state)?);
+        }
+        Ok(Resume::new(ckpt, model, script.as_ref(), &checkpoint_path(path))?)
     };
     let Some(w) = world else { return read(path).map(Some).map_err(Failure::Input) };
     let mut resume = if w.rank == 0 {
@@ -115,7 +146,10 @@ fn read_resume(args: &Args, world: Option<&World>) -> Result<Option<Resume>, Fai
             Failure::Run(anyhow!("rank 0 sent a checkpoint state this version cannot read: {e}"))
         })?;
         let state = shared.map_err(|e| input(anyhow!("rank 0 cannot resume: {e}")))?;
-        Resume::awaiting(state)
+        if state.model == ModelKind::Script && script.is_none() {
+            *script = Some(recorded_script(&state).map_err(Failure::Input)?);
+        }
+        Resume::awaiting(state, script.as_ref())
     };
     for t in [&mut resume.params, &mut resume.momentum, &mut resume.buffers] {
         if t.numel() > 0 {
@@ -123,6 +157,28 @@ fn read_resume(args: &Args, world: Option<&World>) -> Result<Option<Resume>, Fai
         }
     }
     Ok(Some(resume))
+}
+
+/// The TorchScript model a checkpoint was trained on, from the file it names.
+fn recorded_script(state: &CheckpointState) -> Result<ScriptModel, anyhow::Error> {
+    let file = state.model_file.as_ref().ok_or_else(|| {
+        anyhow!(
+            "the checkpoint belongs to a TorchScript model whose file it does not name; pass --model FILE"
+        )
+    })?;
+    Ok(ScriptModel::read(file)?)
+}
+
+/// `--normalize MEAN,STD`.
+fn parse_normalize(text: &str) -> Result<Normalization, anyhow::Error> {
+    let bad = || anyhow!("--normalize takes MEAN,STD (such as 0.5,0.25), got '{text}'");
+    let (mean, std) = text.split_once(',').ok_or_else(bad)?;
+    let mean: f64 = mean.trim().parse().map_err(|_| bad())?;
+    let std: f64 = std.trim().parse().map_err(|_| bad())?;
+    if !(mean.is_finite() && std.is_finite() && std > 0.0) {
+        return Err(anyhow!("--normalize needs a finite mean and a positive std, got '{text}'"));
+    }
+    Ok(Normalization { mean, std })
 }
 
 /// A training run, checked and ready to start.
@@ -155,6 +211,11 @@ pub fn prepare(
         data.test.truncate(n);
     }
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
+    if let Some(script) = cfg.script.as_mut() {
+        // Bad models are refused here, before the run directory exists.
+        let (sample, max_label) = sample_inputs(&data, cfg.normalization);
+        Arc::make_mut(script).check(&sample, max_label).map_err(input)?;
+    }
     if machine.cuda_probed {
         cfg.validate_devices().map_err(input)?;
     }
@@ -213,4 +274,18 @@ fn same_data_everywhere(w: &World, train: usize, test: usize) -> Result<(), Fail
         )));
     }
     Ok(())
+}
+
+/// Two normalized training images `[2, C, H, W]` (one if there is only one) and the largest
+/// training label: what a TorchScript model is checked against before the run starts.
+fn sample_inputs(data: &Dataset, norm: Normalization) -> (tch::Tensor, i64) {
+    let split = &data.train;
+    let n = split.len().min(2);
+    let pixels = split.rows * split.cols;
+    let x = tch::Tensor::from_slice(&split.images[..n * pixels])
+        .view([n as i64, 1, split.rows as i64, split.cols as i64])
+        .to_kind(tch::Kind::Float);
+    let x = (x / 255.0 - norm.mean) / norm.std;
+    let max_label = split.labels.iter().copied().max().map_or(0, i64::from);
+    (x, max_label)
 }

@@ -51,7 +51,9 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "world_size": world_size,
-        "model": args.model.map(|m| m.name()),
+        "model": args.model.as_ref().map(|m| m.name()),
+        "loss": args.loss.map(|l| format!("{:?}", l.0)),
+        "normalize": args.normalize,
         "batch_size": args.batch_size,
         "epochs": args.epochs,
         "lr": args.lr,

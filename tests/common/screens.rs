@@ -38,6 +38,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         started_unix: None,
         allreduce: "copies through cpu".into(),
         timing: "host clock, every step".into(),
+        model_file: None,
         world: None,
     }
 }

@@ -205,6 +205,7 @@ impl Coordinator {
                     None => local,
                 }
             },
+            model_file: cfg.script.as_ref().map(|s| s.path.display().to_string()),
             timing: super::clock::describe(&cfg.devices.iter().map(|d| d.to_tch()).collect::<Vec<_>>()),
             world: self.p.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,

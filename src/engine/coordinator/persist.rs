@@ -12,6 +12,7 @@ use super::super::flat::Layout;
 use super::super::tensor_file;
 use super::super::EngineError;
 use super::Coordinator;
+use crate::model::script::ScriptModel;
 use crate::model::TensorSpec;
 use crate::record::Change;
 
@@ -21,6 +22,15 @@ pub const WEIGHTS_FILE: &str = "model.safetensors";
 /// Writes named tensors as safetensors at `path`, atomically.
 pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
     tensor_file::write(tensors, path).map_err(|cause| EngineError::Save { path: path.to_owned(), cause })
+}
+
+/// The trained TorchScript model in a run directory (`torch.jit.load` reads it).
+pub const SCRIPT_FILE: &str = "model.pt";
+
+/// Writes the user's TorchScript model with the trained `named` tensors to `path`, atomically.
+fn save_script(script: &ScriptModel, named: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
+    crate::atomic::write_with(path, |tmp| script.export(named, tmp).map_err(std::io::Error::other))
+        .map_err(|cause| EngineError::Save { path: path.to_owned(), cause })
 }
 
 impl Coordinator {
@@ -67,8 +77,14 @@ impl Coordinator {
         }
         let global_step = self.global_step;
         let path = dir.join(WEIGHTS_FILE);
-        let result = save_named(&self.named_cpu(), &path).and_then(|()| {
+        let named = self.named_cpu();
+        let result = save_named(&named, &path).and_then(|()| {
             self.emit(Change::Saved { path: path.display().to_string(), global_step });
+            if let Some(script) = self.cfg().script.clone() {
+                let module = dir.join(SCRIPT_FILE);
+                save_script(&script, &named, &module)?;
+                self.emit(Change::Saved { path: module.display().to_string(), global_step });
+            }
             self.write_checkpoint(&dir, position).map_err(EngineError::from)
         });
         match result {
@@ -187,6 +203,7 @@ impl Coordinator {
         let state = CheckpointState {
             format: 1,
             model: cfg.model,
+            model_file: cfg.script.as_ref().map(|s| s.path.clone()),
             epoch: position.0,
             step: position.1,
             global_step: self.global_step,

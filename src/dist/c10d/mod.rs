@@ -13,6 +13,8 @@ use thiserror::Error;
 
 pub use super::identity::CudaIdentity;
 
+pub mod jit;
+
 #[repr(C)]
 struct RawStore {
     _private: [u8; 0],
@@ -29,7 +31,7 @@ struct RawWork {
 struct RawEvent {
     _private: [u8; 0],
 }
-type CTensor = torch_sys::C_tensor;
+pub(crate) type CTensor = torch_sys::C_tensor;
 
 extern "C" {
     fn dpt_free_string(s: *mut c_char);

@@ -1,0 +1,104 @@
+// The TorchScript half of the shim: loading a user's model (torch.jit.save'd in Python), its
+// parameters and buffers by name (tch does not expose buffers), its forward pass in train or
+// eval mode, and saving it back. Same conventions as c10d_shim.cpp: every C++ exception is
+// caught and its message returned through `err`.
+#include "c10d_shim.h"
+
+#include <torch/script.h>
+
+#include <string>
+#include <vector>
+
+struct dpt_module {
+  torch::jit::Module m;
+};
+
+static dpt_module* load_module(const char* path, int cuda_index) {
+  c10::Device device = cuda_index < 0 ? c10::Device(c10::kCPU)
+                                      : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_index));
+  return new dpt_module{torch::jit::load(path, device)};
+}
+
+// Copies the names and tensors of `list` into malloc'ed arrays the caller owns.
+template <typename List>
+static size_t export_named(const List& list, char*** names, at::Tensor*** tensors) {
+  std::vector<std::pair<std::string, at::Tensor>> items;
+  for (const auto& item : list) {
+    items.emplace_back(item.name, item.value);
+  }
+  size_t n = items.size();
+  *names = static_cast<char**>(std::malloc(sizeof(char*) * (n == 0 ? 1 : n)));
+  *tensors = static_cast<at::Tensor**>(std::malloc(sizeof(at::Tensor*) * (n == 0 ? 1 : n)));
+  for (size_t i = 0; i < n; ++i) {
+    (*names)[i] = dpt_strdup(items[i].first.c_str());
+    (*tensors)[i] = new at::Tensor(items[i].second);
+  }
+  return n;
+}
+
+static at::Tensor* forward(dpt_module* module, at::Tensor* x) {
+  std::vector<c10::IValue> inputs{*x};
+  c10::IValue out = module->m.forward(inputs);
+  TORCH_CHECK(out.isTensor(), "forward returned a ", out.tagKind(), ", not a tensor");
+  return new at::Tensor(out.toTensor());
+}
+
+static int uses_randomness(dpt_module* module) {
+  std::string code = module->m.dump_to_str(true, false, false);
+  for (const char* op : {"dropout", "bernoulli", "rand"}) {
+    if (code.find(op) != std::string::npos) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+extern "C" {
+
+// Loads a TorchScript file onto the CPU (`cuda_index` < 0) or CUDA device `cuda_index`.
+dpt_module* dpt_jit_load(const char* path, int cuda_index, char** err) {
+  DPT_GUARD(err, nullptr, { return load_module(path, cuda_index); })
+}
+
+void dpt_jit_free(dpt_module* module) {
+  delete module;
+}
+
+// The module's parameters (`buffers` = 0) or buffers, recursively, with their dotted names.
+size_t dpt_jit_named(dpt_module* module, int buffers, char*** names, at::Tensor*** tensors, char** err) {
+  DPT_GUARD(err, 0, {
+    if (buffers != 0) {
+      return export_named(module->m.named_buffers(true), names, tensors);
+    }
+    return export_named(module->m.named_parameters(true), names, tensors);
+  })
+}
+
+void dpt_free_array(void* array) {
+  std::free(array);
+}
+
+int dpt_jit_set_train(dpt_module* module, int on, char** err) {
+  DPT_GUARD(err, -1, {
+    module->m.train(on != 0);
+    return 0;
+  })
+}
+
+at::Tensor* dpt_jit_forward(dpt_module* module, at::Tensor* x, char** err) {
+  DPT_GUARD(err, nullptr, { return forward(module, x); })
+}
+
+int dpt_jit_save(dpt_module* module, const char* path, char** err) {
+  DPT_GUARD(err, -1, {
+    module->m.save(path);
+    return 0;
+  })
+}
+
+// Whether the module's code draws random numbers (dropout and kin).
+int dpt_jit_uses_randomness(dpt_module* module, char** err) {
+  DPT_GUARD(err, -1, { return uses_randomness(module); })
+}
+
+}  // extern "C"

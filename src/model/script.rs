@@ -1,0 +1,223 @@
+//! A user's own network, as a TorchScript file (`torch.jit.script(model).save(path)` or
+//! `torch.jit.trace`), trained by the same engine as the built-in models.
+//!
+//! The module owns its tensors; the engine wants them in its flat buffers. Each replica loads
+//! the file on its device and points the module's parameters and floating-point buffers at
+//! views of the flat buffers (`set_data`), so the allreduce, the SGD step and the BatchNorm
+//! broadcast act on the module in place, and the forward pass differentiates against the
+//! module's own parameter tensors. Integer buffers (BatchNorm's `num_batches_tracked`) stay with
+//! each replica: every replica runs the same number of training passes.
+//!
+//! This file is the one seam for a model format: another (`torch.export` programs, once a C++
+//! loader for training them exists) would add a loader beside this one.
+
+use std::path::{Path, PathBuf};
+
+use tch::{Device, Kind, Tensor};
+use thiserror::Error;
+
+use super::{Forward, Init, Network, TensorSpec};
+use crate::dist::c10d::jit::ScriptModule;
+
+/// A model file that cannot be trained, found before anything is written.
+#[derive(Debug, Error, PartialEq)]
+pub enum ScriptError {
+    #[error("{path} is not a TorchScript file ({why}); save the model with torch.jit.script(model).save(path) or torch.jit.trace(model, example).save(path)")]
+    NotTorchScript { path: PathBuf, why: String },
+    #[error("{path} has no trainable parameters; export the module itself (with its nn.Parameter tensors), not a function")]
+    NoParameters { path: PathBuf },
+    #[error("{path}: parameter '{name}' is {kind:?}; dpt-tui trains float32 weights: call model.float() before saving")]
+    NotFloat { path: PathBuf, name: String, kind: Kind },
+    #[error("{path}: forward failed on one sample of shape {shape:?}: {why}")]
+    Forward { path: PathBuf, shape: Vec<i64>, why: String },
+    #[error("{path}: forward returned shape {got:?} for a batch of {n}; it must return [N, classes] (logits, or log-probabilities with --loss nll)")]
+    OutputShape { path: PathBuf, got: Vec<i64>, n: i64 },
+    #[error("{path} predicts {classes} classes but the data's labels go up to {max_label}; the last layer needs at least {} outputs", max_label + 1)]
+    TooFewClasses { path: PathBuf, classes: i64, max_label: i64 },
+}
+
+/// What the engine needs to know of a TorchScript model, read once from the file: the tensors
+/// it trains (names, shapes, initial values) and the classes it predicts. Plain data, shared
+/// by every replica and the coordinator.
+#[derive(Clone, PartialEq)]
+pub struct ScriptModel {
+    pub path: PathBuf,
+    pub params: Vec<TensorSpec>,
+    pub buffers: Vec<TensorSpec>,
+    /// The file's parameter values, concatenated in order (every replica starts from them).
+    pub initial_params: Vec<f32>,
+    pub initial_buffers: Vec<f32>,
+    pub classes: i64,
+    /// Whether the code draws random numbers (dropout): each replica then draws from a stream
+    /// seeded per step and replica, as the built-in models do.
+    pub random: bool,
+}
+
+impl std::fmt::Debug for ScriptModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptModel")
+            .field("path", &self.path)
+            .field("params", &self.params.len())
+            .field("buffers", &self.buffers.len())
+            .field("classes", &self.classes)
+            .field("random", &self.random)
+            .finish_non_exhaustive()
+    }
+}
+
+fn specs_and_values(named: &[(String, Tensor)]) -> (Vec<TensorSpec>, Vec<f32>) {
+    let mut values = Vec::new();
+    let specs = named
+        .iter()
+        .map(|(name, t)| {
+            let flat = t.detach().to_device(Device::Cpu).to_kind(Kind::Float).reshape([-1]);
+            values.extend(Vec::<f32>::try_from(&flat).unwrap_or_default());
+            TensorSpec { name: name.clone(), shape: t.size(), init: Init::Zeros }
+        })
+        .collect();
+    (specs, values)
+}
+
+/// The float32 buffers of a module (BatchNorm statistics), kept identical across replicas.
+fn float_buffers(module: &ScriptModule) -> Result<Vec<(String, Tensor)>, String> {
+    Ok(module
+        .named_buffers()
+        .map_err(|e| e.0)?
+        .into_iter()
+        .filter(|(_, t)| t.kind() == Kind::Float)
+        .collect())
+}
+
+impl ScriptModel {
+    /// Reads `path`: its parameters and buffers, whether it draws random numbers. The forward
+    /// pass is checked against the data by [`ScriptModel::check`].
+    pub fn read(path: &Path) -> Result<ScriptModel, ScriptError> {
+        let not_script = |why: String| ScriptError::NotTorchScript { path: path.to_owned(), why };
+        if !path.is_file() {
+            return Err(not_script("no such file".into()));
+        }
+        let module = ScriptModule::load(path, Device::Cpu).map_err(|e| not_script(e.0))?;
+        let params = module.named_parameters().map_err(|e| not_script(e.0))?;
+        if params.is_empty() {
+            return Err(ScriptError::NoParameters { path: path.to_owned() });
+        }
+        if let Some((name, t)) = params.iter().find(|(_, t)| t.kind() != Kind::Float) {
+            return Err(ScriptError::NotFloat { path: path.to_owned(), name: name.clone(), kind: t.kind() });
+        }
+        let buffers = float_buffers(&module).map_err(not_script)?;
+        let random = module.uses_randomness().map_err(|e| not_script(e.0))?;
+        let (params, initial_params) = specs_and_values(&params);
+        let (buffers, initial_buffers) = specs_and_values(&buffers);
+        Ok(ScriptModel {
+            path: path.to_owned(),
+            params,
+            buffers,
+            initial_params,
+            initial_buffers,
+            classes: 0,
+            random,
+        })
+    }
+
+    /// Runs the forward pass once, in evaluation mode, on `sample` (normalized inputs
+    /// `[n, C, H, W]` of the data set) and checks the output against the labels (the largest
+    /// is `max_label`); records the number of classes.
+    pub fn check(&mut self, sample: &Tensor, max_label: i64) -> Result<(), ScriptError> {
+        let path = self.path.clone();
+        let forward_error =
+            |why: String| ScriptError::Forward { path: path.clone(), shape: sample.size(), why };
+        let module = ScriptModule::load(&self.path, Device::Cpu).map_err(|e| forward_error(e.0))?;
+        module.set_train(false).map_err(|e| forward_error(e.0))?;
+        let out = {
+            let _guard = tch::no_grad_guard();
+            module.forward(sample).map_err(|e| forward_error(e.0))?
+        };
+        let n = sample.size().first().copied().unwrap_or(1);
+        let classes = match out.size().as_slice() {
+            [rows, classes] if *rows == n => *classes,
+            got => return Err(ScriptError::OutputShape { path, got: got.to_vec(), n }),
+        };
+        if classes <= max_label {
+            return Err(ScriptError::TooFewClasses { path, classes, max_label });
+        }
+        self.classes = classes;
+        Ok(())
+    }
+
+    /// The file's name, for records and screens.
+    pub fn file_name(&self) -> String {
+        self.path
+            .file_name()
+            .map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    }
+
+    /// Writes the module with the tensors `named` (the trained values, by name, in logical
+    /// order) to `dest`, loadable with `torch.jit.load`. The caller makes the write atomic.
+    pub fn export(&self, named: &[(String, Tensor)], dest: &Path) -> Result<(), String> {
+        let module = ScriptModule::load(&self.path, Device::Cpu).map_err(|e| e.0)?;
+        let mut own = module.named_parameters().map_err(|e| e.0)?;
+        own.extend(float_buffers(&module)?);
+        let _guard = tch::no_grad_guard();
+        for (name, t) in own.iter_mut() {
+            if let Some((_, value)) = named.iter().find(|(n, _)| n == name) {
+                t.copy_(&value.to_device(Device::Cpu).to_kind(t.kind()).view(t.size().as_slice()));
+            }
+        }
+        module.save(dest).map_err(|e| e.0)
+    }
+}
+
+/// One replica's TorchScript module, its tensors bound to the engine's flat buffers.
+pub struct ScriptNet {
+    module: ScriptModule,
+    params: Vec<Tensor>,
+    buffers: Vec<Tensor>,
+    random: bool,
+    training: std::cell::Cell<Option<bool>>,
+}
+
+impl ScriptNet {
+    /// Loads `model`'s file on `device`.
+    pub fn load(model: &ScriptModel, device: Device) -> Result<ScriptNet, String> {
+        let module = ScriptModule::load(&model.path, device).map_err(|e| e.0)?;
+        let params: Vec<Tensor> =
+            module.named_parameters().map_err(|e| e.0)?.into_iter().map(|(_, t)| t).collect();
+        let buffers: Vec<Tensor> = float_buffers(&module)?.into_iter().map(|(_, t)| t).collect();
+        if params.len() != model.params.len() || buffers.len() != model.buffers.len() {
+            return Err(format!("{} changed while loading", model.path.display()));
+        }
+        Ok(ScriptNet { module, params, buffers, random: model.random, training: std::cell::Cell::new(None) })
+    }
+}
+
+impl Network for ScriptNet {
+    fn forward(
+        &self,
+        _params: &[Tensor],
+        _buffers: &[Tensor],
+        x: &Tensor,
+        ctx: &Forward,
+    ) -> Result<Tensor, String> {
+        if self.training.get() != Some(ctx.train) {
+            self.module.set_train(ctx.train).map_err(|e| e.0)?;
+            self.training.set(Some(ctx.train));
+        }
+        let out = self.module.forward(x).map_err(|e| format!("the model's forward failed: {}", e.0))?;
+        Ok(out.to_kind(Kind::Float))
+    }
+
+    fn adopt(&mut self, params: &[Tensor], buffers: &[Tensor]) -> Option<Vec<Tensor>> {
+        let _guard = tch::no_grad_guard();
+        for (own, view) in self.params.iter_mut().zip(params) {
+            own.set_data(&view.detach());
+        }
+        for (own, view) in self.buffers.iter_mut().zip(buffers) {
+            own.set_data(&view.detach());
+        }
+        Some(self.params.iter().map(Tensor::shallow_clone).collect())
+    }
+
+    fn draws_inside(&self) -> bool {
+        self.random
+    }
+}

@@ -1,0 +1,86 @@
+"""Writes TorchScript models for dpt-tui's tests: `python make_model.py KIND OUT.pt`.
+
+cnn: a small CNN with BatchNorm and dropout (scripted); cnn-nodrop: the same without dropout;
+mlp: a traced MLP; and the bad ones: no-params (a module without parameters), wrong-shape
+(returns [N, 10, 1]), few-classes (3 outputs), fails (forward raises on 28x28 inputs),
+double (float64 weights).
+"""
+import sys
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Cnn(nn.Module):
+    def __init__(self, dropout: bool, channels: int = 1, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.drop = nn.Dropout(0.25 if dropout else 0.0)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.relu(self.bn2(self.conv2(x)))
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.fc(self.drop(x))
+
+
+class Mlp(nn.Module):
+    def __init__(self, inputs: int = 784, classes: int = 10):
+        super().__init__()
+        self.fc1 = nn.Linear(inputs, 64)
+        self.fc2 = nn.Linear(64, classes)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class NoParams(nn.Module):
+    def forward(self, x):
+        return x.flatten(1)[:, :10]
+
+
+class WrongShape(Mlp):
+    def forward(self, x):
+        return super().forward(x).unsqueeze(-1)
+
+
+class Fails(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(100, 10)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def main():
+    kind, out = sys.argv[1], sys.argv[2]
+    channels = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    side = 32 if channels == 3 else 28
+    torch.manual_seed(0)
+    if kind == "mlp":
+        m = torch.jit.trace(Mlp(channels * side * side).eval(), torch.zeros(2, channels, side, side))
+    elif kind in ("cnn", "cnn-nodrop"):
+        m = torch.jit.script(Cnn(kind == "cnn", channels))
+    elif kind == "no-params":
+        m = torch.jit.script(NoParams())
+    elif kind == "wrong-shape":
+        m = torch.jit.script(WrongShape())
+    elif kind == "few-classes":
+        m = torch.jit.script(Mlp(classes=3))
+    elif kind == "fails":
+        m = torch.jit.script(Fails())
+    elif kind == "double":
+        m = torch.jit.script(Mlp().double())
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+    m.save(out)
+
+
+if __name__ == "__main__":
+    main()
