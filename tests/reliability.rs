@@ -36,7 +36,8 @@ fn run(cfg: TrainConfig) -> (Result<Outcome, EngineError>, Vec<Record>) {
 fn resume_cfg(dir: &Path) -> TrainConfig {
     let ckpt = Checkpoint::read(dir).expect("a checkpoint was written");
     let mut cfg = config(dir);
-    cfg.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Lenet, None, &dir.join(CHECKPOINT_FILE)).unwrap()));
+    cfg.resume =
+        Some(Box::new(Resume::new(ckpt, ModelKind::Lenet, None, &dir.join(CHECKPOINT_FILE)).unwrap()));
     cfg
 }
 

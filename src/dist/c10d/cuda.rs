@@ -1,0 +1,113 @@
+//! The CUDA side of the shim (`c10d_nccl.cpp`): device identities, the single-process NCCL
+//! allreduce, and timing events (c10's device-generic events).
+
+use std::ffi::c_char;
+use std::ptr::NonNull;
+
+use tch::Tensor;
+
+use super::{call, non_null, C10dError, CTensor, CudaIdentity};
+
+#[repr(C)]
+struct RawEvent {
+    _private: [u8; 0],
+}
+
+extern "C" {
+    fn dpt_cuda_event_new(device: i32, err: *mut *mut c_char) -> *mut RawEvent;
+    fn dpt_cuda_event_record(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_event_elapsed_ms(
+        a: *mut RawEvent,
+        b: *mut RawEvent,
+        ms: *mut f32,
+        err: *mut *mut c_char,
+    ) -> i32;
+    fn dpt_cuda_event_free(e: *mut RawEvent);
+    fn dpt_nccl_local_allreduce(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
+    #[allow(clippy::too_many_arguments)]
+    fn dpt_cuda_identity(
+        device: i32,
+        major: *mut i32,
+        minor: *mut i32,
+        pci_domain: *mut i32,
+        pci_bus: *mut i32,
+        pci_device: *mut i32,
+        uuid: *mut u8,
+        err: *mut *mut c_char,
+    ) -> i32;
+}
+
+/// A CUDA timing event on one device (`torch.cuda.Event(enable_timing=True)`): recorded on the
+/// device's current stream, it marks when the GPU reaches that point of the queued work.
+pub struct CudaEvent(NonNull<RawEvent>);
+
+// SAFETY: a CUDA event may be recorded and queried from any host thread.
+unsafe impl Send for CudaEvent {}
+
+impl CudaEvent {
+    /// A timing event on CUDA device `index`; an error without that device.
+    pub fn new(index: usize) -> Result<CudaEvent, C10dError> {
+        let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+        // SAFETY: plain value argument; the shim returns an owned handle or an error.
+        let p = call(|err| unsafe { dpt_cuda_event_new(device, err) })?;
+        Ok(CudaEvent(non_null(p, "CUDA event")?))
+    }
+
+    /// Records the event on its device's current stream.
+    pub fn record(&mut self) -> Result<(), C10dError> {
+        // SAFETY: live handle, exclusively borrowed.
+        call(|err| unsafe { dpt_cuda_event_record(self.0.as_ptr(), err) }).map(drop)
+    }
+
+    /// Waits until `later` has completed, then the GPU time from this event to it, in seconds.
+    pub fn seconds_until(&self, later: &CudaEvent) -> Result<f64, C10dError> {
+        let mut ms = 0.0f32;
+        // SAFETY: both handles are alive; `ms` is valid for one write.
+        call(|err| unsafe { dpt_cuda_event_elapsed_ms(self.0.as_ptr(), later.0.as_ptr(), &mut ms, err) })?;
+        Ok(f64::from(ms) / 1e3)
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle.
+        unsafe { dpt_cuda_event_free(self.0.as_ptr()) }
+    }
+}
+
+/// The identity of CUDA device `index` (this process's numbering, after
+/// `CUDA_VISIBLE_DEVICES`), through libtorch's cached device properties.
+pub fn cuda_identity(index: usize) -> Result<CudaIdentity, C10dError> {
+    let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+    let (mut major, mut minor, mut dom, mut bus, mut dev) = (0, 0, 0, 0, 0);
+    let mut uuid = [0u8; 16];
+    // SAFETY: every out-pointer is valid for one write; `uuid` holds 16 bytes.
+    call(|err| unsafe {
+        dpt_cuda_identity(
+            device,
+            &mut major,
+            &mut minor,
+            &mut dom,
+            &mut bus,
+            &mut dev,
+            uuid.as_mut_ptr(),
+            err,
+        )
+    })?;
+    Ok(CudaIdentity { major, minor, pci_domain: dom, pci_bus: bus, pci_device: dev, uuid })
+}
+
+/// Whether this build has NCCL: a CPU tensor is refused by a shim that has it, and by name by
+/// one built without it.
+pub fn nccl_compiled() -> bool {
+    let mut probe = [Tensor::zeros([1], (tch::Kind::Float, tch::Device::Cpu))];
+    !nccl_local_allreduce(&mut probe).is_err_and(|e| e.0.contains("built without NCCL"))
+}
+
+/// Sums `tensors`, one per distinct GPU of this process, in place with one NCCL call (what
+/// `nn.DataParallel` uses). CPU tensors are refused with an error.
+pub fn nccl_local_allreduce(tensors: &mut [Tensor]) -> Result<(), C10dError> {
+    let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
+    // SAFETY: the tensors are alive and exclusively borrowed for the call.
+    call(|err| unsafe { dpt_nccl_local_allreduce(ptrs.as_ptr(), ptrs.len(), err) }).map(drop)
+}

@@ -1,0 +1,196 @@
+//! The user's own TorchScript models, made by the virtualenv's Python
+//! (`tests/scripts/make_model.py`) and trained data-parallel: the same invariants as the
+//! built-in models (replicas identical, 1 vs k replicas, exact resume), the exported model
+//! reloaded in Python, and every bad model refused before anything is written.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use dpt_tui::engine::checkpoint::{Checkpoint, CHECKPOINT_FILE};
+use dpt_tui::engine::sgd::Sgd;
+use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, Resume, TrainConfig};
+use dpt_tui::model::script::ScriptModel;
+use dpt_tui::model::ModelKind;
+
+fn python() -> String {
+    std::env::var("PYTHON")
+        .or_else(|_| std::env::var("DPT_VENV").map(|v| format!("{v}/bin/python")))
+        .unwrap_or_else(|_| "python3".to_owned())
+}
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scripts").join(name)
+}
+
+/// Writes model `kind` (see make_model.py) into `dir`.
+fn make(kind: &str, dir: &Path) -> PathBuf {
+    let out = dir.join(format!("{kind}.pt"));
+    let status = Command::new(python())
+        .arg(script("make_model.py"))
+        .args([kind, out.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("the virtualenv's python runs (bash .ci/setup)");
+    assert!(status.success(), "make_model.py {kind}");
+    out
+}
+
+fn read(path: &Path) -> Arc<ScriptModel> {
+    Arc::new(ScriptModel::read(path).expect("a good model reads"))
+}
+
+/// 300 samples in batches of 96 (a partial 4th batch of 12), seed 11.
+fn config(model: &Arc<ScriptModel>, replicas: usize) -> TrainConfig {
+    let mut cfg = TrainConfig::for_script(Arc::clone(model), vec![DeviceId::Cpu; replicas]);
+    cfg.batch_size = 96;
+    cfg.sgd = Sgd { lr: 0.05, momentum: 0.9, weight_decay: 1e-4 };
+    cfg.seed = 11;
+    cfg.check_replicas = true;
+    cfg
+}
+
+fn train(cfg: TrainConfig) -> Outcome {
+    let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
+    for _ in engine.events().iter() {}
+    engine.join().expect("training succeeds with identical replicas")
+}
+
+fn max_relative_difference(a: &Outcome, b: &Outcome) -> f64 {
+    a.final_params
+        .iter()
+        .zip(&b.final_params)
+        .map(|((na, ta), (nb, tb))| {
+            assert_eq!(na, nb);
+            (ta - tb).norm().double_value(&[]) / ta.norm().double_value(&[]).max(1e-12)
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn an_mlp_on_two_and_three_replicas_matches_one_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = read(&make("mlp", dir.path()));
+    assert!(!model.random);
+    let steps = |k| {
+        let mut cfg = config(&model, k);
+        cfg.max_steps = Some(6);
+        train(cfg)
+    };
+    let one = steps(1);
+    for k in [2, 3] {
+        let d = max_relative_difference(&one, &steps(k));
+        assert!(d < 1e-4, "{k} replicas differ from one by {d}");
+    }
+    // Training moved the weights away from the file's.
+    let start = ScriptModel::read(&model.path).unwrap();
+    let first: f32 = one.final_params[0].1.double_value(&[0, 0]) as f32;
+    assert_ne!(first, start.initial_params[0]);
+}
+
+#[test]
+fn a_cnn_with_batchnorm_and_dropout_keeps_its_replicas_identical_and_repeats_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = read(&make("cnn", dir.path()));
+    assert!(model.random, "dropout is found in the code");
+    assert_eq!(model.buffers.iter().filter(|b| b.name.contains("running")).count(), 4);
+    let run = || {
+        let mut cfg = config(&model, 2);
+        cfg.max_steps = Some(5);
+        train(cfg)
+    };
+    // check_replicas compares parameters and BatchNorm buffers after every step.
+    let a = run();
+    assert_eq!(a.summary.reason, FinishReason::StepLimit);
+    assert_eq!(max_relative_difference(&a, &run()), 0.0, "per-replica dropout streams are seeded");
+    let mean = a.final_params.iter().find(|(n, _)| n == "bn1.running_mean").expect("BN statistics are kept");
+    assert!(mean.1.abs().sum(tch::Kind::Double).double_value(&[]) > 0.0, "running statistics moved");
+}
+
+#[test]
+fn a_stopped_cnn_run_resumes_to_the_same_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = read(&make("cnn", dir.path()));
+    let with_dir = |run: &Path| {
+        let mut cfg = config(&model, 2);
+        (cfg.epochs, cfg.run_dir, cfg.check_replicas) = (2, Some(run.to_owned()), false);
+        cfg
+    };
+    let straight_dir = tempfile::tempdir().unwrap();
+    let straight = train(with_dir(straight_dir.path()));
+    let run = tempfile::tempdir().unwrap();
+    let mut first = with_dir(run.path());
+    first.max_steps = Some(5);
+    train(first);
+    let ckpt = Checkpoint::read(run.path()).unwrap();
+    assert_eq!(ckpt.state.model, ModelKind::Script);
+    assert_eq!(ckpt.state.model_file.as_deref(), Some(model.path.as_path()));
+    let mut resumed = with_dir(run.path());
+    let path = run.path().join(CHECKPOINT_FILE);
+    resumed.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&model), &path).unwrap()));
+    let resumed = train(resumed);
+    assert_eq!(resumed.summary.global_steps, straight.summary.global_steps);
+    assert_eq!(max_relative_difference(&straight, &resumed), 0.0);
+}
+
+#[test]
+fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = make("cnn", dir.path());
+    let run = dir.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--devices", "cpu:2", "--epochs", "2", "--model", model.to_str().unwrap()])
+        .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("cnn.pt (TorchScript)"), "the start line names the file:\n{stdout}");
+    let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
+    assert_eq!(records[0]["model"], "torchscript");
+    assert_eq!(records[0]["model_file"], model.to_str().unwrap());
+    let reported = records.iter().rev().find_map(|r| r["test_acc"].as_f64()).expect("a test accuracy");
+    let eval = Command::new(python())
+        .arg(script("evaluate.py"))
+        .args([run.join("model.pt").to_str().unwrap(), common::subset_dir().to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(eval.status.success());
+    let line = String::from_utf8_lossy(&eval.stdout);
+    let python: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    let theirs = python["test_acc"].as_f64().unwrap();
+    assert!((theirs - reported).abs() < 1e-6, "Python {theirs} vs dpt-tui {reported}");
+    assert!(run.join("model.safetensors").is_file());
+}
+
+#[test]
+fn bad_models_are_refused_at_start_with_one_line_and_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.pt");
+    std::fs::write(&garbage, b"not a zip archive").unwrap();
+    let cases = [
+        (garbage, "is not a TorchScript file"),
+        (dir.path().join("missing.pt"), "no such file"),
+        (make("no-params", dir.path()), "has no trainable parameters"),
+        (make("double", dir.path()), "call model.float() before saving"),
+        (make("fails", dir.path()), "forward failed on one sample of shape [2, 1, 28, 28]"),
+        (make("wrong-shape", dir.path()), "it must return [N, classes]"),
+        (make("few-classes", dir.path()), "predicts 3 classes but the data's labels go up to 9"),
+    ];
+    for (model, needle) in cases {
+        let run = dir.path().join("never");
+        let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+            .args(["--headless", "--devices", "cpu", "--model", model.to_str().unwrap()])
+            .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{model:?}: {stderr}");
+        assert!(stderr.contains(needle), "{model:?}: expected {needle:?} in {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(!run.exists(), "{model:?}: nothing may be written");
+    }
+}
