@@ -64,6 +64,17 @@ impl std::str::FromStr for LossArg {
     }
 }
 
+/// `--image-size H,W`.
+fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("--image-size takes H,W in pixels (such as 32,32), got '{s}'");
+    let (h, w) = s.split_once(',').ok_or_else(bad)?;
+    let (h, w): (u32, u32) = (h.trim().parse().map_err(|_| bad())?, w.trim().parse().map_err(|_| bad())?);
+    if h == 0 || w == 0 || h > 4096 || w > 4096 {
+        return Err(bad());
+    }
+    Ok((h, w))
+}
+
 /// A yes/no flag value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
@@ -152,9 +163,21 @@ pub struct Args {
     #[arg(long, value_name = "MEAN,STD")]
     pub normalize: Option<String>,
 
-    /// Folder with the four IDX files of Fashion-MNIST or MNIST (.gz or raw).
+    /// The data set: a folder of Fashion-MNIST/MNIST IDX files (.gz or raw), of CIFAR-10
+    /// binary batches, an image folder (train/<class>/*, test/<class>/*), a .npz or
+    /// .safetensors file, or a folder of .npy files (x_train, y_train, x_test, y_test).
     #[arg(long, env = "DPT_DATA", default_value = dpt_tui::data::DEFAULT_DATA_DIR)]
     pub data: PathBuf,
+
+    /// The format of --data when it cannot be told from the files: idx, cifar10, images, npz,
+    /// safetensors.
+    #[arg(long, value_parser = parse::<dpt_tui::data::DataFormat>)]
+    pub data_format: Option<dpt_tui::data::DataFormat>,
+
+    /// Resize every image of an image folder to H,W pixels (otherwise they must all have one
+    /// size).
+    #[arg(long, value_name = "H,W", value_parser = parse_size)]
+    pub image_size: Option<(u32, u32)>,
 
     /// Devices, one replica each: auto, cpu, cpu:N (N replicas on the CPU), or a list such as
     /// cuda:0,cuda:1 (a device may repeat).

@@ -31,6 +31,7 @@ fn reads_the_shipped_subset() {
     assert_eq!((data.train.len(), data.test.len()), (2000, 500));
     assert_eq!((data.train.rows, data.train.cols), (28, 28));
     assert_eq!(data.train.images.len(), 2000 * 784);
+    assert_eq!(data.train.sample_shape(), [1, 28, 28]);
     // Fashion-MNIST's first training label is 9 (ankle boot); all ten classes occur.
     assert_eq!(data.train.labels[0], 9);
     let mut seen = [false; 10];

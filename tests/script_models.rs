@@ -152,9 +152,14 @@ fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
     assert_eq!(records[0]["model"], "torchscript");
     assert_eq!(records[0]["model_file"], model.to_str().unwrap());
     let reported = records.iter().rev().find_map(|r| r["test_acc"].as_f64()).expect("a test accuracy");
+    // The start record says how the inputs were normalized (the training set's statistics).
+    let norm = &records[0]["normalize"];
+    let (mean, std) = (norm["mean"][0].as_f64().unwrap(), norm["std"][0].as_f64().unwrap());
+    assert!(mean > 0.1 && std > 0.1, "Fashion-MNIST's own statistics: {norm}");
     let eval = Command::new(python())
         .arg(script("evaluate.py"))
         .args([run.join("model.pt").to_str().unwrap(), common::subset_dir().to_str().unwrap()])
+        .args([mean.to_string(), std.to_string()])
         .stderr(std::process::Stdio::null())
         .output()
         .unwrap();

@@ -1,4 +1,5 @@
-//! The image-classification data set held in host memory: Fashion-MNIST or MNIST from a folder.
+//! The image-classification data set held in host memory, whatever format it came in (see
+//! `format`): splits of same-shaped images with integer labels.
 
 use std::path::{Path, PathBuf};
 
@@ -25,19 +26,89 @@ pub enum DataError {
     #[error("{path} holds {rows}x{cols} images; the models take 28x28 images (MNIST or Fashion-MNIST)")]
     ImageSize { path: PathBuf, rows: usize, cols: usize },
     #[error("{path}: label {label} at index {index} is outside 0..{max}; the file is corrupt, download or reinstall it")]
-    LabelOutOfRange { path: PathBuf, index: usize, label: u8, max: u8 },
+    LabelOutOfRange { path: PathBuf, index: usize, label: i64, max: i64 },
+    #[error("cannot tell what {path} holds; --data takes a folder of IDX files (train-images-idx3-ubyte[.gz] ...), of CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin), an image folder (train/<class>/*.png|jpg and test/<class>/*), a .npz or .safetensors file, or a folder of x_train.npy, y_train.npy, x_test.npy, y_test.npy; --data-format names the format")]
+    Unknown { path: PathBuf },
+    #[error("cannot read {path}: {why}")]
+    Read { path: PathBuf, why: String },
+    #[error("no {file} in {dir}; a CIFAR-10 binary folder holds data_batch_1.bin to data_batch_5.bin and test_batch.bin")]
+    CifarMissing { dir: PathBuf, file: String },
+    #[error("{path} is not a CIFAR-10 binary batch: {len} bytes is not a whole number of 3,073-byte records (a label byte and 3x32x32 pixels); download it again")]
+    CifarSize { path: PathBuf, len: usize },
+    #[error("{dir} has no class folders; an image folder holds {dir}/<class>/<image> for each class")]
+    NoClasses { dir: PathBuf },
+    #[error("{path}: class '{class}' is not among the training classes {known:?}")]
+    UnknownClass { path: PathBuf, class: String, known: Vec<String> },
+    #[error("{path} does not decode as an image ({why}); remove or replace it")]
+    Decode { path: PathBuf, why: String },
+    #[error("{path} is {found_h}x{found_w} but the first image is {h}x{w}; make every image the same size, or pass --image-size H,W to resize them")]
+    MixedSizes { path: PathBuf, found_h: u32, found_w: u32, h: u32, w: u32 },
+    #[error("{path} has no array '{name}'; it needs x_train, y_train, x_test and y_test")]
+    ArrayMissing { path: PathBuf, name: String },
+    #[error("{path}: '{name}' has shape {shape:?}; {expected}")]
+    ArrayShape { path: PathBuf, name: String, shape: Vec<u64>, expected: &'static str },
+    #[error("{path}: '{name}' is {dtype}; images must be uint8 or float32/float64, labels integers")]
+    ArrayType { path: PathBuf, name: String, dtype: String },
+    #[error("{path}: {images} holds {n_images} samples but {labels} holds {n_labels} labels")]
+    ArrayCounts { path: PathBuf, images: String, n_images: usize, labels: String, n_labels: usize },
+    #[error("the training images are {train:?} but the test images are {test:?} (in {path}); both splits must have one shape")]
+    SplitShapes { path: PathBuf, train: Vec<i64>, test: Vec<i64> },
 }
 
-/// One split (train or test): `len` images of `rows`×`cols` bytes and their labels.
-#[derive(Debug, Clone)]
+/// The pixels of a split, `[n, channels, rows, cols]` in row-major order: bytes (scaled by
+/// 1/255 before normalization) or floats (normalized as they are).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pixels {
+    Bytes(Vec<u8>),
+    Floats(Vec<f32>),
+}
+
+impl Pixels {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Pixels::Bytes(v) => v.len(),
+            Pixels::Floats(v) => v.len(),
+        }
+    }
+
+    /// Whether there is no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn truncate(&mut self, n: usize) {
+        match self {
+            Pixels::Bytes(v) => v.truncate(n),
+            Pixels::Floats(v) => v.truncate(n),
+        }
+    }
+
+    /// What one unit of the stored values is on the `[0, 1]` scale: 1/255 for bytes.
+    pub fn unit(&self) -> f64 {
+        match self {
+            Pixels::Bytes(_) => 1.0 / 255.0,
+            Pixels::Floats(_) => 1.0,
+        }
+    }
+}
+
+/// One split (train or test): `len` images of `channels`×`rows`×`cols` values and their labels.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Split {
-    pub images: Vec<u8>,
-    pub labels: Vec<u8>,
+    pub images: Pixels,
+    pub labels: Vec<i64>,
+    pub channels: usize,
     pub rows: usize,
     pub cols: usize,
 }
 
 impl Split {
+    /// A split of single-channel byte images (the IDX layout).
+    pub fn gray(images: Vec<u8>, labels: Vec<i64>, rows: usize, cols: usize) -> Split {
+        Split { images: Pixels::Bytes(images), labels, channels: 1, rows, cols }
+    }
+
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.labels.len()
@@ -48,28 +119,91 @@ impl Split {
         self.labels.is_empty()
     }
 
+    /// Values per sample.
+    pub fn sample_len(&self) -> usize {
+        self.channels * self.rows * self.cols
+    }
+
+    /// The shape of one sample, `[channels, rows, cols]`.
+    pub fn sample_shape(&self) -> [i64; 3] {
+        [self.channels as i64, self.rows as i64, self.cols as i64]
+    }
+
     /// Keeps the first `n` samples (all of them when `n` is larger).
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.len());
         self.labels.truncate(n);
-        self.images.truncate(n * self.rows * self.cols);
+        let per = self.sample_len();
+        self.images.truncate(n * per);
     }
 }
 
-/// The training and test splits of one data set.
-#[derive(Debug, Clone)]
+/// The training and test splits of one data set, and what it is.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
     pub train: Split,
     pub test: Split,
+    /// What was loaded, for records and screens: `Fashion-MNIST/MNIST IDX files in DIR`.
+    pub source: String,
+    /// Labels go from 0 to `classes - 1`.
+    pub classes: usize,
 }
 
 impl Dataset {
+    /// Loads the data set at `path`, its format detected from what the folder or file holds.
+    pub fn load(path: &Path) -> Result<Self, DataError> {
+        Dataset::load_with(path, super::LoadOptions::default())
+    }
+
+    /// Loads the data set at `path` as `options` say (the format detected unless named), and
+    /// checks that both splits hold samples of one shape.
+    pub fn load_with(path: &Path, options: super::LoadOptions) -> Result<Self, DataError> {
+        let format = match options.format {
+            Some(f) => f,
+            None => super::DataFormat::detect(path)?,
+        };
+        let data = format.load(path, options)?;
+        if data.train.sample_shape() != data.test.sample_shape() {
+            return Err(DataError::SplitShapes {
+                path: path.to_owned(),
+                train: data.train.sample_shape().to_vec(),
+                test: data.test.sample_shape().to_vec(),
+            });
+        }
+        Ok(data)
+    }
+
     /// Loads `train-*` and `t10k-*` IDX files (gzip or raw) from `dir`.
-    pub fn load(dir: &Path) -> Result<Self, DataError> {
+    pub fn load_idx(dir: &Path) -> Result<Self, DataError> {
         Ok(Dataset {
             train: load_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte")?,
             test: load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")?,
+            source: format!("IDX files in {}", dir.display()),
+            classes: NUM_CLASSES as usize,
         })
+    }
+
+    /// Per-channel mean and standard deviation of the training images on the `[0, 1]` scale
+    /// (bytes / 255, floats as they are): the default normalization of the data sets that
+    /// state none of their own.
+    pub fn channel_stats(&self) -> (Vec<f64>, Vec<f64>) {
+        let s = &self.train;
+        let (plane, c) = (s.rows * s.cols, s.channels);
+        let mut sum = vec![0.0f64; c];
+        let mut sq = vec![0.0f64; c];
+        let mut add = |i: usize, v: f64| {
+            let ch = (i / plane) % c;
+            sum[ch] += v;
+            sq[ch] += v * v;
+        };
+        match &s.images {
+            Pixels::Bytes(v) => v.iter().enumerate().for_each(|(i, &b)| add(i, f64::from(b) / 255.0)),
+            Pixels::Floats(v) => v.iter().enumerate().for_each(|(i, &f)| add(i, f64::from(f))),
+        }
+        let n = (s.len() * plane).max(1) as f64;
+        let mean: Vec<f64> = sum.iter().map(|x| x / n).collect();
+        let std = sq.iter().zip(&mean).map(|(q, m)| (q / n - m * m).max(0.0).sqrt().max(1e-6)).collect();
+        (mean, std)
     }
 }
 
@@ -129,9 +263,10 @@ pub fn split_from_arrays(
         return Err(DataError::LabelOutOfRange {
             path: labels_path.to_owned(),
             index,
-            label,
-            max: NUM_CLASSES,
+            label: i64::from(label),
+            max: i64::from(NUM_CLASSES),
         });
     }
-    Ok(Split { images: img.data, labels: lab.data, rows: img.dims[1] as usize, cols: img.dims[2] as usize })
+    let labels = lab.data.iter().map(|&l| i64::from(l)).collect();
+    Ok(Split::gray(img.data, labels, img.dims[1] as usize, img.dims[2] as usize))
 }

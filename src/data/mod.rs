@@ -1,7 +1,13 @@
-//! Data loading: the IDX reader and the in-memory data set built from it.
+//! Data loading: the formats a `--data` path may hold (IDX, CIFAR-10 binary, image folders,
+//! NumPy and safetensors arrays) and the in-memory data set they all become.
 
+mod arrays;
+mod cifar;
 pub mod dataset;
+mod folder;
+pub mod format;
 pub mod idx;
 
-pub use dataset::{DataError, Dataset, Split, DEFAULT_DATA_DIR, NUM_CLASSES};
+pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASSES};
+pub use format::{DataFormat, LoadOptions};
 pub use idx::{IdxArray, IdxError};

@@ -69,6 +69,9 @@ pub struct CheckpointState {
     /// The TorchScript file of a `torchscript` model, as it was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_file: Option<PathBuf>,
+    /// The input normalization the run trained with (a resume keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<crate::record::stats::Normalize>,
 }
 
 /// A checkpoint in memory (tensors on the CPU).

@@ -141,8 +141,8 @@ pub enum ConfigError {
     ScriptMissing,
     #[error("--precision bf16 is for the built-in models; a TorchScript model trains in f32 (cast inside the model to use bf16)")]
     ScriptBf16,
-    #[error("--normalize must be a finite mean and a positive std, got {0},{1}")]
-    BadNormalization(f64, f64),
+    #[error("--normalize needs finite means and positive stds, one pair or one per channel; got {0}")]
+    BadNormalization(String),
 }
 
 /// The tensors of `model` (a built-in, or the TorchScript `script`), by name and shape.
@@ -332,11 +332,13 @@ impl TrainConfig {
         if self.model == ModelKind::Script && self.precision == Precision::Bf16 {
             return Err(ConfigError::ScriptBf16);
         }
-        if !(self.normalization.std.is_finite()
-            && self.normalization.std > 0.0
-            && self.normalization.mean.is_finite())
-        {
-            return Err(ConfigError::BadNormalization(self.normalization.mean, self.normalization.std));
+        let n = &self.normalization;
+        let good = !n.mean.is_empty()
+            && n.std.len() == n.mean.len()
+            && n.mean.iter().all(|m| m.is_finite())
+            && n.std.iter().all(|s| s.is_finite() && *s > 0.0);
+        if !good {
+            return Err(ConfigError::BadNormalization(format!("{:?} / {:?}", n.mean, n.std)));
         }
         if let Some(r) = &self.resume {
             if r.state.batch_size != self.batch_size {

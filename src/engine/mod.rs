@@ -10,6 +10,7 @@ pub mod device;
 pub mod events;
 pub mod faults;
 pub mod flat;
+pub mod resident;
 pub mod sgd;
 pub mod shard;
 pub mod tally;
@@ -136,7 +137,7 @@ impl Engine {
                 model: cfg.model,
                 script: cfg.script.clone(),
                 loss: cfg.loss,
-                normalization: cfg.normalization,
+                normalization: cfg.normalization.clone(),
                 data: Arc::clone(&data),
                 initial_params: initial_params.copy(),
                 initial_buffers: initial_buffers.copy(),
@@ -163,6 +164,10 @@ impl Engine {
         let coordinator = Coordinator::new(CoordinatorParts {
             world,
             train_len: data.train.len(),
+            data: {
+                let [c, h, w] = data.train.sample_shape();
+                format!("{}, {c}x{h}x{w}, {} classes", data.source, data.classes)
+            },
             test_len: data.test.len(),
             param_layout: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
             buffer_layout: flat::Layout::new(&builder.buffers, false),

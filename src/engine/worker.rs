@@ -10,8 +10,9 @@ use tch::{Device, Kind, Reduction, Tensor};
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
+use super::resident::{Normalizer, Resident};
 use super::tally::Tally;
-use crate::data::{Dataset, Split};
+use crate::data::Dataset;
 use crate::model::script::{ScriptModel, ScriptNet};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision};
 
@@ -91,21 +92,6 @@ pub struct WorkerSetup {
     pub precision: Precision,
 }
 
-struct DeviceSplit {
-    images: Tensor,
-    labels: Tensor,
-}
-
-fn upload(split: &Split, device: Device) -> DeviceSplit {
-    let n = split.len() as i64;
-    DeviceSplit {
-        images: Tensor::from_slice(&split.images)
-            .view([n, 1, split.rows as i64, split.cols as i64])
-            .to_device(device),
-        labels: Tensor::from_slice(&split.labels).to_kind(Kind::Int64).to_device(device),
-    }
-}
-
 struct Worker {
     replica: usize,
     device: Device,
@@ -116,11 +102,10 @@ struct Worker {
     grad_views: Vec<Tensor>,
     precision: Precision,
     buffers: FlatTensors,
-    train: DeviceSplit,
-    test: DeviceSplit,
+    train: Resident,
+    test: Resident,
     order: Option<Tensor>,
-    scale: f64,
-    shift: f64,
+    normalizer: Normalizer,
     faults: Faults,
     clock: PhaseClock,
     loss_sum: Tensor,
@@ -219,15 +204,14 @@ impl Worker {
         let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
         // Gradient views laid out like the parameters, so the flat update pairs them up.
         let grad_views = params.layout.views(&grads);
-        let norm = setup.normalization;
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
         Ok(Worker {
             replica: setup.replica,
             device: setup.device,
             net,
             loss: setup.loss,
-            train: upload(&setup.data.train, setup.device),
-            test: upload(&setup.data.test, setup.device),
+            train: Resident::upload(&setup.data.train, setup.device),
+            test: Resident::upload(&setup.data.test, setup.device),
             params,
             grads,
             grad_views,
@@ -236,8 +220,12 @@ impl Worker {
             order: None,
             faults: setup.faults.clone(),
             clock: PhaseClock::new(setup.device, 2).map_err(|e| e.to_string())?,
-            scale: 1.0 / (255.0 * norm.std),
-            shift: -norm.mean / norm.std,
+            normalizer: Normalizer::new(
+                &setup.normalization,
+                setup.data.train.images.unit(),
+                setup.data.train.channels,
+                setup.device,
+            ),
             loss_sum: acc(Kind::Double),
             correct: acc(Kind::Int64),
             samples: 0.0,
@@ -261,15 +249,9 @@ impl Worker {
         self.normalize(&images.index_select(0, index))
     }
 
-    /// Bytes to the model's input scale.
+    /// Stored values to the model's input.
     fn normalize(&self, raw: &Tensor) -> Tensor {
-        // In place on the fresh f32 copy: no further allocation.
-        let mut x = raw.to_kind(Kind::Float);
-        let _ = x.g_mul_scalar_(self.scale);
-        if self.shift != 0.0 {
-            let _ = x.g_add_scalar_(self.shift);
-        }
-        x
+        self.normalizer.apply(raw)
     }
 
     fn loss(&self, out: &Tensor, y: &Tensor) -> Tensor {

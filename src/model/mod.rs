@@ -58,11 +58,19 @@ pub struct Defaults {
     pub epochs: usize,
 }
 
-/// How raw bytes become the network's input: `(x / 255 - mean) / std`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How stored values become the network's input: `(x / 255 - mean) / std` for bytes, `(x -
+/// mean) / std` for floats; one value for every channel, or one per channel.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Normalization {
-    pub mean: f64,
-    pub std: f64,
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+}
+
+impl Normalization {
+    /// The same mean and std for every channel.
+    pub fn uniform(mean: f64, std: f64) -> Normalization {
+        Normalization { mean: vec![mean], std: vec![std] }
+    }
 }
 
 /// The training loss of a model (both summed over the shard).
@@ -99,10 +107,8 @@ impl ModelKind {
     /// Input normalization: d2l's models take x/255, seed 004 normalizes with MNIST's statistics.
     pub fn normalization(self) -> Normalization {
         match self {
-            ModelKind::Lenet | ModelKind::Resnet18 | ModelKind::Script => {
-                Normalization { mean: 0.0, std: 1.0 }
-            }
-            ModelKind::MnistNet => Normalization { mean: 0.1307, std: 0.3081 },
+            ModelKind::Lenet | ModelKind::Resnet18 | ModelKind::Script => Normalization::uniform(0.0, 1.0),
+            ModelKind::MnistNet => Normalization::uniform(0.1307, 0.3081),
         }
     }
 

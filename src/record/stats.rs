@@ -40,9 +40,23 @@ pub struct RunInfo {
     /// The TorchScript file of a `torchscript` model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_file: Option<String>,
+    /// The data set: what was loaded, the image shape and the classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// The input normalization, `(x - mean) / std` per channel on the `[0, 1]` scale: what a
+    /// user applies to use the trained model elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<Normalize>,
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,
+}
+
+/// Per-channel input normalization (one value: every channel).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Normalize {
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
 }
 
 /// The processes of a multi-process run, as rank 0 records them.

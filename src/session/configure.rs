@@ -10,10 +10,11 @@ use anyhow::anyhow;
 use super::input;
 use crate::cli::{Args, ModelArg, OnOff};
 use crate::Failure;
-use dpt_tui::data::Dataset;
+use dpt_tui::data::{Dataset, LoadOptions};
 use dpt_tui::dist::World;
 use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
+use dpt_tui::engine::resident::{Normalizer, Resident};
 use dpt_tui::engine::sgd::Sgd;
 use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
@@ -55,7 +56,8 @@ fn configure(
         cfg.loss = loss.0;
     }
     if let Some(text) = &args.normalize {
-        cfg.normalization = parse_normalize(text).map_err(input)?;
+        // Checked here for its form; against the data's channels once the data is loaded.
+        parse_normalize(text).map_err(input)?;
     }
     if let Some(r) = &resume {
         let s = &r.state;
@@ -169,16 +171,62 @@ fn recorded_script(state: &CheckpointState) -> Result<ScriptModel, anyhow::Error
     Ok(ScriptModel::read(file)?)
 }
 
-/// `--normalize MEAN,STD`.
+/// `--normalize MEAN,STD` (every channel) or `M1,…,MC,S1,…,SC` (C means, then C stds).
 fn parse_normalize(text: &str) -> Result<Normalization, anyhow::Error> {
-    let bad = || anyhow!("--normalize takes MEAN,STD (such as 0.5,0.25), got '{text}'");
-    let (mean, std) = text.split_once(',').ok_or_else(bad)?;
-    let mean: f64 = mean.trim().parse().map_err(|_| bad())?;
-    let std: f64 = std.trim().parse().map_err(|_| bad())?;
-    if !(mean.is_finite() && std.is_finite() && std > 0.0) {
-        return Err(anyhow!("--normalize needs a finite mean and a positive std, got '{text}'"));
+    let bad = || {
+        anyhow!("--normalize takes MEAN,STD or one mean per channel then one std per channel (such as 0.49,0.48,0.45,0.25,0.24,0.26), got '{text}'")
+    };
+    let values: Vec<f64> =
+        text.split(',').map(|v| v.trim().parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    if values.len() < 2 || values.len() % 2 != 0 {
+        return Err(bad());
     }
-    Ok(Normalization { mean, std })
+    let (mean, std) = values.split_at(values.len() / 2);
+    if !(mean.iter().all(|m| m.is_finite()) && std.iter().all(|s| s.is_finite() && *s > 0.0)) {
+        return Err(anyhow!("--normalize needs finite means and positive stds, got '{text}'"));
+    }
+    Ok(Normalization { mean: mean.to_vec(), std: std.to_vec() })
+}
+
+/// The normalization of a run: `--normalize`, else the built-in model's (its seed's), else
+/// (a TorchScript model) the training set's own per-channel mean and std.
+fn normalization(args: &Args, cfg: &TrainConfig, data: &Dataset) -> Result<Normalization, Failure> {
+    let channels = data.train.channels;
+    let recorded = cfg.resume.as_ref().and_then(|r| r.state.normalize.clone());
+    let norm = match (&args.normalize, recorded) {
+        (Some(text), _) => parse_normalize(text).map_err(input)?,
+        // A resumed run goes on with the inputs it trained on.
+        (None, Some(n)) => Normalization { mean: n.mean, std: n.std },
+        (None, None) if cfg.model != ModelKind::Script => cfg.model.normalization(),
+        (None, None) => {
+            let (mean, std) = data.channel_stats();
+            Normalization { mean, std }
+        }
+    };
+    if norm.mean.len() != 1 && norm.mean.len() != channels {
+        return Err(input(anyhow!(
+            "--normalize gives {} channels' values but the images have {channels}; give one mean and std, or one per channel",
+            norm.mean.len()
+        )));
+    }
+    Ok(norm)
+}
+
+/// The built-in models take (Fashion-)MNIST: 1×28×28 images, 10 classes.
+fn builtin_fits(model: ModelKind, data: &Dataset) -> Result<(), Failure> {
+    let shape = data.train.sample_shape();
+    if model == ModelKind::Script || (shape == [1, 28, 28] && data.classes <= 10) {
+        return Ok(());
+    }
+    Err(input(anyhow!(
+        "{} takes 1x28x28 images in 10 classes; {} holds {}x{}x{} images in {} classes: train your own model on it with --model FILE.pt",
+        model.name(),
+        data.source,
+        shape[0],
+        shape[1],
+        shape[2],
+        data.classes
+    )))
 }
 
 /// A training run, checked and ready to start.
@@ -203,7 +251,10 @@ pub fn prepare(
     let mut cfg = configure(args, machine, interactive, devices, world.as_ref())?;
     // A theme typo is bad input even where no dashboard opens (yet).
     super::theme(args)?;
-    let mut data = Dataset::load(&args.data).map_err(input)?;
+    let options = LoadOptions { format: args.data_format, image_size: args.image_size };
+    let mut data = Dataset::load_with(&args.data, options).map_err(input)?;
+    builtin_fits(cfg.model, &data)?;
+    cfg.normalization = normalization(args, &cfg, &data)?;
     if let Some(n) = args.train_limit {
         data.train.truncate(n);
     }
@@ -213,7 +264,7 @@ pub fn prepare(
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
     if let Some(script) = cfg.script.as_mut() {
         // Bad models are refused here, before the run directory exists.
-        let (sample, max_label) = sample_inputs(&data, cfg.normalization);
+        let (sample, max_label) = sample_inputs(&data, &cfg.normalization);
         Arc::make_mut(script).check(&sample, max_label).map_err(input)?;
     }
     if machine.cuda_probed {
@@ -278,14 +329,11 @@ fn same_data_everywhere(w: &World, train: usize, test: usize) -> Result<(), Fail
 
 /// Two normalized training images `[2, C, H, W]` (one if there is only one) and the largest
 /// training label: what a TorchScript model is checked against before the run starts.
-fn sample_inputs(data: &Dataset, norm: Normalization) -> (tch::Tensor, i64) {
-    let split = &data.train;
-    let n = split.len().min(2);
-    let pixels = split.rows * split.cols;
-    let x = tch::Tensor::from_slice(&split.images[..n * pixels])
-        .view([n as i64, 1, split.rows as i64, split.cols as i64])
-        .to_kind(tch::Kind::Float);
-    let x = (x / 255.0 - norm.mean) / norm.std;
-    let max_label = split.labels.iter().copied().max().map_or(0, i64::from);
-    (x, max_label)
+fn sample_inputs(data: &Dataset, norm: &Normalization) -> (tch::Tensor, i64) {
+    let mut first = data.train.clone();
+    first.truncate(2);
+    let raw = Resident::upload(&first, tch::Device::Cpu).images;
+    let normalizer = Normalizer::new(norm, first.images.unit(), first.channels, tch::Device::Cpu);
+    let max_label = data.train.labels.iter().copied().max().unwrap_or(0);
+    (normalizer.apply(&raw), max_label)
 }

@@ -27,13 +27,16 @@ fn print_fact(name: &str, value: &str) {
 
 /// A tiny random data set of `n` 28×28 images, enough for one step.
 fn synthetic(n: usize) -> Arc<Dataset> {
-    let split = |n: usize, salt: usize| Split {
-        images: (0..n * 784).map(|i| ((i * 31 + salt) % 251) as u8).collect(),
-        labels: (0..n).map(|i| (i % 10) as u8).collect(),
-        rows: 28,
-        cols: 28,
+    let split = |n: usize, salt: usize| {
+        let images = (0..n * 784).map(|i| ((i * 31 + salt) % 251) as u8).collect();
+        Split::gray(images, (0..n).map(|i| (i % 10) as i64).collect(), 28, 28)
     };
-    Arc::new(Dataset { train: split(n, 0), test: split(n / 2, 7) })
+    Arc::new(Dataset {
+        train: split(n, 0),
+        test: split(n / 2, 7),
+        source: "synthetic images".into(),
+        classes: 10,
+    })
 }
 
 /// One training step of `model` on `device`, through the engine as a run would take it.

@@ -54,6 +54,8 @@ pub struct CoordinatorParts {
     pub world: Option<Box<crate::dist::World>>,
     pub train_len: usize,
     pub test_len: usize,
+    /// What the data set is (`CIFAR-10 binary batches in DIR, 3x32x32, 10 classes`).
+    pub data: String,
     pub param_specs: Vec<TensorSpec>,
     pub buffer_specs: Vec<TensorSpec>,
     pub param_layout: Layout,
@@ -206,6 +208,11 @@ impl Coordinator {
                 }
             },
             model_file: cfg.script.as_ref().map(|s| s.path.display().to_string()),
+            data: Some(self.p.data.clone()),
+            normalize: Some(crate::record::stats::Normalize {
+                mean: cfg.normalization.mean.clone(),
+                std: cfg.normalization.std.clone(),
+            }),
             timing: super::clock::describe(&cfg.devices.iter().map(|d| d.to_tch()).collect::<Vec<_>>()),
             world: self.p.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,

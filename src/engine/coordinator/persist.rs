@@ -204,6 +204,10 @@ impl Coordinator {
             format: 1,
             model: cfg.model,
             model_file: cfg.script.as_ref().map(|s| s.path.clone()),
+            normalize: Some(crate::record::stats::Normalize {
+                mean: cfg.normalization.mean.clone(),
+                std: cfg.normalization.std.clone(),
+            }),
             epoch: position.0,
             step: position.1,
             global_step: self.global_step,

@@ -1,0 +1,122 @@
+//! An image folder: `train/<class>/<image>` and `test/<class>/<image>`, classes numbered in
+//! the sorted order of their folder names (as torchvision's ImageFolder does), images sorted
+//! by name. PNG and JPEG files decode with the `image` crate; the images are RGB unless every
+//! one is grayscale, and all of one size unless `--image-size` resizes them.
+
+use std::path::{Path, PathBuf};
+
+use image::{imageops::FilterType, DynamicImage};
+
+use super::dataset::{DataError, Dataset, Pixels, Split};
+
+fn sorted_entries(dir: &Path, want_dirs: bool) -> Result<Vec<PathBuf>, DataError> {
+    let read =
+        std::fs::read_dir(dir).map_err(|e| DataError::Read { path: dir.to_owned(), why: e.to_string() })?;
+    let mut out: Vec<PathBuf> = read
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| if want_dirs { p.is_dir() } else { p.is_file() })
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+fn name(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The files of one split, with their class numbers.
+fn files(split_dir: &Path, classes: &[String]) -> Result<Vec<(PathBuf, i64)>, DataError> {
+    let mut out = Vec::new();
+    for class_dir in sorted_entries(split_dir, true)? {
+        let class = name(&class_dir);
+        let Some(index) = classes.iter().position(|c| *c == class) else {
+            return Err(DataError::UnknownClass { path: class_dir, class, known: classes.to_vec() });
+        };
+        for file in sorted_entries(&class_dir, false)? {
+            out.push((file, index as i64));
+        }
+    }
+    Ok(out)
+}
+
+fn decode(path: &Path) -> Result<DynamicImage, DataError> {
+    let why = |e: &dyn std::fmt::Display| DataError::Decode { path: path.to_owned(), why: e.to_string() };
+    image::ImageReader::open(path)
+        .map_err(|e| why(&e))?
+        .with_guessed_format()
+        .map_err(|e| why(&e))?
+        .decode()
+        .map_err(|e| why(&e))
+}
+
+/// Decodes every file to 3 planes of `size` (height, width); says whether every image was
+/// grayscale.
+fn read_split(files: &[(PathBuf, i64)], size: (u32, u32), resize: bool) -> Result<(Split, bool), DataError> {
+    let (h, w) = size;
+    let plane = (h * w) as usize;
+    let mut images = Vec::with_capacity(files.len() * 3 * plane);
+    let mut labels = Vec::with_capacity(files.len());
+    let mut gray = true;
+    for (path, label) in files {
+        let mut img = decode(path)?;
+        gray &= !img.color().has_color();
+        if (img.height(), img.width()) != (h, w) {
+            if !resize {
+                return Err(DataError::MixedSizes {
+                    path: path.clone(),
+                    found_h: img.height(),
+                    found_w: img.width(),
+                    h,
+                    w,
+                });
+            }
+            img = img.resize_exact(w, h, FilterType::Triangle);
+        }
+        let rgb = img.to_rgb8();
+        let raw = rgb.as_raw();
+        for c in 0..3 {
+            images.extend(raw.iter().skip(c).step_by(3));
+        }
+        labels.push(*label);
+    }
+    let split =
+        Split { images: Pixels::Bytes(images), labels, channels: 3, rows: h as usize, cols: w as usize };
+    Ok((split, gray))
+}
+
+/// Keeps the first plane of every sample (the gray value, which all three planes repeat).
+fn to_gray(split: &mut Split) {
+    let plane = split.rows * split.cols;
+    if let Pixels::Bytes(v) = &split.images {
+        let gray = v.chunks_exact(3 * plane).flat_map(|s| s[..plane].iter().copied()).collect();
+        split.images = Pixels::Bytes(gray);
+    }
+    split.channels = 1;
+}
+
+/// Loads `dir/train` and `dir/test`; `size` resizes every image to (height, width).
+pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> {
+    let train_dir = dir.join("train");
+    let classes: Vec<String> = sorted_entries(&train_dir, true)?.iter().map(|p| name(p)).collect();
+    if classes.is_empty() {
+        return Err(DataError::NoClasses { dir: train_dir });
+    }
+    let train = files(&train_dir, &classes)?;
+    let test = files(&dir.join("test"), &classes)?;
+    let Some((first, _)) = train.first() else { return Err(DataError::NoClasses { dir: train_dir }) };
+    let first = decode(first)?;
+    let target = size.unwrap_or((first.height(), first.width()));
+    let (mut train, train_gray) = read_split(&train, target, size.is_some())?;
+    let (mut test, test_gray) = read_split(&test, target, size.is_some())?;
+    // RGB unless every image is grayscale.
+    if train_gray && test_gray {
+        to_gray(&mut train);
+        to_gray(&mut test);
+    }
+    let source = format!("image folder {} ({} classes)", dir.display(), classes.len());
+    let mut data = super::format::finish(train, test, source, dir)?;
+    data.classes = classes.len();
+    Ok(data)
+}

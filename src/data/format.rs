@@ -1,0 +1,98 @@
+//! Which format a `--data` path holds, detected from what the folder or file contains, or named
+//! with `--data-format`.
+
+use std::path::Path;
+
+use super::dataset::{DataError, Dataset, Split};
+
+/// The data set formats dpt-tui reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataFormat {
+    /// MNIST-style IDX files (`train-images-idx3-ubyte[.gz]` …).
+    Idx,
+    /// CIFAR-10's binary batches (`data_batch_1.bin` … `test_batch.bin`).
+    Cifar10,
+    /// `train/<class>/*.png|jpg` and `test/<class>/*`.
+    Images,
+    /// `x_train`, `y_train`, `x_test`, `y_test` in a `.npz` file or as `.npy` files in a folder.
+    Npy,
+    /// The same four arrays in a `.safetensors` file.
+    Safetensors,
+}
+
+impl std::str::FromStr for DataFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "idx" => Ok(DataFormat::Idx),
+            "cifar10" => Ok(DataFormat::Cifar10),
+            "images" => Ok(DataFormat::Images),
+            "npy" | "npz" => Ok(DataFormat::Npy),
+            "safetensors" => Ok(DataFormat::Safetensors),
+            _ => Err(format!("unknown data format '{s}'; use idx, cifar10, images, npz or safetensors")),
+        }
+    }
+}
+
+/// How to load a data set: its format (detected when `None`) and, for image folders, the size
+/// every image is resized to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    pub format: Option<DataFormat>,
+    pub image_size: Option<(u32, u32)>,
+}
+
+fn has(dir: &Path, names: &[&str]) -> bool {
+    names.iter().any(|n| dir.join(n).is_file())
+}
+
+impl DataFormat {
+    /// The format of `path`, from what it holds.
+    pub fn detect(path: &Path) -> Result<DataFormat, DataError> {
+        let unknown = || DataError::Unknown { path: path.to_owned() };
+        if path.is_file() {
+            return match path.extension().and_then(|e| e.to_str()) {
+                Some("npz") => Ok(DataFormat::Npy),
+                Some("safetensors") => Ok(DataFormat::Safetensors),
+                _ => Err(unknown()),
+            };
+        }
+        if has(path, &["train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"]) {
+            Ok(DataFormat::Idx)
+        } else if has(path, &["data_batch_1.bin", "cifar-10-batches-bin/data_batch_1.bin"]) {
+            Ok(DataFormat::Cifar10)
+        } else if has(path, &["x_train.npy"]) {
+            Ok(DataFormat::Npy)
+        } else if path.join("train").is_dir() {
+            Ok(DataFormat::Images)
+        } else if path.is_dir() {
+            Err(unknown())
+        } else {
+            // Neither file nor folder: the IDX loader's message says how to get the default data.
+            Ok(DataFormat::Idx)
+        }
+    }
+
+    /// Loads `path` in this format.
+    pub fn load(self, path: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
+        match self {
+            DataFormat::Idx => Dataset::load_idx(path),
+            DataFormat::Cifar10 => super::cifar::load(path),
+            DataFormat::Images => super::folder::load(path, options.image_size),
+            DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, self),
+        }
+    }
+}
+
+/// A data set from two splits whose labels are checked: none negative, the classes counted
+/// from the largest label.
+pub fn finish(train: Split, test: Split, source: String, path: &Path) -> Result<Dataset, DataError> {
+    for split in [&train, &test] {
+        if let Some((index, &label)) = split.labels.iter().enumerate().find(|(_, &l)| l < 0) {
+            return Err(DataError::LabelOutOfRange { path: path.to_owned(), index, label, max: i64::MAX });
+        }
+    }
+    let largest = train.labels.iter().chain(&test.labels).copied().max().unwrap_or(0);
+    Ok(Dataset { train, test, source, classes: largest as usize + 1 })
+}
