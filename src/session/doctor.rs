@@ -170,19 +170,28 @@ pub fn run() -> u8 {
     print_fact("NCCL", nccl);
     for i in 0..machine.cuda_devices {
         let identity = dpt_tui::dist::c10d::cuda_identity(i).ok();
-        let found = nvml
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|g| g.find(identity.as_ref(), i).map(|(d, how)| (d.name().ok(), how)));
+        let found = nvml.as_ref().map_err(Clone::clone).and_then(|g| {
+            g.find(identity.as_ref(), i).map(|(d, how)| {
+                let memory =
+                    d.memory_info().ok().map(|m| format!(" {:.1} GiB", m.total as f64 / (1u64 << 30) as f64));
+                let mig = matches!(&how, dpt_tui::monitor::nvml::Matched::Uuid(u) if u.starts_with("MIG-"));
+                let what = format!(
+                    "{}{}{}",
+                    d.name().unwrap_or_default(),
+                    memory.unwrap_or_default(),
+                    if mig { " (MIG slice)" } else { "" }
+                );
+                (what, how)
+            })
+        });
         let text = match (&identity, found) {
-            (Some(id), Ok((name, how))) => format!(
-                "{} sm{}{} bf16 {} NVML match {how:?}",
-                name.unwrap_or_default(),
+            (Some(id), Ok((what, how))) => format!(
+                "{what} sm{}{} bf16 {} NVML match {how:?}",
                 id.major,
                 id.minor,
                 if id.major >= 8 { "yes" } else { "no" }
             ),
-            (_, Ok((name, how))) => format!("{} NVML match {how:?}", name.unwrap_or_default()),
+            (_, Ok((what, how))) => format!("{what} NVML match {how:?}"),
             (_, Err(why)) => format!("no NVML match: {why}"),
         };
         print_fact(&format!("cuda:{i}"), &text);
