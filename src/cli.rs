@@ -320,6 +320,17 @@ pub struct Args {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=60))]
     pub fps: u32,
 
+    /// Ring the terminal bell in the dashboard when the run finishes or fails, the loss stops
+    /// being finite, or a replica straggles.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub bell: OnOff,
+
+    /// Run this shell command on the same events (in the background job, dashboard or not),
+    /// with DPT_EVENT (finished, failed, nan, straggler), DPT_RUN_DIR, DPT_EPOCH, DPT_TEST_ACC
+    /// and DPT_MESSAGE in its environment; it never holds up training (killed after 60 s).
+    #[arg(long, value_name = "CMD")]
+    pub notify: Option<String>,
+
     /// Device sampling period in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub sample_ms: u64,

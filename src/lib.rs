@@ -3,6 +3,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod alert;
 pub mod atomic;
 pub mod dashboard;
 pub mod data;

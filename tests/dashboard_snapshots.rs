@@ -1,6 +1,6 @@
 //! The dashboard's screens as snapshots (`tests/snapshots/`), so a layout regression fails: a
 //! running, a paused, a finished and a failed run, and one whose final save failed, at 80×24
-//! and 120×40. The fixtures are fixed (clock, timings, samples), so nothing needs filtering.
+//! and 120×40; d2l's view with smoothing, a straggler, and the side-by-side curves at 200×50. The fixtures are fixed (clock, timings, samples), so nothing needs filtering.
 //! After a deliberate change of the layout, review with `cargo insta review` (or rerun with
 //! `INSTA_UPDATE=always`) and commit the new snapshots.
 
@@ -11,7 +11,9 @@ use dpt_tui::engine::{DeviceId, FinishReason, Record};
 use dpt_tui::model::ModelKind;
 use dpt_tui::record::{Change, Summary};
 
-use common::screens::{running_app, screen};
+use common::screens::{running_app, screen, step};
+use dpt_tui::dashboard::curves::CurveView;
+use dpt_tui::record::{ReplicaTiming, StepTiming};
 
 fn paused() -> App {
     let mut app = running_app();
@@ -56,6 +58,32 @@ fn not_saved() -> App {
     app
 }
 
+/// d2l's view (train loss, train and test accuracy on one plot), smoothed with weight 0.9.
+fn smoothed_d2l() -> App {
+    let mut app = running_app();
+    app.settings.view = CurveView::D2l;
+    app.settings.smoothing = 2;
+    app
+}
+
+/// Replica 1 takes twice the median: marked slow, and the coordinator's event in the log.
+fn straggler() -> App {
+    let mut app = running_app();
+    let Record::Step(mut s) = step(3, 150, 0.6, 0.7, 0.2) else { unreachable!() };
+    s.timing = StepTiming { data: 0.001, compute: 0.090, allreduce: 0.002, update: 0.001 };
+    s.replicas =
+        vec![ReplicaTiming { data: 0.001, compute: 0.040 }, ReplicaTiming { data: 0.001, compute: 0.090 }];
+    app.on_event(&Record::Step(s));
+    app.on_event(&Record::Event(Change::Straggler {
+        replica: 1,
+        device: "cpu".into(),
+        step_ms: 91.0,
+        median_ms: 66.0,
+        global_step: 620,
+    }));
+    app
+}
+
 macro_rules! screens {
     ($($name:ident: $app:expr),* $(,)?) => {$(
         #[test]
@@ -73,4 +101,18 @@ screens! {
     finished_run: finished(),
     failed_run: failed(),
     final_save_failed: not_saved(),
+    smoothed_d2l_view: smoothed_d2l(),
+    straggler_marked: straggler(),
+}
+
+#[test]
+fn wide_terminals_show_loss_and_accuracy_side_by_side() {
+    for (name, app) in
+        [("running", running_app()), ("smoothed_d2l_view", smoothed_d2l()), ("straggler_marked", straggler())]
+    {
+        let shot = screen(&app, 200, 50, false);
+        insta::assert_snapshot!(format!("{name}_200x50"), shot);
+    }
+    let wide = screen(&running_app(), 200, 50, false);
+    assert!(wide.contains("loss ·") && wide.contains("accuracy ·"), "both panels:\n{wide}");
 }

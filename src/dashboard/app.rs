@@ -97,6 +97,15 @@ pub struct CurveSettings {
     /// Show only the last this many epochs (`None`: the whole run).
     pub recent: Option<f64>,
     pub log_loss: bool,
+    /// Index into `record::smooth::WEIGHTS` (0: no smoothing).
+    pub smoothing: usize,
+}
+
+impl CurveSettings {
+    /// The exponential smoothing weight in use (0: off).
+    pub fn smoothing_weight(&self) -> f64 {
+        crate::record::smooth::WEIGHTS[self.smoothing % crate::record::smooth::WEIGHTS.len()]
+    }
 }
 
 /// Everything the dashboard shows.
@@ -151,7 +160,7 @@ impl App {
             info: None,
             state: RunState::Starting,
             curves: Curves::default(),
-            settings: CurveSettings { view: CurveView::Loss, recent: None, log_loss: false },
+            settings: CurveSettings { view: CurveView::Loss, recent: None, log_loss: false, smoothing: 0 },
             last_step: None,
             last_epoch: None,
             epoch_seconds: Vec::new(),
@@ -259,7 +268,8 @@ impl App {
             Change::Resumed { .. }
             | Change::Checkpointed { .. }
             | Change::Refused { .. }
-            | Change::Warning { .. } => {}
+            | Change::Warning { .. }
+            | Change::Straggler { .. } => {}
         }
     }
 

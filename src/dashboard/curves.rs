@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 pub enum CurveView {
     Loss,
     Accuracy,
+    /// d2l's Animator: train loss, train accuracy and test accuracy on one plot.
+    D2l,
     Lr,
 }
 
@@ -15,7 +17,8 @@ impl CurveView {
     pub fn next(self) -> Self {
         match self {
             CurveView::Loss => CurveView::Accuracy,
-            CurveView::Accuracy => CurveView::Lr,
+            CurveView::Accuracy => CurveView::D2l,
+            CurveView::D2l => CurveView::Lr,
             CurveView::Lr => CurveView::Loss,
         }
     }
@@ -24,6 +27,7 @@ impl CurveView {
         match self {
             CurveView::Loss => "loss",
             CurveView::Accuracy => "accuracy",
+            CurveView::D2l => "d2l: loss and accuracy",
             CurveView::Lr => "learning rate",
         }
     }

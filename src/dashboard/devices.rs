@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 
 use crate::engine::DeviceId;
 use crate::monitor::{DeviceSample, SampleSource};
+use crate::record::straggler::stragglers;
 use crate::record::StepStats;
 
 /// How many samples the history keeps (two minutes at the default 1 s).
@@ -27,6 +28,9 @@ pub struct DeviceState {
     pub mem_history: VecDeque<u64>,
     /// Per replica on this device: (replica, seconds per step of data + forward/backward).
     pub replica_step: Vec<(usize, f64)>,
+    /// This device's replicas that are stragglers in the latest window (see
+    /// `record::straggler`).
+    pub slow: Vec<usize>,
     /// Share of the step spent in the allreduce, 0..1.
     pub allreduce_share: Option<f64>,
 }
@@ -64,6 +68,7 @@ pub fn rank_panels(
                 util_history: VecDeque::new(),
                 mem_history: VecDeque::new(),
                 replica_step: Vec::new(),
+                slow: Vec::new(),
                 allreduce_share: None,
             }),
         }
@@ -90,6 +95,8 @@ impl DeviceState {
             .iter()
             .filter_map(|&r| s.replicas.get(r).map(|t| (r, t.data + t.compute)))
             .collect();
+        let all: Vec<f64> = s.replicas.iter().map(|t| t.data + t.compute).collect();
+        self.slow = stragglers(&all).into_iter().filter(|r| self.replicas.contains(r)).collect();
         let total = s.timing.total();
         self.allreduce_share = (total > 0.0).then(|| s.timing.allreduce / total);
     }

@@ -16,7 +16,8 @@ pub const HELP: &[(&str, &str)] = &[
     ("q", "stop after this step and save (asks first); quit once finished"),
     ("d", "detach: close the dashboard, training goes on (dpt-tui attach)"),
     ("Ctrl-C", "stop after the current step and save, without asking"),
-    ("v", "curves: loss, accuracy, learning rate"),
+    ("v", "curves: loss, accuracy, d2l's view (both on one plot), learning rate"),
+    ("m", "smoothing: off, 0.6, 0.9, 0.99 (TensorBoard's, debiased; the raw curve stays faint)"),
     ("w", "curves: whole run or the last 2 epochs"),
     ("g", "log scale for the loss"),
     ("?", "this help (Esc or ? closes it)"),
@@ -124,6 +125,11 @@ impl App {
             }
             KeyCode::Char('g') => {
                 self.settings.log_loss = !self.settings.log_loss;
+                Vec::new()
+            }
+            KeyCode::Char('m') => {
+                self.settings.smoothing =
+                    (self.settings.smoothing + 1) % crate::record::smooth::WEIGHTS.len();
                 Vec::new()
             }
             _ => {

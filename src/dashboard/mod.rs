@@ -50,6 +50,8 @@ pub struct Options {
     pub fps: u32,
     /// Device sampling period.
     pub sample: Duration,
+    /// Ring the terminal bell on alerts (finish, failure, non-finite loss, straggler).
+    pub bell: bool,
 }
 
 /// Whether the locale promises UTF-8 (else the ASCII rendering is used).
@@ -109,6 +111,13 @@ pub struct End {
     pub interrupted: Option<i32>,
 }
 
+/// The terminal bell (BEL): the terminal beeps, flashes or marks the tab, as its user set it.
+fn ring_bell() {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let _ = out.write_all(b"\x07").and_then(|()| out.flush());
+}
+
 /// Seconds since the Unix epoch, now.
 fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
@@ -120,7 +129,10 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     let mut app = App::new(&[]);
     app.steerable = source.controls.is_some();
     app.attached = source.attached;
+    // What happened before this viewer came is history: it rings no bell.
+    let mut alerts = crate::alert::Alerts::default();
     for record in &source.snapshot.records {
+        let _ = alerts.on_record(record);
         app.on_event(record);
     }
     for msg in &source.snapshot.monitor {
@@ -158,7 +170,12 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
                 Err(_) => signals = never(),
             },
             recv(events) -> ev => match ev {
-                Ok(ev) => app.on_event(&ev),
+                Ok(ev) => {
+                    if alerts.on_record(&ev).is_some() && opts.bell {
+                        ring_bell();
+                    }
+                    app.on_event(&ev)
+                }
                 Err(_) => {
                     if app.attached {
                         app.on_disconnected();

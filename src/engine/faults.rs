@@ -4,7 +4,9 @@
 //! Syntax: comma-separated `worker-panic=R@S` (replica R panics at global step S),
 //! `worker-stall=R@S` (replica R stops answering at step S), `coordinator-panic=R@S` (the
 //! coordinator panics while updating replica R at step S), `nan-loss=S` (every replica's loss
-//! becomes NaN from step S on), `checkpoint-write` (every checkpoint write fails).
+//! becomes NaN from step S on), `checkpoint-write` (every checkpoint write fails),
+//! `slow-replica=R@MS` (replica R takes MS milliseconds longer over every step, as a throttled
+//! or shared device would).
 
 use std::str::FromStr;
 
@@ -17,6 +19,8 @@ pub struct Faults {
     pub coordinator_panic: Option<(usize, usize)>,
     pub nan_loss_from: Option<usize>,
     pub checkpoint_write: bool,
+    /// Replica R spends this many more milliseconds on every step.
+    pub slow_replica: Option<(usize, usize)>,
 }
 
 fn replica_at(v: &str) -> Result<(usize, usize), String> {
@@ -37,6 +41,7 @@ impl FromStr for Faults {
                 Some(("worker-panic", v)) => f.worker_panic = Some(replica_at(v)?),
                 Some(("worker-stall", v)) => f.worker_stall = Some(replica_at(v)?),
                 Some(("coordinator-panic", v)) => f.coordinator_panic = Some(replica_at(v)?),
+                Some(("slow-replica", v)) => f.slow_replica = Some(replica_at(v)?),
                 Some(("nan-loss", v)) => {
                     f.nan_loss_from = Some(v.parse().map_err(|_| format!("bad step '{v}'"))?)
                 }

@@ -298,6 +298,10 @@ impl Worker {
     ) -> Result<FromWorker, String> {
         let clock_error = |e: crate::dist::c10d::C10dError| e.0;
         self.clock.start(timed).map_err(clock_error)?;
+        if let Some((_, ms)) = self.faults.slow_replica.filter(|(r, _)| *r == self.replica) {
+            // Stands in for a throttled or shared device: this replica's steps take longer.
+            std::thread::sleep(std::time::Duration::from_millis(ms as u64));
+        }
         let order = self.order.as_ref().ok_or("step before the first epoch")?;
         if len == 0 {
             // A last batch smaller than the replica count leaves this shard empty.

@@ -21,7 +21,9 @@
 pub mod curves;
 pub mod file;
 pub mod history;
+pub mod smooth;
 pub mod stats;
+pub mod straggler;
 pub mod text;
 
 use serde::{Deserialize, Serialize};
@@ -70,6 +72,9 @@ pub enum Change {
     SaveFailed { path: String, message: String, advice: String },
     /// The run failed; `replica` names the failing replica when one did.
     Failed { replica: Option<usize>, device: Option<String>, message: String },
+    /// A replica's steps (data + forward/backward) ran slower than the replicas' median by
+    /// more than `straggler::MARGIN` over a report window; said once per replica and run.
+    Straggler { replica: usize, device: String, step_ms: f64, median_ms: f64, global_step: usize },
 }
 
 impl Change {

@@ -130,6 +130,13 @@ fn change_line(c: &Change) -> Line {
             (Level::Error, format!("cannot save {path}: {message}; the weights are kept in memory; {advice}"))
         }
         Change::Failed { message, .. } => (Level::Error, format!("training failed: {message}")),
+        Change::Straggler { replica, device, step_ms, median_ms, global_step } => (
+            Level::Warn,
+            format!(
+                "straggler: replica {replica} ({device}) takes {step_ms:.1} ms per step against the median {median_ms:.1} ms (+{:.0}%) at step {global_step}",
+                100.0 * (step_ms / median_ms - 1.0)
+            ),
+        ),
     };
     Line { level, text, progress: false }
 }

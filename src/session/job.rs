@@ -108,6 +108,22 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
     };
     let (snapshot, printed) =
         hub.subscribe(PRINTER_BUFFER).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
+    // --notify: the alerts of this run (from its start on), off the training's path.
+    let notifier = match (&args.notify, hub.subscribe(PRINTER_BUFFER)) {
+        (Some(command), Some((seen, live))) => {
+            let skip = seen.records.iter().rposition(|r| matches!(r, Record::Start(_))).unwrap_or(0);
+            let records =
+                seen.records.into_iter().skip(skip).chain(live.into_iter().filter_map(|m| match m {
+                    HubMsg::Record(r) => Some(r),
+                    HubMsg::Monitor(_) => None,
+                }));
+            Some(
+                dpt_tui::alert::spawn_notifier(command.clone(), run_dir.clone(), records)
+                    .map_err(failed("cannot start the notifier"))?,
+            )
+        }
+        _ => None,
+    };
     drop(hub);
     let mut printer = HeadlessPrinter::default();
     // What happened before the printer subscribed (the start, at least) comes first; a resumed
@@ -127,6 +143,10 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
     let outcome = engine.join();
     let write_error = recorder.join().ok().flatten();
     let _ = hub_thread.join();
+    if let Some(n) = notifier {
+        // The last alert (the finish) is started before the job exits.
+        let _ = n.join();
+    }
     drop(stop_monitor);
     let _ = monitor.join();
     if let Some(c) = collector {

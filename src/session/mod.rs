@@ -68,6 +68,7 @@ fn dashboard_options(args: &Args, theme: Theme) -> dashboard::Options {
         ascii: args.ascii || !dashboard::locale_is_utf8(),
         fps: args.fps,
         sample: Duration::from_millis(args.sample_ms),
+        bell: args.bell == crate::cli::OnOff::On,
     }
 }
 

@@ -10,6 +10,7 @@ pub struct PtyRun {
     child: Box<dyn Child + Send + Sync>,
     writer: Box<dyn Write + Send>,
     screen: Arc<Mutex<vt100::Parser>>,
+    bells: Arc<std::sync::atomic::AtomicUsize>,
     _master: Box<dyn MasterPty + Send>,
 }
 
@@ -33,16 +34,25 @@ impl PtyRun {
         let writer = pair.master.take_writer().expect("pty writer");
         let screen = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
         let parser = Arc::clone(&screen);
+        let bells = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let rung = Arc::clone(&bells);
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
             while let Ok(n) = reader.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
+                let bel = buf[..n].iter().filter(|&&b| b == 0x07).count();
+                rung.fetch_add(bel, std::sync::atomic::Ordering::SeqCst);
                 parser.lock().unwrap().process(&buf[..n]);
             }
         });
-        PtyRun { child, writer, screen, _master: pair.master }
+        PtyRun { child, writer, screen, bells, _master: pair.master }
+    }
+
+    /// How many BEL bytes the program wrote so far.
+    pub fn bells(&self) -> usize {
+        self.bells.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The child's process id.

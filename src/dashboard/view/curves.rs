@@ -1,7 +1,7 @@
 //! The curve panel: train loss, train accuracy and test accuracy (or the lr) against epochs,
 //! with a legend and the marks where the lr changed or training paused.
 
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Color;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
@@ -12,33 +12,58 @@ use super::Look;
 use crate::dashboard::app::App;
 use crate::dashboard::curves::CurveView;
 use crate::record::curves::{x_range, y_range, MarkKind};
+use crate::record::smooth::ema;
 
 /// A series with its legend name and colour.
 type Named<'a> = (&'static str, &'a [(f64, f64)], Color);
 
+/// Terminals at least this wide show loss and accuracy side by side.
+pub const SIDE_BY_SIDE_WIDTH: u16 = 160;
+
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
+    let view = app.settings.view;
+    let wide = frame.area().width >= SIDE_BY_SIDE_WIDTH;
+    if wide && matches!(view, CurveView::Loss | CurveView::Accuracy) {
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
+        draw_view(frame, left, app, look, CurveView::Loss);
+        draw_view(frame, right, app, look, CurveView::Accuracy);
+    } else {
+        draw_view(frame, area, app, look, view);
+    }
+}
+
+fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveView) {
     let t = look.theme;
     let c = &app.curves;
     let s = app.settings;
-    let log = s.log_loss && s.view == CurveView::Loss;
+    let log = s.log_loss && view == CurveView::Loss;
     let window = match s.recent {
         Some(w) => format!("last {w} epochs"),
         None => "whole run".to_owned(),
     };
-    let title = format!("{}{} {} {window}", s.view.title(), if log { " (log)" } else { "" }, look.sep());
+    let weight = s.smoothing_weight();
+    let smoothing = if weight > 0.0 { format!(" {} smoothing {weight}", look.sep()) } else { String::new() };
+    let title =
+        format!("{}{} {} {window}{smoothing}", view.title(), if log { " (log)" } else { "" }, look.sep());
     let block = look.panel(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.height < 3 {
         return;
     }
-    let series: Vec<Named> = match s.view {
+    let series: Vec<Named> = match view {
         CurveView::Loss => {
             vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
         }
         CurveView::Accuracy => {
             vec![("train acc", &c.train_acc, t.train_acc), ("test acc", &c.test_acc, t.test_acc)]
         }
+        CurveView::D2l => vec![
+            ("train loss", &c.train_loss, t.train_loss),
+            ("train acc", &c.train_acc, t.train_acc),
+            ("test acc", &c.test_acc, t.test_acc),
+        ],
         CurveView::Lr => vec![("lr", &c.lr, t.lr)],
     };
     let marker = if look.ascii { "*" } else { "━" };
@@ -70,14 +95,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
         .iter()
         .map(|(mx, kind)| (*mx, if *kind == MarkKind::Pause { t.pause_mark } else { t.lr_mark }))
         .collect();
-    let plot = Plot {
-        series: series.iter().map(|(_, points, color)| Series { points, color: *color }).collect(),
-        x,
-        y,
-        log_y: log,
-        marks,
-        ascii: look.ascii,
-        axis_style: t.fg(t.dim),
-    };
+    // With smoothing, each raw curve is drawn faint first and its smoothed curve over it.
+    let smoothed: Vec<Vec<(f64, f64)>> = series.iter().map(|(_, p, _)| ema(p, weight)).collect();
+    let mut lines = Vec::new();
+    if weight > 0.0 {
+        lines.extend(series.iter().map(|(_, points, _)| Series { points, color: t.dim }));
+    }
+    lines
+        .extend(series.iter().zip(&smoothed).map(|((_, _, color), points)| Series { points, color: *color }));
+    let plot = Plot { series: lines, x, y, log_y: log, marks, ascii: look.ascii, axis_style: t.fg(t.dim) };
     plot.render(plot_area, frame.buffer_mut());
 }

@@ -81,9 +81,7 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
             Line::from(Span::styled(format!("GPU figures unavailable: {why}"), t.fg(t.warning))),
         ];
         if !d.replica_step.is_empty() {
-            let steps: Vec<String> =
-                d.replica_step.iter().map(|(r, s)| format!("r{r} {:.1} ms", s * 1e3)).collect();
-            lines.push(Line::from(Span::styled(steps.join(" "), t.fg(t.text))));
+            lines.push(Line::from(replica_spans(d, look)));
         }
         frame.render_widget(Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: true }), area);
         return;
@@ -119,9 +117,7 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
     if let Some(power) = s.and_then(|s| s.power_w) {
         extra.push(Span::styled(format!("{power:.0} W "), t.fg(t.text)));
     }
-    for (r, secs) in &d.replica_step {
-        extra.push(Span::styled(format!("r{r} {:.1} ms ", secs * 1e3), t.fg(t.text)));
-    }
+    extra.extend(replica_spans(d, look));
     let mut lines = vec![header, util_line, mem_line, Line::from(extra)];
     if matches!(d.device, DeviceId::Cpu) && !compact && s.is_none() {
         lines.push(Line::from(Span::styled("waiting for the first sample", t.fg(t.dim))));
@@ -139,6 +135,21 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
             .bar_set(if look.ascii { ASCII_BARS } else { bar::NINE_LEVELS });
         frame.render_widget(spark, Rect { y: area.y + text_rows, height: 1, ..area });
     }
+}
+
+/// Each replica's step time on this device; a straggler's in the warning colour, marked slow.
+fn replica_spans(d: &DeviceState, look: &Look) -> Vec<Span<'static>> {
+    let t = look.theme;
+    d.replica_step
+        .iter()
+        .map(|(r, secs)| {
+            if d.slow.contains(r) {
+                Span::styled(format!("r{r} {:.1} ms slow ", secs * 1e3), t.fg(t.warning))
+            } else {
+                Span::styled(format!("r{r} {:.1} ms ", secs * 1e3), t.fg(t.text))
+            }
+        })
+        .collect()
 }
 
 fn cores() -> f64 {

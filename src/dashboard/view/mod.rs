@@ -104,7 +104,7 @@ fn too_small(frame: &mut Frame, area: Rect, look: &Look) {
 
 fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
     let keys: &[(&str, &str)] = if app.state.is_over() {
-        &[("q", "quit"), ("v", "view"), ("w", "window"), ("g", "log"), ("?", "help")]
+        &[("q", "quit"), ("v", "view"), ("w", "window"), ("g", "log"), ("m", "smooth"), ("?", "help")]
     } else if compact {
         &[("space", "pause"), ("+/-", "lr"), ("l", "set lr"), ("s", "save"), ("q", "quit"), ("?", "help")]
     } else {
@@ -117,12 +117,24 @@ fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) 
             ("v", "view"),
             ("w", "window"),
             ("g", "log scale"),
+            ("m", "smooth"),
             ("?", "help"),
         ]
     };
     let theme = look.theme;
     let mut spans = Vec::new();
-    for (k, what) in keys {
+    // Keys that do not fit are left out, never cut; the help key (last) always shows.
+    let item_width = |(k, what): &(&str, &str)| k.chars().count() + what.chars().count() + 5;
+    let mut room = (area.width as usize).saturating_sub(keys.last().map_or(0, item_width));
+    for (i, key) in keys.iter().enumerate() {
+        let last = i + 1 == keys.len();
+        if !last {
+            if item_width(key) > room {
+                continue;
+            }
+            room -= item_width(key);
+        }
+        let (k, what) = key;
         spans.push(Span::styled(format!(" {k} "), theme.highlight()));
         spans.push(Span::styled(format!(" {what}  "), theme.fg(theme.dim)));
     }

@@ -1,6 +1,7 @@
 //! What the coordinator does between steps: apply the user's controls (pause, lr, save, stop)
 //! and the policy for a loss that stops being finite.
 
+use crate::alert::NOT_FINITE;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
@@ -136,14 +137,14 @@ impl Coordinator {
                 if !self.nan_warned {
                     self.nan_warned = true;
                     self.emit(Change::Warning {
-                        message: format!("the loss is not finite at step {at} (--on-nan ignore)"),
+                        message: format!("{NOT_FINITE} at step {at} (--on-nan ignore)"),
                     });
                 }
             }
             OnNan::Pause => {
                 self.emit(Change::Warning {
                     message: format!(
-                        "the loss is not finite at step {at}: paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
+                        "{NOT_FINITE} at step {at}: paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
                     ),
                 });
                 if !self.paused {
@@ -153,9 +154,7 @@ impl Coordinator {
             }
             OnNan::Stop => {
                 self.emit(Change::Warning {
-                    message: format!(
-                        "the loss is not finite at step {at}: stopping; the last good checkpoint is kept"
-                    ),
+                    message: format!("{NOT_FINITE} at step {at}: stopping; the last good checkpoint is kept"),
                 });
                 self.diverged = true;
                 self.stop = true;

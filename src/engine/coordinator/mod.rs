@@ -103,6 +103,8 @@ pub struct Coordinator {
     reduce: super::allreduce::LocalReduce,
     /// Times the allreduce and the update, on the first replica's device.
     clock: Option<super::clock::PhaseClock>,
+    /// Replicas already reported as stragglers.
+    straggled: Vec<bool>,
 }
 
 impl Coordinator {
@@ -128,6 +130,7 @@ impl Coordinator {
             touching: None,
             reduce: super::allreduce::LocalReduce::plan(&p.cfg.devices, crate::dist::c10d::nccl_compiled()),
             clock: None,
+            straggled: Vec::new(),
             p,
         }
     }
@@ -277,6 +280,10 @@ impl Coordinator {
             if every > 0 && (epoch + 1) % every == 0 && epoch + 1 < self.cfg().epochs {
                 self.checkpoint_or_warn(position);
             }
+        }
+        if self.diverged {
+            // A loss found non-finite at the very last report ends the loop as if completed.
+            reason = FinishReason::Diverged;
         }
         if reason != FinishReason::Completed && self.window.steps > 0 {
             // Statistics of the partial window, so the curves and the checkpoint include them.

@@ -259,6 +259,7 @@ impl Coordinator {
             world.mark_progress(self.global_step);
         }
         let stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
+        self.note_stragglers(&stats);
         self.epoch.add(w.tally);
         let finite = stats.loss.is_finite();
         self.emit(Record::Step(Box::new(stats)));
@@ -266,6 +267,42 @@ impl Coordinator {
             self.on_nan();
         }
         Ok(())
+    }
+
+    /// Says once per replica when it runs slower than the others (see `record::straggler`).
+    fn note_stragglers(&mut self, stats: &crate::record::StepStats) {
+        let times: Vec<f64> = stats.replicas.iter().map(|r| r.data + r.compute).collect();
+        let Some(median) = crate::record::straggler::median(&times) else { return };
+        for replica in crate::record::straggler::stragglers(&times) {
+            if self.straggled.len() < times.len() {
+                self.straggled.resize(times.len(), false);
+            }
+            if std::mem::replace(&mut self.straggled[replica], true) {
+                continue;
+            }
+            let device = self.replica_device(replica);
+            self.emit(crate::record::Change::Straggler {
+                replica,
+                device,
+                step_ms: times[replica] * 1e3,
+                median_ms: median * 1e3,
+                global_step: self.global_step,
+            });
+        }
+    }
+
+    /// The device of global replica `replica`, with its rank in a multi-process run.
+    fn replica_device(&self, replica: usize) -> String {
+        match &self.p.world {
+            Some(w) => w
+                .devices
+                .iter()
+                .enumerate()
+                .flat_map(|(rank, ds)| ds.iter().map(move |d| format!("rank {rank} {d}")))
+                .nth(replica)
+                .unwrap_or_else(|| format!("replica {replica}")),
+            None => self.cfg().devices.get(replica).map_or_else(String::new, ToString::to_string),
+        }
     }
 
     /// The test set's figures, split over the replicas.

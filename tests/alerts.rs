@@ -1,0 +1,103 @@
+//! Alerts: a straggler found and said once, `--notify` run with the event in its environment
+//! (a test script records it), a failing notify command reported without touching the run, and
+//! the terminal bell in a real pseudo-terminal.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A notify command that appends its environment, one line per event, to `file`.
+fn recorder(file: &Path) -> String {
+    format!(
+        "printf '%s|%s|%s|%s|%s\\n' \"$DPT_EVENT\" \"$DPT_EPOCH\" \"$DPT_TEST_ACC\" \"$DPT_RUN_DIR\" \"$DPT_MESSAGE\" >> {}",
+        file.display()
+    )
+}
+
+fn headless(run: &Path, extra: &[&str], fault: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    cmd.args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--log-every", "2"])
+        .args(["--data", common::subset_dir().to_str().unwrap(), "--train-limit", "1024"])
+        .args(["--run-dir", run.to_str().unwrap()])
+        .args(extra);
+    if let Some(f) = fault {
+        cmd.env("DPT_INJECT_FAULT", f);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_slow_replica_is_said_once_and_notify_gets_each_event_in_its_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, notes) = (tmp.path().join("run"), tmp.path().join("notes.txt"));
+    // Replica 1 takes 150 ms longer every step: far past the 30 % margin on any machine.
+    let out = headless(&run, &["--notify", &recorder(&notes)], Some("slow-replica=1@150"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("straggler: replica 1 (cpu)").count(), 1, "said once:\n{stdout}");
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let stragglers: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["event"] == "straggler")
+        .collect();
+    assert_eq!(stragglers.len(), 1);
+    assert_eq!(stragglers[0]["replica"], 1);
+    assert!(stragglers[0]["step_ms"].as_f64().unwrap() > 1.3 * stragglers[0]["median_ms"].as_f64().unwrap());
+    // The job waits for its notify commands before it exits.
+    let notes = std::fs::read_to_string(&notes).unwrap();
+    let lines: Vec<Vec<&str>> = notes.lines().map(|l| l.splitn(5, '|').collect()).collect();
+    assert_eq!(lines.len(), 2, "{notes}");
+    assert_eq!(lines[0][0], "straggler");
+    assert!(lines[0][4].contains("replica 1 (cpu)"), "{notes}");
+    assert_eq!(&lines[1][..2], &["finished", "1"]);
+    let acc: f64 = lines[1][2].parse().unwrap();
+    assert!((0.0..=1.0).contains(&acc));
+    assert_eq!(lines[1][3], run.to_str().unwrap());
+    assert!(lines[1][4].starts_with("the run completed after 1 epochs"), "{notes}");
+}
+
+#[test]
+fn a_non_finite_loss_notifies_and_a_failing_command_leaves_the_run_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, notes) = (tmp.path().join("run"), tmp.path().join("notes.txt"));
+    let out = headless(&run, &["--notify", &recorder(&notes)], Some("nan-loss=3"));
+    assert_eq!(out.status.code(), Some(1), "a diverged run exits 1");
+    let notes = std::fs::read_to_string(&notes).unwrap();
+    assert!(notes.starts_with("nan|"), "{notes}");
+    assert!(notes.contains("the loss is not finite"), "{notes}");
+    assert_eq!(notes.lines().count(), 1, "no 'finished' for a diverged run: {notes}");
+    // A command that fails: the run is unaffected, the failure is one warning.
+    let run2 = tmp.path().join("run2");
+    let out = headless(&run2, &["--notify", "exit 3"], None);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the --notify command for 'finished' exited with exit status: 3"), "{stderr}");
+}
+
+#[test]
+fn the_dashboard_rings_the_bell_on_a_live_alert_unless_told_not_to() {
+    for (bell, rings) in [("on", true), ("off", false)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("run");
+        let mut tui = common::train_in_pty(
+            &run,
+            &["--devices", "cpu", "--epochs", "500", "--bell", bell],
+            100,
+            30,
+            &[],
+        );
+        tui.wait_for("RUNNING", WAIT);
+        assert_eq!(tui.bells(), 0, "nothing to alert yet");
+        // Stopping ends the run: its summary is a 'finished' alert.
+        tui.send("q");
+        tui.wait_for("Stop after the current step and save the weights?", WAIT);
+        tui.send("y");
+        assert!(tui.wait_exit(WAIT).success());
+        assert_eq!(tui.bells() > 0, rings, "--bell {bell}");
+    }
+}
