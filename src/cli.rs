@@ -121,8 +121,10 @@ pub enum Command {
     },
     /// Open the dashboard on a recorded run's metrics.jsonl, or draw its curves as a picture.
     Show {
-        /// The run directory.
-        run: PathBuf,
+        /// The run directory; more runs after it are drawn under it as baselines, with a table
+        /// of the settings in which they differ.
+        #[arg(required = true, num_args = 1..)]
+        runs: Vec<PathBuf>,
         /// Write the curves to this PNG file (960x640) instead of opening the dashboard.
         #[arg(long, value_name = "FILE")]
         png: Option<PathBuf>,

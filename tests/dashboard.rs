@@ -326,3 +326,58 @@ fn a_gpu_without_nvml_figures_says_why_and_never_shows_cpu_figures() {
     assert!(!s.contains("rss") && !s.contains("process figures"), "no CPU figures on a GPU panel\n{s}");
     assert!(app.nvml_note.as_deref().is_some_and(|n| n.ends_with("GPU figures unavailable")));
 }
+
+/// Writes `records` as the run directory `dir`'s metrics.jsonl.
+fn recorded(dir: &std::path::Path, records: &[Record]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut w = dpt_tui::record::file::MetricsWriter::create(dir).unwrap();
+    for r in records {
+        w.write(r).unwrap();
+    }
+}
+
+#[test]
+fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differs() {
+    let root = tempfile::tempdir().unwrap();
+    let mut other = info(&["cpu", "cpu"]);
+    other.lr = 0.05;
+    let summary = Summary {
+        model: dpt_tui::model::ModelKind::Lenet,
+        devices: vec![DeviceId::Cpu, DeviceId::Cpu],
+        test_acc: Some(0.7),
+        sec_per_epoch: Some(11.5),
+        samples_per_sec: 5100.0,
+        epochs_done: 1,
+        global_steps: 235,
+        reason: FinishReason::Completed,
+    };
+    recorded(
+        &root.path().join("slow-lr"),
+        &[
+            Record::Start(Box::new(other)),
+            common::screens::step(1, 235, 1.5, 0.5, 0.05),
+            common::screens::epoch(1, 0.7),
+            Record::Summary(Box::new(summary)),
+        ],
+    );
+    recorded(&root.path().join("this"), &[Record::Start(Box::new(info(&["cpu", "cpu"])))]);
+    let mut app = running_app();
+    app.run_dir = Some(root.path().join("this"));
+    app.on_key(key('b'));
+    let Some(Overlay::Baselines { entries, cursor: 0 }) = &app.overlay else { panic!("{:?}", app.overlay) };
+    assert_eq!(entries.len(), 1, "the run itself is not offered: {entries:?}");
+    app.on_key(code(KeyCode::Enter));
+    assert_eq!(app.baselines.len(), 1);
+    assert_eq!(app.baselines[0].name, "slow-lr");
+    assert_eq!(app.baselines[0].best_test_acc, Some(0.7));
+    let shot = screen(&app, 120, 40, false);
+    assert!(shot.contains("[x] slow-lr"), "{shot}");
+    assert!(shot.contains("lr") && shot.contains("0.05"), "the differing lr is in the table:\n{shot}");
+    app.on_key(code(KeyCode::Esc));
+    assert!(app.overlay.is_none());
+    assert!(screen(&app, 120, 40, false).contains("━ slow-lr"), "the legend names the baseline");
+    // Enter again takes it off.
+    app.on_key(key('b'));
+    app.on_key(key(' '));
+    assert!(app.baselines.is_empty());
+}

@@ -120,3 +120,31 @@ fn detach_with_d_and_attach_again() {
     let records = common::wait_for_summary(&run, WAIT);
     assert_eq!(records.last().unwrap()["reason"], "stopped");
 }
+
+#[test]
+fn show_draws_a_second_run_under_the_first_with_what_differs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs: Vec<std::path::PathBuf> =
+        ["0.1", "0.4"].iter().map(|lr| tmp.path().join(format!("lr{lr}"))).collect();
+    for (run, lr) in runs.iter().zip(["0.1", "0.4"]) {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+            .args(["--headless", "--devices", "cpu", "--epochs", "2", "--train-limit", "512", "--lr", lr])
+            .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut tui = common::pty::PtyRun::spawn(
+        &["show", runs[0].to_str().unwrap(), runs[1].to_str().unwrap()],
+        120,
+        40,
+        &[],
+    );
+    let screen = tui.wait_for("compare", WAIT);
+    assert!(screen.contains("━ lr0.4"), "the legend names the baseline:\n{screen}");
+    let row = screen.lines().find(|l| l.contains("│lr ")).unwrap_or_else(|| panic!("an lr row:\n{screen}"));
+    assert!(row.contains("0.1") && row.contains("0.4"), "{row}");
+    assert!(screen.contains("best test acc"), "{screen}");
+    tui.send("q");
+    assert!(tui.wait_exit(WAIT).success());
+}

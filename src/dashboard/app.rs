@@ -3,6 +3,7 @@
 
 use crate::engine::DeviceId;
 use crate::monitor::MonitorMsg;
+use crate::record::compare::Baseline;
 use crate::record::curves::Curves;
 use crate::record::text::{Level, Narrator};
 use crate::record::{Change, EpochStats, Record, RunInfo, StepStats, Summary};
@@ -54,6 +55,11 @@ pub enum Overlay {
         error: Option<String>,
     },
     ConfirmQuit,
+    /// The recorded runs beside this one, to overlay as baselines (`b`).
+    Baselines {
+        entries: Vec<std::path::PathBuf>,
+        cursor: usize,
+    },
 }
 
 /// What a prompt asks for.
@@ -148,6 +154,10 @@ pub struct App {
     pub dirty: bool,
     /// Wall-clock time for log lines, `HH:MM:SS` (tests fix it).
     pub clock: fn() -> String,
+    /// Recorded runs drawn under this one.
+    pub baselines: Vec<Baseline>,
+    /// This run's directory (its neighbours are offered as baselines).
+    pub run_dir: Option<std::path::PathBuf>,
 }
 
 fn wall_clock() -> String {
@@ -183,10 +193,12 @@ impl App {
             attached: false,
             dirty: true,
             clock: wall_clock,
+            baselines: Vec::new(),
+            run_dir: None,
         }
     }
 
-    fn note(&mut self, level: Level, text: impl Into<String>) {
+    pub(super) fn note(&mut self, level: Level, text: impl Into<String>) {
         let time = (self.clock)();
         self.log.push(time, level, text);
     }

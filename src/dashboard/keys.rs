@@ -16,8 +16,9 @@ pub const HELP: &[(&str, &str)] = &[
     ("q", "stop after this step and save (asks first); quit once finished"),
     ("d", "detach: close the dashboard, training goes on (dpt-tui attach)"),
     ("Ctrl-C", "stop after the current step and save, without asking"),
-    ("v", "curves: loss, accuracy, d2l's view (both on one plot), learning rate"),
-    ("m", "smoothing: off, 0.6, 0.9, 0.99 (TensorBoard's, debiased; the raw curve stays faint)"),
+    ("v", "curves: loss, accuracy, d2l's (all on one plot), lr"),
+    ("b", "compare: overlay runs beside this one as baselines"),
+    ("m", "smoothing: off, 0.6, 0.9, 0.99 (TensorBoard's, raw curve faint)"),
     ("w", "curves: whole run or the last 2 epochs"),
     ("g", "log scale for the loss"),
     ("?", "this help (Esc or ? closes it)"),
@@ -55,6 +56,10 @@ impl App {
                 }
             },
             Some(Overlay::Prompt { kind, input, error }) => self.prompt_key(key.code, kind, input, error),
+            Some(Overlay::Baselines { entries, cursor }) => {
+                self.baselines_key(key.code, entries, cursor);
+                Vec::new()
+            }
             None => self.main_key(key.code),
         }
     }
@@ -125,6 +130,10 @@ impl App {
             }
             KeyCode::Char('g') => {
                 self.settings.log_loss = !self.settings.log_loss;
+                Vec::new()
+            }
+            KeyCode::Char('b') => {
+                self.open_baselines();
                 Vec::new()
             }
             KeyCode::Char('m') => {

@@ -6,6 +6,7 @@
 //! frame rate are independent and an idle dashboard costs nothing but the wake-ups.
 
 pub mod app;
+pub mod compare;
 pub mod curves;
 pub mod devices;
 mod keys;
@@ -99,6 +100,10 @@ pub struct Source {
     pub controls: Option<Sender<Control>>,
     /// A live job in another process (`d` detaches from it).
     pub attached: bool,
+    /// The run's directory: its neighbours are the runs `b` offers as baselines.
+    pub run_dir: Option<std::path::PathBuf>,
+    /// Recorded runs drawn under this one from the start (`dpt-tui show A B`).
+    pub baselines: Vec<crate::record::compare::Baseline>,
 }
 
 /// How the dashboard ended.
@@ -129,6 +134,8 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     let mut app = App::new(&[]);
     app.steerable = source.controls.is_some();
     app.attached = source.attached;
+    app.run_dir = source.run_dir.clone();
+    app.baselines = source.baselines.clone();
     // What happened before this viewer came is history: it rings no bell.
     let mut alerts = crate::alert::Alerts::default();
     for record in &source.snapshot.records {

@@ -40,6 +40,12 @@ pub struct RunInfo {
     /// The TorchScript file of a `torchscript` model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_file: Option<String>,
+    /// The seed of the initialization, shuffles and dropout streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// `f32` or `bf16`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<crate::model::Precision>,
     /// The data set: what was loaded, the image shape and the classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,

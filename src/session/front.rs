@@ -88,6 +88,8 @@ pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> R
         monitor: attached.monitor,
         controls: (!read_only).then_some(attached.controls),
         attached: true,
+        run_dir: Some(run_dir.to_owned()),
+        baselines: Vec::new(),
     };
     let end = dashboard::run(source, &watch.messages, dashboard_options(args, theme))
         .map_err(failed("the dashboard failed"))?;

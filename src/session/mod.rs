@@ -37,8 +37,8 @@ pub fn run(args: Args) -> Result<u8, Failure> {
     match args.command.clone() {
         Some(Command::Attach { run, read_only }) => return attach::run(run.as_deref(), read_only, &args),
         Some(Command::Ls { dir, prune }) => return ls::run(&dir, prune),
-        Some(Command::Show { run, png, svg }) => {
-            return show::run(&run, png.as_deref(), svg.as_deref(), &args)
+        Some(Command::Show { runs, png, svg }) => {
+            return show::run(&runs, png.as_deref(), svg.as_deref(), &args)
         }
         Some(Command::Doctor { peer: Some(peer) }) => return Ok(doctor::peer(&peer)),
         Some(Command::Doctor { peer: None }) => return Ok(doctor::run()),

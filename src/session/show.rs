@@ -1,7 +1,8 @@
-//! `dpt-tui show RUN`: the dashboard on a recorded run's `metrics.jsonl`, or with `--png` /
-//! `--svg` its curves as a picture for a report.
+//! `dpt-tui show RUN [RUN…]`: the dashboard on a recorded run's `metrics.jsonl` (the other runs
+//! drawn under it as baselines, with a table of the settings in which they differ), or with
+//! `--png` / `--svg` one run's curves as a picture for a report.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 
@@ -9,18 +10,36 @@ use super::{dashboard_options, failed, input, theme, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::dashboard;
+use dpt_tui::record::compare::Baseline;
 use dpt_tui::record::history::History;
 use dpt_tui::remote::protocol::Snapshot;
 use dpt_tui::remote::runs;
 use dpt_tui::report::{self, Format};
 
-pub fn run(run: &Path, png: Option<&Path>, svg: Option<&Path>, args: &Args) -> Result<u8, Failure> {
+/// A run's history, or the input error naming the directory.
+fn read(run: &Path) -> Result<(std::path::PathBuf, History), Failure> {
     let run_dir = runs::resolve(run);
     let history = History::read(&run_dir).map_err(|e| {
         input(anyhow::Error::new(e).context(format!("{} is not a run directory", run_dir.display())))
     })?;
+    Ok((run_dir, history))
+}
+
+pub fn run(all: &[PathBuf], png: Option<&Path>, svg: Option<&Path>, args: &Args) -> Result<u8, Failure> {
+    let (first, others) = all.split_first().ok_or_else(|| input(anyhow!("name a run directory to show")))?;
+    let (run_dir, history) = read(first)?;
+    let mut baselines = Vec::new();
+    for other in others {
+        let (dir, h) = read(other)?;
+        baselines.push(Baseline::of(dashboard::compare::run_name(&dir), h.records()));
+    }
     let pictures = [(png, Format::Png), (svg, Format::Svg)];
     if pictures.iter().any(|(p, _)| p.is_some()) {
+        if !baselines.is_empty() {
+            return Err(input(anyhow!(
+                "--png and --svg draw one run; compare runs in the dashboard (drop --png/--svg)"
+            )));
+        }
         for (path, format) in pictures {
             if let Some(path) = path {
                 report::write(history.records(), &run_dir, path, format).map_err(input)?;
@@ -40,6 +59,8 @@ pub fn run(run: &Path, png: Option<&Path>, svg: Option<&Path>, args: &Args) -> R
         monitor: crossbeam_channel::never(),
         controls: None,
         attached: false,
+        run_dir: Some(run_dir),
+        baselines,
     };
     dashboard::run(source, &watch.messages, dashboard_options(args, theme))
         .map_err(failed("the dashboard failed"))?;

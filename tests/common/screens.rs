@@ -39,6 +39,8 @@ pub fn info(devices: &[&str]) -> RunInfo {
         allreduce: "copies through cpu".into(),
         timing: "host clock, every step".into(),
         model_file: None,
+        seed: Some(0),
+        precision: Some(dpt_tui::model::Precision::F32),
         data: None,
         normalize: None,
         world: None,

@@ -11,7 +11,7 @@ use super::plot::{Plot, Series};
 use super::Look;
 use crate::dashboard::app::App;
 use crate::dashboard::curves::CurveView;
-use crate::record::curves::{x_range, y_range, MarkKind};
+use crate::record::curves::{x_range, y_range, Curves, MarkKind};
 use crate::record::smooth::ema;
 
 /// A series with its legend name and colour.
@@ -72,6 +72,20 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         legend.push(Span::styled(format!(" {marker} "), t.fg(*color)));
         legend.push(Span::styled(format!("{name} "), t.fg(t.text)));
     }
+    // Baselines: every curve of a recorded run in that run's one colour, named once.
+    let baseline_series: Vec<(&[(f64, f64)], Color)> = app
+        .baselines
+        .iter()
+        .enumerate()
+        .flat_map(|(i, b)| {
+            let color = super::compare::baseline_color(look, i);
+            view_series(&b.curves, view).into_iter().map(move |p| (p, color))
+        })
+        .collect();
+    for (i, b) in app.baselines.iter().enumerate() {
+        legend.push(Span::styled(format!(" {marker} "), t.fg(super::compare::baseline_color(look, i))));
+        legend.push(Span::styled(format!("{} ", b.name), t.fg(t.dim)));
+    }
     let mark = if look.ascii { ":" } else { "┊" };
     legend.push(Span::styled(format!(" {mark}"), t.fg(t.lr_mark)));
     legend.push(Span::styled(" lr change ", t.fg(t.dim)));
@@ -81,7 +95,8 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     let plot_area = Rect { y: inner.y + 1, height: inner.height - 1, ..inner };
 
     let x = x_range(c, s.recent);
-    let slices: Vec<&[(f64, f64)]> = series.iter().map(|(_, p, _)| *p).collect();
+    let mut slices: Vec<&[(f64, f64)]> = series.iter().map(|(_, p, _)| *p).collect();
+    slices.extend(baseline_series.iter().map(|(p, _)| *p));
     let Some(y) = y_range(&slices, x, log) else {
         let msg = Paragraph::new(Span::styled(
             "  no data yet: the first report comes after --log-every steps",
@@ -97,7 +112,13 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         .collect();
     // With smoothing, each raw curve is drawn faint first and its smoothed curve over it.
     let smoothed: Vec<Vec<(f64, f64)>> = series.iter().map(|(_, p, _)| ema(p, weight)).collect();
-    let mut lines = Vec::new();
+    let smoothed_baselines: Vec<Vec<(f64, f64)>> =
+        baseline_series.iter().map(|(p, _)| ema(p, weight)).collect();
+    let mut lines: Vec<Series> = baseline_series
+        .iter()
+        .zip(&smoothed_baselines)
+        .map(|((_, color), points)| Series { points, color: *color })
+        .collect();
     if weight > 0.0 {
         lines.extend(series.iter().map(|(_, points, _)| Series { points, color: t.dim }));
     }
@@ -105,4 +126,14 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         .extend(series.iter().zip(&smoothed).map(|((_, _, color), points)| Series { points, color: *color }));
     let plot = Plot { series: lines, x, y, log_y: log, marks, ascii: look.ascii, axis_style: t.fg(t.dim) };
     plot.render(plot_area, frame.buffer_mut());
+}
+
+/// The curves of `c` that `view` shows (a baseline's, drawn under the run's own).
+fn view_series(c: &Curves, view: CurveView) -> Vec<&[(f64, f64)]> {
+    match view {
+        CurveView::Loss => vec![&c.train_loss, &c.test_loss],
+        CurveView::Accuracy => vec![&c.train_acc, &c.test_acc],
+        CurveView::D2l => vec![&c.train_loss, &c.train_acc, &c.test_acc],
+        CurveView::Lr => vec![&c.lr],
+    }
 }

@@ -1,6 +1,7 @@
 //! Drawing: a pure function of the state and the theme. Layouts for 80×24 (compact) and larger
 //! terminals; below the minimum, a message asking for a larger terminal.
 
+mod compare;
 mod curves;
 mod devices;
 mod log;
@@ -87,7 +88,12 @@ pub fn draw(frame: &mut Frame, app: &App, look: &Look) {
         Layout::horizontal([Constraint::Min(30), Constraint::Length(device_width)]).areas(main_area);
     status::draw(frame, status_area, app, look, compact);
     curves::draw(frame, curve_area, app, look);
-    devices::draw(frame, device_area, app, look, compact);
+    // A finished run (or `show`) compared with baselines: the table in place of the devices.
+    if !app.baselines.is_empty() && (app.state.is_over() || !app.steerable) {
+        compare::draw(frame, device_area, app, look);
+    } else {
+        devices::draw(frame, device_area, app, look, compact);
+    }
     log::draw(frame, log_area, app, look);
     footer(frame, footer_area, app, look, compact);
     overlay::draw(frame, area, app, look);
@@ -104,7 +110,15 @@ fn too_small(frame: &mut Frame, area: Rect, look: &Look) {
 
 fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
     let keys: &[(&str, &str)] = if app.state.is_over() {
-        &[("q", "quit"), ("v", "view"), ("w", "window"), ("g", "log"), ("m", "smooth"), ("?", "help")]
+        &[
+            ("q", "quit"),
+            ("v", "view"),
+            ("w", "window"),
+            ("g", "log"),
+            ("m", "smooth"),
+            ("b", "compare"),
+            ("?", "help"),
+        ]
     } else if compact {
         &[("space", "pause"), ("+/-", "lr"), ("l", "set lr"), ("s", "save"), ("q", "quit"), ("?", "help")]
     } else {
@@ -118,6 +132,7 @@ fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) 
             ("w", "window"),
             ("g", "log scale"),
             ("m", "smooth"),
+            ("b", "compare"),
             ("?", "help"),
         ]
     };

@@ -63,6 +63,36 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
             lines.push(Line::from(Span::styled(enter, t.fg(t.dim))));
             (title, lines, 70)
         }
+        Overlay::Baselines { entries, cursor } => {
+            let mut lines: Vec<Line> = entries
+                .iter()
+                .enumerate()
+                .map(|(i, path)| {
+                    let name = crate::dashboard::compare::run_name(path);
+                    let on = app.baselines.iter().position(|b| b.name == name);
+                    let mark = if on.is_some() { "[x] " } else { "[ ] " };
+                    let style = match on {
+                        Some(k) => t.fg(super::compare::baseline_color(look, k)),
+                        None => t.fg(t.text),
+                    };
+                    let style = if i == *cursor {
+                        style.add_modifier(ratatui::style::Modifier::REVERSED)
+                    } else {
+                        style
+                    };
+                    Line::from(Span::styled(format!("{mark}{name}"), style))
+                })
+                .collect();
+            lines.push(Line::from(Span::styled(
+                "Enter/space overlays or removes, arrows move, Esc closes",
+                t.fg(t.dim),
+            )));
+            if !app.baselines.is_empty() {
+                lines.push(Line::from(""));
+                lines.extend(super::compare::table_lines(app, look, 16));
+            }
+            ("compare with recorded runs", lines, 96)
+        }
         Overlay::ConfirmQuit => (
             "stop training?",
             vec![

@@ -211,6 +211,8 @@ impl Coordinator {
                 }
             },
             model_file: cfg.script.as_ref().map(|s| s.path.display().to_string()),
+            seed: Some(cfg.seed),
+            precision: Some(cfg.precision),
             data: Some(self.p.data.clone()),
             normalize: Some(crate::record::stats::Normalize {
                 mean: cfg.normalization.mean.clone(),
