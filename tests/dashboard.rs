@@ -240,6 +240,7 @@ fn gpu_panels_show_nvml_figures() {
         rank: None,
         host: None,
         note: None,
+        gpu: None,
     };
     app.on_monitor(&MonitorMsg::Samples(vec![sample(0, 97.0), sample(1, 12.0)]));
     let s = screen(&app, 120, 40, false);
@@ -300,6 +301,7 @@ fn a_multi_process_run_shows_every_ranks_devices() {
         rank,
         host: rank.map(|_| "node-b".to_owned()),
         note: None,
+        gpu: None,
     };
     app.on_monitor(&MonitorMsg::Samples(vec![sample(None, 55.0), sample(Some(1), 77.0)]));
     assert_eq!(app.devices[0].latest.as_ref().and_then(|s| s.util_pct), Some(55.0), "rank 0's own sample");
@@ -380,4 +382,53 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
     app.on_key(key('b'));
     app.on_key(key(' '));
     assert!(app.baselines.is_empty());
+}
+
+#[test]
+fn a_gpu_panel_tells_the_whole_story_and_who_else_is_on_it() {
+    let mut app = common::screens::gpu_app();
+    let s = screen(&app, 120, 40, false);
+    for needle in [
+        "SM 1755 MHz",
+        "fan n/a",
+        "PCIe ↑1.2 ↓n/a GB/s",
+        "ECC 0",
+        "throttled: power cap, thermal (HW)",
+        "4242* dpt-tui 30.0G",
+        "777 python3 1.0G",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+    assert!(!s.contains("NVLink"), "no NVLink counters, no NVLink figure");
+    let warnings: Vec<&str> = s.lines().filter(|l| l.contains("another process is on cuda:1")).collect();
+    assert_eq!(warnings.len(), 1, "{s}");
+    assert!(warnings[0].contains("pid 777 (python3) holds 1.0 GiB"));
+    // The same process again is not news; NVLink counters give a rate from two readings.
+    let mut again = common::screens::gpu_sample(1, Some(60.0), None);
+    if let Some(g) = again.gpu.as_mut() {
+        (g.nvlink_tx_kib, g.nvlink_rx_kib) = (Some(1000), Some(2000));
+    }
+    app.on_monitor(&MonitorMsg::Samples(vec![again.clone()]));
+    if let Some(g) = again.gpu.as_mut() {
+        (g.nvlink_tx_kib, g.nvlink_rx_kib) = (Some(5000), Some(2000));
+    }
+    app.on_monitor(&MonitorMsg::Samples(vec![again]));
+    let (tx, rx) = app.devices[1].nvlink_rate.expect("a rate after two readings");
+    assert!(tx > 0.0 && rx == 0.0, "{tx} {rx}");
+    let s = screen(&app, 120, 40, false);
+    assert_eq!(s.matches("another process is on cuda:1").count(), 1, "{s}");
+    assert!(s.contains("NVLink ↑"), "{s}");
+}
+
+#[test]
+fn a_mig_slice_shows_its_memory_and_says_utilization_is_not_reported() {
+    let mut app = App::new(&[DeviceId::Cuda(0)]);
+    app.on_event(&Record::Start(Box::new(info(&["cuda:0"]))));
+    let mut mig =
+        common::screens::gpu_sample(0, None, Some("MIG slice: utilization is not reported per slice"));
+    mig.gpu = None;
+    app.on_monitor(&MonitorMsg::Samples(vec![mig]));
+    let s = screen(&app, 120, 40, false);
+    assert!(s.contains("31.0/80.0 GiB") && s.contains("n/a"), "{s}");
+    assert!(!s.contains("SM "), "no further figures without them:\n{s}");
 }

@@ -103,6 +103,7 @@ screens! {
     final_save_failed: not_saved(),
     smoothed_d2l_view: smoothed_d2l(),
     straggler_marked: straggler(),
+    gpus_with_their_story: common::screens::gpu_app(),
 }
 
 #[test]

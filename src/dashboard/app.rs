@@ -316,10 +316,14 @@ impl App {
                 self.nvml_note = Some(note);
             }
             MonitorMsg::Samples(samples) => {
+                let mut newcomers = Vec::new();
                 for s in samples {
                     if let Some(d) = self.devices.iter_mut().find(|d| d.takes(s)) {
-                        d.on_sample(s);
+                        newcomers.extend(d.on_sample(s));
                     }
+                }
+                for text in newcomers {
+                    self.note(Level::Warn, text);
                 }
             }
         }

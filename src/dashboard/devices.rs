@@ -33,6 +33,12 @@ pub struct DeviceState {
     pub slow: Vec<usize>,
     /// Share of the step spent in the allreduce, 0..1.
     pub allreduce_share: Option<f64>,
+    /// NVLink traffic since the previous reading, bytes per second (sent, received).
+    pub nvlink_rate: Option<(f64, f64)>,
+    /// The last NVLink counters and when they were read.
+    nvlink_last: Option<(u64, u64, std::time::Instant)>,
+    /// Other processes already said to be on this GPU.
+    others_seen: Vec<u32>,
 }
 
 fn push(history: &mut VecDeque<u64>, value: u64) {
@@ -70,6 +76,9 @@ pub fn rank_panels(
                 replica_step: Vec::new(),
                 slow: Vec::new(),
                 allreduce_share: None,
+                nvlink_rate: None,
+                nvlink_last: None,
+                others_seen: Vec::new(),
             }),
         }
     }
@@ -77,7 +86,38 @@ pub fn rank_panels(
 }
 
 impl DeviceState {
-    pub fn on_sample(&mut self, s: &DeviceSample) {
+    /// Takes a reading; returns a warning for each process of someone else's that newly holds
+    /// memory on this GPU.
+    pub fn on_sample(&mut self, s: &DeviceSample) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(g) = &s.gpu {
+            if let (Some(tx), Some(rx)) = (g.nvlink_tx_kib, g.nvlink_rx_kib) {
+                let now = std::time::Instant::now();
+                if let Some((ptx, prx, at)) = self.nvlink_last {
+                    let secs = now.duration_since(at).as_secs_f64().max(1e-3);
+                    let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 * 1024.0 / secs;
+                    self.nvlink_rate = Some((rate(tx, ptx), rate(rx, prx)));
+                }
+                self.nvlink_last = Some((tx, rx, now));
+            }
+            for p in g.others() {
+                if p.mem.is_some_and(|m| m > 0) && !self.others_seen.contains(&p.pid) {
+                    self.others_seen.push(p.pid);
+                    warnings.push(format!(
+                        "another process is on {}: pid {} ({}) holds {} GiB",
+                        self.device,
+                        p.pid,
+                        p.name.as_deref().unwrap_or("unknown"),
+                        super::view::gib(p.mem.unwrap_or(0))
+                    ));
+                }
+            }
+        }
+        self.take_sample(s);
+        warnings
+    }
+
+    fn take_sample(&mut self, s: &DeviceSample) {
         if let Some(u) = s.util_pct {
             push(&mut self.util_history, u.round().max(0.0) as u64);
         }

@@ -2,6 +2,7 @@
 //! NVML (loaded at run time, optional), or this process's CPU and memory use where NVML has
 //! nothing to say (no driver, CPU devices).
 
+pub mod gpu;
 pub mod nvml;
 mod process;
 
@@ -47,6 +48,9 @@ pub struct DeviceSample {
     /// Why figures are missing, when they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A GPU's further figures (clocks, throttling, links, ECC, fan, processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Box<gpu::GpuDetail>>,
 }
 
 impl DeviceSample {
@@ -64,6 +68,7 @@ impl DeviceSample {
             rank: None,
             host: None,
             note: Some(why),
+            gpu: None,
         }
     }
 }

@@ -5,8 +5,14 @@
 //! what identifies it (its UUID, a MIG slice's UUID, its PCI bus id), never by its index; only
 //! when the identity cannot be read is the index used, and the panel says so.
 
-use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
+};
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
+
+use super::gpu::{throttle_names, GpuDetail, GpuProcess};
 
 use super::{DeviceSample, SampleSource};
 use crate::dist::c10d::CudaIdentity;
@@ -109,7 +115,51 @@ impl Gpus {
             rank: None,
             host: None,
             note,
+            gpu: Some(Box::new(self.detail(&dev))),
         })
+    }
+
+    /// The further figures of `dev`, each only where NVML gives it.
+    fn detail(&self, dev: &Device<'_>) -> GpuDetail {
+        let nvlink = |field: u32| -> Option<u64> {
+            let samples = dev.field_values_for(&[FieldId(field)]).ok()?;
+            match samples.into_iter().next()?.ok()?.value.ok()? {
+                SampleValue::U64(v) => Some(v),
+                SampleValue::U32(v) => Some(u64::from(v)),
+                _ => None,
+            }
+        };
+        let own = std::process::id();
+        let processes = dev.running_compute_processes().ok().map(|list| {
+            list.into_iter()
+                .map(|p| GpuProcess {
+                    pid: p.pid,
+                    name: self.nvml.sys_process_name(p.pid, 64).ok().map(|n| {
+                        // NVML gives the executable's path; the name is what identifies it.
+                        std::path::Path::new(&n)
+                            .file_name()
+                            .map_or(n.clone(), |f| f.to_string_lossy().into_owned())
+                    }),
+                    mem: match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => Some(b),
+                        UsedGpuMemory::Unavailable => None,
+                    },
+                    ours: p.pid == own,
+                })
+                .collect()
+        });
+        GpuDetail {
+            sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
+            throttle: dev.current_throttle_reasons().ok().map(|r| throttle_names(r.bits())),
+            pcie_tx_kbs: dev.pcie_throughput(PcieUtilCounter::Send).ok(),
+            pcie_rx_kbs: dev.pcie_throughput(PcieUtilCounter::Receive).ok(),
+            // NVML's field ids for the NVLink data counters (nvml.h): TX 138, RX 139.
+            nvlink_tx_kib: nvlink(138),
+            nvlink_rx_kib: nvlink(139),
+            ecc_uncorrected: dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
+            fan_pct: dev.fan_speed(0).ok(),
+            processes,
+        }
     }
 }
 

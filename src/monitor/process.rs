@@ -67,6 +67,7 @@ impl ProcessReading {
             rank: None,
             host: None,
             note: None,
+            gpu: None,
         }
     }
 }

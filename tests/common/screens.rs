@@ -108,6 +108,7 @@ pub fn running_app() -> App {
         rank: None,
         host: None,
         note: None,
+        gpu: None,
     }]));
     app.tick(83.0);
     app
@@ -122,4 +123,54 @@ pub fn screen(app: &App, width: u16, height: u16, ascii: bool) -> String {
         .map(|y| (0..width).map(|x| buf[(x, y)].symbol().to_owned()).collect::<String>())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A sample of GPU `i` as NVML would give it, with every further figure.
+pub fn gpu_sample(i: usize, util: Option<f64>, note: Option<&str>) -> DeviceSample {
+    use dpt_tui::monitor::gpu::{GpuDetail, GpuProcess};
+    DeviceSample {
+        device: DeviceId::Cuda(i),
+        source: SampleSource::Nvml,
+        util_pct: util,
+        mem_used: Some(31 << 30),
+        mem_total: Some(80 << 30),
+        temp_c: Some(71),
+        power_w: Some(655.0),
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        rank: None,
+        host: None,
+        note: note.map(str::to_owned),
+        gpu: Some(Box::new(GpuDetail {
+            sm_clock_mhz: Some(1755),
+            throttle: Some(if i == 1 { vec!["power cap".into(), "thermal (HW)".into()] } else { vec![] }),
+            pcie_tx_kbs: Some(1_200_000),
+            pcie_rx_kbs: None,
+            nvlink_tx_kib: None,
+            nvlink_rx_kib: None,
+            ecc_uncorrected: Some(0),
+            fan_pct: None,
+            processes: Some(if i == 1 {
+                vec![
+                    GpuProcess { pid: 4242, name: Some("dpt-tui".into()), mem: Some(30 << 30), ours: true },
+                    GpuProcess { pid: 777, name: Some("python3".into()), mem: Some(1 << 30), ours: false },
+                ]
+            } else {
+                vec![GpuProcess { pid: 4242, name: Some("dpt-tui".into()), mem: Some(30 << 30), ours: true }]
+            }),
+        })),
+    }
+}
+
+/// A run on two GPUs: one busy and clean, one throttled with someone else's process on it.
+pub fn gpu_app() -> App {
+    let mut app = App::new(&[DeviceId::Cuda(0), DeviceId::Cuda(1)]);
+    app.clock = || "12:00:00".to_owned();
+    app.on_event(&Record::Start(Box::new(info(&["cuda:0", "cuda:1"]))));
+    app.on_event(&step(1, 50, 1.5, 0.4, 0.2));
+    app.on_monitor(&MonitorMsg::Samples(vec![
+        gpu_sample(0, Some(97.0), None),
+        gpu_sample(1, Some(64.0), None),
+    ]));
+    app.tick(12.0);
+    app
 }

@@ -11,6 +11,7 @@ use super::{gib, Look};
 use crate::dashboard::app::App;
 use crate::dashboard::devices::DeviceState;
 use crate::engine::DeviceId;
+use crate::monitor::gpu::GpuDetail;
 use crate::monitor::SampleSource;
 
 const ASCII_BARS: bar::Set = bar::Set {
@@ -39,9 +40,15 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     if app.devices.is_empty() || inner.height == 0 {
         return;
     }
-    let per = if compact { 4 } else { 6 };
-    let n = app.devices.len().min((inner.height / per).max(1) as usize);
-    let rows = Layout::vertical(vec![Constraint::Length(per); n]).split(inner);
+    // Each device gets the rows its figures need; as many devices as fit are shown.
+    let heights: Vec<u16> = app.devices.iter().map(|d| rows_needed(d, compact)).collect();
+    let mut used = 0;
+    let n = heights.iter().take_while(|h| {
+        used += **h;
+        used <= inner.height
+    });
+    let n = n.count().max(1);
+    let rows = Layout::vertical(heights[..n].iter().map(|h| Constraint::Length(*h))).split(inner);
     for (d, row) in app.devices.iter().zip(rows.iter()) {
         device(frame, *row, d, look, compact);
     }
@@ -50,6 +57,21 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
         let y = inner.y + inner.height - 1;
         frame.render_widget(Paragraph::new(Span::styled(more, t.fg(t.dim))), Rect { y, height: 1, ..inner });
     }
+}
+
+/// The rows a device's panel needs: header, utilization, memory, the other figures, the
+/// GPU's further lines, and the sparkline.
+fn rows_needed(d: &DeviceState, compact: bool) -> u16 {
+    let gpu = d.latest.as_ref().and_then(|s| s.gpu.as_deref());
+    if compact {
+        // What throttles a GPU is worth a row even here.
+        return 4 + gpu.map_or(0, |g| u16::from(!g.slowing().is_empty()));
+    }
+    let extra = d.latest.as_ref().and_then(|s| s.gpu.as_deref()).map_or(0, |g| {
+        2 + u16::from(!g.slowing().is_empty())
+            + u16::from(g.processes.as_ref().is_some_and(|p| !p.is_empty()))
+    });
+    6 + extra
 }
 
 fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: bool) {
@@ -119,6 +141,9 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
     }
     extra.extend(replica_spans(d, look));
     let mut lines = vec![header, util_line, mem_line, Line::from(extra)];
+    if let Some(g) = s.and_then(|s| s.gpu.as_deref()) {
+        lines.extend(gpu_lines(g, d, look, compact));
+    }
     if matches!(d.device, DeviceId::Cpu) && !compact && s.is_none() {
         lines.push(Line::from(Span::styled("waiting for the first sample", t.fg(t.dim))));
     }
@@ -135,6 +160,49 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
             .bar_set(if look.ascii { ASCII_BARS } else { bar::NINE_LEVELS });
         frame.render_widget(spark, Rect { y: area.y + text_rows, height: 1, ..area });
     }
+}
+
+/// A GPU's further figures: clocks, links, ECC and fan on one line (n/a where NVML gives
+/// none), then what throttles it and who else is on it, when anything does or is.
+fn gpu_lines(g: &GpuDetail, d: &DeviceState, look: &Look, compact: bool) -> Vec<Line<'static>> {
+    let t = look.theme;
+    let na = || "n/a".to_owned();
+    let (up, down) = if look.ascii { ("tx ", "rx ") } else { ("↑", "↓") };
+    let gbs = |kbs: Option<u32>| kbs.map_or_else(na, |v| format!("{:.1}", f64::from(v) / 1e6));
+    let mut lines = Vec::new();
+    if !compact {
+        let clocks = format!(
+            "SM {} fan {} ECC {}",
+            g.sm_clock_mhz.map_or_else(na, |m| format!("{m} MHz")),
+            g.fan_pct.map_or_else(na, |f| format!("{f}%")),
+            g.ecc_uncorrected.map_or_else(na, |e| e.to_string())
+        );
+        let mut links = format!("PCIe {up}{} {down}{} GB/s", gbs(g.pcie_tx_kbs), gbs(g.pcie_rx_kbs));
+        if let Some((tx, rx)) = d.nvlink_rate {
+            links.push_str(&format!(" NVLink {up}{:.1} {down}{:.1} GB/s", tx / 1e9, rx / 1e9));
+        }
+        lines.push(Line::from(Span::styled(clocks, t.fg(t.text))));
+        lines.push(Line::from(Span::styled(links, t.fg(t.text))));
+    }
+    let slowing = g.slowing();
+    if !slowing.is_empty() {
+        lines.push(Line::from(Span::styled(format!("throttled: {}", slowing.join(", ")), t.fg(t.warning))));
+    }
+    if let Some(procs) = g.processes.as_ref().filter(|p| !p.is_empty() && !compact) {
+        let mut spans = vec![Span::styled("procs ", t.fg(t.dim))];
+        for p in procs {
+            let text = format!(
+                "{}{} {} {}G  ",
+                p.pid,
+                if p.ours { "*" } else { "" },
+                p.name.as_deref().unwrap_or("?"),
+                p.mem.map_or_else(na, gib)
+            );
+            spans.push(Span::styled(text, t.fg(if p.ours { t.text } else { t.warning })));
+        }
+        lines.push(Line::from(spans));
+    }
+    lines
 }
 
 /// Each replica's step time on this device; a straggler's in the warning colour, marked slow.
