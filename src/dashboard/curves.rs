@@ -27,7 +27,7 @@ impl CurveView {
         match self {
             CurveView::Loss => "loss",
             CurveView::Accuracy => "accuracy",
-            CurveView::D2l => "d2l: loss and accuracy",
+            CurveView::D2l => "d2l view",
             CurveView::Lr => "learning rate",
         }
     }

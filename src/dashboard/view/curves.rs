@@ -43,7 +43,7 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         None => "whole run".to_owned(),
     };
     let weight = s.smoothing_weight();
-    let smoothing = if weight > 0.0 { format!(" {} smoothing {weight}", look.sep()) } else { String::new() };
+    let smoothing = if weight > 0.0 { format!(" {} smooth {weight}", look.sep()) } else { String::new() };
     let title =
         format!("{}{} {} {window}{smoothing}", view.title(), if log { " (log)" } else { "" }, look.sep());
     let block = look.panel(title);
