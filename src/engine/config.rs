@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tch::Tensor;
 use thiserror::Error;
 
-use super::checkpoint::{Checkpoint, CheckpointError, CheckpointState};
 use super::device::DeviceId;
 use super::faults::Faults;
+use super::resume::Resume;
 use super::sgd::Sgd;
 use crate::model::script::ScriptModel;
 use crate::model::{Builder, LossKind, ModelKind, Normalization, Precision};
@@ -50,58 +49,6 @@ pub enum SavePolicy {
     WaitForUser,
     /// Try again `tries` more times, `every` apart, then fail the run (headless).
     Retry { tries: u32, every: Duration },
-}
-
-/// A run to continue: the checkpoint's state and its tensors, flattened in the model's order.
-pub struct Resume {
-    pub state: CheckpointState,
-    pub params: Tensor,
-    pub momentum: Tensor,
-    pub buffers: Tensor,
-}
-
-impl std::fmt::Debug for Resume {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resume").field("state", &self.state).finish_non_exhaustive()
-    }
-}
-
-impl Resume {
-    /// Checks `ckpt` against `model` and lays its tensors out as the engine stores them.
-    pub fn new(
-        ckpt: Checkpoint,
-        model: ModelKind,
-        script: Option<&ScriptModel>,
-        path: &std::path::Path,
-    ) -> Result<Resume, CheckpointError> {
-        if ckpt.state.model != model {
-            return Err(CheckpointError::OtherModel {
-                path: path.to_owned(),
-                found: ckpt.state.model,
-                expected: model,
-            });
-        }
-        let b = model_specs(model, script);
-        Ok(Resume {
-            params: Checkpoint::flat(&ckpt.params, &b.params, path)?,
-            momentum: Checkpoint::flat(&ckpt.momentum, &b.params, path)?,
-            buffers: Checkpoint::flat(&ckpt.buffers, &b.buffers, path)?,
-            state: ckpt.state,
-        })
-    }
-
-    /// A resume whose tensors are zeros of the model's sizes, to be filled by a broadcast from
-    /// rank 0 (the only rank that reads the checkpoint).
-    pub fn awaiting(state: CheckpointState, script: Option<&ScriptModel>) -> Resume {
-        let b = model_specs(state.model, script);
-        let zeros = |specs: &[crate::model::TensorSpec]| {
-            Tensor::zeros(
-                [specs.iter().map(crate::model::TensorSpec::numel).sum::<i64>()],
-                (tch::Kind::Float, tch::Device::Cpu),
-            )
-        };
-        Resume { params: zeros(&b.params), momentum: zeros(&b.params), buffers: zeros(&b.buffers), state }
-    }
 }
 
 /// A request the engine refuses before starting.

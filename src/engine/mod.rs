@@ -11,6 +11,7 @@ pub mod events;
 pub mod faults;
 pub mod flat;
 pub mod resident;
+pub mod resume;
 pub mod sgd;
 pub mod shard;
 pub mod tally;
@@ -28,9 +29,10 @@ use thiserror::Error;
 
 pub use crate::record::{FinishReason, Record, Summary};
 use checkpoint::CheckpointError;
-pub use config::{ConfigError, OnNan, Resume, SavePolicy, TrainConfig};
+pub use config::{ConfigError, OnNan, SavePolicy, TrainConfig};
 pub use device::{DeviceError, DeviceId};
 pub use events::Control;
+pub use resume::Resume;
 
 use crate::data::Dataset;
 use coordinator::{Coordinator, CoordinatorParts};
