@@ -134,7 +134,7 @@ fn running_at_120x40() {
         "cpu [r0,r1]",
         "187%",
         "0.7/24.0 GiB",
-        "r0 41.0 ms r1 53.0 ms",
+        "r0 41.0 ms wait 21% r1 53.0 ms",
         "allreduce 5%",
         "epoch 2/10 done: train loss 1.0000",
         "space  pause",

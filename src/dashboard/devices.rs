@@ -26,8 +26,9 @@ pub struct DeviceState {
     pub util_history: VecDeque<u64>,
     /// Memory use history in percent of the total.
     pub mem_history: VecDeque<u64>,
-    /// Per replica on this device: (replica, seconds per step of data + forward/backward).
-    pub replica_step: Vec<(usize, f64)>,
+    /// Per replica on this device: (replica, seconds per step of data + forward/backward, the
+    /// share of the step it waits for the slowest replica before the allreduce can start).
+    pub replica_step: Vec<(usize, f64, f64)>,
     /// This device's replicas that are stragglers in the latest window (see
     /// `record::straggler`).
     pub slow: Vec<usize>,
@@ -130,12 +131,15 @@ impl DeviceState {
     }
 
     pub fn on_step(&mut self, s: &StepStats) {
+        let all: Vec<f64> = s.replicas.iter().map(|t| t.data + t.compute).collect();
+        // Every replica's step ends when the slowest's does: the rest of it is waiting.
+        let slowest = all.iter().copied().fold(0.0, f64::max);
+        let step = (slowest + s.timing.allreduce + s.timing.update).max(1e-12);
         self.replica_step = self
             .replicas
             .iter()
-            .filter_map(|&r| s.replicas.get(r).map(|t| (r, t.data + t.compute)))
+            .filter_map(|&r| all.get(r).map(|&own| (r, own, (slowest - own) / step)))
             .collect();
-        let all: Vec<f64> = s.replicas.iter().map(|t| t.data + t.compute).collect();
         self.slow = stragglers(&all).into_iter().filter(|r| self.replicas.contains(r)).collect();
         let total = s.timing.total();
         self.allreduce_share = (total > 0.0).then(|| s.timing.allreduce / total);

@@ -103,7 +103,7 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
             Line::from(Span::styled(format!("GPU figures unavailable: {why}"), t.fg(t.warning))),
         ];
         if !d.replica_step.is_empty() {
-            lines.push(Line::from(replica_spans(d, look)));
+            lines.push(Line::from(replica_spans(d, look, compact)));
         }
         frame.render_widget(Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: true }), area);
         return;
@@ -139,7 +139,7 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
     if let Some(power) = s.and_then(|s| s.power_w) {
         extra.push(Span::styled(format!("{power:.0} W "), t.fg(t.text)));
     }
-    extra.extend(replica_spans(d, look));
+    extra.extend(replica_spans(d, look, compact));
     let mut lines = vec![header, util_line, mem_line, Line::from(extra)];
     if let Some(g) = s.and_then(|s| s.gpu.as_deref()) {
         lines.extend(gpu_lines(g, d, look, compact));
@@ -205,16 +205,20 @@ fn gpu_lines(g: &GpuDetail, d: &DeviceState, look: &Look, compact: bool) -> Vec<
     lines
 }
 
-/// Each replica's step time on this device; a straggler's in the warning colour, marked slow.
-fn replica_spans(d: &DeviceState, look: &Look) -> Vec<Span<'static>> {
+/// Each replica's step time on this device and the share of the step it waits for the slowest;
+/// a straggler's in the warning colour, marked slow (the wait left out of the compact layout).
+fn replica_spans(d: &DeviceState, look: &Look, compact: bool) -> Vec<Span<'static>> {
     let t = look.theme;
     d.replica_step
         .iter()
-        .map(|(r, secs)| {
+        .map(|(r, secs, wait)| {
+            // The wait is shown where it is worth a glance (1 % or more of the step).
+            let wait =
+                if *wait >= 0.01 && !compact { format!(" wait {:.0}%", wait * 100.0) } else { String::new() };
             if d.slow.contains(r) {
                 Span::styled(format!("r{r} {:.1} ms slow ", secs * 1e3), t.fg(t.warning))
             } else {
-                Span::styled(format!("r{r} {:.1} ms ", secs * 1e3), t.fg(t.text))
+                Span::styled(format!("r{r} {:.1} ms{wait} ", secs * 1e3), t.fg(t.text))
             }
         })
         .collect()
