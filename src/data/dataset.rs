@@ -129,6 +129,17 @@ impl Split {
         [self.channels as i64, self.rows as i64, self.cols as i64]
     }
 
+    /// A copy of the first `n` samples (all of them when `n` is larger).
+    pub fn head(&self, n: usize) -> Split {
+        let n = n.min(self.len());
+        let values = n * self.sample_len();
+        let images = match &self.images {
+            Pixels::Bytes(v) => Pixels::Bytes(v[..values].to_vec()),
+            Pixels::Floats(v) => Pixels::Floats(v[..values].to_vec()),
+        };
+        Split { images, labels: self.labels[..n].to_vec(), ..*self }
+    }
+
     /// Keeps the first `n` samples (all of them when `n` is larger).
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.len());

@@ -310,6 +310,11 @@ impl TrainConfig {
         })
     }
 
+    /// Whether any replica runs on a GPU.
+    pub fn has_gpu(&self) -> bool {
+        self.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_)))
+    }
+
     /// Steps in one epoch (the last partial batch is kept).
     pub fn steps_per_epoch(&self, train_len: usize) -> usize {
         train_len.div_ceil(self.batch_size)

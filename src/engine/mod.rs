@@ -102,7 +102,7 @@ impl Engine {
         cfg.validate(data.train.len(), data.test.len())?;
         cfg.validate_devices()?;
         let world = cfg.world.take();
-        if cfg.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_))) {
+        if cfg.has_gpu() {
             // cuDNN picks the fastest convolution algorithm for the (fixed) batch shapes.
             tch::Cuda::cudnn_set_benchmark(true);
         }

@@ -330,8 +330,7 @@ fn same_data_everywhere(w: &World, train: usize, test: usize) -> Result<(), Fail
 /// Two normalized training images `[2, C, H, W]` (one if there is only one) and the largest
 /// training label: what a TorchScript model is checked against before the run starts.
 fn sample_inputs(data: &Dataset, norm: &Normalization) -> (tch::Tensor, i64) {
-    let mut first = data.train.clone();
-    first.truncate(2);
+    let first = data.train.head(2);
     let raw = Resident::upload(&first, tch::Device::Cpu).images;
     let normalizer = Normalizer::new(norm, first.images.unit(), first.channels, tch::Device::Cpu);
     let max_label = data.train.labels.iter().copied().max().unwrap_or(0);

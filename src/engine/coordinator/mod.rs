@@ -218,7 +218,7 @@ impl Coordinator {
                 mean: cfg.normalization.mean.clone(),
                 std: cfg.normalization.std.clone(),
             }),
-            timing: super::clock::describe(&cfg.devices.iter().map(|d| d.to_tch()).collect::<Vec<_>>()),
+            timing: super::clock::describe(cfg.has_gpu()),
             world: self.p.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,
                 backend: format!("{:?}", w.backend).to_lowercase(),

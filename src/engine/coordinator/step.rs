@@ -119,8 +119,7 @@ impl Coordinator {
         // The global batch is split over every replica of every process; ours are a slice.
         let (offset, total) = self.replica_span();
         let parts = shards(len, total);
-        let devices: Vec<tch::Device> = self.cfg().devices.iter().map(|d| d.to_tch()).collect();
-        let timed = clock::sampled(&devices, global_step);
+        let timed = clock::sampled(self.cfg().has_gpu(), global_step);
         self.broadcast(|i| ToWorker::Step {
             start: start + parts[offset + i].0,
             len: parts[offset + i].1,
