@@ -33,12 +33,8 @@ impl Baseline {
 
 /// The settings a comparison shows, as (label, value of `info`).
 fn settings(info: &RunInfo) -> Vec<(&'static str, String)> {
-    let model = info.model_file.as_ref().map_or_else(
-        || info.model.name().to_owned(),
-        |f| std::path::Path::new(f).file_name().map_or(f.clone(), |n| n.to_string_lossy().into_owned()),
-    );
     vec![
-        ("model", model),
+        ("model", info.model_label()),
         ("lr", info.lr.to_string()),
         ("batch", info.batch_size.to_string()),
         ("devices", device_list(&info.devices)),

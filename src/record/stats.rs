@@ -58,6 +58,19 @@ pub struct RunInfo {
     pub world: Option<WorldInfo>,
 }
 
+impl RunInfo {
+    /// The model as screens and pictures name it: the built-in's name, or the TorchScript
+    /// file's name.
+    pub fn model_label(&self) -> String {
+        match &self.model_file {
+            Some(file) => std::path::Path::new(file)
+                .file_name()
+                .map_or_else(|| file.clone(), |n| n.to_string_lossy().into_owned()),
+            None => self.model.name().to_owned(),
+        }
+    }
+}
+
 /// Per-channel input normalization (one value: every channel).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Normalize {

@@ -25,7 +25,7 @@ pub fn title(records: &[Record], run_name: &str) -> String {
     let mut t = run_name.to_owned();
     if let Some(i) = info {
         let devices: Vec<String> = i.devices.iter().map(ToString::to_string).collect();
-        t.push_str(&format!(" — {} on [{}]", i.model, devices.join(", ")));
+        t.push_str(&format!(" — {} on [{}]", i.model_label(), devices.join(", ")));
     }
     match (summary.and_then(|s| s.test_acc), last_epoch) {
         (_, Some(e)) => t.push_str(&format!(

@@ -64,12 +64,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
             match &info.world {
                 Some(w) => format!(
                     "{} on {} ranks, {} replicas",
-                    model_name(info),
+                    info.model_label(),
                     w.hosts.len(),
                     w.replicas.iter().sum::<usize>()
                 ),
                 None => {
-                    format!("{} on {}", model_name(info), crate::record::text::device_list(&info.devices))
+                    format!("{} on {}", info.model_label(), crate::record::text::device_list(&info.devices))
                 }
             },
             text.add_modifier(Modifier::BOLD),
@@ -134,14 +134,4 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     }
     let lines: Vec<Line> = lines.into_iter().map(Line::from).collect();
     frame.render_widget(Paragraph::new(lines), area);
-}
-
-/// The model as the status line names it: the built-in's name, or the TorchScript file's.
-fn model_name(info: &crate::record::RunInfo) -> String {
-    match &info.model_file {
-        Some(file) => std::path::Path::new(file)
-            .file_name()
-            .map_or_else(|| file.clone(), |n| n.to_string_lossy().into_owned()),
-        None => info.model.name().to_owned(),
-    }
 }
