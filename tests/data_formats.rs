@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use dpt_tui::data::{DataError, DataFormat, Dataset, LoadOptions, Pixels, Split};
@@ -239,26 +239,6 @@ fn bad_arrays_say_what_is_wrong() {
     assert!(matches!(Dataset::load(empty.path()).unwrap_err(), DataError::Unknown { .. }));
 }
 
-fn python() -> String {
-    std::env::var("PYTHON")
-        .or_else(|_| std::env::var("DPT_VENV").map(|v| format!("{v}/bin/python")))
-        .unwrap_or_else(|_| "python3".to_owned())
-}
-
-/// A 3-channel TorchScript CNN made by tests/scripts/make_model.py.
-fn rgb_cnn(dir: &Path) -> PathBuf {
-    let out = dir.join("cnn3.pt");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/make_model.py");
-    let status = Command::new(python())
-        .arg(script)
-        .args(["cnn", out.to_str().unwrap(), "3"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    out
-}
-
 fn train(data: &Path, model: &Path, run: &Path) -> (serde_json::Value, f64) {
     let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
         .args(["--headless", "--devices", "cpu:2", "--epochs", "3", "--model", model.to_str().unwrap()])
@@ -275,7 +255,7 @@ fn train(data: &Path, model: &Path, run: &Path) -> (serde_json::Value, f64) {
 fn a_user_cnn_learns_from_cifar_format_data_and_from_an_image_folder() {
     let data = subset(2000, 500);
     let dir = tempfile::tempdir().unwrap();
-    let model = rgb_cnn(dir.path());
+    let model = common::make_model("cnn", 3, dir.path());
     let cifar = dir.path().join("cifar");
     write_cifar(&cifar, &data.train, &data.test);
     let (start, acc) = train(&cifar, &model, &dir.path().join("run-cifar"));

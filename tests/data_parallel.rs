@@ -24,18 +24,6 @@ fn train(model: ModelKind, replicas: usize, steps: usize, sgd: Sgd) -> Outcome {
     outcome
 }
 
-fn max_relative_difference(a: &Outcome, b: &Outcome) -> f64 {
-    a.final_params
-        .iter()
-        .zip(&b.final_params)
-        .map(|((na, ta), (nb, tb))| {
-            assert_eq!(na, nb);
-            let diff = (ta - tb).norm().double_value(&[]);
-            diff / ta.norm().double_value(&[]).max(1e-12)
-        })
-        .fold(0.0, f64::max)
-}
-
 #[test]
 fn lenet_on_two_and_three_replicas_matches_one_replica() {
     let sgd = Sgd { lr: 0.2, momentum: 0.9, weight_decay: 5e-3 };
@@ -52,7 +40,7 @@ fn lenet_on_two_and_three_replicas_matches_one_replica() {
     assert!(moved > 1e-4, "training must move the parameters (moved {moved})");
     for replicas in [2, 3] {
         let many = train(ModelKind::Lenet, replicas, steps, sgd);
-        let rel = max_relative_difference(&one, &many);
+        let rel = common::max_relative_difference(&one, &many);
         assert!(rel < 1e-4, "{replicas} replicas differ from one by {rel}");
     }
 }
@@ -62,7 +50,7 @@ fn plain_sgd_matches_too() {
     let sgd = Sgd { lr: 0.2, momentum: 0.0, weight_decay: 0.0 };
     let one = train(ModelKind::Lenet, 1, 4, sgd);
     let two = train(ModelKind::Lenet, 2, 4, sgd);
-    assert!(max_relative_difference(&one, &two) < 1e-4);
+    assert!(common::max_relative_difference(&one, &two) < 1e-4);
 }
 
 #[test]
@@ -82,7 +70,7 @@ fn same_seed_same_result() {
     let sgd = Sgd { lr: 0.01, momentum: 0.5, weight_decay: 0.0 };
     let a = train(ModelKind::MnistNet, 2, 3, sgd);
     let b = train(ModelKind::MnistNet, 2, 3, sgd);
-    assert_eq!(max_relative_difference(&a, &b), 0.0, "dropout streams and shuffles are seeded");
+    assert_eq!(common::max_relative_difference(&a, &b), 0.0, "dropout streams and shuffles are seeded");
 }
 
 #[test]

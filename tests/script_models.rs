@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -14,29 +14,6 @@ use dpt_tui::engine::sgd::Sgd;
 use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
-
-fn python() -> String {
-    std::env::var("PYTHON")
-        .or_else(|_| std::env::var("DPT_VENV").map(|v| format!("{v}/bin/python")))
-        .unwrap_or_else(|_| "python3".to_owned())
-}
-
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scripts").join(name)
-}
-
-/// Writes model `kind` (see make_model.py) into `dir`.
-fn make(kind: &str, dir: &Path) -> PathBuf {
-    let out = dir.join(format!("{kind}.pt"));
-    let status = Command::new(python())
-        .arg(script("make_model.py"))
-        .args([kind, out.to_str().unwrap()])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("the virtualenv's python runs (bash .ci/setup)");
-    assert!(status.success(), "make_model.py {kind}");
-    out
-}
 
 fn read(path: &Path) -> Arc<ScriptModel> {
     Arc::new(ScriptModel::read(path).expect("a good model reads"))
@@ -58,21 +35,10 @@ fn train(cfg: TrainConfig) -> Outcome {
     engine.join().expect("training succeeds with identical replicas")
 }
 
-fn max_relative_difference(a: &Outcome, b: &Outcome) -> f64 {
-    a.final_params
-        .iter()
-        .zip(&b.final_params)
-        .map(|((na, ta), (nb, tb))| {
-            assert_eq!(na, nb);
-            (ta - tb).norm().double_value(&[]) / ta.norm().double_value(&[]).max(1e-12)
-        })
-        .fold(0.0, f64::max)
-}
-
 #[test]
 fn an_mlp_on_two_and_three_replicas_matches_one_replica() {
     let dir = tempfile::tempdir().unwrap();
-    let model = read(&make("mlp", dir.path()));
+    let model = read(&common::make_model("mlp", 1, dir.path()));
     assert!(!model.random);
     let steps = |k| {
         let mut cfg = config(&model, k);
@@ -81,7 +47,7 @@ fn an_mlp_on_two_and_three_replicas_matches_one_replica() {
     };
     let one = steps(1);
     for k in [2, 3] {
-        let d = max_relative_difference(&one, &steps(k));
+        let d = common::max_relative_difference(&one, &steps(k));
         assert!(d < 1e-4, "{k} replicas differ from one by {d}");
     }
     // Training moved the weights away from the file's.
@@ -93,7 +59,7 @@ fn an_mlp_on_two_and_three_replicas_matches_one_replica() {
 #[test]
 fn a_cnn_with_batchnorm_and_dropout_keeps_its_replicas_identical_and_repeats_exactly() {
     let dir = tempfile::tempdir().unwrap();
-    let model = read(&make("cnn", dir.path()));
+    let model = read(&common::make_model("cnn", 1, dir.path()));
     assert!(model.random, "dropout is found in the code");
     assert_eq!(model.buffers.iter().filter(|b| b.name.contains("running")).count(), 4);
     let run = || {
@@ -104,7 +70,7 @@ fn a_cnn_with_batchnorm_and_dropout_keeps_its_replicas_identical_and_repeats_exa
     // check_replicas compares parameters and BatchNorm buffers after every step.
     let a = run();
     assert_eq!(a.summary.reason, FinishReason::StepLimit);
-    assert_eq!(max_relative_difference(&a, &run()), 0.0, "per-replica dropout streams are seeded");
+    assert_eq!(common::max_relative_difference(&a, &run()), 0.0, "per-replica dropout streams are seeded");
     let mean = a.final_params.iter().find(|(n, _)| n == "bn1.running_mean").expect("BN statistics are kept");
     assert!(mean.1.abs().sum(tch::Kind::Double).double_value(&[]) > 0.0, "running statistics moved");
 }
@@ -112,7 +78,7 @@ fn a_cnn_with_batchnorm_and_dropout_keeps_its_replicas_identical_and_repeats_exa
 #[test]
 fn a_stopped_cnn_run_resumes_to_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();
-    let model = read(&make("cnn", dir.path()));
+    let model = read(&common::make_model("cnn", 1, dir.path()));
     let with_dir = |run: &Path| {
         let mut cfg = config(&model, 2);
         (cfg.epochs, cfg.run_dir, cfg.check_replicas) = (2, Some(run.to_owned()), false);
@@ -132,13 +98,13 @@ fn a_stopped_cnn_run_resumes_to_the_same_weights() {
     resumed.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&model), &path).unwrap()));
     let resumed = train(resumed);
     assert_eq!(resumed.summary.global_steps, straight.summary.global_steps);
-    assert_eq!(max_relative_difference(&straight, &resumed), 0.0);
+    assert_eq!(common::max_relative_difference(&straight, &resumed), 0.0);
 }
 
 #[test]
 fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let model = make("cnn", dir.path());
+    let model = common::make_model("cnn", 1, dir.path());
     let run = dir.path().join("run");
     let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
         .args(["--headless", "--devices", "cpu:2", "--epochs", "2", "--model", model.to_str().unwrap()])
@@ -147,7 +113,7 @@ fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("cnn.pt (TorchScript)"), "the start line names the file:\n{stdout}");
+    assert!(stdout.contains("cnn1.pt (TorchScript)"), "the start line names the file:\n{stdout}");
     let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
     assert_eq!(records[0]["model"], "torchscript");
     assert_eq!(records[0]["model_file"], model.to_str().unwrap());
@@ -156,8 +122,8 @@ fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
     let norm = &records[0]["normalize"];
     let (mean, std) = (norm["mean"][0].as_f64().unwrap(), norm["std"][0].as_f64().unwrap());
     assert!(mean > 0.1 && std > 0.1, "Fashion-MNIST's own statistics: {norm}");
-    let eval = Command::new(python())
-        .arg(script("evaluate.py"))
+    let eval = Command::new(common::python())
+        .arg(common::script("evaluate.py"))
         .args([run.join("model.pt").to_str().unwrap(), common::subset_dir().to_str().unwrap()])
         .args([mean.to_string(), std.to_string()])
         .stderr(std::process::Stdio::null())
@@ -179,11 +145,14 @@ fn bad_models_are_refused_at_start_with_one_line_and_nothing_written() {
     let cases = [
         (garbage, "is not a TorchScript file"),
         (dir.path().join("missing.pt"), "no such file"),
-        (make("no-params", dir.path()), "has no trainable parameters"),
-        (make("double", dir.path()), "call model.float() before saving"),
-        (make("fails", dir.path()), "forward failed on one sample of shape [2, 1, 28, 28]"),
-        (make("wrong-shape", dir.path()), "it must return [N, classes]"),
-        (make("few-classes", dir.path()), "predicts 3 classes but the data's labels go up to 9"),
+        (common::make_model("no-params", 1, dir.path()), "has no trainable parameters"),
+        (common::make_model("double", 1, dir.path()), "call model.float() before saving"),
+        (common::make_model("fails", 1, dir.path()), "forward failed on one sample of shape [2, 1, 28, 28]"),
+        (common::make_model("wrong-shape", 1, dir.path()), "it must return [N, classes]"),
+        (
+            common::make_model("few-classes", 1, dir.path()),
+            "predicts 3 classes but the data's labels go up to 9",
+        ),
     ];
     for (model, needle) in cases {
         let run = dir.path().join("never");

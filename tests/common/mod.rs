@@ -61,3 +61,41 @@ pub fn train_in_pty(
     args.extend_from_slice(flags);
     pty::PtyRun::spawn(&args, cols, rows, env)
 }
+
+/// The largest relative difference between two runs' final tensors, by name.
+pub fn max_relative_difference(a: &dpt_tui::engine::Outcome, b: &dpt_tui::engine::Outcome) -> f64 {
+    a.final_params
+        .iter()
+        .zip(&b.final_params)
+        .map(|((na, ta), (nb, tb))| {
+            assert_eq!(na, nb);
+            (ta - tb).norm().double_value(&[]) / ta.norm().double_value(&[]).max(1e-12)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The set-up's Python (the virtualenv with torch), or `$PYTHON`.
+pub fn python() -> String {
+    std::env::var("PYTHON")
+        .or_else(|_| std::env::var("DPT_VENV").map(|v| format!("{v}/bin/python")))
+        .unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// A script of `tests/scripts/`.
+pub fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scripts").join(name)
+}
+
+/// Writes TorchScript model `kind` (see tests/scripts/make_model.py) for images of `channels`
+/// channels into `dir`, named `<kind><channels>.pt`.
+pub fn make_model(kind: &str, channels: usize, dir: &std::path::Path) -> PathBuf {
+    let out = dir.join(format!("{kind}{channels}.pt"));
+    let status = std::process::Command::new(python())
+        .arg(script("make_model.py"))
+        .args([kind, out.to_str().unwrap(), &channels.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("the virtualenv's python runs (bash .ci/setup)");
+    assert!(status.success(), "make_model.py {kind}");
+    out
+}

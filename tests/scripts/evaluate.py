@@ -2,19 +2,15 @@
 `python evaluate.py MODEL.pt DATA_DIR [MEAN STD]`. The check that the exported file is the
 trained model: the accuracy must match the one dpt-tui reported.
 """
-import gzip
 import json
+import os
 import sys
 
 import torch
 
-
-def read_idx(path):
-    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
-        data = f.read()
-    ndims = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndims)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndims:]), dtype=torch.uint8).reshape(dims)
+# The IDX reader of the benchmark's PyTorch side, one home for it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches"))
+from pytorch_seed import read_idx  # noqa: E402
 
 
 def main():
