@@ -136,6 +136,21 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     std::fs::write(&theme, "accent = [1, 2\n").unwrap();
     refused(&["--data", d, "--run-dir", r, "--theme", theme.to_str().unwrap()], "is malformed");
     refused(&["--data", d, "--run-dir", r, "--fps", "0"], "--fps");
+    // The data and model flags of the bring-your-own-model work.
+    refused(&["--data", d, "--run-dir", r, "--normalize", "0.5"], "--normalize takes MEAN,STD");
+    refused(&["--data", d, "--run-dir", r, "--normalize", "0.5,-1"], "positive stds");
+    refused(
+        &["--data", d, "--run-dir", r, "--normalize", "0.5,0.5,0.5,0.2,0.2,0.2"],
+        "gives 3 channels' values but the images have 1",
+    );
+    refused(&["--data", d, "--run-dir", r, "--loss", "nll"], "--loss is for TorchScript models");
+    refused(&["--data", d, "--run-dir", r, "--loss", "hinge"], "unknown loss 'hinge'");
+    refused(&["--data", d, "--run-dir", r, "--data-format", "parquet"], "unknown data format 'parquet'");
+    refused(&["--data", d, "--run-dir", r, "--data-format", "cifar10"], "no data_batch_1.bin in");
+    refused(&["--data", d, "--run-dir", r, "--image-size", "0,32"], "--image-size takes H,W");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    refused(&["--data", empty.to_str().unwrap(), "--run-dir", r], "cannot tell what");
     assert!(!run.exists(), "no run directory is created for bad input");
 
     let corrupt = tmp.path().join("corrupt");

@@ -3,29 +3,36 @@
 //! start is not pulled towards 0 (the debiasing of Adam's moment estimates); non-finite points
 //! pass through unsmoothed, and a constant series is left as it is.
 
+use std::borrow::Cow;
+
 /// The weights the dashboard's smoothing key cycles through (0: off).
 pub const WEIGHTS: [f64; 4] = [0.0, 0.6, 0.9, 0.99];
 
-/// `points` smoothed with weight `w` in `[0, 1)`.
-pub fn ema(points: &[(f64, f64)], w: f64) -> Vec<(f64, f64)> {
+/// `points` smoothed with weight `w` in `[0, 1)`; borrowed as they are when there is nothing
+/// to smooth (the dashboard draws every frame through this).
+pub fn ema(points: &[(f64, f64)], w: f64) -> Cow<'_, [(f64, f64)]> {
+    if w <= 0.0 {
+        return Cow::Borrowed(points);
+    }
     let first = points.first().map(|p| p.1);
-    let constant = first.is_some_and(|f| points.iter().all(|p| p.1 == f));
-    if w <= 0.0 || constant {
-        return points.to_vec();
+    if first.is_some_and(|f| points.iter().all(|p| p.1 == f)) {
+        return Cow::Borrowed(points);
     }
     let mut last = 0.0;
     let mut n = 0;
-    points
-        .iter()
-        .map(|&(x, y)| {
-            if !y.is_finite() {
-                return (x, y);
-            }
-            last = last * w + (1.0 - w) * y;
-            n += 1;
-            (x, last / (1.0 - w.powi(n)))
-        })
-        .collect()
+    Cow::Owned(
+        points
+            .iter()
+            .map(|&(x, y)| {
+                if !y.is_finite() {
+                    return (x, y);
+                }
+                last = last * w + (1.0 - w) * y;
+                n += 1;
+                (x, last / (1.0 - w.powi(n)))
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -51,9 +58,10 @@ mod tests {
     #[test]
     fn off_and_constant_series_are_unchanged() {
         let p = [(0.0, 2.0), (1.0, 3.0)];
-        assert_eq!(ema(&p, 0.0), p.to_vec());
+        assert!(matches!(ema(&p, 0.0), Cow::Borrowed(_)));
+        assert_eq!(ema(&p, 0.0).to_vec(), p.to_vec());
         let flat = [(0.0, 0.5), (1.0, 0.5), (2.0, 0.5)];
-        assert_eq!(ema(&flat, 0.9), flat.to_vec());
+        assert_eq!(ema(&flat, 0.9).to_vec(), flat.to_vec());
         assert!(ema(&[], 0.9).is_empty());
     }
 }

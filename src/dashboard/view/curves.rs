@@ -111,8 +111,9 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         .map(|(mx, kind)| (*mx, if *kind == MarkKind::Pause { t.pause_mark } else { t.lr_mark }))
         .collect();
     // With smoothing, each raw curve is drawn faint first and its smoothed curve over it.
-    let smoothed: Vec<Vec<(f64, f64)>> = series.iter().map(|(_, p, _)| ema(p, weight)).collect();
-    let smoothed_baselines: Vec<Vec<(f64, f64)>> =
+    let smoothed: Vec<std::borrow::Cow<[(f64, f64)]>> =
+        series.iter().map(|(_, p, _)| ema(p, weight)).collect();
+    let smoothed_baselines: Vec<std::borrow::Cow<[(f64, f64)]>> =
         baseline_series.iter().map(|(p, _)| ema(p, weight)).collect();
     let mut lines: Vec<Series> = baseline_series
         .iter()

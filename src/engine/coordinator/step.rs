@@ -40,9 +40,9 @@ fn sum_over_ranks(world: &World, w: &mut Window) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// The error for a failed timing event on the first replica's device.
-fn clock_failure(device: &str) -> impl Fn(crate::dist::c10d::C10dError) -> EngineError + '_ {
-    move |e| EngineError::Coordinator { replica: Some(0), device: Some(device.to_owned()), message: e.0 }
+/// The error for a failed timing event on the first replica's device (named only on failure).
+fn clock_failure(device: crate::engine::DeviceId) -> impl Fn(crate::dist::c10d::C10dError) -> EngineError {
+    move |e| EngineError::Coordinator { replica: Some(0), device: Some(device.to_string()), message: e.0 }
 }
 
 impl Coordinator {
@@ -103,8 +103,8 @@ impl Coordinator {
             }
         }
         let first = self.params.first().map_or(tch::Device::Cpu, Tensor::device);
-        let name = self.cfg().devices.first().map(ToString::to_string).unwrap_or_default();
-        self.clock = Some(PhaseClock::new(first, 2).map_err(clock_failure(&name))?);
+        let device = self.cfg().devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
+        self.clock = Some(PhaseClock::new(first, 2).map_err(clock_failure(device))?);
         if let Some(r) = &self.p.cfg.resume {
             for m in &self.momentum {
                 self.p.param_layout.load_logical(m, &r.momentum);
@@ -137,8 +137,7 @@ impl Coordinator {
                 r.compute += compute;
             }
         }
-        let first = self.cfg().devices[0].to_string();
-        let clock_error = clock_failure(&first);
+        let clock_error = clock_failure(self.cfg().devices[0]);
         let mut clock = self.clock.take().ok_or(EngineError::WorkersGone)?;
         clock.start(timed).map_err(&clock_error)?;
         let holders = match self.reduce.clone() {
