@@ -11,6 +11,13 @@ fn parse<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
     s.parse()
 }
 
+/// `--betas B1,B2`.
+fn parse_betas(s: &str) -> Result<(f64, f64), String> {
+    let bad = || format!("'{s}' is not two numbers B1,B2 such as 0.9,0.999");
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?))
+}
+
 /// `--model`: a built-in model's name, or a TorchScript file.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelArg {
@@ -198,13 +205,65 @@ pub struct Args {
     #[arg(long, allow_hyphen_values = true)]
     pub lr: Option<f64>,
 
+    /// The optimizer: sgd (torch.optim.SGD), adam (torch.optim.Adam) or adamw
+    /// (torch.optim.AdamW) [default: sgd].
+    #[arg(long, value_name = "NAME", value_parser = parse::<dpt_tui::engine::optim::OptimizerKind>)]
+    pub optimizer: Option<dpt_tui::engine::optim::OptimizerKind>,
+
     /// SGD momentum [default: the model's].
     #[arg(long, allow_hyphen_values = true)]
     pub momentum: Option<f64>,
 
-    /// L2 weight decay, as torch.optim.SGD applies it [default: 0].
+    /// Nesterov momentum (SGD with --momentum above 0).
+    #[arg(long)]
+    pub nesterov: bool,
+
+    /// Weight decay: L2 for sgd and adam, decoupled for adamw; adam and adamw decay only
+    /// tensors of two or more dimensions unless --decay-all [default: 0].
     #[arg(long, allow_hyphen_values = true)]
     pub weight_decay: Option<f64>,
+
+    /// Adam's and AdamW's moment decay rates [default: 0.9,0.999].
+    #[arg(long, value_name = "B1,B2", value_parser = parse_betas, allow_hyphen_values = true)]
+    pub betas: Option<(f64, f64)>,
+
+    /// Adam's and AdamW's denominator term [default: 1e-8].
+    #[arg(long, allow_hyphen_values = true)]
+    pub eps: Option<f64>,
+
+    /// Weight decay on every parameter with adam and adamw, biases and normalization scales too.
+    #[arg(long)]
+    pub decay_all: bool,
+
+    /// The learning-rate schedule, stepped once per optimizer step: constant, cosine, linear,
+    /// onecycle, or step:E1,E2,… (× --lr-gamma at each epoch Ei) [default: constant].
+    #[arg(long, value_name = "SHAPE", value_parser = parse::<dpt_tui::engine::optim::schedule::Shape>)]
+    pub lr_schedule: Option<dpt_tui::engine::optim::schedule::Shape>,
+
+    /// Linear warm-up over the first W optimizer steps: lr·(t+1)/W [default: 0].
+    #[arg(long, value_name = "W")]
+    pub warmup_steps: Option<usize>,
+
+    /// The rate cosine and linear schedules end at [default: 0].
+    #[arg(long, allow_hyphen_values = true)]
+    pub min_lr: Option<f64>,
+
+    /// The factor of each step: milestone [default: 0.1].
+    #[arg(long, allow_hyphen_values = true)]
+    pub lr_gamma: Option<f64>,
+
+    /// Clip the global L2 norm of the mean gradient to MAX each step (clip_grad_norm_); the
+    /// norm before clipping is reported with every window either way.
+    #[arg(long, value_name = "MAX", allow_hyphen_values = true)]
+    pub clip_grad_norm: Option<f64>,
+
+    /// Label smoothing of the training loss, as F.cross_entropy(label_smoothing=EPS) [default: 0].
+    #[arg(long, value_name = "EPS", allow_hyphen_values = true)]
+    pub label_smoothing: Option<f64>,
+
+    /// Linear scaling rule: the lr is --lr × batch / REF (REF: the batch --lr was tuned for).
+    #[arg(long, value_name = "REF")]
+    pub lr_batch_ref: Option<usize>,
 
     /// Seed of the initialization, the shuffles and the dropout streams [default: 0].
     #[arg(long)]

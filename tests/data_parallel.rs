@@ -3,15 +3,15 @@
 
 mod common;
 
-use dpt_tui::engine::sgd::Sgd;
+use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, TrainConfig};
 use dpt_tui::model::ModelKind;
 use tch::Kind;
 
-fn train(model: ModelKind, replicas: usize, steps: usize, sgd: Sgd) -> Outcome {
+fn train(model: ModelKind, replicas: usize, steps: usize, sgd: OptimConfig) -> Outcome {
     let mut cfg = TrainConfig::new(model, vec![DeviceId::Cpu; replicas]);
     cfg.batch_size = 96;
-    cfg.sgd = sgd;
+    cfg.optim = sgd;
     cfg.seed = 11;
     cfg.max_steps = Some(steps);
     cfg.check_replicas = true;
@@ -26,7 +26,7 @@ fn train(model: ModelKind, replicas: usize, steps: usize, sgd: Sgd) -> Outcome {
 
 #[test]
 fn lenet_on_two_and_three_replicas_matches_one_replica() {
-    let sgd = Sgd { lr: 0.2, momentum: 0.9, weight_decay: 5e-3 };
+    let sgd = OptimConfig::sgd(0.2, 0.9, 5e-3);
     let steps = 6;
     let one = train(ModelKind::Lenet, 1, steps, sgd);
     let initial = {
@@ -47,7 +47,7 @@ fn lenet_on_two_and_three_replicas_matches_one_replica() {
 
 #[test]
 fn plain_sgd_matches_too() {
-    let sgd = Sgd { lr: 0.2, momentum: 0.0, weight_decay: 0.0 };
+    let sgd = OptimConfig::sgd(0.2, 0.0, 0.0);
     let one = train(ModelKind::Lenet, 1, 4, sgd);
     let two = train(ModelKind::Lenet, 2, 4, sgd);
     assert!(common::max_relative_difference(&one, &two) < 1e-4);
@@ -57,17 +57,17 @@ fn plain_sgd_matches_too() {
 fn batchnorm_and_dropout_replicas_stay_identical() {
     // check_replicas fails the run if any replica's parameters or BatchNorm statistics differ
     // from replica 0's after a step; per-replica dropout streams must not break that.
-    let sgd = Sgd { lr: 0.05, momentum: 0.5, weight_decay: 0.0 };
+    let sgd = OptimConfig::sgd(0.05, 0.5, 0.0);
     let out = train(ModelKind::MnistNet, 2, 3, sgd);
     assert!(out.final_params.iter().all(|(_, t)| bool::try_from(t.isfinite().all()).unwrap()));
-    let out = train(ModelKind::Resnet18, 2, 1, Sgd { lr: 0.1, momentum: 0.0, weight_decay: 0.0 });
+    let out = train(ModelKind::Resnet18, 2, 1, OptimConfig::sgd(0.1, 0.0, 0.0));
     let mean = out.final_params.iter().find(|(n, _)| n == "stem.bn.running_mean").expect("buffer saved");
     assert!(mean.1.abs().sum(Kind::Double).double_value(&[]) > 0.0, "running statistics were updated");
 }
 
 #[test]
 fn same_seed_same_result() {
-    let sgd = Sgd { lr: 0.01, momentum: 0.5, weight_decay: 0.0 };
+    let sgd = OptimConfig::sgd(0.01, 0.5, 0.0);
     let a = train(ModelKind::MnistNet, 2, 3, sgd);
     let b = train(ModelKind::MnistNet, 2, 3, sgd);
     assert_eq!(common::max_relative_difference(&a, &b), 0.0, "dropout streams and shuffles are seeded");

@@ -129,10 +129,10 @@ fn bad_settings_are_refused_before_any_thread_starts() {
         start(&|c| c.batch_size = 2),
         ConfigError::BatchSmallerThanReplicas { batch: 2, replicas: 3 }
     ));
-    assert!(matches!(start(&|c| c.sgd.lr = f64::INFINITY), ConfigError::BadLr(_)));
-    assert!(matches!(start(&|c| c.sgd.lr = 0.0), ConfigError::BadLr(_)));
+    assert!(matches!(start(&|c| c.optim.lr = f64::INFINITY), ConfigError::BadLr(_)));
+    assert!(matches!(start(&|c| c.optim.lr = 0.0), ConfigError::BadLr(_)));
     assert_eq!(start(&|c| c.epochs = 0), ConfigError::ZeroEpochs);
-    assert!(matches!(start(&|c| c.sgd.momentum = 1.5), ConfigError::BadMomentum(_)));
+    assert!(matches!(start(&|c| c.optim.momentum = 1.5), ConfigError::BadMomentum(_)));
 }
 
 #[test]

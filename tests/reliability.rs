@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use dpt_tui::engine::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 use dpt_tui::engine::faults::Faults;
-use dpt_tui::engine::sgd::Sgd;
+use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{
     Control, DeviceId, Engine, EngineError, FinishReason, OnNan, Outcome, Record, Resume, TrainConfig,
 };
@@ -20,7 +20,7 @@ fn config(dir: &Path) -> TrainConfig {
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
     cfg.epochs = 2;
     cfg.batch_size = 100;
-    cfg.sgd = Sgd { lr: 0.1, momentum: 0.9, weight_decay: 1e-3 };
+    cfg.optim = OptimConfig::sgd(0.1, 0.9, 1e-3);
     cfg.seed = 5;
     cfg.log_every = 4;
     cfg.run_dir = Some(dir.to_owned());
@@ -108,9 +108,9 @@ fn a_checkpoint_holds_the_whole_state() {
     assert_eq!((s.epoch, s.step), (s.global_step / 6, s.global_step % 6));
     assert_eq!(s.seed, 5);
     assert_eq!(ckpt.params.len(), 8);
-    assert_eq!(ckpt.momentum.len(), 8);
-    let moved: f64 =
-        ckpt.momentum.iter().map(|(_, t)| t.abs().sum(tch::Kind::Double).double_value(&[])).sum();
+    let (slot, momentum) = &ckpt.optimizer[0];
+    assert_eq!((slot.as_str(), momentum.len()), ("momentum", 8));
+    let moved: f64 = momentum.iter().map(|(_, t)| t.abs().sum(tch::Kind::Double).double_value(&[])).sum();
     assert!(moved > 0.0, "momentum buffers are saved");
     // The weights file matches the checkpoint's parameters.
     let weights = tch::Tensor::read_safetensors(dir.path().join("model.safetensors")).unwrap();

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use dpt_tui::engine::checkpoint::{Checkpoint, CHECKPOINT_FILE};
-use dpt_tui::engine::sgd::Sgd;
+use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
@@ -23,7 +23,7 @@ fn read(path: &Path) -> Arc<ScriptModel> {
 fn config(model: &Arc<ScriptModel>, replicas: usize) -> TrainConfig {
     let mut cfg = TrainConfig::for_script(Arc::clone(model), vec![DeviceId::Cpu; replicas]);
     cfg.batch_size = 96;
-    cfg.sgd = Sgd { lr: 0.05, momentum: 0.9, weight_decay: 1e-4 };
+    cfg.optim = OptimConfig::sgd(0.05, 0.9, 1e-4);
     cfg.seed = 11;
     cfg.check_replicas = true;
     cfg

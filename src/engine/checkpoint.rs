@@ -1,7 +1,8 @@
 //! Checkpoints: everything needed to continue a run exactly where it stopped, in one
 //! safetensors file written atomically (temporary file, fsync, rename, fsync of the folder).
 //!
-//! Tensors: `param.<name>`, `momentum.<name>`, `buffer.<name>`, and `__state__`, the
+//! Tensors: `param.<name>`, `buffer.<name>`, the optimizer's state as `<slot>.<name>` (slots
+//! named by [`OptimizerKind::slots`]: `momentum`; `exp_avg`, `exp_avg_sq`), and `__state__`, the
 //! [`CheckpointState`] as UTF-8 JSON bytes. The random streams need no state of their own: the
 //! shuffle of epoch `e` and the dropout masks of step `s` on replica `r` are derived from the
 //! run's seed and `(e)` or `(s, r)`, so the seed and the position restore them.
@@ -12,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 use thiserror::Error;
 
+use super::optim::schedule::Schedule;
+use super::optim::{OptimConfig, OptimizerKind};
 use super::tally::Tally;
 use crate::model::ModelKind;
 
@@ -72,14 +75,48 @@ pub struct CheckpointState {
     /// The input normalization the run trained with (a resume keeps it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normalize: Option<crate::record::stats::Normalize>,
+    /// The optimizer and its settings (absent in checkpoints of SGD-only versions: SGD with
+    /// `momentum` and `weight_decay` above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optim: Option<OptimConfig>,
+    /// The learning-rate schedule (absent: constant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// The live lr key's scale on the schedule.
+    #[serde(default = "one")]
+    pub lr_scale: f64,
+    /// The batch the base lr was tuned for (the linear scaling rule), when used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_batch_ref: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_grad_norm: Option<f64>,
+    #[serde(default)]
+    pub label_smoothing: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl CheckpointState {
+    /// The optimizer the checkpointed run used.
+    pub fn optim(&self) -> OptimConfig {
+        self.optim.unwrap_or_else(|| OptimConfig::sgd(self.lr, self.momentum, self.weight_decay))
+    }
 }
 
 /// A checkpoint in memory (tensors on the CPU).
 pub struct Checkpoint {
     pub state: CheckpointState,
     pub params: Vec<(String, Tensor)>,
-    pub momentum: Vec<(String, Tensor)>,
+    /// Each optimizer slot's tensors by name.
+    pub optimizer: Vec<(String, Vec<(String, Tensor)>)>,
     pub buffers: Vec<(String, Tensor)>,
+}
+
+/// Every slot name any optimizer uses.
+fn known_slot(name: &str) -> bool {
+    [OptimizerKind::Sgd, OptimizerKind::Adam].iter().any(|k| k.slots().contains(&name))
 }
 
 /// `path` itself, or the checkpoint inside it when it is a directory.
@@ -97,9 +134,9 @@ impl Checkpoint {
         let err = |cause: std::io::Error| CheckpointError::Write { path: path.to_owned(), cause };
         let json = serde_json::to_vec(&self.state).map_err(|e| err(std::io::Error::other(e)))?;
         let mut tensors: Vec<(String, Tensor)> = Vec::new();
-        for (prefix, list) in
-            [("param", &self.params), ("momentum", &self.momentum), ("buffer", &self.buffers)]
-        {
+        let lists = [("param", &self.params), ("buffer", &self.buffers)];
+        let slots = self.optimizer.iter().map(|(slot, list)| (slot.as_str(), list));
+        for (prefix, list) in lists.into_iter().chain(slots) {
             tensors.extend(list.iter().map(|(n, t)| (format!("{prefix}.{n}"), t.shallow_clone())));
         }
         tensors.push((STATE_KEY.to_owned(), Tensor::from_slice(&json)));
@@ -121,7 +158,8 @@ impl Checkpoint {
         let tensors =
             Tensor::read_safetensors(&file).map_err(|e| failed("not a safetensors file", e.into()))?;
         let mut state = None;
-        let (mut params, mut momentum, mut buffers) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut params, mut buffers) = (Vec::new(), Vec::new());
+        let mut optimizer: Vec<(String, Vec<(String, Tensor)>)> = Vec::new();
         for (name, t) in tensors {
             if name == STATE_KEY {
                 let bytes: Vec<u8> = Vec::try_from(&t.to_kind(Kind::Uint8))
@@ -132,8 +170,11 @@ impl Checkpoint {
                 );
             } else if let Some(n) = name.strip_prefix("param.") {
                 params.push((n.to_owned(), t));
-            } else if let Some(n) = name.strip_prefix("momentum.") {
-                momentum.push((n.to_owned(), t));
+            } else if let Some((slot, n)) = name.split_once('.').filter(|(slot, _)| known_slot(slot)) {
+                match optimizer.iter_mut().find(|(s, _)| s == slot) {
+                    Some((_, list)) => list.push((n.to_owned(), t)),
+                    None => optimizer.push((slot.to_owned(), vec![(n.to_owned(), t)])),
+                }
             } else if let Some(n) = name.strip_prefix("buffer.") {
                 buffers.push((n.to_owned(), t));
             } else {
@@ -144,7 +185,7 @@ impl Checkpoint {
         if state.format != FORMAT {
             return Err(err(format!("format {} is not {FORMAT}", state.format)));
         }
-        Ok(Checkpoint { state, params, momentum, buffers })
+        Ok(Checkpoint { state, params, optimizer, buffers })
     }
 
     /// The tensors named `names` with `shapes`, in that order, flattened into one CPU tensor.

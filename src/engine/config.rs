@@ -9,8 +9,9 @@ use thiserror::Error;
 
 use super::device::DeviceId;
 use super::faults::Faults;
+use super::optim::schedule::{LrPlan, Schedule, ScheduleError};
+use super::optim::{OptimConfig, OptimizerKind};
 use super::resume::Resume;
-use super::sgd::Sgd;
 use crate::model::script::ScriptModel;
 use crate::model::{Builder, LossKind, ModelKind, Normalization, Precision};
 
@@ -64,6 +65,18 @@ pub enum ConfigError {
     BadMomentum(f64),
     #[error("--weight-decay must be a finite number ≥ 0, got {0}")]
     BadWeightDecay(f64),
+    #[error("--nesterov needs --optimizer sgd with a --momentum above 0")]
+    NesterovWithoutMomentum,
+    #[error("--betas must be two numbers in [0, 1), got {0},{1}")]
+    BadBetas(f64, f64),
+    #[error("--eps must be a positive finite number, got {0}")]
+    BadEps(f64),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("--label-smoothing must be a number in [0, 1), got {0}")]
+    BadLabelSmoothing(f64),
+    #[error("--clip-grad-norm must be a positive finite number, got {0}")]
+    BadClip(f64),
     #[error("--epochs must be at least 1")]
     ZeroEpochs,
     #[error("--log-every must be at least 1")]
@@ -142,7 +155,11 @@ pub struct TrainConfig {
     pub epochs: usize,
     /// Global batch, split over the replicas.
     pub batch_size: usize,
-    pub sgd: Sgd,
+    /// The optimizer; its `lr` is the base of the schedule.
+    pub optim: OptimConfig,
+    pub schedule: Schedule,
+    /// Linear scaling rule: the schedule's base is `optim.lr × batch_size / this`.
+    pub lr_batch_ref: Option<usize>,
     pub seed: u64,
     /// Report training statistics (a device sync) every this many steps, and at epoch ends.
     pub log_every: usize,
@@ -172,6 +189,10 @@ pub struct TrainConfig {
     /// The user's TorchScript model, when `model` is `ModelKind::Script`.
     pub script: Option<Arc<ScriptModel>>,
     pub loss: LossKind,
+    /// Label smoothing of the training loss (`F.cross_entropy(label_smoothing=)`).
+    pub label_smoothing: f64,
+    /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
+    pub clip_grad_norm: Option<f64>,
     /// Input normalization: `(x / 255 - mean) / std`.
     pub normalization: Normalization,
 }
@@ -185,7 +206,9 @@ impl TrainConfig {
             devices,
             epochs: d.epochs,
             batch_size: d.batch_size,
-            sgd: Sgd { lr: d.lr, momentum: d.momentum, weight_decay: 0.0 },
+            optim: OptimConfig::sgd(d.lr, d.momentum, 0.0),
+            schedule: Schedule::default(),
+            lr_batch_ref: None,
             seed: 0,
             log_every: 50,
             run_dir: None,
@@ -203,6 +226,8 @@ impl TrainConfig {
             world: None,
             script: None,
             loss: model.loss(),
+            label_smoothing: 0.0,
+            clip_grad_norm: None,
             normalization: model.normalization(),
         }
     }
@@ -226,9 +251,31 @@ impl TrainConfig {
         }
     }
 
+    /// The schedule's base rate: `--lr`, scaled with the global batch when asked.
+    pub fn base_lr(&self) -> f64 {
+        match self.lr_batch_ref {
+            Some(r) if r > 0 => self.optim.lr * self.batch_size as f64 / r as f64,
+            _ => self.optim.lr,
+        }
+    }
+
+    /// The learning rate over the run's steps, on `train_len` samples.
+    pub fn lr_plan(&self, train_len: usize) -> LrPlan {
+        let steps_per_epoch = self.steps_per_epoch(train_len);
+        LrPlan {
+            base: self.base_lr(),
+            schedule: self.schedule.clone(),
+            total: steps_per_epoch * self.epochs,
+            steps_per_epoch,
+            scale: 1.0,
+        }
+    }
+
     /// Rejects settings that cannot train, given the data's size (without touching CUDA).
     pub fn validate(&self, train_len: usize, test_len: usize) -> Result<(), ConfigError> {
         self.validate_settings()?;
+        let plan = self.lr_plan(train_len);
+        self.schedule.check(plan.base, plan.total)?;
         if train_len == 0 {
             return Err(ConfigError::EmptyTrainSet);
         }
@@ -257,12 +304,29 @@ impl TrainConfig {
                 replicas: self.devices.len(),
             });
         }
-        check_lr(self.sgd.lr)?;
-        if !(self.sgd.momentum.is_finite() && (0.0..1.0).contains(&self.sgd.momentum)) {
-            return Err(ConfigError::BadMomentum(self.sgd.momentum));
+        let o = &self.optim;
+        check_lr(o.lr)?;
+        if !(o.momentum.is_finite() && (0.0..1.0).contains(&o.momentum)) {
+            return Err(ConfigError::BadMomentum(o.momentum));
         }
-        if !(self.sgd.weight_decay.is_finite() && self.sgd.weight_decay >= 0.0) {
-            return Err(ConfigError::BadWeightDecay(self.sgd.weight_decay));
+        if o.nesterov && (o.kind != OptimizerKind::Sgd || o.momentum == 0.0) {
+            return Err(ConfigError::NesterovWithoutMomentum);
+        }
+        if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
+            return Err(ConfigError::BadWeightDecay(o.weight_decay));
+        }
+        let (b1, b2) = o.betas;
+        if ![b1, b2].iter().all(|b| b.is_finite() && (0.0..1.0).contains(b)) {
+            return Err(ConfigError::BadBetas(b1, b2));
+        }
+        if !(o.eps.is_finite() && o.eps > 0.0) {
+            return Err(ConfigError::BadEps(o.eps));
+        }
+        if !(self.label_smoothing.is_finite() && (0.0..1.0).contains(&self.label_smoothing)) {
+            return Err(ConfigError::BadLabelSmoothing(self.label_smoothing));
+        }
+        if let Some(c) = self.clip_grad_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(ConfigError::BadClip(c));
         }
         if self.epochs == 0 {
             return Err(ConfigError::ZeroEpochs);

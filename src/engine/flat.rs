@@ -50,6 +50,12 @@ impl Layout {
         self.total
     }
 
+    /// Each tensor's (offset, number of scalars, dimensions) in the buffer; a tensor occupies
+    /// one contiguous range whatever its memory format.
+    pub fn segments(&self) -> impl Iterator<Item = (i64, i64, usize)> + '_ {
+        self.entries.iter().map(|(offset, shape, _)| (*offset, shape.iter().product(), shape.len()))
+    }
+
     /// One view per tensor into `flat`.
     pub fn views(&self, flat: &Tensor) -> Vec<Tensor> {
         self.entries

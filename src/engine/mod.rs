@@ -10,9 +10,9 @@ pub mod device;
 pub mod events;
 pub mod faults;
 pub mod flat;
+pub mod optim;
 pub mod resident;
 pub mod resume;
-pub mod sgd;
 pub mod shard;
 pub mod tally;
 pub mod tensor_file;
@@ -35,8 +35,8 @@ pub use events::Control;
 pub use resume::Resume;
 
 use crate::data::Dataset;
-use coordinator::{Coordinator, CoordinatorParts};
-use worker::{WorkerSetup, GLOBAL_RNG};
+use coordinator::{Coordinator, CoordinatorParts, ModelLayout, WorkerPool};
+use worker::GLOBAL_RNG;
 
 /// A failure of a running engine.
 #[derive(Debug, Error)]
@@ -127,42 +127,7 @@ impl Engine {
         }
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
-        let (reply_tx, reply_rx) = unbounded();
-        let mut to_workers = Vec::new();
-        let mut threads = Vec::new();
-        let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);
-        for (replica, device) in cfg.devices.iter().enumerate() {
-            let (tx, rx) = unbounded();
-            let setup = WorkerSetup {
-                replica,
-                device: device.to_tch(),
-                model: cfg.model,
-                script: cfg.script.clone(),
-                loss: cfg.loss,
-                normalization: cfg.normalization.clone(),
-                data: Arc::clone(&data),
-                initial_params: initial_params.copy(),
-                initial_buffers: initial_buffers.copy(),
-                threads: cfg.cpu_threads,
-                faults: cfg.faults.clone(),
-                channels_last: cfg.uses_channels_last(),
-                precision: cfg.precision,
-            };
-            let replies = reply_tx.clone();
-            let alive = alive_tx.clone();
-            let handle = std::thread::Builder::new()
-                .name(format!("{}{replica}", worker::WORKER_THREAD_PREFIX))
-                .spawn(move || {
-                    // Dropped when the thread ends, however it ends.
-                    let _alive = alive;
-                    worker::run(setup, rx, replies)
-                })
-                .map_err(|e| StartError::Engine(EngineError::Spawn(e)))?;
-            to_workers.push(tx);
-            threads.push(handle);
-        }
-        drop(reply_tx);
-        drop(alive_tx);
+        let pool = WorkerPool::spawn(&cfg, &data, &initial_params, &initial_buffers)?;
         let coordinator = Coordinator::new(CoordinatorParts {
             world,
             train_len: data.train.len(),
@@ -171,17 +136,16 @@ impl Engine {
                 format!("{}, {c}x{h}x{w}, {} classes", data.source, data.classes)
             },
             test_len: data.test.len(),
-            param_layout: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
-            buffer_layout: flat::Layout::new(&builder.buffers, false),
-            param_specs: builder.params,
-            buffer_specs: builder.buffers,
-            workers_alive: alive_rx,
+            layout: ModelLayout {
+                params: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
+                buffers: flat::Layout::new(&builder.buffers, false),
+                param_specs: builder.params,
+                buffer_specs: builder.buffers,
+            },
             cfg,
             events: event_tx,
             controls: control_rx,
-            to_workers,
-            from_workers: reply_rx,
-            threads,
+            pool,
         });
         let thread = std::thread::Builder::new()
             .name("dpt-coordinator".into())

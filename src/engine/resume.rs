@@ -12,7 +12,8 @@ use crate::model::ModelKind;
 pub struct Resume {
     pub state: CheckpointState,
     pub params: Tensor,
-    pub momentum: Tensor,
+    /// Each slot of the optimizer's state, flat in logical order.
+    pub optimizer: Vec<(String, Tensor)>,
     pub buffers: Tensor,
 }
 
@@ -38,9 +39,21 @@ impl Resume {
             });
         }
         let b = model_specs(model, script);
+        let mut optimizer = Vec::new();
+        for &slot in ckpt.state.optim().kind.slots() {
+            let list = ckpt.optimizer.iter().find(|(s, _)| s == slot).map_or(&[][..], |(_, l)| l);
+            let flat = Checkpoint::flat(list, &b.params, path).map_err(|e| match e {
+                CheckpointError::Mismatch { path, message } => CheckpointError::Mismatch {
+                    path,
+                    message: format!("optimizer state '{slot}': {message}"),
+                },
+                other => other,
+            })?;
+            optimizer.push((slot.to_owned(), flat));
+        }
         Ok(Resume {
             params: Checkpoint::flat(&ckpt.params, &b.params, path)?,
-            momentum: Checkpoint::flat(&ckpt.momentum, &b.params, path)?,
+            optimizer,
             buffers: Checkpoint::flat(&ckpt.buffers, &b.buffers, path)?,
             state: ckpt.state,
         })
@@ -56,6 +69,8 @@ impl Resume {
                 (tch::Kind::Float, tch::Device::Cpu),
             )
         };
-        Resume { params: zeros(&b.params), momentum: zeros(&b.params), buffers: zeros(&b.buffers), state }
+        let optimizer =
+            state.optim().kind.slots().iter().map(|s| ((*s).to_owned(), zeros(&b.params))).collect();
+        Resume { params: zeros(&b.params), optimizer, buffers: zeros(&b.buffers), state }
     }
 }

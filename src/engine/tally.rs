@@ -123,6 +123,7 @@ impl Window {
                 .iter()
                 .map(|r| ReplicaTiming { data: per(r.data), compute: per(r.compute) })
                 .collect(),
+            grad_norm: None,
         }
     }
 }

@@ -82,6 +82,8 @@ pub struct WorkerSetup {
     pub model: ModelKind,
     pub script: Option<Arc<ScriptModel>>,
     pub loss: LossKind,
+    /// The training loss's label smoothing (0: none).
+    pub label_smoothing: f64,
     pub normalization: Normalization,
     pub data: Arc<Dataset>,
     pub initial_params: Tensor,
@@ -97,6 +99,7 @@ struct Worker {
     device: Device,
     net: Box<dyn Network>,
     loss: LossKind,
+    label_smoothing: f64,
     params: FlatTensors,
     grads: Tensor,
     grad_views: Vec<Tensor>,
@@ -210,6 +213,7 @@ impl Worker {
             device: setup.device,
             net,
             loss: setup.loss,
+            label_smoothing: setup.label_smoothing,
             train: Resident::upload(&setup.data.train, setup.device),
             test: Resident::upload(&setup.data.test, setup.device),
             params,
@@ -254,11 +258,8 @@ impl Worker {
         self.normalizer.apply(raw)
     }
 
-    fn loss(&self, out: &Tensor, y: &Tensor) -> Tensor {
-        match self.loss {
-            LossKind::CrossEntropy => out.cross_entropy_loss::<Tensor>(y, None, Reduction::Sum, -100, 0.0),
-            LossKind::Nll => out.g_nll_loss::<Tensor>(y, None, Reduction::Sum, -100),
-        }
+    fn loss(&self, out: &Tensor, y: &Tensor, smoothing: f64) -> Tensor {
+        summed_loss(self.loss, out, y, smoothing)
     }
 
     fn dropout_masks(&self, n: i64, seed: i64) -> Vec<Tensor> {
@@ -327,7 +328,7 @@ impl Worker {
                     &Forward { train: true, masks: &masks, precision: self.precision },
                 )?
             };
-            let mut loss = self.loss(&out, &y);
+            let mut loss = self.loss(&out, &y, self.label_smoothing);
             if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
                 loss = loss.g_mul_scalar(f64::NAN);
             }
@@ -380,7 +381,7 @@ impl Worker {
                 &x,
                 &Forward { train: false, masks: &[], precision: self.precision },
             )?;
-            loss.f_add_(&self.loss(&out, &y)).map(drop).map_err(|e| e.to_string())?;
+            loss.f_add_(&self.loss(&out, &y, 0.0)).map(drop).map_err(|e| e.to_string())?;
             correct
                 .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))
                 .map(drop)
@@ -396,5 +397,37 @@ impl Worker {
                 seconds: 0.0,
             },
         })
+    }
+}
+
+/// The loss summed over the batch; `smoothing` as `F.cross_entropy(label_smoothing=)` (for a
+/// model that outputs log-probabilities, the same mix of the target's term and the mean over
+/// the classes).
+fn summed_loss(kind: LossKind, out: &Tensor, y: &Tensor, smoothing: f64) -> Tensor {
+    match kind {
+        LossKind::CrossEntropy => out.cross_entropy_loss::<Tensor>(y, None, Reduction::Sum, -100, smoothing),
+        LossKind::Nll if smoothing == 0.0 => out.g_nll_loss::<Tensor>(y, None, Reduction::Sum, -100),
+        LossKind::Nll => {
+            let nll = out.g_nll_loss::<Tensor>(y, None, Reduction::Sum, -100);
+            let uniform = out.mean_dim(-1, false, Kind::Float).sum(Kind::Float);
+            nll * (1.0 - smoothing) - uniform * smoothing
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smoothing_log_probabilities_equals_smoothing_logits() {
+        let logits = Tensor::from_slice(&[2.0f32, -1.0, 0.5, 0.1, 0.3, -2.0]).view([2, 3]);
+        let y = Tensor::from_slice(&[0i64, 2]);
+        let log_p = logits.log_softmax(-1, Kind::Float);
+        for eps in [0.0, 0.1, 0.4] {
+            let ce = summed_loss(LossKind::CrossEntropy, &logits, &y, eps).double_value(&[]);
+            let nll = summed_loss(LossKind::Nll, &log_p, &y, eps).double_value(&[]);
+            assert!((ce - nll).abs() < 1e-5, "eps {eps}: {ce} vs {nll}");
+        }
     }
 }

@@ -132,6 +132,7 @@ mod tests {
             samples_per_sec: 1.0,
             timing: Default::default(),
             replicas: Vec::new(),
+            grad_norm: None,
         }))
     }
 

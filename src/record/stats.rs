@@ -19,6 +19,24 @@ pub struct RunInfo {
     pub lr: f64,
     pub momentum: f64,
     pub weight_decay: f64,
+    /// The optimizer and all its settings (absent in records of SGD-only versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optim: Option<crate::engine::optim::OptimConfig>,
+    /// The learning-rate schedule over `optim.lr` (absent in older records: constant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<crate::engine::optim::schedule::Schedule>,
+    /// The live lr key's scale on the schedule when the run (re)started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_scale: Option<f64>,
+    /// The batch `--lr` was tuned for, when the lr was scaled linearly with the global batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_batch_ref: Option<usize>,
+    /// `--clip-grad-norm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_grad_norm: Option<f64>,
+    /// `--label-smoothing` (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_smoothing: Option<f64>,
     pub train_samples: usize,
     pub test_samples: usize,
     /// Intra-op threads each CPU replica uses.
@@ -59,6 +77,42 @@ pub struct RunInfo {
 }
 
 impl RunInfo {
+    /// The learning rate in words: the rate, its scaling with the batch and its schedule
+    /// (`lr 0.2 (0.1 × batch 512 / 256), cosine, 100 warm-up steps, min lr 0`).
+    pub fn lr_label(&self) -> String {
+        let tuned = self.optim.map_or(self.lr, |o| o.lr);
+        let mut s = match self.lr_batch_ref {
+            Some(r) => format!(
+                "lr {} ({tuned} × batch {} / {r})",
+                tuned * self.batch_size as f64 / r as f64,
+                self.batch_size
+            ),
+            None => format!("lr {}", if self.schedule.is_some() { tuned } else { self.lr }),
+        };
+        if let Some(sch) = self.schedule.as_ref().filter(|s| **s != Default::default()) {
+            s += &format!(", {}", sch.describe());
+        }
+        s
+    }
+
+    /// The optimizer in words (records of SGD-only versions: SGD with their momentum), with
+    /// the per-step options.
+    pub fn optimizer_label(&self) -> String {
+        let mut s = self
+            .optim
+            .unwrap_or_else(|| {
+                crate::engine::optim::OptimConfig::sgd(self.lr, self.momentum, self.weight_decay)
+            })
+            .describe();
+        if let Some(c) = self.clip_grad_norm {
+            s += &format!(", gradient norm clipped at {c}");
+        }
+        if let Some(e) = self.label_smoothing {
+            s += &format!(", label smoothing {e}");
+        }
+        s
+    }
+
     /// The model as screens and pictures name it: the built-in's name, or the TorchScript
     /// file's name.
     pub fn model_label(&self) -> String {
@@ -139,6 +193,9 @@ pub struct StepStats {
     pub samples_per_sec: f64,
     pub timing: StepTiming,
     pub replicas: Vec<ReplicaTiming>,
+    /// The mean gradient's global L2 norm, averaged over the window's steps (before clipping).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f64>,
 }
 
 /// End-of-epoch statistics, with test metrics computed over all replicas.

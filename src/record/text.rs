@@ -153,7 +153,7 @@ fn start_line(info: &RunInfo) -> String {
         )
     });
     format!(
-        "{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, lr {}, momentum {}, weight decay {}, {} train / {} test samples",
+        "{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, {}, {}, {} train / {} test samples",
         info.model_file.as_deref().map_or_else(|| info.model.name().to_owned(), |f| format!("{f} (TorchScript)")),
         thousands(info.param_count),
         device_list(&info.devices),
@@ -162,9 +162,8 @@ fn start_line(info: &RunInfo) -> String {
         info.epochs,
         info.steps_per_epoch,
         info.batch_size,
-        info.lr,
-        info.momentum,
-        info.weight_decay,
+        info.lr_label(),
+        info.optimizer_label(),
         info.train_samples,
         info.test_samples
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }

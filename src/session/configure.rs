@@ -14,8 +14,8 @@ use dpt_tui::data::{Dataset, LoadOptions};
 use dpt_tui::dist::World;
 use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
+use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
 use dpt_tui::engine::resident::{Normalizer, Resident};
-use dpt_tui::engine::sgd::Sgd;
 use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
@@ -63,14 +63,28 @@ fn configure(
         let s = &r.state;
         cfg.epochs = s.epochs;
         cfg.batch_size = s.batch_size;
-        cfg.sgd = Sgd { lr: s.lr, momentum: s.momentum, weight_decay: s.weight_decay };
+        cfg.optim = s.optim();
+        cfg.schedule = s.schedule.clone().unwrap_or_default();
+        cfg.lr_batch_ref = s.lr_batch_ref;
+        cfg.clip_grad_norm = s.clip_grad_norm;
+        cfg.label_smoothing = s.label_smoothing;
         cfg.seed = s.seed;
     }
     cfg.epochs = args.epochs.unwrap_or(cfg.epochs);
     cfg.batch_size = args.batch_size.unwrap_or(cfg.batch_size);
-    cfg.sgd.lr = args.lr.unwrap_or(cfg.sgd.lr);
-    cfg.sgd.momentum = args.momentum.unwrap_or(cfg.sgd.momentum);
-    cfg.sgd.weight_decay = args.weight_decay.unwrap_or(cfg.sgd.weight_decay);
+    apply_optimizer_flags(args, &mut cfg.optim, resume.as_ref().map(|r| r.state.optim().kind))
+        .map_err(input)?;
+    let sch = &mut cfg.schedule;
+    sch.shape = args.lr_schedule.clone().unwrap_or(sch.shape.clone());
+    sch.warmup_steps = args.warmup_steps.unwrap_or(sch.warmup_steps);
+    sch.min_lr = args.min_lr.unwrap_or(sch.min_lr);
+    sch.gamma = args.lr_gamma.unwrap_or(sch.gamma);
+    if args.lr_batch_ref == Some(0) {
+        return Err(input(anyhow!("--lr-batch-ref must be at least 1 (the batch --lr was tuned for)")));
+    }
+    cfg.lr_batch_ref = args.lr_batch_ref.or(cfg.lr_batch_ref);
+    cfg.clip_grad_norm = args.clip_grad_norm.or(cfg.clip_grad_norm);
+    cfg.label_smoothing = args.label_smoothing.unwrap_or(cfg.label_smoothing);
     cfg.seed = args.seed.unwrap_or(cfg.seed);
     cfg.log_every = args.log_every;
     cfg.max_steps = args.max_steps;
@@ -153,12 +167,51 @@ fn read_resume(
         }
         Resume::awaiting(state, script.as_ref())
     };
-    for t in [&mut resume.params, &mut resume.momentum, &mut resume.buffers] {
+    let slots = resume.optimizer.iter_mut().map(|(_, t)| t);
+    for t in [&mut resume.params, &mut resume.buffers].into_iter().chain(slots) {
         if t.numel() > 0 {
             w.broadcast(t).map_err(super::dist::failure)?;
         }
     }
     Ok(Some(resume))
+}
+
+/// The optimizer flags over `optim` (the model's defaults, or a checkpoint's settings); a
+/// resumed run keeps its optimizer (`resumed`), since its state belongs to that one.
+fn apply_optimizer_flags(
+    args: &Args,
+    optim: &mut OptimConfig,
+    resumed: Option<OptimizerKind>,
+) -> Result<(), anyhow::Error> {
+    if let (Some(asked), Some(was)) = (args.optimizer, resumed) {
+        if asked != was {
+            return Err(anyhow!(
+                "the checkpoint was trained with --optimizer {was}, not {asked}; drop --optimizer to continue it"
+            ));
+        }
+    }
+    if let Some(kind) = args.optimizer {
+        if kind != optim.kind {
+            // Adam and AdamW are used without SGD's momentum.
+            optim.momentum = 0.0;
+        }
+        optim.kind = kind;
+    }
+    optim.lr = args.lr.unwrap_or(optim.lr);
+    optim.momentum = args.momentum.unwrap_or(optim.momentum);
+    optim.weight_decay = args.weight_decay.unwrap_or(optim.weight_decay);
+    optim.nesterov |= args.nesterov;
+    optim.betas = args.betas.unwrap_or(optim.betas);
+    optim.eps = args.eps.unwrap_or(optim.eps);
+    optim.decay_all |= args.decay_all;
+    if optim.kind != OptimizerKind::Sgd && args.momentum.is_some() {
+        return Err(anyhow!("--momentum is for --optimizer sgd; {} uses --betas", optim.kind));
+    }
+    let adam_only = args.betas.is_some() || args.eps.is_some() || args.decay_all;
+    if optim.kind == OptimizerKind::Sgd && adam_only {
+        return Err(anyhow!("--betas, --eps and --decay-all are for --optimizer adam or adamw"));
+    }
+    Ok(())
 }
 
 /// The TorchScript model a checkpoint was trained on, from the file it names.

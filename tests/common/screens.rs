@@ -31,6 +31,12 @@ pub fn info(devices: &[&str]) -> RunInfo {
         lr: 0.2,
         momentum: 0.0,
         weight_decay: 0.0,
+        optim: None,
+        schedule: None,
+        lr_scale: None,
+        lr_batch_ref: None,
+        clip_grad_norm: None,
+        label_smoothing: None,
         train_samples: 60_000,
         test_samples: 10_000,
         cpu_threads_per_replica: 1,
@@ -62,6 +68,7 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
             ReplicaTiming { data: 0.001, compute: 0.040 },
             ReplicaTiming { data: 0.001, compute: 0.052 },
         ],
+        grad_norm: None,
     }))
 }
 

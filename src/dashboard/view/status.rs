@@ -1,5 +1,6 @@
-//! The status lines: state, model, devices, progress, speed, time, lr, momentum and batch. The
-//! items flow over the lines the layout gives, so nothing is cut at 80 columns.
+//! The status lines: state, model, devices, progress, speed, time, lr, momentum (or the
+//! optimizer, when not SGD) and batch. The items flow over the lines the layout gives, so
+//! nothing is cut at 80 columns.
 
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -45,6 +46,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     let short = |label: &str| {
         match label {
             "momentum" if compact => "mom",
+            "optimizer" if compact => "opt",
             "sec/epoch" if compact => "s/epoch",
             "elapsed" if compact => "time",
             other => other,
@@ -77,7 +79,10 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
         item("epoch", format!("{epoch}/{}", info.epochs), text),
         item("step", format!("{step}/{}", info.steps_per_epoch), text),
         item("lr", app.lr.map_or_else(dash, |v| format!("{v}")), t.fg(t.lr).add_modifier(Modifier::BOLD)),
-        item("momentum", format!("{}", info.momentum), text),
+        match info.optim.filter(|o| o.kind != crate::engine::optim::OptimizerKind::Sgd) {
+            Some(o) => item("optimizer", o.kind.to_string(), text),
+            None => item("momentum", format!("{}", info.momentum), text),
+        },
         item("batch", format!("{}", info.batch_size), text),
         item("allreduce", if info.allreduce.is_empty() { dash() } else { info.allreduce.clone() }, text),
         item(

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use super::super::config::{check_lr, OnNan};
-use super::super::events::Control;
-use super::super::EngineError;
 use super::Coordinator;
 use crate::dist::c10d::ReduceOp;
+use crate::engine::config::{check_lr, OnNan};
+use crate::engine::events::Control;
+use crate::engine::EngineError;
 use crate::record::Change;
 
 /// How often a paused rank 0 tells the other ranks it is still paused (well inside any
@@ -26,26 +26,26 @@ impl Coordinator {
     /// same step: rank 0's lr and pause, a stop or divergence from any rank.
     pub(super) fn poll_controls(&mut self) -> Result<(), EngineError> {
         loop {
-            while let Ok(c) = self.p.controls.try_recv() {
+            while let Ok(c) = self.controls.try_recv() {
                 self.apply(c);
             }
-            if self.p.world.is_some() {
+            if self.world.is_some() {
                 self.agree()?;
             }
             if !self.paused || self.stop {
                 return Ok(());
             }
             let waited = Instant::now();
-            let next = if self.p.world.is_some() {
+            let next = if self.world.is_some() {
                 // The other ranks wait on our decision: tell them at least every heartbeat.
-                match self.p.controls.recv_timeout(HEARTBEAT) {
+                match self.controls.recv_timeout(HEARTBEAT) {
                     Ok(c) => Some(c),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => Some(Control::Resume),
                 }
             } else {
                 // Nobody can resume us any more: carry on rather than hang.
-                Some(self.p.controls.recv().unwrap_or(Control::Resume))
+                Some(self.controls.recv().unwrap_or(Control::Resume))
             };
             let idle = waited.elapsed();
             self.window.paused += idle;
@@ -56,13 +56,14 @@ impl Coordinator {
         }
     }
 
-    /// One decision for every rank (an allreduce of a few numbers, maximum taken).
+    /// One decision for every rank (an allreduce of a few numbers, maximum taken): rank 0's
+    /// scale of the lr schedule, its pause, anyone's stop or divergence.
     fn agree(&mut self) -> Result<(), EngineError> {
-        let Some(w) = &self.p.world else { return Ok(()) };
+        let Some(w) = &self.world else { return Ok(()) };
         let leader = w.rank == 0;
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         let mut v = [
-            if leader { self.lr } else { f64::NEG_INFINITY },
+            if leader { self.plan.scale } else { f64::NEG_INFINITY },
             flag(leader && self.paused),
             flag(self.stop),
             flag(self.diverged),
@@ -70,9 +71,11 @@ impl Coordinator {
         w.allreduce_values(&mut v, ReduceOp::Max)?;
         let global_step = self.global_step;
         if !leader {
-            if v[0] != self.lr {
-                let from = std::mem::replace(&mut self.lr, v[0]);
-                self.emit(Change::LrChanged { from, to: v[0], global_step });
+            if v[0] != self.plan.scale {
+                self.plan.scale = v[0];
+                let to = self.plan.at(global_step);
+                let from = std::mem::replace(&mut self.lr, to);
+                self.emit(Change::LrChanged { from, to, global_step });
             }
             let paused = v[1] > 0.0;
             if paused != self.paused {
@@ -106,6 +109,7 @@ impl Coordinator {
             Control::Pause | Control::Resume => {}
             Control::SetLr { lr } => match check_lr(lr) {
                 Ok(lr) => {
+                    self.plan.rescale_to(global_step, lr);
                     let from = std::mem::replace(&mut self.lr, lr);
                     self.emit(Change::LrChanged { from, to: lr, global_step });
                 }

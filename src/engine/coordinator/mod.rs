@@ -1,31 +1,32 @@
 //! The coordinator thread: runs the epochs, one step at a time (`step.rs`: dispatch, gather,
 //! reduce, update), applies controls and the NaN policy at step boundaries (`controls.rs`),
 //! evaluates at epoch ends, writes weights and checkpoints (`persist.rs`) and reports
-//! everything as records.
+//! everything as records. The threads it drives are the [`WorkerPool`] (`pool.rs`); the
+//! tensors it updates are the [`Replicas`] (`replicas.rs`), each with its optimizer state.
 
 mod controls;
 mod persist;
+pub mod pool;
+pub mod replicas;
 mod step;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use tch::Tensor;
 
-use super::config::TrainConfig;
-use super::events::Control;
-use super::flat::Layout;
-use super::sgd::StepScalars;
-use super::tally::{Tally, Window};
-use super::worker::{FromWorker, ToWorker};
-use super::{EngineError, Outcome};
-use crate::model::TensorSpec;
+use crate::engine::config::TrainConfig;
+use crate::engine::events::Control;
+use crate::engine::optim::schedule::LrPlan;
+use crate::engine::tally::{Tally, Window};
+use crate::engine::worker::ToWorker;
+use crate::engine::{EngineError, Outcome};
 use crate::record::{Change, EpochStats, FinishReason, Record, RunInfo, Summary};
+pub use pool::WorkerPool;
+pub use replicas::{ModelLayout, Replicas};
 
 /// SplitMix64: derives independent seeds (shuffles, dropout streams) from the run's seed.
 pub fn mix_seed(a: u64, b: u64) -> u64 {
@@ -44,8 +45,6 @@ pub fn epoch_order(seed: u64, epoch: usize, n: usize) -> Vec<i64> {
 
 /// Work slower than a training step (start-up, evaluation) gets this many step timeouts.
 const SLOW_WORK_FACTOR: u32 = 10;
-/// How long shutting down waits for the worker threads to leave.
-const JOIN_GRACE: Duration = Duration::from_secs(5);
 
 /// What the coordinator is built from.
 pub struct CoordinatorParts {
@@ -56,17 +55,10 @@ pub struct CoordinatorParts {
     pub test_len: usize,
     /// What the data set is (`CIFAR-10 binary batches in DIR, 3x32x32, 10 classes`).
     pub data: String,
-    pub param_specs: Vec<TensorSpec>,
-    pub buffer_specs: Vec<TensorSpec>,
-    pub param_layout: Layout,
-    pub buffer_layout: Layout,
+    pub layout: ModelLayout,
     pub events: Sender<Record>,
     pub controls: Receiver<Control>,
-    pub to_workers: Vec<Sender<ToWorker>>,
-    pub from_workers: Receiver<FromWorker>,
-    pub threads: Vec<JoinHandle<()>>,
-    /// Disconnects once every worker thread has ended.
-    pub workers_alive: Receiver<()>,
+    pub pool: WorkerPool,
 }
 
 /// The finished epochs, for the summary and the checkpoint.
@@ -79,14 +71,19 @@ struct Done {
 }
 
 pub struct Coordinator {
-    p: CoordinatorParts,
-    params: Vec<Tensor>,
-    grads: Vec<Tensor>,
-    buffers: Vec<Tensor>,
-    momentum: Vec<Tensor>,
-    scalars: Vec<StepScalars>,
-    named: Vec<(String, Tensor)>,
+    cfg: TrainConfig,
+    world: Option<Box<crate::dist::World>>,
+    train_len: usize,
+    test_len: usize,
+    data: String,
+    events: Sender<Record>,
+    controls: Receiver<Control>,
+    pool: WorkerPool,
+    replicas: Replicas,
+    /// The learning rate of the step that runs next.
     lr: f64,
+    /// The schedule and the live key's scale on it.
+    plan: LrPlan,
     paused: bool,
     stop: bool,
     diverged: bool,
@@ -100,9 +97,11 @@ pub struct Coordinator {
     /// The replica whose tensors this thread is touching now, to name it if that fails.
     touching: Option<usize>,
     /// How this process sums its replicas' gradients.
-    reduce: super::allreduce::LocalReduce,
+    reduce: crate::engine::allreduce::LocalReduce,
     /// Times the allreduce and the update, on the first replica's device.
-    clock: Option<super::clock::PhaseClock>,
+    clock: Option<crate::engine::clock::PhaseClock>,
+    /// The mean gradient's norm summed over the steps of the report window (on the device).
+    grad_norms: Option<tch::Tensor>,
     /// Replicas already reported as stragglers.
     straggled: Vec<bool>,
 }
@@ -111,13 +110,9 @@ impl Coordinator {
     pub fn new(p: CoordinatorParts) -> Self {
         let total = p.world.as_ref().map_or(p.cfg.devices.len(), |w| w.total_replicas());
         Coordinator {
-            lr: p.cfg.sgd.lr,
-            params: Vec::new(),
-            grads: Vec::new(),
-            buffers: Vec::new(),
-            momentum: Vec::new(),
-            scalars: Vec::new(),
-            named: Vec::new(),
+            lr: p.cfg.lr_plan(p.train_len).at(0),
+            plan: p.cfg.lr_plan(p.train_len),
+            replicas: Replicas::new(p.layout),
             paused: false,
             stop: false,
             diverged: false,
@@ -128,15 +123,26 @@ impl Coordinator {
             done: Done::default(),
             save_dir: p.cfg.run_dir.clone(),
             touching: None,
-            reduce: super::allreduce::LocalReduce::plan(&p.cfg.devices, crate::dist::c10d::nccl_compiled()),
+            reduce: crate::engine::allreduce::LocalReduce::plan(
+                &p.cfg.devices,
+                crate::dist::c10d::nccl_compiled(),
+            ),
             clock: None,
             straggled: Vec::new(),
-            p,
+            grad_norms: None,
+            cfg: p.cfg,
+            world: p.world,
+            train_len: p.train_len,
+            test_len: p.test_len,
+            data: p.data,
+            events: p.events,
+            controls: p.controls,
+            pool: p.pool,
         }
     }
 
     fn cfg(&self) -> &TrainConfig {
-        &self.p.cfg
+        &self.cfg
     }
 
     /// Runs the whole training, then shuts the workers down whatever happened. A panic here
@@ -158,14 +164,14 @@ impl Coordinator {
             };
             self.emit(Change::Failed { replica, device, message: crate::error_chain(e) });
         }
-        self.shutdown();
+        self.pool.shutdown();
         result
     }
 
     /// The failure a panic of this thread stands for, with the replica it was working on (or,
     /// failing that, the first CUDA device that reports an error).
     fn panic_error(&self, panic: &(dyn std::any::Any + Send)) -> EngineError {
-        let message = super::worker::panic_message(panic);
+        let message = crate::engine::worker::panic_message(panic);
         let replica = self.touching.or_else(|| {
             self.cfg().devices.iter().position(|d| match d {
                 crate::engine::DeviceId::Cuda(i) => {
@@ -180,7 +186,7 @@ impl Coordinator {
 
     fn emit(&mut self, record: impl Into<Record>) {
         // A consumer that has gone away must not stop training.
-        let _ = self.p.events.send(record.into());
+        let _ = self.events.send(record.into());
     }
 
     fn run_info(&self, steps_per_epoch: usize) -> RunInfo {
@@ -188,15 +194,21 @@ impl Coordinator {
         RunInfo {
             model: cfg.model,
             devices: cfg.devices.clone(),
-            param_count: self.p.param_specs.iter().map(TensorSpec::numel).sum(),
+            param_count: self.replicas.param_count(),
             epochs: cfg.epochs,
             steps_per_epoch,
             batch_size: cfg.batch_size,
             lr: self.lr,
-            momentum: cfg.sgd.momentum,
-            weight_decay: cfg.sgd.weight_decay,
-            train_samples: self.p.train_len,
-            test_samples: self.p.test_len,
+            momentum: cfg.optim.momentum,
+            weight_decay: cfg.optim.weight_decay,
+            optim: Some(cfg.optim),
+            schedule: Some(cfg.schedule.clone()),
+            lr_scale: Some(self.plan.scale),
+            lr_batch_ref: cfg.lr_batch_ref,
+            clip_grad_norm: cfg.clip_grad_norm,
+            label_smoothing: (cfg.label_smoothing > 0.0).then_some(cfg.label_smoothing),
+            train_samples: self.train_len,
+            test_samples: self.test_len,
             cpu_threads_per_replica: cfg.cpu_threads,
             resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
             started_unix: std::time::SystemTime::now()
@@ -205,7 +217,7 @@ impl Coordinator {
                 .map(|d| d.as_secs_f64()),
             allreduce: {
                 let local = self.reduce.describe(&cfg.devices);
-                match &self.p.world {
+                match &self.world {
                     Some(w) => format!("{local} + {:?} across {} ranks", w.backend, w.size).to_lowercase(),
                     None => local,
                 }
@@ -213,13 +225,13 @@ impl Coordinator {
             model_file: cfg.script.as_ref().map(|s| s.path.display().to_string()),
             seed: Some(cfg.seed),
             precision: Some(cfg.precision),
-            data: Some(self.p.data.clone()),
+            data: Some(self.data.clone()),
             normalize: Some(crate::record::stats::Normalize {
                 mean: cfg.normalization.mean.clone(),
                 std: cfg.normalization.std.clone(),
             }),
-            timing: super::clock::describe(cfg.has_gpu()),
-            world: self.p.world.as_ref().map(|w| crate::record::stats::WorldInfo {
+            timing: crate::engine::clock::describe(cfg.has_gpu()),
+            world: self.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,
                 backend: format!("{:?}", w.backend).to_lowercase(),
                 hosts: w.hosts.clone(),
@@ -231,13 +243,14 @@ impl Coordinator {
 
     fn train(&mut self) -> Result<Outcome, EngineError> {
         let k = self.replica_span().1;
-        let steps_per_epoch = self.cfg().steps_per_epoch(self.p.train_len);
+        let steps_per_epoch = self.cfg().steps_per_epoch(self.train_len);
         let (mut start_epoch, mut start_step, mut partial) = (0, 0, Tally::default());
-        let restored = self.p.cfg.resume.as_ref().map(|r| r.state.clone());
+        let restored = self.cfg.resume.as_ref().map(|r| r.state.clone());
         if let Some(s) = &restored {
             (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
             self.global_step = s.global_step;
-            self.lr = s.lr;
+            self.plan.scale = s.lr_scale;
+            self.lr = self.plan.at(s.global_step);
             self.done = Done {
                 epochs: s.epochs_done,
                 tally: Tally { samples: s.samples_done, seconds: s.train_seconds, ..Tally::default() },
@@ -252,8 +265,8 @@ impl Coordinator {
         let mut reason = FinishReason::Completed;
         let mut position = (start_epoch, start_step);
         'epochs: for epoch in start_epoch..self.cfg().epochs {
-            let order = Arc::new(epoch_order(self.cfg().seed, epoch, self.p.train_len));
-            self.broadcast(|_| ToWorker::Epoch { order: Arc::clone(&order) })?;
+            let order = Arc::new(epoch_order(self.cfg().seed, epoch, self.train_len));
+            self.pool.broadcast(|_| ToWorker::Epoch { order: Arc::clone(&order) })?;
             let first = if epoch == start_epoch { start_step } else { 0 };
             self.epoch = if epoch == start_epoch { Window::resuming(k, partial) } else { Window::new(k) };
             self.window = Window::new(k);
@@ -269,7 +282,7 @@ impl Coordinator {
                     break 'epochs;
                 }
                 let start = step * self.cfg().batch_size;
-                let len = self.cfg().batch_size.min(self.p.train_len - start);
+                let len = self.cfg().batch_size.min(self.train_len - start);
                 let last = step + 1 == steps_per_epoch;
                 self.train_step(start, len)?;
                 if last || (step + 1) % self.cfg().log_every == 0 {
@@ -296,7 +309,7 @@ impl Coordinator {
         }
         let summary = self.summary(reason, position);
         self.emit(Record::Summary(Box::new(summary.clone())));
-        Ok(Outcome { summary, final_params: self.named_cpu() })
+        Ok(Outcome { summary, final_params: self.replicas.named_cpu() })
     }
 
     fn summary(&self, reason: FinishReason, position: (usize, usize)) -> Summary {
@@ -337,12 +350,5 @@ impl Coordinator {
         self.done.tally.add(train);
         self.emit(Record::Epoch(Box::new(stats)));
         Ok(())
-    }
-
-    fn named_cpu(&self) -> Vec<(String, Tensor)> {
-        self.named
-            .iter()
-            .map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cpu).contiguous().copy()))
-            .collect()
     }
 }

@@ -5,15 +5,13 @@ use std::path::{Path, PathBuf};
 
 use tch::Tensor;
 
-use super::super::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHECKPOINT_FILE};
-use super::super::config::SavePolicy;
-use super::super::events::Control;
-use super::super::flat::Layout;
-use super::super::tensor_file;
-use super::super::EngineError;
 use super::Coordinator;
+use crate::engine::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHECKPOINT_FILE};
+use crate::engine::config::SavePolicy;
+use crate::engine::events::Control;
+use crate::engine::tensor_file;
+use crate::engine::EngineError;
 use crate::model::script::ScriptModel;
-use crate::model::TensorSpec;
 use crate::record::Change;
 
 /// The weights' file name inside a run directory.
@@ -36,12 +34,12 @@ fn save_script(script: &ScriptModel, named: &[(String, Tensor)], path: &Path) ->
 impl Coordinator {
     /// The (epoch, step) that runs next, from the global step.
     pub(super) fn position_now(&self) -> (usize, usize) {
-        let spe = self.cfg().steps_per_epoch(self.p.train_len);
+        let spe = self.cfg().steps_per_epoch(self.train_len);
         (self.global_step / spe, self.global_step % spe)
     }
 
     fn params_finite(&self) -> bool {
-        bool::try_from(self.params[0].isfinite().all()).unwrap_or(false)
+        self.replicas.params_finite()
     }
 
     /// Saves into `dir` from now on (after a failed save on a full disk); false if refused.
@@ -77,7 +75,7 @@ impl Coordinator {
         }
         let global_step = self.global_step;
         let path = dir.join(WEIGHTS_FILE);
-        let named = self.named_cpu();
+        let named = self.replicas.named_cpu();
         let result = save_named(&named, &path).and_then(|()| {
             self.emit(Change::Saved { path: path.display().to_string(), global_step });
             if let Some(script) = self.cfg().script.clone() {
@@ -133,7 +131,7 @@ impl Coordinator {
                     self.emit(Change::Paused { global_step: self.global_step });
                 }
                 loop {
-                    let control = match self.p.controls.recv() {
+                    let control = match self.controls.recv() {
                         Ok(c) => c,
                         // Nobody can steer the run any more.
                         Err(_) => return Err(failure),
@@ -178,7 +176,7 @@ impl Coordinator {
                 let Err(mut failure) = self.save_all(position, &advice(tries)) else { return Ok(()) };
                 for left in (0..tries).rev() {
                     // A stop gives up; another folder is taken; nothing else waits on us.
-                    match self.p.controls.recv_timeout(every) {
+                    match self.controls.recv_timeout(every) {
                         Ok(Control::Stop) => return Err(failure),
                         Ok(Control::SaveTo { dir }) => {
                             self.set_save_dir(dir);
@@ -213,26 +211,29 @@ impl Coordinator {
             global_step: self.global_step,
             epochs: cfg.epochs,
             lr: self.lr,
-            momentum: cfg.sgd.momentum,
-            weight_decay: cfg.sgd.weight_decay,
+            momentum: cfg.optim.momentum,
+            weight_decay: cfg.optim.weight_decay,
+            optim: Some(cfg.optim),
+            lr_scale: self.plan.scale,
+            lr_batch_ref: cfg.lr_batch_ref,
+            clip_grad_norm: cfg.clip_grad_norm,
+            label_smoothing: cfg.label_smoothing,
+            schedule: Some(cfg.schedule.clone()),
             batch_size: cfg.batch_size,
             seed: cfg.seed,
-            train_samples: self.p.train_len,
-            test_samples: self.p.test_len,
+            train_samples: self.train_len,
+            test_samples: self.test_len,
             partial_epoch: partial,
             epochs_done: self.done.epochs,
             train_seconds: self.done.tally.seconds,
             samples_done: self.done.tally.samples,
             last_test_acc: self.done.last_test_acc,
         };
-        let split = |flat: &Tensor, layout: &Layout, specs: &[TensorSpec]| -> Vec<(String, Tensor)> {
-            specs.iter().map(|s| s.name.clone()).zip(layout.to_logical(flat, tch::Device::Cpu)).collect()
-        };
         let ckpt = Checkpoint {
             state,
-            params: split(&self.params[0], &self.p.param_layout, &self.p.param_specs),
-            momentum: split(&self.momentum[0], &self.p.param_layout, &self.p.param_specs),
-            buffers: split(&self.buffers[0], &self.p.buffer_layout, &self.p.buffer_specs),
+            params: self.replicas.params_by_name(),
+            optimizer: self.replicas.optimizer_by_name(),
+            buffers: self.replicas.buffers_by_name(),
         };
         if cfg.faults.checkpoint_write {
             return Err(CheckpointError::Write {

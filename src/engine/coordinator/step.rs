@@ -1,25 +1,22 @@
-//! One data-parallel step and its kin: dispatch shards to the workers, gather their replies
-//! (a silent replica is reported stuck), reduce the gradients, apply the SGD update to every
-//! replica and copy the BatchNorm statistics from replica 0; plus the reports, the evaluation
-//! and the workers' start and shutdown. The cross-process reduce of the distributed engine
-//! belongs between the gather and the update.
+//! One data-parallel step and its kin: dispatch shards to the workers, gather their replies,
+//! reduce the gradients, apply the optimizer's update to every replica and copy the BatchNorm
+//! statistics from replica 0; plus the reports and the evaluation. The cross-process reduce of
+//! the distributed engine belongs between the gather and the update.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::RecvTimeoutError;
 use tch::Tensor;
 
-use super::super::allreduce::{hand_out, sum_into_first, LocalReduce};
-use super::super::clock::{self, PhaseClock};
-use super::super::sgd::{Sgd, StepScalars};
-use super::super::shard::shards;
-use super::super::tally::{Tally, Window};
-use super::super::worker::{FromWorker, ReplicaHandles, ToWorker};
-use super::super::EngineError;
-use super::{mix_seed, Coordinator, JOIN_GRACE, SLOW_WORK_FACTOR};
+use super::{mix_seed, Coordinator, SLOW_WORK_FACTOR};
 use crate::dist::c10d::nccl_local_allreduce;
 use crate::dist::c10d::ReduceOp;
 use crate::dist::World;
+use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
+use crate::engine::clock::{self, PhaseClock};
+use crate::engine::shard::shards;
+use crate::engine::tally::{Tally, Window};
+use crate::engine::worker::{FromWorker, ToWorker};
+use crate::engine::EngineError;
 use crate::record::Record;
 
 /// Makes a report window global: training figures summed over the ranks, each replica's
@@ -46,69 +43,22 @@ fn clock_failure(device: crate::engine::DeviceId) -> impl Fn(crate::dist::c10d::
 }
 
 impl Coordinator {
-    fn worker_error(&self, replica: usize, message: String) -> EngineError {
-        EngineError::Worker { replica, device: self.cfg().devices[replica].to_string(), message }
-    }
-
-    /// Sends `cmd(replica)` to every worker.
-    pub(super) fn broadcast(&self, cmd: impl Fn(usize) -> ToWorker) -> Result<(), EngineError> {
-        for (i, tx) in self.p.to_workers.iter().enumerate() {
-            tx.send(cmd(i)).map_err(|_| EngineError::WorkersGone)?;
-        }
-        Ok(())
-    }
-
-    /// One reply from each worker, within `timeout` in all; a silent replica is reported stuck.
-    fn gather(&self, timeout: Duration) -> Result<Vec<FromWorker>, EngineError> {
-        let k = self.cfg().devices.len();
-        let deadline = Instant::now() + timeout;
-        let mut replies: Vec<Option<FromWorker>> = (0..k).map(|_| None).collect();
-        for _ in 0..k {
-            match self.p.from_workers.recv_deadline(deadline) {
-                Ok(FromWorker::Failed { replica, message }) => {
-                    return Err(self.worker_error(replica, message))
-                }
-                Ok(msg) => {
-                    let r = msg.replica();
-                    replies[r] = Some(msg);
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let replicas: Vec<usize> = (0..k).filter(|&i| replies[i].is_none()).collect();
-                    let devices = replicas.iter().map(|&r| self.cfg().devices[r].to_string()).collect();
-                    return Err(EngineError::Stalled { replicas, devices, seconds: timeout.as_secs_f64() });
-                }
-                Err(RecvTimeoutError::Disconnected) => return Err(EngineError::WorkersGone),
-            }
-        }
-        Ok(replies.into_iter().flatten().collect())
-    }
-
     fn slow_timeout(&self) -> Duration {
         self.cfg().step_timeout * SLOW_WORK_FACTOR
     }
 
     /// Waits for every replica to be built, and takes its buffers.
     pub(super) fn wait_ready(&mut self) -> Result<(), EngineError> {
-        for reply in self.gather(self.slow_timeout())? {
+        for reply in self.pool.gather(self.slow_timeout())? {
             if let FromWorker::Ready { handles, .. } = reply {
-                let ReplicaHandles { params, grads, buffers, named_params, named_buffers } = *handles;
-                self.momentum.push(params.zeros_like());
-                self.scalars.push(StepScalars::new(params.device()));
-                self.params.push(params);
-                self.grads.push(grads);
-                self.buffers.push(buffers);
-                if self.named.is_empty() {
-                    self.named = named_params.into_iter().chain(named_buffers).collect();
-                }
+                self.replicas.add(*handles, self.cfg.optim);
             }
         }
-        let first = self.params.first().map_or(tch::Device::Cpu, Tensor::device);
+        let first = self.replicas.params.first().map_or(tch::Device::Cpu, Tensor::device);
         let device = self.cfg().devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
         self.clock = Some(PhaseClock::new(first, 2).map_err(clock_failure(device))?);
-        if let Some(r) = &self.p.cfg.resume {
-            for m in &self.momentum {
-                self.p.param_layout.load_logical(m, &r.momentum);
-            }
+        if let Some(r) = &self.cfg.resume {
+            self.replicas.restore_optimizer(r);
         }
         Ok(())
     }
@@ -120,7 +70,7 @@ impl Coordinator {
         let (offset, total) = self.replica_span();
         let parts = shards(len, total);
         let timed = clock::sampled(self.cfg().has_gpu(), global_step);
-        self.broadcast(|i| ToWorker::Step {
+        self.pool.broadcast(|i| ToWorker::Step {
             start: start + parts[offset + i].0,
             len: parts[offset + i].1,
             global_step,
@@ -128,7 +78,7 @@ impl Coordinator {
             timed,
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
-        for reply in self.gather(self.cfg().step_timeout)? {
+        for reply in self.pool.gather(self.cfg().step_timeout)? {
             if let FromWorker::StepDone { replica, timing: Some((data, compute)) } = reply {
                 data_max = data_max.max(data);
                 compute_max = compute_max.max(compute);
@@ -142,41 +92,29 @@ impl Coordinator {
         clock.start(timed).map_err(&clock_error)?;
         let holders = match self.reduce.clone() {
             LocalReduce::Copies => {
-                sum_into_first(&mut self.grads);
-                if let Some(w) = &self.p.world {
-                    w.allreduce_flat(&self.grads[0])?;
+                sum_into_first(&mut self.replicas.grads);
+                if let Some(w) = &self.world {
+                    w.allreduce_flat(&self.replicas.grads[0])?;
                 }
-                hand_out(&mut self.grads)
+                hand_out(&mut self.replicas.grads)
             }
             LocalReduce::Nccl { groups } => self.nccl_reduce(&groups)?,
         };
         clock.mark().map_err(&clock_error)?;
-        let sgd = Sgd { lr: self.lr, ..self.cfg().sgd };
+        let norm = self.replicas.grad_norm(&holders, len, self.cfg.clip_grad_norm);
+        let _ =
+            self.grad_norms.get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double)).g_add_(&norm);
+        self.lr = self.plan.at(global_step);
         let inject = self.cfg().faults.coordinator_panic;
         for (i, &holder) in holders.iter().enumerate() {
             self.touching = Some(i);
             if inject == Some((i, global_step)) {
                 panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
             }
-            sgd.step(
-                &mut self.params[i],
-                &self.grads[holder],
-                &mut self.momentum[i],
-                len,
-                &mut self.scalars[i],
-            );
+            self.replicas.update(i, holder, self.lr, len, global_step as u64 + 1);
         }
         self.touching = None;
-        if let Some((first, rest)) = self.buffers.split_first_mut() {
-            if let Some(w) = &self.p.world {
-                if first.numel() > 0 {
-                    w.broadcast(first)?;
-                }
-            }
-            for b in rest {
-                b.copy_(first);
-            }
-        }
+        self.replicas.share_buffers(self.world.as_deref())?;
         clock.mark().map_err(&clock_error)?;
         let phases = clock.read().map_err(&clock_error)?;
         self.clock = Some(clock);
@@ -201,15 +139,16 @@ impl Coordinator {
     /// which buffer each replica reads.
     fn nccl_reduce(&mut self, groups: &[Vec<usize>]) -> Result<Vec<usize>, EngineError> {
         let _guard = tch::no_grad_guard();
+        let grads = &mut self.replicas.grads;
         for g in groups {
             for &m in &g[1..] {
-                let other = self.grads[m].shallow_clone();
-                let _ = self.grads[g[0]].g_add_(&other);
+                let other = grads[m].shallow_clone();
+                let _ = grads[g[0]].g_add_(&other);
             }
         }
-        let mut firsts: Vec<Tensor> = groups.iter().map(|g| self.grads[g[0]].shallow_clone()).collect();
+        let mut firsts: Vec<Tensor> = groups.iter().map(|g| grads[g[0]].shallow_clone()).collect();
         nccl_local_allreduce(&mut firsts).map_err(|e| EngineError::Nccl(e.0))?;
-        if let Some(w) = &self.p.world {
+        if let Some(w) = &self.world {
             w.allreduce_flat(&firsts[0])?;
             if let Some((first, rest)) = firsts.split_first_mut() {
                 for f in rest {
@@ -217,7 +156,7 @@ impl Coordinator {
                 }
             }
         }
-        let mut holders = vec![0; self.grads.len()];
+        let mut holders = vec![0; grads.len()];
         for g in groups {
             for &m in g {
                 holders[m] = g[0];
@@ -227,14 +166,10 @@ impl Coordinator {
     }
 
     fn check_replicas(&self) -> Result<(), EngineError> {
-        let dev0 = self.params[0].device();
-        for i in 1..self.params.len() {
-            let same = |a: &Tensor, b: &Tensor| a.to_device(dev0).equal(b);
-            if !same(&self.params[i], &self.params[0]) || !same(&self.buffers[i], &self.buffers[0]) {
-                return Err(EngineError::ReplicasDiverged { replica: i, step: self.global_step });
-            }
+        match self.replicas.first_diverged() {
+            Some(replica) => Err(EngineError::ReplicasDiverged { replica, step: self.global_step }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Reads the workers' figures (one device sync each) and reports the window.
@@ -244,19 +179,23 @@ impl Coordinator {
         step: usize,
         steps_per_epoch: usize,
     ) -> Result<(), EngineError> {
-        self.broadcast(|_| ToWorker::Report)?;
-        for reply in self.gather(self.cfg().step_timeout)? {
+        self.pool.broadcast(|_| ToWorker::Report)?;
+        for reply in self.pool.gather(self.cfg().step_timeout)? {
             if let FromWorker::Sums { sums, .. } = reply {
                 self.window.add(sums);
             }
         }
         let total = self.replica_span().1;
         let mut w = std::mem::replace(&mut self.window, Window::new(total));
-        if let Some(world) = &self.p.world {
+        if let Some(world) = &self.world {
             sum_over_ranks(world, &mut w)?;
             world.mark_progress(self.global_step);
         }
-        let stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
+        let mut stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
+        if let Some(sum) = self.grad_norms.take() {
+            // Every rank reduced the same gradients: the norm is already global.
+            stats.grad_norm = Some(sum.double_value(&[]) / w.steps.max(1) as f64);
+        }
         self.note_stragglers(&stats);
         self.epoch.add(w.tally);
         let finite = stats.loss.is_finite();
@@ -291,7 +230,7 @@ impl Coordinator {
 
     /// The device of global replica `replica`, with its rank in a multi-process run.
     fn replica_device(&self, replica: usize) -> String {
-        match &self.p.world {
+        match &self.world {
             Some(w) => w
                 .devices
                 .iter()
@@ -306,15 +245,16 @@ impl Coordinator {
     /// The test set's figures, split over the replicas.
     pub(super) fn evaluate(&mut self) -> Result<Tally, EngineError> {
         let (offset, replicas) = self.replica_span();
-        let parts = shards(self.p.test_len, replicas);
-        self.broadcast(|i| ToWorker::Evaluate { start: parts[offset + i].0, len: parts[offset + i].1 })?;
+        let parts = shards(self.test_len, replicas);
+        self.pool
+            .broadcast(|i| ToWorker::Evaluate { start: parts[offset + i].0, len: parts[offset + i].1 })?;
         let mut total = Tally::default();
-        for reply in self.gather(self.slow_timeout())? {
+        for reply in self.pool.gather(self.slow_timeout())? {
             if let FromWorker::Evaluated { sums, .. } = reply {
                 total.add(sums);
             }
         }
-        if let Some(w) = &self.p.world {
+        if let Some(w) = &self.world {
             let mut v = [total.loss, total.correct, total.samples];
             w.allreduce_values(&mut v, ReduceOp::Sum)?;
             [total.loss, total.correct, total.samples] = v;
@@ -324,26 +264,9 @@ impl Coordinator {
 
     /// This process's replicas as (global index of the first, replicas in the whole run).
     pub(super) fn replica_span(&self) -> (usize, usize) {
-        match &self.p.world {
+        match &self.world {
             Some(w) => (w.replica_offset(), w.total_replicas()),
             None => (0, self.cfg().devices.len()),
-        }
-    }
-
-    /// Asks every worker to leave and joins those that do within a grace period; a stuck one is
-    /// left behind (it ends with the process) rather than hanging the shutdown.
-    pub(super) fn shutdown(&mut self) {
-        for tx in &self.p.to_workers {
-            let _ = tx.send(ToWorker::Shutdown);
-        }
-        self.p.to_workers.clear();
-        // Every worker holds a sender of `workers_alive`; all gone means all threads ended.
-        let all_ended =
-            matches!(self.p.workers_alive.recv_timeout(JOIN_GRACE), Err(RecvTimeoutError::Disconnected));
-        for t in self.p.threads.drain(..) {
-            if all_ended || t.is_finished() {
-                let _ = t.join();
-            }
         }
     }
 }

@@ -1,0 +1,129 @@
+//! The worker pool: one named thread per replica, the channels to and from them, commands
+//! broadcast to all, replies gathered within a deadline (a silent replica is named as stuck),
+//! and the shutdown that never hangs on a stuck thread.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use tch::Tensor;
+
+use crate::data::Dataset;
+use crate::engine::config::TrainConfig;
+use crate::engine::worker::{self, FromWorker, ToWorker, WorkerSetup};
+use crate::engine::{DeviceId, EngineError};
+
+/// How long shutting down waits for the worker threads to leave.
+const JOIN_GRACE: Duration = Duration::from_secs(5);
+
+/// The replicas' threads and the channels to them.
+pub struct WorkerPool {
+    devices: Vec<DeviceId>,
+    to_workers: Vec<Sender<ToWorker>>,
+    from_workers: Receiver<FromWorker>,
+    threads: Vec<JoinHandle<()>>,
+    /// Disconnects once every worker thread has ended.
+    workers_alive: Receiver<()>,
+}
+
+impl WorkerPool {
+    /// Starts one worker per device of `cfg`, each from copies of the initial tensors.
+    pub fn spawn(
+        cfg: &TrainConfig,
+        data: &Arc<Dataset>,
+        initial_params: &Tensor,
+        initial_buffers: &Tensor,
+    ) -> Result<WorkerPool, EngineError> {
+        let (reply_tx, from_workers) = unbounded();
+        let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
+        let mut to_workers = Vec::new();
+        let mut threads = Vec::new();
+        for (replica, device) in cfg.devices.iter().enumerate() {
+            let (tx, rx) = unbounded();
+            let setup = WorkerSetup {
+                replica,
+                device: device.to_tch(),
+                model: cfg.model,
+                script: cfg.script.clone(),
+                loss: cfg.loss,
+                label_smoothing: cfg.label_smoothing,
+                normalization: cfg.normalization.clone(),
+                data: Arc::clone(data),
+                initial_params: initial_params.copy(),
+                initial_buffers: initial_buffers.copy(),
+                threads: cfg.cpu_threads,
+                faults: cfg.faults.clone(),
+                channels_last: cfg.uses_channels_last(),
+                precision: cfg.precision,
+            };
+            let replies = reply_tx.clone();
+            let alive = alive_tx.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("{}{replica}", worker::WORKER_THREAD_PREFIX))
+                .spawn(move || {
+                    // Dropped when the thread ends, however it ends.
+                    let _alive = alive;
+                    worker::run(setup, rx, replies)
+                })
+                .map_err(EngineError::Spawn)?;
+            to_workers.push(tx);
+            threads.push(handle);
+        }
+        Ok(WorkerPool { devices: cfg.devices.clone(), to_workers, from_workers, threads, workers_alive })
+    }
+
+    /// Sends `cmd(replica)` to every worker.
+    pub fn broadcast(&self, cmd: impl Fn(usize) -> ToWorker) -> Result<(), EngineError> {
+        for (i, tx) in self.to_workers.iter().enumerate() {
+            tx.send(cmd(i)).map_err(|_| EngineError::WorkersGone)?;
+        }
+        Ok(())
+    }
+
+    fn worker_error(&self, replica: usize, message: String) -> EngineError {
+        EngineError::Worker { replica, device: self.devices[replica].to_string(), message }
+    }
+
+    /// One reply from each worker, within `timeout` in all; a silent replica is reported stuck.
+    pub fn gather(&self, timeout: Duration) -> Result<Vec<FromWorker>, EngineError> {
+        let k = self.devices.len();
+        let deadline = Instant::now() + timeout;
+        let mut replies: Vec<Option<FromWorker>> = (0..k).map(|_| None).collect();
+        for _ in 0..k {
+            match self.from_workers.recv_deadline(deadline) {
+                Ok(FromWorker::Failed { replica, message }) => {
+                    return Err(self.worker_error(replica, message))
+                }
+                Ok(msg) => {
+                    let r = msg.replica();
+                    replies[r] = Some(msg);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let replicas: Vec<usize> = (0..k).filter(|&i| replies[i].is_none()).collect();
+                    let devices = replicas.iter().map(|&r| self.devices[r].to_string()).collect();
+                    return Err(EngineError::Stalled { replicas, devices, seconds: timeout.as_secs_f64() });
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(EngineError::WorkersGone),
+            }
+        }
+        Ok(replies.into_iter().flatten().collect())
+    }
+
+    /// Asks every worker to leave and joins those that do within a grace period; a stuck one is
+    /// left behind (it ends with the process) rather than hanging the shutdown.
+    pub fn shutdown(&mut self) {
+        for tx in &self.to_workers {
+            let _ = tx.send(ToWorker::Shutdown);
+        }
+        self.to_workers.clear();
+        // Every worker holds a sender of `workers_alive`; all gone means all threads ended.
+        let all_ended =
+            matches!(self.workers_alive.recv_timeout(JOIN_GRACE), Err(RecvTimeoutError::Disconnected));
+        for t in self.threads.drain(..) {
+            if all_ended || t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The replicas' tensors as the coordinator holds them: shallow handles on every worker's flat
+//! parameter, gradient and buffer storage, each replica's optimizer state, and the model's
+//! names and layouts that turn the flat buffers into named tensors (checkpoints, weight files).
+
+use tch::{Device, Tensor};
+
+use crate::dist::World;
+use crate::engine::flat::Layout;
+use crate::engine::optim::{OptimConfig, OptimizerState};
+use crate::engine::resume::Resume;
+use crate::engine::worker::ReplicaHandles;
+use crate::engine::EngineError;
+use crate::model::TensorSpec;
+
+/// Names and layouts of the model's tensors in the flat buffers.
+pub struct ModelLayout {
+    pub param_specs: Vec<TensorSpec>,
+    pub buffer_specs: Vec<TensorSpec>,
+    pub params: Layout,
+    pub buffers: Layout,
+}
+
+impl ModelLayout {
+    /// `flat` (laid out by `layout`) as named CPU tensors in logical order.
+    fn split(flat: &Tensor, layout: &Layout, specs: &[TensorSpec]) -> Vec<(String, Tensor)> {
+        specs.iter().map(|s| s.name.clone()).zip(layout.to_logical(flat, Device::Cpu)).collect()
+    }
+}
+
+/// Every replica's tensors in this process.
+pub struct Replicas {
+    pub layout: ModelLayout,
+    pub params: Vec<Tensor>,
+    pub grads: Vec<Tensor>,
+    pub buffers: Vec<Tensor>,
+    pub optim: Vec<OptimizerState>,
+    /// Replica 0's tensors by name (views into its buffers).
+    named: Vec<(String, Tensor)>,
+}
+
+impl Replicas {
+    pub fn new(layout: ModelLayout) -> Self {
+        Replicas {
+            layout,
+            params: Vec::new(),
+            grads: Vec::new(),
+            buffers: Vec::new(),
+            optim: Vec::new(),
+            named: Vec::new(),
+        }
+    }
+
+    /// Takes a ready replica's handles (in replica order) and makes its optimizer state.
+    pub fn add(&mut self, handles: ReplicaHandles, optim: OptimConfig) {
+        let ReplicaHandles { params, grads, buffers, named_params, named_buffers } = handles;
+        self.optim.push(OptimizerState::new(optim, &params, &self.layout.params));
+        self.params.push(params);
+        self.grads.push(grads);
+        self.buffers.push(buffers);
+        if self.named.is_empty() {
+            self.named = named_params.into_iter().chain(named_buffers).collect();
+        }
+    }
+
+    /// Restores every replica's optimizer state from a checkpoint.
+    pub fn restore_optimizer(&self, resume: &Resume) {
+        for state in &self.optim {
+            for (slot, logical) in &resume.optimizer {
+                state.load_slot(slot, &self.layout.params, logical);
+            }
+        }
+    }
+
+    /// Updates replica `i` from the reduced gradient in `grads[holder]`.
+    pub fn update(&mut self, i: usize, holder: usize, lr: f64, batch: usize, step: u64) {
+        self.optim[i].step(&mut self.params[i], &self.grads[holder], lr, batch, step);
+    }
+
+    /// The global L2 norm of the mean gradient (the reduced sum over `batch` samples) in the
+    /// buffers `holders` name, as a 0-dim tensor on replica 0's device (no host sync); with
+    /// `max_norm`, first scales every holder's gradient as `clip_grad_norm_` does:
+    /// `min(1, max_norm / (norm + 1e-6))`.
+    pub fn grad_norm(&mut self, holders: &[usize], batch: usize, max_norm: Option<f64>) -> Tensor {
+        let _guard = tch::no_grad_guard();
+        let mut first = None;
+        for (i, &h) in holders.iter().enumerate() {
+            if holders[..i].contains(&h) {
+                continue;
+            }
+            let norm = self.grads[h].norm() / batch as f64;
+            if let Some(max) = max_norm {
+                let coef = ((&norm + 1e-6).reciprocal() * max).clamp_max(1.0);
+                let _ = self.grads[h].g_mul_(&coef);
+            }
+            first.get_or_insert(norm);
+        }
+        first.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.params[0].device())))
+    }
+
+    /// Copies replica 0's BatchNorm statistics (the global replica 0's, across processes) to
+    /// every replica.
+    pub fn share_buffers(&mut self, world: Option<&World>) -> Result<(), EngineError> {
+        if let Some((first, rest)) = self.buffers.split_first_mut() {
+            if let Some(w) = world {
+                if first.numel() > 0 {
+                    w.broadcast(first)?;
+                }
+            }
+            for b in rest {
+                b.copy_(first);
+            }
+        }
+        Ok(())
+    }
+
+    /// The first replica whose parameters or buffers differ from replica 0's.
+    pub fn first_diverged(&self) -> Option<usize> {
+        let dev0 = self.params[0].device();
+        let same = |a: &Tensor, b: &Tensor| a.to_device(dev0).equal(b);
+        (1..self.params.len())
+            .find(|&i| !same(&self.params[i], &self.params[0]) || !same(&self.buffers[i], &self.buffers[0]))
+    }
+
+    pub fn params_finite(&self) -> bool {
+        bool::try_from(self.params[0].isfinite().all()).unwrap_or(false)
+    }
+
+    /// Replica 0's named tensors, copied to the CPU.
+    pub fn named_cpu(&self) -> Vec<(String, Tensor)> {
+        self.named.iter().map(|(n, t)| (n.clone(), t.to_device(Device::Cpu).contiguous().copy())).collect()
+    }
+
+    /// Replica 0's parameters, by name, on the CPU.
+    pub fn params_by_name(&self) -> Vec<(String, Tensor)> {
+        ModelLayout::split(&self.params[0], &self.layout.params, &self.layout.param_specs)
+    }
+
+    /// Replica 0's buffers, by name, on the CPU.
+    pub fn buffers_by_name(&self) -> Vec<(String, Tensor)> {
+        ModelLayout::split(&self.buffers[0], &self.layout.buffers, &self.layout.buffer_specs)
+    }
+
+    /// Replica 0's optimizer state: each slot's tensors by name, on the CPU.
+    pub fn optimizer_by_name(&self) -> Vec<(String, Vec<(String, Tensor)>)> {
+        self.optim[0]
+            .slots()
+            .map(|(slot, flat)| {
+                (slot.to_owned(), ModelLayout::split(flat, &self.layout.params, &self.layout.param_specs))
+            })
+            .collect()
+    }
+
+    /// Number of parameters.
+    pub fn param_count(&self) -> i64 {
+        self.layout.param_specs.iter().map(TensorSpec::numel).sum()
+    }
+}

@@ -1,0 +1,213 @@
+//! Each optimizer against PyTorch's own: the same TorchScript model from the same weights,
+//! full-batch steps on the same images (so the data order cannot matter), dpt-tui on one and
+//! two replicas, `torch.optim` in the virtualenv's Python (`tests/scripts/optim_reference.py`);
+//! and a run resumed mid-way ends where a straight run does.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::Arc;
+
+use dpt_tui::engine::checkpoint::Checkpoint;
+use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
+use dpt_tui::engine::{DeviceId, Engine, Outcome, Resume, TrainConfig};
+use dpt_tui::model::script::ScriptModel;
+use dpt_tui::model::ModelKind;
+
+/// Training images, all in one batch.
+const N: usize = 64;
+const STEPS: usize = 5;
+
+fn config(model: &Arc<ScriptModel>, optim: OptimConfig, replicas: usize) -> TrainConfig {
+    let mut cfg = TrainConfig::for_script(Arc::clone(model), vec![DeviceId::Cpu; replicas]);
+    cfg.batch_size = N;
+    cfg.epochs = STEPS;
+    cfg.optim = optim;
+    cfg.check_replicas = true;
+    cfg
+}
+
+fn train(cfg: TrainConfig) -> Outcome {
+    let engine = Engine::start(cfg, common::subset(N, 16)).expect("engine starts");
+    for _ in engine.events().iter() {}
+    engine.join().expect("training succeeds")
+}
+
+/// What a test trains with besides the model and data.
+#[derive(Clone, Copy)]
+struct Recipe {
+    optim: OptimConfig,
+    clip: Option<f64>,
+    label_smoothing: f64,
+}
+
+impl From<OptimConfig> for Recipe {
+    fn from(optim: OptimConfig) -> Self {
+        Recipe { optim, clip: None, label_smoothing: 0.0 }
+    }
+}
+
+/// PyTorch's parameters after `STEPS` full-batch steps with `recipe`.
+fn reference(model: &std::path::Path, recipe: Recipe) -> HashMap<String, Vec<f64>> {
+    let optim = recipe.optim;
+    let spec = serde_json::json!({
+        "optimizer": optim.kind.name(),
+        "lr": optim.lr,
+        "momentum": optim.momentum,
+        "nesterov": optim.nesterov,
+        "weight_decay": optim.weight_decay,
+        "betas": [optim.betas.0, optim.betas.1],
+        "eps": optim.eps,
+        "decay_all": optim.decay_all,
+        "clip": recipe.clip,
+        "label_smoothing": recipe.label_smoothing,
+    });
+    let out = Command::new(common::python())
+        .arg(common::script("optim_reference.py"))
+        .arg(model)
+        .arg(common::subset_dir())
+        .args([N.to_string(), STEPS.to_string(), spec.to_string()])
+        .output()
+        .expect("the virtualenv's python runs (bash .ci/setup)");
+    assert!(out.status.success(), "optim_reference.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON parameters")
+}
+
+/// The largest difference between dpt-tui's parameters and PyTorch's, relative to the largest
+/// parameter change PyTorch made (so a wrong update cannot hide behind the initial weights).
+fn relative_error(ours: &Outcome, theirs: &HashMap<String, Vec<f64>>, start: &ScriptModel) -> f64 {
+    let mut offset = 0;
+    let (mut worst_diff, mut largest_move) = (0.0f64, 0.0f64);
+    for spec in &start.params {
+        let n = spec.numel() as usize;
+        let initial = &start.initial_params[offset..offset + n];
+        offset += n;
+        let (_, t) = ours.final_params.iter().find(|(name, _)| *name == spec.name).expect("trained tensor");
+        let ours: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();
+        let theirs = &theirs[&spec.name];
+        for ((a, b), i) in ours.iter().zip(theirs).zip(initial) {
+            worst_diff = worst_diff.max((*a as f64 - b).abs());
+            largest_move = largest_move.max((b - *i as f64).abs());
+        }
+    }
+    assert!(largest_move > 1e-4, "PyTorch's steps moved the weights");
+    worst_diff / largest_move
+}
+
+fn check(recipe: impl Into<Recipe>) -> Vec<Outcome> {
+    let recipe = recipe.into();
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::make_model("mlp", 1, dir.path());
+    let model = Arc::new(ScriptModel::read(&path).unwrap());
+    let theirs = reference(&path, recipe);
+    let what =
+        format!("{}, clip {:?}, smoothing {}", recipe.optim.describe(), recipe.clip, recipe.label_smoothing);
+    let mut outcomes = Vec::new();
+    for replicas in [1, 2] {
+        let mut cfg = config(&model, recipe.optim, replicas);
+        cfg.clip_grad_norm = recipe.clip;
+        cfg.label_smoothing = recipe.label_smoothing;
+        let ours = train(cfg);
+        let e = relative_error(&ours, &theirs, &model);
+        eprintln!("{what}, {replicas} replica(s): {e:.2e} from PyTorch");
+        assert!(e < 1e-4, "{what} on {replicas} replica(s) is {e} away from PyTorch's");
+        outcomes.push(ours);
+    }
+    outcomes
+}
+
+fn adam(kind: OptimizerKind, weight_decay: f64, decay_all: bool) -> OptimConfig {
+    OptimConfig {
+        kind,
+        weight_decay,
+        decay_all,
+        betas: (0.85, 0.99),
+        eps: 1e-6,
+        ..OptimConfig::sgd(3e-3, 0.0, 0.0)
+    }
+}
+
+#[test]
+fn sgd_with_momentum_and_weight_decay_equals_torch_optim_sgd() {
+    check(OptimConfig::sgd(0.1, 0.9, 1e-2));
+}
+
+#[test]
+fn nesterov_sgd_equals_torch_optim_sgd() {
+    check(OptimConfig { nesterov: true, ..OptimConfig::sgd(0.1, 0.9, 1e-2) });
+}
+
+#[test]
+fn adam_equals_torch_optim_adam() {
+    check(adam(OptimizerKind::Adam, 0.1, false));
+}
+
+#[test]
+fn adamw_decays_matrices_only_as_timm_does_and_equals_torch_optim_adamw() {
+    check(adam(OptimizerKind::AdamW, 0.5, false));
+}
+
+#[test]
+fn adamw_with_decay_on_every_tensor_equals_torch_optim_adamw() {
+    check(adam(OptimizerKind::AdamW, 0.5, true));
+}
+
+#[test]
+fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::make_model("mlp", 1, dir.path());
+    let model = Arc::new(ScriptModel::read(&path).unwrap());
+    let optim = adam(OptimizerKind::AdamW, 0.05, false);
+    let straight = train(config(&model, optim, 2));
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let mut first = config(&model, optim, 2);
+    first.max_steps = Some(2);
+    first.run_dir = Some(run.clone());
+    train(first);
+    let ckpt = Checkpoint::read(&run).unwrap();
+    let mut slots: Vec<&str> = ckpt.optimizer.iter().map(|(s, _)| s.as_str()).collect();
+    slots.sort_unstable();
+    assert_eq!(slots, ["exp_avg", "exp_avg_sq"]);
+    assert_eq!(ckpt.state.optim().kind, OptimizerKind::AdamW);
+    let resume = Resume::new(ckpt, ModelKind::Script, Some(&model), &run).unwrap();
+    let mut rest = config(&model, resume.state.optim(), 2);
+    rest.resume = Some(Box::new(resume));
+    let resumed = train(rest);
+    let d = common::max_relative_difference(&straight, &resumed);
+    assert!(d < 1e-6, "the resumed run differs by {d}");
+}
+
+#[test]
+fn clipping_the_gradient_norm_equals_clip_grad_norm() {
+    // Plain SGD moves by exactly lr × the clipped gradient, so a wrong norm shows at once.
+    check(Recipe { optim: OptimConfig::sgd(0.5, 0.0, 0.0), clip: Some(0.05), label_smoothing: 0.0 });
+    check(Recipe { clip: Some(0.05), ..Recipe::from(adam(OptimizerKind::AdamW, 0.05, false)) });
+}
+
+#[test]
+fn label_smoothing_equals_cross_entropy_with_label_smoothing() {
+    check(Recipe { optim: OptimConfig::sgd(0.5, 0.9, 0.0), clip: None, label_smoothing: 0.2 });
+}
+
+#[test]
+fn the_gradient_norm_is_reported_with_each_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptModel::read(&common::make_model("mlp", 1, dir.path())).unwrap());
+    let mut cfg = config(&model, OptimConfig::sgd(0.1, 0.0, 0.0), 2);
+    cfg.log_every = 1;
+    let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
+    let norms: Vec<f64> = engine
+        .events()
+        .iter()
+        .filter_map(|r| match r {
+            dpt_tui::record::Record::Step(s) => s.grad_norm,
+            _ => None,
+        })
+        .collect();
+    engine.join().unwrap();
+    assert_eq!(norms.len(), STEPS);
+    assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
+    assert!(norms.iter().all(|n| *n > 4.0 * 0.05), "the clipping test's max norm engages: {norms:?}");
+}

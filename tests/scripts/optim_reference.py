@@ -1,0 +1,55 @@
+"""PyTorch's own numbers for dpt-tui's optimizer tests: trains a TorchScript model with full-batch
+steps on the first N training images of an IDX data set and prints the final parameters as JSON.
+
+`python optim_reference.py MODEL.pt DATA_DIR N STEPS SPEC_JSON`
+
+SPEC_JSON: {"optimizer": "sgd"|"adam"|"adamw", "lr", "momentum", "nesterov", "weight_decay",
+"betas", "eps", "decay_all", "clip" (null or the max norm), "label_smoothing"}. Adam and AdamW decay only tensors of 2+ dimensions unless
+decay_all (two parameter groups, as timm builds them); SGD decays every tensor. The loss is
+the mean cross-entropy of the batch, the images scaled to [0, 1] (dpt-tui's default for a
+TorchScript model).
+"""
+import json
+import os
+import sys
+
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches"))
+from pytorch_seed import read_idx  # noqa: E402
+
+
+def optimizer(spec, named):
+    lr, wd = spec["lr"], spec["weight_decay"]
+    if spec["optimizer"] == "sgd":
+        return torch.optim.SGD(
+            [p for _, p in named], lr=lr, momentum=spec["momentum"], nesterov=spec["nesterov"], weight_decay=wd
+        )
+    decay = [p for _, p in named if spec["decay_all"] or p.dim() >= 2]
+    rest = [p for _, p in named if not (spec["decay_all"] or p.dim() >= 2)]
+    groups = [{"params": decay, "weight_decay": wd}, {"params": rest, "weight_decay": 0.0}]
+    kind = torch.optim.AdamW if spec["optimizer"] == "adamw" else torch.optim.Adam
+    return kind(groups, lr=lr, betas=tuple(spec["betas"]), eps=spec["eps"])
+
+
+def main():
+    model, data, n, steps, spec = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+    torch.set_num_threads(1)
+    net = torch.jit.load(model)
+    net.train()
+    x = read_idx(f"{data}/train-images-idx3-ubyte.gz")[:n].unsqueeze(1).float() / 255
+    y = read_idx(f"{data}/train-labels-idx1-ubyte.gz")[:n].long()
+    named = [(k, p) for k, p in net.named_parameters() if p.requires_grad]
+    opt = optimizer(spec, named)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x), y, label_smoothing=spec["label_smoothing"]).backward()
+        if spec["clip"] is not None:
+            torch.nn.utils.clip_grad_norm_([p for _, p in named], spec["clip"])
+        opt.step()
+    print(json.dumps({k: p.detach().flatten().tolist() for k, p in net.named_parameters()}))
+
+
+if __name__ == "__main__":
+    main()
