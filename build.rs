@@ -27,6 +27,7 @@ fn main() {
         );
     };
     let lib = PathBuf::from(lib);
+    torch_build(&lib);
     compile_shim(&lib);
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     println!("cargo:rustc-link-search=native={}", lib.display());
@@ -39,6 +40,27 @@ fn main() {
         println!("cargo:rustc-link-arg=-ltorch");
         println!("cargo:rustc-link-arg=-Wl,--as-needed");
     }
+}
+
+/// The wheel's version and the CUDA version it was built for, from `torch/version.py`, as
+/// `DPT_TORCH_BUILD` (`2.11.0+cu130`) and `DPT_TORCH_CUDA` (`13.0`, empty for a CPU-only build)
+/// for `dpt-tui doctor` and the driver messages.
+fn torch_build(lib: &Path) {
+    let file = lib.parent().map(|t| t.join("version.py"));
+    if let Some(f) = &file {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
+    let text = file.and_then(|f| std::fs::read_to_string(f).ok()).unwrap_or_default();
+    let value = |key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key) && l.contains('='))
+            .and_then(|l| l.split('=').nth(1))
+            .map(|v| v.trim().trim_matches(['\'', '"']).to_owned())
+            .filter(|v| v != "None")
+            .unwrap_or_default()
+    };
+    println!("cargo:rustc-env=DPT_TORCH_BUILD={}", value("__version__"));
+    println!("cargo:rustc-env=DPT_TORCH_CUDA={}", value("cuda"));
 }
 
 /// The wheel's `nvidia/<name>/include`, if present.

@@ -205,4 +205,7 @@ fn doctor_checks_this_machine() {
     if tch::Cuda::device_count() == 0 {
         assert!(stdout.contains("no GPU here: the CPU path is checked"), "{stdout}");
     }
+    // The driver's verdict comes first (here: none, so the CPU).
+    let first = stdout.lines().next().unwrap_or("");
+    assert!(first.starts_with("ok   ") && first.contains("driver"), "{first}");
 }

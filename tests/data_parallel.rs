@@ -76,12 +76,13 @@ fn same_seed_same_result() {
 #[test]
 fn cpu_steps_are_timed_by_the_host_clock_every_step_and_say_so() {
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
-    (cfg.batch_size, cfg.max_steps, cfg.log_every) = (64, Some(4), 2);
+    // Three warm-up steps, then one timed step in each of the last two windows.
+    (cfg.batch_size, cfg.max_steps, cfg.log_every) = (32, Some(7), 2);
     let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
     let records: Vec<_> = engine.events().iter().collect();
     engine.join().expect("training succeeds");
     let Some(dpt_tui::record::Record::Start(info)) = records.first() else { panic!("no start record") };
-    assert_eq!(info.timing, "host clock, every step");
+    assert_eq!(info.timing, "host clock, every step after 3 warm-up steps");
     let steps: Vec<_> = records
         .iter()
         .filter_map(|r| match r {
@@ -89,8 +90,9 @@ fn cpu_steps_are_timed_by_the_host_clock_every_step_and_say_so() {
             _ => None,
         })
         .collect();
-    assert_eq!(steps.len(), 2);
-    for s in steps {
+    assert_eq!(steps.len(), 4);
+    assert_eq!(steps[0].timed_steps, Some(0), "the warm-up is not timed");
+    for s in &steps[2..] {
         // Every phase was measured, and the forward/backward pass is real work.
         assert!(
             s.timing.compute > 0.0 && s.timing.allreduce > 0.0 && s.timing.update > 0.0,

@@ -131,6 +131,10 @@ impl DeviceState {
     }
 
     pub fn on_step(&mut self, s: &StepStats) {
+        if s.timed_steps == Some(0) {
+            // A window of warm-up steps carries no timings.
+            return;
+        }
         let all: Vec<f64> = s.replicas.iter().map(|t| t.data + t.compute).collect();
         // Every replica's step ends when the slowest's does: the rest of it is waiting.
         let slowest = all.iter().copied().fold(0.0, f64::max);

@@ -4,6 +4,7 @@
 #include "c10d_shim.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <torch/csrc/cuda/nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -12,11 +13,19 @@
 #include <vector>
 
 // c10's device-generic event: its CUDA implementation lives in libc10_cuda (no CUDA runtime
-// symbol in this object); BACKEND_DEFAULT is a CUDA event with timing.
+// symbol in this object); BACKEND_DEFAULT is a CUDA event with timing. Its record, elapsed
+// time and destruction end by setting the device back to the thread's previous one with a plain
+// cudaSetDevice, which on a thread that never chose a device means creating a context on GPU 0:
+// every entry point below first makes the event's device current with a c10::DeviceGuard, which
+// restores through MaybeSetDevice (no context), as at::cuda::CUDAEvent does with CUDAGuard.
 struct dpt_event {
   c10::Event event;
   c10::DeviceIndex device;
 };
+
+static c10::Device cuda(c10::DeviceIndex index) {
+  return c10::Device(c10::DeviceType::CUDA, index);
+}
 
 extern "C" {
 
@@ -36,6 +45,8 @@ int dpt_nccl_local_allreduce(at::Tensor** tensors, size_t n, char** err) {
       TORCH_CHECK(tensors[i]->is_cuda(), "NCCL needs CUDA tensors; tensor ", i, " is on ", tensors[i]->device());
       v.push_back(*tensors[i]);
     }
+    TORCH_CHECK(!v.empty(), "nothing to sum");
+    c10::DeviceGuard guard(v[0].device());
     torch::cuda::nccl::all_reduce(v, v);
     return 0;
   })
@@ -72,22 +83,37 @@ dpt_event* dpt_cuda_event_new(int device, char** err) {
 // before it has run.
 int dpt_cuda_event_record(dpt_event* ev, char** err) {
   DPT_GUARD(err, -1, {
+    c10::DeviceGuard guard(cuda(ev->device));
     ev->event.record(at::cuda::getCurrentCUDAStream(ev->device).unwrap());
     return 0;
   })
 }
 
-// Waits for `later`, then the GPU time between the two events in milliseconds.
+// 1 when the work queued before the event has run, 0 while it has not (never waits).
+int dpt_cuda_event_query(dpt_event* ev, char** err) {
+  DPT_GUARD(err, -1, {
+    c10::DeviceGuard guard(cuda(ev->device));
+    return ev->event.query() ? 1 : 0;
+  })
+}
+
+// The GPU time between two completed events in milliseconds (the caller waits for `later`
+// with dpt_cuda_event_query, against its own deadline).
 int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, char** err) {
   DPT_GUARD(err, -1, {
-    later->event.synchronize();
+    c10::DeviceGuard guard(cuda(later->device));
     *ms = static_cast<float>(earlier->event.elapsedTime(later->event));
     return 0;
   })
 }
 
 void dpt_cuda_event_free(dpt_event* ev) {
-  delete ev;
+  try {
+    c10::DeviceGuard guard(cuda(ev->device));
+    delete ev;
+  } catch (...) {
+    delete ev;
+  }
 }
 
 }  // extern "C"

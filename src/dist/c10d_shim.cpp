@@ -6,9 +6,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Logging.h>
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +25,15 @@ std::vector<at::Tensor> tensors_of(at::Tensor** tensors, size_t n) {
     v.push_back(*tensors[i]);
   }
   return v;
+}
+
+// The tensors' device as the thread's current one while a collective is queued or waited on
+// (none for CPU tensors), so c10d's per-device state is made on the tensors' GPU.
+std::optional<c10::Device> cuda_device_of(const std::vector<at::Tensor>& v) {
+  if (!v.empty() && v[0].is_cuda()) {
+    return v[0].device();
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> keys_of(const char** keys, size_t n) {
@@ -38,6 +50,20 @@ extern "C" {
 
 void dpt_free_string(char* s) {
   std::free(s);
+}
+
+// torch.cuda.set_device: makes CUDA device `device` the calling thread's current one (its
+// context is made there, once), through c10's registered CUDA guard implementation, so no CUDA
+// header is needed and a CPU-only build refuses cleanly.
+int dpt_cuda_set_device(int device, char** err) {
+  DPT_GUARD(err, -1, {
+    TORCH_CHECK(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA), "this libtorch has no CUDA backend");
+    const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    auto count = impl->deviceCount();
+    TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
+    impl->setDevice(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+    return 0;
+  })
 }
 
 void dpt_free_bytes(uint8_t* b) {
@@ -144,6 +170,7 @@ void dpt_group_free(dpt_group* g) {
 dpt_work* dpt_allreduce(dpt_group* g, at::Tensor** tensors, size_t n, int op, char** err) {
   DPT_GUARD(err, nullptr, {
     auto v = tensors_of(tensors, n);
+    c10::OptionalDeviceGuard guard(cuda_device_of(v));
     c10d::AllreduceOptions opts;
     opts.reduceOp = op == 1 ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
     return new dpt_work{g->p->allreduce(v, opts)};
@@ -153,6 +180,7 @@ dpt_work* dpt_allreduce(dpt_group* g, at::Tensor** tensors, size_t n, int op, ch
 dpt_work* dpt_broadcast(dpt_group* g, at::Tensor** tensors, size_t n, int root, char** err) {
   DPT_GUARD(err, nullptr, {
     auto v = tensors_of(tensors, n);
+    c10::OptionalDeviceGuard guard(cuda_device_of(v));
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     return new dpt_work{g->p->broadcast(v, opts)};

@@ -1,5 +1,5 @@
 // dpt-tui's C++ shim over libtorch's c10d (the engine under torch.distributed): a flat C API of
-// opaque handles for src/dist/c10d.rs. Every entry point catches every C++ exception and
+// opaque handles for src/dist/c10d/ (mod.rs, cuda.rs, jit.rs). Every entry point catches every C++ exception and
 // returns its message through `err` (a malloc'ed string the caller frees with
 // dpt_free_string); no exception ever crosses into Rust.
 #pragma once

@@ -4,19 +4,30 @@
 // caught and its message returned through `err`.
 #include "c10d_shim.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/script.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+// `device` is the replica's: loading and every forward run with it as the current device, as
+// nn.parallel.parallel_apply runs each replica under torch.cuda.device(d), so model code that
+// says `.cuda()` or `device="cuda"` lands on the replica's GPU, not on GPU 0.
 struct dpt_module {
   torch::jit::Module m;
+  c10::Device device;
 };
+
+static std::optional<c10::Device> cuda_only(c10::Device device) {
+  return device.is_cuda() ? std::optional<c10::Device>(device) : std::nullopt;
+}
 
 static dpt_module* load_module(const char* path, int cuda_index) {
   c10::Device device = cuda_index < 0 ? c10::Device(c10::kCPU)
                                       : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_index));
-  return new dpt_module{torch::jit::load(path, device)};
+  c10::OptionalDeviceGuard guard(cuda_only(device));
+  return new dpt_module{torch::jit::load(path, device), device};
 }
 
 // Copies the names and tensors of `list` into malloc'ed arrays the caller owns.
@@ -37,6 +48,7 @@ static size_t export_named(const List& list, char*** names, at::Tensor*** tensor
 }
 
 static at::Tensor* forward(dpt_module* module, at::Tensor* x) {
+  c10::OptionalDeviceGuard guard(cuda_only(module->device));
   std::vector<c10::IValue> inputs{*x};
   c10::IValue out = module->m.forward(inputs);
   TORCH_CHECK(out.isTensor(), "forward returned a ", out.tagKind(), ", not a tensor");

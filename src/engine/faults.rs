@@ -6,7 +6,8 @@
 //! coordinator panics while updating replica R at step S), `nan-loss=S` (every replica's loss
 //! becomes NaN from step S on), `checkpoint-write` (every checkpoint write fails),
 //! `slow-replica=R@MS` (replica R takes MS milliseconds longer over every step, as a throttled
-//! or shared device would).
+//! or shared device would), `worker-oom=R@S` (replica R fails at step S with the text of
+//! PyTorch's CUDA allocator running out of memory).
 
 use std::str::FromStr;
 
@@ -21,7 +22,13 @@ pub struct Faults {
     pub checkpoint_write: bool,
     /// Replica R spends this many more milliseconds on every step.
     pub slow_replica: Option<(usize, usize)>,
+    /// Replica R runs out of GPU memory at step S.
+    pub worker_oom: Option<(usize, usize)>,
 }
+
+/// The CUDA caching allocator's message for an allocation it cannot make (torch 2.11's
+/// wording, figures of an 80 GB GPU), for the `worker-oom` fault.
+pub const ALLOCATOR_OOM: &str = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 7.75 MiB is free. Including non-PyTorch memory, this process has 79.17 GiB memory in use. Of the allocated memory 75.10 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
 
 fn replica_at(v: &str) -> Result<(usize, usize), String> {
     let (r, s) = v.split_once('@').ok_or_else(|| format!("'{v}' is not R@STEP"))?;
@@ -42,6 +49,7 @@ impl FromStr for Faults {
                 Some(("worker-stall", v)) => f.worker_stall = Some(replica_at(v)?),
                 Some(("coordinator-panic", v)) => f.coordinator_panic = Some(replica_at(v)?),
                 Some(("slow-replica", v)) => f.slow_replica = Some(replica_at(v)?),
+                Some(("worker-oom", v)) => f.worker_oom = Some(replica_at(v)?),
                 Some(("nan-loss", v)) => {
                     f.nan_loss_from = Some(v.parse().map_err(|_| format!("bad step '{v}'"))?)
                 }

@@ -7,9 +7,12 @@ pub mod clock;
 pub mod config;
 pub mod coordinator;
 pub mod device;
+pub mod driver;
 pub mod events;
 pub mod faults;
 pub mod flat;
+pub mod gpu_wait;
+pub mod oom;
 pub mod optim;
 pub mod resident;
 pub mod resume;
@@ -67,6 +70,11 @@ pub enum EngineError {
     Dist(#[from] crate::dist::DistError),
     #[error("the NCCL allreduce between this process's GPUs failed: {0}; rerun with NCCL_DEBUG=INFO, or run 'dpt-tui doctor'")]
     Nccl(String),
+    #[error(transparent)]
+    GpuWait(#[from] gpu_wait::WaitError),
+    /// A GPU ran out of memory (the line says what ran out and the way out).
+    #[error("{0}")]
+    OutOfMemory(String),
 }
 
 fn coordinator_failure(replica: Option<usize>, device: Option<&str>, message: &str) -> String {

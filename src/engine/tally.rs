@@ -124,6 +124,7 @@ impl Window {
                 .map(|r| ReplicaTiming { data: per(r.data), compute: per(r.compute) })
                 .collect(),
             grad_norm: None,
+            timed_steps: Some(self.timed),
         }
     }
 }

@@ -92,6 +92,8 @@ pub struct WorkerSetup {
     pub faults: Faults,
     pub channels_last: bool,
     pub precision: Precision,
+    /// How long a timed step's read of its GPU events may wait.
+    pub gpu_wait: std::time::Duration,
 }
 
 struct Worker {
@@ -121,6 +123,10 @@ struct Worker {
 pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<FromWorker>) {
     let replica = setup.replica;
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
+        if let Device::Cuda(i) = setup.device {
+            // Before anything else, as DDP scripts call torch.cuda.set_device(local_rank).
+            crate::dist::c10d::set_thread_device(i).map_err(|e| e.0)?;
+        }
         let mut worker = Worker::new(setup)?;
         replies
             .send(FromWorker::Ready { replica, handles: Box::new(worker.handles()) })
@@ -133,6 +139,9 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                 }
                 ToWorker::Step { start, len, global_step, dropout_seed, timed } => {
                     worker.inject_faults(global_step);
+                    if worker.faults.worker_oom == Some((replica, global_step)) {
+                        return Err(super::faults::ALLOCATOR_OOM.to_owned());
+                    }
                     worker.step(start, len, global_step, dropout_seed, timed)?
                 }
                 ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
@@ -174,6 +183,14 @@ pub fn in_worker_thread() -> bool {
     std::thread::current()
         .name()
         .is_some_and(|n| n.starts_with(WORKER_THREAD_PREFIX) || n == "dpt-coordinator")
+}
+
+/// `cuda:1`, `cpu`: a device as the engine names it.
+fn device_name(device: Device) -> String {
+    match device {
+        Device::Cuda(i) => format!("cuda:{i}"),
+        _ => "cpu".to_owned(),
+    }
 }
 
 /// Worker threads are named `dpt-worker-<replica>`.
@@ -223,7 +240,11 @@ impl Worker {
             buffers,
             order: None,
             faults: setup.faults.clone(),
-            clock: PhaseClock::new(setup.device, 2).map_err(|e| e.to_string())?,
+            clock: PhaseClock::new(
+                setup.device,
+                2,
+                super::clock::waiting("forward and backward", device_name(setup.device), setup.gpu_wait),
+            ),
             normalizer: Normalizer::new(
                 &setup.normalization,
                 setup.data.train.images.unit(),
@@ -348,7 +369,7 @@ impl Worker {
         }
         self.clock.mark().map_err(clock_error)?;
         let timing =
-            self.clock.read().map_err(clock_error)?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
+            self.clock.read().map_err(|e| e.to_string())?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
         Ok(FromWorker::StepDone { replica: self.replica, timing })
     }
 

@@ -12,7 +12,7 @@ use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
-use super::gpu::{throttle_names, GpuDetail, GpuProcess};
+use super::gpu::{own_pids, recognise, throttle_names, GpuDetail, GpuProcess, PidMatch};
 
 use super::{DeviceSample, SampleSource};
 use crate::dist::c10d::CudaIdentity;
@@ -58,6 +58,11 @@ impl Gpus {
     pub fn census(&self) -> (usize, Option<String>) {
         let count = self.nvml.device_count().map_or(0, |n| n as usize);
         (count, self.nvml.sys_driver_version().ok())
+    }
+
+    /// The newest CUDA version the driver supports, as NVML gives it (12040 = CUDA 12.4).
+    pub fn cuda_driver_version(&self) -> Option<i32> {
+        self.nvml.sys_cuda_driver_version().ok()
     }
 
     /// The UUIDs of the GPUs the driver shows, in NVML order (a GPU whose UUID cannot be read
@@ -115,12 +120,13 @@ impl Gpus {
             rank: None,
             host: None,
             note,
-            gpu: Some(Box::new(self.detail(&dev))),
+            gpu: Some(Box::new(self.detail(&dev, cuda_index))),
         })
     }
 
-    /// The further figures of `dev`, each only where NVML gives it.
-    fn detail(&self, dev: &Device<'_>) -> GpuDetail {
+    /// The further figures of `dev` (this process's CUDA device `cuda_index`), each only where
+    /// NVML gives it.
+    fn detail(&self, dev: &Device<'_>, cuda_index: usize) -> GpuDetail {
         let nvlink = |field: u32| -> Option<u64> {
             let samples = dev.field_values_for(&[FieldId(field)]).ok()?;
             match samples.into_iter().next()?.ok()?.value.ok()? {
@@ -129,10 +135,19 @@ impl Gpus {
                 _ => None,
             }
         };
-        let own = std::process::id();
-        let processes = dev.running_compute_processes().ok().map(|list| {
+        let own =
+            own_pids(std::process::id(), &std::fs::read_to_string("/proc/self/status").unwrap_or_default());
+        // Read after the list: a context made between the two is then not yet listed, and the
+        // one listed process is not taken for ours.
+        let listed = dev.running_compute_processes().ok();
+        let holds_context = crate::dist::c10d::context_made(cuda_index);
+        let mut pids = PidMatch::Matched;
+        let processes = listed.map(|list| {
+            let (ours, how) = recognise(&list.iter().map(|p| p.pid).collect::<Vec<_>>(), &own, holds_context);
+            pids = how;
             list.into_iter()
-                .map(|p| GpuProcess {
+                .zip(ours)
+                .map(|(p, ours)| GpuProcess {
                     pid: p.pid,
                     name: self.nvml.sys_process_name(p.pid, 64).ok().map(|n| {
                         // NVML gives the executable's path; the name is what identifies it.
@@ -144,7 +159,7 @@ impl Gpus {
                         UsedGpuMemory::Used(b) => Some(b),
                         UsedGpuMemory::Unavailable => None,
                     },
-                    ours: p.pid == own,
+                    ours,
                 })
                 .collect()
         });
@@ -159,6 +174,7 @@ impl Gpus {
             ecc_uncorrected: dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
             fan_pct: dev.fan_speed(0).ok(),
             processes,
+            pids,
         }
     }
 }

@@ -133,6 +133,7 @@ mod tests {
             timing: Default::default(),
             replicas: Vec::new(),
             grad_norm: None,
+            timed_steps: None,
         }))
     }
 

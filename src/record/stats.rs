@@ -196,6 +196,10 @@ pub struct StepStats {
     /// The mean gradient's global L2 norm, averaged over the window's steps (before clipping).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_norm: Option<f64>,
+    /// How many of the window's steps were timed (none in a window of warm-up steps, whose
+    /// timings are then zeros to be ignored); absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_steps: Option<usize>,
 }
 
 /// End-of-epoch statistics, with test metrics computed over all replicas.

@@ -69,7 +69,7 @@ impl Narrator {
                 level: Level::Info,
                 progress: true,
                 text: format!(
-                    "epoch {}/{} step {:>4}/{}  loss {:.4}  acc {:.3}  lr {}  {:.1} samples/s  step {} ms = data {} + fwd/bwd {} + allreduce {} + update {}",
+                    "epoch {}/{} step {:>4}/{}  loss {:.4}  acc {:.3}  lr {}  {:.1} samples/s  {}",
                     s.epoch,
                     self.epochs,
                     s.step,
@@ -78,12 +78,19 @@ impl Narrator {
                     s.acc,
                     s.lr,
                     s.samples_per_sec,
-                    ms(s.timing.total()),
-                    ms(s.timing.data),
-                    ms(s.timing.compute),
-                    ms(s.timing.allreduce),
-                    ms(s.timing.update),
-                ),
+                    if s.timed_steps == Some(0) {
+                        "step not timed (warm-up)".to_owned()
+                    } else {
+                        format!(
+                            "step {} ms = data {} + fwd/bwd {} + allreduce {} + update {}",
+                            ms(s.timing.total()),
+                            ms(s.timing.data),
+                            ms(s.timing.compute),
+                            ms(s.timing.allreduce),
+                            ms(s.timing.update),
+                        )
+                    },
+                ) + &s.grad_norm.map_or(String::new(), |g| format!("  grad norm {g:.3}")),
             }),
             Record::Epoch(e) => info(format!(
                 "epoch {}/{} done: train loss {:.4}, train acc {:.3}, test loss {:.4}, test acc {:.3}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",

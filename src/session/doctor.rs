@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use dpt_tui::data::{Dataset, Split};
 use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
-use dpt_tui::engine::device::{Machine, AUTO_CPU_REPLICAS, TORCH_VERSION};
+use dpt_tui::engine::device::{Machine, AUTO_CPU_REPLICAS};
+use dpt_tui::engine::driver::TORCH_BUILD;
 use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::monitor::nvml::Gpus;
@@ -18,7 +19,12 @@ use dpt_tui::monitor::nvml::Gpus;
 struct Check {
     what: String,
     result: Result<String, String>,
-    fix: &'static str,
+    fix: String,
+}
+
+/// `CUDA_VISIBLE_DEVICES` empty or -1: the GPUs are hidden on purpose, not lost.
+fn hidden_on_purpose() -> bool {
+    std::env::var("CUDA_VISIBLE_DEVICES").is_ok_and(|v| v.trim().is_empty() || v.trim().starts_with("-1"))
 }
 
 fn print_fact(name: &str, value: &str) {
@@ -51,6 +57,9 @@ fn train_step(model: ModelKind, device: DeviceId) -> Result<String, String> {
     Ok(format!("{} step(s) in {:.2} s", outcome.summary.global_steps, t0.elapsed().as_secs_f64()))
 }
 
+/// How long a collective check may take before doctor calls it hung.
+const PAIR_DEADLINE: Duration = Duration::from_secs(90);
+
 /// The bytes each rank of the two-process check sums.
 const PAIR_FLOATS: i64 = 1 << 20;
 
@@ -67,6 +76,10 @@ pub fn peer(spec: &str) -> u8 {
             Some("nccl") => (Backend::Nccl, tch::Device::Cuda(rank)),
             _ => return Err(bad()),
         };
+        if let tch::Device::Cuda(i) = device {
+            // As a DDP script calls torch.cuda.set_device(local_rank) first.
+            dpt_tui::dist::c10d::set_thread_device(i).map_err(|e| e.0)?;
+        }
         dpt_tui::dist::c10d::quiet_logs();
         let timeout = Duration::from_secs(30);
         let store = Store::tcp("127.0.0.1", port, 2, rank == 0, timeout).map_err(|e| e.0)?;
@@ -114,6 +127,20 @@ fn process_pair(backend: &str) -> Result<String, String> {
             .map_err(|e| format!("cannot start a rank: {e}"))?;
         children.push(child);
     }
+    // NCCL's set-up can hang with no deadline of its own (PCIe ACS on, some VMs): the ranks get
+    // this long, then are killed and the check fails with NCCL's advice.
+    let deadline = Instant::now() + PAIR_DEADLINE;
+    while !children.iter_mut().all(|c| c.try_wait().is_ok_and(|s| s.is_some())) {
+        if Instant::now() >= deadline {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            return Err(format!(
+                "the two ranks did not finish within {} s; {}",
+                PAIR_DEADLINE.as_secs(),
+                dpt_tui::engine::gpu_wait::NCCL_HANG_ADVICE
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let mut slowest = 0.0f64;
     for child in children {
         let out = child.wait_with_output().map_err(|e| e.to_string())?;
@@ -128,30 +155,57 @@ fn process_pair(backend: &str) -> Result<String, String> {
     Ok(format!("4 MB summed in {:.1} ms between 2 processes", slowest * 1e3))
 }
 
-/// NCCL across the local GPUs: 256 MB per GPU, with its bus bandwidth.
+/// NCCL across the local GPUs: 256 MB per GPU, with its bus bandwidth; on a helper thread, given
+/// up after [`PAIR_DEADLINE`] (the machine this check exists for is the one where NCCL hangs).
 fn nccl_local(gpus: usize) -> Result<String, String> {
+    let waiting = dpt_tui::engine::gpu_wait::Waiting {
+        phase: "NCCL's allreduce across the local GPUs".into(),
+        device: (0..gpus).map(|i| format!("cuda:{i}")).collect::<Vec<_>>().join(","),
+        timeout: PAIR_DEADLINE,
+    };
+    let secs = waiting
+        .run("dpt-doctor-nccl", move || -> Result<f64, String> {
+            dpt_tui::dist::c10d::set_thread_device(0).map_err(|e| e.0)?;
+            let numel: i64 = 64 << 20;
+            let mut ts: Vec<tch::Tensor> = (0..gpus)
+                .map(|i| tch::Tensor::ones([numel], (tch::Kind::Float, tch::Device::Cuda(i))))
+                .collect();
+            nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
+            (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
+            let t0 = Instant::now();
+            nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
+            (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
+            Ok(t0.elapsed().as_secs_f64())
+        })
+        .map_err(|e| e.to_string())??;
     let numel: i64 = 64 << 20;
-    let mut ts: Vec<tch::Tensor> =
-        (0..gpus).map(|i| tch::Tensor::ones([numel], (tch::Kind::Float, tch::Device::Cuda(i)))).collect();
-    nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
-    (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
-    let t0 = Instant::now();
-    nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
-    (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
-    let secs = t0.elapsed().as_secs_f64();
     let bytes = numel as f64 * 4.0;
     let busbw = 2.0 * (gpus as f64 - 1.0) / gpus as f64 * bytes / secs / 1e9;
     Ok(format!("256 MB per GPU in {:.1} ms, bus bandwidth {busbw:.0} GB/s (measured now)", secs * 1e3))
 }
 
 pub fn run() -> u8 {
+    let nvml = Gpus::open();
+    // The driver first: on today's fleets the likeliest problem, and it explains the rest.
+    let census = nvml.as_ref().ok().map(|g| (g.census().1, g.cuda_driver_version()));
+    let verdict = dpt_tui::engine::driver::verdict(
+        census.as_ref().and_then(|(d, _)| d.as_deref()).or(nvml.is_ok().then_some("of unknown version")),
+        census.as_ref().and_then(|(_, c)| *c),
+        TORCH_BUILD,
+        dpt_tui::engine::driver::torch_cuda(),
+    );
+    println!("{} {}", if verdict.ok { "ok  " } else { "FAIL" }, verdict.line);
+    if let Some(fix) = &verdict.fix {
+        println!("     fix: {fix}");
+    }
     let machine = Machine::detect("auto");
-    println!("dpt-tui {} doctor", env!("CARGO_PKG_VERSION"));
     println!("machine");
+    print_fact("dpt-tui", env!("CARGO_PKG_VERSION"));
     print_fact("host", &dpt_tui::dist::world::hostname());
     print_fact("CPU cores", &machine.cores.to_string());
-    print_fact("libtorch", &format!("torch {TORCH_VERSION} (CUDA 13.0 build)"));
-    let nvml = Gpus::open();
+    let cuda = dpt_tui::engine::driver::torch_cuda()
+        .map_or("CPU-only build".to_owned(), |c| format!("CUDA {c} build"));
+    print_fact("libtorch", &format!("torch {TORCH_BUILD} ({cuda})"));
     match &nvml {
         Ok(g) => {
             let (count, driver) = g.census();
@@ -197,11 +251,17 @@ pub fn run() -> u8 {
         print_fact(&format!("cuda:{i}"), &text);
     }
     let mut checks = Vec::new();
-    if machine.cuda_devices == 0 && machine.driver_gpus > 0 {
+    if !verdict.ok {
+        checks.push(Check {
+            what: "NVIDIA driver for this libtorch".into(),
+            result: Err(verdict.line.clone()),
+            fix: verdict.fix.clone().unwrap_or_default(),
+        });
+    } else if machine.cuda_devices == 0 && machine.driver_gpus > 0 && !hidden_on_purpose() {
         checks.push(Check {
             what: "GPUs usable by libtorch".into(),
             result: Err(format!("the driver shows {} GPU(s), libtorch none", machine.driver_gpus)),
-            fix: "update the NVIDIA driver to the R580 family or newer (CUDA 13.0), or train with --devices cpu:N",
+            fix: "check CUDA_VISIBLE_DEVICES and that this user may open /dev/nvidia*; or train with --devices cpu:N".into(),
         });
     }
     let mut devices = vec![DeviceId::Cpu];
@@ -211,27 +271,27 @@ pub fn run() -> u8 {
             checks.push(Check {
                 what: format!("a training step of {model} on {device}"),
                 result: train_step(model, *device),
-                fix: "run 'bash .ci/setup' again; if it persists, report this output",
+                fix: "run 'bash .ci/setup' again; if it persists, report this output".into(),
             });
         }
     }
     checks.push(Check {
         what: "c10d Gloo allreduce, 2 local processes".into(),
         result: process_pair("gloo"),
-        fix: "check that loopback TCP works and GLOO_SOCKET_IFNAME (if set) names an interface",
+        fix: "check that loopback TCP works and GLOO_SOCKET_IFNAME (if set) names an interface".into(),
     });
     if machine.cuda_devices >= 2 {
         checks.push(Check {
             what: "c10d NCCL allreduce, 2 local processes".into(),
             result: process_pair("nccl"),
-            fix: "run with NCCL_DEBUG=INFO; check NCCL_SOCKET_IFNAME and the GPUs' peer access (nvidia-smi topo -m)",
+            fix: "run with NCCL_DEBUG=INFO; check NCCL_SOCKET_IFNAME and the GPUs' peer access (nvidia-smi topo -m)".into(),
         });
     }
     if machine.cuda_devices >= 2 {
         checks.push(Check {
             what: format!("NCCL allreduce over {} local GPUs", machine.cuda_devices),
             result: nccl_local(machine.cuda_devices),
-            fix: "check the GPUs' peer access (nvidia-smi topo -m) and NCCL_DEBUG=INFO output",
+            fix: "check the GPUs' peer access (nvidia-smi topo -m) and NCCL_DEBUG=INFO output".into(),
         });
     }
     println!("checks");

@@ -69,6 +69,7 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
             ReplicaTiming { data: 0.001, compute: 0.052 },
         ],
         grad_norm: None,
+        timed_steps: None,
     }))
 }
 
@@ -164,6 +165,7 @@ pub fn gpu_sample(i: usize, util: Option<f64>, note: Option<&str>) -> DeviceSamp
             } else {
                 vec![GpuProcess { pid: 4242, name: Some("dpt-tui".into()), mem: Some(30 << 30), ours: true }]
             }),
+            pids: Default::default(),
         })),
     }
 }

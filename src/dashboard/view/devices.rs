@@ -198,7 +198,11 @@ fn gpu_lines(g: &GpuDetail, d: &DeviceState, look: &Look, compact: bool) -> Vec<
                 p.name.as_deref().unwrap_or("?"),
                 p.mem.map_or_else(na, gib)
             );
-            spans.push(Span::styled(text, t.fg(if p.ours { t.text } else { t.warning })));
+            let unmatched = g.pids == crate::monitor::gpu::PidMatch::Unmatched;
+            spans.push(Span::styled(text, t.fg(if p.ours || unmatched { t.text } else { t.warning })));
+        }
+        if g.pids == crate::monitor::gpu::PidMatch::Unmatched {
+            spans.push(Span::styled("(host pids: this run is one of them)", t.fg(t.dim)));
         }
         lines.push(Line::from(spans));
     }

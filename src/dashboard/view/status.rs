@@ -104,17 +104,27 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
             let total = s.timing.total().max(1e-12);
             let pct = |v: f64| format!("{:.0}%", 100.0 * v / total);
             // GPU phases come from CUDA events on sampled steps; say so beside the figures.
-            let sampled = app.info.as_ref().is_some_and(|i| i.timing.starts_with("CUDA"));
+            let events = app.info.as_ref().is_some_and(|i| i.timing.starts_with("CUDA"));
+            let synced = app.info.as_ref().is_some_and(|i| i.timing.contains("device sync"));
+            let label = match (events, synced) {
+                (true, _) => "step (CUDA events)",
+                (false, true) => "step (synced)",
+                _ => "step",
+            };
             items.push(item(
-                if sampled { "step (CUDA events)" } else { "step" },
-                format!(
-                    "{:.1} ms = data {} + fwd/bwd {} + allreduce {} + update {}",
-                    1e3 * s.timing.total(),
-                    pct(s.timing.data),
-                    pct(s.timing.compute),
-                    pct(s.timing.allreduce),
-                    pct(s.timing.update)
-                ),
+                label,
+                if s.timed_steps == Some(0) {
+                    "warm-up, not timed".to_owned()
+                } else {
+                    format!(
+                        "{:.1} ms = data {} + fwd/bwd {} + allreduce {} + update {}",
+                        1e3 * s.timing.total(),
+                        pct(s.timing.data),
+                        pct(s.timing.compute),
+                        pct(s.timing.allreduce),
+                        pct(s.timing.update)
+                    )
+                },
                 text,
             ));
         }

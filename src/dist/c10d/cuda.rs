@@ -3,6 +3,7 @@
 
 use std::ffi::c_char;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tch::Tensor;
 
@@ -16,6 +17,8 @@ struct RawEvent {
 extern "C" {
     fn dpt_cuda_event_new(device: i32, err: *mut *mut c_char) -> *mut RawEvent;
     fn dpt_cuda_event_record(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_event_query(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_set_device(device: i32, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_elapsed_ms(
         a: *mut RawEvent,
         b: *mut RawEvent,
@@ -59,7 +62,14 @@ impl CudaEvent {
         call(|err| unsafe { dpt_cuda_event_record(self.0.as_ptr(), err) }).map(drop)
     }
 
-    /// Waits until `later` has completed, then the GPU time from this event to it, in seconds.
+    /// Whether the work queued before the event has run (never waits).
+    pub fn query(&self) -> Result<bool, C10dError> {
+        // SAFETY: live handle; the shim only reads it.
+        call(|err| unsafe { dpt_cuda_event_query(self.0.as_ptr(), err) }).map(|done| done == 1)
+    }
+
+    /// The GPU time from this event to `later`, in seconds; both must have completed (wait with
+    /// [`CudaEvent::query`] against a deadline first).
     pub fn seconds_until(&self, later: &CudaEvent) -> Result<f64, C10dError> {
         let mut ms = 0.0f32;
         // SAFETY: both handles are alive; `ms` is valid for one write.
@@ -73,6 +83,28 @@ impl Drop for CudaEvent {
         // SAFETY: we own the handle.
         unsafe { dpt_cuda_event_free(self.0.as_ptr()) }
     }
+}
+
+/// Makes CUDA device `index` the calling thread's current device, as `torch.cuda.set_device`
+/// does: call it first in every thread that drives a GPU, so that nothing the thread does (c10's
+/// events, NCCL, a model's `.cuda()`) makes a context on another GPU.
+pub fn set_thread_device(index: usize) -> Result<(), C10dError> {
+    let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+    // SAFETY: plain value argument.
+    call(|err| unsafe { dpt_cuda_set_device(device, err) })?;
+    // Setting a device makes its primary context (CUDA 12 and later).
+    if index < 64 {
+        CONTEXTS.fetch_or(1 << index, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The CUDA devices this process has made a context on through [`set_thread_device`], a bit each.
+static CONTEXTS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether this process has made its context on CUDA device `index` (so NVML lists it there).
+pub fn context_made(index: usize) -> bool {
+    index < 64 && CONTEXTS.load(Ordering::Relaxed) & (1 << index) != 0
 }
 
 /// The identity of CUDA device `index` (this process's numbering, after

@@ -1,8 +1,8 @@
 //! The one unsafe module: safe Rust handles over the C++ shim (`c10d_shim.cpp`,
 //! `c10d_nccl.cpp`, `jit_shim.cpp`) that reaches libtorch's c10d — TCPStore and PrefixStore for
 //! rendezvous, ProcessGroupGloo and ProcessGroupNCCL for collectives — the single-process NCCL
-//! allreduce, CUDA timing events (`event.rs`) and TorchScript modules (`jit.rs`). Every C++
-//! exception is caught in the shim and arrives here as a [`C10dError`].
+//! allreduce, CUDA devices and timing events (`cuda.rs`) and TorchScript modules (`jit.rs`).
+//! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};
 use std::marker::PhantomData;
@@ -17,7 +17,9 @@ pub use super::identity::CudaIdentity;
 mod cuda;
 pub mod jit;
 
-pub use cuda::{cuda_identity, nccl_compiled, nccl_local_allreduce, CudaEvent};
+pub use cuda::{
+    context_made, cuda_identity, nccl_compiled, nccl_local_allreduce, set_thread_device, CudaEvent,
+};
 
 #[repr(C)]
 struct RawStore {
@@ -366,5 +368,15 @@ mod tests {
             "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x784 and 100x10)"
         );
         assert_eq!(summary(""), "libtorch failed without a message");
+    }
+
+    #[test]
+    fn setting_a_thread_device_that_is_not_there_is_a_clean_error() {
+        if tch::Cuda::device_count() > 0 {
+            return;
+        }
+        let e = super::set_thread_device(0).expect_err("no CUDA device here");
+        assert!(e.0.contains("CUDA"), "{e}");
+        assert!(!super::context_made(0), "no context is claimed on failure");
     }
 }

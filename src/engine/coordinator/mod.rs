@@ -102,6 +102,9 @@ pub struct Coordinator {
     clock: Option<crate::engine::clock::PhaseClock>,
     /// The mean gradient's norm summed over the steps of the report window (on the device).
     grad_norms: Option<tch::Tensor>,
+    /// The global step this process started at (0, or where it resumed): the warm-up counts
+    /// from here.
+    first_step: usize,
     /// Replicas already reported as stragglers.
     straggled: Vec<bool>,
 }
@@ -130,6 +133,7 @@ impl Coordinator {
             clock: None,
             straggled: Vec::new(),
             grad_norms: None,
+            first_step: 0,
             cfg: p.cfg,
             world: p.world,
             train_len: p.train_len,
@@ -150,9 +154,11 @@ impl Coordinator {
     /// next operation on that device reports) is caught and names the device.
     pub fn run(mut self) -> Result<Outcome, EngineError> {
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.wait_ready().and_then(|()| self.train())
+            self.set_device().and_then(|()| self.wait_ready()).and_then(|()| self.train())
         }));
-        let result = caught.unwrap_or_else(|panic| Err(self.panic_error(panic.as_ref())));
+        let result = caught
+            .unwrap_or_else(|panic| Err(self.panic_error(panic.as_ref())))
+            .map_err(|e| self.explain_oom(e));
         if let Err(e) = &result {
             let (replica, device) = match e {
                 EngineError::Worker { replica, device, .. } => (Some(*replica), Some(device.clone())),
@@ -166,6 +172,63 @@ impl Coordinator {
         }
         self.pool.shutdown();
         result
+    }
+
+    /// An out-of-memory failure said in one line with the way out; other errors unchanged.
+    fn explain_oom(&self, e: EngineError) -> EngineError {
+        let (replica, device, message) = match &e {
+            EngineError::Worker { replica, device, message } => {
+                (Some(*replica), Some(device.clone()), message)
+            }
+            EngineError::Coordinator { replica, device, message } => (*replica, device.clone(), message),
+            EngineError::Nccl(message) => (None, None, message),
+            _ => return e,
+        };
+        let Some(report) = crate::engine::oom::parse(message) else { return e };
+        let cfg = &self.cfg;
+        let device = device.or_else(|| replica.and_then(|r| cfg.devices.get(r)).map(ToString::to_string));
+        let device = device.unwrap_or_else(|| "a GPU".to_owned());
+        let on_device = cfg.devices.iter().filter(|d| d.to_string() == device).count().max(1);
+        let checkpoint = self
+            .save_dir
+            .as_ref()
+            .map(|d| d.join(crate::engine::checkpoint::CHECKPOINT_FILE))
+            .filter(|p| p.is_file())
+            .map(|p| p.display().to_string());
+        let ampere = |i: usize| crate::dist::c10d::cuda_identity(i).is_ok_and(|id| id.major >= 8);
+        let bf16_helps = cfg.precision == crate::model::Precision::F32
+            && cfg.script.is_none()
+            && cfg.devices.iter().any(
+                |d| matches!(d, crate::engine::DeviceId::Cuda(i) if d.to_string() == device && ampere(*i)),
+            );
+        let context = crate::engine::oom::OomContext {
+            device: &device,
+            replica,
+            per_replica: cfg.batch_size.div_ceil(self.replica_span().1),
+            on_device,
+            checkpoint,
+            bf16_helps,
+        };
+        EngineError::OutOfMemory(crate::engine::oom::explain(&report, &context))
+    }
+
+    /// Makes the first GPU of the run this thread's device before it touches any (the timing
+    /// events, NCCL and the update run there), as DDP scripts call `torch.cuda.set_device`.
+    fn set_device(&self) -> Result<(), EngineError> {
+        let first_gpu = self.cfg.devices.iter().enumerate().find_map(|(r, d)| match d {
+            crate::engine::DeviceId::Cuda(i) => Some((r, *i)),
+            crate::engine::DeviceId::Cpu => None,
+        });
+        match first_gpu {
+            Some((replica, i)) => {
+                crate::dist::c10d::set_thread_device(i).map_err(|e| EngineError::Coordinator {
+                    replica: Some(replica),
+                    device: Some(format!("cuda:{i}")),
+                    message: e.0,
+                })
+            }
+            None => Ok(()),
+        }
     }
 
     /// The failure a panic of this thread stands for, with the replica it was working on (or,
@@ -230,7 +293,7 @@ impl Coordinator {
                 mean: cfg.normalization.mean.clone(),
                 std: cfg.normalization.std.clone(),
             }),
-            timing: crate::engine::clock::describe(cfg.has_gpu()),
+            timing: self.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
             world: self.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,
                 backend: format!("{:?}", w.backend).to_lowercase(),
@@ -249,6 +312,7 @@ impl Coordinator {
         if let Some(s) = &restored {
             (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
             self.global_step = s.global_step;
+            self.first_step = s.global_step;
             self.plan.scale = s.lr_scale;
             self.lr = self.plan.at(s.global_step);
             self.done = Done {

@@ -56,6 +56,9 @@ impl WorkerPool {
                 faults: cfg.faults.clone(),
                 channels_last: cfg.uses_channels_last(),
                 precision: cfg.precision,
+                // Inside the step timeout, so the worker names the phase before the coordinator
+                // gives up on it.
+                gpu_wait: cfg.step_timeout.mul_f64(0.9),
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();

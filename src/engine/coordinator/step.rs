@@ -8,11 +8,12 @@ use std::time::Duration;
 use tch::Tensor;
 
 use super::{mix_seed, Coordinator, SLOW_WORK_FACTOR};
-use crate::dist::c10d::nccl_local_allreduce;
 use crate::dist::c10d::ReduceOp;
+use crate::dist::c10d::{nccl_local_allreduce, set_thread_device};
 use crate::dist::World;
 use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
 use crate::engine::clock::{self, PhaseClock};
+use crate::engine::gpu_wait::WaitError;
 use crate::engine::shard::shards;
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::{FromWorker, ToWorker};
@@ -56,11 +57,41 @@ impl Coordinator {
         }
         let first = self.replicas.params.first().map_or(tch::Device::Cpu, Tensor::device);
         let device = self.cfg().devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
-        self.clock = Some(PhaseClock::new(first, 2).map_err(clock_failure(device))?);
+        let waiting = clock::waiting("the allreduce and update", device, self.cfg.step_timeout);
+        self.clock = Some(PhaseClock::new(first, 2, waiting));
         if let Some(r) = &self.cfg.resume {
             self.replicas.restore_optimizer(r);
         }
+        if let LocalReduce::Nccl { groups } = &self.reduce {
+            let devices: Vec<tch::Device> =
+                groups.iter().map(|g| self.replicas.grads[g[0]].device()).collect();
+            self.set_up_nccl(devices)?;
+        }
         Ok(())
+    }
+
+    /// Makes NCCL's communicators between `devices` (what the first allreduce would do, and
+    /// where a machine whose peer-to-peer set-up hangs hangs) on a helper thread, within the
+    /// step timeout.
+    fn set_up_nccl(&self, devices: Vec<tch::Device>) -> Result<(), EngineError> {
+        let names: Vec<String> = self.cfg.devices.iter().map(ToString::to_string).collect();
+        let waiting = clock::waiting("NCCL's communicator set-up", names.join(","), self.cfg.step_timeout);
+        let result = waiting.run("dpt-nccl-setup", move || {
+            if let Some(tch::Device::Cuda(i)) = devices.first() {
+                set_thread_device(*i)?;
+            }
+            let mut ones: Vec<Tensor> =
+                devices.iter().map(|d| Tensor::ones([1], (tch::Kind::Float, *d))).collect();
+            // torch::cuda::nccl keeps the communicators of a device list for the run's calls.
+            nccl_local_allreduce(&mut ones)?;
+            devices.iter().for_each(|d| {
+                if let tch::Device::Cuda(i) = d {
+                    tch::Cuda::synchronize(*i as i64);
+                }
+            });
+            Ok::<(), crate::dist::c10d::C10dError>(())
+        })?;
+        result.map_err(|e| EngineError::Nccl(e.0))
     }
 
     /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
@@ -69,7 +100,7 @@ impl Coordinator {
         // The global batch is split over every replica of every process; ours are a slice.
         let (offset, total) = self.replica_span();
         let parts = shards(len, total);
-        let timed = clock::sampled(self.cfg().has_gpu(), global_step);
+        let timed = clock::sampled(self.cfg().has_gpu(), global_step - self.first_step);
         self.pool.broadcast(|i| ToWorker::Step {
             start: start + parts[offset + i].0,
             len: parts[offset + i].1,
@@ -116,7 +147,10 @@ impl Coordinator {
         self.touching = None;
         self.replicas.share_buffers(self.world.as_deref())?;
         clock.mark().map_err(&clock_error)?;
-        let phases = clock.read().map_err(&clock_error)?;
+        let phases = clock.read().map_err(|e| match e {
+            WaitError::Cuda(c) => clock_error(c),
+            expired => EngineError::GpuWait(expired),
+        })?;
         self.clock = Some(clock);
         self.global_step += 1;
         let w = &mut self.window;
@@ -196,7 +230,9 @@ impl Coordinator {
             // Every rank reduced the same gradients: the norm is already global.
             stats.grad_norm = Some(sum.double_value(&[]) / w.steps.max(1) as f64);
         }
-        self.note_stragglers(&stats);
+        if w.timed > 0 {
+            self.note_stragglers(&stats);
+        }
         self.epoch.add(w.tally);
         let finite = stats.loss.is_finite();
         self.emit(Record::Step(Box::new(stats)));

@@ -1,0 +1,165 @@
+//! Waiting for a GPU with a deadline. A wait inside CUDA (`cudaEventSynchronize`, a blocking
+//! NCCL set-up) has none: on a machine where NCCL's peer-to-peer set-up hangs (PCIe ACS on, some
+//! VMs) the run would freeze without a word. So the engine polls what it waits for
+//! ([`Completion`], a recorded CUDA event) and gives up at a deadline, and runs a call that can
+//! only block (the first NCCL allreduce, which makes the communicators) on a helper thread it
+//! stops waiting for; either way the failure names the phase and the device and says what helps.
+
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::dist::c10d::{C10dError, CudaEvent};
+
+/// NCCL's own advice for a set-up that hangs (its troubleshooting guide, "PCI Access Control
+/// Services").
+pub const NCCL_HANG_ADVICE: &str = "if NCCL's peer-to-peer set-up hangs (PCIe ACS on, some VMs), rerun with NCCL_P2P_DISABLE=1 and ask for ACS to be disabled (NCCL troubleshooting guide); 'dpt-tui doctor' checks this machine";
+
+/// A GPU wait that failed.
+#[derive(Debug, Error)]
+pub enum WaitError {
+    #[error("{phase} on {device} did not finish within {seconds:.0} s; {NCCL_HANG_ADVICE}")]
+    Expired { phase: String, device: String, seconds: f64 },
+    #[error(transparent)]
+    Cuda(#[from] C10dError),
+}
+
+/// Something the GPU finishes, asked without waiting.
+pub trait Completion {
+    fn done(&self) -> Result<bool, C10dError>;
+}
+
+impl Completion for CudaEvent {
+    fn done(&self) -> Result<bool, C10dError> {
+        self.query()
+    }
+}
+
+/// What is being waited for, named in the error.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    pub phase: String,
+    pub device: String,
+    pub timeout: Duration,
+}
+
+impl Waiting {
+    fn expired(&self) -> WaitError {
+        WaitError::Expired {
+            phase: self.phase.clone(),
+            device: self.device.clone(),
+            seconds: self.timeout.as_secs_f64(),
+        }
+    }
+
+    /// Polls `work` until it is done or the timeout passes. The first polls only yield the
+    /// core (a step's tail is usually microseconds away); then the pause between polls grows
+    /// to 1 ms, which bounds the delay added to a long wait.
+    pub fn poll(&self, work: &impl Completion) -> Result<(), WaitError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut pause = Duration::from_micros(20);
+        let mut round = 0u32;
+        loop {
+            if work.done()? {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(self.expired());
+            }
+            if round < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
+            round = round.saturating_add(1);
+        }
+    }
+
+    /// Runs `call` (which may block inside CUDA or NCCL with no deadline of its own) on a helper
+    /// thread named `name`, and waits for it until the timeout. On expiry the thread is left
+    /// behind: it ends with the process, which fails with the error.
+    pub fn run<T: Send + 'static>(
+        &self,
+        name: &str,
+        call: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, WaitError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                let _ = tx.send(call());
+            })
+            .map_err(|e| C10dError(format!("cannot start a thread: {e}")))?;
+        rx.recv_timeout(self.timeout).map_err(|_| self.expired())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Done after `after` polls (never, with `u32::MAX`).
+    struct Fake {
+        polls: Cell<u32>,
+        after: u32,
+    }
+
+    impl Completion for Fake {
+        fn done(&self) -> Result<bool, C10dError> {
+            self.polls.set(self.polls.get() + 1);
+            Ok(self.polls.get() > self.after)
+        }
+    }
+
+    fn waiting(ms: u64) -> Waiting {
+        Waiting {
+            phase: "the allreduce and update".into(),
+            device: "cuda:3".into(),
+            timeout: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn an_event_that_never_completes_fails_at_the_deadline_naming_phase_device_and_advice() {
+        let never = Fake { polls: Cell::new(0), after: u32::MAX };
+        let started = Instant::now();
+        let e = waiting(50).poll(&never).expect_err("never completes");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        let text = e.to_string();
+        for needle in
+            ["the allreduce and update on cuda:3", "within 0 s", "NCCL_P2P_DISABLE=1", "ACS", "doctor"]
+        {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
+        assert!(!text.contains('\n'));
+        assert!(never.polls.get() > 1, "polled, not waited once");
+    }
+
+    #[test]
+    fn an_event_that_completes_is_waited_for() {
+        let soon = Fake { polls: Cell::new(0), after: 150 };
+        waiting(10_000).poll(&soon).expect("completes on the 151st poll");
+        assert_eq!(soon.polls.get(), 151);
+    }
+
+    #[test]
+    fn a_query_error_is_reported_as_such() {
+        struct Broken;
+        impl Completion for Broken {
+            fn done(&self) -> Result<bool, C10dError> {
+                Err(C10dError("CUDA error: an illegal memory access was encountered".into()))
+            }
+        }
+        assert!(matches!(waiting(1000).poll(&Broken), Err(WaitError::Cuda(_))));
+    }
+
+    #[test]
+    fn a_call_that_blocks_is_given_up_at_the_deadline() {
+        let (_keep, never) = crossbeam_channel::bounded::<()>(0);
+        let e = waiting(50).run("dpt-test-blocked", move || never.recv()).expect_err("blocks");
+        assert!(matches!(e, WaitError::Expired { .. }));
+        assert_eq!(waiting(10_000).run("dpt-test-quick", || 7).unwrap(), 7);
+    }
+}

@@ -1,0 +1,43 @@
+//! The warm-up steps of a process are left out of the step timings and the straggler check,
+//! in the records a run writes (the clock's own rules are unit-tested in `engine::clock`).
+
+mod common;
+
+use dpt_tui::engine::clock::WARMUP_STEPS;
+use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
+use dpt_tui::model::ModelKind;
+use dpt_tui::record::{Change, Record};
+
+#[test]
+fn warm_up_windows_carry_no_timings_and_later_windows_do() {
+    let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
+    cfg.batch_size = 32;
+    cfg.epochs = 1;
+    cfg.log_every = 1;
+    // Replica 1 is slow on every step: it must be named once, from a timed window only.
+    cfg.faults = "slow-replica=1@30".parse().unwrap();
+    let engine = Engine::start(cfg, common::subset(256, 32)).unwrap();
+    let (mut steps, mut stragglers, mut timing) = (Vec::new(), Vec::new(), String::new());
+    for r in engine.events().iter() {
+        match r {
+            Record::Start(info) => timing = info.timing.clone(),
+            Record::Step(s) => steps.push(*s),
+            Record::Event(Change::Straggler { global_step, .. }) => stragglers.push(global_step),
+            _ => {}
+        }
+    }
+    engine.join().unwrap();
+    assert_eq!(timing, format!("host clock, every step after {WARMUP_STEPS} warm-up steps"));
+    assert_eq!(steps.len(), 8);
+    for s in &steps[..WARMUP_STEPS] {
+        assert_eq!(s.timed_steps, Some(0), "step {}", s.global_step);
+        assert_eq!(s.timing.total(), 0.0, "warm-up time is not averaged in");
+        assert!(s.replicas.iter().all(|r| r.data + r.compute == 0.0));
+    }
+    for s in &steps[WARMUP_STEPS..] {
+        assert_eq!(s.timed_steps, Some(1), "step {}", s.global_step);
+        let step = |r: usize| s.replicas[r].data + s.replicas[r].compute;
+        assert!(step(1) > step(0) + 0.02, "replica 1 is the slow one");
+    }
+    assert_eq!(stragglers, vec![WARMUP_STEPS + 1], "named once, at the first timed window");
+}
