@@ -96,9 +96,13 @@ fn relative_error(ours: &Outcome, theirs: &HashMap<String, Vec<f64>>, start: &Sc
 }
 
 fn check(recipe: impl Into<Recipe>) -> Vec<Outcome> {
+    check_model("mlp", recipe)
+}
+
+fn check_model(kind: &str, recipe: impl Into<Recipe>) -> Vec<Outcome> {
     let recipe = recipe.into();
     let dir = tempfile::tempdir().unwrap();
-    let path = common::make_model("mlp", 1, dir.path());
+    let path = common::make_model(kind, 1, dir.path());
     let model = Arc::new(ScriptModel::read(&path).unwrap());
     let theirs = reference(&path, recipe);
     let what =
@@ -210,4 +214,32 @@ fn the_gradient_norm_is_reported_with_each_window() {
     assert_eq!(norms.len(), STEPS);
     assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
     assert!(norms.iter().all(|n| *n > 4.0 * 0.05), "the clipping test's max norm engages: {norms:?}");
+}
+
+#[test]
+fn a_frozen_backbone_stays_as_it_was_and_the_head_trains_as_in_pytorch() {
+    for optim in [OptimConfig::sgd(0.1, 0.9, 1e-2), adam(OptimizerKind::AdamW, 0.5, true)] {
+        let outcomes = check_model("frozen-mlp", optim);
+        let dir = tempfile::tempdir().unwrap();
+        let start = ScriptModel::read(&common::make_model("frozen-mlp", 1, dir.path())).unwrap();
+        let frozen: Vec<&str> = start.params.iter().filter(|p| p.frozen).map(|p| p.name.as_str()).collect();
+        assert_eq!(frozen, ["fc1.weight", "fc1.bias"]);
+        let mut offset = 0;
+        for spec in &start.params {
+            let n = spec.numel() as usize;
+            if spec.frozen {
+                let initial = tch::Tensor::from_slice(&start.initial_params[offset..offset + n])
+                    .view(spec.shape.as_slice());
+                for out in &outcomes {
+                    let (_, t) = out.final_params.iter().find(|(name, _)| *name == spec.name).unwrap();
+                    assert!(
+                        t.equal(&initial),
+                        "{} moved (weight decay and momentum must not touch it)",
+                        spec.name
+                    );
+                }
+            }
+            offset += n;
+        }
+    }
 }

@@ -50,6 +50,22 @@ impl Layout {
         self.total
     }
 
+    /// The contiguous ranges (offset, length) of the tensors `keep(i)` selects, neighbours
+    /// merged.
+    pub fn runs(&self, keep: impl Fn(usize) -> bool) -> Vec<(i64, i64)> {
+        let mut runs: Vec<(i64, i64)> = Vec::new();
+        for (i, (offset, numel, _)) in self.segments().enumerate() {
+            if !keep(i) || numel == 0 {
+                continue;
+            }
+            match runs.last_mut() {
+                Some((start, len)) if *start + *len == offset => *len += numel,
+                _ => runs.push((offset, numel)),
+            }
+        }
+        runs
+    }
+
     /// Each tensor's (offset, number of scalars, dimensions) in the buffer; a tensor occupies
     /// one contiguous range whatever its memory format.
     pub fn segments(&self) -> impl Iterator<Item = (i64, i64, usize)> + '_ {
@@ -91,7 +107,8 @@ pub struct FlatTensors {
 }
 
 impl FlatTensors {
-    /// Allocates zeroed storage for `specs` on `device`.
+    /// Allocates zeroed storage for `specs` on `device`; with `requires_grad`, the views of the
+    /// tensors that are not frozen are leaves that require grad.
     pub fn zeros(specs: &[TensorSpec], device: Device, requires_grad: bool, channels_last: bool) -> Self {
         let layout = Layout::new(specs, channels_last);
         let flat = Tensor::zeros([layout.total()], (Kind::Float, device));
@@ -100,7 +117,8 @@ impl FlatTensors {
             layout
                 .views(&flat)
                 .into_iter()
-                .map(|v| if requires_grad { v.set_requires_grad(true) } else { v })
+                .zip(specs)
+                .map(|(v, s)| if requires_grad && !s.frozen { v.set_requires_grad(true) } else { v })
                 .collect()
         };
         FlatTensors { flat, views, names: specs.iter().map(|s| s.name.clone()).collect(), layout }

@@ -104,7 +104,10 @@ struct Worker {
     label_smoothing: f64,
     params: FlatTensors,
     grads: Tensor,
+    /// Gradient views of the trainable parameters, in the order of `trainable`.
     grad_views: Vec<Tensor>,
+    /// The indices of the parameters that train (not frozen).
+    trainable: Vec<usize>,
     precision: Precision,
     buffers: FlatTensors,
     train: Resident,
@@ -222,8 +225,12 @@ impl Worker {
             params.views = own;
         }
         let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
-        // Gradient views laid out like the parameters, so the flat update pairs them up.
-        let grad_views = params.layout.views(&grads);
+        // Gradient views laid out like the parameters, so the flat update pairs them up; the
+        // frozen parameters' stay zero and are left out of the backward pass.
+        let trainable: Vec<usize> =
+            (0..builder.params.len()).filter(|&i| !builder.params[i].frozen).collect();
+        let all_grad_views = params.layout.views(&grads);
+        let grad_views = trainable.iter().map(|&i| all_grad_views[i].shallow_clone()).collect();
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
         Ok(Worker {
             replica: setup.replica,
@@ -236,6 +243,7 @@ impl Worker {
             params,
             grads,
             grad_views,
+            trainable,
             precision: setup.precision,
             buffers,
             order: None,
@@ -353,8 +361,8 @@ impl Worker {
             if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
                 loss = loss.g_mul_scalar(f64::NAN);
             }
-            let grads = Tensor::f_run_backward(&[&loss], &self.params.views, false, false)
-                .map_err(|e| e.to_string())?;
+            let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
+            let grads = Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(|e| e.to_string())?;
             for (view, g) in self.grad_views.iter_mut().zip(&grads) {
                 view.copy_(g);
             }

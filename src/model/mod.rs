@@ -164,6 +164,9 @@ pub struct TensorSpec {
     pub name: String,
     pub shape: Vec<i64>,
     pub init: Init,
+    /// A parameter the model keeps as it is (`requires_grad=False` in a TorchScript file, the
+    /// usual fine-tuning export): no gradient, no allreduce, no update.
+    pub frozen: bool,
 }
 
 impl TensorSpec {
@@ -194,13 +197,13 @@ pub struct Builder {
 impl Builder {
     /// Declares a trainable parameter and returns its index.
     pub fn param(&mut self, name: impl Into<String>, shape: &[i64], init: Init) -> usize {
-        self.params.push(TensorSpec { name: name.into(), shape: shape.to_vec(), init });
+        self.params.push(TensorSpec { name: name.into(), shape: shape.to_vec(), init, frozen: false });
         self.params.len() - 1
     }
 
     /// Declares a non-trainable buffer and returns its index.
     pub fn buffer(&mut self, name: impl Into<String>, shape: &[i64], init: Init) -> usize {
-        self.buffers.push(TensorSpec { name: name.into(), shape: shape.to_vec(), init });
+        self.buffers.push(TensorSpec { name: name.into(), shape: shape.to_vec(), init, frozen: true });
         self.buffers.len() - 1
     }
 

@@ -72,7 +72,7 @@ fn specs_and_values(named: &[(String, Tensor)]) -> (Vec<TensorSpec>, Vec<f32>) {
         .map(|(name, t)| {
             let flat = t.detach().to_device(Device::Cpu).to_kind(Kind::Float).reshape([-1]);
             values.extend(Vec::<f32>::try_from(&flat).unwrap_or_default());
-            TensorSpec { name: name.clone(), shape: t.size(), init: Init::Zeros }
+            TensorSpec { name: name.clone(), shape: t.size(), init: Init::Zeros, frozen: !t.requires_grad() }
         })
         .collect();
     (specs, values)
@@ -98,7 +98,7 @@ impl ScriptModel {
         }
         let module = ScriptModule::load(path, Device::Cpu).map_err(|e| not_script(e.0))?;
         let params = module.named_parameters().map_err(|e| not_script(e.0))?;
-        if params.is_empty() {
+        if params.iter().all(|(_, t)| !t.requires_grad()) {
             return Err(ScriptError::NoParameters { path: path.to_owned() });
         }
         if let Some((name, t)) = params.iter().find(|(_, t)| t.kind() != Kind::Float) {

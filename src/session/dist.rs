@@ -107,7 +107,8 @@ pub fn join(args: &Args, launch: &Launch, devices: &[DeviceId]) -> Result<World,
     if let tch::Device::Cuda(i) = device {
         // Before the process group exists, as DDP scripts call torch.cuda.set_device(local_rank):
         // NCCL's set-up and the broadcasts then make no context on another GPU.
-        dpt_tui::dist::c10d::set_thread_device(i).map_err(|e| Failure::Run(anyhow!("cannot use cuda:{i}: {}", e.0)))?;
+        dpt_tui::dist::c10d::set_thread_device(i)
+            .map_err(|e| Failure::Run(anyhow!("cannot use cuda:{i}: {}", e.0)))?;
     }
     let timeout = Duration::from_secs_f64(args.dist_timeout);
     World::join(launch, backend, device, devices, settings(args, launch.world_size), timeout).map_err(failure)

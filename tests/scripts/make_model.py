@@ -1,7 +1,8 @@
 """Writes TorchScript models for dpt-tui's tests: `python make_model.py KIND OUT.pt`.
 
 cnn: a small CNN with BatchNorm and dropout (scripted); cnn-nodrop: the same without dropout;
-mlp: a traced MLP; and the bad ones: no-params (a module without parameters), wrong-shape
+mlp: a traced MLP; frozen-mlp: the same with its first layer frozen (requires_grad=False, the
+usual fine-tuning export); and the bad ones: no-params (a module without parameters), wrong-shape
 (returns [N, 10, 1]), few-classes (3 outputs), fails (forward raises on 28x28 inputs),
 double (float64 weights).
 """
@@ -69,6 +70,11 @@ def main():
     torch.manual_seed(0)
     if kind == "mlp":
         m = torch.jit.trace(Mlp(channels * side * side).eval(), torch.zeros(2, channels, side, side))
+    elif kind == "frozen-mlp":
+        net = Mlp(channels * side * side)
+        for p in net.fc1.parameters():
+            p.requires_grad_(False)
+        m = torch.jit.script(net)
     elif kind in ("cnn", "cnn-nodrop"):
         m = torch.jit.script(Cnn(kind == "cnn", channels))
     elif kind == "no-params":

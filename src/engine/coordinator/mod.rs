@@ -102,6 +102,8 @@ pub struct Coordinator {
     clock: Option<crate::engine::clock::PhaseClock>,
     /// The mean gradient's norm summed over the steps of the report window (on the device).
     grad_norms: Option<tch::Tensor>,
+    /// The ranges of the flat gradient the allreduce sums (the trainable parameters').
+    trainable_runs: Vec<(i64, i64)>,
     /// The global step this process started at (0, or where it resumed): the warm-up counts
     /// from here.
     first_step: usize,
@@ -134,6 +136,7 @@ impl Coordinator {
             straggled: Vec::new(),
             grad_norms: None,
             first_step: 0,
+            trainable_runs: Vec::new(),
             cfg: p.cfg,
             world: p.world,
             train_len: p.train_len,

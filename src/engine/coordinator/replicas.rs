@@ -53,7 +53,8 @@ impl Replicas {
     /// Takes a ready replica's handles (in replica order) and makes its optimizer state.
     pub fn add(&mut self, handles: ReplicaHandles, optim: OptimConfig) {
         let ReplicaHandles { params, grads, buffers, named_params, named_buffers } = handles;
-        self.optim.push(OptimizerState::new(optim, &params, &self.layout.params));
+        let specs = &self.layout.param_specs;
+        self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, |i| !specs[i].frozen));
         self.params.push(params);
         self.grads.push(grads);
         self.buffers.push(buffers);
@@ -73,7 +74,24 @@ impl Replicas {
 
     /// Updates replica `i` from the reduced gradient in `grads[holder]`.
     pub fn update(&mut self, i: usize, holder: usize, lr: f64, batch: usize, step: u64) {
-        self.optim[i].step(&mut self.params[i], &self.grads[holder], lr, batch, step);
+        self.optim[i].step(&self.grads[holder], lr, batch, step);
+    }
+
+    /// The ranges of the flat gradient that carry gradients (the trainable parameters'): what
+    /// the allreduce sums. At least one range (empty when nothing trains).
+    pub fn trainable_runs(&self) -> Vec<(i64, i64)> {
+        let specs = &self.layout.param_specs;
+        let runs = self.layout.params.runs(|i| !specs[i].frozen);
+        if runs.is_empty() {
+            vec![(0, 0)]
+        } else {
+            runs
+        }
+    }
+
+    /// Each replica's gradient over `run`, as views of its flat buffer.
+    pub fn grads_over(&self, (offset, len): (i64, i64)) -> Vec<Tensor> {
+        self.grads.iter().map(|g| g.narrow(0, offset, len)).collect()
     }
 
     /// The global L2 norm of the mean gradient (the reduced sum over `batch` samples) in the

@@ -62,6 +62,7 @@ impl Coordinator {
         if let Some(r) = &self.cfg.resume {
             self.replicas.restore_optimizer(r);
         }
+        self.trainable_runs = self.replicas.trainable_runs();
         if let LocalReduce::Nccl { groups } = &self.reduce {
             let devices: Vec<tch::Device> =
                 groups.iter().map(|g| self.replicas.grads[g[0]].device()).collect();
@@ -121,16 +122,21 @@ impl Coordinator {
         let clock_error = clock_failure(self.cfg().devices[0]);
         let mut clock = self.clock.take().ok_or(EngineError::WorkersGone)?;
         clock.start(timed).map_err(&clock_error)?;
-        let holders = match self.reduce.clone() {
-            LocalReduce::Copies => {
-                sum_into_first(&mut self.replicas.grads);
-                if let Some(w) = &self.world {
-                    w.allreduce_flat(&self.replicas.grads[0])?;
+        // Only the trainable parameters' gradients travel (a frozen backbone's are zero).
+        let mut holders = Vec::new();
+        for run in self.trainable_runs.clone() {
+            let mut grads = self.replicas.grads_over(run);
+            holders = match self.reduce.clone() {
+                LocalReduce::Copies => {
+                    sum_into_first(&mut grads);
+                    if let Some(w) = &self.world {
+                        w.allreduce_flat(&grads[0])?;
+                    }
+                    hand_out(&mut grads)
                 }
-                hand_out(&mut self.replicas.grads)
-            }
-            LocalReduce::Nccl { groups } => self.nccl_reduce(&groups)?,
-        };
+                LocalReduce::Nccl { groups } => self.nccl_reduce(&mut grads, &groups)?,
+            };
+        }
         clock.mark().map_err(&clock_error)?;
         let norm = self.replicas.grad_norm(&holders, len, self.cfg.clip_grad_norm);
         let _ =
@@ -171,9 +177,8 @@ impl Coordinator {
     /// Sums the gradients of replicas sharing a GPU on it, then over the GPUs with one NCCL
     /// call (then over the processes, from the first GPU, handed back to the others); returns
     /// which buffer each replica reads.
-    fn nccl_reduce(&mut self, groups: &[Vec<usize>]) -> Result<Vec<usize>, EngineError> {
+    fn nccl_reduce(&self, grads: &mut [Tensor], groups: &[Vec<usize>]) -> Result<Vec<usize>, EngineError> {
         let _guard = tch::no_grad_guard();
-        let grads = &mut self.replicas.grads;
         for g in groups {
             for &m in &g[1..] {
                 let other = grads[m].shallow_clone();

@@ -141,47 +141,73 @@ impl StepScalars {
     }
 }
 
-/// One replica's optimizer state on its device.
-pub struct OptimizerState {
-    cfg: OptimConfig,
-    /// In the order of `cfg.kind.slots()`.
+/// The optimizer's tensors over one contiguous range of trainable parameters: views of the
+/// replica's parameters, state slots and scratch buffers.
+struct Part {
+    offset: i64,
+    len: i64,
+    param: Tensor,
     slots: Vec<Tensor>,
-    /// Working buffers the parameters' size: one for Nesterov SGD, two for Adam.
     scratch: Vec<Tensor>,
+    /// The decayed tensors inside this range, as views of the parameters and of `scratch[0]`.
     decayed_params: Vec<Tensor>,
     decayed_grads: Vec<Tensor>,
+}
+
+/// One replica's optimizer state on its device. Frozen parameters are outside every part: no
+/// update, no decay, no state change (their state stays zero).
+pub struct OptimizerState {
+    cfg: OptimConfig,
+    /// In the order of `cfg.kind.slots()`, flat like the parameters.
+    slots: Vec<Tensor>,
+    parts: Vec<Part>,
     scalars: StepScalars,
 }
 
 impl OptimizerState {
-    /// Zeroed state for the flat parameter buffer `params` laid out by `layout`.
-    pub fn new(cfg: OptimConfig, params: &Tensor, layout: &Layout) -> Self {
-        let slots = cfg.kind.slots().iter().map(|_| params.zeros_like()).collect();
+    /// Zeroed state for the flat parameter buffer `params` laid out by `layout`, updating the
+    /// tensors `trainable` (their ranges: [`Layout::runs`]) selects.
+    pub fn new(
+        cfg: OptimConfig,
+        params: &Tensor,
+        layout: &Layout,
+        trainable: impl Fn(usize) -> bool,
+    ) -> Self {
+        let slots: Vec<Tensor> = cfg.kind.slots().iter().map(|_| params.zeros_like()).collect();
         let scratch_count = match cfg.kind {
             OptimizerKind::Sgd => usize::from(cfg.nesterov && cfg.momentum != 0.0),
             OptimizerKind::Adam | OptimizerKind::AdamW => 2,
         };
-        let scratch: Vec<Tensor> = (0..scratch_count).map(|_| params.zeros_like()).collect();
-        // Contiguous runs of decayed tensors, as views of the parameters and the gradient.
-        let mut runs: Vec<(i64, i64)> = Vec::new();
-        for (offset, numel, dims) in layout.segments() {
-            if !cfg.decays(dims) || numel == 0 {
-                continue;
-            }
-            match runs.last_mut() {
-                Some((start, len)) if *start + *len == offset => *len += numel,
-                _ => runs.push((offset, numel)),
-            }
-        }
-        let view = |t: &Tensor| runs.iter().map(|&(o, n)| t.narrow(0, o, n)).collect::<Vec<_>>();
-        OptimizerState {
-            cfg,
-            decayed_params: view(params),
-            decayed_grads: scratch.first().map(view).unwrap_or_default(),
-            slots,
-            scratch,
-            scalars: StepScalars::new(params.device()),
-        }
+        // Scratch space only where there is work: the trainable ranges.
+        let dims: Vec<usize> = layout.segments().map(|(_, _, d)| d).collect();
+        let decayed = layout.runs(|i| trainable(i) && cfg.decays(dims[i]));
+        let parts = layout
+            .runs(&trainable)
+            .into_iter()
+            .map(|(offset, len)| {
+                let scratch: Vec<Tensor> = (0..scratch_count)
+                    .map(|_| Tensor::zeros([len], (Kind::Float, params.device())))
+                    .collect();
+                // The decayed ranges inside this part, relative to it.
+                let inside: Vec<(i64, i64)> = decayed
+                    .iter()
+                    .filter(|(o, n)| *o >= offset && o + n <= offset + len)
+                    .map(|(o, n)| (o - offset, *n))
+                    .collect();
+                let param = params.narrow(0, offset, len);
+                let view = |t: &Tensor| inside.iter().map(|&(o, n)| t.narrow(0, o, n)).collect::<Vec<_>>();
+                Part {
+                    offset,
+                    len,
+                    decayed_params: view(&param),
+                    decayed_grads: scratch.first().map(view).unwrap_or_default(),
+                    slots: slots.iter().map(|t| t.narrow(0, offset, len)).collect(),
+                    param,
+                    scratch,
+                }
+            })
+            .collect();
+        OptimizerState { cfg, slots, parts, scalars: StepScalars::new(params.device()) }
     }
 
     /// The state slots by name (flat, like the parameters).
@@ -196,44 +222,45 @@ impl OptimizerState {
         }
     }
 
-    /// Updates `param` from `grad_sum` (summed over `batch` samples) at learning rate `lr`;
-    /// `step` counts optimizer steps, 1 on the first.
-    pub fn step(&mut self, param: &mut Tensor, grad_sum: &Tensor, lr: f64, batch: usize, step: u64) {
-        let c = &self.cfg;
-        match c.kind {
-            OptimizerKind::Sgd => {
-                let sgd =
-                    Sgd { lr, momentum: c.momentum, weight_decay: c.weight_decay, nesterov: c.nesterov };
-                sgd.step(
-                    param,
-                    grad_sum,
-                    &mut self.slots[0],
-                    self.scratch.first_mut(),
-                    batch,
-                    &mut self.scalars,
-                );
-            }
-            OptimizerKind::Adam | OptimizerKind::AdamW => {
-                let adam = Adam {
-                    lr,
-                    betas: c.betas,
-                    eps: c.eps,
-                    weight_decay: c.weight_decay,
-                    decoupled: c.kind == OptimizerKind::AdamW,
-                };
-                let (first, second) = self.slots.split_at_mut(1);
-                let (grad, denom) = self.scratch.split_at_mut(1);
-                let (exp_avg, exp_avg_sq, grad, denom) =
-                    (&mut first[0], &mut second[0], &mut grad[0], &mut denom[0]);
-                let tensors = AdamTensors {
-                    exp_avg,
-                    exp_avg_sq,
-                    grad,
-                    denom,
-                    decayed_params: &mut self.decayed_params,
-                    decayed_grads: &mut self.decayed_grads,
-                };
-                adam.step(param, grad_sum, tensors, batch, step, &mut self.scalars);
+    /// Updates the parameters from `grad_sum` (the flat gradient summed over `batch` samples)
+    /// at learning rate `lr`; `step` counts optimizer steps, 1 on the first.
+    pub fn step(&mut self, grad_sum: &Tensor, lr: f64, batch: usize, step: u64) {
+        let c = self.cfg;
+        for part in &mut self.parts {
+            let grad = grad_sum.narrow(0, part.offset, part.len);
+            match c.kind {
+                OptimizerKind::Sgd => {
+                    let sgd =
+                        Sgd { lr, momentum: c.momentum, weight_decay: c.weight_decay, nesterov: c.nesterov };
+                    sgd.step(
+                        &mut part.param,
+                        &grad,
+                        &mut part.slots[0],
+                        part.scratch.first_mut(),
+                        batch,
+                        &mut self.scalars,
+                    );
+                }
+                OptimizerKind::Adam | OptimizerKind::AdamW => {
+                    let adam = Adam {
+                        lr,
+                        betas: c.betas,
+                        eps: c.eps,
+                        weight_decay: c.weight_decay,
+                        decoupled: c.kind == OptimizerKind::AdamW,
+                    };
+                    let (first, second) = part.slots.split_at_mut(1);
+                    let (g, d) = part.scratch.split_at_mut(1);
+                    let tensors = AdamTensors {
+                        exp_avg: &mut first[0],
+                        exp_avg_sq: &mut second[0],
+                        grad: &mut g[0],
+                        denom: &mut d[0],
+                        decayed_params: &mut part.decayed_params,
+                        decayed_grads: &mut part.decayed_grads,
+                    };
+                    adam.step(&mut part.param, &grad, tensors, batch, step, &mut self.scalars);
+                }
             }
         }
     }
