@@ -257,6 +257,11 @@ pub struct Args {
     #[arg(long, value_name = "MAX", allow_hyphen_values = true)]
     pub clip_grad_norm: Option<f64>,
 
+    /// Gradient accumulation: each replica trains its share of a step in N micro-batches (the
+    /// batch stays the global batch of one optimizer step; one allreduce per step) [default: 1].
+    #[arg(long, value_name = "N")]
+    pub accumulate: Option<usize>,
+
     /// Label smoothing of the training loss, as F.cross_entropy(label_smoothing=EPS) [default: 0].
     #[arg(long, value_name = "EPS", allow_hyphen_values = true)]
     pub label_smoothing: Option<f64>,

@@ -40,11 +40,13 @@ struct Recipe {
     optim: OptimConfig,
     clip: Option<f64>,
     label_smoothing: f64,
+    /// Micro-batches per replica (PyTorch's side always takes the whole batch at once).
+    accumulate: usize,
 }
 
 impl From<OptimConfig> for Recipe {
     fn from(optim: OptimConfig) -> Self {
-        Recipe { optim, clip: None, label_smoothing: 0.0 }
+        Recipe { optim, clip: None, label_smoothing: 0.0, accumulate: 1 }
     }
 }
 
@@ -105,13 +107,19 @@ fn check_model(kind: &str, recipe: impl Into<Recipe>) -> Vec<Outcome> {
     let path = common::make_model(kind, 1, dir.path());
     let model = Arc::new(ScriptModel::read(&path).unwrap());
     let theirs = reference(&path, recipe);
-    let what =
-        format!("{}, clip {:?}, smoothing {}", recipe.optim.describe(), recipe.clip, recipe.label_smoothing);
+    let what = format!(
+        "{}, clip {:?}, smoothing {}, accumulate {}",
+        recipe.optim.describe(),
+        recipe.clip,
+        recipe.label_smoothing,
+        recipe.accumulate
+    );
     let mut outcomes = Vec::new();
     for replicas in [1, 2] {
         let mut cfg = config(&model, recipe.optim, replicas);
         cfg.clip_grad_norm = recipe.clip;
         cfg.label_smoothing = recipe.label_smoothing;
+        cfg.accumulate = recipe.accumulate;
         let ours = train(cfg);
         let e = relative_error(&ours, &theirs, &model);
         eprintln!("{what}, {replicas} replica(s): {e:.2e} from PyTorch");
@@ -186,13 +194,19 @@ fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
 #[test]
 fn clipping_the_gradient_norm_equals_clip_grad_norm() {
     // Plain SGD moves by exactly lr × the clipped gradient, so a wrong norm shows at once.
-    check(Recipe { optim: OptimConfig::sgd(0.5, 0.0, 0.0), clip: Some(0.05), label_smoothing: 0.0 });
+    check(Recipe { clip: Some(0.05), ..Recipe::from(OptimConfig::sgd(0.5, 0.0, 0.0)) });
     check(Recipe { clip: Some(0.05), ..Recipe::from(adam(OptimizerKind::AdamW, 0.05, false)) });
 }
 
 #[test]
 fn label_smoothing_equals_cross_entropy_with_label_smoothing() {
-    check(Recipe { optim: OptimConfig::sgd(0.5, 0.9, 0.0), clip: None, label_smoothing: 0.2 });
+    check(Recipe { label_smoothing: 0.2, ..Recipe::from(OptimConfig::sgd(0.5, 0.9, 0.0)) });
+}
+
+#[test]
+fn accumulating_micro_batches_equals_the_whole_batch_at_once() {
+    // 64 samples: 4 micro-batches of 16 on one replica, of 8 on each of two.
+    check(Recipe { accumulate: 4, ..Recipe::from(adam(OptimizerKind::AdamW, 0.05, false)) });
 }
 
 #[test]

@@ -77,6 +77,10 @@ pub enum ConfigError {
     BadLabelSmoothing(f64),
     #[error("--clip-grad-norm must be a positive finite number, got {0}")]
     BadClip(f64),
+    #[error("--accumulate must be at least 1")]
+    ZeroAccumulate,
+    #[error("--accumulate {accumulate} splits each replica's {per_replica} samples per step finer than one sample; use at most {per_replica}, or a larger --batch-size")]
+    AccumulateTooFine { accumulate: usize, per_replica: usize },
     #[error("--epochs must be at least 1")]
     ZeroEpochs,
     #[error("--log-every must be at least 1")]
@@ -191,6 +195,8 @@ pub struct TrainConfig {
     pub loss: LossKind,
     /// Label smoothing of the training loss (`F.cross_entropy(label_smoothing=)`).
     pub label_smoothing: f64,
+    /// Micro-batches each replica splits its share of a step into (gradient accumulation).
+    pub accumulate: usize,
     /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
     pub clip_grad_norm: Option<f64>,
     /// Input normalization: `(x / 255 - mean) / std`.
@@ -227,6 +233,7 @@ impl TrainConfig {
             script: None,
             loss: model.loss(),
             label_smoothing: 0.0,
+            accumulate: 1,
             clip_grad_norm: None,
             normalization: model.normalization(),
         }
@@ -324,6 +331,13 @@ impl TrainConfig {
         }
         if !(self.label_smoothing.is_finite() && (0.0..1.0).contains(&self.label_smoothing)) {
             return Err(ConfigError::BadLabelSmoothing(self.label_smoothing));
+        }
+        if self.accumulate == 0 {
+            return Err(ConfigError::ZeroAccumulate);
+        }
+        let per_replica = self.batch_size / self.devices.len().max(1);
+        if self.accumulate > per_replica {
+            return Err(ConfigError::AccumulateTooFine { accumulate: self.accumulate, per_replica });
         }
         if let Some(c) = self.clip_grad_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
             return Err(ConfigError::BadClip(c));

@@ -11,6 +11,7 @@ use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::resident::{Normalizer, Resident};
+use super::shard::shards;
 use super::tally::Tally;
 use crate::data::Dataset;
 use crate::model::script::{ScriptModel, ScriptNet};
@@ -84,6 +85,8 @@ pub struct WorkerSetup {
     pub loss: LossKind,
     /// The training loss's label smoothing (0: none).
     pub label_smoothing: f64,
+    /// Micro-batches per step (gradient accumulation; 1: none).
+    pub accumulate: usize,
     pub normalization: Normalization,
     pub data: Arc<Dataset>,
     pub initial_params: Tensor,
@@ -102,6 +105,7 @@ struct Worker {
     net: Box<dyn Network>,
     loss: LossKind,
     label_smoothing: f64,
+    accumulate: usize,
     params: FlatTensors,
     grads: Tensor,
     /// Gradient views of the trainable parameters, in the order of `trainable`.
@@ -238,6 +242,7 @@ impl Worker {
             net,
             loss: setup.loss,
             label_smoothing: setup.label_smoothing,
+            accumulate: setup.accumulate.max(1),
             train: Resident::upload(&setup.data.train, setup.device),
             test: Resident::upload(&setup.data.test, setup.device),
             params,
@@ -343,36 +348,46 @@ impl Worker {
             let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
             self.clock.mark().map_err(clock_error)?;
-            let out = {
-                // A network drawing its own random numbers gets this replica's stream.
-                let _rng = self.net.draws_inside().then(|| {
-                    let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    tch::manual_seed(dropout_seed);
-                    lock
-                });
-                self.net.forward(
+            // A network drawing its own random numbers gets this replica's stream.
+            let _rng = self.net.draws_inside().then(|| {
+                let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                tch::manual_seed(dropout_seed);
+                lock
+            });
+            // Gradient accumulation: the shard in micro-batches, their gradients summed here;
+            // the coordinator's allreduce runs once per step whatever their number.
+            for (i, (at, n)) in shards(len, self.accumulate.min(len)).into_iter().enumerate() {
+                let (at, n) = (at as i64, n as i64);
+                let micro_masks: Vec<Tensor> = masks.iter().map(|m| m.narrow(0, at, n)).collect();
+                let (x, y) = (x.narrow(0, at, n), y.narrow(0, at, n));
+                let out = self.net.forward(
                     &self.params.views,
                     &self.buffers.views,
                     &x,
-                    &Forward { train: true, masks: &masks, precision: self.precision },
-                )?
-            };
-            let mut loss = self.loss(&out, &y, self.label_smoothing);
-            if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
-                loss = loss.g_mul_scalar(f64::NAN);
+                    &Forward { train: true, masks: &micro_masks, precision: self.precision },
+                )?;
+                let mut loss = self.loss(&out, &y, self.label_smoothing);
+                if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
+                    loss = loss.g_mul_scalar(f64::NAN);
+                }
+                let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
+                let grads =
+                    Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(|e| e.to_string())?;
+                let _guard = tch::no_grad_guard();
+                for (view, g) in self.grad_views.iter_mut().zip(&grads) {
+                    if i == 0 {
+                        view.copy_(g);
+                    } else {
+                        let _ = view.g_add_(g);
+                    }
+                }
+                let tch_error = |e: tch::TchError| e.to_string();
+                self.loss_sum.f_add_(&loss.detach()).map(drop).map_err(tch_error)?;
+                self.correct
+                    .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))
+                    .map(drop)
+                    .map_err(tch_error)?;
             }
-            let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
-            let grads = Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(|e| e.to_string())?;
-            for (view, g) in self.grad_views.iter_mut().zip(&grads) {
-                view.copy_(g);
-            }
-            let _guard = tch::no_grad_guard();
-            let tch_error = |e: tch::TchError| e.to_string();
-            self.loss_sum.f_add_(&loss.detach()).map(drop).map_err(tch_error)?;
-            self.correct
-                .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))
-                .map(drop)
-                .map_err(tch_error)?;
             self.samples += len as f64;
         }
         self.clock.mark().map_err(clock_error)?;

@@ -91,6 +91,7 @@ mod tests {
             lr_batch_ref: None,
             clip_grad_norm: None,
             label_smoothing: None,
+            accumulate: None,
             train_samples: 1,
             test_samples: 1,
             cpu_threads_per_replica: 1,

@@ -37,6 +37,9 @@ pub struct RunInfo {
     /// `--label-smoothing` (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_smoothing: Option<f64>,
+    /// Micro-batches per replica and step (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accumulate: Option<usize>,
     pub train_samples: usize,
     pub test_samples: usize,
     /// Intra-op threads each CPU replica uses.
@@ -109,6 +112,9 @@ impl RunInfo {
         }
         if let Some(e) = self.label_smoothing {
             s += &format!(", label smoothing {e}");
+        }
+        if let Some(n) = self.accumulate {
+            s += &format!(", {n} micro-batches per step");
         }
         s
     }

@@ -85,6 +85,7 @@ fn configure(
     cfg.lr_batch_ref = args.lr_batch_ref.or(cfg.lr_batch_ref);
     cfg.clip_grad_norm = args.clip_grad_norm.or(cfg.clip_grad_norm);
     cfg.label_smoothing = args.label_smoothing.unwrap_or(cfg.label_smoothing);
+    cfg.accumulate = args.accumulate.unwrap_or(cfg.accumulate);
     cfg.seed = args.seed.unwrap_or(cfg.seed);
     cfg.log_every = args.log_every;
     cfg.max_steps = args.max_steps;

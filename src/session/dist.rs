@@ -71,6 +71,7 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "lr_batch_ref": args.lr_batch_ref,
         "clip_grad_norm": args.clip_grad_norm,
         "label_smoothing": args.label_smoothing,
+        "accumulate": args.accumulate,
         "seed": args.seed,
         "train_limit": args.train_limit,
         "test_limit": args.test_limit,

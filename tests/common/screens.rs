@@ -37,6 +37,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         lr_batch_ref: None,
         clip_grad_norm: None,
         label_smoothing: None,
+        accumulate: None,
         train_samples: 60_000,
         test_samples: 10_000,
         cpu_threads_per_replica: 1,

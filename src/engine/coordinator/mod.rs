@@ -273,6 +273,7 @@ impl Coordinator {
             lr_batch_ref: cfg.lr_batch_ref,
             clip_grad_norm: cfg.clip_grad_norm,
             label_smoothing: (cfg.label_smoothing > 0.0).then_some(cfg.label_smoothing),
+            accumulate: (cfg.accumulate > 1).then_some(cfg.accumulate),
             train_samples: self.train_len,
             test_samples: self.test_len,
             cpu_threads_per_replica: cfg.cpu_threads,

@@ -48,6 +48,7 @@ impl WorkerPool {
                 script: cfg.script.clone(),
                 loss: cfg.loss,
                 label_smoothing: cfg.label_smoothing,
+                accumulate: cfg.accumulate,
                 normalization: cfg.normalization.clone(),
                 data: Arc::clone(data),
                 initial_params: initial_params.copy(),
