@@ -196,6 +196,8 @@ mod tests {
             eval_seconds: 0.1,
             samples_per_sec: 100.0,
             lr: 0.1,
+            ema_test_acc: None,
+            ema_test_loss: None,
         }))
     }
 

@@ -262,6 +262,12 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub accumulate: Option<usize>,
 
+    /// Keep an exponential moving average of the weights with this decay (timm's ModelEmaV2:
+    /// ema = decay·ema + (1 − decay)·model after every step), evaluated each epoch and saved as
+    /// model_ema.safetensors.
+    #[arg(long, value_name = "DECAY")]
+    pub ema: Option<f64>,
+
     /// Label smoothing of the training loss, as F.cross_entropy(label_smoothing=EPS) [default: 0].
     #[arg(long, value_name = "EPS", allow_hyphen_values = true)]
     pub label_smoothing: Option<f64>,

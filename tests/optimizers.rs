@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use dpt_tui::engine::checkpoint::Checkpoint;
+use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
 use dpt_tui::engine::{DeviceId, Engine, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
@@ -42,11 +43,12 @@ struct Recipe {
     label_smoothing: f64,
     /// Micro-batches per replica (PyTorch's side always takes the whole batch at once).
     accumulate: usize,
+    ema: Option<f64>,
 }
 
 impl From<OptimConfig> for Recipe {
     fn from(optim: OptimConfig) -> Self {
-        Recipe { optim, clip: None, label_smoothing: 0.0, accumulate: 1 }
+        Recipe { optim, clip: None, label_smoothing: 0.0, accumulate: 1, ema: None }
     }
 }
 
@@ -64,6 +66,7 @@ fn reference(model: &std::path::Path, recipe: Recipe) -> HashMap<String, Vec<f64
         "decay_all": optim.decay_all,
         "clip": recipe.clip,
         "label_smoothing": recipe.label_smoothing,
+        "ema": recipe.ema,
     });
     let out = Command::new(common::python())
         .arg(common::script("optim_reference.py"))
@@ -171,12 +174,19 @@ fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
     let path = common::make_model("mlp", 1, dir.path());
     let model = Arc::new(ScriptModel::read(&path).unwrap());
     let optim = adam(OptimizerKind::AdamW, 0.05, false);
-    let straight = train(config(&model, optim, 2));
+    // A cosine schedule with warm-up and the weights' EMA ride along.
+    let recipe = |mut cfg: TrainConfig, dir: &std::path::Path| {
+        std::fs::create_dir_all(dir).unwrap();
+        cfg.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
+        cfg.ema = Some(0.7);
+        cfg.run_dir = Some(dir.to_owned());
+        cfg
+    };
+    let straight_dir = dir.path().join("straight");
+    let straight = train(recipe(config(&model, optim, 2), &straight_dir));
     let run = dir.path().join("run");
-    std::fs::create_dir_all(&run).unwrap();
-    let mut first = config(&model, optim, 2);
-    first.max_steps = Some(2);
-    first.run_dir = Some(run.clone());
+    let mut first = recipe(config(&model, optim, 2), &run);
+    first.max_steps = Some(3);
     train(first);
     let ckpt = Checkpoint::read(&run).unwrap();
     let mut slots: Vec<&str> = ckpt.optimizer.iter().map(|(s, _)| s.as_str()).collect();
@@ -184,11 +194,20 @@ fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
     assert_eq!(slots, ["exp_avg", "exp_avg_sq"]);
     assert_eq!(ckpt.state.optim().kind, OptimizerKind::AdamW);
     let resume = Resume::new(ckpt, ModelKind::Script, Some(&model), &run).unwrap();
-    let mut rest = config(&model, resume.state.optim(), 2);
+    let mut rest = recipe(config(&model, resume.state.optim(), 2), &run);
     rest.resume = Some(Box::new(resume));
     let resumed = train(rest);
     let d = common::max_relative_difference(&straight, &resumed);
     assert!(d < 1e-6, "the resumed run differs by {d}");
+    let ema = |d: &std::path::Path| {
+        let mut named = tch::Tensor::read_safetensors(d.join("model_ema.safetensors")).unwrap();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named
+    };
+    for ((n, a), (m, b)) in ema(&straight_dir).iter().zip(&ema(&run)) {
+        assert_eq!(n, m);
+        assert!(a.allclose(b, 1e-6, 1e-7, false), "the EMA of {n} differs after the resume");
+    }
 }
 
 #[test]
@@ -256,4 +275,48 @@ fn a_frozen_backbone_stays_as_it_was_and_the_head_trains_as_in_pytorch() {
             offset += n;
         }
     }
+}
+
+#[test]
+fn the_weights_moving_average_equals_timms_model_ema_and_is_evaluated_and_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::make_model("mlp", 1, dir.path());
+    let model = Arc::new(ScriptModel::read(&path).unwrap());
+    let recipe = Recipe { ema: Some(0.6), ..Recipe::from(adam(OptimizerKind::AdamW, 0.05, false)) };
+    let theirs = reference(&path, recipe);
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let mut cfg = config(&model, recipe.optim, 2);
+    cfg.ema = recipe.ema;
+    cfg.run_dir = Some(run.clone());
+    let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
+    let epochs: Vec<_> = engine
+        .events()
+        .iter()
+        .filter_map(|r| match r {
+            dpt_tui::record::Record::Epoch(e) => Some(*e),
+            _ => None,
+        })
+        .collect();
+    engine.join().unwrap();
+    assert!(
+        epochs.iter().all(|e| e.ema_test_acc.is_some() && e.ema_test_loss.is_some()),
+        "evaluated each epoch"
+    );
+    let ema = tch::Tensor::read_safetensors(run.join("model_ema.safetensors")).unwrap();
+    let mut worst = 0.0f64;
+    for (name, t) in &ema {
+        let ours: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();
+        let theirs = &theirs[&format!("ema.{name}")];
+        for (a, b) in ours.iter().zip(theirs) {
+            worst = worst.max((*a as f64 - b).abs());
+        }
+    }
+    assert!(worst < 1e-5, "the EMA is {worst} away from PyTorch's");
+    // And it is not the raw weights.
+    let raw = tch::Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
+    assert!(!raw[0].1.equal(&ema.iter().find(|(n, _)| *n == raw[0].0).unwrap().1));
+    // A checkpoint carries it, so a resume continues the same average.
+    let ckpt = Checkpoint::read(&run).unwrap();
+    assert_eq!(ckpt.ema.as_ref().map(|(p, _)| p.len()), Some(4));
 }

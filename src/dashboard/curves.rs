@@ -10,7 +10,10 @@ pub enum CurveView {
     Accuracy,
     /// d2l's Animator: train loss, train accuracy and test accuracy on one plot.
     D2l,
+    /// The lr as trained, over the schedule's plan.
     Lr,
+    /// The mean gradient's global norm (what rises before a divergence).
+    GradNorm,
 }
 
 impl CurveView {
@@ -19,7 +22,8 @@ impl CurveView {
             CurveView::Loss => CurveView::Accuracy,
             CurveView::Accuracy => CurveView::D2l,
             CurveView::D2l => CurveView::Lr,
-            CurveView::Lr => CurveView::Loss,
+            CurveView::Lr => CurveView::GradNorm,
+            CurveView::GradNorm => CurveView::Loss,
         }
     }
 
@@ -29,6 +33,7 @@ impl CurveView {
             CurveView::Accuracy => "accuracy",
             CurveView::D2l => "d2l view",
             CurveView::Lr => "learning rate",
+            CurveView::GradNorm => "gradient norm",
         }
     }
 }

@@ -9,14 +9,14 @@ use crate::engine::Control;
 /// Every key, for the help overlay: (keys, what they do).
 pub const HELP: &[(&str, &str)] = &[
     ("space / p", "pause or resume training"),
-    ("+ / -", "multiply / divide the lr by 2"),
+    ("+ / -", "lr times or over 2 (an lr schedule is scaled from here on)"),
     ("l", "type an exact lr (Enter applies, Esc cancels)"),
     ("s", "save the weights now (model.safetensors in the run directory)"),
     ("S", "save into another folder from now on (when the run directory's disk is full)"),
     ("q", "stop after this step and save (asks first); quit once finished"),
     ("d", "detach: close the dashboard, training goes on (dpt-tui attach)"),
     ("Ctrl-C", "stop after the current step and save, without asking"),
-    ("v", "curves: loss, accuracy, d2l's (all on one plot), lr"),
+    ("v", "curves: loss, accuracy, d2l's, lr over its plan, grad norm"),
     ("b", "compare: overlay runs beside this one as baselines"),
     ("m", "smoothing: off, 0.6, 0.9, 0.99 (TensorBoard's, raw curve faint)"),
     ("w", "curves: whole run or the last 2 epochs"),

@@ -2,7 +2,8 @@
 //! safetensors file written atomically (temporary file, fsync, rename, fsync of the folder).
 //!
 //! Tensors: `param.<name>`, `buffer.<name>`, the optimizer's state as `<slot>.<name>` (slots
-//! named by [`OptimizerKind::slots`]: `momentum`; `exp_avg`, `exp_avg_sq`), and `__state__`, the
+//! named by [`OptimizerKind::slots`]: `momentum`; `exp_avg`, `exp_avg_sq`), the weights' moving
+//! average as `ema_param.<name>` and `ema_buffer.<name>` (with `--ema`), and `__state__`, the
 //! [`CheckpointState`] as UTF-8 JSON bytes. The random streams need no state of their own: the
 //! shuffle of epoch `e` and the dropout masks of step `s` on replica `r` are derived from the
 //! run's seed and `(e)` or `(s, r)`, so the seed and the position restore them.
@@ -92,6 +93,9 @@ pub struct CheckpointState {
     pub clip_grad_norm: Option<f64>,
     #[serde(default)]
     pub label_smoothing: f64,
+    /// `--ema` decay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -112,6 +116,8 @@ pub struct Checkpoint {
     /// Each optimizer slot's tensors by name.
     pub optimizer: Vec<(String, Vec<(String, Tensor)>)>,
     pub buffers: Vec<(String, Tensor)>,
+    /// The weights' moving average (`--ema`): parameters and buffers by name.
+    pub ema: Option<(Vec<(String, Tensor)>, Vec<(String, Tensor)>)>,
 }
 
 /// Every slot name any optimizer uses.
@@ -134,7 +140,14 @@ impl Checkpoint {
         let err = |cause: std::io::Error| CheckpointError::Write { path: path.to_owned(), cause };
         let json = serde_json::to_vec(&self.state).map_err(|e| err(std::io::Error::other(e)))?;
         let mut tensors: Vec<(String, Tensor)> = Vec::new();
-        let lists = [("param", &self.params), ("buffer", &self.buffers)];
+        let none = Vec::new();
+        let (ema_params, ema_buffers) = self.ema.as_ref().map_or((&none, &none), |(p, b)| (p, b));
+        let lists = [
+            ("param", &self.params),
+            ("buffer", &self.buffers),
+            ("ema_param", ema_params),
+            ("ema_buffer", ema_buffers),
+        ];
         let slots = self.optimizer.iter().map(|(slot, list)| (slot.as_str(), list));
         for (prefix, list) in lists.into_iter().chain(slots) {
             tensors.extend(list.iter().map(|(n, t)| (format!("{prefix}.{n}"), t.shallow_clone())));
@@ -159,6 +172,7 @@ impl Checkpoint {
             Tensor::read_safetensors(&file).map_err(|e| failed("not a safetensors file", e.into()))?;
         let mut state = None;
         let (mut params, mut buffers) = (Vec::new(), Vec::new());
+        let (mut ema_params, mut ema_buffers) = (Vec::new(), Vec::new());
         let mut optimizer: Vec<(String, Vec<(String, Tensor)>)> = Vec::new();
         for (name, t) in tensors {
             if name == STATE_KEY {
@@ -170,6 +184,10 @@ impl Checkpoint {
                 );
             } else if let Some(n) = name.strip_prefix("param.") {
                 params.push((n.to_owned(), t));
+            } else if let Some(n) = name.strip_prefix("ema_param.") {
+                ema_params.push((n.to_owned(), t));
+            } else if let Some(n) = name.strip_prefix("ema_buffer.") {
+                ema_buffers.push((n.to_owned(), t));
             } else if let Some((slot, n)) = name.split_once('.').filter(|(slot, _)| known_slot(slot)) {
                 match optimizer.iter_mut().find(|(s, _)| s == slot) {
                     Some((_, list)) => list.push((n.to_owned(), t)),
@@ -185,7 +203,8 @@ impl Checkpoint {
         if state.format != FORMAT {
             return Err(err(format!("format {} is not {FORMAT}", state.format)));
         }
-        Ok(Checkpoint { state, params, optimizer, buffers })
+        let ema = (!ema_params.is_empty()).then_some((ema_params, ema_buffers));
+        Ok(Checkpoint { state, params, optimizer, buffers, ema })
     }
 
     /// The tensors named `names` with `shapes`, in that order, flattened into one CPU tensor.

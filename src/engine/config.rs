@@ -77,6 +77,8 @@ pub enum ConfigError {
     BadLabelSmoothing(f64),
     #[error("--clip-grad-norm must be a positive finite number, got {0}")]
     BadClip(f64),
+    #[error("--ema must be a decay in (0, 1) such as 0.999, got {0}")]
+    BadEma(f64),
     #[error("--accumulate must be at least 1")]
     ZeroAccumulate,
     #[error("--accumulate {accumulate} splits each replica's {per_replica} samples per step finer than one sample; use at most {per_replica}, or a larger --batch-size")]
@@ -195,6 +197,8 @@ pub struct TrainConfig {
     pub loss: LossKind,
     /// Label smoothing of the training loss (`F.cross_entropy(label_smoothing=)`).
     pub label_smoothing: f64,
+    /// Decay of the weights' moving average (`--ema`).
+    pub ema: Option<f64>,
     /// Micro-batches each replica splits its share of a step into (gradient accumulation).
     pub accumulate: usize,
     /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
@@ -234,6 +238,7 @@ impl TrainConfig {
             loss: model.loss(),
             label_smoothing: 0.0,
             accumulate: 1,
+            ema: None,
             clip_grad_norm: None,
             normalization: model.normalization(),
         }
@@ -331,6 +336,9 @@ impl TrainConfig {
         }
         if !(self.label_smoothing.is_finite() && (0.0..1.0).contains(&self.label_smoothing)) {
             return Err(ConfigError::BadLabelSmoothing(self.label_smoothing));
+        }
+        if let Some(d) = self.ema.filter(|d| !(d.is_finite() && *d > 0.0 && *d < 1.0)) {
+            return Err(ConfigError::BadEma(d));
         }
         if self.accumulate == 0 {
             return Err(ConfigError::ZeroAccumulate);

@@ -15,6 +15,8 @@ pub struct Resume {
     /// Each slot of the optimizer's state, flat in logical order.
     pub optimizer: Vec<(String, Tensor)>,
     pub buffers: Tensor,
+    /// The weights' moving average, parameters then buffers (flat, logical order).
+    pub ema: Option<(Tensor, Tensor)>,
 }
 
 impl std::fmt::Debug for Resume {
@@ -51,10 +53,17 @@ impl Resume {
             })?;
             optimizer.push((slot.to_owned(), flat));
         }
+        let ema = match &ckpt.ema {
+            Some((p, bufs)) => {
+                Some((Checkpoint::flat(p, &b.params, path)?, Checkpoint::flat(bufs, &b.buffers, path)?))
+            }
+            None => None,
+        };
         Ok(Resume {
             params: Checkpoint::flat(&ckpt.params, &b.params, path)?,
             optimizer,
             buffers: Checkpoint::flat(&ckpt.buffers, &b.buffers, path)?,
+            ema,
             state: ckpt.state,
         })
     }
@@ -71,6 +80,7 @@ impl Resume {
         };
         let optimizer =
             state.optim().kind.slots().iter().map(|s| ((*s).to_owned(), zeros(&b.params))).collect();
-        Resume { params: zeros(&b.params), optimizer, buffers: zeros(&b.buffers), state }
+        let ema = state.ema.map(|_| (zeros(&b.params), zeros(&b.buffers)));
+        Resume { params: zeros(&b.params), optimizer, buffers: zeros(&b.buffers), ema, state }
     }
 }

@@ -70,11 +70,11 @@ pub fn differing(runs: &[Option<&RunInfo>]) -> Vec<(&'static str, Vec<String>)> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{ModelKind, Precision};
 
-    fn info(lr: f64, batch: usize, seed: u64) -> RunInfo {
+    pub(crate) fn info(lr: f64, batch: usize, seed: u64) -> RunInfo {
         RunInfo {
             model: ModelKind::Lenet,
             devices: vec!["cpu".parse().unwrap(); 2],
@@ -92,6 +92,7 @@ mod tests {
             clip_grad_norm: None,
             label_smoothing: None,
             accumulate: None,
+            ema: None,
             train_samples: 1,
             test_samples: 1,
             cpu_threads_per_replica: 1,

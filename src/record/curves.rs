@@ -24,6 +24,12 @@ pub struct Curves {
     pub test_loss: Vec<(f64, f64)>,
     pub test_acc: Vec<(f64, f64)>,
     pub lr: Vec<(f64, f64)>,
+    /// The lr the schedule plans for the whole run (rescaled from where the live key changed it).
+    pub lr_plan: Vec<(f64, f64)>,
+    /// The mean gradient's global norm per report window.
+    pub grad_norm: Vec<(f64, f64)>,
+    /// The test accuracy of the weights' moving average (`--ema`).
+    pub ema_test_acc: Vec<(f64, f64)>,
     pub marks: Vec<(f64, MarkKind)>,
     /// The x of the latest point: epochs done, with the current epoch's fraction.
     pub x: f64,
@@ -61,10 +67,17 @@ impl Curves {
     /// Folds one record in.
     pub fn apply(&mut self, record: &Record) {
         match record {
-            Record::Start(info) => self.epochs = self.epochs.max(info.epochs),
+            Record::Start(info) => {
+                self.epochs = self.epochs.max(info.epochs);
+                self.lr_plan = planned_lr(info);
+            }
             Record::Step(s) => {
                 let x = fractional_epoch(s.epoch, s.step, s.steps_per_epoch);
                 self.x = x;
+                if let Some(g) = s.grad_norm {
+                    self.grad_norm.push((x, g));
+                    thin(&mut self.grad_norm);
+                }
                 for (series, y) in
                     [(&mut self.train_loss, s.loss), (&mut self.train_acc, s.acc), (&mut self.lr, s.lr)]
                 {
@@ -77,11 +90,18 @@ impl Curves {
                 self.x = self.x.max(x);
                 self.test_loss.push((x, e.test_loss));
                 self.test_acc.push((x, e.test_acc));
+                if let Some(a) = e.ema_test_acc {
+                    self.ema_test_acc.push((x, a));
+                }
             }
-            Record::Event(Change::LrChanged { to, .. }) => {
-                // A change applies from the next step on.
+            Record::Event(Change::LrChanged { from, to, .. }) => {
+                // A change applies from the next step on, and scales the rest of the plan.
                 self.marks.push((self.x, MarkKind::LrChange));
                 self.lr.push((self.x, *to));
+                if *from > 0.0 {
+                    let x = self.x;
+                    self.lr_plan.iter_mut().filter(|(px, _)| *px > x).for_each(|(_, y)| *y *= to / from);
+                }
             }
             Record::Event(Change::Paused { .. }) => self.marks.push((self.x, MarkKind::Pause)),
             Record::Event(_) | Record::Summary(_) => {}
@@ -92,6 +112,33 @@ impl Curves {
     pub fn is_empty(&self) -> bool {
         self.train_loss.is_empty() && self.test_loss.is_empty()
     }
+}
+
+/// Points the planned lr curve has at most.
+const PLAN_POINTS: usize = 400;
+
+/// The lr the run's schedule plans, as points at the x where each step's report would be (none
+/// for a record without a schedule).
+fn planned_lr(info: &super::RunInfo) -> Vec<(f64, f64)> {
+    let (Some(schedule), Some(optim)) = (&info.schedule, &info.optim) else { return Vec::new() };
+    let spe = info.steps_per_epoch.max(1);
+    let total = spe * info.epochs;
+    let base = match info.lr_batch_ref {
+        Some(r) if r > 0 => optim.lr * info.batch_size as f64 / r as f64,
+        _ => optim.lr,
+    };
+    let plan = crate::engine::optim::schedule::LrPlan {
+        base,
+        schedule: schedule.clone(),
+        total,
+        steps_per_epoch: spe,
+        scale: info.lr_scale.unwrap_or(1.0),
+    };
+    let every = total.div_ceil(PLAN_POINTS).max(1);
+    (0..total)
+        .filter(|t| t % every == 0 || t + 1 == total)
+        .map(|t| ((t + 1) as f64 / spe as f64, plan.at(t)))
+        .collect()
 }
 
 /// The x range to show: the whole run (at least up to its epochs) or the last `window` epochs.
@@ -144,6 +191,37 @@ mod tests {
         let (lo, hi) = y_range(&[&a], (0.0, 10.0), true).unwrap();
         assert!(lo < 0.0 && hi > 2.0);
         assert!(y_range(&[&a], (20.0, 30.0), false).is_none());
+    }
+
+    #[test]
+    fn the_planned_lr_follows_the_schedule_and_the_live_key_rescales_its_rest() {
+        use crate::engine::optim::schedule::{Schedule, Shape};
+        use crate::engine::optim::OptimConfig;
+        let mut info = crate::record::compare::tests::info(0.1, 32, 0);
+        (info.epochs, info.steps_per_epoch) = (2, 10);
+        info.optim = Some(OptimConfig::sgd(0.1, 0.0, 0.0));
+        info.schedule = Some(Schedule { shape: Shape::Cosine, warmup_steps: 4, min_lr: 0.0, gamma: 0.1 });
+        let mut c = Curves::default();
+        c.apply(&Record::Start(Box::new(info)));
+        assert_eq!(c.lr_plan.len(), 20);
+        assert_eq!(c.lr_plan[0], (0.1, 0.1 / 4.0), "warm-up: the first step's lr at its report");
+        assert!((c.lr_plan[3].1 - 0.1).abs() < 1e-12);
+        assert!(c.lr_plan.windows(2).skip(4).all(|w| w[1].1 < w[0].1), "then cosine down");
+        c.x = 1.0;
+        let before = c.lr_plan[15].1;
+        c.apply(&Record::Event(Change::LrChanged { from: 0.05, to: 0.025, global_step: 10 }));
+        assert!((c.lr_plan[15].1 - before / 2.0).abs() < 1e-12);
+        assert_eq!(
+            c.lr_plan[5].1,
+            crate::engine::optim::schedule::Schedule {
+                shape: Shape::Cosine,
+                warmup_steps: 4,
+                min_lr: 0.0,
+                gamma: 0.1
+            }
+            .lr_at(0.1, 5, 20, 10),
+            "the past stays as planned"
+        );
     }
 
     #[test]

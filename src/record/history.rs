@@ -148,6 +148,8 @@ mod tests {
             eval_seconds: 0.1,
             samples_per_sec: 1.0,
             lr: 0.1,
+            ema_test_acc: None,
+            ema_test_loss: None,
         }))
     }
 

@@ -37,6 +37,9 @@ pub struct RunInfo {
     /// `--label-smoothing` (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_smoothing: Option<f64>,
+    /// `--ema` decay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema: Option<f64>,
     /// Micro-batches per replica and step (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accumulate: Option<usize>,
@@ -112,6 +115,9 @@ impl RunInfo {
         }
         if let Some(e) = self.label_smoothing {
             s += &format!(", label smoothing {e}");
+        }
+        if let Some(d) = self.ema {
+            s += &format!(", weights' EMA {d}");
         }
         if let Some(n) = self.accumulate {
             s += &format!(", {n} micro-batches per step");
@@ -221,6 +227,11 @@ pub struct EpochStats {
     pub eval_seconds: f64,
     pub samples_per_sec: f64,
     pub lr: f64,
+    /// The test figures of the weights' moving average (`--ema`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema_test_acc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema_test_loss: Option<f64>,
 }
 
 /// Why a run ended.

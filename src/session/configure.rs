@@ -68,6 +68,7 @@ fn configure(
         cfg.lr_batch_ref = s.lr_batch_ref;
         cfg.clip_grad_norm = s.clip_grad_norm;
         cfg.label_smoothing = s.label_smoothing;
+        cfg.ema = s.ema;
         cfg.seed = s.seed;
     }
     cfg.epochs = args.epochs.unwrap_or(cfg.epochs);
@@ -86,6 +87,7 @@ fn configure(
     cfg.clip_grad_norm = args.clip_grad_norm.or(cfg.clip_grad_norm);
     cfg.label_smoothing = args.label_smoothing.unwrap_or(cfg.label_smoothing);
     cfg.accumulate = args.accumulate.unwrap_or(cfg.accumulate);
+    cfg.ema = args.ema.or(cfg.ema);
     cfg.seed = args.seed.unwrap_or(cfg.seed);
     cfg.log_every = args.log_every;
     cfg.max_steps = args.max_steps;
@@ -169,7 +171,8 @@ fn read_resume(
         Resume::awaiting(state, script.as_ref())
     };
     let slots = resume.optimizer.iter_mut().map(|(_, t)| t);
-    for t in [&mut resume.params, &mut resume.buffers].into_iter().chain(slots) {
+    let ema = resume.ema.iter_mut().flat_map(|(p, b)| [p, b]);
+    for t in [&mut resume.params, &mut resume.buffers].into_iter().chain(slots).chain(ema) {
         if t.numel() > 0 {
             w.broadcast(t).map_err(super::dist::failure)?;
         }

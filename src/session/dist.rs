@@ -72,6 +72,7 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "clip_grad_norm": args.clip_grad_norm,
         "label_smoothing": args.label_smoothing,
         "accumulate": args.accumulate,
+        "ema": args.ema,
         "seed": args.seed,
         "train_limit": args.train_limit,
         "test_limit": args.test_limit,

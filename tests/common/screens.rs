@@ -38,6 +38,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         clip_grad_norm: None,
         label_smoothing: None,
         accumulate: None,
+        ema: None,
         train_samples: 60_000,
         test_samples: 10_000,
         cpu_threads_per_replica: 1,
@@ -85,6 +86,8 @@ pub fn epoch(e: usize, test_acc: f64) -> Record {
         eval_seconds: 1.0,
         samples_per_sec: 5200.0,
         lr: 0.2,
+        ema_test_acc: None,
+        ema_test_loss: None,
     }))
 }
 

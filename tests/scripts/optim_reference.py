@@ -4,7 +4,9 @@ steps on the first N training images of an IDX data set and prints the final par
 `python optim_reference.py MODEL.pt DATA_DIR N STEPS SPEC_JSON`
 
 SPEC_JSON: {"optimizer": "sgd"|"adam"|"adamw", "lr", "momentum", "nesterov", "weight_decay",
-"betas", "eps", "decay_all", "clip" (null or the max norm), "label_smoothing"}. Adam and AdamW decay only tensors of 2+ dimensions unless
+"betas", "eps", "decay_all", "clip" (null or the max norm), "label_smoothing", "ema" (null or the
+decay: timm's ModelEmaV2, `ema = decay * ema + (1 - decay) * model` after every step; printed
+as "ema.<name>")}. Adam and AdamW decay only tensors of 2+ dimensions unless
 decay_all (two parameter groups, as timm builds them); SGD decays every tensor. The loss is
 the mean cross-entropy of the batch, the images scaled to [0, 1] (dpt-tui's default for a
 TorchScript model).
@@ -42,13 +44,22 @@ def main():
     y = read_idx(f"{data}/train-labels-idx1-ubyte.gz")[:n].long()
     named = [(k, p) for k, p in net.named_parameters() if p.requires_grad]
     opt = optimizer(spec, named)
+    ema = {k: v.detach().clone() for k, v in net.state_dict().items()} if spec.get("ema") else None
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(net(x), y, label_smoothing=spec["label_smoothing"]).backward()
         if spec["clip"] is not None:
             torch.nn.utils.clip_grad_norm_([p for _, p in named], spec["clip"])
         opt.step()
-    print(json.dumps({k: p.detach().flatten().tolist() for k, p in net.named_parameters()}))
+        if ema is not None:
+            d = spec["ema"]
+            with torch.no_grad():
+                for k, v in net.state_dict().items():
+                    ema[k].copy_(ema[k] * d + (1.0 - d) * v)
+    out = {k: p.detach().flatten().tolist() for k, p in net.named_parameters()}
+    if ema is not None:
+        out.update({f"ema.{k}": v.flatten().tolist() for k, v in ema.items()})
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

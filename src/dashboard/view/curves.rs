@@ -1,5 +1,6 @@
-//! The curve panel: train loss, train accuracy and test accuracy (or the lr) against epochs,
-//! with a legend and the marks where the lr changed or training paused.
+//! The curve panel: train loss, train accuracy and test accuracy (with the weights' EMA), or
+//! the lr over its planned schedule, or the gradient norm, against epochs, with a legend and the
+//! marks where the lr changed or training paused.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Color;
@@ -56,6 +57,11 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         CurveView::Loss => {
             vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
         }
+        CurveView::Accuracy if !c.ema_test_acc.is_empty() => vec![
+            ("train acc", &c.train_acc, t.train_acc),
+            ("test acc", &c.test_acc, t.test_acc),
+            ("test acc (EMA)", &c.ema_test_acc, t.accent),
+        ],
         CurveView::Accuracy => {
             vec![("train acc", &c.train_acc, t.train_acc), ("test acc", &c.test_acc, t.test_acc)]
         }
@@ -64,7 +70,9 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
             ("train acc", &c.train_acc, t.train_acc),
             ("test acc", &c.test_acc, t.test_acc),
         ],
+        CurveView::Lr if !c.lr_plan.is_empty() => vec![("planned", &c.lr_plan, t.dim), ("lr", &c.lr, t.lr)],
         CurveView::Lr => vec![("lr", &c.lr, t.lr)],
+        CurveView::GradNorm => vec![("grad norm", &c.grad_norm, t.accent)],
     };
     let marker = if look.ascii { "*" } else { "━" };
     let mut legend = Vec::new();
@@ -133,8 +141,9 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
 fn view_series(c: &Curves, view: CurveView) -> Vec<&[(f64, f64)]> {
     match view {
         CurveView::Loss => vec![&c.train_loss, &c.test_loss],
-        CurveView::Accuracy => vec![&c.train_acc, &c.test_acc],
+        CurveView::Accuracy => vec![&c.train_acc, &c.test_acc, &c.ema_test_acc],
         CurveView::D2l => vec![&c.train_loss, &c.train_acc, &c.test_acc],
-        CurveView::Lr => vec![&c.lr],
+        CurveView::Lr => vec![&c.lr, &c.lr_plan],
+        CurveView::GradNorm => vec![&c.grad_norm],
     }
 }

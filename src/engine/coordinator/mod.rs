@@ -274,6 +274,7 @@ impl Coordinator {
             clip_grad_norm: cfg.clip_grad_norm,
             label_smoothing: (cfg.label_smoothing > 0.0).then_some(cfg.label_smoothing),
             accumulate: (cfg.accumulate > 1).then_some(cfg.accumulate),
+            ema: cfg.ema,
             train_samples: self.train_len,
             test_samples: self.test_len,
             cpu_threads_per_replica: cfg.cpu_threads,
@@ -402,6 +403,14 @@ impl Coordinator {
         let train = self.epoch.now();
         let eval_start = Instant::now();
         let test = self.evaluate()?;
+        let ema = match self.replicas.swap_in_ema() {
+            Some(own) => {
+                let result = self.evaluate();
+                self.replicas.put_back(own);
+                Some(result?)
+            }
+            None => None,
+        };
         let stats = EpochStats {
             epoch: epoch + 1,
             train_loss: train.mean_loss(),
@@ -412,6 +421,8 @@ impl Coordinator {
             eval_seconds: eval_start.elapsed().as_secs_f64(),
             samples_per_sec: train.throughput(),
             lr: self.lr,
+            ema_test_acc: ema.map(|t| t.accuracy()),
+            ema_test_loss: ema.map(|t| t.mean_loss()),
         };
         self.done.last_test_acc = Some(stats.test_acc);
         self.done.epochs += 1;

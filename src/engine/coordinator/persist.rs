@@ -17,6 +17,9 @@ use crate::record::Change;
 /// The weights' file name inside a run directory.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
 
+/// The weights' moving average (`--ema`) beside the raw weights.
+pub const EMA_WEIGHTS_FILE: &str = "model_ema.safetensors";
+
 /// Writes named tensors as safetensors at `path`, atomically.
 pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
     tensor_file::write(tensors, path).map_err(|cause| EngineError::Save { path: path.to_owned(), cause })
@@ -78,6 +81,11 @@ impl Coordinator {
         let named = self.replicas.named_cpu();
         let result = save_named(&named, &path).and_then(|()| {
             self.emit(Change::Saved { path: path.display().to_string(), global_step });
+            if let Some((p, b)) = self.replicas.ema_by_name() {
+                let ema_path = dir.join(EMA_WEIGHTS_FILE);
+                save_named(&p.into_iter().chain(b).collect::<Vec<_>>(), &ema_path)?;
+                self.emit(Change::Saved { path: ema_path.display().to_string(), global_step });
+            }
             if let Some(script) = self.cfg().script.clone() {
                 let module = dir.join(SCRIPT_FILE);
                 save_script(&script, &named, &module)?;
@@ -216,6 +224,7 @@ impl Coordinator {
             optim: Some(cfg.optim),
             lr_scale: self.plan.scale,
             lr_batch_ref: cfg.lr_batch_ref,
+            ema: cfg.ema,
             clip_grad_norm: cfg.clip_grad_norm,
             label_smoothing: cfg.label_smoothing,
             schedule: Some(cfg.schedule.clone()),
@@ -234,6 +243,7 @@ impl Coordinator {
             params: self.replicas.params_by_name(),
             optimizer: self.replicas.optimizer_by_name(),
             buffers: self.replicas.buffers_by_name(),
+            ema: self.replicas.ema_by_name(),
         };
         if cfg.faults.checkpoint_write {
             return Err(CheckpointError::Write {

@@ -6,6 +6,7 @@ use tch::{Device, Tensor};
 
 use crate::dist::World;
 use crate::engine::flat::Layout;
+use crate::engine::optim::ema::Ema;
 use crate::engine::optim::{OptimConfig, OptimizerState};
 use crate::engine::resume::Resume;
 use crate::engine::worker::ReplicaHandles;
@@ -34,6 +35,8 @@ pub struct Replicas {
     pub grads: Vec<Tensor>,
     pub buffers: Vec<Tensor>,
     pub optim: Vec<OptimizerState>,
+    /// The weights' moving average (`--ema`), on replica 0's device.
+    pub ema: Option<Ema>,
     /// Replica 0's tensors by name (views into its buffers).
     named: Vec<(String, Tensor)>,
 }
@@ -46,8 +49,61 @@ impl Replicas {
             grads: Vec::new(),
             buffers: Vec::new(),
             optim: Vec::new(),
+            ema: None,
             named: Vec::new(),
         }
+    }
+
+    /// Starts the moving average of the weights from replica 0's (or from `saved`, a
+    /// checkpoint's, parameters then buffers in logical order).
+    pub fn start_ema(&mut self, decay: f64, saved: Option<&(Tensor, Tensor)>) {
+        let ema = Ema::new(decay, &self.params[0], &self.buffers[0]);
+        if let Some((p, b)) = saved {
+            self.layout.params.load_logical(&ema.params, p);
+            self.layout.buffers.load_logical(&ema.buffers, b);
+        }
+        self.ema = Some(ema);
+    }
+
+    /// Folds replica 0's tensors into the moving average (after the update and the buffers'
+    /// copy).
+    pub fn update_ema(&mut self) {
+        if let Some(ema) = &mut self.ema {
+            ema.update(&self.params[0], &self.buffers[0]);
+        }
+    }
+
+    /// Puts the moving average's weights in every replica and returns the trained ones (replica
+    /// 0's), for [`Replicas::put_back`]; the workers are idle between steps, so they see only one
+    /// or the other.
+    pub fn swap_in_ema(&mut self) -> Option<(Tensor, Tensor)> {
+        let ema = self.ema.as_ref()?;
+        let _guard = tch::no_grad_guard();
+        let own = (self.params[0].copy(), self.buffers[0].copy());
+        for (p, b) in self.params.iter_mut().zip(self.buffers.iter_mut()) {
+            p.copy_(&ema.params);
+            b.copy_(&ema.buffers);
+        }
+        Some(own)
+    }
+
+    /// Puts the trained weights [`Replicas::swap_in_ema`] took out back in every replica.
+    pub fn put_back(&mut self, own: (Tensor, Tensor)) {
+        let _guard = tch::no_grad_guard();
+        for (p, b) in self.params.iter_mut().zip(self.buffers.iter_mut()) {
+            p.copy_(&own.0);
+            b.copy_(&own.1);
+        }
+    }
+
+    /// The moving average's parameters and buffers by name, on the CPU.
+    pub fn ema_by_name(&self) -> Option<(Vec<(String, Tensor)>, Vec<(String, Tensor)>)> {
+        let ema = self.ema.as_ref()?;
+        let l = &self.layout;
+        Some((
+            ModelLayout::split(&ema.params, &l.params, &l.param_specs),
+            ModelLayout::split(&ema.buffers, &l.buffers, &l.buffer_specs),
+        ))
     }
 
     /// Takes a ready replica's handles (in replica order) and makes its optimizer state.

@@ -63,6 +63,10 @@ impl Coordinator {
             self.replicas.restore_optimizer(r);
         }
         self.trainable_runs = self.replicas.trainable_runs();
+        if let Some(decay) = self.cfg.ema {
+            let saved = self.cfg.resume.as_ref().and_then(|r| r.ema.as_ref());
+            self.replicas.start_ema(decay, saved);
+        }
         if let LocalReduce::Nccl { groups } = &self.reduce {
             let devices: Vec<tch::Device> =
                 groups.iter().map(|g| self.replicas.grads[g[0]].device()).collect();
@@ -152,6 +156,7 @@ impl Coordinator {
         }
         self.touching = None;
         self.replicas.share_buffers(self.world.as_deref())?;
+        self.replicas.update_ema();
         clock.mark().map_err(&clock_error)?;
         let phases = clock.read().map_err(|e| match e {
             WaitError::Cuda(c) => clock_error(c),

@@ -4,6 +4,7 @@
 //! checkpoints by those names, plus scratch buffers that are not.
 
 pub mod adam;
+pub mod ema;
 pub mod schedule;
 pub mod sgd;
 
