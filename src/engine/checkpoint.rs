@@ -109,6 +109,9 @@ impl CheckpointState {
     }
 }
 
+/// Tensors by name.
+pub type NamedTensors = Vec<(String, Tensor)>;
+
 /// A checkpoint in memory (tensors on the CPU).
 pub struct Checkpoint {
     pub state: CheckpointState,
@@ -117,7 +120,7 @@ pub struct Checkpoint {
     pub optimizer: Vec<(String, Vec<(String, Tensor)>)>,
     pub buffers: Vec<(String, Tensor)>,
     /// The weights' moving average (`--ema`): parameters and buffers by name.
-    pub ema: Option<(Vec<(String, Tensor)>, Vec<(String, Tensor)>)>,
+    pub ema: Option<(NamedTensors, NamedTensors)>,
 }
 
 /// Every slot name any optimizer uses.

@@ -5,6 +5,7 @@
 use tch::{Device, Tensor};
 
 use crate::dist::World;
+use crate::engine::checkpoint::NamedTensors;
 use crate::engine::flat::Layout;
 use crate::engine::optim::ema::Ema;
 use crate::engine::optim::{OptimConfig, OptimizerState};
@@ -97,7 +98,7 @@ impl Replicas {
     }
 
     /// The moving average's parameters and buffers by name, on the CPU.
-    pub fn ema_by_name(&self) -> Option<(Vec<(String, Tensor)>, Vec<(String, Tensor)>)> {
+    pub fn ema_by_name(&self) -> Option<(NamedTensors, NamedTensors)> {
         let ema = self.ema.as_ref()?;
         let l = &self.layout;
         Some((
