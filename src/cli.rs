@@ -143,10 +143,21 @@ pub enum Command {
 
 /// Train neural networks data-parallel over several devices with libtorch, watched live.
 #[derive(Debug, Parser)]
-#[command(name = "dpt-tui", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "dpt-tui",
+    version,
+    about,
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// Read training flags from a TOML file (keys: the flags' long names, e.g. `batch_size = 64`);
+    /// flags on the command line override it. Every run directory holds its run's as config.toml.
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<PathBuf>,
 
     /// Start the training in the background and print how to attach to it.
     #[arg(long)]

@@ -22,7 +22,14 @@ pub enum Failure {
 }
 
 fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let argv = match session::config_file::expand(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("dpt-tui: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let args = cli::Args::parse_from(argv);
     install_panic_hook();
     match session::run(args) {
         Ok(code) => ExitCode::from(code),

@@ -35,6 +35,18 @@ impl std::str::FromStr for DataFormat {
     }
 }
 
+impl std::fmt::Display for DataFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DataFormat::Idx => "idx",
+            DataFormat::Cifar10 => "cifar10",
+            DataFormat::Images => "images",
+            DataFormat::Npy => "npz",
+            DataFormat::Safetensors => "safetensors",
+        })
+    }
+}
+
 /// How to load a data set: its format (detected when `None`) and, for image folders, the size
 /// every image is resized to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -360,6 +360,9 @@ pub fn prepare(
             dir
         }
     };
+    super::config_file::write(&run_dir, args, &cfg).map_err(|e| {
+        input(anyhow!("cannot write {}: {e}", run_dir.join(super::config_file::CONFIG_FILE).display()))
+    })?;
     Ok(Prepared {
         cfg,
         data,

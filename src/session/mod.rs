@@ -3,6 +3,7 @@
 //! flags become a training configuration in one place, `configure.rs`.
 
 mod attach;
+pub mod config_file;
 mod configure;
 mod dist;
 mod doctor;

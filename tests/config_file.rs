@@ -1,0 +1,86 @@
+//! Run configuration files: a run started from one, the resolved `config.toml` every run
+//! directory gets, and that file repeating the run exactly.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+fn dpt(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dpt-tui")).args(args).output().unwrap()
+}
+
+fn weights(run: &Path) -> Vec<(String, tch::Tensor)> {
+    let mut w = tch::Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
+    w.sort_by(|a, b| a.0.cmp(&b.0));
+    w
+}
+
+#[test]
+fn a_runs_config_toml_repeats_it_and_flags_override_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = tmp.path().join("recipe.toml");
+    let data = common::subset_dir();
+    std::fs::write(
+        &recipe,
+        format!(
+            "data = {:?}\ndevices = \"cpu:2\"\nepochs = 5\noptimizer = \"adamw\"\nlr = 0.002\nweight_decay = 0.05\n\
+             lr_schedule = \"cosine\"\nwarmup_steps = 2\nlabel_smoothing = 0.1\nema = 0.9\ntrain_limit = 256\n\
+             test_limit = 64\nbatch_size = 64\nseed = 3\n",
+            data.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let first = tmp.path().join("first");
+    // The command line overrides the file: 1 epoch, not 5.
+    let out = dpt(&[
+        "--headless",
+        "--config",
+        recipe.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--run-dir",
+        first.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("1 epochs x 4 steps") && stdout.contains("adamw") && stdout.contains("cosine"),
+        "{stdout}"
+    );
+    let written = std::fs::read_to_string(first.join("config.toml")).unwrap();
+    for line in [
+        "epochs = 1",
+        "optimizer = \"adamw\"",
+        "lr_schedule = \"cosine\"",
+        "ema = 0.9",
+        "seed = 3",
+        "devices = \"cpu,cpu\"",
+    ] {
+        assert!(written.contains(line), "{line} in\n{written}");
+    }
+    let again = tmp.path().join("again");
+    let config = first.join("config.toml");
+    let out =
+        dpt(&["--headless", "--config", config.to_str().unwrap(), "--run-dir", again.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for ((n, a), (m, b)) in weights(&first).iter().zip(&weights(&again)) {
+        assert_eq!(n, m);
+        assert!(a.equal(b), "{n} differs: the config did not repeat the run");
+    }
+}
+
+#[test]
+fn an_unknown_key_or_a_bad_file_is_one_line_and_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "epochs = 2\nlearning_rate = 0.1\n").unwrap();
+    let out = dpt(&["--headless", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("unknown key 'learning_rate'"), "{stderr}");
+    let out = dpt(&["--headless", "--config", tmp.path().join("missing.toml").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+}
