@@ -273,6 +273,11 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub accumulate: Option<usize>,
 
+    /// Start from these weights (a .safetensors file, or a run directory's model.safetensors),
+    /// loaded by name and shape; the others keep their initial values, and the run names them.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub init_from: Option<PathBuf>,
+
     /// Keep an exponential moving average of the weights with this decay (timm's ModelEmaV2:
     /// ema = decay·ema + (1 − decay)·model after every step), evaluated each epoch and saved as
     /// model_ema.safetensors.

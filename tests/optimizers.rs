@@ -320,3 +320,45 @@ fn the_weights_moving_average_equals_timms_model_ema_and_is_evaluated_and_saved(
     let ckpt = Checkpoint::read(&run).unwrap();
     assert_eq!(ckpt.ema.as_ref().map(|(p, _)| p.len()), Some(4));
 }
+
+#[test]
+fn init_from_loads_weights_by_name_and_names_what_it_could_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Arc::new(ScriptModel::read(&common::make_model("mlp", 1, dir.path())).unwrap());
+    let first = dir.path().join("first");
+    std::fs::create_dir_all(&first).unwrap();
+    let mut cfg = config(&source, OptimConfig::sgd(0.1, 0.0, 0.0), 1);
+    cfg.run_dir = Some(first.clone());
+    let trained = train(cfg);
+    // A model with a new 3-class head: the body loads, the head keeps its own initial values.
+    let target = Arc::new(ScriptModel::read(&common::make_model("few-classes", 1, dir.path())).unwrap());
+    let mut cfg = config(&target, OptimConfig::sgd(0.1, 0.0, 0.0), 2);
+    cfg.max_steps = Some(0);
+    cfg.init_from = Some(Box::new(dpt_tui::engine::init_from::InitFrom::read(&first).unwrap()));
+    let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
+    let report = engine
+        .events()
+        .iter()
+        .find_map(|r| match r {
+            dpt_tui::record::Record::Event(c @ dpt_tui::record::Change::InitFrom { .. }) => Some(c),
+            _ => None,
+        })
+        .expect("the run says what it loaded");
+    let started = engine.join().unwrap();
+    let dpt_tui::record::Change::InitFrom { loaded, missing, unused, .. } = report else { unreachable!() };
+    assert_eq!(loaded, 2);
+    assert_eq!(
+        missing,
+        [
+            "fc2.weight (shape [10, 64] in the file, [3, 64] in the model)",
+            "fc2.bias (shape [10] in the file, [3] in the model)"
+        ]
+    );
+    assert!(unused.is_empty());
+    let tensor =
+        |o: &Outcome, name: &str| o.final_params.iter().find(|(n, _)| n == name).unwrap().1.shallow_clone();
+    assert!(
+        tensor(&started, "fc1.weight").equal(&tensor(&trained, "fc1.weight")),
+        "the body comes from the file"
+    );
+}

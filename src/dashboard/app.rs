@@ -281,6 +281,7 @@ impl App {
             | Change::Checkpointed { .. }
             | Change::Refused { .. }
             | Change::Warning { .. }
+            | Change::InitFrom { .. }
             | Change::Straggler { .. } => {}
         }
     }

@@ -197,6 +197,8 @@ pub struct TrainConfig {
     pub loss: LossKind,
     /// Label smoothing of the training loss (`F.cross_entropy(label_smoothing=)`).
     pub label_smoothing: f64,
+    /// Weights to start from (`--init-from`), loaded by name.
+    pub init_from: Option<Box<super::init_from::InitFrom>>,
     /// Decay of the weights' moving average (`--ema`).
     pub ema: Option<f64>,
     /// Micro-batches each replica splits its share of a step into (gradient accumulation).
@@ -239,6 +241,7 @@ impl TrainConfig {
             label_smoothing: 0.0,
             accumulate: 1,
             ema: None,
+            init_from: None,
             clip_grad_norm: None,
             normalization: model.normalization(),
         }

@@ -12,6 +12,7 @@ pub mod events;
 pub mod faults;
 pub mod flat;
 pub mod gpu_wait;
+pub mod init_from;
 pub mod oom;
 pub mod optim;
 pub mod resident;
@@ -126,6 +127,19 @@ impl Engine {
                 (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
             }
         };
+        let init_report = match (cfg.init_from.take(), &cfg.resume) {
+            (Some(init), None) => {
+                let r =
+                    init.apply(&builder.params, &builder.buffers, &mut initial_params, &mut initial_buffers);
+                Some(crate::record::Change::InitFrom {
+                    path: init.path.display().to_string(),
+                    loaded: r.loaded,
+                    missing: r.missing,
+                    unused: r.unused,
+                })
+            }
+            _ => None,
+        };
         if let Some(w) = &world {
             // Every replica of every rank starts from global replica 0's weights and buffers.
             w.broadcast(&mut initial_params).map_err(EngineError::from)?;
@@ -154,6 +168,7 @@ impl Engine {
             events: event_tx,
             controls: control_rx,
             pool,
+            init_report,
         });
         let thread = std::thread::Builder::new()
             .name("dpt-coordinator".into())

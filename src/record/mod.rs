@@ -69,6 +69,9 @@ pub enum Change {
     Refused { reason: String },
     /// A problem that did not stop the run.
     Warning { message: String },
+    /// `--init-from` loaded `loaded` tensors from `path`; `missing` are the model's it did not
+    /// provide (they keep their own initial values), `unused` the file's the model lacks.
+    InitFrom { path: String, loaded: usize, missing: Vec<String>, unused: Vec<String> },
     /// The weights could not be written; they are still in memory. `advice` says how to retry.
     SaveFailed { path: String, message: String, advice: String },
     /// The run failed; `replica` names the failing replica when one did.

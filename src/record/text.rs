@@ -135,6 +135,17 @@ fn change_line(c: &Change) -> Line {
         ),
         Change::Refused { reason } => (Level::Warn, format!("refused: {reason}")),
         Change::Warning { message } => (Level::Warn, format!("warning: {message}")),
+        Change::InitFrom { path, loaded, missing, unused } => {
+            let mut line = format!("started from {path}: {loaded} tensor(s) loaded");
+            if !missing.is_empty() {
+                line += &format!("; kept the model's own initial values for {}", missing.join(", "));
+            }
+            if !unused.is_empty() {
+                line += &format!("; not in the model: {}", unused.join(", "));
+            }
+            let level = if missing.is_empty() && unused.is_empty() { Level::Info } else { Level::Warn };
+            (level, line)
+        }
         Change::SaveFailed { path, message, advice } => {
             (Level::Error, format!("cannot save {path}: {message}; the weights are kept in memory; {advice}"))
         }

@@ -88,6 +88,15 @@ fn configure(
     cfg.label_smoothing = args.label_smoothing.unwrap_or(cfg.label_smoothing);
     cfg.accumulate = args.accumulate.unwrap_or(cfg.accumulate);
     cfg.ema = args.ema.or(cfg.ema);
+    if let Some(path) = &args.init_from {
+        if resume.is_some() {
+            return Err(input(anyhow!(
+                "--init-from starts a new run from other weights; a resumed run continues its own: drop one of them"
+            )));
+        }
+        let init = dpt_tui::engine::init_from::InitFrom::read(path).map_err(input)?;
+        cfg.init_from = Some(Box::new(init));
+    }
     cfg.seed = args.seed.unwrap_or(cfg.seed);
     cfg.log_every = args.log_every;
     cfg.max_steps = args.max_steps;

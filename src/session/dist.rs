@@ -73,6 +73,7 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "label_smoothing": args.label_smoothing,
         "accumulate": args.accumulate,
         "ema": args.ema,
+        "init_from": args.init_from.is_some(),
         "seed": args.seed,
         "train_limit": args.train_limit,
         "test_limit": args.test_limit,

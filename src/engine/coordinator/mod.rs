@@ -25,6 +25,7 @@ use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::ToWorker;
 use crate::engine::{EngineError, Outcome};
 use crate::record::{Change, EpochStats, FinishReason, Record, RunInfo, Summary};
+pub use persist::{EMA_WEIGHTS_FILE, WEIGHTS_FILE};
 pub use pool::WorkerPool;
 pub use replicas::{ModelLayout, Replicas};
 
@@ -59,6 +60,8 @@ pub struct CoordinatorParts {
     pub events: Sender<Record>,
     pub controls: Receiver<Control>,
     pub pool: WorkerPool,
+    /// What `--init-from` loaded, said once the run starts.
+    pub init_report: Option<crate::record::Change>,
 }
 
 /// The finished epochs, for the summary and the checkpoint.
@@ -79,6 +82,7 @@ pub struct Coordinator {
     events: Sender<Record>,
     controls: Receiver<Control>,
     pool: WorkerPool,
+    init_report: Option<Change>,
     replicas: Replicas,
     /// The learning rate of the step that runs next.
     lr: f64,
@@ -145,6 +149,7 @@ impl Coordinator {
             events: p.events,
             controls: p.controls,
             pool: p.pool,
+            init_report: p.init_report,
         }
     }
 
@@ -328,6 +333,9 @@ impl Coordinator {
         }
         let info = self.run_info(steps_per_epoch);
         self.emit(Record::Start(Box::new(info)));
+        if let Some(report) = self.init_report.take() {
+            self.emit(report);
+        }
         if let Some(s) = restored {
             self.emit(Change::Restored { epoch: s.epoch, step: s.step, global_step: s.global_step });
         }
