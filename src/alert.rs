@@ -84,6 +84,7 @@ impl Alerts {
                     FinishReason::Completed => "completed",
                     FinishReason::Stopped => "stopped",
                     FinishReason::StepLimit => "reached its step limit",
+                    FinishReason::EarlyStopped => "stopped early (no more improvement)",
                     // The non-finite loss was the alert already.
                     FinishReason::Diverged => return None,
                 };

@@ -273,6 +273,19 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub accumulate: Option<usize>,
 
+    /// Keep the K best evaluations (by --best-metric) as weights and checkpoints in the run
+    /// directory's best/epoch-E/ [default: 0].
+    #[arg(long, value_name = "K")]
+    pub keep_best: Option<usize>,
+
+    /// What best means: val_acc (the evaluated set's accuracy) or val_loss [default: val_acc].
+    #[arg(long, value_name = "METRIC", value_parser = parse::<dpt_tui::engine::best::BestMetric>)]
+    pub best_metric: Option<dpt_tui::engine::best::BestMetric>,
+
+    /// Stop when --best-metric has not improved for N evaluations (one per epoch).
+    #[arg(long, value_name = "N")]
+    pub early_stop: Option<usize>,
+
     /// Start from these weights (a .safetensors file, or a run directory's model.safetensors),
     /// loaded by name and shape; the others keep their initial values, and the run names them.
     #[arg(long, value_name = "FILE|DIR")]

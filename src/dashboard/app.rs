@@ -282,6 +282,8 @@ impl App {
             | Change::Refused { .. }
             | Change::Warning { .. }
             | Change::InitFrom { .. }
+            | Change::BestKept { .. }
+            | Change::EarlyStopped { .. }
             | Change::Straggler { .. } => {}
         }
     }

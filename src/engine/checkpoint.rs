@@ -96,6 +96,9 @@ pub struct CheckpointState {
     /// `--ema` decay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ema: Option<f64>,
+    /// `--keep-best` and `--early-stop`: the best evaluations so far and the patience count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<super::best::BestKeeper>,
 }
 
 fn one() -> f64 {

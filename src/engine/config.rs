@@ -79,6 +79,8 @@ pub enum ConfigError {
     BadClip(f64),
     #[error("--ema must be a decay in (0, 1) such as 0.999, got {0}")]
     BadEma(f64),
+    #[error("--early-stop must be at least 1 (evaluations without improvement)")]
+    ZeroPatience,
     #[error("--accumulate must be at least 1")]
     ZeroAccumulate,
     #[error("--accumulate {accumulate} splits each replica's {per_replica} samples per step finer than one sample; use at most {per_replica}, or a larger --batch-size")]
@@ -197,6 +199,12 @@ pub struct TrainConfig {
     pub loss: LossKind,
     /// Label smoothing of the training loss (`F.cross_entropy(label_smoothing=)`).
     pub label_smoothing: f64,
+    /// Keep this many best evaluations as checkpoints under `best/` (0: none).
+    pub keep_best: usize,
+    /// What "best" means for `keep_best` and `early_stop`.
+    pub best_metric: super::best::BestMetric,
+    /// Stop after this many evaluations without improvement.
+    pub early_stop: Option<usize>,
     /// Weights to start from (`--init-from`), loaded by name.
     pub init_from: Option<Box<super::init_from::InitFrom>>,
     /// Decay of the weights' moving average (`--ema`).
@@ -241,6 +249,9 @@ impl TrainConfig {
             label_smoothing: 0.0,
             accumulate: 1,
             ema: None,
+            keep_best: 0,
+            best_metric: super::best::BestMetric::ValAcc,
+            early_stop: None,
             init_from: None,
             clip_grad_norm: None,
             normalization: model.normalization(),
@@ -342,6 +353,9 @@ impl TrainConfig {
         }
         if let Some(d) = self.ema.filter(|d| !(d.is_finite() && *d > 0.0 && *d < 1.0)) {
             return Err(ConfigError::BadEma(d));
+        }
+        if self.early_stop == Some(0) {
+            return Err(ConfigError::ZeroPatience);
         }
         if self.accumulate == 0 {
             return Err(ConfigError::ZeroAccumulate);

@@ -72,6 +72,10 @@ pub enum Change {
     /// `--init-from` loaded `loaded` tensors from `path`; `missing` are the model's it did not
     /// provide (they keep their own initial values), `unused` the file's the model lacks.
     InitFrom { path: String, loaded: usize, missing: Vec<String>, unused: Vec<String> },
+    /// The evaluation of `epoch` is among the `--keep-best` and saved in `path`.
+    BestKept { epoch: usize, metric: String, value: f64, path: String },
+    /// `--early-stop`: no improvement for `patience` evaluations; the best was at `best_epoch`.
+    EarlyStopped { epoch: usize, best_epoch: usize, metric: String, best: f64, patience: usize },
     /// The weights could not be written; they are still in memory. `advice` says how to retry.
     SaveFailed { path: String, message: String, advice: String },
     /// The run failed; `replica` names the failing replica when one did.

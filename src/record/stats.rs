@@ -246,6 +246,8 @@ pub enum FinishReason {
     StepLimit,
     /// The loss stopped being finite and `--on-nan stop` ended the run.
     Diverged,
+    /// `--early-stop`: the metric stopped improving.
+    EarlyStopped,
 }
 
 /// The run's result, as the seed prints it.

@@ -135,6 +135,13 @@ fn change_line(c: &Change) -> Line {
         ),
         Change::Refused { reason } => (Level::Warn, format!("refused: {reason}")),
         Change::Warning { message } => (Level::Warn, format!("warning: {message}")),
+        Change::BestKept { epoch, metric, value, path } => {
+            (Level::Info, format!("epoch {epoch} is among the best ({metric} {value:.4}): kept in {path}"))
+        }
+        Change::EarlyStopped { epoch, best_epoch, metric, best, patience } => (
+            Level::Warn,
+            format!("early stop after epoch {epoch}: {metric} has not improved for {patience} evaluation(s); the best, {best:.4}, was at epoch {best_epoch}"),
+        ),
         Change::InitFrom { path, loaded, missing, unused } => {
             let mut line = format!("started from {path}: {loaded} tensor(s) loaded");
             if !missing.is_empty() {

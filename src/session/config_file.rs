@@ -159,6 +159,15 @@ pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
     if let Some(d) = cfg.ema {
         add("ema", d.to_string());
     }
+    if cfg.keep_best > 0 {
+        add("keep_best", cfg.keep_best.to_string());
+    }
+    if cfg.keep_best > 0 || cfg.early_stop.is_some() {
+        add("best_metric", quoted(cfg.best_metric.name()));
+    }
+    if let Some(n) = cfg.early_stop {
+        add("early_stop", n.to_string());
+    }
     add("seed", cfg.seed.to_string());
     if let Some(n) = args.train_limit {
         add("train_limit", n.to_string());

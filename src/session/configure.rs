@@ -69,6 +69,9 @@ fn configure(
         cfg.clip_grad_norm = s.clip_grad_norm;
         cfg.label_smoothing = s.label_smoothing;
         cfg.ema = s.ema;
+        if let Some(b) = &s.best {
+            (cfg.keep_best, cfg.best_metric, cfg.early_stop) = (b.keep, b.metric, b.patience);
+        }
         cfg.seed = s.seed;
     }
     cfg.epochs = args.epochs.unwrap_or(cfg.epochs);
@@ -88,6 +91,9 @@ fn configure(
     cfg.label_smoothing = args.label_smoothing.unwrap_or(cfg.label_smoothing);
     cfg.accumulate = args.accumulate.unwrap_or(cfg.accumulate);
     cfg.ema = args.ema.or(cfg.ema);
+    cfg.keep_best = args.keep_best.unwrap_or(cfg.keep_best);
+    cfg.best_metric = args.best_metric.unwrap_or(cfg.best_metric);
+    cfg.early_stop = args.early_stop.or(cfg.early_stop);
     if let Some(path) = &args.init_from {
         if resume.is_some() {
             return Err(input(anyhow!(

@@ -176,7 +176,7 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
             );
             Ok(1)
         }
-        (None, Some(FinishReason::Stopped | FinishReason::StepLimit)) => {
+        (None, Some(FinishReason::Stopped | FinishReason::StepLimit | FinishReason::EarlyStopped)) => {
             println!("{resume_hint}");
             Ok(0)
         }

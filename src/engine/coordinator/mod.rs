@@ -106,6 +106,10 @@ pub struct Coordinator {
     clock: Option<crate::engine::clock::PhaseClock>,
     /// The mean gradient's norm summed over the steps of the report window (on the device).
     grad_norms: Option<tch::Tensor>,
+    /// The best evaluations and the early-stop count (`--keep-best`, `--early-stop`).
+    best: crate::engine::best::BestKeeper,
+    /// `--early-stop` ended the run after the current epoch.
+    early_stopped: bool,
     /// The ranges of the flat gradient the allreduce sums (the trainable parameters').
     trainable_runs: Vec<(i64, i64)>,
     /// The global step this process started at (0, or where it resumed): the warm-up counts
@@ -141,6 +145,8 @@ impl Coordinator {
             grad_norms: None,
             first_step: 0,
             trainable_runs: Vec::new(),
+            best: crate::engine::best::BestKeeper::new(p.cfg.best_metric, p.cfg.keep_best, p.cfg.early_stop),
+            early_stopped: false,
             cfg: p.cfg,
             world: p.world,
             train_len: p.train_len,
@@ -323,6 +329,10 @@ impl Coordinator {
             (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
             self.global_step = s.global_step;
             self.first_step = s.global_step;
+            if let Some(b) = &s.best {
+                let (keep, patience, metric) = (self.best.keep, self.best.patience, self.best.metric);
+                self.best = crate::engine::best::BestKeeper { keep, patience, metric, ..b.clone() };
+            }
             self.plan.scale = s.lr_scale;
             self.lr = self.plan.at(s.global_step);
             self.done = Done {
@@ -371,6 +381,10 @@ impl Coordinator {
             let every = self.cfg().checkpoint_every;
             if every > 0 && (epoch + 1) % every == 0 && epoch + 1 < self.cfg().epochs {
                 self.checkpoint_or_warn(position);
+            }
+            if self.early_stopped {
+                reason = FinishReason::EarlyStopped;
+                break 'epochs;
             }
         }
         if self.diverged {
@@ -436,6 +450,7 @@ impl Coordinator {
         self.done.epochs += 1;
         self.done.tally.add(train);
         self.emit(Record::Epoch(Box::new(stats)));
+        self.choose_best(epoch + 1, test.mean_loss(), test.accuracy());
         Ok(())
     }
 }

@@ -110,6 +110,45 @@ impl Coordinator {
         }
     }
 
+    /// After the evaluation of `epoch` (1-based): keeps it among the best K (weights and a
+    /// checkpoint in `best/epoch-E/`, the evicted ones removed) and decides an early stop.
+    pub(super) fn choose_best(&mut self, epoch: usize, loss: f64, acc: f64) {
+        let metric = self.best.metric;
+        let value = metric.of(loss, acc);
+        let d = self.best.observe(epoch, value);
+        if let (true, Some(dir)) = (d.keep, self.save_dir.clone()) {
+            let best = dir.join("best").join(format!("epoch-{epoch}"));
+            let saved = std::fs::create_dir_all(&best)
+                .map_err(|cause| EngineError::Save { path: best.clone(), cause })
+                .and_then(|()| save_named(&self.replicas.named_cpu(), &best.join(WEIGHTS_FILE)))
+                .and_then(|()| self.write_checkpoint(&best, (epoch, 0)).map(drop).map_err(EngineError::from));
+            match saved {
+                Ok(()) => self.emit(Change::BestKept {
+                    epoch,
+                    metric: metric.name().to_owned(),
+                    value,
+                    path: best.display().to_string(),
+                }),
+                Err(e) => self.emit(Change::Warning { message: crate::error_chain(&e) }),
+            }
+            for old in d.evict {
+                let _ = std::fs::remove_dir_all(dir.join("best").join(format!("epoch-{old}")));
+            }
+        }
+        if d.stop {
+            if let (Some((best_epoch, best)), Some(patience)) = (self.best.best, self.best.patience) {
+                self.emit(Change::EarlyStopped {
+                    epoch,
+                    best_epoch,
+                    metric: metric.name().to_owned(),
+                    best,
+                    patience,
+                });
+            }
+            self.early_stopped = true;
+        }
+    }
+
     /// The periodic checkpoint: a failure is a warning (the previous checkpoint is intact).
     pub(super) fn checkpoint_or_warn(&mut self, position: (usize, usize)) {
         let Some(dir) = self.save_dir.clone() else { return };
@@ -226,6 +265,7 @@ impl Coordinator {
             lr_batch_ref: cfg.lr_batch_ref,
             ema: cfg.ema,
             clip_grad_norm: cfg.clip_grad_norm,
+            best: (cfg.keep_best > 0 || cfg.early_stop.is_some()).then(|| self.best.clone()),
             label_smoothing: cfg.label_smoothing,
             schedule: Some(cfg.schedule.clone()),
             batch_size: cfg.batch_size,
