@@ -300,3 +300,45 @@ fn an_lr_change_on_rank_0_reaches_rank_1_at_the_same_step() {
     let mut r0 = r0;
     assert!(r0.wait().unwrap().success());
 }
+
+#[test]
+fn a_recipe_on_two_processes_ends_with_the_weights_of_one_with_as_many_replicas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let recipe: Vec<String> = [
+        "--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "200", "--batch-size", "100",
+        "--epochs", "2", "--headless", "--log-every", "2", "--optimizer", "adamw", "--lr", "0.003",
+        "--weight-decay", "0.05", "--lr-schedule", "cosine", "--warmup-steps", "3", "--clip-grad-norm", "0.5",
+        "--label-smoothing", "0.1", "--ema", "0.9", "--accumulate", "2",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let port = free_port();
+    let two = tmp.path().join("two");
+    let mut args = recipe.clone();
+    args.extend(["--devices".to_owned(), "cpu:1".to_owned()]);
+    let children: Vec<Child> = (0..2)
+        .map(|r| {
+            let mut c = rank(r, 2, port, &args);
+            if r == 0 {
+                c.arg("--run-dir").arg(&two);
+            }
+            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        ok(&c.wait_with_output().unwrap());
+    }
+    let one = tmp.path().join("one");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(&recipe).args(["--devices", "cpu:2"]).arg("--run-dir").arg(&one);
+    ok(&c.output().unwrap());
+    assert_eq!(rel_diff(&weights(&two), &weights(&one)), 0.0, "the same sums in the same order");
+    let ema = |run: &Path| {
+        let mut w = Tensor::read_safetensors(run.join("model_ema.safetensors")).unwrap();
+        w.sort_by(|a, b| a.0.cmp(&b.0));
+        w
+    };
+    assert_eq!(rel_diff(&ema(&two), &ema(&one)), 0.0, "and the same moving average");
+}
