@@ -199,6 +199,9 @@ mod tests {
             lr: 0.1,
             ema_test_acc: None,
             ema_test_loss: None,
+            top5_acc: None,
+            per_class_acc: None,
+            confusion: None,
         }))
     }
 

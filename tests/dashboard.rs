@@ -357,3 +357,34 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
     app.on_key(key(' '));
     assert!(app.baselines.is_empty());
 }
+
+#[test]
+fn c_shows_the_last_evaluation_by_class() {
+    let mut app = running_app();
+    let s = {
+        app.on_key(key('c'));
+        screen(&app, 120, 40, false)
+    };
+    assert!(s.contains("this run's record has no breakdown by class"), "{s}");
+    app.on_key(code(KeyCode::Esc));
+    let mut stats = match common::screens::epoch(4, 0.81) {
+        Record::Epoch(e) => *e,
+        _ => unreachable!(),
+    };
+    stats.top5_acc = Some(0.97);
+    stats.per_class_acc = Some(vec![Some(0.9), Some(0.6), None]);
+    stats.confusion = Some(vec![vec![90, 10, 0], vec![40, 60, 0], vec![0, 0, 0]]);
+    app.on_event(&Record::Epoch(Box::new(stats)));
+    app.on_key(key('c'));
+    assert_eq!(app.overlay, Some(Overlay::Classes));
+    for (w, h) in [(120, 40), (80, 24)] {
+        let s = screen(&app, w, h, false);
+        for needle in
+            ["by class", "epoch 4: test acc 0.810, top-5 0.970", "0 0.900", "1 0.600", "2   -", "90", "40"]
+        {
+            assert!(s.contains(needle), "{needle} at {w}x{h}\n{s}");
+        }
+    }
+    app.on_key(key('c'));
+    assert_eq!(app.overlay, None, "c closes it again");
+}

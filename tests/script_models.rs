@@ -135,6 +135,22 @@ fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
     let theirs = python["test_acc"].as_f64().unwrap();
     assert!((theirs - reported).abs() < 1e-6, "Python {theirs} vs dpt-tui {reported}");
     assert!(run.join("model.safetensors").is_file());
+    // The evaluation breakdown is PyTorch's too: top-5 and the confusion counts.
+    let epoch = records.iter().rev().find(|r| r["kind"] == "epoch").expect("an epoch record");
+    let top5 = epoch["top5_acc"].as_f64().expect("top-5 recorded");
+    assert!(
+        (python["top5_acc"].as_f64().unwrap() - top5).abs() < 1e-6,
+        "top-5 {top5} vs {}",
+        python["top5_acc"]
+    );
+    assert_eq!(epoch["confusion"], python["confusion"], "the confusion counts");
+    let per_class = epoch["per_class_acc"].as_array().unwrap();
+    let rows = python["confusion"].as_array().unwrap();
+    for (k, (acc, row)) in per_class.iter().zip(rows).enumerate() {
+        let row: Vec<f64> = row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let want = row[k] / row.iter().sum::<f64>();
+        assert!((acc.as_f64().unwrap() - want).abs() < 1e-9, "class {k}");
+    }
 }
 
 #[test]

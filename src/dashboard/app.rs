@@ -55,6 +55,8 @@ pub enum Overlay {
         error: Option<String>,
     },
     ConfirmQuit,
+    /// The last evaluation by class: accuracy and confusion counts (`c`).
+    Classes,
     /// The recorded runs beside this one, to overlay as baselines (`b`).
     Baselines {
         entries: Vec<std::path::PathBuf>,

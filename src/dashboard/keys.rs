@@ -18,6 +18,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("Ctrl-C", "stop after the current step and save, without asking"),
     ("v", "curves: loss, accuracy, d2l's, lr over its plan, grad norm"),
     ("b", "compare: overlay runs beside this one as baselines"),
+    ("c", "the last evaluation by class: accuracy, top-5, confusion counts"),
     ("m", "smoothing: off, 0.6, 0.9, 0.99 (TensorBoard's, raw curve faint)"),
     ("w", "curves: whole run or the last 2 epochs"),
     ("g", "log scale for the loss"),
@@ -44,6 +45,15 @@ impl App {
                     KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('q') | KeyCode::Enter
                 ) {
                     self.overlay = Some(Overlay::Help);
+                }
+                Vec::new()
+            }
+            Some(Overlay::Classes) => {
+                if !matches!(
+                    key.code,
+                    KeyCode::Esc | KeyCode::Char('c') | KeyCode::Char('q') | KeyCode::Enter
+                ) {
+                    self.overlay = Some(Overlay::Classes);
                 }
                 Vec::new()
             }
@@ -115,6 +125,10 @@ impl App {
             }
             KeyCode::Char('?') => {
                 self.overlay = Some(Overlay::Help);
+                Vec::new()
+            }
+            KeyCode::Char('c') => {
+                self.overlay = Some(Overlay::Classes);
                 Vec::new()
             }
             KeyCode::Char('v') => {

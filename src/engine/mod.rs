@@ -9,6 +9,7 @@ pub mod config;
 pub mod coordinator;
 pub mod device;
 pub mod driver;
+pub mod evaluation;
 pub mod events;
 pub mod faults;
 pub mod flat;
@@ -148,6 +149,8 @@ impl Engine {
                 w.broadcast(&mut initial_buffers).map_err(EngineError::from)?;
             }
         }
+        // The evaluation's class count: the data's, or the model's outputs where more.
+        let classes = data.classes.max(cfg.script.as_ref().map_or(10, |s| s.classes as usize));
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let pool = WorkerPool::spawn(&cfg, &data, &initial_params, &initial_buffers)?;
@@ -170,6 +173,7 @@ impl Engine {
             controls: control_rx,
             pool,
             init_report,
+            classes,
         });
         let thread = std::thread::Builder::new()
             .name("dpt-coordinator".into())

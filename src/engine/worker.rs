@@ -57,8 +57,9 @@ pub enum FromWorker {
     StepDone { replica: usize, timing: Option<(f64, f64)> },
     /// The accumulated training metrics since the last report.
     Sums { replica: usize, sums: Tally },
-    /// Test metrics of the assigned rows.
-    Evaluated { replica: usize, sums: Tally },
+    /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the
+    /// confusion counts (row: the label, column: the prediction; `classes` × `classes`).
+    Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64> },
     /// The worker failed and has left.
     Failed { replica: usize, message: String },
 }
@@ -414,6 +415,8 @@ impl Worker {
         let _guard = tch::no_grad_guard();
         let mut loss = Tensor::zeros([], (Kind::Double, self.device));
         let mut correct = Tensor::zeros([], (Kind::Int64, self.device));
+        let mut top5 = Tensor::zeros([], (Kind::Int64, self.device));
+        let mut confusion: Option<(i64, Tensor)> = None;
         let mut offset = start;
         while offset < start + len {
             let n = EVAL_BATCH.min(start + len - offset) as i64;
@@ -425,13 +428,30 @@ impl Worker {
                 &x,
                 &Forward { train: false, masks: &[], precision: self.precision },
             )?;
-            loss.f_add_(&self.loss(&out, &y, 0.0)).map(drop).map_err(|e| e.to_string())?;
-            correct
-                .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))
+            let tch_error = |e: tch::TchError| e.to_string();
+            loss.f_add_(&self.loss(&out, &y, 0.0)).map(drop).map_err(tch_error)?;
+            let predicted = out.argmax(-1, false);
+            correct.f_add_(&predicted.eq_tensor(&y).sum(Kind::Int64)).map(drop).map_err(tch_error)?;
+            let classes = out.size().last().copied().unwrap_or(1);
+            let (_, best) = out.f_topk(classes.min(5), -1, true, true).map_err(tch_error)?;
+            top5.f_add_(&best.eq_tensor(&y.unsqueeze(1)).any_dim(1, false).sum(Kind::Int64))
                 .map(drop)
-                .map_err(|e| e.to_string())?;
+                .map_err(tch_error)?;
+            let (c, counts) = confusion.get_or_insert_with(|| {
+                (classes, Tensor::zeros([classes * classes], (Kind::Int64, self.device)))
+            });
+            let cells = (&y * *c + &predicted).clamp(0, *c * *c - 1);
+            let _ = counts.f_add_(&cells.bincount::<Tensor>(None, *c * *c)).map_err(tch_error)?;
             offset += n as usize;
         }
+        let confusion = match confusion {
+            Some((_, counts)) => Vec::<i64>::try_from(&counts.to_device(Device::Cpu))
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|v| v as f64)
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(FromWorker::Evaluated {
             replica: self.replica,
             sums: Tally {
@@ -440,6 +460,8 @@ impl Worker {
                 samples: len as f64,
                 seconds: 0.0,
             },
+            top5: top5.int64_value(&[]) as f64,
+            confusion,
         })
     }
 }

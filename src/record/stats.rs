@@ -232,7 +232,20 @@ pub struct EpochStats {
     pub ema_test_acc: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ema_test_loss: Option<f64>,
+    /// The share of test samples whose label is among the model's 5 highest outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top5_acc: Option<f64>,
+    /// Each class's test accuracy (`null` for a class without samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_class_acc: Option<Vec<Option<f64>>>,
+    /// Test counts by label (rows) and prediction (columns), up to [`CONFUSION_MAX_CLASSES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confusion: Option<Vec<Vec<u64>>>,
 }
+
+/// The most classes whose confusion counts an epoch record holds (a line of the record stays
+/// small; per-class accuracy is recorded for any count).
+pub const CONFUSION_MAX_CLASSES: usize = 100;
 
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

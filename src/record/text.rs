@@ -95,7 +95,8 @@ impl Narrator {
             Record::Epoch(e) => info(format!(
                 "epoch {}/{} done: train loss {:.4}, train acc {:.3}, test loss {:.4}, test acc {:.3}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
                 e.epoch, self.epochs, e.train_loss, e.train_acc, e.test_loss, e.test_acc,
-                e.ema_test_acc.map_or(String::new(), |a| format!(" (EMA {a:.3})")),
+                e.top5_acc.map_or(String::new(), |a| format!(", top-5 {a:.3}"))
+                    + &e.ema_test_acc.map_or(String::new(), |a| format!(" (EMA {a:.3})")),
                 e.epoch_seconds, e.eval_seconds, e.samples_per_sec
             )),
             Record::Event(c) => Some(change_line(c)),

@@ -88,6 +88,9 @@ pub fn epoch(e: usize, test_acc: f64) -> Record {
         lr: 0.2,
         ema_test_acc: None,
         ema_test_loss: None,
+        top5_acc: None,
+        per_class_acc: None,
+        confusion: None,
     }))
 }
 

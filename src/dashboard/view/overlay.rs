@@ -1,4 +1,5 @@
-//! Windows over the dashboard: the key help, the lr and folder prompts, the quit confirmation.
+//! Windows over the dashboard: the key help, the lr and folder prompts, the quit confirmation,
+//! the last evaluation by class.
 
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -93,6 +94,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
             }
             ("compare with recorded runs", lines, 96)
         }
+        Overlay::Classes => ("by class", class_lines(app, look), 84),
         Overlay::ConfirmQuit => (
             "stop training?",
             vec![
@@ -111,4 +113,66 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
     let block = look.panel(title);
     frame.render_widget(Clear, rect);
     frame.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), rect);
+}
+
+/// The last evaluation by class: each class's accuracy beside its row of confusion counts
+/// (label down, prediction across), most confused cells in the warning colour.
+fn class_lines(app: &App, look: &Look) -> Vec<Line<'static>> {
+    let t = look.theme;
+    let Some(e) = &app.last_epoch else {
+        return vec![Line::from(Span::styled("no evaluation yet (one per epoch)", t.fg(t.dim)))];
+    };
+    let mut lines = vec![Line::from(Span::styled(
+        format!(
+            "epoch {}: test acc {:.3}{}",
+            e.epoch,
+            e.test_acc,
+            e.top5_acc.map_or(String::new(), |a| format!(", top-5 {a:.3}"))
+        ),
+        t.fg(t.text),
+    ))];
+    let Some(per_class) = &e.per_class_acc else {
+        lines.push(Line::from(Span::styled("this run's record has no breakdown by class", t.fg(t.dim))));
+        return lines;
+    };
+    let acc = |a: &Option<f64>| a.map_or("  -  ".to_owned(), |a| format!("{a:.3}"));
+    match &e.confusion {
+        Some(rows) if rows.len() <= 16 => {
+            let width = rows.iter().flatten().max().map_or(1, |m| m.to_string().len()).max(2);
+            let mut head = vec![Span::styled("class   acc  ".to_owned(), t.fg(t.dim))];
+            head.extend((0..rows.len()).map(|k| Span::styled(format!(" {k:>width$}"), t.fg(t.dim))));
+            lines.push(Line::from(head));
+            for (k, row) in rows.iter().enumerate() {
+                let total: u64 = row.iter().sum();
+                let mut spans = vec![Span::styled(
+                    format!("{k:>5} {}  ", acc(per_class.get(k).unwrap_or(&None))),
+                    t.fg(t.text),
+                )];
+                spans.extend(row.iter().enumerate().map(|(j, n)| {
+                    let style = if j == k {
+                        t.fg(t.accent)
+                    } else if *n > 0 && *n * 10 >= total {
+                        t.fg(t.warning)
+                    } else {
+                        t.fg(t.dim)
+                    };
+                    Span::styled(format!(" {n:>width$}"), style)
+                }));
+                lines.push(Line::from(spans));
+            }
+            lines.push(Line::from(Span::styled(
+                "rows: label, columns: prediction; a tenth of a class or more mistaken in the warning colour",
+                t.fg(t.dim),
+            )));
+        }
+        _ => {
+            // Too many classes for a matrix on screen: the accuracies, eight to a line.
+            for (i, chunk) in per_class.chunks(8).enumerate() {
+                let text: Vec<String> =
+                    chunk.iter().enumerate().map(|(j, a)| format!("{:>4} {}", i * 8 + j, acc(a))).collect();
+                lines.push(Line::from(Span::styled(text.join("  "), t.fg(t.text))));
+            }
+        }
+    }
+    lines
 }

@@ -62,6 +62,8 @@ pub struct CoordinatorParts {
     pub pool: WorkerPool,
     /// What `--init-from` loaded, said once the run starts.
     pub init_report: Option<crate::record::Change>,
+    /// Classes an evaluation counts (rows and columns of its confusion counts).
+    pub classes: usize,
 }
 
 /// The finished epochs, for the summary and the checkpoint.
@@ -83,6 +85,7 @@ pub struct Coordinator {
     controls: Receiver<Control>,
     pool: WorkerPool,
     init_report: Option<Change>,
+    classes: usize,
     replicas: Replicas,
     /// The learning rate of the step that runs next.
     lr: f64,
@@ -156,6 +159,7 @@ impl Coordinator {
             controls: p.controls,
             pool: p.pool,
             init_report: p.init_report,
+            classes: p.classes,
         }
     }
 
@@ -424,12 +428,13 @@ impl Coordinator {
     fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
         let train = self.epoch.now();
         let eval_start = Instant::now();
-        let test = self.evaluate()?;
+        let evaluation = self.evaluate()?;
+        let test = evaluation.sums;
         let ema = match self.replicas.swap_in_ema() {
             Some(own) => {
                 let result = self.evaluate();
                 self.replicas.put_back(own);
-                Some(result?)
+                Some(result?.sums)
             }
             None => None,
         };
@@ -445,6 +450,11 @@ impl Coordinator {
             lr: self.lr,
             ema_test_acc: ema.map(|t| t.accuracy()),
             ema_test_loss: ema.map(|t| t.mean_loss()),
+            top5_acc: evaluation.top5_acc(),
+            per_class_acc: Some(evaluation.per_class_acc()),
+            // Rows of columns: at most 100 classes, so a line of the record stays small.
+            confusion: (evaluation.classes <= crate::record::stats::CONFUSION_MAX_CLASSES)
+                .then(|| evaluation.matrix()),
         };
         self.done.last_test_acc = Some(stats.test_acc);
         self.done.epochs += 1;

@@ -13,9 +13,10 @@ use crate::dist::c10d::{nccl_local_allreduce, set_thread_device};
 use crate::dist::World;
 use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
 use crate::engine::clock::{self, PhaseClock};
+use crate::engine::evaluation::Evaluation;
 use crate::engine::gpu_wait::WaitError;
 use crate::engine::shard::shards;
-use crate::engine::tally::{Tally, Window};
+use crate::engine::tally::Window;
 use crate::engine::worker::{FromWorker, ToWorker};
 use crate::engine::EngineError;
 use crate::record::Record;
@@ -289,21 +290,24 @@ impl Coordinator {
     }
 
     /// The test set's figures, split over the replicas.
-    pub(super) fn evaluate(&mut self) -> Result<Tally, EngineError> {
+    pub(super) fn evaluate(&mut self) -> Result<Evaluation, EngineError> {
         let (offset, replicas) = self.replica_span();
         let parts = shards(self.test_len, replicas);
         self.pool
             .broadcast(|i| ToWorker::Evaluate { start: parts[offset + i].0, len: parts[offset + i].1 })?;
-        let mut total = Tally::default();
+        let mut total = Evaluation::new(self.classes);
         for reply in self.pool.gather(self.slow_timeout())? {
-            if let FromWorker::Evaluated { sums, .. } = reply {
-                total.add(sums);
+            if let FromWorker::Evaluated { sums, top5, confusion, .. } = reply {
+                total.add(sums, top5, &confusion);
             }
         }
         if let Some(w) = &self.world {
-            let mut v = [total.loss, total.correct, total.samples];
+            let t = &mut total.sums;
+            let mut v = vec![t.loss, t.correct, t.samples, total.top5];
+            v.extend_from_slice(&total.confusion);
             w.allreduce_values(&mut v, ReduceOp::Sum)?;
-            [total.loss, total.correct, total.samples] = v;
+            [t.loss, t.correct, t.samples, total.top5] = [v[0], v[1], v[2], v[3]];
+            total.confusion.copy_from_slice(&v[4..]);
         }
         Ok(total)
     }
