@@ -1,4 +1,4 @@
-//! Command-line flags and their resolution into a training configuration.
+//! Command-line flags, parsed (`session::configure` resolves them into a training configuration).
 
 use std::path::PathBuf;
 
@@ -167,14 +167,14 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub serve: bool,
 
-    /// Model to train: lenet, resnet18 or mnist-net (the seeds' architectures and defaults),
+    /// Model to train: lenet, resnet18 or mnist-net (d2l's reference programs: architectures and defaults),
     /// or the path of a TorchScript file of your own [default: lenet, or the resumed
     /// checkpoint's].
     #[arg(long, value_name = "NAME|FILE", value_parser = parse::<ModelArg>)]
     pub model: Option<ModelArg>,
 
     /// The training loss of a TorchScript model: cross-entropy on logits, or nll on
-    /// log-probabilities [default: cross-entropy; the built-in models use their seed's].
+    /// log-probabilities [default: cross-entropy; the built-in models use their reference program's].
     #[arg(long, value_parser = parse::<LossArg>)]
     pub loss: Option<LossArg>,
 

@@ -1,5 +1,5 @@
 //! Plain-text progress for pipes, CI and `--headless`: every record's line, as the record's
-//! narrator words it (a line per report window, one per epoch, the seed's closing summary).
+//! narrator words it (a line per report window, one per epoch, the reference programs' closing summary).
 
 use std::io::Write;
 

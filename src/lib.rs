@@ -1,6 +1,6 @@
 //! dpt-tui: data-parallel training over several devices with libtorch, reported as events for a
 //! terminal dashboard or a headless log.
-
+#![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod alert;
@@ -17,6 +17,8 @@ pub mod remote;
 pub mod report;
 pub mod run_dir;
 pub mod signals;
+#[allow(unsafe_code)]
+pub mod sys;
 
 /// The innermost cause of an error ("No space left on device (os error 28)").
 pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {

@@ -1,12 +1,14 @@
 //! Data parallel across processes and nodes, on libtorch's own distributed engine (c10d).
-//! `c10d.rs` is the safe face of our C++ shim; `launch.rs` reads torchrun's, Slurm's or the
-//! flags' description of the world; `world.rs` meets the other ranks and runs the collectives.
+//! `c10d/` is the safe face of our C++ shim (with `crate::sys`, the only code allowed
+//! `unsafe`); `launch.rs` reads torchrun's, Slurm's or the flags' description of the world;
+//! `world.rs` meets the other ranks and runs the collectives.
 //!
 //! The design card's shape holds at every scale: inside a process, one worker thread per local
 //! device and the coordinator thread; across processes, the coordinators allreduce their
-//! locally reduced flat gradient bucket through c10d, then every replica applies the same SGD
-//! step.
+//! locally reduced flat gradient bucket through c10d, then every replica applies the same
+//! optimizer step.
 
+#[allow(unsafe_code)]
 pub mod c10d;
 pub mod figures;
 pub mod identity;

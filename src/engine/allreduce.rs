@@ -1,4 +1,4 @@
-//! Summing the flat gradient buffers of all replicas, as the seed's `allreduce` does per tensor
+//! Summing the flat gradient buffers of all replicas, as the reference programs' `allreduce` does per tensor
 //! but on one bucket holding every gradient.
 
 use tch::Tensor;

@@ -75,7 +75,7 @@ pub struct CheckpointState {
     pub model_file: Option<PathBuf>,
     /// The input normalization the run trained with (a resume keeps it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub normalize: Option<crate::record::stats::Normalize>,
+    pub normalize: Option<crate::model::Normalization>,
     /// The optimizer and its settings (absent in checkpoints of SGD-only versions: SGD with
     /// `momentum` and `weight_decay` above).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -218,7 +218,7 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
-    /// The seed's settings for `model` on `devices`.
+    /// The reference programs' settings for `model` on `devices`, with RNG seed 0.
     pub fn new(model: ModelKind, devices: Vec<DeviceId>) -> Self {
         let d = model.defaults();
         TrainConfig {

@@ -49,7 +49,7 @@ impl Network for MnistNet {
             // Dropout2d zeroes whole channels: the mask is [n, 20, 1, 1], 0 or 1/(1-p) = 2 per
             // channel. A non-negative per-channel factor commutes with max-pool and ReLU, and
             // scaling by 0 or 2 is exact, so applying it here, on a quarter of the values, gives
-            // bit for bit the seed's dropout(conv2) -> max-pool -> ReLU.
+            // bit for bit the reference program's dropout(conv2) -> max-pool -> ReLU.
             h = h.g_mul(&ctx.mask(0)); // not in place: autograd saved `h`
         }
         let n = h.size()[0];

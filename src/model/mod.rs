@@ -59,8 +59,9 @@ pub struct Defaults {
 }
 
 /// How stored values become the network's input: `(x / 255 - mean) / std` for bytes, `(x -
-/// mean) / std` for floats; one value for every channel, or one per channel.
-#[derive(Debug, Clone, PartialEq)]
+/// mean) / std` for floats; one value for every channel, or one per channel. Runs record it
+/// (start records, checkpoints) as `{mean, std}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Normalization {
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
@@ -93,7 +94,7 @@ impl ModelKind {
         }
     }
 
-    /// The seeds' hyper-parameters.
+    /// The reference programs' hyper-parameters (d2l's seed documents).
     pub fn defaults(self) -> Defaults {
         match self {
             ModelKind::Lenet => Defaults { lr: 0.2, momentum: 0.0, batch_size: 256, epochs: 10 },

@@ -12,7 +12,7 @@
 //! - `epoch`: [`EpochStats`]
 //! - `event`: a [`Change`], tagged by `event` (`lr_changed`, `paused`, `resumed`,
 //!   `stop_requested`, `saved`, `checkpointed`, `restored`, `refused`, `warning`, `save_failed`,
-//!   `failed`) with its fields
+//!   `failed`, `straggler`, `init_from`, `best_kept`, `early_stopped`) with its fields
 //! - `summary`: [`Summary`]
 //!
 //! Records after a `restored` event supersede those of a higher `global_step` before it (see

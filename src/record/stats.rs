@@ -76,7 +76,7 @@ pub struct RunInfo {
     /// The input normalization, `(x - mean) / std` per channel on the `[0, 1]` scale: what a
     /// user applies to use the trained model elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub normalize: Option<Normalize>,
+    pub normalize: Option<Normalization>,
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,
@@ -137,12 +137,7 @@ impl RunInfo {
     }
 }
 
-/// Per-channel input normalization (one value: every channel).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Normalize {
-    pub mean: Vec<f64>,
-    pub std: Vec<f64>,
-}
+pub use crate::model::Normalization;
 
 /// The processes of a multi-process run, as rank 0 records them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -37,11 +37,7 @@ impl ServerInfo {
     }
 }
 
-/// This process's effective user id.
-pub fn my_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
+pub use crate::sys::my_uid;
 
 /// The per-user folder, created 0700 and refused if someone else owns it or others may enter
 /// it. Short, because a socket path may not exceed about 100 bytes.

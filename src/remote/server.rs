@@ -4,7 +4,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::Duration;
@@ -21,26 +20,7 @@ pub const SERVER_FILE: &str = "server.json";
 /// Messages a viewer may fall behind by before it is dropped.
 const VIEWER_BUFFER: usize = 4096;
 
-/// The user id of the process at the other end of `stream` (SO_PEERCRED).
-pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the buffer and its length describe a valid ucred for the kernel to fill.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(cred.uid)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
+pub use crate::sys::peer_uid;
 
 /// A job being served: where, and how to stop announcing it.
 pub struct Served {

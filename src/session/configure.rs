@@ -49,7 +49,7 @@ fn configure(
     if let Some(loss) = args.loss {
         if model != ModelKind::Script {
             return Err(input(anyhow!(
-                "--loss is for TorchScript models; {} trains with its seed's loss",
+                "--loss is for TorchScript models; {} trains with its reference program's loss",
                 model.name()
             )));
         }
@@ -260,7 +260,7 @@ fn parse_normalize(text: &str) -> Result<Normalization, anyhow::Error> {
     Ok(Normalization { mean: mean.to_vec(), std: std.to_vec() })
 }
 
-/// The normalization of a run: `--normalize`, else the built-in model's (its seed's), else
+/// The normalization of a run: `--normalize`, else the built-in model's (its reference program's), else
 /// (a TorchScript model) the training set's own per-channel mean and std.
 fn normalization(args: &Args, cfg: &TrainConfig, data: &Dataset) -> Result<Normalization, Failure> {
     let channels = data.train.channels;

@@ -2,7 +2,6 @@
 //! `server.log` in the run directory) and opens the dashboard on it, or with `--detach` just
 //! says how to attach. The job goes on when the dashboard closes or the terminal goes away.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -41,14 +40,7 @@ pub fn run(args: &Args, machine: Machine, terminal: bool) -> Result<u8, Failure>
     }
     let err_log = log.try_clone().map_err(failed("cannot open server.log"))?;
     cmd.stdin(std::process::Stdio::null()).stdout(log).stderr(err_log);
-    // SAFETY: setsid is async-signal-safe; the job leaves this terminal's session, so closing
-    // the terminal or losing the SSH connection does not signal it.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    dpt_tui::sys::in_new_session(&mut cmd);
     let mut child = cmd.spawn().map_err(failed("cannot start the background job"))?;
     // Wait for the job to serve its socket (or to fail on the way).
     let deadline = Instant::now() + START_TIMEOUT;

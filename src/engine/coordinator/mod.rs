@@ -309,10 +309,7 @@ impl Coordinator {
             seed: Some(cfg.seed),
             precision: Some(cfg.precision),
             data: Some(self.data.clone()),
-            normalize: Some(crate::record::stats::Normalize {
-                mean: cfg.normalization.mean.clone(),
-                std: cfg.normalization.std.clone(),
-            }),
+            normalize: Some(cfg.normalization.clone()),
             timing: self.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
             world: self.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,

@@ -249,10 +249,7 @@ impl Coordinator {
             format: 1,
             model: cfg.model,
             model_file: cfg.script.as_ref().map(|s| s.path.clone()),
-            normalize: Some(crate::record::stats::Normalize {
-                mean: cfg.normalization.mean.clone(),
-                std: cfg.normalization.std.clone(),
-            }),
+            normalize: Some(cfg.normalization.clone()),
             epoch: position.0,
             step: position.1,
             global_step: self.global_step,

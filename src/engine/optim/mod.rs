@@ -86,7 +86,7 @@ pub struct OptimConfig {
 }
 
 impl OptimConfig {
-    /// Plain SGD as the seed's programs use it.
+    /// Plain SGD as the reference programs use it.
     pub fn sgd(lr: f64, momentum: f64, weight_decay: f64) -> Self {
         OptimConfig {
             kind: OptimizerKind::Sgd,

@@ -1,4 +1,4 @@
-//! The SGD update on a flat parameter buffer: the seed's `sgd(params, lr, batch_size)` (summed
+//! The SGD update on a flat parameter buffer: the reference programs' `sgd(params, lr, batch_size)` (summed
 //! gradients divided by the global batch) with momentum, Nesterov momentum and weight decay as
 //! `torch.optim.SGD` defines them (no dampening). The update allocates nothing: in-place kernels
 //! with the step's scalars held in 0-dim tensors on the replica's device.
