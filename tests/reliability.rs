@@ -231,9 +231,10 @@ fn a_panicking_worker_is_reported_and_the_checkpoint_stays_valid() {
     cfg.faults = Faults { worker_panic: Some((1, 8)), ..Faults::default() };
     let (outcome, events) = run(cfg);
     match outcome {
-        Err(EngineError::Worker { replica: 1, device, message }) => {
+        Err(EngineError::Worker { replica: 1, device, error }) => {
             assert_eq!(device, "cpu");
-            assert!(message.contains("injected fault"), "{message}");
+            assert!(matches!(error, dpt_tui::engine::worker::WorkerError::Panic(_)), "{error:?}");
+            assert!(error.to_string().contains("injected fault"), "{error}");
         }
         other => panic!("expected replica 1 to fail, got {:?}", other.map(|o| o.summary)),
     }

@@ -47,8 +47,13 @@ use worker::GLOBAL_RNG;
 /// A failure of a running engine.
 #[derive(Debug, Error)]
 pub enum EngineError {
-    #[error("replica {replica} on {device} failed: {message}")]
-    Worker { replica: usize, device: String, message: String },
+    #[error("replica {replica} on {device} failed: {error}")]
+    Worker {
+        replica: usize,
+        device: String,
+        #[source]
+        error: worker::WorkerError,
+    },
     #[error("a worker thread ended without reporting")]
     WorkersGone,
     #[error("replica(s) {replicas:?} on {devices:?} did not finish a step within {seconds:.0} s (stuck?); raise --step-timeout if the steps are that slow")]

@@ -21,6 +21,32 @@ use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization
 /// each replica gets its own reproducible stream whatever the threads' interleaving.
 pub(crate) static GLOBAL_RNG: Mutex<()> = Mutex::new(());
 
+/// Why a worker failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Forward(#[from] crate::model::ForwardError),
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+    /// The shim refused: the device, the TorchScript model, a timing event.
+    #[error(transparent)]
+    Shim(#[from] crate::dist::c10d::C10dError),
+    #[error(transparent)]
+    GpuWait(#[from] super::gpu_wait::WaitError),
+    #[error("a step before the first epoch")]
+    NoEpoch,
+    #[error("a TorchScript run without its model")]
+    NoScript,
+    #[error("the coordinator is gone")]
+    CoordinatorGone,
+    /// A panic inside libtorch or the worker, by its first line.
+    #[error("{0}")]
+    Panic(String),
+    /// The `worker-oom` test fault: the allocator's own words.
+    #[error("{}", super::faults::ALLOCATOR_OOM)]
+    InjectedOom,
+}
+
 /// A command from the coordinator to one worker.
 pub enum ToWorker {
     /// A new epoch: the shuffled order of the training set, uploaded once to the device.
@@ -61,7 +87,7 @@ pub enum FromWorker {
     /// confusion counts (row: the label, column: the prediction; `classes` × `classes`).
     Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64> },
     /// The worker failed and has left.
-    Failed { replica: usize, message: String },
+    Failed { replica: usize, error: WorkerError },
 }
 
 impl FromWorker {
@@ -130,15 +156,15 @@ struct Worker {
 /// as a panic).
 pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<FromWorker>) {
     let replica = setup.replica;
-    let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
+    let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), WorkerError> {
         if let Device::Cuda(i) = setup.device {
             // Before anything else, as DDP scripts call torch.cuda.set_device(local_rank).
-            crate::dist::c10d::set_thread_device(i).map_err(|e| e.0)?;
+            crate::dist::c10d::set_thread_device(i)?;
         }
         let mut worker = Worker::new(setup)?;
         replies
             .send(FromWorker::Ready { replica, handles: Box::new(worker.handles()) })
-            .map_err(|_| "coordinator gone".to_owned())?;
+            .map_err(|_| WorkerError::CoordinatorGone)?;
         for cmd in commands {
             let reply = match cmd {
                 ToWorker::Epoch { order } => {
@@ -148,7 +174,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                 ToWorker::Step { start, len, global_step, dropout_seed, timed } => {
                     worker.inject_faults(global_step);
                     if worker.faults.worker_oom == Some((replica, global_step)) {
-                        return Err(super::faults::ALLOCATOR_OOM.to_owned());
+                        return Err(WorkerError::InjectedOom);
                     }
                     worker.step(start, len, global_step, dropout_seed, timed)?
                 }
@@ -162,13 +188,13 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
         }
         Ok(())
     }));
-    let message = match result {
+    let error = match result {
         Ok(Ok(())) => return,
-        Ok(Err(message)) => message,
-        Err(panic) => panic_message(panic.as_ref()),
+        Ok(Err(e)) => e,
+        Err(panic) => WorkerError::Panic(panic_message(panic.as_ref())),
     };
     // The coordinator may already be gone; nothing more to do then.
-    let _ = replies.send(FromWorker::Failed { replica, message });
+    let _ = replies.send(FromWorker::Failed { replica, error });
 }
 
 /// The first line of a panic payload. libtorch errors surface as panics whose text continues
@@ -205,7 +231,7 @@ fn device_name(device: Device) -> String {
 pub const WORKER_THREAD_PREFIX: &str = "dpt-worker-";
 
 impl Worker {
-    fn new(setup: WorkerSetup) -> Result<Self, String> {
+    fn new(setup: WorkerSetup) -> Result<Self, WorkerError> {
         if setup.device == Device::Cpu {
             tch::set_num_threads(setup.threads as i32);
         }
@@ -216,7 +242,7 @@ impl Worker {
                 builder = crate::engine::config::model_specs(setup.model, Some(script));
                 Box::new(ScriptNet::load(script, setup.device)?)
             }
-            (None, None) => return Err("a TorchScript run without its model".into()),
+            (None, None) => return Err(WorkerError::NoScript),
         };
         let mut params = FlatTensors::zeros(&builder.params, setup.device, true, setup.channels_last);
         let buffers = FlatTensors::zeros(&builder.buffers, setup.device, false, false);
@@ -331,24 +357,23 @@ impl Worker {
         global_step: usize,
         dropout_seed: i64,
         timed: bool,
-    ) -> Result<FromWorker, String> {
-        let clock_error = |e: crate::dist::c10d::C10dError| e.0;
-        self.clock.start(timed).map_err(clock_error)?;
+    ) -> Result<FromWorker, WorkerError> {
+        self.clock.start(timed)?;
         if let Some((_, ms)) = self.faults.slow_replica.filter(|(r, _)| *r == self.replica) {
             // Stands in for a throttled or shared device: this replica's steps take longer.
             std::thread::sleep(std::time::Duration::from_millis(ms as u64));
         }
-        let order = self.order.as_ref().ok_or("step before the first epoch")?;
+        let order = self.order.as_ref().ok_or(WorkerError::NoEpoch)?;
         if len == 0 {
             // A last batch smaller than the replica count leaves this shard empty.
             let _ = self.grads.zero_();
-            self.clock.mark().map_err(clock_error)?;
+            self.clock.mark()?;
         } else {
             let index = order.narrow(0, start as i64, len as i64);
             let x = self.inputs(&self.train.images, &index);
             let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
-            self.clock.mark().map_err(clock_error)?;
+            self.clock.mark()?;
             // A network drawing its own random numbers gets this replica's stream.
             let _rng = self.net.draws_inside().then(|| {
                 let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -372,8 +397,7 @@ impl Worker {
                     loss = loss.g_mul_scalar(f64::NAN);
                 }
                 let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
-                let grads =
-                    Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(|e| e.to_string())?;
+                let grads = Tensor::f_run_backward(&[&loss], &inputs, false, false)?;
                 let _guard = tch::no_grad_guard();
                 for (view, g) in self.grad_views.iter_mut().zip(&grads) {
                     if i == 0 {
@@ -382,18 +406,13 @@ impl Worker {
                         let _ = view.g_add_(g);
                     }
                 }
-                let tch_error = |e: tch::TchError| e.to_string();
-                self.loss_sum.f_add_(&loss.detach()).map(drop).map_err(tch_error)?;
-                self.correct
-                    .f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))
-                    .map(drop)
-                    .map_err(tch_error)?;
+                let _ = self.loss_sum.f_add_(&loss.detach())?;
+                let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))?;
             }
             self.samples += len as f64;
         }
-        self.clock.mark().map_err(clock_error)?;
-        let timing =
-            self.clock.read().map_err(|e| e.to_string())?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
+        self.clock.mark()?;
+        let timing = self.clock.read()?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
         Ok(FromWorker::StepDone { replica: self.replica, timing })
     }
 
@@ -410,7 +429,7 @@ impl Worker {
         sums
     }
 
-    fn evaluate(&self, start: usize, len: usize) -> Result<FromWorker, String> {
+    fn evaluate(&self, start: usize, len: usize) -> Result<FromWorker, WorkerError> {
         const EVAL_BATCH: usize = 1000;
         let _guard = tch::no_grad_guard();
         let mut loss = Tensor::zeros([], (Kind::Double, self.device));
@@ -428,28 +447,23 @@ impl Worker {
                 &x,
                 &Forward { train: false, masks: &[], precision: self.precision },
             )?;
-            let tch_error = |e: tch::TchError| e.to_string();
-            loss.f_add_(&self.loss(&out, &y, 0.0)).map(drop).map_err(tch_error)?;
+            let _ = loss.f_add_(&self.loss(&out, &y, 0.0))?;
             let predicted = out.argmax(-1, false);
-            correct.f_add_(&predicted.eq_tensor(&y).sum(Kind::Int64)).map(drop).map_err(tch_error)?;
+            let _ = correct.f_add_(&predicted.eq_tensor(&y).sum(Kind::Int64))?;
             let classes = out.size().last().copied().unwrap_or(1);
-            let (_, best) = out.f_topk(classes.min(5), -1, true, true).map_err(tch_error)?;
-            top5.f_add_(&best.eq_tensor(&y.unsqueeze(1)).any_dim(1, false).sum(Kind::Int64))
-                .map(drop)
-                .map_err(tch_error)?;
+            let (_, best) = out.f_topk(classes.min(5), -1, true, true)?;
+            let _ = top5.f_add_(&best.eq_tensor(&y.unsqueeze(1)).any_dim(1, false).sum(Kind::Int64))?;
             let (c, counts) = confusion.get_or_insert_with(|| {
                 (classes, Tensor::zeros([classes * classes], (Kind::Int64, self.device)))
             });
             let cells = (&y * *c + &predicted).clamp(0, *c * *c - 1);
-            let _ = counts.f_add_(&cells.bincount::<Tensor>(None, *c * *c)).map_err(tch_error)?;
+            let _ = counts.f_add_(&cells.bincount::<Tensor>(None, *c * *c))?;
             offset += n as usize;
         }
         let confusion = match confusion {
-            Some((_, counts)) => Vec::<i64>::try_from(&counts.to_device(Device::Cpu))
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .map(|v| v as f64)
-                .collect(),
+            Some((_, counts)) => {
+                Vec::<i64>::try_from(&counts.to_device(Device::Cpu))?.into_iter().map(|v| v as f64).collect()
+            }
             None => Vec::new(),
         };
         Ok(FromWorker::Evaluated {

@@ -33,7 +33,7 @@ impl Network for Lenet {
         _buffers: &[Tensor],
         x: &Tensor,
         ctx: &Forward,
-    ) -> Result<Tensor, String> {
+    ) -> Result<Tensor, super::ForwardError> {
         let pool = |t: Tensor| t.avg_pool2d([2, 2], [2, 2], [0, 0], false, true, None::<i64>);
         let h = pool(ctx.conv2d(x, &p[self.c1.0], &p[self.c1.1], 1, 0).relu());
         let h = pool(ctx.conv2d(&h, &p[self.c2.0], &p[self.c2.1], 1, 0).relu());

@@ -38,7 +38,7 @@ impl Network for MnistNet {
         _buffers: &[Tensor],
         x: &Tensor,
         ctx: &Forward,
-    ) -> Result<Tensor, String> {
+    ) -> Result<Tensor, super::ForwardError> {
         // libtorch's channels-last max-pool kernel, forward and backward, is much faster than
         // the planar one on these shapes: 4.6 -> 3.4 ms per 32-sample step on one thread,
         // copies included (BENCHMARKS.md).

@@ -277,6 +277,17 @@ impl Forward<'_> {
 }
 
 /// A model's forward pass over tensors it does not own.
+/// A forward pass that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// libtorch refused an operation of a built-in model.
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+    /// The user's TorchScript model raised (its message summed up by the shim).
+    #[error("the model's forward failed: {0}")]
+    Script(#[from] crate::dist::c10d::C10dError),
+}
+
 pub trait Network: Send {
     /// Runs the network on a batch `x` of shape `[n, C, H, W]`; returns `[n, classes]`.
     fn forward(
@@ -285,7 +296,7 @@ pub trait Network: Send {
         buffers: &[Tensor],
         x: &Tensor,
         ctx: &Forward,
-    ) -> Result<Tensor, String>;
+    ) -> Result<Tensor, ForwardError>;
 
     /// A network that holds its own tensors (a TorchScript module) moves them onto the flat
     /// buffers' views here, and returns the tensors its forward pass differentiates against.

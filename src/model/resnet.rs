@@ -129,7 +129,13 @@ impl Resnet18 {
 }
 
 impl Network for Resnet18 {
-    fn forward(&self, p: &[Tensor], buf: &[Tensor], x: &Tensor, ctx: &Forward) -> Result<Tensor, String> {
+    fn forward(
+        &self,
+        p: &[Tensor],
+        buf: &[Tensor],
+        x: &Tensor,
+        ctx: &Forward,
+    ) -> Result<Tensor, super::ForwardError> {
         let mut h = self.stem_bn.apply(p, buf, &self.stem.apply(p, x, ctx), ctx.train).relu();
         for block in &self.blocks {
             h = block.apply(p, buf, &h, ctx);

@@ -18,6 +18,7 @@ use thiserror::Error;
 
 use super::{Forward, Init, Network, TensorSpec};
 use crate::dist::c10d::jit::ScriptModule;
+use crate::dist::c10d::C10dError;
 
 /// A model file that cannot be trained, found before anything is written.
 #[derive(Debug, Error, PartialEq)]
@@ -79,13 +80,8 @@ fn specs_and_values(named: &[(String, Tensor)]) -> (Vec<TensorSpec>, Vec<f32>) {
 }
 
 /// The float32 buffers of a module (BatchNorm statistics), kept identical across replicas.
-fn float_buffers(module: &ScriptModule) -> Result<Vec<(String, Tensor)>, String> {
-    Ok(module
-        .named_buffers()
-        .map_err(|e| e.0)?
-        .into_iter()
-        .filter(|(_, t)| t.kind() == Kind::Float)
-        .collect())
+fn float_buffers(module: &ScriptModule) -> Result<Vec<(String, Tensor)>, C10dError> {
+    Ok(module.named_buffers()?.into_iter().filter(|(_, t)| t.kind() == Kind::Float).collect())
 }
 
 impl ScriptModel {
@@ -104,7 +100,7 @@ impl ScriptModel {
         if let Some((name, t)) = params.iter().find(|(_, t)| t.kind() != Kind::Float) {
             return Err(ScriptError::NotFloat { path: path.to_owned(), name: name.clone(), kind: t.kind() });
         }
-        let buffers = float_buffers(&module).map_err(not_script)?;
+        let buffers = float_buffers(&module).map_err(|e| not_script(e.0))?;
         let random = module.uses_randomness().map_err(|e| not_script(e.0))?;
         let (params, initial_params) = specs_and_values(&params);
         let (buffers, initial_buffers) = specs_and_values(&buffers);
@@ -153,9 +149,9 @@ impl ScriptModel {
 
     /// Writes the module with the tensors `named` (the trained values, by name, in logical
     /// order) to `dest`, loadable with `torch.jit.load`. The caller makes the write atomic.
-    pub fn export(&self, named: &[(String, Tensor)], dest: &Path) -> Result<(), String> {
-        let module = ScriptModule::load(&self.path, Device::Cpu).map_err(|e| e.0)?;
-        let mut own = module.named_parameters().map_err(|e| e.0)?;
+    pub fn export(&self, named: &[(String, Tensor)], dest: &Path) -> Result<(), C10dError> {
+        let module = ScriptModule::load(&self.path, Device::Cpu)?;
+        let mut own = module.named_parameters()?;
         own.extend(float_buffers(&module)?);
         let _guard = tch::no_grad_guard();
         for (name, t) in own.iter_mut() {
@@ -163,7 +159,7 @@ impl ScriptModel {
                 t.copy_(&value.to_device(Device::Cpu).to_kind(t.kind()).view(t.size().as_slice()));
             }
         }
-        module.save(dest).map_err(|e| e.0)
+        module.save(dest)
     }
 }
 
@@ -178,13 +174,12 @@ pub struct ScriptNet {
 
 impl ScriptNet {
     /// Loads `model`'s file on `device`.
-    pub fn load(model: &ScriptModel, device: Device) -> Result<ScriptNet, String> {
-        let module = ScriptModule::load(&model.path, device).map_err(|e| e.0)?;
-        let params: Vec<Tensor> =
-            module.named_parameters().map_err(|e| e.0)?.into_iter().map(|(_, t)| t).collect();
+    pub fn load(model: &ScriptModel, device: Device) -> Result<ScriptNet, C10dError> {
+        let module = ScriptModule::load(&model.path, device)?;
+        let params: Vec<Tensor> = module.named_parameters()?.into_iter().map(|(_, t)| t).collect();
         let buffers: Vec<Tensor> = float_buffers(&module)?.into_iter().map(|(_, t)| t).collect();
         if params.len() != model.params.len() || buffers.len() != model.buffers.len() {
-            return Err(format!("{} changed while loading", model.path.display()));
+            return Err(C10dError(format!("{} changed while loading", model.path.display())));
         }
         Ok(ScriptNet { module, params, buffers, random: model.random, training: std::cell::Cell::new(None) })
     }
@@ -197,13 +192,12 @@ impl Network for ScriptNet {
         _buffers: &[Tensor],
         x: &Tensor,
         ctx: &Forward,
-    ) -> Result<Tensor, String> {
+    ) -> Result<Tensor, super::ForwardError> {
         if self.training.get() != Some(ctx.train) {
-            self.module.set_train(ctx.train).map_err(|e| e.0)?;
+            self.module.set_train(ctx.train)?;
             self.training.set(Some(ctx.train));
         }
-        let out = self.module.forward(x).map_err(|e| format!("the model's forward failed: {}", e.0))?;
-        Ok(out.to_kind(Kind::Float))
+        Ok(self.module.forward(x)?.to_kind(Kind::Float))
     }
 
     fn adopt(&mut self, params: &[Tensor], buffers: &[Tensor]) -> Option<Vec<Tensor>> {

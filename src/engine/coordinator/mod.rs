@@ -195,14 +195,16 @@ impl Coordinator {
     /// An out-of-memory failure said in one line with the way out; other errors unchanged.
     fn explain_oom(&self, e: EngineError) -> EngineError {
         let (replica, device, message) = match &e {
-            EngineError::Worker { replica, device, message } => {
-                (Some(*replica), Some(device.clone()), message)
+            EngineError::Worker { replica, device, error } => {
+                (Some(*replica), Some(device.clone()), error.to_string())
             }
-            EngineError::Coordinator { replica, device, message } => (*replica, device.clone(), message),
-            EngineError::Nccl(message) => (None, None, message),
+            EngineError::Coordinator { replica, device, message } => {
+                (*replica, device.clone(), message.clone())
+            }
+            EngineError::Nccl(message) => (None, None, message.clone()),
             _ => return e,
         };
-        let Some(report) = crate::engine::oom::parse(message) else { return e };
+        let Some(report) = crate::engine::oom::parse(&message) else { return e };
         let cfg = &self.cfg;
         let device = device.or_else(|| replica.and_then(|r| cfg.devices.get(r)).map(ToString::to_string));
         let device = device.unwrap_or_else(|| "a GPU".to_owned());

@@ -85,8 +85,8 @@ impl WorkerPool {
         Ok(())
     }
 
-    fn worker_error(&self, replica: usize, message: String) -> EngineError {
-        EngineError::Worker { replica, device: self.devices[replica].to_string(), message }
+    fn worker_error(&self, replica: usize, error: worker::WorkerError) -> EngineError {
+        EngineError::Worker { replica, device: self.devices[replica].to_string(), error }
     }
 
     /// One reply from each worker, within `timeout` in all; a silent replica is reported stuck.
@@ -96,9 +96,7 @@ impl WorkerPool {
         let mut replies: Vec<Option<FromWorker>> = (0..k).map(|_| None).collect();
         for _ in 0..k {
             match self.from_workers.recv_deadline(deadline) {
-                Ok(FromWorker::Failed { replica, message }) => {
-                    return Err(self.worker_error(replica, message))
-                }
+                Ok(FromWorker::Failed { replica, error }) => return Err(self.worker_error(replica, error)),
                 Ok(msg) => {
                     let r = msg.replica();
                     replies[r] = Some(msg);
