@@ -189,7 +189,7 @@ fn help_overlay_lists_every_key() {
     let mut app = running_app();
     app.on_key(key('?'));
     let s = screen(&app, 120, 40, false);
-    for (keys, _) in dpt_tui::dashboard::HELP {
+    for (keys, _) in dpt_tui::dashboard::help() {
         assert!(s.contains(keys), "help lacks {keys}\n{s}");
     }
     let s = screen(&app, 80, 24, false);

@@ -6,24 +6,194 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::app::{App, Overlay, PromptKind, RunState};
 use crate::engine::Control;
 
-/// Every key, for the help overlay: (keys, what they do).
-pub const HELP: &[(&str, &str)] = &[
-    ("space / p", "pause or resume training"),
-    ("+ / -", "lr times or over 2 (an lr schedule is scaled from here on)"),
-    ("l", "type an exact lr (Enter applies, Esc cancels)"),
-    ("s", "save the weights now (model.safetensors in the run directory)"),
-    ("S", "save into another folder from now on (when the run directory's disk is full)"),
-    ("q", "stop after this step and save (asks first); quit once finished"),
-    ("d", "detach: close the dashboard, training goes on (dpt-tui attach)"),
-    ("Ctrl-C", "stop after the current step and save, without asking"),
-    ("v", "curves: loss, accuracy, d2l's, lr over its plan, grad norm"),
-    ("b", "compare: overlay runs beside this one as baselines"),
-    ("c", "the last evaluation by class: accuracy, top-5, confusion counts"),
-    ("m", "smoothing: off, 0.6, 0.9, 0.99 (TensorBoard's, raw curve faint)"),
-    ("w", "curves: whole run or the last 2 epochs"),
-    ("g", "log scale for the loss"),
-    ("?", "this help (Esc or ? closes it)"),
+/// What a key does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    PauseResume,
+    LrUp,
+    LrDown,
+    SetLr,
+    Save,
+    SaveTo,
+    Quit,
+    Detach,
+    /// Ctrl-C: handled before any overlay.
+    StopNow,
+    View,
+    Compare,
+    ByClass,
+    Smooth,
+    Window,
+    LogScale,
+    Help,
+}
+
+/// One key of the dashboard: the one table the key handler, the footer and the help read (as
+/// gitui's key list does).
+pub struct Binding {
+    pub action: Action,
+    /// The key codes that trigger it (plain characters; Ctrl-C is matched apart).
+    pub codes: &'static [KeyCode],
+    /// The keys as the help writes them.
+    pub keys: &'static str,
+    pub help: &'static str,
+    /// Its footer entry, keys and label (`None`: help only), and whether the compact footer
+    /// (80 columns) and the footer of a finished run show it.
+    pub footer: Option<(&'static str, &'static str)>,
+    pub compact: bool,
+    pub when_over: bool,
+}
+
+const fn key(
+    action: Action,
+    codes: &'static [KeyCode],
+    keys: &'static str,
+    help: &'static str,
+    footer: Option<(&'static str, &'static str)>,
+    compact: bool,
+    when_over: bool,
+) -> Binding {
+    Binding { action, codes, keys, help, footer, compact, when_over }
+}
+
+use KeyCode::{Char, Esc};
+
+/// Every key, in the order the help lists them.
+pub const KEYS: &[Binding] = &[
+    key(
+        Action::PauseResume,
+        &[Char(' '), Char('p')],
+        "space / p",
+        "pause or resume training",
+        Some(("space", "pause")),
+        true,
+        false,
+    ),
+    key(
+        Action::LrUp,
+        &[Char('+'), Char('=')],
+        "+ / -",
+        "lr times or over 2 (an lr schedule is scaled from here on)",
+        Some(("+/-", "lr x2 / /2")),
+        true,
+        false,
+    ),
+    key(Action::LrDown, &[Char('-'), Char('_')], "", "", None, false, false),
+    key(
+        Action::SetLr,
+        &[Char('l')],
+        "l",
+        "type an exact lr (Enter applies, Esc cancels)",
+        Some(("l", "set lr")),
+        true,
+        false,
+    ),
+    key(
+        Action::Save,
+        &[Char('s')],
+        "s",
+        "save the weights now (model.safetensors in the run directory)",
+        Some(("s", "save")),
+        true,
+        false,
+    ),
+    key(
+        Action::SaveTo,
+        &[Char('S')],
+        "S",
+        "save into another folder from now on (when the run directory's disk is full)",
+        None,
+        false,
+        false,
+    ),
+    key(
+        Action::Quit,
+        &[Char('q'), Esc],
+        "q",
+        "stop after this step and save (asks first); quit once finished",
+        Some(("q", "quit")),
+        true,
+        true,
+    ),
+    key(
+        Action::Detach,
+        &[Char('d')],
+        "d",
+        "detach: close the dashboard, training goes on (dpt-tui attach)",
+        None,
+        false,
+        false,
+    ),
+    key(
+        Action::StopNow,
+        &[],
+        "Ctrl-C",
+        "stop after the current step and save, without asking",
+        None,
+        false,
+        false,
+    ),
+    key(
+        Action::View,
+        &[Char('v')],
+        "v",
+        "curves: loss, accuracy, d2l's, lr over its plan, grad norm",
+        Some(("v", "view")),
+        false,
+        true,
+    ),
+    key(
+        Action::Compare,
+        &[Char('b')],
+        "b",
+        "compare: overlay runs beside this one as baselines",
+        Some(("b", "compare")),
+        false,
+        true,
+    ),
+    key(
+        Action::ByClass,
+        &[Char('c')],
+        "c",
+        "the last evaluation by class: accuracy, top-5, confusion counts",
+        Some(("c", "by class")),
+        false,
+        true,
+    ),
+    key(
+        Action::Smooth,
+        &[Char('m')],
+        "m",
+        "smoothing: off, 0.6, 0.9, 0.99 (TensorBoard's, raw curve faint)",
+        Some(("m", "smooth")),
+        false,
+        true,
+    ),
+    key(
+        Action::Window,
+        &[Char('w')],
+        "w",
+        "curves: whole run or the last 2 epochs",
+        Some(("w", "window")),
+        false,
+        true,
+    ),
+    key(Action::LogScale, &[Char('g')], "g", "log scale for the loss", Some(("g", "log scale")), false, true),
+    key(Action::Help, &[Char('?')], "?", "this help (Esc or ? closes it)", Some(("?", "help")), true, true),
 ];
+
+/// The help's lines: (keys, what they do).
+pub fn help() -> impl Iterator<Item = (&'static str, &'static str)> {
+    KEYS.iter().filter(|b| !b.keys.is_empty()).map(|b| (b.keys, b.help))
+}
+
+/// The footer's (keys, label) for a run that is `over`, in a `compact` layout or not.
+pub fn footer(over: bool, compact: bool) -> Vec<(&'static str, &'static str)> {
+    KEYS.iter()
+        .filter(|b| if over { b.when_over } else { !compact || b.compact })
+        .filter_map(|b| b.footer)
+        .collect()
+}
 
 /// How many epochs the recent window shows.
 pub const RECENT_EPOCHS: f64 = 2.0;
@@ -89,75 +259,77 @@ impl App {
     }
 
     fn main_key(&mut self, code: KeyCode) -> Vec<Control> {
-        match code {
-            KeyCode::Char(' ') | KeyCode::Char('p') if self.steering() => {
+        let Some(action) = KEYS.iter().find(|b| b.codes.contains(&code)).map(|b| b.action) else {
+            self.dirty = false;
+            return Vec::new();
+        };
+        let steering = self.steering();
+        let none = Vec::new;
+        match action {
+            Action::PauseResume if steering => {
                 vec![if self.state == RunState::Paused { Control::Resume } else { Control::Pause }]
             }
-            KeyCode::Char('+') | KeyCode::Char('=') if self.steering() => self.scale_lr(self.lr_factor),
-            KeyCode::Char('-') | KeyCode::Char('_') if self.steering() => self.scale_lr(1.0 / self.lr_factor),
-            KeyCode::Char('l') if self.steering() => {
+            Action::LrUp if steering => self.scale_lr(self.lr_factor),
+            Action::LrDown if steering => self.scale_lr(1.0 / self.lr_factor),
+            Action::SetLr if steering => {
                 self.overlay =
                     Some(Overlay::Prompt { kind: PromptKind::Lr, input: String::new(), error: None });
-                Vec::new()
+                none()
             }
-            KeyCode::Char('s') if self.steering() => vec![Control::SaveNow],
-            KeyCode::Char('S') if self.steering() => {
+            Action::Save if steering => vec![Control::SaveNow],
+            Action::SaveTo if steering => {
                 self.overlay =
                     Some(Overlay::Prompt { kind: PromptKind::SaveDir, input: String::new(), error: None });
-                Vec::new()
+                none()
             }
-            KeyCode::Char('q') | KeyCode::Esc if self.state.is_over() => {
+            Action::Quit if self.state.is_over() || !self.steerable => {
                 self.quit = true;
-                Vec::new()
+                none()
             }
-            KeyCode::Char('d') if self.attached && !self.state.is_over() => {
+            Action::Detach if self.attached && !self.state.is_over() => {
                 self.detached = true;
                 self.quit = true;
-                Vec::new()
+                none()
             }
-            KeyCode::Char('q') | KeyCode::Esc if !self.steerable => {
-                self.quit = true;
-                Vec::new()
-            }
-            KeyCode::Char('q') if !self.stop_requested => {
+            Action::Quit if code == KeyCode::Char('q') && !self.stop_requested => {
                 self.overlay = Some(Overlay::ConfirmQuit);
-                Vec::new()
+                none()
             }
-            KeyCode::Char('?') => {
+            Action::Help => {
                 self.overlay = Some(Overlay::Help);
-                Vec::new()
+                none()
             }
-            KeyCode::Char('c') => {
+            Action::ByClass => {
                 self.overlay = Some(Overlay::Classes);
-                Vec::new()
+                none()
             }
-            KeyCode::Char('v') => {
+            Action::View => {
                 self.settings.view = self.settings.view.next();
-                Vec::new()
+                none()
             }
-            KeyCode::Char('w') => {
+            Action::Window => {
                 self.settings.recent = match self.settings.recent {
                     Some(_) => None,
                     None => Some(RECENT_EPOCHS),
                 };
-                Vec::new()
+                none()
             }
-            KeyCode::Char('g') => {
+            Action::LogScale => {
                 self.settings.log_loss = !self.settings.log_loss;
-                Vec::new()
+                none()
             }
-            KeyCode::Char('b') => {
+            Action::Compare => {
                 self.open_baselines();
-                Vec::new()
+                none()
             }
-            KeyCode::Char('m') => {
+            Action::Smooth => {
                 self.settings.smoothing =
                     (self.settings.smoothing + 1) % crate::record::smooth::WEIGHTS.len();
-                Vec::new()
+                none()
             }
             _ => {
                 self.dirty = false;
-                Vec::new()
+                none()
             }
         }
     }

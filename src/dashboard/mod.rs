@@ -23,7 +23,7 @@ use crossbeam_channel::{never, select, tick, unbounded, Receiver, Sender};
 use crossterm::event::{self, Event as TermEvent};
 use thiserror::Error;
 
-pub use keys::HELP;
+pub use keys::{help, KEYS};
 
 use crate::engine::{Control, Record};
 use crate::monitor::MonitorMsg;

@@ -109,33 +109,7 @@ fn too_small(frame: &mut Frame, area: Rect, look: &Look) {
 }
 
 fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
-    let keys: &[(&str, &str)] = if app.state.is_over() {
-        &[
-            ("q", "quit"),
-            ("v", "view"),
-            ("w", "window"),
-            ("g", "log"),
-            ("m", "smooth"),
-            ("b", "compare"),
-            ("?", "help"),
-        ]
-    } else if compact {
-        &[("space", "pause"), ("+/-", "lr"), ("l", "set lr"), ("s", "save"), ("q", "quit"), ("?", "help")]
-    } else {
-        &[
-            ("space", "pause"),
-            ("+/-", "lr x2 / /2"),
-            ("l", "set lr"),
-            ("s", "save"),
-            ("q", "quit"),
-            ("v", "view"),
-            ("w", "window"),
-            ("g", "log scale"),
-            ("m", "smooth"),
-            ("b", "compare"),
-            ("?", "help"),
-        ]
-    };
+    let keys = crate::dashboard::keys::footer(app.state.is_over(), compact);
     let theme = look.theme;
     let mut spans = Vec::new();
     // Keys that do not fit are left out, never cut; the help key (last) always shows.

@@ -8,7 +8,7 @@ use ratatui::Frame;
 
 use super::Look;
 use crate::dashboard::app::{App, Overlay, PromptKind};
-use crate::dashboard::keys::HELP;
+use crate::dashboard::keys::help;
 
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let [row] =
@@ -23,12 +23,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
     let Some(overlay) = &app.overlay else { return };
     let (title, lines, width): (&str, Vec<Line>, u16) = match overlay {
         Overlay::Help => {
-            let lines = HELP
-                .iter()
+            let lines = help()
                 .map(|(k, what)| {
                     Line::from(vec![
                         Span::styled(format!("{k:>10}  "), t.fg(t.accent)),
-                        Span::styled(*what, t.fg(t.text)),
+                        Span::styled(what, t.fg(t.text)),
                     ])
                 })
                 .collect();
