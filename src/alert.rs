@@ -225,6 +225,7 @@ mod tests {
         let failed = Record::Event(Change::Failed { replica: None, device: None, message: "boom".into() });
         assert_eq!(a.on_record(&failed).unwrap().kind, AlertKind::Failed);
         let summary = Summary {
+            val_acc: None,
             model: crate::model::ModelKind::Lenet,
             devices: vec![],
             test_acc: Some(0.81),

@@ -273,6 +273,11 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub accumulate: Option<usize>,
 
+    /// Carve this fraction of the training set (chosen by --seed) into a validation split,
+    /// evaluated every epoch; the test set is then evaluated once, at the end.
+    #[arg(long, value_name = "F")]
+    pub val_fraction: Option<f64>,
+
     /// Keep the K best evaluations (by --best-metric) as weights and checkpoints in the run
     /// directory's best/epoch-E/ [default: 0].
     #[arg(long, value_name = "K")]

@@ -88,6 +88,7 @@ fn help_overlay_save_views_and_quit() {
     app.on_event(&Record::Event(Change::StopRequested { global_step: 600 }));
     assert_eq!(app.state, RunState::Stopping);
     app.on_event(&Record::Summary(Box::new(Summary {
+        val_acc: None,
         model: dpt_tui::model::ModelKind::Lenet,
         devices: vec![DeviceId::Cpu, DeviceId::Cpu],
         test_acc: Some(0.8),
@@ -318,6 +319,7 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
     let mut other = info(&["cpu", "cpu"]);
     other.lr = 0.05;
     let summary = Summary {
+        val_acc: None,
         model: dpt_tui::model::ModelKind::Lenet,
         devices: vec![DeviceId::Cpu, DeviceId::Cpu],
         test_acc: Some(0.7),

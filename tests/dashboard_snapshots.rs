@@ -25,6 +25,7 @@ fn paused() -> App {
 fn finished() -> App {
     let mut app = running_app();
     app.on_event(&Record::Summary(Box::new(Summary {
+        val_acc: None,
         model: ModelKind::Lenet,
         devices: vec![DeviceId::Cpu, DeviceId::Cpu],
         test_acc: Some(0.8),

@@ -144,6 +144,7 @@ fn a_failing_worker_is_reported_with_its_replica_and_nothing_hangs() {
     let data = std::sync::Arc::new(Dataset {
         train: split(64),
         test: split(16),
+        val: None,
         source: "blank 14x14 images".into(),
         classes: 10,
     });

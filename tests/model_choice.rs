@@ -42,3 +42,44 @@ fn a_run_that_stops_improving_keeps_its_best_and_stops_early() {
     let last = Checkpoint::read(dir.path()).unwrap();
     assert_eq!(last.state.best.as_ref().map(|b| b.since_best), Some(2), "the count survives a resume");
 }
+
+#[test]
+fn a_validation_split_is_evaluated_each_epoch_and_the_test_set_once_at_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--devices", "cpu:2", "--epochs", "2", "--batch-size", "100"])
+        .args([
+            "--data",
+            common::subset_dir().to_str().unwrap(),
+            "--train-limit",
+            "500",
+            "--test-limit",
+            "120",
+        ])
+        .args(["--val-fraction", "0.2", "--keep-best", "1", "--run-dir", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("400 train / 100 val / 120 test samples"), "{stdout}");
+    assert!(stdout.contains("val acc") && stdout.contains("test set (120 samples"), "{stdout}");
+    let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
+    let epochs: Vec<&serde_json::Value> = records.iter().filter(|r| r["kind"] == "epoch").collect();
+    assert_eq!(epochs.len(), 2);
+    for e in &epochs {
+        let counted: u64 = e["confusion"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap())
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(counted, 100, "each epoch evaluates the 100 validation samples");
+    }
+    let tested = records.iter().find(|r| r["event"] == "tested").expect("the test set at the end");
+    assert_eq!(tested["samples"], 120);
+    let summary = records.last().unwrap();
+    assert_eq!(summary["test_acc"], tested["acc"], "the summary's test accuracy is the test set's");
+    assert_eq!(summary["val_acc"], epochs[1]["test_acc"], "and the last validation accuracy beside it");
+}

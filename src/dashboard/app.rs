@@ -285,6 +285,7 @@ impl App {
             | Change::Warning { .. }
             | Change::InitFrom { .. }
             | Change::BestKept { .. }
+            | Change::Tested { .. }
             | Change::EarlyStopped { .. }
             | Change::Straggler { .. } => {}
         }

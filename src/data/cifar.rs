@@ -45,6 +45,7 @@ pub fn load(dir: &Path) -> Result<Dataset, DataError> {
     Ok(Dataset {
         train: read_batches(&dir, &train)?,
         test: read_batches(&dir, &["test_batch.bin".to_owned()])?,
+        val: None,
         source: format!("CIFAR-10 binary batches in {}", dir.display()),
         classes: CLASSES as usize,
     })

@@ -140,6 +140,20 @@ impl Split {
         Split { images, labels: self.labels[..n].to_vec(), ..*self }
     }
 
+    /// The samples at `indices`, in that order.
+    pub fn select(&self, indices: &[usize]) -> Split {
+        let per = self.sample_len();
+        let images = match &self.images {
+            Pixels::Bytes(v) => Pixels::Bytes(
+                indices.iter().flat_map(|&i| v[i * per..(i + 1) * per].iter().copied()).collect(),
+            ),
+            Pixels::Floats(v) => Pixels::Floats(
+                indices.iter().flat_map(|&i| v[i * per..(i + 1) * per].iter().copied()).collect(),
+            ),
+        };
+        Split { images, labels: indices.iter().map(|&i| self.labels[i]).collect(), ..*self }
+    }
+
     /// Keeps the first `n` samples (all of them when `n` is larger).
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.len());
@@ -154,6 +168,9 @@ impl Split {
 pub struct Dataset {
     pub train: Split,
     pub test: Split,
+    /// A validation split carved from the training set (`--val-fraction`): evaluated every
+    /// epoch in the test set's place, the test set kept for the end.
+    pub val: Option<Split>,
     /// What was loaded, for records and screens: `Fashion-MNIST/MNIST IDX files in DIR`.
     pub source: String,
     /// Labels go from 0 to `classes - 1`.
@@ -161,6 +178,30 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Moves `fraction` of the training samples (at least one) into a validation split: the
+    /// samples a permutation drawn from `seed` puts last, so the split is the same on every run
+    /// and every rank with that seed; both keep the training set's order.
+    pub fn carve_val(&mut self, fraction: f64, seed: u64) {
+        use rand::seq::SliceRandom;
+        use rand::SeedableRng;
+        let n = self.train.len();
+        let k = ((n as f64 * fraction).ceil() as usize).clamp(1, n.saturating_sub(1).max(1));
+        let mut order: Vec<usize> = (0..n).collect();
+        // A stream of its own: the run's shuffles use other derivations of the seed.
+        order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7661_6c5f_7370_6c74));
+        let mut val: Vec<usize> = order[n - k..].to_vec();
+        let mut train: Vec<usize> = order[..n - k].to_vec();
+        val.sort_unstable();
+        train.sort_unstable();
+        self.val = Some(self.train.select(&val));
+        self.train = self.train.select(&train);
+    }
+
+    /// The split evaluated every epoch: the validation split when there is one, else the test set.
+    pub fn evaluated(&self) -> &Split {
+        self.val.as_ref().unwrap_or(&self.test)
+    }
+
     /// Loads the data set at `path`, its format detected from what the folder or file holds.
     pub fn load(path: &Path) -> Result<Self, DataError> {
         Dataset::load_with(path, super::LoadOptions::default())
@@ -189,6 +230,7 @@ impl Dataset {
         Ok(Dataset {
             train: load_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte")?,
             test: load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")?,
+            val: None,
             source: format!("IDX files in {}", dir.display()),
             classes: NUM_CLASSES as usize,
         })
@@ -280,4 +322,36 @@ pub fn split_from_arrays(
     }
     let labels = lab.data.iter().map(|&l| i64::from(l)).collect();
     Ok(Split::gray(img.data, labels, img.dims[1] as usize, img.dims[2] as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_validation_split_is_carved_the_same_way_for_a_seed() {
+        let labels: Vec<i64> = (0..20).collect();
+        let images: Vec<u8> = (0..20u8).flat_map(|i| [i; 4]).collect();
+        let data = Dataset {
+            train: Split::gray(images, labels, 2, 2),
+            test: Split::gray(vec![0; 4], vec![0], 2, 2),
+            val: None,
+            source: String::new(),
+            classes: 20,
+        };
+        let (mut a, mut b, mut c) = (data.clone(), data.clone(), data);
+        a.carve_val(0.25, 7);
+        b.carve_val(0.25, 7);
+        c.carve_val(0.25, 8);
+        let val = a.val.as_ref().unwrap();
+        assert_eq!((a.train.len(), val.len()), (15, 5));
+        assert_eq!(a, b, "the same seed, the same split");
+        assert_ne!(a.val, c.val, "another seed, another split");
+        // Every sample is in exactly one of the two, its pixels with its label.
+        let mut all: Vec<i64> = a.train.labels.iter().chain(&val.labels).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..20).collect::<Vec<_>>());
+        let Pixels::Bytes(px) = &val.images else { panic!("bytes") };
+        assert!(val.labels.iter().enumerate().all(|(k, l)| px[k * 4] as i64 == *l));
+    }
 }

@@ -167,6 +167,7 @@ impl Engine {
                 format!("{}, {c}x{h}x{w}, {} classes", data.source, data.classes)
             },
             test_len: data.test.len(),
+            val_len: data.val.as_ref().map(|v| v.len()),
             layout: ModelLayout {
                 params: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
                 buffers: flat::Layout::new(&builder.buffers, false),

@@ -57,8 +57,8 @@ pub enum ToWorker {
     Step { start: usize, len: usize, global_step: usize, dropout_seed: i64, timed: bool },
     /// Read and reset the loss and accuracy accumulators (one device sync).
     Report,
-    /// Evaluate test rows `start..start + len`.
-    Evaluate { start: usize, len: usize },
+    /// Evaluate rows `start..start + len` of the validation split (`val`) or the test set.
+    Evaluate { start: usize, len: usize, val: bool },
     /// Leave the thread.
     Shutdown,
 }
@@ -143,6 +143,7 @@ struct Worker {
     buffers: FlatTensors,
     train: Resident,
     test: Resident,
+    val: Option<Resident>,
     order: Option<Tensor>,
     normalizer: Normalizer,
     faults: Faults,
@@ -179,7 +180,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                     worker.step(start, len, global_step, dropout_seed, timed)?
                 }
                 ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
-                ToWorker::Evaluate { start, len } => worker.evaluate(start, len)?,
+                ToWorker::Evaluate { start, len, val } => worker.evaluate(start, len, val)?,
                 ToWorker::Shutdown => break,
             };
             if replies.send(reply).is_err() {
@@ -272,6 +273,7 @@ impl Worker {
             accumulate: setup.accumulate.max(1),
             train: Resident::upload(&setup.data.train, setup.device),
             test: Resident::upload(&setup.data.test, setup.device),
+            val: setup.data.val.as_ref().map(|v| Resident::upload(v, setup.device)),
             params,
             grads,
             grad_views,
@@ -429,7 +431,8 @@ impl Worker {
         sums
     }
 
-    fn evaluate(&self, start: usize, len: usize) -> Result<FromWorker, WorkerError> {
+    fn evaluate(&self, start: usize, len: usize, val: bool) -> Result<FromWorker, WorkerError> {
+        let set = if val { self.val.as_ref().unwrap_or(&self.test) } else { &self.test };
         const EVAL_BATCH: usize = 1000;
         let _guard = tch::no_grad_guard();
         let mut loss = Tensor::zeros([], (Kind::Double, self.device));
@@ -439,8 +442,8 @@ impl Worker {
         let mut offset = start;
         while offset < start + len {
             let n = EVAL_BATCH.min(start + len - offset) as i64;
-            let x = self.normalize(&self.test.images.narrow(0, offset as i64, n));
-            let y = self.test.labels.narrow(0, offset as i64, n);
+            let x = self.normalize(&set.images.narrow(0, offset as i64, n));
+            let y = set.labels.narrow(0, offset as i64, n);
             let out = self.net.forward(
                 &self.params.views,
                 &self.buffers.views,

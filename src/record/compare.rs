@@ -95,6 +95,7 @@ pub(crate) mod tests {
             ema: None,
             train_samples: 1,
             test_samples: 1,
+            val_samples: None,
             cpu_threads_per_replica: 1,
             resumed_at: None,
             started_unix: None,

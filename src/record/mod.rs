@@ -72,6 +72,8 @@ pub enum Change {
     /// `--init-from` loaded `loaded` tensors from `path`; `missing` are the model's it did not
     /// provide (they keep their own initial values), `unused` the file's the model lacks.
     InitFrom { path: String, loaded: usize, missing: Vec<String>, unused: Vec<String> },
+    /// With a validation split: the test set, evaluated once at the end.
+    Tested { loss: f64, acc: f64, top5_acc: Option<f64>, samples: usize },
     /// The evaluation of `epoch` is among the `--keep-best` and saved in `path`.
     BestKept { epoch: usize, metric: String, value: f64, path: String },
     /// `--early-stop`: no improvement for `patience` evaluations; the best was at `best_epoch`.

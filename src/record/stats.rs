@@ -45,6 +45,10 @@ pub struct RunInfo {
     pub accumulate: Option<usize>,
     pub train_samples: usize,
     pub test_samples: usize,
+    /// The validation split's samples (`--val-fraction`): the epochs' test figures are then
+    /// its, and the test set is evaluated once at the end (a `tested` event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_samples: Option<usize>,
     /// Intra-op threads each CPU replica uses.
     pub cpu_threads_per_replica: usize,
     /// The global step a resumed run continues from.
@@ -265,6 +269,9 @@ pub struct Summary {
     pub devices: Vec<DeviceId>,
     /// Test accuracy after the last full epoch, if one finished.
     pub test_acc: Option<f64>,
+    /// With a validation split: its last accuracy (`test_acc` is then the test set's, at the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_acc: Option<f64>,
     pub sec_per_epoch: Option<f64>,
     pub samples_per_sec: f64,
     pub epochs_done: usize,

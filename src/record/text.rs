@@ -54,6 +54,8 @@ pub fn device_list<T: std::fmt::Display>(items: &[T]) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Narrator {
     epochs: usize,
+    /// Whether each epoch evaluates a validation split (else the test set).
+    val: bool,
 }
 
 impl Narrator {
@@ -63,6 +65,7 @@ impl Narrator {
         match record {
             Record::Start(i) => {
                 self.epochs = i.epochs;
+                self.val = i.val_samples.is_some();
                 info(start_line(i))
             }
             Record::Step(s) => Some(Line {
@@ -93,11 +96,12 @@ impl Narrator {
                 ) + &s.grad_norm.map_or(String::new(), |g| format!("  grad norm {g:.3}")),
             }),
             Record::Epoch(e) => info(format!(
-                "epoch {}/{} done: train loss {:.4}, train acc {:.3}, test loss {:.4}, test acc {:.3}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
+                "epoch {}/{} done: train loss {:.4}, train acc {:.3}, {set} loss {:.4}, {set} acc {:.3}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
                 e.epoch, self.epochs, e.train_loss, e.train_acc, e.test_loss, e.test_acc,
                 e.top5_acc.map_or(String::new(), |a| format!(", top-5 {a:.3}"))
                     + &e.ema_test_acc.map_or(String::new(), |a| format!(" (EMA {a:.3})")),
-                e.epoch_seconds, e.eval_seconds, e.samples_per_sec
+                e.epoch_seconds, e.eval_seconds, e.samples_per_sec,
+                set = if self.val { "val" } else { "test" }
             )),
             Record::Event(c) => Some(change_line(c)),
             Record::Summary(s) => {
@@ -136,6 +140,13 @@ fn change_line(c: &Change) -> Line {
         ),
         Change::Refused { reason } => (Level::Warn, format!("refused: {reason}")),
         Change::Warning { message } => (Level::Warn, format!("warning: {message}")),
+        Change::Tested { loss, acc, top5_acc, samples } => (
+            Level::Info,
+            format!(
+                "test set ({samples} samples, kept out of training and model choice): loss {loss:.4}, acc {acc:.3}{}",
+                top5_acc.map_or(String::new(), |a| format!(", top-5 {a:.3}"))
+            ),
+        ),
         Change::BestKept { epoch, metric, value, path } => {
             (Level::Info, format!("epoch {epoch} is among the best ({metric} {value:.4}): kept in {path}"))
         }
@@ -181,7 +192,7 @@ fn start_line(info: &RunInfo) -> String {
         )
     });
     format!(
-        "{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, {}, {}, {} train / {} test samples",
+        "{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, {}, {}, {} train / {}{} test samples",
         info.model_file.as_deref().map_or_else(|| info.model.name().to_owned(), |f| format!("{f} (TorchScript)")),
         thousands(info.param_count),
         device_list(&info.devices),
@@ -193,6 +204,7 @@ fn start_line(info: &RunInfo) -> String {
         info.lr_label(),
         info.optimizer_label(),
         info.train_samples,
+        info.val_samples.map_or(String::new(), |v| format!("{v} val / ")),
         info.test_samples
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
         + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }

@@ -175,6 +175,9 @@ pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
     if let Some(n) = args.test_limit {
         add("test_limit", n.to_string());
     }
+    if let Some(f) = args.val_fraction {
+        add("val_fraction", f.to_string());
+    }
     add("log_every", cfg.log_every.to_string());
     if let Some(n) = cfg.max_steps {
         add("max_steps", n.to_string());

@@ -333,6 +333,17 @@ pub fn prepare(
     if let Some(n) = args.test_limit {
         data.test.truncate(n);
     }
+    if let Some(f) = args.val_fraction {
+        if !(f.is_finite() && f > 0.0 && f < 1.0) {
+            return Err(input(anyhow!(
+                "--val-fraction must be a fraction between 0 and 1 such as 0.1, got {f}"
+            )));
+        }
+        if data.train.len() < 2 {
+            return Err(input(anyhow!("--val-fraction needs at least 2 training samples")));
+        }
+        data.carve_val(f, cfg.seed);
+    }
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
     if let Some(script) = cfg.script.as_mut() {
         // Bad models are refused here, before the run directory exists.

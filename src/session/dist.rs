@@ -74,6 +74,7 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "accumulate": args.accumulate,
         "ema": args.ema,
         "init_from": args.init_from.is_some(),
+        "val_fraction": args.val_fraction,
         "keep_best": args.keep_best,
         "best_metric": args.best_metric.map(|m| m.name()),
         "early_stop": args.early_stop,

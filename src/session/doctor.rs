@@ -40,6 +40,7 @@ fn synthetic(n: usize) -> Arc<Dataset> {
     Arc::new(Dataset {
         train: split(n, 0),
         test: split(n / 2, 7),
+        val: None,
         source: "synthetic images".into(),
         classes: 10,
     })

@@ -41,6 +41,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         ema: None,
         train_samples: 60_000,
         test_samples: 10_000,
+        val_samples: None,
         cpu_threads_per_replica: 1,
         resumed_at: None,
         started_unix: None,

@@ -54,6 +54,8 @@ pub struct CoordinatorParts {
     pub world: Option<Box<crate::dist::World>>,
     pub train_len: usize,
     pub test_len: usize,
+    /// The validation split's samples (`--val-fraction`), evaluated every epoch.
+    pub val_len: Option<usize>,
     /// What the data set is (`CIFAR-10 binary batches in DIR, 3x32x32, 10 classes`).
     pub data: String,
     pub layout: ModelLayout,
@@ -80,6 +82,7 @@ pub struct Coordinator {
     world: Option<Box<crate::dist::World>>,
     train_len: usize,
     test_len: usize,
+    val_len: Option<usize>,
     data: String,
     events: Sender<Record>,
     controls: Receiver<Control>,
@@ -154,6 +157,7 @@ impl Coordinator {
             world: p.world,
             train_len: p.train_len,
             test_len: p.test_len,
+            val_len: p.val_len,
             data: p.data,
             events: p.events,
             controls: p.controls,
@@ -294,6 +298,7 @@ impl Coordinator {
             ema: cfg.ema,
             train_samples: self.train_len,
             test_samples: self.test_len,
+            val_samples: self.val_len,
             cpu_threads_per_replica: cfg.cpu_threads,
             resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
             started_unix: std::time::SystemTime::now()
@@ -401,7 +406,20 @@ impl Coordinator {
         if !self.diverged {
             self.final_save(position)?;
         }
-        let summary = self.summary(reason, position);
+        let mut val_acc = None;
+        if self.val_len.is_some() && !self.diverged && self.done.epochs > 0 {
+            // The test set, kept out of every choice, is evaluated once, at the end.
+            let test = self.evaluate(true)?;
+            val_acc = self.done.last_test_acc.replace(test.sums.accuracy());
+            self.emit(Change::Tested {
+                loss: test.sums.mean_loss(),
+                acc: test.sums.accuracy(),
+                top5_acc: test.top5_acc(),
+                samples: test.sums.samples as usize,
+            });
+        }
+        let mut summary = self.summary(reason, position);
+        summary.val_acc = val_acc;
         self.emit(Record::Summary(Box::new(summary.clone())));
         Ok(Outcome { summary, final_params: self.replicas.named_cpu() })
     }
@@ -413,6 +431,7 @@ impl Coordinator {
             all.add(self.epoch.now());
         }
         Summary {
+            val_acc: None,
             model: self.cfg().model,
             devices: self.cfg().devices.clone(),
             test_acc: self.done.last_test_acc,
@@ -427,11 +446,11 @@ impl Coordinator {
     fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
         let train = self.epoch.now();
         let eval_start = Instant::now();
-        let evaluation = self.evaluate()?;
+        let evaluation = self.evaluate(false)?;
         let test = evaluation.sums;
         let ema = match self.replicas.swap_in_ema() {
             Some(own) => {
-                let result = self.evaluate();
+                let result = self.evaluate(false);
                 self.replicas.put_back(own);
                 Some(result?.sums)
             }

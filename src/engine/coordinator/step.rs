@@ -289,12 +289,18 @@ impl Coordinator {
         }
     }
 
-    /// The test set's figures, split over the replicas.
-    pub(super) fn evaluate(&mut self) -> Result<Evaluation, EngineError> {
+    /// The evaluated split's figures (the validation split when there is one and `final_test`
+    /// is false; else the test set), split over the replicas.
+    pub(super) fn evaluate(&mut self, final_test: bool) -> Result<Evaluation, EngineError> {
         let (offset, replicas) = self.replica_span();
-        let parts = shards(self.test_len, replicas);
-        self.pool
-            .broadcast(|i| ToWorker::Evaluate { start: parts[offset + i].0, len: parts[offset + i].1 })?;
+        let val = self.val_len.is_some() && !final_test;
+        let len = if val { self.val_len.unwrap_or(0) } else { self.test_len };
+        let parts = shards(len, replicas);
+        self.pool.broadcast(|i| ToWorker::Evaluate {
+            start: parts[offset + i].0,
+            len: parts[offset + i].1,
+            val,
+        })?;
         let mut total = Evaluation::new(self.classes);
         for reply in self.pool.gather(self.slow_timeout())? {
             if let FromWorker::Evaluated { sums, top5, confusion, .. } = reply {
