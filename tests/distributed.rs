@@ -54,7 +54,12 @@ fn rank(rank: usize, world: usize, port: u16, args: &[String]) -> Command {
 }
 
 fn weights(run: &Path) -> Vec<(String, Tensor)> {
-    let mut w = Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
+    tensors(run, "model.safetensors")
+}
+
+/// The tensors of `file` in `run`, by name.
+fn tensors(run: &Path, file: &str) -> Vec<(String, Tensor)> {
+    let mut w = Tensor::read_safetensors(run.join(file)).unwrap();
     w.sort_by(|a, b| a.0.cmp(&b.0));
     w
 }
@@ -79,9 +84,13 @@ fn ok(out: &Output) -> String {
 
 /// Runs `world` ranks with `devices` each; returns rank 0's run directory.
 fn run_world(tmp: &Path, name: &str, world: usize, devices: &str, extra: &[&str]) -> PathBuf {
+    run_world_with(tmp, name, world, devices, training(extra))
+}
+
+/// Runs `world` ranks with `devices` each and the flags `args`; returns rank 0's run directory.
+fn run_world_with(tmp: &Path, name: &str, world: usize, devices: &str, mut args: Vec<String>) -> PathBuf {
     let port = free_port();
     let run = tmp.join(name);
-    let mut args = training(extra);
     args.extend(["--devices".to_owned(), devices.to_owned()]);
     let children: Vec<Child> = (0..world)
         .map(|r| {
@@ -341,31 +350,12 @@ fn a_recipe_on_two_processes_ends_with_the_weights_of_one_with_as_many_replicas(
     .into_iter()
     .map(String::from)
     .collect();
-    let port = free_port();
-    let two = tmp.path().join("two");
-    let mut args = recipe.clone();
-    args.extend(["--devices".to_owned(), "cpu:1".to_owned()]);
-    let children: Vec<Child> = (0..2)
-        .map(|r| {
-            let mut c = rank(r, 2, port, &args);
-            if r == 0 {
-                c.arg("--run-dir").arg(&two);
-            }
-            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
-        })
-        .collect();
-    for c in children {
-        ok(&c.wait_with_output().unwrap());
-    }
+    let two = run_world_with(tmp.path(), "two", 2, "cpu:1", recipe.clone());
     let one = tmp.path().join("one");
     let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
     c.args(&recipe).args(["--devices", "cpu:2"]).arg("--run-dir").arg(&one);
     ok(&c.output().unwrap());
     assert_eq!(rel_diff(&weights(&two), &weights(&one)), 0.0, "the same sums in the same order");
-    let ema = |run: &Path| {
-        let mut w = Tensor::read_safetensors(run.join("model_ema.safetensors")).unwrap();
-        w.sort_by(|a, b| a.0.cmp(&b.0));
-        w
-    };
+    let ema = |run: &Path| tensors(run, "model_ema.safetensors");
     assert_eq!(rel_diff(&ema(&two), &ema(&one)), 0.0, "and the same moving average");
 }
