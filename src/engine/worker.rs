@@ -1,15 +1,17 @@
 //! One worker thread per replica: owns the model copy on its device, the resident data set, and
-//! runs forward and backward on the shard the coordinator assigns.
+//! runs forward and backward on the shard the coordinator assigns. What it exchanges with the
+//! coordinator is in `worker_messages.rs`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
-use tch::{Device, Kind, Reduction, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
+use super::loss::summed_loss;
 use super::resident::{Normalizer, Resident};
 use super::shard::shards;
 use super::tally::Tally;
@@ -21,87 +23,7 @@ use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization
 /// each replica gets its own reproducible stream whatever the threads' interleaving.
 pub(crate) static GLOBAL_RNG: Mutex<()> = Mutex::new(());
 
-/// Why a worker failed.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error(transparent)]
-    Forward(#[from] crate::model::ForwardError),
-    #[error(transparent)]
-    Torch(#[from] tch::TchError),
-    /// The shim refused: the device, the TorchScript model, a timing event.
-    #[error(transparent)]
-    Shim(#[from] crate::dist::c10d::C10dError),
-    #[error(transparent)]
-    GpuWait(#[from] super::gpu_wait::WaitError),
-    #[error("a step before the first epoch")]
-    NoEpoch,
-    #[error("a TorchScript run without its model")]
-    NoScript,
-    #[error("the coordinator is gone")]
-    CoordinatorGone,
-    /// A panic inside libtorch or the worker, by its first line.
-    #[error("{0}")]
-    Panic(String),
-    /// The `worker-oom` test fault: the allocator's own words.
-    #[error("{}", super::faults::ALLOCATOR_OOM)]
-    InjectedOom,
-}
-
-/// A command from the coordinator to one worker.
-pub enum ToWorker {
-    /// A new epoch: the shuffled order of the training set, uploaded once to the device.
-    Epoch { order: Arc<Vec<i64>> },
-    /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
-    /// accumulate on the device, without a sync.
-    /// `timed`: measure the phases of this step (see `engine::clock`).
-    Step { start: usize, len: usize, global_step: usize, dropout_seed: i64, timed: bool },
-    /// Read and reset the loss and accuracy accumulators (one device sync).
-    Report,
-    /// Evaluate rows `start..start + len` of the validation split (`val`) or the test set.
-    Evaluate { start: usize, len: usize, val: bool },
-    /// Leave the thread.
-    Shutdown,
-}
-
-/// Shallow handles on a worker's flat buffers, given to the coordinator once at start-up. The
-/// protocol makes access exclusive: the coordinator touches them only between a worker's
-/// `StepDone` and its next `Step`.
-pub struct ReplicaHandles {
-    pub params: Tensor,
-    pub grads: Tensor,
-    pub buffers: Tensor,
-    pub named_params: Vec<(String, Tensor)>,
-    pub named_buffers: Vec<(String, Tensor)>,
-}
-
-/// A worker's answer to the coordinator.
-pub enum FromWorker {
-    /// The replica is built and its data resident.
-    Ready { replica: usize, handles: Box<ReplicaHandles> },
-    /// Gradients of the shard are in the flat gradient buffer (queued, on a GPU); the seconds
-    /// of its data and forward/backward phases when the step was timed.
-    StepDone { replica: usize, timing: Option<(f64, f64)> },
-    /// The accumulated training metrics since the last report.
-    Sums { replica: usize, sums: Tally },
-    /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the
-    /// confusion counts (row: the label, column: the prediction; `classes` × `classes`).
-    Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64> },
-    /// The worker failed and has left.
-    Failed { replica: usize, error: WorkerError },
-}
-
-impl FromWorker {
-    /// The replica that sent this.
-    pub fn replica(&self) -> usize {
-        match self {
-            FromWorker::Ready { replica, .. }
-            | FromWorker::StepDone { replica, .. }
-            | FromWorker::Sums { replica, .. }
-            | FromWorker::Evaluated { replica, .. }
-            | FromWorker::Failed { replica, .. } => *replica,
-        }
-    }
-}
+pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError};
 
 /// What a worker needs to start.
 pub struct WorkerSetup {
@@ -480,37 +402,5 @@ impl Worker {
             top5: top5.int64_value(&[]) as f64,
             confusion,
         })
-    }
-}
-
-/// The loss summed over the batch; `smoothing` as `F.cross_entropy(label_smoothing=)` (for a
-/// model that outputs log-probabilities, the same mix of the target's term and the mean over
-/// the classes).
-fn summed_loss(kind: LossKind, out: &Tensor, y: &Tensor, smoothing: f64) -> Tensor {
-    match kind {
-        LossKind::CrossEntropy => out.cross_entropy_loss::<Tensor>(y, None, Reduction::Sum, -100, smoothing),
-        LossKind::Nll if smoothing == 0.0 => out.g_nll_loss::<Tensor>(y, None, Reduction::Sum, -100),
-        LossKind::Nll => {
-            let nll = out.g_nll_loss::<Tensor>(y, None, Reduction::Sum, -100);
-            let uniform = out.mean_dim(-1, false, Kind::Float).sum(Kind::Float);
-            nll * (1.0 - smoothing) - uniform * smoothing
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn smoothing_log_probabilities_equals_smoothing_logits() {
-        let logits = Tensor::from_slice(&[2.0f32, -1.0, 0.5, 0.1, 0.3, -2.0]).view([2, 3]);
-        let y = Tensor::from_slice(&[0i64, 2]);
-        let log_p = logits.log_softmax(-1, Kind::Float);
-        for eps in [0.0, 0.1, 0.4] {
-            let ce = summed_loss(LossKind::CrossEntropy, &logits, &y, eps).double_value(&[]);
-            let nll = summed_loss(LossKind::Nll, &log_p, &y, eps).double_value(&[]);
-            assert!((ce - nll).abs() < 1e-5, "eps {eps}: {ce} vs {nll}");
-        }
     }
 }

@@ -14,7 +14,6 @@ use dpt_tui::data::{Dataset, LoadOptions};
 use dpt_tui::dist::World;
 use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
-use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
 use dpt_tui::engine::resident::{Normalizer, Resident};
 use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
@@ -76,7 +75,7 @@ fn configure(
     }
     cfg.epochs = args.epochs.unwrap_or(cfg.epochs);
     cfg.batch_size = args.batch_size.unwrap_or(cfg.batch_size);
-    apply_optimizer_flags(args, &mut cfg.optim, resume.as_ref().map(|r| r.state.optim().kind))
+    super::optimizer_flags::apply(args, &mut cfg.optim, resume.as_ref().map(|r| r.state.optim().kind))
         .map_err(input)?;
     let sch = &mut cfg.schedule;
     sch.shape = args.lr_schedule.clone().unwrap_or(sch.shape.clone());
@@ -193,44 +192,6 @@ fn read_resume(
         }
     }
     Ok(Some(resume))
-}
-
-/// The optimizer flags over `optim` (the model's defaults, or a checkpoint's settings); a
-/// resumed run keeps its optimizer (`resumed`), since its state belongs to that one.
-fn apply_optimizer_flags(
-    args: &Args,
-    optim: &mut OptimConfig,
-    resumed: Option<OptimizerKind>,
-) -> Result<(), anyhow::Error> {
-    if let (Some(asked), Some(was)) = (args.optimizer, resumed) {
-        if asked != was {
-            return Err(anyhow!(
-                "the checkpoint was trained with --optimizer {was}, not {asked}; drop --optimizer to continue it"
-            ));
-        }
-    }
-    if let Some(kind) = args.optimizer {
-        if kind != optim.kind {
-            // Adam and AdamW are used without SGD's momentum.
-            optim.momentum = 0.0;
-        }
-        optim.kind = kind;
-    }
-    optim.lr = args.lr.unwrap_or(optim.lr);
-    optim.momentum = args.momentum.unwrap_or(optim.momentum);
-    optim.weight_decay = args.weight_decay.unwrap_or(optim.weight_decay);
-    optim.nesterov |= args.nesterov;
-    optim.betas = args.betas.unwrap_or(optim.betas);
-    optim.eps = args.eps.unwrap_or(optim.eps);
-    optim.decay_all |= args.decay_all;
-    if optim.kind != OptimizerKind::Sgd && args.momentum.is_some() {
-        return Err(anyhow!("--momentum is for --optimizer sgd; {} uses --betas", optim.kind));
-    }
-    let adam_only = args.betas.is_some() || args.eps.is_some() || args.decay_all;
-    if optim.kind == OptimizerKind::Sgd && adam_only {
-        return Err(anyhow!("--betas, --eps and --decay-all are for --optimizer adam or adamw"));
-    }
-    Ok(())
 }
 
 /// The TorchScript model a checkpoint was trained on, from the file it names.

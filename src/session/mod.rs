@@ -10,6 +10,7 @@ mod doctor;
 mod front;
 mod job;
 mod ls;
+mod optimizer_flags;
 mod show;
 
 use std::io::IsTerminal;

@@ -5,6 +5,7 @@
 //! tensors it updates are the [`Replicas`] (`replicas.rs`), each with its optimizer state.
 
 mod controls;
+mod failure;
 mod persist;
 pub mod pool;
 pub mod replicas;
@@ -14,13 +15,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 
 use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
 use crate::engine::optim::schedule::LrPlan;
+pub use crate::engine::shard::{epoch_order, mix_seed};
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::ToWorker;
 use crate::engine::{EngineError, Outcome};
@@ -28,21 +27,6 @@ use crate::record::{Change, EpochStats, FinishReason, Record, RunInfo, Summary};
 pub use persist::{EMA_WEIGHTS_FILE, WEIGHTS_FILE};
 pub use pool::WorkerPool;
 pub use replicas::{ModelLayout, Replicas};
-
-/// SplitMix64: derives independent seeds (shuffles, dropout streams) from the run's seed.
-pub fn mix_seed(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// The order in which epoch `epoch` visits the `n` training samples.
-pub fn epoch_order(seed: u64, epoch: usize, n: usize) -> Vec<i64> {
-    let mut order: Vec<i64> = (0..n as i64).collect();
-    order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix_seed(seed, epoch as u64)));
-    order
-}
 
 /// Work slower than a training step (start-up, evaluation) gets this many step timeouts.
 const SLOW_WORK_FACTOR: u32 = 10;
@@ -194,81 +178,6 @@ impl Coordinator {
         }
         self.pool.shutdown();
         result
-    }
-
-    /// An out-of-memory failure said in one line with the way out; other errors unchanged.
-    fn explain_oom(&self, e: EngineError) -> EngineError {
-        let (replica, device, message) = match &e {
-            EngineError::Worker { replica, device, error } => {
-                (Some(*replica), Some(device.clone()), error.to_string())
-            }
-            EngineError::Coordinator { replica, device, message } => {
-                (*replica, device.clone(), message.clone())
-            }
-            EngineError::Nccl(message) => (None, None, message.clone()),
-            _ => return e,
-        };
-        let Some(report) = crate::engine::oom::parse(&message) else { return e };
-        let cfg = &self.cfg;
-        let device = device.or_else(|| replica.and_then(|r| cfg.devices.get(r)).map(ToString::to_string));
-        let device = device.unwrap_or_else(|| "a GPU".to_owned());
-        let on_device = cfg.devices.iter().filter(|d| d.to_string() == device).count().max(1);
-        let checkpoint = self
-            .save_dir
-            .as_ref()
-            .map(|d| d.join(crate::engine::checkpoint::CHECKPOINT_FILE))
-            .filter(|p| p.is_file())
-            .map(|p| p.display().to_string());
-        let ampere = |i: usize| crate::dist::c10d::cuda_identity(i).is_ok_and(|id| id.major >= 8);
-        let bf16_helps = cfg.precision == crate::model::Precision::F32
-            && cfg.script.is_none()
-            && cfg.devices.iter().any(
-                |d| matches!(d, crate::engine::DeviceId::Cuda(i) if d.to_string() == device && ampere(*i)),
-            );
-        let context = crate::engine::oom::OomContext {
-            device: &device,
-            replica,
-            per_replica: cfg.batch_size.div_ceil(self.replica_span().1),
-            on_device,
-            checkpoint,
-            bf16_helps,
-        };
-        EngineError::OutOfMemory(crate::engine::oom::explain(&report, &context))
-    }
-
-    /// Makes the first GPU of the run this thread's device before it touches any (the timing
-    /// events, NCCL and the update run there), as DDP scripts call `torch.cuda.set_device`.
-    fn set_device(&self) -> Result<(), EngineError> {
-        let first_gpu = self.cfg.devices.iter().enumerate().find_map(|(r, d)| match d {
-            crate::engine::DeviceId::Cuda(i) => Some((r, *i)),
-            crate::engine::DeviceId::Cpu => None,
-        });
-        match first_gpu {
-            Some((replica, i)) => {
-                crate::dist::c10d::set_thread_device(i).map_err(|e| EngineError::Coordinator {
-                    replica: Some(replica),
-                    device: Some(format!("cuda:{i}")),
-                    message: e.0,
-                })
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// The failure a panic of this thread stands for, with the replica it was working on (or,
-    /// failing that, the first CUDA device that reports an error).
-    fn panic_error(&self, panic: &(dyn std::any::Any + Send)) -> EngineError {
-        let message = crate::engine::worker::panic_message(panic);
-        let replica = self.touching.or_else(|| {
-            self.cfg().devices.iter().position(|d| match d {
-                crate::engine::DeviceId::Cuda(i) => {
-                    std::panic::catch_unwind(|| tch::Cuda::synchronize(*i as i64)).is_err()
-                }
-                crate::engine::DeviceId::Cpu => false,
-            })
-        });
-        let device = replica.and_then(|r| self.cfg().devices.get(r)).map(ToString::to_string);
-        EngineError::Coordinator { replica, device, message }
     }
 
     fn emit(&mut self, record: impl Into<Record>) {

@@ -1,0 +1,83 @@
+//! The coordinator's side of failures: its thread's device made current before any GPU work,
+//! a panic of its own named by the replica and device it touched, and running out of GPU memory
+//! said in one line with the way out.
+
+use super::Coordinator;
+use crate::engine::EngineError;
+
+impl Coordinator {
+    /// An out-of-memory failure said in one line with the way out; other errors unchanged.
+    pub(super) fn explain_oom(&self, e: EngineError) -> EngineError {
+        let (replica, device, message) = match &e {
+            EngineError::Worker { replica, device, error } => {
+                (Some(*replica), Some(device.clone()), error.to_string())
+            }
+            EngineError::Coordinator { replica, device, message } => {
+                (*replica, device.clone(), message.clone())
+            }
+            EngineError::Nccl(message) => (None, None, message.clone()),
+            _ => return e,
+        };
+        let Some(report) = crate::engine::oom::parse(&message) else { return e };
+        let cfg = &self.cfg;
+        let device = device.or_else(|| replica.and_then(|r| cfg.devices.get(r)).map(ToString::to_string));
+        let device = device.unwrap_or_else(|| "a GPU".to_owned());
+        let on_device = cfg.devices.iter().filter(|d| d.to_string() == device).count().max(1);
+        let checkpoint = self
+            .save_dir
+            .as_ref()
+            .map(|d| d.join(crate::engine::checkpoint::CHECKPOINT_FILE))
+            .filter(|p| p.is_file())
+            .map(|p| p.display().to_string());
+        let ampere = |i: usize| crate::dist::c10d::cuda_identity(i).is_ok_and(|id| id.major >= 8);
+        let bf16_helps = cfg.precision == crate::model::Precision::F32
+            && cfg.script.is_none()
+            && cfg.devices.iter().any(
+                |d| matches!(d, crate::engine::DeviceId::Cuda(i) if d.to_string() == device && ampere(*i)),
+            );
+        let context = crate::engine::oom::OomContext {
+            device: &device,
+            replica,
+            per_replica: cfg.batch_size.div_ceil(self.replica_span().1),
+            on_device,
+            checkpoint,
+            bf16_helps,
+        };
+        EngineError::OutOfMemory(crate::engine::oom::explain(&report, &context))
+    }
+
+    /// Makes the first GPU of the run this thread's device before it touches any (the timing
+    /// events, NCCL and the update run there), as DDP scripts call `torch.cuda.set_device`.
+    pub(super) fn set_device(&self) -> Result<(), EngineError> {
+        let first_gpu = self.cfg.devices.iter().enumerate().find_map(|(r, d)| match d {
+            crate::engine::DeviceId::Cuda(i) => Some((r, *i)),
+            crate::engine::DeviceId::Cpu => None,
+        });
+        match first_gpu {
+            Some((replica, i)) => {
+                crate::dist::c10d::set_thread_device(i).map_err(|e| EngineError::Coordinator {
+                    replica: Some(replica),
+                    device: Some(format!("cuda:{i}")),
+                    message: e.0,
+                })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The failure a panic of this thread stands for, with the replica it was working on (or,
+    /// failing that, the first CUDA device that reports an error).
+    pub(super) fn panic_error(&self, panic: &(dyn std::any::Any + Send)) -> EngineError {
+        let message = crate::engine::worker::panic_message(panic);
+        let replica = self.touching.or_else(|| {
+            self.cfg().devices.iter().position(|d| match d {
+                crate::engine::DeviceId::Cuda(i) => {
+                    std::panic::catch_unwind(|| tch::Cuda::synchronize(*i as i64)).is_err()
+                }
+                crate::engine::DeviceId::Cpu => false,
+            })
+        });
+        let device = replica.and_then(|r| self.cfg().devices.get(r)).map(ToString::to_string);
+        EngineError::Coordinator { replica, device, message }
+    }
+}

@@ -1,0 +1,90 @@
+//! What a worker and the coordinator say to each other: the commands, the replies, the handles
+//! on a replica's buffers, and why a worker failed.
+
+use std::sync::Arc;
+
+use tch::Tensor;
+
+use super::tally::Tally;
+
+/// Why a worker failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Forward(#[from] crate::model::ForwardError),
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+    /// The shim refused: the device, the TorchScript model, a timing event.
+    #[error(transparent)]
+    Shim(#[from] crate::dist::c10d::C10dError),
+    #[error(transparent)]
+    GpuWait(#[from] super::gpu_wait::WaitError),
+    #[error("a step before the first epoch")]
+    NoEpoch,
+    #[error("a TorchScript run without its model")]
+    NoScript,
+    #[error("the coordinator is gone")]
+    CoordinatorGone,
+    /// A panic inside libtorch or the worker, by its first line.
+    #[error("{0}")]
+    Panic(String),
+    /// The `worker-oom` test fault: the allocator's own words.
+    #[error("{}", super::faults::ALLOCATOR_OOM)]
+    InjectedOom,
+}
+
+/// A command from the coordinator to one worker.
+pub enum ToWorker {
+    /// A new epoch: the shuffled order of the training set, uploaded once to the device.
+    Epoch { order: Arc<Vec<i64>> },
+    /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
+    /// accumulate on the device, without a sync.
+    /// `timed`: measure the phases of this step (see `engine::clock`).
+    Step { start: usize, len: usize, global_step: usize, dropout_seed: i64, timed: bool },
+    /// Read and reset the loss and accuracy accumulators (one device sync).
+    Report,
+    /// Evaluate rows `start..start + len` of the validation split (`val`) or the test set.
+    Evaluate { start: usize, len: usize, val: bool },
+    /// Leave the thread.
+    Shutdown,
+}
+
+/// Shallow handles on a worker's flat buffers, given to the coordinator once at start-up. The
+/// protocol makes access exclusive: the coordinator touches them only between a worker's
+/// `StepDone` and its next `Step`.
+pub struct ReplicaHandles {
+    pub params: Tensor,
+    pub grads: Tensor,
+    pub buffers: Tensor,
+    pub named_params: Vec<(String, Tensor)>,
+    pub named_buffers: Vec<(String, Tensor)>,
+}
+
+/// A worker's answer to the coordinator.
+pub enum FromWorker {
+    /// The replica is built and its data resident.
+    Ready { replica: usize, handles: Box<ReplicaHandles> },
+    /// Gradients of the shard are in the flat gradient buffer (queued, on a GPU); the seconds
+    /// of its data and forward/backward phases when the step was timed.
+    StepDone { replica: usize, timing: Option<(f64, f64)> },
+    /// The accumulated training metrics since the last report.
+    Sums { replica: usize, sums: Tally },
+    /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the
+    /// confusion counts (row: the label, column: the prediction; `classes` × `classes`).
+    Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64> },
+    /// The worker failed and has left.
+    Failed { replica: usize, error: WorkerError },
+}
+
+impl FromWorker {
+    /// The replica that sent this.
+    pub fn replica(&self) -> usize {
+        match self {
+            FromWorker::Ready { replica, .. }
+            | FromWorker::StepDone { replica, .. }
+            | FromWorker::Sums { replica, .. }
+            | FromWorker::Evaluated { replica, .. }
+            | FromWorker::Failed { replica, .. } => *replica,
+        }
+    }
+}
