@@ -67,10 +67,13 @@ fn a_non_finite_loss_notifies_and_a_failing_command_leaves_the_run_alone() {
     let (run, notes) = (tmp.path().join("run"), tmp.path().join("notes.txt"));
     let out = headless(&run, &["--notify", &recorder(&notes)], Some("nan-loss=3"));
     assert_eq!(out.status.code(), Some(1), "a diverged run exits 1");
-    let notes = std::fs::read_to_string(&notes).unwrap();
-    assert!(notes.starts_with("nan|"), "{notes}");
-    assert!(notes.contains("the loss is not finite"), "{notes}");
-    assert_eq!(notes.lines().count(), 1, "no 'finished' for a diverged run: {notes}");
+    let text = std::fs::read_to_string(&notes).unwrap();
+    // A replica slowed by the machine's load (tests run side by side on two cores) may be
+    // reported as a straggler too; that alert has a test of its own.
+    let notes: Vec<&str> = text.lines().filter(|l| !l.starts_with("straggler|")).collect();
+    assert!(notes[0].starts_with("nan|"), "{text}");
+    assert!(notes[0].contains("the loss is not finite"), "{text}");
+    assert_eq!(notes.len(), 1, "no 'finished' for a diverged run: {text}");
     // A command that fails: the run is unaffected, the failure is one warning.
     let run2 = tmp.path().join("run2");
     let out = headless(&run2, &["--notify", "exit 3"], None);
