@@ -112,9 +112,10 @@ pub struct Coordinator {
 impl Coordinator {
     pub fn new(p: CoordinatorParts) -> Self {
         let total = p.world.as_ref().map_or(p.cfg.devices.len(), |w| w.total_replicas());
+        let plan = p.cfg.lr_plan(p.train_len);
         Coordinator {
-            lr: p.cfg.lr_plan(p.train_len).at(0),
-            plan: p.cfg.lr_plan(p.train_len),
+            lr: plan.at(0),
+            plan,
             replicas: Replicas::new(p.layout),
             paused: false,
             stop: false,
