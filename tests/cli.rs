@@ -148,6 +148,16 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     refused(&["--data", d, "--run-dir", r, "--data-format", "parquet"], "unknown data format 'parquet'");
     refused(&["--data", d, "--run-dir", r, "--data-format", "cifar10"], "no data_batch_1.bin in");
     refused(&["--data", d, "--run-dir", r, "--image-size", "0,32"], "--image-size takes H,W");
+    refused(&["--data", d, "--run-dir", r, "--precision", "fp8"], "use f32, bf16 or f16");
+    refused(
+        &["--data", d, "--run-dir", r, "--precision", "f16", "--loss-scale-init", "0"],
+        "--loss-scale-init must be",
+    );
+    refused(
+        &["--data", d, "--run-dir", r, "--loss-scale-interval", "0", "--loss-scale", "on"],
+        "--loss-scale-interval at least 1",
+    );
+    refused(&["--data", d, "--run-dir", r, "--loss-scale-init", "1024"], "add --loss-scale on");
     let empty = tmp.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     refused(&["--data", empty.to_str().unwrap(), "--run-dir", r], "cannot tell what");
@@ -163,6 +173,51 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     let bytes = std::fs::read(&labels).unwrap();
     std::fs::write(&labels, &bytes[..bytes.len() / 2]).unwrap();
     refused(&["--data", corrupt.to_str().unwrap(), "--run-dir", r], "corrupt or truncated gzip");
+}
+
+#[test]
+fn float16_trains_with_a_dynamic_loss_scale_in_the_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let data = common::subset_dir();
+    let out = dpt(&[
+        "--data",
+        data.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--model",
+        "mnist-net",
+        "--precision",
+        "f16",
+        "--loss-scale-init",
+        "4096",
+        "--epochs",
+        "1",
+        "--train-limit",
+        "512",
+        "--test-limit",
+        "64",
+        "--batch-size",
+        "64",
+        "--log-every",
+        "4",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("dynamic loss scale from 4096, doubled after 2000 clean steps"), "{stdout}");
+    assert!(stdout.contains("loss scale 4096"), "{stdout}");
+    let recs = records(&run);
+    assert_eq!(recs[0]["precision"], "f16");
+    assert_eq!(recs[0]["loss_scale"]["init"], 4096.0);
+    let steps: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "step").collect();
+    assert!(!steps.is_empty());
+    for s in steps {
+        assert_eq!(s["loss_scale"], 4096.0, "no overflow at this scale: {s}");
+        assert_eq!(s["skipped_steps"], 0);
+        assert!(s["loss"].as_f64().is_some_and(f64::is_finite));
+    }
+    let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(config.contains("loss_scale = \"on\"") && config.contains("loss_scale_init = 4096"), "{config}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use dpt_tui::engine::checkpoint::Checkpoint;
+use dpt_tui::engine::optim::loss_scale::LossScaling;
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
 use dpt_tui::engine::{DeviceId, Engine, Outcome, Resume, TrainConfig};
@@ -44,11 +45,13 @@ struct Recipe {
     /// Micro-batches per replica (PyTorch's side always takes the whole batch at once).
     accumulate: usize,
     ema: Option<f64>,
+    /// Dynamic loss scaling, and the step whose scaled loss overflows (on replica 0).
+    loss_scale: Option<(LossScaling, usize)>,
 }
 
 impl From<OptimConfig> for Recipe {
     fn from(optim: OptimConfig) -> Self {
-        Recipe { optim, clip: None, label_smoothing: 0.0, accumulate: 1, ema: None }
+        Recipe { optim, clip: None, label_smoothing: 0.0, accumulate: 1, ema: None, loss_scale: None }
     }
 }
 
@@ -67,6 +70,8 @@ fn reference(model: &std::path::Path, recipe: Recipe) -> HashMap<String, Vec<f64
         "clip": recipe.clip,
         "label_smoothing": recipe.label_smoothing,
         "ema": recipe.ema,
+        "loss_scale": recipe.loss_scale.map(|(l, _)| serde_json::json!({"init": l.init, "interval": l.growth_interval})),
+        "overflow_at": recipe.loss_scale.map(|(_, s)| vec![s]).unwrap_or_default(),
     });
     let out = Command::new(common::python())
         .arg(common::script("optim_reference.py"))
@@ -179,6 +184,10 @@ fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
         std::fs::create_dir_all(dir).unwrap();
         cfg.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
         cfg.ema = Some(0.7);
+        // Dynamic loss scaling too, with an overflow before the checkpoint: the resumed run
+        // needs the scale, the growth count and the skipped steps.
+        cfg.loss_scale = Some(LossScaling { init: 1024.0, growth_interval: 3 });
+        cfg.faults.grad_overflow = vec![(1, 1)];
         cfg.run_dir = Some(dir.to_owned());
         cfg
     };
@@ -193,6 +202,8 @@ fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
     slots.sort_unstable();
     assert_eq!(slots, ["exp_avg", "exp_avg_sq"]);
     assert_eq!(ckpt.state.optim().kind, OptimizerKind::AdamW);
+    let scaler = ckpt.state.loss_scaler.expect("the scaler is checkpointed");
+    assert_eq!((scaler.scale, scaler.growth_tracker, scaler.skipped), (512.0, 1, 1));
     let resume = Resume::new(ckpt, ModelKind::Script, Some(&model), &run).unwrap();
     let mut rest = recipe(config(&model, resume.state.optim(), 2), &run);
     rest.resume = Some(Box::new(resume));
@@ -226,6 +237,53 @@ fn label_smoothing_equals_cross_entropy_with_label_smoothing() {
 fn accumulating_micro_batches_equals_the_whole_batch_at_once() {
     // 64 samples: 4 micro-batches of 16 on one replica, of 8 on each of two.
     check(Recipe { accumulate: 4, ..Recipe::from(adam(OptimizerKind::AdamW, 0.05, false)) });
+}
+
+/// A run with `recipe`'s loss scaling: its outcome, and each window's loss scale and skipped
+/// steps.
+fn train_scaled(model: &Arc<ScriptModel>, recipe: Recipe, replicas: usize) -> (Outcome, Vec<(f64, usize)>) {
+    let mut cfg = config(model, recipe.optim, replicas);
+    let (scaling, overflow) = recipe.loss_scale.expect("a loss-scaled recipe");
+    cfg.loss_scale = Some(scaling);
+    cfg.clip_grad_norm = recipe.clip;
+    cfg.faults.grad_overflow = vec![(0, overflow)];
+    cfg.log_every = 1;
+    let engine = Engine::start(cfg, common::subset(N, 16)).expect("engine starts");
+    let windows = engine
+        .events()
+        .iter()
+        .filter_map(|r| match r {
+            dpt_tui::record::Record::Step(s) => s.loss_scale.zip(s.skipped_steps),
+            _ => None,
+        })
+        .collect();
+    (engine.join().expect("training succeeds"), windows)
+}
+
+#[test]
+fn dynamic_loss_scaling_skips_an_overflowing_step_and_rescales_as_grad_scaler_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::make_model("mlp", 1, dir.path());
+    let model = Arc::new(ScriptModel::read(&path).unwrap());
+    // Step 1 overflows: halved to 512 and skipped (Adam's step count leaves it out); two clean
+    // steps later it doubles back to 1024.
+    let scaling = LossScaling { init: 1024.0, growth_interval: 2 };
+    let recipe = Recipe {
+        loss_scale: Some((scaling, 1)),
+        clip: Some(0.5),
+        ..Recipe::from(adam(OptimizerKind::AdamW, 0.05, false))
+    };
+    let theirs = reference(&path, recipe);
+    for replicas in [1, 2] {
+        let (ours, windows) = train_scaled(&model, recipe, replicas);
+        let e = relative_error(&ours, &theirs, &model);
+        eprintln!("loss scaling, {replicas} replica(s): {e:.2e} from PyTorch");
+        assert!(e < 1e-4, "loss scaling on {replicas} replica(s) is {e} away from PyTorch's");
+        let scales: Vec<f64> = windows.iter().map(|w| w.0).collect();
+        assert_eq!(scales, [1024.0, 512.0, 512.0, 1024.0, 1024.0]);
+        assert_eq!(windows.iter().map(|w| w.1).sum::<usize>(), 1);
+        assert_eq!(scales.last(), theirs["loss_scale"].first(), "GradScaler's final scale");
+    }
 }
 
 #[test]

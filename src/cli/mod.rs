@@ -285,10 +285,27 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]
     pub step_timeout: f64,
 
-    /// Number format: f32, or bf16 (mixed precision: bfloat16 convolutions and matrix products,
-    /// f32 master weights, loss and update; for GPUs with bfloat16 tensor cores).
-    #[arg(long, value_name = "f32|bf16", default_value = "f32", value_parser = parse::<dpt_tui::model::Precision>)]
+    /// Number format: f32, bf16 (mixed precision: bfloat16 convolutions and matrix products,
+    /// f32 master weights, loss and update; for GPUs with bfloat16 tensor cores) or f16 (the
+    /// same in float16, for GPUs without bfloat16 such as V100 and T4; with dynamic loss
+    /// scaling).
+    #[arg(long, value_name = "f32|bf16|f16", default_value = "f32", value_parser = parse::<dpt_tui::model::Precision>)]
     pub precision: dpt_tui::model::Precision,
+
+    /// Dynamic loss scaling by torch.amp.GradScaler's rules: the loss multiplied by the scale
+    /// before the backward pass; a step whose gradient overflows is skipped and the scale
+    /// halved; doubled after --loss-scale-interval clean steps [default: on with --precision
+    /// f16, or when the resumed run had it].
+    #[arg(long, value_name = "on|off")]
+    pub loss_scale: Option<OnOff>,
+
+    /// The first loss scale [default: 65536].
+    #[arg(long, value_name = "SCALE", allow_hyphen_values = true)]
+    pub loss_scale_init: Option<f32>,
+
+    /// Clean steps in a row before the loss scale doubles [default: 2000].
+    #[arg(long, value_name = "N")]
+    pub loss_scale_interval: Option<u32>,
 
     /// Channels-last convolution weights and activations [default: the model's measured
     /// preference: on for lenet, for resnet18 on GPUs].

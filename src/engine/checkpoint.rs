@@ -96,6 +96,9 @@ pub struct CheckpointState {
     /// `--ema` decay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ema: Option<f64>,
+    /// The dynamic loss scaler's state (`--loss-scale`), when the run scales its loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scaler: Option<super::optim::loss_scale::LossScaler>,
     /// `--keep-best` and `--early-stop`: the best evaluations so far and the patience count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best: Option<super::best::BestKeeper>,

@@ -153,6 +153,8 @@ pub struct TrainConfig {
     pub accumulate: usize,
     /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
     pub clip_grad_norm: Option<f64>,
+    /// Dynamic loss scaling (GradScaler's rules), for float16.
+    pub loss_scale: Option<super::optim::loss_scale::LossScaling>,
     /// Input normalization: `(x / 255 - mean) / std`.
     pub normalization: Normalization,
 }
@@ -194,6 +196,7 @@ impl TrainConfig {
             early_stop: None,
             init_from: None,
             clip_grad_norm: None,
+            loss_scale: None,
             normalization: model.normalization(),
         }
     }
@@ -319,8 +322,11 @@ impl TrainConfig {
         if self.model == ModelKind::Script && self.script.is_none() {
             return Err(ConfigError::ScriptMissing);
         }
-        if self.model == ModelKind::Script && self.precision == Precision::Bf16 {
-            return Err(ConfigError::ScriptBf16);
+        if self.model == ModelKind::Script && self.precision != Precision::F32 {
+            return Err(ConfigError::ScriptLowPrecision(self.precision.name()));
+        }
+        if let Some(l) = self.loss_scale.filter(|l| !l.valid()) {
+            return Err(ConfigError::BadLossScale { init: l.init, interval: l.growth_interval });
         }
         let n = &self.normalization;
         let good = !n.mean.is_empty()

@@ -7,7 +7,8 @@
 //! becomes NaN from step S on), `checkpoint-write` (every checkpoint write fails),
 //! `slow-replica=R@MS` (replica R takes MS milliseconds longer over every step, as a throttled
 //! or shared device would), `worker-oom=R@S` (replica R fails at step S with the text of
-//! PyTorch's CUDA allocator running out of memory).
+//! PyTorch's CUDA allocator running out of memory), `grad-overflow=R@S` (replica R's scaled
+//! loss becomes infinite at step S, as an fp16 overflow would make it; repeatable).
 
 use std::str::FromStr;
 
@@ -24,6 +25,8 @@ pub struct Faults {
     pub slow_replica: Option<(usize, usize)>,
     /// Replica R runs out of GPU memory at step S.
     pub worker_oom: Option<(usize, usize)>,
+    /// Replica R's gradient overflows at step S, for each listed pair.
+    pub grad_overflow: Vec<(usize, usize)>,
 }
 
 /// The CUDA caching allocator's message for an allocation it cannot make (torch 2.11's
@@ -50,6 +53,7 @@ impl FromStr for Faults {
                 Some(("coordinator-panic", v)) => f.coordinator_panic = Some(replica_at(v)?),
                 Some(("slow-replica", v)) => f.slow_replica = Some(replica_at(v)?),
                 Some(("worker-oom", v)) => f.worker_oom = Some(replica_at(v)?),
+                Some(("grad-overflow", v)) => f.grad_overflow.push(replica_at(v)?),
                 Some(("nan-loss", v)) => {
                     f.nan_loss_from = Some(v.parse().map_err(|_| format!("bad step '{v}'"))?)
                 }
@@ -71,6 +75,8 @@ mod tests {
         assert_eq!(f.worker_panic, Some((1, 3)));
         assert_eq!(f.nan_loss_from, Some(7));
         assert!(f.checkpoint_write && f.worker_stall.is_none());
+        let f: Faults = "grad-overflow=0@1,grad-overflow=1@4".parse().unwrap();
+        assert_eq!(f.grad_overflow, [(0, 1), (1, 4)]);
         assert!("worker-panic=1".parse::<Faults>().is_err());
         assert!("meteor".parse::<Faults>().is_err());
     }

@@ -83,8 +83,9 @@ pub struct OomContext<'a> {
     pub on_device: usize,
     /// The checkpoint on disk the run can continue from, if any.
     pub checkpoint: Option<String>,
-    /// Whether `--precision bf16` would help (the run is in f32 on a GPU that has it).
-    pub bf16_helps: bool,
+    /// The lower precision that would help, when the run is in f32: `bf16` on a GPU that has
+    /// it, else `f16`.
+    pub half: Option<&'static str>,
 }
 
 /// The one line that says what ran out, that nothing saved was lost, and the way out.
@@ -111,8 +112,8 @@ pub fn explain(r: &OomReport, c: &OomContext<'_>) -> String {
     if c.on_device > 1 {
         ways.push(format!("fewer than {} replicas on that GPU (--devices)", c.on_device));
     }
-    if c.bf16_helps {
-        ways.push("--precision bf16".to_owned());
+    if let Some(p) = c.half {
+        ways.push(format!("--precision {p}"));
     }
     format!(
         "out of GPU memory on {} ({replica}{} samples per replica, {} replica(s) on that GPU){figures}; {saved}; rerun with {}",
@@ -161,7 +162,7 @@ mod tests {
             per_replica: 128,
             on_device: 2,
             checkpoint: Some("runs/x/checkpoint.safetensors".into()),
-            bf16_helps: true,
+            half: Some("bf16"),
         };
         let line = explain(&parse(ALLOCATOR).unwrap(), &c);
         assert!(!line.contains('\n'), "{line}");
@@ -175,10 +176,8 @@ mod tests {
         ] {
             assert!(line.contains(needle), "{needle}\n{line}");
         }
-        let plain = explain(
-            &OomReport::default(),
-            &OomContext { on_device: 1, bf16_helps: false, checkpoint: None, ..c },
-        );
+        let plain =
+            explain(&OomReport::default(), &OomContext { on_device: 1, half: None, checkpoint: None, ..c });
         assert!(plain.ends_with("nothing saved was lost; rerun with a smaller --batch-size"), "{plain}");
     }
 }

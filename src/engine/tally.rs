@@ -49,6 +49,8 @@ pub struct Window {
     /// Figures so far; `seconds` holds time carried over from before (a resumed epoch's part).
     pub tally: Tally,
     pub steps: usize,
+    /// Steps skipped because their scaled gradient overflowed (`--loss-scale`).
+    pub skipped: usize,
     /// Steps whose phases were timed (every one on the CPU; a sample on GPUs).
     pub timed: usize,
     /// Phase seconds summed over the timed steps.
@@ -63,6 +65,7 @@ impl Window {
         Window {
             tally: Tally::default(),
             steps: 0,
+            skipped: 0,
             timed: 0,
             timing: StepTiming::default(),
             replicas: vec![ReplicaTiming::default(); replicas],
@@ -124,6 +127,8 @@ impl Window {
                 .map(|r| ReplicaTiming { data: per(r.data), compute: per(r.compute) })
                 .collect(),
             grad_norm: None,
+            loss_scale: None,
+            skipped_steps: None,
             timed_steps: Some(self.timed),
         }
     }

@@ -94,12 +94,12 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                     worker.order = Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
                     continue;
                 }
-                ToWorker::Step { start, len, global_step, dropout_seed, timed } => {
+                ToWorker::Step { start, len, global_step, dropout_seed, timed, loss_factor } => {
                     worker.inject_faults(global_step);
                     if worker.faults.worker_oom == Some((replica, global_step)) {
                         return Err(WorkerError::InjectedOom);
                     }
-                    worker.step(start, len, global_step, dropout_seed, timed)?
+                    worker.step(start, len, (global_step, loss_factor), dropout_seed, timed)?
                 }
                 ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
                 ToWorker::Evaluate { start, len, val } => worker.evaluate(start, len, val)?,
@@ -278,7 +278,7 @@ impl Worker {
         &mut self,
         start: usize,
         len: usize,
-        global_step: usize,
+        (global_step, loss_factor): (usize, Option<f64>),
         dropout_seed: i64,
         timed: bool,
     ) -> Result<FromWorker, WorkerError> {
@@ -321,7 +321,9 @@ impl Worker {
                     loss = loss.g_mul_scalar(f64::NAN);
                 }
                 let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
-                let grads = Tensor::f_run_backward(&[&loss], &inputs, false, false)?;
+                let scaled = self.scaled(&loss, loss_factor, global_step);
+                let grads =
+                    Tensor::f_run_backward(&[scaled.as_ref().unwrap_or(&loss)], &inputs, false, false)?;
                 let _guard = tch::no_grad_guard();
                 for (view, g) in self.grad_views.iter_mut().zip(&grads) {
                     if i == 0 {
@@ -338,6 +340,16 @@ impl Worker {
         self.clock.mark()?;
         let timing = self.clock.read()?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
         Ok(FromWorker::StepDone { replica: self.replica, timing })
+    }
+
+    /// The loss the backward pass starts from when it is scaled (`None`: the loss itself).
+    fn scaled(&self, loss: &Tensor, factor: Option<f64>, global_step: usize) -> Option<Tensor> {
+        let overflow = self.faults.grad_overflow.contains(&(self.replica, global_step));
+        match (factor, overflow) {
+            (_, true) => Some(loss * f64::INFINITY),
+            (Some(f), false) => Some(loss * f),
+            (None, false) => None,
+        }
     }
 
     fn take_sums(&mut self) -> Tally {

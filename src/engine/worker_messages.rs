@@ -40,7 +40,16 @@ pub enum ToWorker {
     /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
     /// accumulate on the device, without a sync.
     /// `timed`: measure the phases of this step (see `engine::clock`).
-    Step { start: usize, len: usize, global_step: usize, dropout_seed: i64, timed: bool },
+    /// `loss_factor`: what the summed loss is multiplied by before the backward pass (dynamic
+    /// loss scaling), if anything.
+    Step {
+        start: usize,
+        len: usize,
+        global_step: usize,
+        dropout_seed: i64,
+        timed: bool,
+        loss_factor: Option<f64>,
+    },
     /// Read and reset the loss and accuracy accumulators (one device sync).
     Report,
     /// Evaluate rows `start..start + len` of the validation split (`val`) or the test set.

@@ -223,6 +223,29 @@ pub enum Precision {
     /// Autocast-style mixed precision: convolutions and matrix products in bfloat16, the loss,
     /// the master weights, the gradients and the update in f32.
     Bf16,
+    /// The same with float16, for GPUs without bfloat16 (V100, T4): its narrow range needs
+    /// loss scaling (`--loss-scale dynamic`, on by default with it).
+    F16,
+}
+
+impl Precision {
+    /// The flag's word for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+
+    /// The format convolutions and matrix products compute in.
+    pub fn compute_kind(self) -> Kind {
+        match self {
+            Precision::F32 => Kind::Float,
+            Precision::Bf16 => Kind::BFloat16,
+            Precision::F16 => Kind::Half,
+        }
+    }
 }
 
 impl std::str::FromStr for Precision {
@@ -232,7 +255,8 @@ impl std::str::FromStr for Precision {
         match s {
             "f32" => Ok(Precision::F32),
             "bf16" => Ok(Precision::Bf16),
-            _ => Err(format!("unknown precision '{s}'; use f32 or bf16")),
+            "f16" => Ok(Precision::F16),
+            _ => Err(format!("unknown precision '{s}'; use f32, bf16 or f16")),
         }
     }
 }
@@ -251,7 +275,7 @@ impl Forward<'_> {
     pub fn cast(&self, t: &Tensor) -> Tensor {
         match self.precision {
             Precision::F32 => t.shallow_clone(),
-            Precision::Bf16 => t.to_kind(Kind::BFloat16),
+            low => t.to_kind(low.compute_kind()),
         }
     }
 

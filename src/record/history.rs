@@ -133,6 +133,8 @@ mod tests {
             timing: Default::default(),
             replicas: Vec::new(),
             grad_norm: None,
+            loss_scale: None,
+            skipped_steps: None,
             timed_steps: None,
         }))
     }

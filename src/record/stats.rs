@@ -71,9 +71,12 @@ pub struct RunInfo {
     /// The seed of the initialization, shuffles and dropout streams.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
-    /// `f32` or `bf16`.
+    /// `f32`, `bf16` or `f16`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<crate::model::Precision>,
+    /// Dynamic loss scaling's settings (`--loss-scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<crate::engine::optim::loss_scale::LossScaling>,
     /// The data set: what was loaded, the image shape and the classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
@@ -125,6 +128,9 @@ impl RunInfo {
         }
         if let Some(n) = self.accumulate {
             s += &format!(", {n} micro-batches per step");
+        }
+        if let Some(l) = self.loss_scale {
+            s += &format!(", {}", l.describe());
         }
         s
     }
@@ -207,6 +213,12 @@ pub struct StepStats {
     /// The mean gradient's global L2 norm, averaged over the window's steps (before clipping).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_norm: Option<f64>,
+    /// The dynamic loss scale at the window's end (`--loss-scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// The window's steps skipped because their scaled gradient overflowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_steps: Option<usize>,
     /// How many of the window's steps were timed (none in a window of warm-up steps, whose
     /// timings are then zeros to be ignored); absent in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Change, Record, RunInfo};
+use super::{Change, Record, RunInfo, StepStats};
 
 /// How a line is coloured, and how much it matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,7 +93,8 @@ impl Narrator {
                             ms(s.timing.update),
                         )
                     },
-                ) + &s.grad_norm.map_or(String::new(), |g| format!("  grad norm {g:.3}")),
+                ) + &s.grad_norm.map_or(String::new(), |g| format!("  grad norm {g:.3}"))
+                    + &if s.loss_scale.is_some() { format!("  loss scale {}", loss_scale(s)) } else { String::new() },
             }),
             Record::Epoch(e) => info(format!(
                 "epoch {}/{} done: train loss {:.4}, train acc {:.3}, {set} loss {:.4}, {set} acc {:.3}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
@@ -210,6 +211,16 @@ fn start_line(info: &RunInfo) -> String {
         + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }
         + &info.data.as_ref().map_or(String::new(), |d| format!("; data: {d}"))
         + &info.normalize.as_ref().map_or(String::new(), |n| format!(", normalized (x - {:?}) / {:?}", n.mean, n.std))
+}
+
+/// A window's loss scale, with the steps it skipped (`1024, 1 step skipped`).
+pub fn loss_scale(s: &StepStats) -> String {
+    let scale = s.loss_scale.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    match s.skipped_steps.unwrap_or(0) {
+        0 => scale,
+        1 => format!("{scale}, 1 step skipped"),
+        n => format!("{scale}, {n} steps skipped"),
+    }
 }
 
 #[cfg(test)]

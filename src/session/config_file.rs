@@ -183,7 +183,15 @@ pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
         add("max_steps", n.to_string());
     }
     add("checkpoint_every", cfg.checkpoint_every.to_string());
-    add("precision", quoted(&format!("{:?}", cfg.precision).to_lowercase()));
+    add("precision", quoted(cfg.precision.name()));
+    match cfg.loss_scale {
+        Some(l) => {
+            add("loss_scale", quoted("on"));
+            add("loss_scale_init", l.init.to_string());
+            add("loss_scale_interval", l.growth_interval.to_string());
+        }
+        None => add("loss_scale", quoted("off")),
+    }
     if let Some(on) = cfg.channels_last {
         add("channels_last", quoted(if on { "on" } else { "off" }));
     }

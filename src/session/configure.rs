@@ -108,6 +108,7 @@ fn configure(
     cfg.check_replicas = args.check_replicas;
     cfg.checkpoint_every = args.checkpoint_every;
     cfg.precision = args.precision;
+    cfg.loss_scale = loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler)).map_err(input)?;
     cfg.channels_last = args.channels_last.map(|v| v == OnOff::On);
     cfg.on_nan = args.on_nan.unwrap_or(if interactive { OnNan::Pause } else { OnNan::Stop });
     cfg.save_policy = if interactive {
@@ -382,4 +383,26 @@ fn sample_inputs(data: &Dataset, norm: &Normalization) -> (tch::Tensor, i64) {
     let normalizer = Normalizer::new(norm, first.images.unit(), first.channels, tch::Device::Cpu);
     let max_label = data.train.labels.iter().copied().max().unwrap_or(0);
     (normalizer.apply(&raw), max_label)
+}
+
+/// `--loss-scale` and its settings: on by default with `--precision f16` or when the resumed run
+/// scaled its loss (its settings then stay, and its scale continues).
+fn loss_scaling(
+    args: &Args,
+    saved: Option<dpt_tui::engine::optim::loss_scale::LossScaler>,
+) -> anyhow::Result<Option<dpt_tui::engine::optim::loss_scale::LossScaling>> {
+    use dpt_tui::engine::optim::loss_scale::LossScaling;
+    let default_on = args.precision == dpt_tui::model::Precision::F16 || saved.is_some();
+    let on = args.loss_scale.map_or(default_on, |v| v == OnOff::On);
+    if !on {
+        if args.loss_scale_init.is_some() || args.loss_scale_interval.is_some() {
+            return Err(anyhow!("--loss-scale-init and --loss-scale-interval set up loss scaling, which is off: add --loss-scale on"));
+        }
+        return Ok(None);
+    }
+    let base = saved.map_or_else(LossScaling::default, |s| s.settings());
+    Ok(Some(LossScaling {
+        init: args.loss_scale_init.unwrap_or(base.init),
+        growth_interval: args.loss_scale_interval.unwrap_or(base.growth_interval),
+    }))
 }

@@ -83,7 +83,10 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "test_limit": args.test_limit,
         "max_steps": args.max_steps,
         "log_every": args.log_every,
-        "precision": format!("{:?}", args.precision),
+        "precision": args.precision.name(),
+        "loss_scale": args.loss_scale.map(|v| format!("{v:?}")),
+        "loss_scale_init": args.loss_scale_init,
+        "loss_scale_interval": args.loss_scale_interval,
         "channels_last": args.channels_last.map(|c| format!("{c:?}")),
         "resume": args.resume.is_some(),
     })

@@ -50,6 +50,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         model_file: None,
         seed: Some(0),
         precision: Some(dpt_tui::model::Precision::F32),
+        loss_scale: None,
         data: None,
         normalize: None,
         world: None,
@@ -72,6 +73,8 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
             ReplicaTiming { data: 0.001, compute: 0.052 },
         ],
         grad_norm: None,
+        loss_scale: None,
+        skipped_steps: None,
         timed_steps: None,
     }))
 }

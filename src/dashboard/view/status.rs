@@ -84,6 +84,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
             None => item("momentum", format!("{}", info.momentum), text),
         },
         item("batch", format!("{}", info.batch_size), text),
+    ]);
+    if let Some(s) = app.last_step.as_ref().filter(|s| s.loss_scale.is_some()) {
+        items.push(item("loss scale", crate::record::text::loss_scale(s), text));
+    }
+    items.extend([
         item("allreduce", if info.allreduce.is_empty() { dash() } else { info.allreduce.clone() }, text),
         item(
             "samples/s",

@@ -30,18 +30,21 @@ impl Coordinator {
             .filter(|p| p.is_file())
             .map(|p| p.display().to_string());
         let ampere = |i: usize| crate::dist::c10d::cuda_identity(i).is_ok_and(|id| id.major >= 8);
-        let bf16_helps = cfg.precision == crate::model::Precision::F32
-            && cfg.script.is_none()
-            && cfg.devices.iter().any(
-                |d| matches!(d, crate::engine::DeviceId::Cuda(i) if d.to_string() == device && ampere(*i)),
-            );
+        let gpu = cfg.devices.iter().find_map(|d| match d {
+            crate::engine::DeviceId::Cuda(i) if d.to_string() == device => Some(*i),
+            _ => None,
+        });
+        // Built-in models only: a TorchScript model casts inside itself.
+        let half = gpu
+            .filter(|_| cfg.precision == crate::model::Precision::F32 && cfg.script.is_none())
+            .map(|i| if ampere(i) { "bf16" } else { "f16" });
         let context = crate::engine::oom::OomContext {
             device: &device,
             replica,
             per_replica: cfg.batch_size.div_ceil(self.replica_span().1),
             on_device,
             checkpoint,
-            bf16_helps,
+            half,
         };
         EngineError::OutOfMemory(crate::engine::oom::explain(&report, &context))
     }

@@ -107,6 +107,8 @@ pub struct Coordinator {
     first_step: usize,
     /// Replicas already reported as stragglers.
     straggled: Vec<bool>,
+    /// Dynamic loss scaling's state (`--loss-scale`).
+    scaler: Option<crate::engine::optim::loss_scale::LossScaler>,
 }
 
 impl Coordinator {
@@ -133,6 +135,7 @@ impl Coordinator {
             ),
             clock: None,
             straggled: Vec::new(),
+            scaler: None,
             grad_norms: None,
             first_step: 0,
             trainable_runs: Vec::new(),
@@ -225,6 +228,7 @@ impl Coordinator {
             model_file: cfg.script.as_ref().map(|s| s.path.display().to_string()),
             seed: Some(cfg.seed),
             precision: Some(cfg.precision),
+            loss_scale: cfg.loss_scale,
             data: Some(self.data.clone()),
             normalize: Some(cfg.normalization.clone()),
             timing: self.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),

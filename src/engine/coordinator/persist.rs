@@ -262,6 +262,7 @@ impl Coordinator {
             lr_batch_ref: cfg.lr_batch_ref,
             ema: cfg.ema,
             clip_grad_norm: cfg.clip_grad_norm,
+            loss_scaler: self.scaler,
             best: (cfg.keep_best > 0 || cfg.early_stop.is_some()).then(|| self.best.clone()),
             label_smoothing: cfg.label_smoothing,
             schedule: Some(cfg.schedule.clone()),

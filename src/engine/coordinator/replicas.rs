@@ -8,6 +8,7 @@ use crate::dist::World;
 use crate::engine::checkpoint::NamedTensors;
 use crate::engine::flat::Layout;
 use crate::engine::optim::ema::Ema;
+use crate::engine::optim::loss_scale::LossScaler;
 use crate::engine::optim::{OptimConfig, OptimizerState};
 use crate::engine::resume::Resume;
 use crate::engine::worker::ReplicaHandles;
@@ -170,6 +171,17 @@ impl Replicas {
             first.get_or_insert(norm);
         }
         first.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.params[0].device())))
+    }
+
+    /// Unscales the reduced gradient in every buffer `holders` names; says whether it is
+    /// finite (read from the first: every holder carries the same sum).
+    pub fn unscale(&mut self, holders: &[usize], scaler: &LossScaler, batch: usize) -> bool {
+        for (i, &h) in holders.iter().enumerate() {
+            if !holders[..i].contains(&h) {
+                scaler.unscale(&mut self.grads[h], batch);
+            }
+        }
+        holders.first().is_none_or(|&h| LossScaler::all_finite(&self.grads[h]))
     }
 
     /// Copies replica 0's BatchNorm statistics (the global replica 0's, across processes) to

@@ -15,6 +15,7 @@ use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
 use crate::engine::clock::{self, PhaseClock};
 use crate::engine::evaluation::Evaluation;
 use crate::engine::gpu_wait::WaitError;
+use crate::engine::optim::loss_scale::LossScaler;
 use crate::engine::shard::shards;
 use crate::engine::tally::Window;
 use crate::engine::worker::{FromWorker, ToWorker};
@@ -64,6 +65,13 @@ impl Coordinator {
             self.replicas.restore_optimizer(r);
         }
         self.trainable_runs = self.replicas.trainable_runs();
+        self.scaler = self.cfg.loss_scale.map(|cfg| {
+            let saved = self.cfg.resume.as_ref().and_then(|r| r.state.loss_scaler);
+            saved.map_or_else(
+                || LossScaler::new(cfg),
+                |s| LossScaler { init: cfg.init, growth_interval: cfg.growth_interval, ..s },
+            )
+        });
         if let Some(decay) = self.cfg.ema {
             let saved = self.cfg.resume.as_ref().and_then(|r| r.ema.as_ref());
             self.replicas.start_ema(decay, saved);
@@ -113,6 +121,7 @@ impl Coordinator {
             global_step,
             dropout_seed: mix_seed(mix_seed(seed, global_step as u64), (offset + i) as u64 + 1) as i64,
             timed,
+            loss_factor: self.scaler.map(|s| s.loss_factor(len)),
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
         for reply in self.pool.gather(self.cfg().step_timeout)? {
@@ -143,19 +152,17 @@ impl Coordinator {
             };
         }
         clock.mark().map_err(&clock_error)?;
-        let norm = self.replicas.grad_norm(&holders, len, self.cfg.clip_grad_norm);
-        let _ =
-            self.grad_norms.get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double)).g_add_(&norm);
-        self.lr = self.plan.at(global_step);
-        let inject = self.cfg().faults.coordinator_panic;
-        for (i, &holder) in holders.iter().enumerate() {
-            self.touching = Some(i);
-            if inject == Some((i, global_step)) {
-                panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
-            }
-            self.replicas.update(i, holder, self.lr, len, global_step as u64 + 1);
+        // GradScaler's step: unscale, skip the update when the gradient overflowed.
+        let clean = self.scaler.is_none_or(|s| self.replicas.unscale(&holders, &s, len));
+        if let Some(s) = &mut self.scaler {
+            s.update(clean);
         }
-        self.touching = None;
+        self.lr = self.plan.at(global_step);
+        if clean {
+            self.apply_update(&holders, len, global_step);
+        } else {
+            self.window.skipped += 1;
+        }
         self.replicas.share_buffers(self.world.as_deref())?;
         self.replicas.update_ema();
         clock.mark().map_err(&clock_error)?;
@@ -178,6 +185,24 @@ impl Coordinator {
             self.check_replicas()?;
         }
         Ok(())
+    }
+
+    /// Clips the reduced gradient (noting its norm) and updates every replica from it.
+    fn apply_update(&mut self, holders: &[usize], len: usize, global_step: usize) {
+        let norm = self.replicas.grad_norm(holders, len, self.cfg.clip_grad_norm);
+        let _ =
+            self.grad_norms.get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double)).g_add_(&norm);
+        // The optimizer counts the steps it took (Adam's bias correction), not skipped ones.
+        let taken = (global_step + 1) as u64 - self.scaler.map_or(0, |s| s.skipped);
+        let inject = self.cfg().faults.coordinator_panic;
+        for (i, &holder) in holders.iter().enumerate() {
+            self.touching = Some(i);
+            if inject == Some((i, global_step)) {
+                panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
+            }
+            self.replicas.update(i, holder, self.lr, len, taken);
+        }
+        self.touching = None;
     }
 
     /// Sums the gradients of replicas sharing a GPU on it, then over the GPUs with one NCCL
@@ -239,7 +264,11 @@ impl Coordinator {
         let mut stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
         if let Some(sum) = self.grad_norms.take() {
             // Every rank reduced the same gradients: the norm is already global.
-            stats.grad_norm = Some(sum.double_value(&[]) / w.steps.max(1) as f64);
+            stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);
+        }
+        if let Some(s) = &self.scaler {
+            stats.loss_scale = Some(f64::from(s.scale));
+            stats.skipped_steps = Some(w.skipped);
         }
         if w.timed > 0 {
             self.note_stragglers(&stats);

@@ -5,6 +5,7 @@
 
 pub mod adam;
 pub mod ema;
+pub mod loss_scale;
 pub mod schedule;
 pub mod sgd;
 

@@ -1,0 +1,154 @@
+//! Dynamic loss scaling, by the rules of `torch.amp.GradScaler` (torch 2.11,
+//! `torch/amp/grad_scaler.py` and the `_amp_update_scale_` kernel): the loss is multiplied by the
+//! scale before the backward pass so that small fp16 gradients do not flush to zero; after the
+//! allreduce the gradient is unscaled and checked; a step whose gradient holds an inf or a NaN
+//! is skipped (the weights and the optimizer state stay as they were) and the scale halves;
+//! after `growth_interval` clean steps in a row it doubles (unless that overflows f32).
+//!
+//! The scale is an f32, as GradScaler keeps it, so the sequence of scales is PyTorch's bit for
+//! bit. dpt-tui's loss is the sum over the batch where PyTorch scripts use the mean, so the
+//! workers multiply their summed loss by `scale / batch` ([`LossScaler::loss_factor`]): the
+//! scaled loss, and every fp16 gradient inside the backward pass, is then the one GradScaler
+//! would see for the same scale, and the overflows happen at the same scales.
+
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
+
+/// GradScaler's `growth_factor` and `backoff_factor` (its defaults; rarely changed).
+const GROWTH: f32 = 2.0;
+const BACKOFF: f32 = 0.5;
+
+/// `--loss-scale dynamic` and its settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LossScaling {
+    /// The first scale (`init_scale`, 65536 by default).
+    pub init: f32,
+    /// Clean steps in a row before the scale doubles (`growth_interval`, 2000 by default).
+    pub growth_interval: u32,
+}
+
+impl Default for LossScaling {
+    fn default() -> Self {
+        LossScaling { init: 65536.0, growth_interval: 2000 }
+    }
+}
+
+impl LossScaling {
+    /// Whether the settings can run: a finite positive first scale, a non-zero interval.
+    pub fn valid(&self) -> bool {
+        self.init.is_finite() && self.init > 0.0 && self.growth_interval > 0
+    }
+
+    /// The settings in words.
+    pub fn describe(&self) -> String {
+        format!("dynamic loss scale from {}, doubled after {} clean steps", self.init, self.growth_interval)
+    }
+}
+
+/// The scaler's state: what a checkpoint keeps so that a resumed run scales as a straight one.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LossScaler {
+    /// The settings' first scale (the run's setting, kept for a resume).
+    pub init: f32,
+    pub scale: f32,
+    /// Clean steps since the last change of the scale (`_growth_tracker`).
+    pub growth_tracker: u32,
+    /// Steps skipped since the run began (the optimizer's own step count leaves them out).
+    pub skipped: u64,
+    pub growth_interval: u32,
+}
+
+impl LossScaler {
+    pub fn new(cfg: LossScaling) -> Self {
+        LossScaler {
+            init: cfg.init,
+            scale: cfg.init,
+            growth_tracker: 0,
+            skipped: 0,
+            growth_interval: cfg.growth_interval,
+        }
+    }
+
+    /// The settings it runs by.
+    pub fn settings(&self) -> LossScaling {
+        LossScaling { init: self.init, growth_interval: self.growth_interval }
+    }
+
+    /// What each worker multiplies its summed loss by before the backward pass, for a step of
+    /// `batch` samples over all replicas.
+    pub fn loss_factor(&self, batch: usize) -> f64 {
+        f64::from(self.scale) / batch.max(1) as f64
+    }
+
+    /// Turns the reduced gradient `grad` of a step of `batch` samples back into the summed
+    /// gradient the optimizer takes, on the device.
+    pub fn unscale(&self, grad: &mut Tensor, batch: usize) {
+        let _guard = tch::no_grad_guard();
+        // GradScaler multiplies by the f32 of the scale's reciprocal computed in double.
+        let inv = (1.0 / f64::from(self.scale)) as f32;
+        let _ = grad.g_mul_scalar_(f64::from(inv) * batch.max(1) as f64);
+    }
+
+    /// Whether every element of `grad` is finite (one device sync, as `GradScaler.step` reads
+    /// `found_inf`).
+    pub fn all_finite(grad: &Tensor) -> bool {
+        bool::try_from(grad.isfinite().all()).unwrap_or(false)
+    }
+
+    /// `_amp_update_scale_`: after a step whose gradient was finite (`clean`) or not.
+    pub fn update(&mut self, clean: bool) {
+        if !clean {
+            self.scale *= BACKOFF;
+            self.growth_tracker = 0;
+            self.skipped += 1;
+            return;
+        }
+        let successful = self.growth_tracker + 1;
+        if successful == self.growth_interval {
+            let grown = self.scale * GROWTH;
+            if grown.is_finite() {
+                self.scale = grown;
+            }
+            self.growth_tracker = 0;
+        } else {
+            self.growth_tracker = successful;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halves_on_overflow_and_doubles_after_the_interval() {
+        let mut s = LossScaler::new(LossScaling { init: 1024.0, growth_interval: 2 });
+        let mut scales = Vec::new();
+        for clean in [true, false, true, true, false, true] {
+            s.update(clean);
+            scales.push(s.scale);
+        }
+        assert_eq!(scales, [1024.0, 512.0, 512.0, 1024.0, 512.0, 512.0]);
+        assert_eq!((s.skipped, s.growth_tracker), (2, 1));
+    }
+
+    #[test]
+    fn never_grows_past_the_largest_f32() {
+        let mut s = LossScaler::new(LossScaling { init: f32::MAX, growth_interval: 1 });
+        s.update(true);
+        assert_eq!((s.scale, s.growth_tracker), (f32::MAX, 0));
+    }
+
+    #[test]
+    fn unscaling_gives_back_the_summed_gradient_and_finds_overflow() {
+        let s = LossScaler::new(LossScaling { init: 65536.0, growth_interval: 2000 });
+        let mut g = Tensor::from_slice(&[65536.0f32 * 0.5 / 4.0, -65536.0 / 4.0]);
+        s.unscale(&mut g, 4);
+        assert!(LossScaler::all_finite(&g));
+        assert_eq!(Vec::<f32>::try_from(&g).unwrap(), [0.5, -1.0]);
+        let mut bad = Tensor::from_slice(&[1.0f32, f32::INFINITY]);
+        s.unscale(&mut bad, 4);
+        assert!(!LossScaler::all_finite(&bad));
+        assert!((s.loss_factor(4) - 16384.0).abs() < 1e-9);
+    }
+}
