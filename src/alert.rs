@@ -85,6 +85,7 @@ impl Alerts {
                     FinishReason::Stopped => "stopped",
                     FinishReason::StepLimit => "reached its step limit",
                     FinishReason::EarlyStopped => "stopped early (no more improvement)",
+                    FinishReason::Preempted => "was preempted (checkpointed, to be run again)",
                     // The non-finite loss was the alert already.
                     FinishReason::Diverged => return None,
                 };

@@ -1,7 +1,8 @@
 //! Data parallel across processes on libtorch's c10d (Gloo on the CPU), on localhost: the same
 //! weights as one process with the same replicas, torchrun, a rendezvous that times out, ranks
-//! started with other settings, a rank killed mid-run (and the resume that follows), and an lr
-//! change given on rank 0 reaching rank 1 at the same step.
+//! started with other settings, a rank killed mid-run (and the resume that follows), an lr
+//! change given on rank 0 reaching rank 1 at the same step, and the preemption signal on one
+//! rank (every rank checkpoints and exits 75; the same commands finish the run).
 
 mod common;
 
@@ -358,4 +359,104 @@ fn a_recipe_on_two_processes_ends_with_the_weights_of_one_with_as_many_replicas(
     assert_eq!(rel_diff(&weights(&two), &weights(&one)), 0.0, "the same sums in the same order");
     let ema = |run: &Path| tensors(run, "model_ema.safetensors");
     assert_eq!(rel_diff(&ema(&two), &ema(&one)), 0.0, "and the same moving average");
+}
+
+#[test]
+fn the_preemption_signal_on_one_rank_checkpoints_all_and_the_same_commands_finish_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let straight = run_world(tmp.path(), "straight", 2, "cpu:1", &["--epochs", "6"]);
+    let run = tmp.path().join("run");
+    let args = training(&["--epochs", "6", "--devices", "cpu:1"]);
+    let start = |args: &[String], slow: bool| {
+        let port = free_port();
+        let mut r0 = rank(0, 2, port, args);
+        r0.arg("--run-dir").arg(&run);
+        let mut r1 = rank(1, 2, port, args);
+        if slow {
+            // Every step 50 ms longer (no number changes), so the signal lands mid-run.
+            r1.env("DPT_INJECT_FAULT", "slow-replica=1@50");
+        }
+        let r0 = r0.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let r1 = r1.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        (r0, r1)
+    };
+    let (r0, mut r1) = start(&args, true);
+    let mut lines = BufReader::new(r1.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().starts_with("epoch 2/6 done")));
+    // Slurm signals every task; one rank alone is enough to checkpoint them all.
+    common::kill(r1.id(), "USR1");
+    let said: Vec<String> = lines.map(Result::unwrap).collect();
+    assert_eq!(r1.wait().unwrap().code(), Some(75), "{}", said.join("\n"));
+    let out0 = r0.wait_with_output().unwrap();
+    assert_eq!(out0.status.code(), Some(75), "{}", String::from_utf8_lossy(&out0.stderr));
+    assert!(run.join("checkpoint.safetensors").exists());
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(recs.last().unwrap()["reason"], "preempted");
+
+    // The same two commands again: rank 0 continues its run directory, rank 1 follows.
+    let (r0, r1) = start(&args, false);
+    let text0 = ok(&r0.wait_with_output().unwrap());
+    let text1 = ok(&r1.wait_with_output().unwrap());
+    assert!(text0.contains("continuing the run (the same command) from step"), "{text0}");
+    assert!(text1.contains("epoch 6/6 done"), "{text1}");
+    let d = rel_diff(&weights(&straight), &weights(&run));
+    assert!(d < 1e-6, "the continued run differs by {d}");
+}
+
+/// The process whose command line mentions `marker` and whose environment has `RANK=rank`.
+fn pid_of_rank(marker: &str, rank: usize) -> Option<u32> {
+    let want = format!("RANK={rank}");
+    std::fs::read_dir("/proc").ok()?.filter_map(Result::ok).find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let environ = std::fs::read(e.path().join("environ")).ok()?;
+        let ours = String::from_utf8_lossy(&cmdline).contains(marker)
+            && String::from_utf8_lossy(&cmdline).contains("dpt-tui")
+            && !String::from_utf8_lossy(&cmdline).contains("torch.distributed.run");
+        (ours && environ.split(|b| *b == 0).any(|v| v == want.as_bytes())).then_some(pid)
+    })
+}
+
+#[test]
+fn torchrun_restarts_a_killed_rank_and_the_same_command_finishes_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let straight = run_world(tmp.path(), "straight", 2, "cpu:1", &["--epochs", "6"]);
+    let run = tmp.path().join("elastic");
+    let python =
+        std::env::var("VIRTUAL_ENV").map(|v| PathBuf::from(v).join("bin/python")).unwrap_or("python3".into());
+    let port = free_port().to_string();
+    let child = Command::new(python)
+        .args(["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", &port])
+        .args(["--max-restarts", "1", "--no-python"])
+        .arg(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(training(&["--epochs", "6", "--devices", "cpu:1"]))
+        .arg("--run-dir")
+        .arg(&run)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        // Every step 50 ms longer (no number changes), so the kill lands mid-run.
+        .env("DPT_INJECT_FAULT", "slow-replica=0@50")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the first checkpoint exists, rank 1 dies.
+    let deadline = Instant::now() + WAIT;
+    while !run.join("checkpoint.safetensors").exists() {
+        assert!(Instant::now() < deadline, "no checkpoint after {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let victim = pid_of_rank(run.to_str().unwrap(), 1).expect("rank 1 is running");
+    common::kill(victim, "KILL");
+    let text = ok(&child.wait_with_output().unwrap());
+    let records = common::wait_for_summary(&run, WAIT);
+    let starts: Vec<&serde_json::Value> = records.iter().filter(|r| r["kind"] == "start").collect();
+    assert_eq!(starts.len(), 2, "{text}");
+    assert_eq!(starts[1]["restart"], serde_json::json!({"by": "torchrun", "count": 1}));
+    assert_eq!(records.last().unwrap()["reason"], "completed");
+    let d = rel_diff(&weights(&straight), &weights(&run));
+    assert!(d < 1e-6, "the restarted run differs by {d}");
 }

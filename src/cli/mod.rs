@@ -55,7 +55,7 @@ pub enum Command {
 }
 
 /// Train neural networks data-parallel over several devices with libtorch, watched live.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "dpt-tui",
     version,
@@ -263,6 +263,16 @@ pub struct Args {
     /// the run continues in that directory unless --run-dir names another.
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
+
+    /// The signal a scheduler sends before preempting the job (Slurm: `--signal=USR1@120`):
+    /// every rank checkpoints at the next step boundary and exits with status 75; the same
+    /// command then continues the run. USR1, USR2, TERM or INT.
+    #[arg(long, value_name = "SIGNAL", default_value = "USR1", value_parser = dpt_tui::signals::parse_preempt_signal)]
+    pub preempt_signal: i32,
+
+    /// Set when `--run-dir` named a run to continue (the same command run again).
+    #[arg(skip)]
+    pub continuing: bool,
 
     /// Write a checkpoint every N epochs (0: only when stopping and at the end).
     #[arg(long, value_name = "N", default_value_t = 1)]

@@ -266,7 +266,7 @@ impl App {
             Change::LrChanged { to, .. } => self.lr = Some(*to),
             Change::Paused { .. } => self.state = RunState::Paused,
             Change::Resumed { .. } if self.state == RunState::Paused => self.state = RunState::Running,
-            Change::StopRequested { .. } => self.state = RunState::Stopping,
+            Change::StopRequested { .. } | Change::Preempted { .. } => self.state = RunState::Stopping,
             Change::Restored { global_step, .. } => self.global_step = *global_step,
             Change::Saved { .. } => self.save_problem = None,
             Change::SaveFailed { message, .. } => {

@@ -162,13 +162,13 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     let result = loop {
         select! {
             recv(signals) -> sig => match sig {
-                Ok(SignalMsg::Stop(number)) => {
+                Ok(msg @ (SignalMsg::Stop(number) | SignalMsg::Preempt(number))) => {
                     interrupted = Some(number);
                     app.stop_requested = true;
                     if app.state.is_over() || !app.steerable {
                         app.quit = true;
                     }
-                    send(Control::Stop);
+                    send(if matches!(msg, SignalMsg::Preempt(_)) { Control::Preempt } else { Control::Stop });
                 }
                 Ok(SignalMsg::Hangup) => {
                     hangup = true;

@@ -153,6 +153,8 @@ pub struct TrainConfig {
     pub accumulate: usize,
     /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
     pub clip_grad_norm: Option<f64>,
+    /// Set when this attempt continues the run in its directory (the same command again).
+    pub restart: Option<crate::record::stats::Restart>,
     /// Dynamic loss scaling (GradScaler's rules), for float16.
     pub loss_scale: Option<super::optim::loss_scale::LossScaling>,
     /// Input normalization: `(x / 255 - mean) / std`.
@@ -197,6 +199,7 @@ impl TrainConfig {
             init_from: None,
             clip_grad_norm: None,
             loss_scale: None,
+            restart: None,
             normalization: model.normalization(),
         }
     }

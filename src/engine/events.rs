@@ -23,4 +23,7 @@ pub enum Control {
     SaveTo { dir: PathBuf },
     /// Finish the current step, save the weights and end the run.
     Stop,
+    /// The job is being preempted: stop as [`Control::Stop`] does, on every rank, and end the
+    /// run as preempted (the process then exits with the requeue status).
+    Preempt,
 }

@@ -105,6 +105,7 @@ pub(crate) mod tests {
             seed: Some(seed),
             precision: Some(Precision::F32),
             loss_scale: None,
+            restart: None,
             data: None,
             normalize: None,
             world: None,

@@ -59,6 +59,9 @@ pub enum Change {
     Resumed { global_step: usize },
     /// A stop was requested; the run ends after the current step.
     StopRequested { global_step: usize },
+    /// The preemption signal arrived (`signal`: its name, on the rank that got it); the run
+    /// checkpoints after the current step and exits to be run again.
+    Preempted { global_step: usize },
     /// Weights were written.
     Saved { path: String, global_step: usize },
     /// A checkpoint was written.
@@ -95,6 +98,7 @@ impl Change {
             | Change::Paused { global_step }
             | Change::Resumed { global_step }
             | Change::StopRequested { global_step }
+            | Change::Preempted { global_step }
             | Change::Saved { global_step, .. }
             | Change::Checkpointed { global_step, .. }
             | Change::Restored { global_step, .. } => Some(*global_step),

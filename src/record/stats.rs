@@ -84,9 +84,23 @@ pub struct RunInfo {
     /// user applies to use the trained model elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normalize: Option<Normalization>,
+    /// Why this attempt of the run continues an earlier one (absent: a start, or `--resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Restart>,
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,
+}
+
+/// The same command run again on a run directory that holds the run: by torchrun's restarts,
+/// Slurm's requeue, or a person or script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restart {
+    /// `torchrun`, `slurm` or `the same command`.
+    pub by: String,
+    /// `TORCHELASTIC_RESTART_COUNT` or `SLURM_RESTART_COUNT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
 }
 
 impl RunInfo {
@@ -272,6 +286,8 @@ pub enum FinishReason {
     Diverged,
     /// `--early-stop`: the metric stopped improving.
     EarlyStopped,
+    /// The preemption signal arrived (on any rank): checkpointed, to be run again.
+    Preempted,
 }
 
 /// The run's result, as the seed prints it.

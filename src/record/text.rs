@@ -126,6 +126,10 @@ fn change_line(c: &Change) -> Line {
         Change::Paused { global_step } => (Level::Info, format!("paused at step {global_step}")),
         Change::Resumed { global_step } => (Level::Info, format!("resumed at step {global_step}")),
         Change::StopRequested { global_step } => (Level::Info, format!("stopping after step {global_step}")),
+        Change::Preempted { global_step } => (
+            Level::Warn,
+            format!("preempted: checkpointing after step {global_step}; the same command continues the run"),
+        ),
         Change::Saved { path, global_step } => {
             (Level::Info, format!("saved weights at step {global_step} to {path}"))
         }
@@ -182,6 +186,13 @@ fn change_line(c: &Change) -> Line {
 }
 
 fn start_line(info: &RunInfo) -> String {
+    let restart = info.restart.as_ref().map_or(String::new(), |r| {
+        let by = match r.count {
+            Some(n) => format!("{} restart {n}", r.by),
+            None => r.by.clone(),
+        };
+        format!("continuing the run ({by}) from step {}: ", info.resumed_at.unwrap_or(0))
+    });
     let world = info.world.as_ref().map_or(String::new(), |w| {
         format!(
             "rank {} of {} ({}, {} replicas in all over {}); ",
@@ -193,7 +204,7 @@ fn start_line(info: &RunInfo) -> String {
         )
     });
     format!(
-        "{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, {}, {}, {} train / {}{} test samples",
+        "{restart}{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, {}, {}, {} train / {}{} test samples",
         info.model_file.as_deref().map_or_else(|| info.model.name().to_owned(), |f| format!("{f} (TorchScript)")),
         thousands(info.param_count),
         device_list(&info.devices),

@@ -282,7 +282,12 @@ pub fn prepare(
     devices: Vec<DeviceId>,
     world: Option<World>,
 ) -> Result<Prepared, Failure> {
+    // The same command again on a run directory holding the run continues it.
+    let args = &*super::restart::resolve(args, world.as_ref())?;
     let mut cfg = configure(args, machine, interactive, devices, world.as_ref())?;
+    if args.continuing {
+        cfg.restart = Some(super::restart::restart_by(|k| std::env::var(k).ok()));
+    }
     // A theme typo is bad input even where no dashboard opens (yet).
     super::theme(args)?;
     let options = LoadOptions { format: args.data_format, image_size: args.image_size };
@@ -348,6 +353,9 @@ pub fn prepare(
             dir
         }
     };
+    if args.continuing {
+        super::restart::check_same_settings(&run_dir, &super::config_file::resolved(args, &cfg))?;
+    }
     super::config_file::write(&run_dir, args, &cfg).map_err(|e| {
         input(anyhow!("cannot write {}: {e}", run_dir.join(super::config_file::CONFIG_FILE).display()))
     })?;

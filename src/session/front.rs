@@ -73,7 +73,7 @@ pub fn run(args: &Args, machine: Machine, terminal: bool) -> Result<u8, Failure>
 /// The dashboard on the job of `run_dir`, and the exit status that follows.
 pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> Result<u8, Failure> {
     let attached = client::attach(run_dir, read_only).map_err(|e| Failure::Run(e.into()))?;
-    let watch = watch_signals()?;
+    let watch = watch_signals(args)?;
     let source = dashboard::Source {
         snapshot: attached.snapshot,
         records: attached.records,

@@ -72,7 +72,7 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
         // Fail before training if viewers could never reach the job.
         registry::socket_dir().map_err(failed("cannot serve the dashboard"))?;
     }
-    let watch = watch_signals()?;
+    let watch = watch_signals(args)?;
     let engine = Engine::start(cfg, Arc::new(data)).map_err(start_failure)?;
     let (records, recorder) =
         spawn_recorder(engine.events().clone(), metrics).map_err(failed("cannot start the recorder"))?;
@@ -166,6 +166,10 @@ pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, 
         return Err(Failure::Run(anyhow::Error::new(e).context("metrics were not fully written")));
     }
     match (interrupted, finish) {
+        (_, Some(FinishReason::Preempted)) => {
+            println!("preempted: checkpointed; run the same command again to continue ({resume_hint})");
+            Ok(signals::EX_TEMPFAIL)
+        }
         (Some(signal), _) => {
             println!("stopped by {}; {resume_hint}", signals::name(signal));
             Ok(signals::exit_code(signal))
@@ -205,12 +209,12 @@ fn follow(
         ),
         None => None,
     };
-    let watch = watch_signals()?;
+    let watch = watch_signals(args)?;
     let engine = Engine::start(cfg, Arc::new(data)).map_err(start_failure)?;
     let controls = engine.controls();
     let records = engine.events().clone();
     let (mut printer, mut interrupted) = (HeadlessPrinter::default(), None);
-    headless_loop(&records, Some, &watch.messages, &controls, &mut printer, &mut interrupted);
+    let finish = headless_loop(&records, Some, &watch.messages, &controls, &mut printer, &mut interrupted);
     drop(controls);
     let outcome = engine.join();
     drop(watch);
@@ -222,6 +226,7 @@ fn follow(
     match (outcome, interrupted) {
         (Err(EngineError::Dist(e)), _) => Err(super::dist::failure(e)),
         (Err(e), _) => Err(Failure::Run(anyhow::Error::new(e).context("training failed"))),
+        (Ok(_), _) if finish == Some(FinishReason::Preempted) => Ok(signals::EX_TEMPFAIL),
         (Ok(_), Some(signal)) => Ok(signals::exit_code(signal)),
         (Ok(_), None) => Ok(0),
     }
@@ -259,6 +264,10 @@ fn headless_loop<M>(
                 Ok(SignalMsg::Stop(number)) => {
                     interrupted.get_or_insert(number);
                     let _ = controls.send(Control::Stop);
+                }
+                // The exit status follows the run's end (preempted), on every rank alike.
+                Ok(SignalMsg::Preempt(_)) => {
+                    let _ = controls.send(Control::Preempt);
                 }
                 Ok(SignalMsg::Hangup) => {}
                 Err(_) => signals = crossbeam_channel::never(),

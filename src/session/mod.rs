@@ -11,6 +11,7 @@ mod front;
 mod job;
 mod ls;
 mod optimizer_flags;
+mod restart;
 mod show;
 
 use std::io::IsTerminal;
@@ -84,6 +85,6 @@ fn resume_from_checkpoint(run_dir: &std::path::Path) -> String {
 }
 
 /// Signals as messages, for the dashboard or the headless loop.
-fn watch_signals() -> Result<SignalWatch, Failure> {
-    SignalWatch::start().context("cannot watch signals").map_err(Failure::Run)
+fn watch_signals(args: &Args) -> Result<SignalWatch, Failure> {
+    SignalWatch::start(args.preempt_signal).context("cannot watch signals").map_err(Failure::Run)
 }

@@ -52,7 +52,7 @@ pub fn run(all: &[PathBuf], png: Option<&Path>, svg: Option<&Path>, args: &Args)
         return Err(input(anyhow!("{}/metrics.jsonl holds no records yet", run_dir.display())));
     }
     let theme = theme(args)?;
-    let watch = watch_signals()?;
+    let watch = watch_signals(args)?;
     let source = dashboard::Source {
         snapshot: Snapshot { records: history.into_records(), monitor: Vec::new() },
         records: crossbeam_channel::never(),

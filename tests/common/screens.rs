@@ -51,6 +51,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         seed: Some(0),
         precision: Some(dpt_tui::model::Precision::F32),
         loss_scale: None,
+        restart: None,
         data: None,
         normalize: None,
         world: None,

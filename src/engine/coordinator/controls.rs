@@ -57,7 +57,7 @@ impl Coordinator {
     }
 
     /// One decision for every rank (an allreduce of a few numbers, maximum taken): rank 0's
-    /// scale of the lr schedule, its pause, anyone's stop or divergence.
+    /// scale of the lr schedule, its pause, anyone's stop, divergence or preemption.
     fn agree(&mut self) -> Result<(), EngineError> {
         let Some(w) = &self.world else { return Ok(()) };
         let leader = w.rank == 0;
@@ -67,6 +67,7 @@ impl Coordinator {
             flag(leader && self.paused),
             flag(self.stop),
             flag(self.diverged),
+            flag(self.preempted),
         ];
         w.allreduce_values(&mut v, ReduceOp::Max)?;
         let global_step = self.global_step;
@@ -92,7 +93,19 @@ impl Coordinator {
             self.emit(Change::StopRequested { global_step });
         }
         self.diverged |= v[3] > 0.0;
+        if v[4] > 0.0 {
+            self.preempt();
+        }
         Ok(())
+    }
+
+    /// Stops after this step, as preempted (once).
+    fn preempt(&mut self) {
+        if !self.preempted {
+            self.preempted = true;
+            self.emit(Change::Preempted { global_step: self.global_step });
+        }
+        self.stop = true;
     }
 
     pub(super) fn apply(&mut self, control: Control) {
@@ -131,6 +144,7 @@ impl Coordinator {
                 }
                 self.stop = true;
             }
+            Control::Preempt => self.preempt(),
         }
     }
 

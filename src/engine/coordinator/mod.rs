@@ -81,6 +81,8 @@ pub struct Coordinator {
     paused: bool,
     stop: bool,
     diverged: bool,
+    /// The preemption signal arrived (here or on another rank).
+    preempted: bool,
     nan_warned: bool,
     global_step: usize,
     window: Window,
@@ -122,6 +124,7 @@ impl Coordinator {
             paused: false,
             stop: false,
             diverged: false,
+            preempted: false,
             nan_warned: false,
             global_step: 0,
             window: Window::new(total),
@@ -229,6 +232,7 @@ impl Coordinator {
             seed: Some(cfg.seed),
             precision: Some(cfg.precision),
             loss_scale: cfg.loss_scale,
+            restart: cfg.restart.clone(),
             data: Some(self.data.clone()),
             normalize: Some(cfg.normalization.clone()),
             timing: self.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
@@ -283,7 +287,11 @@ impl Coordinator {
                 position = (epoch, step);
                 self.poll_controls()?;
                 if self.stop {
-                    reason = if self.diverged { FinishReason::Diverged } else { FinishReason::Stopped };
+                    reason = match (self.diverged, self.preempted) {
+                        (true, _) => FinishReason::Diverged,
+                        (false, true) => FinishReason::Preempted,
+                        (false, false) => FinishReason::Stopped,
+                    };
                     break 'epochs;
                 }
                 if self.cfg().max_steps.is_some_and(|m| self.global_step >= m) {

@@ -190,7 +190,7 @@ impl Coordinator {
                                 continue;
                             }
                         }
-                        Control::Stop => return Err(failure),
+                        Control::Stop | Control::Preempt => return Err(failure),
                         Control::Pause | Control::SetLr { .. } => {
                             self.emit(Change::Refused {
                                 reason: "training is over; save the weights first (s)".into(),
@@ -224,7 +224,7 @@ impl Coordinator {
                 for left in (0..tries).rev() {
                     // A stop gives up; another folder is taken; nothing else waits on us.
                     match self.controls.recv_timeout(every) {
-                        Ok(Control::Stop) => return Err(failure),
+                        Ok(Control::Stop | Control::Preempt) => return Err(failure),
                         Ok(Control::SaveTo { dir }) => {
                             self.set_save_dir(dir);
                         }

@@ -1,0 +1,126 @@
+//! The same command run again, as a cluster runs a job again: after `kill -9` it continues
+//! from the checkpoint, after the preemption signal (which checkpoints and exits 75) too, and
+//! the run ends with the weights of a straight run; a command with other settings is refused
+//! and changes nothing; each restart is in the record.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+
+use serde_json::Value;
+use tch::Tensor;
+
+const EPOCHS: &str = "8";
+
+fn command(run: &Path, extra: &[&str]) -> Command {
+    let data = common::subset_dir();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(["--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "100"])
+        .args(["--batch-size", "100", "--epochs", EPOCHS, "--devices", "cpu:2", "--headless"])
+        .arg("--run-dir")
+        .arg(run)
+        .args(extra)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .env_remove("SLURM_RESTART_COUNT")
+        .env_remove("TORCHELASTIC_RESTART_COUNT");
+    c
+}
+
+type Lines = std::io::Lines<BufReader<ChildStdout>>;
+
+/// Starts `c` slowed down (every step 60 ms longer, which changes no number), and reads its
+/// lines until one starts with `line`; the rest of its lines are the caller's to read.
+fn start_until(mut c: Command, line: &str) -> (Child, Lines) {
+    let mut child = c
+        .env("DPT_INJECT_FAULT", "slow-replica=0@60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let found = lines.any(|l| l.unwrap().starts_with(line));
+    if !found {
+        let out = child.wait_with_output().unwrap();
+        panic!("the run ended before printing '{line}': {}", text(&out));
+    }
+    (child, lines)
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn weights(run: &Path) -> Vec<(String, Tensor)> {
+    let mut w = Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
+    w.sort_by(|a, b| a.0.cmp(&b.0));
+    w
+}
+
+fn records(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn the_same_command_continues_after_a_kill_and_a_preemption_and_ends_as_a_straight_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let straight = tmp.path().join("straight");
+    let out = command(&straight, &[]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    let run = tmp.path().join("run");
+    // kill -9 once the checkpoint of epoch 2 exists.
+    let (mut first, mut lines) = start_until(command(&run, &[]), "epoch 2/8 done");
+    assert!(lines.any(|l| l.unwrap().starts_with("checkpoint written")));
+    common::kill(first.id(), "KILL");
+    let _ = first.wait();
+
+    // Other settings: refused, naming them, and nothing saved is touched.
+    let checkpoint = std::fs::read(run.join("checkpoint.safetensors")).unwrap();
+    let out = command(&run, &["--seed", "5", "--lr", "0.3"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("lr = 0.2 in the run, 0.3 in this command") && err.contains("seed = 0 in the run, 5"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(run.join("checkpoint.safetensors")).unwrap(), checkpoint);
+
+    // A Slurm requeue: continues; the preemption signal checkpoints and exits 75.
+    let mut requeued = command(&run, &[]);
+    requeued.env("SLURM_RESTART_COUNT", "1");
+    let (second, lines) = start_until(requeued, "epoch 4/8 done");
+    common::kill(second.id(), "USR1");
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let out = second.wait_with_output().unwrap();
+    let said = format!("{}{}", rest.join("\n"), text(&out));
+    assert_eq!(out.status.code(), Some(75), "{said}");
+    assert!(said.contains("run the same command again to continue"), "{said}");
+
+    // torchrun's restart: finishes the run.
+    let mut restarted = command(&run, &[]);
+    restarted.env("TORCHELASTIC_RESTART_COUNT", "2");
+    let out = restarted.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("continuing the run (torchrun restart 2) from step"), "{}", text(&out));
+
+    let (a, b) = (weights(&straight), weights(&run));
+    for ((n, x), (m, y)) in a.iter().zip(&b) {
+        assert_eq!(n, m);
+        assert!(x.equal(y), "{n} differs from the straight run's");
+    }
+    let recs = records(&run);
+    let starts: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "start").collect();
+    assert_eq!(starts.len(), 3, "three attempts");
+    assert!(starts[0].get("restart").is_none());
+    assert_eq!(starts[1]["restart"], serde_json::json!({"by": "slurm", "count": 1}));
+    assert_eq!(starts[2]["restart"], serde_json::json!({"by": "torchrun", "count": 2}));
+    let reasons: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "summary").map(|r| &r["reason"]).collect();
+    assert_eq!(reasons, ["preempted", "completed"]);
+    assert!(recs.iter().any(|r| r["kind"] == "event" && r["event"] == "preempted"));
+}
