@@ -23,6 +23,8 @@ pub enum Failure {
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists: the environment NCCL's process groups read.
+    dpt_tui::dist::nccl_env::apply();
     let argv = match session::config_file::expand(std::env::args_os().collect()) {
         Ok(argv) => argv,
         Err(e) => {

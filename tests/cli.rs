@@ -244,10 +244,16 @@ fn a_doctor_rank_given_a_bad_spec_says_so_and_fails() {
 
 #[test]
 fn doctor_checks_this_machine() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("doctor").output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .arg("doctor")
+        .env_remove("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        .env_remove("NCCL_ASYNC_ERROR_HANDLING")
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     for needle in [
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (set by dpt-tui",
         "libtorch",
         "NCCL",
         "ok    a training step of lenet on cpu",

@@ -13,6 +13,7 @@ pub mod c10d;
 pub mod figures;
 pub mod identity;
 pub mod launch;
+pub mod nccl_env;
 pub mod world;
 
 pub use world::{DistError, World};

@@ -223,6 +223,7 @@ pub fn run() -> u8 {
         "not in this build (CUDA headers were missing at build time)"
     };
     print_fact("NCCL", nccl);
+    print_fact("NCCL errors", &dpt_tui::dist::nccl_env::describe());
     for i in 0..machine.cuda_devices {
         let identity = dpt_tui::dist::c10d::cuda_identity(i).ok();
         let found = nvml.as_ref().map_err(Clone::clone).and_then(|g| {
