@@ -130,6 +130,53 @@ fn png_folders_read_back_sorted_by_class_gray_or_rgb_and_resized_on_request() {
 }
 
 #[test]
+fn an_image_folders_own_val_split_is_evaluated_each_epoch_and_named_val() {
+    let data = subset(200, 60);
+    let tmp = tempfile::tempdir().unwrap();
+    // train/ + val/ only: val/ is evaluated in the test set's place, named val.
+    let only_val = tmp.path().join("only-val");
+    write_png_folder(&only_val, &data.train, &data.test, false);
+    std::fs::rename(only_val.join("test"), only_val.join("val")).unwrap();
+    let d = Dataset::load(&only_val).unwrap();
+    assert!(d.test_is_val && d.val.is_none());
+    assert_eq!(d.test.len(), 60);
+    // train/ + val/ + test/: val/ each epoch, test/ once at the end.
+    let both = tmp.path().join("both");
+    write_png_folder(&both, &data.train, &data.test, false);
+    write_png_folder(&both.join("v"), &data.test, &data.test, false);
+    std::fs::rename(both.join("v/test"), both.join("val")).unwrap();
+    let d = Dataset::load(&both).unwrap();
+    assert_eq!((d.val.as_ref().map(Split::len), d.test_is_val), (Some(60), false));
+
+    for (folder, named) in [(&only_val, "val acc"), (&both, "val acc")] {
+        let run = tmp.path().join(format!("run-{}", folder.file_name().unwrap().to_string_lossy()));
+        let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+            .args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--batch-size", "50"])
+            .args(["--data", folder.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(named), "{stdout}");
+        let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
+        let tested = records.iter().any(|r| r["event"] == "tested");
+        assert_eq!(tested, folder == &both, "test/ is evaluated once at the end only when it exists");
+        if folder == &only_val {
+            assert_eq!(records[0]["test_split"], "val");
+        } else {
+            assert_eq!(records[0]["val_samples"], 60);
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--val-fraction", "0.1", "--data", both.to_str().unwrap()])
+        .args(["--run-dir", tmp.path().join("refused").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has its own val/ folder"));
+}
+
+#[test]
 fn bad_image_folders_name_the_file_or_class() {
     let data = subset(20, 10);
     let dir = tempfile::tempdir().unwrap();

@@ -46,6 +46,7 @@ pub fn load(dir: &Path) -> Result<Dataset, DataError> {
         train: read_batches(&dir, &train)?,
         test: read_batches(&dir, &["test_batch.bin".to_owned()])?,
         val: None,
+        test_is_val: false,
         source: format!("CIFAR-10 binary batches in {}", dir.display()),
         classes: CLASSES as usize,
     })

@@ -171,6 +171,9 @@ pub struct Dataset {
     /// A validation split carved from the training set (`--val-fraction`): evaluated every
     /// epoch in the test set's place, the test set kept for the end.
     pub val: Option<Split>,
+    /// The test split is the data set's own validation folder (`train/` and `val/` without
+    /// `test/`): its figures are named "val" on screens.
+    pub test_is_val: bool,
     /// What was loaded, for records and screens: `Fashion-MNIST/MNIST IDX files in DIR`.
     pub source: String,
     /// Labels go from 0 to `classes - 1`.
@@ -231,6 +234,7 @@ impl Dataset {
             train: load_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte")?,
             test: load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")?,
             val: None,
+            test_is_val: false,
             source: format!("IDX files in {}", dir.display()),
             classes: NUM_CLASSES as usize,
         })
@@ -336,6 +340,7 @@ mod tests {
             train: Split::gray(images, labels, 2, 2),
             test: Split::gray(vec![0; 4], vec![0], 2, 2),
             val: None,
+            test_is_val: false,
             source: String::new(),
             classes: 20,
         };

@@ -1,4 +1,6 @@
-//! An image folder: `train/<class>/<image>` and `test/<class>/<image>`, classes numbered in
+//! An image folder: `train/<class>/<image>`, with `val/<class>/<image>` or `test/<class>/<image>`
+//! or both (`val/` is then evaluated every epoch and `test/` once at the end; `val/` alone is
+//! evaluated in the test set's place and named val), classes numbered in
 //! the sorted order of their folder names (as torchvision's ImageFolder does), images sorted
 //! by name. PNG and JPEG files decode with the `image` crate; the images are RGB unless every
 //! one is grayscale, and all of one size unless `--image-size` resizes them.
@@ -96,7 +98,8 @@ fn to_gray(split: &mut Split) {
     split.channels = 1;
 }
 
-/// Loads `dir/train` and `dir/test`; `size` resizes every image to (height, width).
+/// Loads `dir/train` with `dir/val`, `dir/test` or both; `size` resizes every image to
+/// (height, width).
 pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> {
     let train_dir = dir.join("train");
     let classes: Vec<String> = sorted_entries(&train_dir, true)?.iter().map(|p| name(p)).collect();
@@ -104,19 +107,33 @@ pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> 
         return Err(DataError::NoClasses { dir: train_dir });
     }
     let train = files(&train_dir, &classes)?;
-    let test = files(&dir.join("test"), &classes)?;
+    let (val_dir, test_dir) = (dir.join("val"), dir.join("test"));
+    let test_is_val = val_dir.is_dir() && !test_dir.is_dir();
+    let test = files(if test_is_val { &val_dir } else { &test_dir }, &classes)?;
+    let val = if test_is_val || !val_dir.is_dir() { None } else { Some(files(&val_dir, &classes)?) };
     let Some((first, _)) = train.first() else { return Err(DataError::NoClasses { dir: train_dir }) };
     let first = decode(first)?;
     let target = size.unwrap_or((first.height(), first.width()));
     let (mut train, train_gray) = read_split(&train, target, size.is_some())?;
     let (mut test, test_gray) = read_split(&test, target, size.is_some())?;
+    let mut val = val.map(|v| read_split(&v, target, size.is_some())).transpose()?;
     // RGB unless every image is grayscale.
-    if train_gray && test_gray {
+    if train_gray && test_gray && val.as_ref().is_none_or(|(_, gray)| *gray) {
         to_gray(&mut train);
         to_gray(&mut test);
+        if let Some((v, _)) = &mut val {
+            to_gray(v);
+        }
     }
-    let source = format!("image folder {} ({} classes)", dir.display(), classes.len());
+    let evaluated = match (test_is_val, &val) {
+        (true, _) => ", val/ as the test set",
+        (false, Some(_)) => ", val/ each epoch, test/ at the end",
+        (false, None) => "",
+    };
+    let source = format!("image folder {} ({} classes{evaluated})", dir.display(), classes.len());
     let mut data = super::format::finish(train, test, source, dir)?;
     data.classes = classes.len();
+    data.val = val.map(|(v, _)| v);
+    data.test_is_val = test_is_val;
     Ok(data)
 }

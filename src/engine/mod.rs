@@ -171,6 +171,7 @@ impl Engine {
             },
             test_len: data.test.len(),
             val_len: data.val.as_ref().map(|v| v.len()),
+            test_is_val: data.test_is_val,
             layout: ModelLayout {
                 params: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
                 buffers: flat::Layout::new(&builder.buffers, false),

@@ -96,6 +96,7 @@ pub(crate) mod tests {
             train_samples: 1,
             test_samples: 1,
             val_samples: None,
+            test_split: None,
             cpu_threads_per_replica: 1,
             resumed_at: None,
             started_unix: None,

@@ -65,7 +65,7 @@ impl Narrator {
         match record {
             Record::Start(i) => {
                 self.epochs = i.epochs;
-                self.val = i.val_samples.is_some();
+                self.val = i.val_samples.is_some() || i.test_split.as_deref() == Some("val");
                 info(start_line(i))
             }
             Record::Step(s) => Some(Line {

@@ -301,6 +301,11 @@ pub fn prepare(
         data.test.truncate(n);
     }
     if let Some(f) = args.val_fraction {
+        if data.val.is_some() || data.test_is_val {
+            return Err(input(anyhow!(
+                "the data set has its own val/ folder, which is the validation split; drop --val-fraction"
+            )));
+        }
         if !(f.is_finite() && f > 0.0 && f < 1.0) {
             return Err(input(anyhow!(
                 "--val-fraction must be a fraction between 0 and 1 such as 0.1, got {f}"

@@ -41,6 +41,7 @@ fn synthetic(n: usize) -> Arc<Dataset> {
         train: split(n, 0),
         test: split(n / 2, 7),
         val: None,
+        test_is_val: false,
         source: "synthetic images".into(),
         classes: 10,
     })

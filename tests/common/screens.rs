@@ -42,6 +42,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         train_samples: 60_000,
         test_samples: 10_000,
         val_samples: None,
+        test_split: None,
         cpu_threads_per_replica: 1,
         resumed_at: None,
         started_unix: None,

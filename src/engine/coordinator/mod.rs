@@ -40,6 +40,8 @@ pub struct CoordinatorParts {
     pub test_len: usize,
     /// The validation split's samples (`--val-fraction`), evaluated every epoch.
     pub val_len: Option<usize>,
+    /// The test split is the data set's own `val/` folder.
+    pub test_is_val: bool,
     /// What the data set is (`CIFAR-10 binary batches in DIR, 3x32x32, 10 classes`).
     pub data: String,
     pub layout: ModelLayout,
@@ -67,6 +69,7 @@ pub struct Coordinator {
     train_len: usize,
     test_len: usize,
     val_len: Option<usize>,
+    test_is_val: bool,
     data: String,
     events: Sender<Record>,
     controls: Receiver<Control>,
@@ -149,6 +152,7 @@ impl Coordinator {
             train_len: p.train_len,
             test_len: p.test_len,
             val_len: p.val_len,
+            test_is_val: p.test_is_val,
             data: p.data,
             events: p.events,
             controls: p.controls,
@@ -215,6 +219,7 @@ impl Coordinator {
             train_samples: self.train_len,
             test_samples: self.test_len,
             val_samples: self.val_len,
+            test_split: self.test_is_val.then(|| "val".to_owned()),
             cpu_threads_per_replica: cfg.cpu_threads,
             resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
             started_unix: std::time::SystemTime::now()
