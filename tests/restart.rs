@@ -124,3 +124,58 @@ fn the_same_command_continues_after_a_kill_and_a_preemption_and_ends_as_a_straig
     assert_eq!(reasons, ["preempted", "completed"]);
     assert!(recs.iter().any(|r| r["kind"] == "event" && r["event"] == "preempted"));
 }
+
+#[test]
+fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // 6 steps an epoch, 12 in all: checkpoints after steps 4 and 8 (mid-epoch), and the final one.
+    let every = ["--epochs", "2", "--checkpoint-every", "4steps", "--keep-checkpoints", "3"];
+    let mut c = command(&run, &every);
+    c.args(["--model", "mnist-net"]);
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let steps: Vec<u64> = records(&run)
+        .iter()
+        .filter(|r| r["event"] == "checkpointed")
+        .map(|r| r["global_step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [4, 8, 12]);
+    let mut kept: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        ["step-000000004.safetensors", "step-000000008.safetensors", "step-000000012.safetensors"]
+    );
+    // The mid-epoch checkpoint of step 4, resumed elsewhere, ends with the same weights.
+    let resumed = tmp.path().join("resumed");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--resume"])
+        .arg(run.join("checkpoints/step-000000004.safetensors"))
+        .args([
+            "--data",
+            common::subset_dir().to_str().unwrap(),
+            "--train-limit",
+            "600",
+            "--test-limit",
+            "100",
+        ])
+        .args(["--devices", "cpu:2"])
+        .arg("--run-dir")
+        .arg(&resumed)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("resumed from the checkpoint at epoch 1 step 4"), "{}", text(&out));
+    for ((n, a), (m, b)) in weights(&run).iter().zip(&weights(&resumed)) {
+        assert_eq!(n, m);
+        assert!(a.equal(b), "{n} differs after resuming the step-4 checkpoint");
+    }
+    // A bad cadence is one line, exit 2.
+    let out = command(&tmp.path().join("bad"), &["--checkpoint-every", "5 fortnights"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a cadence"));
+}

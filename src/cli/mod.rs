@@ -274,9 +274,15 @@ pub struct Args {
     #[arg(skip)]
     pub continuing: bool,
 
-    /// Write a checkpoint every N epochs (0: only when stopping and at the end).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub checkpoint_every: usize,
+    /// Write a checkpoint every N epochs, or every N steps (`500steps`), or every so much time
+    /// (`20m`, `90s`, `2h`), off the training thread (0: only when stopping and at the end).
+    #[arg(long, value_name = "N|Nsteps|20m", default_value = "1", value_parser = parse::<dpt_tui::engine::checkpoint_every::CheckpointEvery>)]
+    pub checkpoint_every: dpt_tui::engine::checkpoint_every::CheckpointEvery,
+
+    /// Keep the K newest checkpoints under checkpoints/ in the run directory, beside
+    /// checkpoint.safetensors (the newest) [default: 1, that one only].
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub keep_checkpoints: usize,
 
     /// When the loss is NaN or infinite [default: pause in the dashboard, stop headless].
     #[arg(long, value_name = "pause|stop|ignore", value_parser = parse::<dpt_tui::engine::OnNan>)]

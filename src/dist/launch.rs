@@ -23,6 +23,10 @@ pub struct Launch {
     /// torchrun's agent already hosts the store on `MASTER_PORT`: rank 0 connects to it rather
     /// than listening (which would fail with EADDRINUSE).
     pub agent_store: bool,
+    /// torchrun's restart count (`TORCHELASTIC_RESTART_COUNT`): each attempt keeps its keys
+    /// apart in the agent's store, which outlives the workers (as PyTorch's
+    /// `/worker/attempt_N` prefix does), so a restart never reads the last attempt's addresses.
+    pub attempt: u64,
     /// Where the values came from, for messages.
     pub source: &'static str,
 }
@@ -133,6 +137,8 @@ pub fn resolve(
         None => number::<u16>("MASTER_PORT", env("MASTER_PORT"))?.unwrap_or(DEFAULT_PORT),
     };
     let agent_store = env("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let attempt =
+        number::<u64>("TORCHELASTIC_RESTART_COUNT", env("TORCHELASTIC_RESTART_COUNT"))?.unwrap_or(0);
     let source = if flags.world_size.is_some() {
         "flags"
     } else if slurm {
@@ -148,6 +154,7 @@ pub fn resolve(
         master_addr,
         master_port,
         agent_store,
+        attempt,
         source,
     }))
 }
@@ -170,10 +177,12 @@ mod tests {
             ("MASTER_ADDR", "10.0.0.1"),
             ("MASTER_PORT", "29400"),
             ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+            ("TORCHELASTIC_RESTART_COUNT", "2"),
         ];
         let l = resolve(&env(&e), &LaunchFlags::default()).unwrap().unwrap();
         assert_eq!((l.rank, l.world_size, l.local_rank, l.local_world_size), (3, 8, 1, 2));
         assert_eq!((l.master_addr.as_str(), l.master_port, l.agent_store), ("10.0.0.1", 29400, true));
+        assert_eq!(l.attempt, 2, "a restart's keys stay apart from the last attempt's");
     }
 
     #[test]

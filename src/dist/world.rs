@@ -108,7 +108,7 @@ impl World {
                     message: e.0,
                 }
             })?;
-        let store = root.prefixed("dpt/")?;
+        let store = root.prefixed(&format!("dpt/attempt-{}/", launch.attempt))?;
         let me = Arrival {
             host: hostname(),
             replicas: local_devices.len(),

@@ -119,8 +119,11 @@ pub struct TrainConfig {
     pub check_replicas: bool,
     /// Intra-op threads of each CPU replica.
     pub cpu_threads: usize,
-    /// Write a checkpoint every this many epochs (0: only on stop and at the end).
-    pub checkpoint_every: usize,
+    /// When periodic checkpoints are written (0 of anything: only on stop and at the end).
+    pub checkpoint_every: super::checkpoint_every::CheckpointEvery,
+    /// How many of the newest checkpoints to keep under `checkpoints/` (1: only
+    /// `checkpoint.safetensors`).
+    pub keep_checkpoints: usize,
     pub on_nan: OnNan,
     pub save_policy: SavePolicy,
     /// A replica that does not finish a step within this time is reported as stuck.
@@ -179,7 +182,8 @@ impl TrainConfig {
             max_steps: None,
             check_replicas: false,
             cpu_threads: 1,
-            checkpoint_every: 1,
+            checkpoint_every: Default::default(),
+            keep_checkpoints: 1,
             on_nan: OnNan::Stop,
             save_policy: SavePolicy::Retry { tries: 0, every: Duration::ZERO },
             step_timeout: Duration::from_secs(600),

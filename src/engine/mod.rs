@@ -4,6 +4,7 @@
 pub mod allreduce;
 pub mod best;
 pub mod checkpoint;
+pub mod checkpoint_every;
 pub mod clock;
 pub mod config;
 pub mod config_error;

@@ -182,7 +182,8 @@ pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
     if let Some(n) = cfg.max_steps {
         add("max_steps", n.to_string());
     }
-    add("checkpoint_every", cfg.checkpoint_every.to_string());
+    add("checkpoint_every", quoted(&cfg.checkpoint_every.to_string()));
+    add("keep_checkpoints", cfg.keep_checkpoints.to_string());
     add("precision", quoted(cfg.precision.name()));
     match cfg.loss_scale {
         Some(l) => {

@@ -107,6 +107,10 @@ fn configure(
     cfg.max_steps = args.max_steps;
     cfg.check_replicas = args.check_replicas;
     cfg.checkpoint_every = args.checkpoint_every;
+    if args.keep_checkpoints == 0 {
+        return Err(input(anyhow!("--keep-checkpoints must be at least 1 (the newest checkpoint)")));
+    }
+    cfg.keep_checkpoints = args.keep_checkpoints;
     cfg.precision = args.precision;
     cfg.loss_scale = loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler)).map_err(input)?;
     cfg.channels_last = args.channels_last.map(|v| v == OnOff::On);

@@ -10,6 +10,7 @@ mod persist;
 pub mod pool;
 pub mod replicas;
 mod step;
+mod writer;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -112,6 +113,10 @@ pub struct Coordinator {
     first_step: usize,
     /// Replicas already reported as stragglers.
     straggled: Vec<bool>,
+    /// Writes periodic checkpoints off this thread (started with the first).
+    writer: Option<writer::CheckpointWriter>,
+    /// When the last periodic checkpoint was written (or the run started).
+    last_checkpoint: std::time::Instant,
     /// Dynamic loss scaling's state (`--loss-scale`).
     scaler: Option<crate::engine::optim::loss_scale::LossScaler>,
 }
@@ -141,6 +146,8 @@ impl Coordinator {
             ),
             clock: None,
             straggled: Vec::new(),
+            writer: None,
+            last_checkpoint: std::time::Instant::now(),
             scaler: None,
             grad_norms: None,
             first_step: 0,
@@ -310,13 +317,15 @@ impl Coordinator {
                 if last || (step + 1) % self.cfg().log_every == 0 {
                     self.report(epoch + 1, step + 1, steps_per_epoch)?;
                 }
+                self.note_written(false);
+                self.checkpoint_if_due(
+                    None,
+                    ((step + 1) / steps_per_epoch + epoch, (step + 1) % steps_per_epoch),
+                );
             }
             self.end_epoch(epoch)?;
             position = (epoch + 1, 0);
-            let every = self.cfg().checkpoint_every;
-            if every > 0 && (epoch + 1) % every == 0 && epoch + 1 < self.cfg().epochs {
-                self.checkpoint_or_warn(position);
-            }
+            self.checkpoint_if_due(Some(epoch + 1), position);
             if self.early_stopped {
                 reason = FinishReason::EarlyStopped;
                 break 'epochs;
@@ -330,6 +339,8 @@ impl Coordinator {
             // Statistics of the partial window, so the curves and the checkpoint include them.
             self.report(position.0 + 1, position.1, steps_per_epoch)?;
         }
+        // The periodic write in flight ends before the final save writes over it.
+        self.note_written(true);
         if !self.diverged {
             self.final_save(position)?;
         }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tch::Tensor;
 
+use super::writer::{keep_newest, CheckpointWriter, Job, Written};
 use super::Coordinator;
 use crate::engine::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHECKPOINT_FILE};
 use crate::engine::config::SavePolicy;
@@ -91,7 +92,9 @@ impl Coordinator {
                 save_script(&script, &named, &module)?;
                 self.emit(Change::Saved { path: module.display().to_string(), global_step });
             }
-            self.write_checkpoint(&dir, position).map_err(EngineError::from)
+            let path = self.write_checkpoint(&dir, position)?;
+            keep_newest(&path, global_step, self.cfg().keep_checkpoints);
+            Ok(path)
         });
         match result {
             Ok(path) => {
@@ -149,19 +152,83 @@ impl Coordinator {
         }
     }
 
-    /// The periodic checkpoint: a failure is a warning (the previous checkpoint is intact).
-    pub(super) fn checkpoint_or_warn(&mut self, position: (usize, usize)) {
+    /// The periodic checkpoint, if one is due after the step that made `global_step` steps
+    /// (`epoch_end`: the 1-based epoch that step ended), continuing at `position`.
+    pub(super) fn checkpoint_if_due(&mut self, epoch_end: Option<usize>, position: (usize, usize)) {
+        let every = self.cfg().checkpoint_every;
+        // A step-or-time checkpoint due on an epoch's last step waits for its evaluation.
+        let last_of_epoch = epoch_end.is_none() && position.1 == 0;
+        let finished = position.0 >= self.cfg().epochs;
+        if last_of_epoch
+            || finished
+            || !every.due(self.global_step, epoch_end, self.last_checkpoint.elapsed())
+        {
+            return;
+        }
+        self.checkpoint_or_warn(position);
+    }
+
+    /// The periodic checkpoint, copied to the host here and written by the checkpoint thread;
+    /// a failure is a warning (the previous checkpoint is intact).
+    fn checkpoint_or_warn(&mut self, position: (usize, usize)) {
         let Some(dir) = self.save_dir.clone() else { return };
+        self.last_checkpoint = std::time::Instant::now();
         if !self.params_finite() {
             self.emit(Change::Warning {
                 message: "checkpoint not written: the parameters are not finite".into(),
             });
             return;
         }
-        let global_step = self.global_step;
-        match self.write_checkpoint(&dir, position) {
-            Ok(path) => self.emit(Change::Checkpointed { path: path.display().to_string(), global_step }),
-            Err(e) => self.emit(Change::Warning { message: crate::error_chain(&e) }),
+        let path = dir.join(CHECKPOINT_FILE);
+        if self.cfg().faults.checkpoint_write {
+            let e = CheckpointError::Write {
+                path,
+                cause: std::io::Error::other("injected fault (DPT_INJECT_FAULT=checkpoint-write)"),
+            };
+            self.emit(Change::Warning { message: crate::error_chain(&e) });
+            return;
+        }
+        if self.writer.is_none() {
+            match CheckpointWriter::spawn() {
+                Ok(w) => self.writer = Some(w),
+                Err(e) => {
+                    self.emit(Change::Warning {
+                        message: format!("cannot start the checkpoint thread: {e}"),
+                    });
+                    return;
+                }
+            }
+        }
+        let job = Job {
+            checkpoint: self.checkpoint_at(position),
+            path,
+            global_step: self.global_step,
+            keep: self.cfg().keep_checkpoints,
+        };
+        let finished = self.writer.as_mut().map(|w| w.submit(job)).unwrap_or_default();
+        self.report_written(finished);
+    }
+
+    /// Says how the checkpoint writes that have ended went; `wait`: first waits for the one in
+    /// flight.
+    pub(super) fn note_written(&mut self, wait: bool) {
+        let finished = match self.writer.as_mut() {
+            Some(w) if wait => w.wait(),
+            Some(w) => w.finished(),
+            None => return,
+        };
+        self.report_written(finished);
+    }
+
+    fn report_written(&mut self, finished: Vec<Written>) {
+        for w in finished {
+            match w.result {
+                Ok(path) => self.emit(Change::Checkpointed {
+                    path: path.display().to_string(),
+                    global_step: w.global_step,
+                }),
+                Err(e) => self.emit(Change::Warning { message: crate::error_chain(&e) }),
+            }
         }
     }
 
@@ -243,6 +310,18 @@ impl Coordinator {
     /// Writes a checkpoint that continues at `position` into `dir`.
     fn write_checkpoint(&self, dir: &Path, position: (usize, usize)) -> Result<PathBuf, CheckpointError> {
         let path = dir.join(CHECKPOINT_FILE);
+        if self.cfg().faults.checkpoint_write {
+            return Err(CheckpointError::Write {
+                path,
+                cause: std::io::Error::other("injected fault (DPT_INJECT_FAULT=checkpoint-write)"),
+            });
+        }
+        self.checkpoint_at(position).write(&path)?;
+        Ok(path)
+    }
+
+    /// A checkpoint that continues at `position`, its tensors copied to the host.
+    fn checkpoint_at(&self, position: (usize, usize)) -> Checkpoint {
         let cfg = self.cfg();
         let partial = if position.1 == 0 { Default::default() } else { self.epoch.now() };
         let state = CheckpointState {
@@ -276,20 +355,12 @@ impl Coordinator {
             samples_done: self.done.tally.samples,
             last_test_acc: self.done.last_test_acc,
         };
-        let ckpt = Checkpoint {
+        Checkpoint {
             state,
             params: self.replicas.params_by_name(),
             optimizer: self.replicas.optimizer_by_name(),
             buffers: self.replicas.buffers_by_name(),
             ema: self.replicas.ema_by_name(),
-        };
-        if cfg.faults.checkpoint_write {
-            return Err(CheckpointError::Write {
-                path,
-                cause: std::io::Error::other("injected fault (DPT_INJECT_FAULT=checkpoint-write)"),
-            });
         }
-        ckpt.write(&path)?;
-        Ok(path)
     }
 }

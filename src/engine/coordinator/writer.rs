@@ -1,0 +1,110 @@
+//! Periodic checkpoints written off the training thread: the coordinator copies the tensors to
+//! the host (the only part that waits on the devices) and hands the copy to the
+//! `dpt-checkpoint` thread, which writes it as every checkpoint is written (atomically, made
+//! durable) while training goes on. One write is in flight at most: a checkpoint due while the
+//! previous one is still being written waits for it. The final save never goes through here.
+
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+
+use crate::engine::checkpoint::{Checkpoint, CheckpointError};
+
+/// A checkpoint to write at `path`, keeping the `keep` newest under `checkpoints/`.
+pub struct Job {
+    pub checkpoint: Checkpoint,
+    pub path: PathBuf,
+    pub global_step: usize,
+    pub keep: usize,
+}
+
+/// How a write ended.
+pub struct Written {
+    pub global_step: usize,
+    pub result: Result<PathBuf, CheckpointError>,
+}
+
+pub struct CheckpointWriter {
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Written>,
+    in_flight: bool,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CheckpointWriter {
+    pub fn spawn() -> std::io::Result<Self> {
+        let (jobs, work) = bounded::<Job>(1);
+        let (tell, done) = unbounded();
+        let thread = std::thread::Builder::new().name("dpt-checkpoint".into()).spawn(move || {
+            for job in work {
+                let result = job.checkpoint.write(&job.path).map(|()| {
+                    keep_newest(&job.path, job.global_step, job.keep);
+                    job.path.clone()
+                });
+                if tell.send(Written { global_step: job.global_step, result }).is_err() {
+                    return;
+                }
+            }
+        })?;
+        Ok(CheckpointWriter { jobs: Some(jobs), done, in_flight: false, thread: Some(thread) })
+    }
+
+    /// Hands `job` over, after the write in flight (returned, if any) has ended.
+    pub fn submit(&mut self, job: Job) -> Vec<Written> {
+        let finished = self.wait();
+        if let Some(jobs) = &self.jobs {
+            self.in_flight = jobs.send(job).is_ok();
+        }
+        finished
+    }
+
+    /// The write that has ended since the last look, without waiting.
+    pub fn finished(&mut self) -> Vec<Written> {
+        let out: Vec<Written> = self.done.try_iter().collect();
+        if !out.is_empty() {
+            self.in_flight = false;
+        }
+        out
+    }
+
+    /// Waits for the write in flight, if any.
+    pub fn wait(&mut self) -> Vec<Written> {
+        if !std::mem::take(&mut self.in_flight) {
+            return self.done.try_iter().collect();
+        }
+        self.done.recv().into_iter().collect()
+    }
+}
+
+impl Drop for CheckpointWriter {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// With `keep` > 1, links the checkpoint just written at `path` into `checkpoints/` beside it
+/// as `step-<global_step>.safetensors` and removes all but the `keep` newest there. Best effort:
+/// the checkpoint itself is written already.
+pub fn keep_newest(path: &Path, global_step: usize, keep: usize) {
+    let Some(dir) = path.parent().map(|d| d.join("checkpoints")) else { return };
+    if keep <= 1 || std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let kept = dir.join(format!("step-{global_step:09}.safetensors"));
+    let _ = std::fs::remove_file(&kept);
+    if std::fs::hard_link(path, &kept).is_err() {
+        let _ = crate::atomic::write_with(&kept, |tmp| std::fs::copy(path, tmp).map(drop));
+    }
+    let mut all: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|r| r.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    all.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")));
+    all.sort();
+    for old in all.iter().rev().skip(keep) {
+        let _ = std::fs::remove_file(old);
+    }
+}
