@@ -460,3 +460,66 @@ fn torchrun_restarts_a_killed_rank_and_the_same_command_finishes_the_run() {
     let d = rel_diff(&weights(&straight), &weights(&run));
     assert!(d < 1e-6, "the restarted run differs by {d}");
 }
+
+#[test]
+fn a_run_checkpointed_on_two_ranks_resumes_on_one_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let straight = run_world(tmp.path(), "straight", 2, "cpu:1", &["--epochs", "2"]);
+    // Two ranks stop at step 5; one process with both replicas finishes the run.
+    let two = run_world(tmp.path(), "two", 2, "cpu:1", &["--epochs", "2", "--max-steps", "5"]);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(training(&["--devices", "cpu:2", "--resume"])).arg(&two);
+    let text = ok(&c.output().unwrap());
+    assert!(text.contains("resumed from the checkpoint at epoch 1 step 5"), "{text}");
+    let d = rel_diff(&weights(&straight), &weights(&two));
+    assert!(d < 1e-6, "2 ranks then 1 process differ from a straight run by {d}");
+    // And back: one process stops at step 5, two ranks finish it.
+    let one = run_alone(tmp.path(), "one", "cpu:2", &["--epochs", "2", "--max-steps", "5"]);
+    let port = free_port();
+    let mut resume = training(&["--devices", "cpu:1", "--resume"]);
+    resume.push(one.to_str().unwrap().to_owned());
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| rank(r, 2, port, &resume).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap())
+        .collect();
+    for r in ranks {
+        ok(&r.wait_with_output().unwrap());
+    }
+    let d = rel_diff(&weights(&straight), &weights(&one));
+    assert!(d < 1e-6, "1 process then 2 ranks differ from a straight run by {d}");
+}
+
+#[test]
+fn a_stopped_rank_is_named_by_every_other_rank_within_the_deadline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_port();
+    let args = training(&["--epochs", "6", "--devices", "cpu:1", "--dist-timeout", "8"]);
+    let spawn = |r: usize| {
+        let mut c = rank(r, 3, port, &args);
+        if r == 0 {
+            c.arg("--run-dir").arg(&run);
+        }
+        c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let (r0, mut r1, r2) = (spawn(0), spawn(1), spawn(2));
+    let mut lines = BufReader::new(r1.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().starts_with("epoch 1/6 done")));
+    // Hung as a stuck kernel or a paused VM would leave it: alive, silent.
+    common::kill(r1.id(), "STOP");
+    let t0 = Instant::now();
+    let outs = [r0.wait_with_output().unwrap(), r2.wait_with_output().unwrap()];
+    let waited = t0.elapsed();
+    common::kill(r1.id(), "KILL");
+    let _ = r1.wait();
+    let mut said = Vec::new();
+    for out in &outs {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.contains("rank 1 (") && err.contains("stopped answering"), "names the hung rank: {err}");
+        said.push(err.split(": ").take(3).collect::<Vec<_>>().join(": "));
+    }
+    assert_eq!(said[0], said[1], "both ranks say the same");
+    assert!(waited < Duration::from_secs(8 + 30), "named within the deadline: {waited:?}");
+    assert!(run.join("checkpoint.safetensors").exists(), "the run stays resumable");
+}

@@ -179,3 +179,31 @@ fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a cadence"));
 }
+
+#[test]
+fn a_resume_takes_the_data_and_its_limits_from_the_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let straight = tmp.path().join("straight");
+    let out = command(&straight, &["--epochs", "2", "--val-fraction", "0.2"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let run = tmp.path().join("run");
+    let out =
+        command(&run, &["--epochs", "2", "--val-fraction", "0.2", "--max-steps", "5"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // No data flag at all, from another folder: the checkpoint says which data and how much.
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--resume"])
+        .arg(&run)
+        .current_dir(tmp.path())
+        .env_remove("DPT_DATA")
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(said.contains("480 train / 120 val / 100 test samples"), "{said}");
+    for ((n, a), (m, b)) in weights(&straight).iter().zip(&weights(&run)) {
+        assert_eq!(n, m);
+        assert!(a.equal(b), "{n} differs from the straight run's");
+    }
+}

@@ -99,8 +99,9 @@ pub struct Args {
     /// The data set: a folder of Fashion-MNIST/MNIST IDX files (.gz or raw), of CIFAR-10
     /// binary batches, an image folder (train/<class>/*, test/<class>/*), a .npz or
     /// .safetensors file, or a folder of .npy files (x_train, y_train, x_test, y_test).
-    #[arg(long, env = "DPT_DATA", default_value = dpt_tui::data::DEFAULT_DATA_DIR)]
-    pub data: PathBuf,
+    /// [default: /usr/share/datasets/fashion-mnist, or a resumed run's own]
+    #[arg(long, env = "DPT_DATA")]
+    pub data: Option<PathBuf>,
 
     /// The format of --data when it cannot be told from the files: idx, cifar10, images, npz,
     /// safetensors.

@@ -6,7 +6,8 @@ use std::path::Path;
 use super::dataset::{DataError, Dataset, Split};
 
 /// The data set formats dpt-tui reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DataFormat {
     /// MNIST-style IDX files (`train-images-idx3-ubyte[.gz]` …).
     Idx,

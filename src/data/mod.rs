@@ -7,7 +7,9 @@ pub mod dataset;
 mod folder;
 pub mod format;
 pub mod idx;
+pub mod settings;
 
 pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASSES};
 pub use format::{DataFormat, LoadOptions};
 pub use idx::{IdxArray, IdxError};
+pub use settings::DataSettings;

@@ -96,6 +96,9 @@ pub struct CheckpointState {
     /// `--ema` decay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ema: Option<f64>,
+    /// The data the run trains on (absent in older checkpoints: the flags must say it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<crate::data::DataSettings>,
     /// The dynamic loss scaler's state (`--loss-scale`), when the run scales its loss.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scaler: Option<super::optim::loss_scale::LossScaler>,

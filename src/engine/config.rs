@@ -156,6 +156,8 @@ pub struct TrainConfig {
     pub accumulate: usize,
     /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
     pub clip_grad_norm: Option<f64>,
+    /// The data the run trains on, as given (kept in checkpoints).
+    pub data: crate::data::DataSettings,
     /// Set when this attempt continues the run in its directory (the same command again).
     pub restart: Option<crate::record::stats::Restart>,
     /// Dynamic loss scaling (GradScaler's rules), for float16.
@@ -204,6 +206,7 @@ impl TrainConfig {
             clip_grad_norm: None,
             loss_scale: None,
             restart: None,
+            data: Default::default(),
             normalization: model.normalization(),
         }
     }

@@ -112,7 +112,7 @@ fn quoted(s: &str) -> String {
 
 /// The resolved settings of a run as a configuration file (its data and model paths
 /// absolute): what `--config` reads back to repeat the run.
-pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
+pub fn resolved(cfg: &TrainConfig) -> String {
     let mut lines: Vec<(&str, String)> = Vec::new();
     let mut add = |key: &'static str, value: String| lines.push((key, value));
     let model = match &cfg.script {
@@ -120,11 +120,12 @@ pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
         None => cfg.model.name().to_owned(),
     };
     add("model", quoted(&model));
-    add("data", quoted(&dpt_tui::remote::runs::absolute(&args.data).display().to_string()));
-    if let Some(f) = args.data_format {
+    let d = &cfg.data;
+    add("data", quoted(&dpt_tui::remote::runs::absolute(&d.path).display().to_string()));
+    if let Some(f) = d.format {
         add("data_format", quoted(&f.to_string()));
     }
-    if let Some((h, w)) = args.image_size {
+    if let Some((h, w)) = d.image_size {
         add("image_size", quoted(&format!("{h},{w}")));
     }
     let devices: Vec<String> = cfg.devices.iter().map(ToString::to_string).collect();
@@ -169,13 +170,13 @@ pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
         add("early_stop", n.to_string());
     }
     add("seed", cfg.seed.to_string());
-    if let Some(n) = args.train_limit {
+    if let Some(n) = d.train_limit {
         add("train_limit", n.to_string());
     }
-    if let Some(n) = args.test_limit {
+    if let Some(n) = d.test_limit {
         add("test_limit", n.to_string());
     }
-    if let Some(f) = args.val_fraction {
+    if let Some(f) = d.val_fraction {
         add("val_fraction", f.to_string());
     }
     add("log_every", cfg.log_every.to_string());
@@ -226,8 +227,8 @@ pub fn resolved(args: &Args, cfg: &TrainConfig) -> String {
 }
 
 /// Writes the run's resolved settings into its directory, atomically.
-pub fn write(dir: &Path, args: &Args, cfg: &TrainConfig) -> std::io::Result<()> {
-    dpt_tui::atomic::write_bytes(&dir.join(CONFIG_FILE), resolved(args, cfg).as_bytes())
+pub fn write(dir: &Path, cfg: &TrainConfig) -> std::io::Result<()> {
+    dpt_tui::atomic::write_bytes(&dir.join(CONFIG_FILE), resolved(cfg).as_bytes())
 }
 
 #[cfg(test)]

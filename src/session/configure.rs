@@ -10,7 +10,7 @@ use anyhow::anyhow;
 use super::input;
 use crate::cli::{Args, ModelArg, OnOff};
 use crate::Failure;
-use dpt_tui::data::{Dataset, LoadOptions};
+use dpt_tui::data::{DataSettings, Dataset};
 use dpt_tui::dist::World;
 use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
@@ -111,6 +111,7 @@ fn configure(
         return Err(input(anyhow!("--keep-checkpoints must be at least 1 (the newest checkpoint)")));
     }
     cfg.keep_checkpoints = args.keep_checkpoints;
+    cfg.data = data_settings(args, resume.as_ref().and_then(|r| r.state.data.clone()));
     cfg.precision = args.precision;
     cfg.loss_scale = loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler)).map_err(input)?;
     cfg.channels_last = args.channels_last.map(|v| v == OnOff::On);
@@ -294,17 +295,16 @@ pub fn prepare(
     }
     // A theme typo is bad input even where no dashboard opens (yet).
     super::theme(args)?;
-    let options = LoadOptions { format: args.data_format, image_size: args.image_size };
-    let mut data = Dataset::load_with(&args.data, options).map_err(input)?;
+    let mut data = Dataset::load_with(&cfg.data.path, cfg.data.load_options()).map_err(input)?;
     builtin_fits(cfg.model, &data)?;
     cfg.normalization = normalization(args, &cfg, &data)?;
-    if let Some(n) = args.train_limit {
+    if let Some(n) = cfg.data.train_limit {
         data.train.truncate(n);
     }
-    if let Some(n) = args.test_limit {
+    if let Some(n) = cfg.data.test_limit {
         data.test.truncate(n);
     }
-    if let Some(f) = args.val_fraction {
+    if let Some(f) = cfg.data.val_fraction {
         if data.val.is_some() || data.test_is_val {
             return Err(input(anyhow!(
                 "the data set has its own val/ folder, which is the validation split; drop --val-fraction"
@@ -363,9 +363,9 @@ pub fn prepare(
         }
     };
     if args.continuing {
-        super::restart::check_same_settings(&run_dir, &super::config_file::resolved(args, &cfg))?;
+        super::restart::check_same_settings(&run_dir, &super::config_file::resolved(&cfg))?;
     }
-    super::config_file::write(&run_dir, args, &cfg).map_err(|e| {
+    super::config_file::write(&run_dir, &cfg).map_err(|e| {
         input(anyhow!("cannot write {}: {e}", run_dir.join(super::config_file::CONFIG_FILE).display()))
     })?;
     Ok(Prepared {
@@ -422,4 +422,19 @@ fn loss_scaling(
         init: args.loss_scale_init.unwrap_or(base.init),
         growth_interval: args.loss_scale_interval.unwrap_or(base.growth_interval),
     }))
+}
+
+/// The data flags, each from the command line, else the resumed run's checkpoint, else the
+/// default.
+fn data_settings(args: &Args, saved: Option<DataSettings>) -> DataSettings {
+    let saved = saved.unwrap_or_default();
+    DataSettings {
+        // Absolute, so a checkpoint resumed from another folder finds its data.
+        path: args.data.clone().map_or(saved.path, |p| std::path::absolute(&p).unwrap_or(p)),
+        format: args.data_format.or(saved.format),
+        image_size: args.image_size.or(saved.image_size),
+        train_limit: args.train_limit.or(saved.train_limit),
+        test_limit: args.test_limit.or(saved.test_limit),
+        val_fraction: args.val_fraction.or(saved.val_fraction),
+    }
 }

@@ -342,6 +342,7 @@ impl Coordinator {
             ema: cfg.ema,
             clip_grad_norm: cfg.clip_grad_norm,
             loss_scaler: self.scaler,
+            data: Some(cfg.data.clone()),
             best: (cfg.keep_best > 0 || cfg.early_stop.is_some()).then(|| self.best.clone()),
             label_smoothing: cfg.label_smoothing,
             schedule: Some(cfg.schedule.clone()),

@@ -1,0 +1,46 @@
+//! What data a run trains on, as the flags give it and checkpoints keep it: a resumed run (and
+//! the same command run again) takes these from its checkpoint unless a flag says otherwise.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::DataFormat;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataSettings {
+    /// `--data`, as given.
+    pub path: PathBuf,
+    /// `--data-format` (absent: detected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<DataFormat>,
+    /// `--image-size H,W`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<(u32, u32)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_fraction: Option<f64>,
+}
+
+impl Default for DataSettings {
+    fn default() -> Self {
+        DataSettings {
+            path: PathBuf::from(super::DEFAULT_DATA_DIR),
+            format: None,
+            image_size: None,
+            train_limit: None,
+            test_limit: None,
+            val_fraction: None,
+        }
+    }
+}
+
+impl DataSettings {
+    /// The loader's options.
+    pub fn load_options(&self) -> super::LoadOptions {
+        super::LoadOptions { format: self.format, image_size: self.image_size }
+    }
+}
