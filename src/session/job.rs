@@ -224,7 +224,8 @@ fn follow(
         let _ = p.join();
     }
     match (outcome, interrupted) {
-        (Err(EngineError::Dist(e)), _) => Err(super::dist::failure(e)),
+        (Err(EngineError::Dist(e)), _) if e.is_input() => Err(super::dist::failure(e)),
+        // Worded as rank 0 words it, so every rank says the same line.
         (Err(e), _) => Err(Failure::Run(anyhow::Error::new(e).context("training failed"))),
         (Ok(_), _) if finish == Some(FinishReason::Preempted) => Ok(signals::EX_TEMPFAIL),
         (Ok(_), Some(signal)) => Ok(signals::exit_code(signal)),
