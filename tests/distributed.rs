@@ -523,3 +523,29 @@ fn a_stopped_rank_is_named_by_every_other_rank_within_the_deadline() {
     assert!(waited < Duration::from_secs(8 + 30), "named within the deadline: {waited:?}");
     assert!(run.join("checkpoint.safetensors").exists(), "the run stays resumable");
 }
+
+#[test]
+fn ranks_started_by_hand_on_one_host_share_its_cores() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_port();
+    let args = training(&["--epochs", "1", "--devices", "cpu:1"]);
+    // No LOCAL_WORLD_SIZE, as the README's by-hand commands leave it: the rendezvous counts the
+    // ranks on this host instead.
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| {
+            let mut c = rank(r, 2, port, &args);
+            c.env_remove("LOCAL_WORLD_SIZE");
+            if r == 0 {
+                c.arg("--run-dir").arg(&run);
+            }
+            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for r in ranks {
+        ok(&r.wait_with_output().unwrap());
+    }
+    let records = common::wait_for_summary(&run, WAIT);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(records[0]["cpu_threads_per_replica"], (cores / 2).max(1), "{}", records[0]);
+}

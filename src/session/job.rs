@@ -44,15 +44,17 @@ fn start_failure(e: StartError) -> Failure {
 /// one rank of several: it meets the others first, and only rank 0 records and serves.
 pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, Failure> {
     let devices = super::dist::devices(args, machine, launch.as_ref())?;
-    // The processes of a node share its cores.
-    let machine = Machine {
-        cores: (machine.cores / launch.as_ref().map_or(1, |l| l.local_world_size)).max(1),
-        ..machine
-    };
     let world = match &launch {
         Some(l) => Some(super::dist::join(args, l, &devices)?),
         None => None,
     };
+    // The processes of a node share its cores: as many as the launcher says, or as the
+    // rendezvous found on this host (ranks started by hand set no LOCAL_WORLD_SIZE).
+    let local = launch
+        .as_ref()
+        .map_or(1, |l| l.local_world_size)
+        .max(world.as_ref().map_or(1, |w| w.hosts.iter().filter(|h| **h == w.hosts[w.rank]).count()));
+    let machine = Machine { cores: (machine.cores / local).max(1), ..machine };
     // A background job is watched through a dashboard: it pauses on divergence or a failed
     // final save, as the dashboard would, instead of ending the run.
     // Device figures travel beside the collectives, through the store.
