@@ -187,6 +187,20 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub accumulate: Option<usize>,
 
+    /// Training-time augmentation: none, or cifar (zero padding 4, random crop, horizontal flip,
+    /// as torchvision's RandomCrop(padding=4) and RandomHorizontalFlip) [default: none, or a
+    /// resumed run's own].
+    #[arg(long, value_name = "none|cifar", value_parser = parse::<dpt_tui::engine::augment::Preset>)]
+    pub augment: Option<dpt_tui::engine::augment::Preset>,
+
+    /// Random crop with this zero padding (0: none), over --augment's choice.
+    #[arg(long, value_name = "P")]
+    pub crop_padding: Option<u32>,
+
+    /// Random horizontal flip (p = 0.5), over --augment's choice.
+    #[arg(long, value_name = "on|off")]
+    pub hflip: Option<OnOff>,
+
     /// Carve this fraction of the training set (chosen by --seed) into a validation split,
     /// evaluated every epoch; the test set is then evaluated once, at the end.
     #[arg(long, value_name = "F")]

@@ -96,6 +96,9 @@ pub struct CheckpointState {
     /// `--ema` decay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ema: Option<f64>,
+    /// Training-time augmentation (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub augment: Option<super::augment::Augment>,
     /// The data the run trains on (absent in older checkpoints: the flags must say it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<crate::data::DataSettings>,

@@ -156,6 +156,8 @@ pub struct TrainConfig {
     pub accumulate: usize,
     /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
     pub clip_grad_norm: Option<f64>,
+    /// Training-time augmentation (`--augment`).
+    pub augment: super::augment::Augment,
     /// The data the run trains on, as given (kept in checkpoints).
     pub data: crate::data::DataSettings,
     /// Set when this attempt continues the run in its directory (the same command again).
@@ -207,6 +209,7 @@ impl TrainConfig {
             loss_scale: None,
             restart: None,
             data: Default::default(),
+            augment: Default::default(),
             normalization: model.normalization(),
         }
     }

@@ -2,6 +2,7 @@
 //! crossbeam channels between them, events out and controls in.
 
 pub mod allreduce;
+pub mod augment;
 pub mod best;
 pub mod checkpoint;
 pub mod checkpoint_every;

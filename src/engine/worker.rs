@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::{Receiver, Sender};
 use tch::{Device, Kind, Tensor};
 
+use super::augment::Augment;
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
@@ -44,6 +45,9 @@ pub struct WorkerSetup {
     pub faults: Faults,
     pub channels_last: bool,
     pub precision: Precision,
+    /// Training-time augmentation, drawn per sample from the run's seed.
+    pub augment: Augment,
+    pub seed: u64,
     /// How long a timed step's read of its GPU events may wait.
     pub gpu_wait: std::time::Duration,
 }
@@ -67,6 +71,10 @@ struct Worker {
     test: Resident,
     val: Option<Resident>,
     order: Option<Tensor>,
+    /// The epoch in progress and its order on the host (the augmentation's draws).
+    epoch: (usize, Arc<Vec<i64>>),
+    augment: Augment,
+    seed: u64,
     normalizer: Normalizer,
     faults: Faults,
     clock: PhaseClock,
@@ -90,8 +98,9 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
             .map_err(|_| WorkerError::CoordinatorGone)?;
         for cmd in commands {
             let reply = match cmd {
-                ToWorker::Epoch { order } => {
+                ToWorker::Epoch { order, epoch } => {
                     worker.order = Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
+                    worker.epoch = (epoch, order);
                     continue;
                 }
                 ToWorker::Step { start, len, global_step, dropout_seed, timed, loss_factor } => {
@@ -203,6 +212,9 @@ impl Worker {
             precision: setup.precision,
             buffers,
             order: None,
+            epoch: (0, Arc::default()),
+            augment: setup.augment,
+            seed: setup.seed,
             faults: setup.faults.clone(),
             clock: PhaseClock::new(
                 setup.device,
@@ -236,6 +248,18 @@ impl Worker {
     /// Gathers rows `index` of `images` on the device and normalizes them.
     fn inputs(&self, images: &Tensor, index: &Tensor) -> Tensor {
         self.normalize(&images.index_select(0, index))
+    }
+
+    /// Gathers training rows `index` (positions `start..start + len` of the epoch order),
+    /// augments them and normalizes them.
+    fn training_inputs(&self, index: &Tensor, start: usize, len: usize) -> Tensor {
+        if self.augment.is_none() {
+            return self.inputs(&self.train.images, index);
+        }
+        let (epoch, order) = &self.epoch;
+        let ids = order.get(start..start + len).unwrap_or_default();
+        let draws = crate::engine::augment::draws(&self.augment, self.seed, *epoch, ids);
+        self.normalize(&self.augment.apply(&self.train.images.index_select(0, index), &draws))
     }
 
     /// Stored values to the model's input.
@@ -294,7 +318,7 @@ impl Worker {
             self.clock.mark()?;
         } else {
             let index = order.narrow(0, start as i64, len as i64);
-            let x = self.inputs(&self.train.images, &index);
+            let x = self.training_inputs(&index, start, len);
             let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
             self.clock.mark()?;

@@ -35,8 +35,9 @@ pub enum WorkerError {
 
 /// A command from the coordinator to one worker.
 pub enum ToWorker {
-    /// A new epoch: the shuffled order of the training set, uploaded once to the device.
-    Epoch { order: Arc<Vec<i64>> },
+    /// A new epoch (0-based): the shuffled order of the training set, uploaded once to the
+    /// device (and kept on the host for the augmentation's per-sample draws).
+    Epoch { order: Arc<Vec<i64>>, epoch: usize },
     /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
     /// accumulate on the device, without a sync.
     /// `timed`: measure the phases of this step (see `engine::clock`).

@@ -97,6 +97,7 @@ pub(crate) mod tests {
             test_samples: 1,
             val_samples: None,
             test_split: None,
+            augment: None,
             cpu_threads_per_replica: 1,
             resumed_at: None,
             started_unix: None,

@@ -49,6 +49,9 @@ pub struct RunInfo {
     /// its, and the test set is evaluated once at the end (a `tested` event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_samples: Option<usize>,
+    /// Training-time augmentation in words (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub augment: Option<String>,
     /// `val` when the test figures are the data set's own `val/` folder's (it has no `test/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_split: Option<String>,

@@ -221,6 +221,7 @@ fn start_line(info: &RunInfo) -> String {
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
         + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }
         + &info.data.as_ref().map_or(String::new(), |d| format!("; data: {d}"))
+        + &info.augment.as_ref().map_or(String::new(), |a| format!(", augmented: {a}"))
         + &info.normalize.as_ref().map_or(String::new(), |n| format!(", normalized (x - {:?}) / {:?}", n.mean, n.std))
 }
 

@@ -156,6 +156,8 @@ pub fn resolved(cfg: &TrainConfig) -> String {
         add("clip_grad_norm", c.to_string());
     }
     add("label_smoothing", cfg.label_smoothing.to_string());
+    add("crop_padding", cfg.augment.crop_padding.unwrap_or(0).to_string());
+    add("hflip", quoted(if cfg.augment.hflip { "on" } else { "off" }));
     add("accumulate", cfg.accumulate.to_string());
     if let Some(d) = cfg.ema {
         add("ema", d.to_string());

@@ -112,6 +112,7 @@ fn configure(
     }
     cfg.keep_checkpoints = args.keep_checkpoints;
     cfg.data = data_settings(args, resume.as_ref().and_then(|r| r.state.data.clone()));
+    cfg.augment = augmentation(args, resume.as_ref().and_then(|r| r.state.augment));
     cfg.precision = args.precision;
     cfg.loss_scale = loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler)).map_err(input)?;
     cfg.channels_last = args.channels_last.map(|v| v == OnOff::On);
@@ -437,4 +438,19 @@ fn data_settings(args: &Args, saved: Option<DataSettings>) -> DataSettings {
         test_limit: args.test_limit.or(saved.test_limit),
         val_fraction: args.val_fraction.or(saved.val_fraction),
     }
+}
+
+/// `--augment`, refined by `--crop-padding` and `--hflip`; a resumed run's own by default.
+fn augmentation(
+    args: &Args,
+    saved: Option<dpt_tui::engine::augment::Augment>,
+) -> dpt_tui::engine::augment::Augment {
+    let mut a = args.augment.map(|p| p.augment()).or(saved).unwrap_or_default();
+    if let Some(p) = args.crop_padding {
+        a.crop_padding = (p > 0).then_some(p);
+    }
+    if let Some(f) = args.hflip {
+        a.hflip = f == OnOff::On;
+    }
+    a
 }

@@ -48,7 +48,7 @@ pub fn failure(e: DistError) -> Failure {
 /// What every rank must agree on: the training flags (not the per-rank ones such as the
 /// devices, the run directory or the data's path) and this build's version.
 fn settings(args: &Args, world_size: usize) -> serde_json::Value {
-    serde_json::json!({
+    let mut all = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "world_size": world_size,
         "model": args.model.as_ref().map(|m| m.name()),
@@ -89,7 +89,12 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "loss_scale_interval": args.loss_scale_interval,
         "channels_last": args.channels_last.map(|c| format!("{c:?}")),
         "resume": args.resume.is_some(),
-    })
+    });
+    // The augmentation's flags (beside the rest: one macro call cannot hold them all).
+    all["augment"] = serde_json::json!(args.augment.map(|a| format!("{a:?}")));
+    all["crop_padding"] = serde_json::json!(args.crop_padding);
+    all["hflip"] = serde_json::json!(args.hflip.map(|v| format!("{v:?}")));
+    all
 }
 
 /// Joins the other ranks.

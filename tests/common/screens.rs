@@ -43,6 +43,7 @@ pub fn info(devices: &[&str]) -> RunInfo {
         test_samples: 10_000,
         val_samples: None,
         test_split: None,
+        augment: None,
         cpu_threads_per_replica: 1,
         resumed_at: None,
         started_unix: None,

@@ -227,6 +227,7 @@ impl Coordinator {
             test_samples: self.test_len,
             val_samples: self.val_len,
             test_split: self.test_is_val.then(|| "val".to_owned()),
+            augment: (!cfg.augment.is_none()).then(|| cfg.augment.describe()),
             cpu_threads_per_replica: cfg.cpu_threads,
             resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
             started_unix: std::time::SystemTime::now()
@@ -291,7 +292,7 @@ impl Coordinator {
         let mut position = (start_epoch, start_step);
         'epochs: for epoch in start_epoch..self.cfg().epochs {
             let order = Arc::new(epoch_order(self.cfg().seed, epoch, self.train_len));
-            self.pool.broadcast(|_| ToWorker::Epoch { order: Arc::clone(&order) })?;
+            self.pool.broadcast(|_| ToWorker::Epoch { order: Arc::clone(&order), epoch })?;
             let first = if epoch == start_epoch { start_step } else { 0 };
             self.epoch = if epoch == start_epoch { Window::resuming(k, partial) } else { Window::new(k) };
             self.window = Window::new(k);

@@ -343,6 +343,7 @@ impl Coordinator {
             clip_grad_norm: cfg.clip_grad_norm,
             loss_scaler: self.scaler,
             data: Some(cfg.data.clone()),
+            augment: (!cfg.augment.is_none()).then_some(cfg.augment),
             best: (cfg.keep_best > 0 || cfg.early_stop.is_some()).then(|| self.best.clone()),
             label_smoothing: cfg.label_smoothing,
             schedule: Some(cfg.schedule.clone()),

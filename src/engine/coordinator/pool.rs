@@ -57,6 +57,8 @@ impl WorkerPool {
                 faults: cfg.faults.clone(),
                 channels_last: cfg.uses_channels_last(),
                 precision: cfg.precision,
+                augment: cfg.augment,
+                seed: cfg.seed,
                 // Inside the step timeout, so the worker names the phase before the coordinator
                 // gives up on it.
                 gpu_wait: cfg.step_timeout.mul_f64(0.9),

@@ -1,0 +1,167 @@
+//! Training-time augmentation of resident data, on the device, batch at once: torchvision's
+//! `RandomCrop(size, padding=P)` (zero padding of P on every side, then a crop of the image's
+//! own size at a top-left corner drawn uniformly from `0..=2P` in each direction) followed by
+//! `RandomHorizontalFlip(p=0.5)`, applied to the stored values before normalization, as
+//! `Compose([RandomCrop, RandomHorizontalFlip, ToTensor, Normalize])` orders them. Each
+//! sample's draw is a pure function of (seed, epoch, sample index), so it depends neither on
+//! the replica count nor on thread timing, and a resumed run draws what a straight one does.
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+use super::shard::mix_seed;
+
+/// Which augmentations training applies (`--augment`, `--crop-padding`, `--hflip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Augment {
+    /// `RandomCrop` with this zero padding (absent: no crop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crop_padding: Option<u32>,
+    /// `RandomHorizontalFlip(p=0.5)`.
+    #[serde(default)]
+    pub hflip: bool,
+}
+
+/// A named set of augmentations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// None: today's results stay.
+    None,
+    /// The CIFAR recipe: pad 4, random crop, horizontal flip.
+    Cifar,
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Preset::None),
+            "cifar" => Ok(Preset::Cifar),
+            _ => Err(format!("unknown augmentation '{s}'; use none or cifar")),
+        }
+    }
+}
+
+impl Preset {
+    pub fn augment(self) -> Augment {
+        match self {
+            Preset::None => Augment::default(),
+            Preset::Cifar => Augment { crop_padding: Some(4), hflip: true },
+        }
+    }
+}
+
+/// One sample's draw: the crop's top-left corner in the padded image, and the flip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Draw {
+    pub top: i64,
+    pub left: i64,
+    pub flip: bool,
+}
+
+impl Augment {
+    pub fn is_none(&self) -> bool {
+        self.crop_padding.is_none() && !self.hflip
+    }
+
+    /// The augmentations in words (`random crop (padding 4) + horizontal flip`).
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = self.crop_padding {
+            parts.push(format!("random crop (padding {p})"));
+        }
+        if self.hflip {
+            parts.push("horizontal flip".to_owned());
+        }
+        if parts.is_empty() {
+            "none".to_owned()
+        } else {
+            parts.join(" + ")
+        }
+    }
+
+    /// The draw for `sample` in `epoch` of a run seeded `seed`.
+    pub fn draw(&self, seed: u64, epoch: usize, sample: i64) -> Draw {
+        // A stream of its own: the shuffles and dropout use other derivations of the seed.
+        let r = mix_seed(mix_seed(seed ^ 0x6175_676d_656e_7421, epoch as u64), sample as u64);
+        let span = u64::from(self.crop_padding.unwrap_or(0)) * 2 + 1;
+        Draw {
+            top: ((r & 0xffff_ffff) % span) as i64,
+            left: ((r >> 32 & 0xffff) % span) as i64,
+            flip: self.hflip && (r >> 48) & 1 == 1,
+        }
+    }
+
+    /// Augments `raw` (`[n, C, H, W]`, stored values) with one draw per sample; returns the
+    /// batch at its own size.
+    pub fn apply(&self, raw: &Tensor, draws: &[Draw]) -> Tensor {
+        let [n, _, h, w] = raw.size()[..] else { return raw.shallow_clone() };
+        let device = raw.device();
+        let pad = i64::from(self.crop_padding.unwrap_or(0));
+        let padded = if pad > 0 { raw.constant_pad_nd([pad, pad, pad, pad]) } else { raw.shallow_clone() };
+        let column = |v: Vec<i64>| Tensor::from_slice(&v).to_device(device).view([n, 1]);
+        let tops = column(draws.iter().map(|d| d.top).collect());
+        let lefts = column(draws.iter().map(|d| d.left).collect());
+        let flips = column(draws.iter().map(|d| i64::from(d.flip)).collect());
+        let along = |len: i64| Tensor::arange(len, (Kind::Int64, device)).view([1, len]);
+        let rows = &tops + along(h);
+        // A flipped crop reads its columns right to left.
+        let forward = along(w);
+        let backward = forward.flip([1]);
+        let cols = &lefts + (&flips * &backward + (flips.ones_like() - &flips) * &forward);
+        let samples = Tensor::arange(n, (Kind::Int64, device)).view([n, 1, 1]);
+        // [n, H', W', C] indexed by (sample, row, column) gives [n, H, W, C].
+        padded
+            .permute([0, 2, 3, 1])
+            .index(&[Some(samples), Some(rows.view([n, h, 1])), Some(cols.view([n, 1, w]))])
+            .permute([0, 3, 1, 2])
+    }
+}
+
+/// The draws for the samples `ids` (indices into the training set) in `epoch`.
+pub fn draws(augment: &Augment, seed: u64, epoch: usize, ids: &[i64]) -> Vec<Draw> {
+    ids.iter().map(|&i| augment.draw(seed, epoch, i)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crop_and_flip_read_the_padded_image_as_torchvision_defines_them() {
+        // One 1x2x3 image, values 1..=6; padding 1 makes it 4x5 with a zero border.
+        let raw = Tensor::from_slice(&[1u8, 2, 3, 4, 5, 6]).view([1, 1, 2, 3]);
+        let a = Augment { crop_padding: Some(1), hflip: true };
+        let at = |top, left, flip| {
+            let out = a.apply(&raw, &[Draw { top, left, flip }]);
+            Vec::<u8>::try_from(out.contiguous().view([-1])).expect("u8")
+        };
+        assert_eq!(at(1, 1, false), [1, 2, 3, 4, 5, 6], "the centre crop is the image");
+        assert_eq!(at(0, 0, false), [0, 0, 0, 0, 1, 2], "top-left: the border, then the image");
+        assert_eq!(at(2, 2, false), [5, 6, 0, 0, 0, 0]);
+        assert_eq!(at(1, 1, true), [3, 2, 1, 6, 5, 4], "flipped after the crop");
+    }
+
+    #[test]
+    fn draws_cover_every_offset_and_depend_on_sample_and_epoch_only() {
+        let a = Preset::Cifar.augment();
+        let mut seen = [[false; 9]; 2];
+        let mut flips = 0;
+        for s in 0..2000 {
+            let d = a.draw(7, 3, s);
+            seen[0][d.top as usize] = true;
+            seen[1][d.left as usize] = true;
+            flips += usize::from(d.flip);
+        }
+        assert!(seen.iter().flatten().all(|&b| b), "0..=8 in both directions");
+        assert!((900..1100).contains(&flips), "about half flipped: {flips}");
+        assert_eq!(a.draw(7, 3, 11), a.draw(7, 3, 11));
+        assert_ne!(
+            (0..20).map(|s| a.draw(7, 3, s)).collect::<Vec<_>>(),
+            (0..20).map(|s| a.draw(7, 4, s)).collect::<Vec<_>>()
+        );
+        let none = Preset::None.augment();
+        assert!(none.is_none() && none.draw(7, 3, 1) == Draw { top: 0, left: 0, flip: false });
+    }
+}
