@@ -170,9 +170,17 @@ impl World {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.lost(e))?;
         for w in works {
-            w.wait(self.timeout).map_err(|e| self.lost(e))?;
+            self.settle(w)?;
         }
         Ok(())
+    }
+
+    /// Ends a collective whose result the host does not read: under NCCL the device's stream
+    /// waits for it and the host goes on (as DDP does; a failure surfaces at the next host
+    /// wait, a report's, through NCCL's error handling); Gloo blocks within the timeout.
+    fn settle(&self, w: super::c10d::Work<'_>) -> Result<(), DistError> {
+        let done = if host_waits(self.backend) { w.wait(self.timeout) } else { w.wait_on_stream() };
+        done.map_err(|e| self.lost(e))
     }
 
     /// Reduces a few numbers over all ranks.
@@ -193,19 +201,12 @@ impl World {
     pub fn broadcast(&self, t: &mut Tensor) -> Result<(), DistError> {
         if t.device() == self.device {
             let mut one = [t.shallow_clone()];
-            return self
-                .group
-                .broadcast(&mut one, 0)
-                .map_err(|e| self.lost(e))?
-                .wait(self.timeout)
-                .map_err(|e| self.lost(e));
+            let work = self.group.broadcast(&mut one, 0).map_err(|e| self.lost(e))?;
+            return self.settle(work);
         }
         let mut one = [t.to_device(self.device)];
-        self.group
-            .broadcast(&mut one, 0)
-            .map_err(|e| self.lost(e))?
-            .wait(self.timeout)
-            .map_err(|e| self.lost(e))?;
+        let work = self.group.broadcast(&mut one, 0).map_err(|e| self.lost(e))?;
+        self.settle(work)?;
         t.copy_(&one[0]);
         Ok(())
     }
@@ -314,4 +315,20 @@ fn check_settings(arrivals: &[Arrival]) -> Result<(), DistError> {
         }
     }
     Ok(())
+}
+/// Whether the host waits for a collective it does not read: with Gloo (the work is the
+/// host's), not with NCCL (the stream waits).
+fn host_waits(backend: Backend) -> bool {
+    backend == Backend::Gloo
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_gloo_blocks_the_host_on_a_collective_it_does_not_read() {
+        assert!(host_waits(Backend::Gloo));
+        assert!(!host_waits(Backend::Nccl), "NCCL: the stream waits, as DDP's");
+    }
 }

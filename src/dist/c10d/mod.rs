@@ -337,11 +337,18 @@ pub struct Work<'a>(NonNull<RawWork>, PhantomData<&'a mut [Tensor]>);
 unsafe impl Send for Work<'_> {}
 
 impl Work<'_> {
-    /// Waits for the collective, up to `timeout`. Gloo blocks until done; NCCL returns at once
-    /// and makes the current CUDA stream wait.
+    /// Waits for the collective, up to `timeout`; the host blocks until it is done (for NCCL
+    /// too: a timeout makes `WorkNCCL::wait` block the host).
     pub fn wait(self, timeout: Duration) -> Result<(), C10dError> {
         // SAFETY: live work handle.
         call(|err| unsafe { dpt_work_wait(self.0.as_ptr(), millis(timeout), err) }).map(drop)
+    }
+
+    /// Waits without a timeout of its own (c10d's `kNoTimeout`): for NCCL the current CUDA
+    /// stream waits for the collective and the host goes on (torch 2.11's `WorkNCCL::wait` with
+    /// a timeout blocks the host instead); Gloo blocks until done, within the group's timeout.
+    pub fn wait_on_stream(self) -> Result<(), C10dError> {
+        self.wait(Duration::ZERO)
     }
 }
 
