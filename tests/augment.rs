@@ -50,12 +50,6 @@ fn dpt(run: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-fn weights(run: &Path) -> Vec<(String, Tensor)> {
-    let mut w = Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
-    w.sort_by(|a, b| a.0.cmp(&b.0));
-    w
-}
-
 fn largest_difference(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
     a.iter().zip(b).map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[])).fold(0.0, f64::max)
 }
@@ -75,11 +69,14 @@ fn augmentation_draws_per_sample_whatever_the_replicas_and_a_resume_continues_it
     let one = tmp.path().join("one");
     ok(dpt(&one, &["--devices", "cpu:1"]));
     // lenet has no dropout, whose masks are drawn per replica: only the sums' order differs.
-    let d = largest_difference(&weights(&two), &weights(&one));
+    let d = largest_difference(&common::weights(&two), &common::weights(&one));
     assert!(d < 1e-5, "1 and 2 replicas draw the same augmentations: {d}");
     let plain = tmp.path().join("plain");
     ok(dpt(&plain, &["--devices", "cpu:2", "--augment", "none"]));
-    assert!(largest_difference(&weights(&two), &weights(&plain)) > 1e-3, "augmentation changes training");
+    assert!(
+        largest_difference(&common::weights(&two), &common::weights(&plain)) > 1e-3,
+        "augmentation changes training"
+    );
     // Stopped mid-epoch and resumed (the augmentation from the checkpoint): the same weights.
     let resumed = tmp.path().join("resumed");
     ok(dpt(&resumed, &["--devices", "cpu:2", "--max-steps", "4"]));
@@ -90,7 +87,7 @@ fn augmentation_draws_per_sample_whatever_the_replicas_and_a_resume_continues_it
         .output()
         .unwrap();
     ok(out);
-    for ((n, a), (m, b)) in weights(&two).iter().zip(&weights(&resumed)) {
+    for ((n, a), (m, b)) in common::weights(&two).iter().zip(&common::weights(&resumed)) {
         assert_eq!(n, m);
         assert!(a.equal(b), "{n} differs after the resume");
     }

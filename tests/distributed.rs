@@ -54,10 +54,6 @@ fn rank(rank: usize, world: usize, port: u16, args: &[String]) -> Command {
     c
 }
 
-fn weights(run: &Path) -> Vec<(String, Tensor)> {
-    tensors(run, "model.safetensors")
-}
-
 /// The tensors of `file` in `run`, by name.
 fn tensors(run: &Path, file: &str) -> Vec<(String, Tensor)> {
     let mut w = Tensor::read_safetensors(run.join(file)).unwrap();
@@ -123,11 +119,11 @@ fn two_processes_end_with_the_weights_of_one_with_as_many_replicas() {
     // 2 × cpu:1 against 1 × cpu:2: the same sums in the same order, so the same bits.
     let two = run_world(tmp.path(), "two", 2, "cpu:1", &epochs);
     let one = run_alone(tmp.path(), "one", "cpu:2", &epochs);
-    assert_eq!(rel_diff(&weights(&two), &weights(&one)), 0.0);
+    assert_eq!(rel_diff(&common::weights(&two), &common::weights(&one)), 0.0);
     // 2 × cpu:2 against 1 × cpu:4: sums associated differently, float32 noise only.
     let two = run_world(tmp.path(), "two-by-two", 2, "cpu:2", &epochs);
     let one = run_alone(tmp.path(), "four", "cpu:4", &epochs);
-    let d = rel_diff(&weights(&two), &weights(&one));
+    let d = rel_diff(&common::weights(&two), &common::weights(&one));
     assert!(d < 1e-5, "relative difference {d}");
     // Rank 0 alone owns the run directory; it records the world.
     let records = common::wait_for_summary(&two, WAIT);
@@ -144,7 +140,7 @@ fn resnet18_batchnorm_statistics_come_from_replica_0_of_rank_0() {
     let extra = ["--model", "resnet18", "--max-steps", "2", "--lr", "0.05"];
     let two = run_world(tmp.path(), "two", 2, "cpu:1", &extra);
     let one = run_alone(tmp.path(), "one", "cpu:2", &extra);
-    let (a, b) = (weights(&two), weights(&one));
+    let (a, b) = (common::weights(&two), common::weights(&one));
     let stats: Vec<&(String, Tensor)> = a.iter().filter(|(n, _)| n.contains("running_mean")).collect();
     assert!(!stats.is_empty());
     assert_eq!(rel_diff(&a, &b), 0.0, "weights and BatchNorm statistics as one process with 2 replicas");
@@ -356,7 +352,11 @@ fn a_recipe_on_two_processes_ends_with_the_weights_of_one_with_as_many_replicas(
     let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
     c.args(&recipe).args(["--devices", "cpu:2"]).arg("--run-dir").arg(&one);
     ok(&c.output().unwrap());
-    assert_eq!(rel_diff(&weights(&two), &weights(&one)), 0.0, "the same sums in the same order");
+    assert_eq!(
+        rel_diff(&common::weights(&two), &common::weights(&one)),
+        0.0,
+        "the same sums in the same order"
+    );
     let ema = |run: &Path| tensors(run, "model_ema.safetensors");
     assert_eq!(rel_diff(&ema(&two), &ema(&one)), 0.0, "and the same moving average");
 }
@@ -403,7 +403,7 @@ fn the_preemption_signal_on_one_rank_checkpoints_all_and_the_same_commands_finis
     let text1 = ok(&r1.wait_with_output().unwrap());
     assert!(text0.contains("continuing the run (the same command) from step"), "{text0}");
     assert!(text1.contains("epoch 6/6 done"), "{text1}");
-    let d = rel_diff(&weights(&straight), &weights(&run));
+    let d = rel_diff(&common::weights(&straight), &common::weights(&run));
     assert!(d < 1e-6, "the continued run differs by {d}");
 }
 
@@ -457,7 +457,7 @@ fn torchrun_restarts_a_killed_rank_and_the_same_command_finishes_the_run() {
     assert_eq!(starts.len(), 2, "{text}");
     assert_eq!(starts[1]["restart"], serde_json::json!({"by": "torchrun", "count": 1}));
     assert_eq!(records.last().unwrap()["reason"], "completed");
-    let d = rel_diff(&weights(&straight), &weights(&run));
+    let d = rel_diff(&common::weights(&straight), &common::weights(&run));
     assert!(d < 1e-6, "the restarted run differs by {d}");
 }
 
@@ -471,7 +471,7 @@ fn a_run_checkpointed_on_two_ranks_resumes_on_one_and_back() {
     c.args(training(&["--devices", "cpu:2", "--resume"])).arg(&two);
     let text = ok(&c.output().unwrap());
     assert!(text.contains("resumed from the checkpoint at epoch 1 step 5"), "{text}");
-    let d = rel_diff(&weights(&straight), &weights(&two));
+    let d = rel_diff(&common::weights(&straight), &common::weights(&two));
     assert!(d < 1e-6, "2 ranks then 1 process differ from a straight run by {d}");
     // And back: one process stops at step 5, two ranks finish it.
     let one = run_alone(tmp.path(), "one", "cpu:2", &["--epochs", "2", "--max-steps", "5"]);
@@ -484,7 +484,7 @@ fn a_run_checkpointed_on_two_ranks_resumes_on_one_and_back() {
     for r in ranks {
         ok(&r.wait_with_output().unwrap());
     }
-    let d = rel_diff(&weights(&straight), &weights(&one));
+    let d = rel_diff(&common::weights(&straight), &common::weights(&one));
     assert!(d < 1e-6, "1 process then 2 ranks differ from a straight run by {d}");
 }
 

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 use serde_json::Value;
-use tch::Tensor;
 
 const EPOCHS: &str = "8";
 
@@ -50,12 +49,6 @@ fn start_until(mut c: Command, line: &str) -> (Child, Lines) {
 
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-fn weights(run: &Path) -> Vec<(String, Tensor)> {
-    let mut w = Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
-    w.sort_by(|a, b| a.0.cmp(&b.0));
-    w
 }
 
 fn records(run: &Path) -> Vec<Value> {
@@ -109,7 +102,7 @@ fn the_same_command_continues_after_a_kill_and_a_preemption_and_ends_as_a_straig
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("continuing the run (torchrun restart 2) from step"), "{}", text(&out));
 
-    let (a, b) = (weights(&straight), weights(&run));
+    let (a, b) = (common::weights(&straight), common::weights(&run));
     for ((n, x), (m, y)) in a.iter().zip(&b) {
         assert_eq!(n, m);
         assert!(x.equal(y), "{n} differs from the straight run's");
@@ -170,7 +163,7 @@ fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("resumed from the checkpoint at epoch 1 step 4"), "{}", text(&out));
-    for ((n, a), (m, b)) in weights(&run).iter().zip(&weights(&resumed)) {
+    for ((n, a), (m, b)) in common::weights(&run).iter().zip(&common::weights(&resumed)) {
         assert_eq!(n, m);
         assert!(a.equal(b), "{n} differs after resuming the step-4 checkpoint");
     }
@@ -202,7 +195,7 @@ fn a_resume_takes_the_data_and_its_limits_from_the_checkpoint() {
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("480 train / 120 val / 100 test samples"), "{said}");
-    for ((n, a), (m, b)) in weights(&straight).iter().zip(&weights(&run)) {
+    for ((n, a), (m, b)) in common::weights(&straight).iter().zip(&common::weights(&run)) {
         assert_eq!(n, m);
         assert!(a.equal(b), "{n} differs from the straight run's");
     }

@@ -22,6 +22,13 @@ pub fn subset(train: usize, test: usize) -> Arc<Dataset> {
 pub mod pty;
 pub mod screens;
 
+/// The weights a run saved (`model.safetensors`), sorted by name.
+pub fn weights(run: &std::path::Path) -> Vec<(String, tch::Tensor)> {
+    let mut w = tch::Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
+    w.sort_by(|a, b| a.0.cmp(&b.0));
+    w
+}
+
 /// Sends `signal` (e.g. "INT") to process `pid`.
 pub fn kill(pid: u32, signal: &str) {
     let status =
