@@ -1,7 +1,8 @@
 //! The data formats a `--data` path may hold, written by the tests from the shipped
 //! Fashion-MNIST subset (CIFAR-10 bytes, PNG folders made with the image crate, `.npy`, `.npz`,
-//! `.safetensors`), read back, their corrupt variants refused with a message naming the file,
-//! and a TorchScript CNN trained on CIFAR-format data and on an image folder.
+//! `.safetensors`, WebDataset tar shards made with the tar crate), read back, their corrupt
+//! variants refused with a message naming the file, and a TorchScript CNN trained on
+//! CIFAR-format data and on an image folder.
 
 mod common;
 
@@ -174,6 +175,74 @@ fn an_image_folders_own_val_split_is_evaluated_each_epoch_and_named_val() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("has its own val/ folder"));
+}
+
+/// Writes `split` as WebDataset shards of `per_shard` samples into `dir`: `<key>.png` and
+/// `<key>.cls` per sample.
+fn write_shards(dir: &Path, split: &Split, per_shard: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (s, start) in (0..split.len()).step_by(per_shard).enumerate() {
+        let file = std::fs::File::create(dir.join(format!("shard-{s:04}.tar"))).unwrap();
+        let mut tar = tar::Builder::new(file);
+        for i in start..(start + per_shard).min(split.len()) {
+            let gray =
+                image::GrayImage::from_raw(28, 28, bytes(split)[i * 784..(i + 1) * 784].to_vec()).unwrap();
+            let mut png = Vec::new();
+            gray.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+            let class = split.labels[i].to_string().into_bytes();
+            for (name, data) in [(format!("{i:06}.png"), png), (format!("{i:06}.cls"), class)] {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                header.set_cksum();
+                tar.append_data(&mut header, &name, data.as_slice()).unwrap();
+            }
+        }
+        tar.finish().unwrap();
+    }
+}
+
+#[test]
+fn webdataset_shards_read_back_in_order_and_train() {
+    let data = subset(250, 60);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wds");
+    write_shards(&dir.join("train"), &data.train, 100);
+    write_shards(&dir.join("val"), &data.test, 25);
+    assert_eq!(DataFormat::detect(&dir).unwrap(), DataFormat::WebDataset);
+    let d = Dataset::load(&dir).unwrap();
+    assert_eq!((d.train.len(), d.test.len(), d.train.channels), (250, 60, 1));
+    assert!(d.test_is_val, "val/ alone is evaluated in the test set's place");
+    assert_eq!(bytes(&d.train), bytes(&data.train), "shard order, then sample order");
+    assert_eq!(d.train.labels, data.train.labels);
+    assert!(d.source.contains("WebDataset shards"), "{}", d.source);
+    let run = tmp.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--batch-size", "50"])
+        .args(["--data", dir.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("WebDataset shards in") && stdout.contains("val acc"), "{stdout}");
+
+    // A sample without its class, and a file that is not a tar archive, are named.
+    let broken = tmp.path().join("broken");
+    write_shards(&broken.join("train"), &data.train, 100);
+    write_shards(&broken.join("test"), &data.test, 60);
+    let shard = broken.join("train/shard-0001.tar");
+    let mut tar = tar::Builder::new(std::fs::File::create(&shard).unwrap());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(3);
+    header.set_cksum();
+    tar.append_data(&mut header, "lonely.png", &b"png"[..]).unwrap();
+    tar.finish().unwrap();
+    drop(tar);
+    let e = Dataset::load(&broken).unwrap_err().to_string();
+    assert!(e.contains("shard-0001.tar") && e.contains("sample 'lonely' has no .cls"), "{e}");
+    std::fs::write(&shard, vec![7u8; 1000]).unwrap();
+    let e = Dataset::load(&broken).unwrap_err().to_string();
+    assert!(e.contains("shard-0001.tar"), "{e}");
 }
 
 #[test]

@@ -97,14 +97,15 @@ pub struct Args {
     pub normalize: Option<String>,
 
     /// The data set: a folder of Fashion-MNIST/MNIST IDX files (.gz or raw), of CIFAR-10
-    /// binary batches, an image folder (train/<class>/*, test/<class>/*), a .npz or
-    /// .safetensors file, or a folder of .npy files (x_train, y_train, x_test, y_test).
+    /// binary batches, an image folder (train/<class>/*, test/<class>/*), WebDataset shards
+    /// (train/*.tar, val/*.tar or test/*.tar), a .npz or .safetensors file, or a folder of .npy
+    /// files (x_train, y_train, x_test, y_test).
     /// [default: /usr/share/datasets/fashion-mnist, or a resumed run's own]
     #[arg(long, env = "DPT_DATA")]
     pub data: Option<PathBuf>,
 
     /// The format of --data when it cannot be told from the files: idx, cifar10, images, npz,
-    /// safetensors.
+    /// safetensors, webdataset.
     #[arg(long, value_parser = parse::<dpt_tui::data::DataFormat>)]
     pub data_format: Option<dpt_tui::data::DataFormat>,
 

@@ -28,8 +28,59 @@ fn name(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// Where an image comes from: a file, or bytes read out of a shard (named `shard.tar/key.ext`).
+pub(super) enum ImageSource {
+    File(PathBuf),
+    Bytes { name: PathBuf, bytes: Vec<u8> },
+}
+
+impl ImageSource {
+    fn name(&self) -> &Path {
+        match self {
+            ImageSource::File(p) => p,
+            ImageSource::Bytes { name, .. } => name,
+        }
+    }
+
+    fn decode(&self) -> Result<DynamicImage, DataError> {
+        let why = |e: &dyn std::fmt::Display| DataError::Decode {
+            path: self.name().to_owned(),
+            why: e.to_string(),
+        };
+        match self {
+            ImageSource::File(path) => image::ImageReader::open(path)
+                .map_err(|e| why(&e))?
+                .with_guessed_format()
+                .map_err(|e| why(&e))?
+                .decode(),
+            ImageSource::Bytes { bytes, .. } => {
+                image::ImageReader::new(std::io::Cursor::new(bytes.as_slice()))
+                    .with_guessed_format()
+                    .map_err(|e| why(&e))?
+                    .decode()
+            }
+        }
+        .map_err(|e| why(&e))
+    }
+}
+
+/// Labelled images, one list per split.
+pub(super) type Labelled = Vec<(ImageSource, i64)>;
+
+/// The splits evaluated beside `dir/train`: (the test split's folder, the validation split's
+/// folder when it is one of its own, whether the test split is `val/`): `val/` and `test/`
+/// give a validation split and a test set, `val/` alone is evaluated in the test set's place.
+pub(super) fn evaluated_dirs(dir: &Path) -> (PathBuf, Option<PathBuf>, bool) {
+    let (val, test) = (dir.join("val"), dir.join("test"));
+    match (val.is_dir(), test.is_dir()) {
+        (true, false) => (val, None, true),
+        (true, true) => (test, Some(val), false),
+        (false, _) => (test, None, false),
+    }
+}
+
 /// The files of one split, with their class numbers.
-fn files(split_dir: &Path, classes: &[String]) -> Result<Vec<(PathBuf, i64)>, DataError> {
+fn files(split_dir: &Path, classes: &[String]) -> Result<Labelled, DataError> {
     let mut out = Vec::new();
     for class_dir in sorted_entries(split_dir, true)? {
         let class = name(&class_dir);
@@ -37,37 +88,31 @@ fn files(split_dir: &Path, classes: &[String]) -> Result<Vec<(PathBuf, i64)>, Da
             return Err(DataError::UnknownClass { path: class_dir, class, known: classes.to_vec() });
         };
         for file in sorted_entries(&class_dir, false)? {
-            out.push((file, index as i64));
+            out.push((ImageSource::File(file), index as i64));
         }
     }
     Ok(out)
 }
 
-fn decode(path: &Path) -> Result<DynamicImage, DataError> {
-    let why = |e: &dyn std::fmt::Display| DataError::Decode { path: path.to_owned(), why: e.to_string() };
-    image::ImageReader::open(path)
-        .map_err(|e| why(&e))?
-        .with_guessed_format()
-        .map_err(|e| why(&e))?
-        .decode()
-        .map_err(|e| why(&e))
-}
-
-/// Decodes every file to 3 planes of `size` (height, width); says whether every image was
+/// Decodes every image to 3 planes of `size` (height, width); says whether every image was
 /// grayscale.
-fn read_split(files: &[(PathBuf, i64)], size: (u32, u32), resize: bool) -> Result<(Split, bool), DataError> {
+fn read_split(
+    files: &[(ImageSource, i64)],
+    size: (u32, u32),
+    resize: bool,
+) -> Result<(Split, bool), DataError> {
     let (h, w) = size;
     let plane = (h * w) as usize;
     let mut images = Vec::with_capacity(files.len() * 3 * plane);
     let mut labels = Vec::with_capacity(files.len());
     let mut gray = true;
-    for (path, label) in files {
-        let mut img = decode(path)?;
+    for (source, label) in files {
+        let mut img = source.decode()?;
         gray &= !img.color().has_color();
         if (img.height(), img.width()) != (h, w) {
             if !resize {
                 return Err(DataError::MixedSizes {
-                    path: path.clone(),
+                    path: source.name().to_owned(),
                     found_h: img.height(),
                     found_w: img.width(),
                     h,
@@ -107,12 +152,28 @@ pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> 
         return Err(DataError::NoClasses { dir: train_dir });
     }
     let train = files(&train_dir, &classes)?;
-    let (val_dir, test_dir) = (dir.join("val"), dir.join("test"));
-    let test_is_val = val_dir.is_dir() && !test_dir.is_dir();
-    let test = files(if test_is_val { &val_dir } else { &test_dir }, &classes)?;
-    let val = if test_is_val || !val_dir.is_dir() { None } else { Some(files(&val_dir, &classes)?) };
-    let Some((first, _)) = train.first() else { return Err(DataError::NoClasses { dir: train_dir }) };
-    let first = decode(first)?;
+    let (test_dir, val_dir, test_is_val) = evaluated_dirs(dir);
+    let test = files(&test_dir, &classes)?;
+    let val = val_dir.map(|v| files(&v, &classes)).transpose()?;
+    if train.is_empty() {
+        return Err(DataError::NoClasses { dir: train_dir });
+    }
+    let what = format!("image folder {}", dir.display());
+    assemble((train, test, val), test_is_val, (size, Some(classes.len())), &what, dir)
+}
+
+/// Decodes the splits (the size of the first training image, or `size`) into a data set: RGB
+/// unless every image is grayscale; `classes` when known (else counted from the labels);
+/// `what` names it in the data set's description.
+pub(super) fn assemble(
+    (train, test, val): (Labelled, Labelled, Option<Labelled>),
+    test_is_val: bool,
+    (size, classes): (Option<(u32, u32)>, Option<usize>),
+    what: &str,
+    dir: &Path,
+) -> Result<Dataset, DataError> {
+    let Some((first, _)) = train.first() else { return Err(DataError::NoClasses { dir: dir.join("train") }) };
+    let first = first.decode()?;
     let target = size.unwrap_or((first.height(), first.width()));
     let (mut train, train_gray) = read_split(&train, target, size.is_some())?;
     let (mut test, test_gray) = read_split(&test, target, size.is_some())?;
@@ -130,9 +191,9 @@ pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> 
         (false, Some(_)) => ", val/ each epoch, test/ at the end",
         (false, None) => "",
     };
-    let source = format!("image folder {} ({} classes{evaluated})", dir.display(), classes.len());
-    let mut data = super::format::finish(train, test, source, dir)?;
-    data.classes = classes.len();
+    let mut data = super::format::finish(train, test, String::new(), dir)?;
+    data.classes = classes.unwrap_or(data.classes);
+    data.source = format!("{what} ({} classes{evaluated})", data.classes);
     data.val = val.map(|(v, _)| v);
     data.test_is_val = test_is_val;
     Ok(data)

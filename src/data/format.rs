@@ -19,6 +19,8 @@ pub enum DataFormat {
     Npy,
     /// The same four arrays in a `.safetensors` file.
     Safetensors,
+    /// WebDataset tar shards: `train/*.tar` with `val/` or `test/` shards.
+    WebDataset,
 }
 
 impl std::str::FromStr for DataFormat {
@@ -31,7 +33,10 @@ impl std::str::FromStr for DataFormat {
             "images" => Ok(DataFormat::Images),
             "npy" | "npz" => Ok(DataFormat::Npy),
             "safetensors" => Ok(DataFormat::Safetensors),
-            _ => Err(format!("unknown data format '{s}'; use idx, cifar10, images, npz or safetensors")),
+            "webdataset" => Ok(DataFormat::WebDataset),
+            _ => Err(format!(
+                "unknown data format '{s}'; use idx, cifar10, images, npz, safetensors or webdataset"
+            )),
         }
     }
 }
@@ -44,6 +49,7 @@ impl std::fmt::Display for DataFormat {
             DataFormat::Images => "images",
             DataFormat::Npy => "npz",
             DataFormat::Safetensors => "safetensors",
+            DataFormat::WebDataset => "webdataset",
         })
     }
 }
@@ -77,6 +83,8 @@ impl DataFormat {
             Ok(DataFormat::Cifar10)
         } else if has(path, &["x_train.npy"]) {
             Ok(DataFormat::Npy)
+        } else if super::webdataset::detect(path) {
+            Ok(DataFormat::WebDataset)
         } else if path.join("train").is_dir() {
             Ok(DataFormat::Images)
         } else if path.is_dir() {
@@ -93,6 +101,7 @@ impl DataFormat {
             DataFormat::Idx => Dataset::load_idx(path),
             DataFormat::Cifar10 => super::cifar::load(path),
             DataFormat::Images => super::folder::load(path, options.image_size),
+            DataFormat::WebDataset => super::webdataset::load(path, options.image_size),
             DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, self),
         }
     }

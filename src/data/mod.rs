@@ -8,6 +8,7 @@ mod folder;
 pub mod format;
 pub mod idx;
 pub mod settings;
+mod webdataset;
 
 pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASSES};
 pub use format::{DataFormat, LoadOptions};
