@@ -343,6 +343,13 @@ fn a_recipe_on_two_processes_ends_with_the_weights_of_one_with_as_many_replicas(
         "0.9",
         "--accumulate",
         "2",
+        // Dynamic loss scaling, its scale growing every 2 clean steps.
+        "--loss-scale",
+        "on",
+        "--loss-scale-init",
+        "1024",
+        "--loss-scale-interval",
+        "2",
     ]
     .into_iter()
     .map(String::from)
