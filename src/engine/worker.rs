@@ -14,7 +14,7 @@ use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::loss::summed_loss;
 use super::resident::{Normalizer, Resident};
-use super::shard::shards;
+use super::shard::{mix_seed, shards};
 use super::tally::Tally;
 use crate::data::Dataset;
 use crate::model::script::{ScriptModel, ScriptNet};
@@ -322,24 +322,29 @@ impl Worker {
             let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
             self.clock.mark()?;
-            // A network drawing its own random numbers gets this replica's stream.
-            let _rng = self.net.draws_inside().then(|| {
-                let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                tch::manual_seed(dropout_seed);
-                lock
-            });
             // Gradient accumulation: the shard in micro-batches, their gradients summed here;
             // the coordinator's allreduce runs once per step whatever their number.
             for (i, (at, n)) in shards(len, self.accumulate.min(len)).into_iter().enumerate() {
                 let (at, n) = (at as i64, n as i64);
                 let micro_masks: Vec<Tensor> = masks.iter().map(|m| m.narrow(0, at, n)).collect();
                 let (x, y) = (x.narrow(0, at, n), y.narrow(0, at, n));
+                // A network drawing its own random numbers gets this replica's stream, seeded
+                // per micro-batch, under the lock for its forward pass only: the backward pass
+                // draws nothing, so the replicas' backward passes run side by side.
+                let rng = self.net.draws_inside().then(|| {
+                    let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let seed = if i == 0 { dropout_seed } else { mix_seed(dropout_seed as u64, i as u64) as i64 };
+                    tch::manual_seed(seed);
+                    lock
+                });
                 let out = self.net.forward(
                     &self.params.views,
                     &self.buffers.views,
                     &x,
                     &Forward { train: true, masks: &micro_masks, precision: self.precision },
-                )?;
+                );
+                drop(rng);
+                let out = out?;
                 let mut loss = self.loss(&out, &y, self.label_smoothing);
                 if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
                     loss = loss.g_mul_scalar(f64::NAN);
