@@ -333,7 +333,8 @@ impl Worker {
                 // draws nothing, so the replicas' backward passes run side by side.
                 let rng = self.net.draws_inside().then(|| {
                     let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    let seed = if i == 0 { dropout_seed } else { mix_seed(dropout_seed as u64, i as u64) as i64 };
+                    let seed =
+                        if i == 0 { dropout_seed } else { mix_seed(dropout_seed as u64, i as u64) as i64 };
                     tch::manual_seed(seed);
                     lock
                 });
