@@ -149,6 +149,7 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     refused(&["--data", d, "--run-dir", r, "--data-format", "cifar10"], "no data_batch_1.bin in");
     refused(&["--data", d, "--run-dir", r, "--image-size", "0,32"], "--image-size takes H,W");
     refused(&["--data", d, "--run-dir", r, "--precision", "fp8"], "use f32, bf16 or f16");
+    refused(&["--data", d, "--run-dir", r, "--max-bad-images", "2"], "--max-bad-images takes a share");
     refused(
         &["--data", d, "--run-dir", r, "--precision", "f16", "--loss-scale-init", "0"],
         "--loss-scale-init must be",

@@ -125,7 +125,8 @@ fn png_folders_read_back_sorted_by_class_gray_or_rgb_and_resized_on_request() {
         let first = data.train.labels.iter().position(|&l| l == sorted[0]).unwrap();
         assert_eq!(&bytes(&d.train)[..784], &bytes(&data.train)[first * 784..(first + 1) * 784]);
         let resized =
-            Dataset::load_with(dir.path(), LoadOptions { format: None, image_size: Some((16, 20)) }).unwrap();
+            Dataset::load_with(dir.path(), LoadOptions { image_size: Some((16, 20)), ..Default::default() })
+                .unwrap();
         assert_eq!(resized.train.sample_shape()[1..], [16, 20]);
     }
 }
@@ -253,8 +254,31 @@ fn bad_image_folders_name_the_file_or_class() {
     let class = dir.path().join("train").join(format!("class_{}", data.train.labels[0]));
     let broken = class.join("zz-broken.png");
     std::fs::write(&broken, b"\x89PNG not really").unwrap();
+    // One in 31 images is more than the default one in a thousand: refused, naming it.
     let e = Dataset::load(dir.path()).unwrap_err();
-    assert!(matches!(&e, DataError::Decode { path, .. } if *path == broken), "{e}");
+    assert!(
+        matches!(&e, DataError::TooManyUndecodable { count: 1, total: 31, allowed: 0, first, .. } if *first == broken),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--max-bad-images"), "{e}");
+    // Allowed a tenth: left out, named and counted.
+    let lenient = LoadOptions { max_bad: 0.1, ..Default::default() };
+    let d = Dataset::load_with(dir.path(), lenient).unwrap();
+    assert_eq!((d.train.len(), d.skipped.len()), (20, 1));
+    assert!(d.skipped[0].starts_with(broken.to_str().unwrap()), "{:?}", d.skipped);
+    assert!(d.source.contains("1 undecodable image skipped"), "{}", d.source);
+    let run = dir.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--epochs", "1", "--batch-size", "10", "--max-bad-images", "0.1"])
+        .args(["--data", dir.path().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("skipped an image that does not decode") && stderr.contains("zz-broken.png"),
+        "{stderr}"
+    );
     std::fs::remove_file(&broken).unwrap();
     let small = class.join("zz-small.png");
     image::GrayImage::new(14, 14).save(&small).unwrap();

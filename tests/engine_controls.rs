@@ -146,6 +146,7 @@ fn a_failing_worker_is_reported_with_its_replica_and_nothing_hangs() {
         test: split(16),
         val: None,
         test_is_val: false,
+        skipped: Vec::new(),
         source: "blank 14x14 images".into(),
         classes: 10,
     });

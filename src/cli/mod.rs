@@ -188,6 +188,12 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub accumulate: Option<usize>,
 
+    /// Image folders and shards: the share of all images that may fail to decode; those are
+    /// left out (named on stderr, counted in the data's description) and more than it is an
+    /// error naming the first [default: 0.001].
+    #[arg(long, value_name = "F")]
+    pub max_bad_images: Option<f64>,
+
     /// Training-time augmentation: none, or cifar (zero padding 4, random crop, horizontal flip,
     /// as torchvision's RandomCrop(padding=4) and RandomHorizontalFlip) [default: none, or a
     /// resumed run's own].

@@ -47,6 +47,7 @@ pub fn load(dir: &Path) -> Result<Dataset, DataError> {
         test: read_batches(&dir, &["test_batch.bin".to_owned()])?,
         val: None,
         test_is_val: false,
+        skipped: Vec::new(),
         source: format!("CIFAR-10 binary batches in {}", dir.display()),
         classes: CLASSES as usize,
     })

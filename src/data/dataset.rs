@@ -43,6 +43,15 @@ pub enum DataError {
     Decode { path: PathBuf, why: String },
     #[error("{path} is {found_h}x{found_w} but the first image is {h}x{w}; make every image the same size, or pass --image-size H,W to resize them")]
     MixedSizes { path: PathBuf, found_h: u32, found_w: u32, h: u32, w: u32 },
+    #[error("{count} of {total} images do not decode, more than the {allowed} allowed (--max-bad-images {fraction}); the first: {first}: {why}")]
+    TooManyUndecodable {
+        count: usize,
+        total: usize,
+        allowed: usize,
+        fraction: f64,
+        first: PathBuf,
+        why: String,
+    },
     #[error("{path} has no array '{name}'; it needs x_train, y_train, x_test and y_test")]
     ArrayMissing { path: PathBuf, name: String },
     #[error("{path}: '{name}' has shape {shape:?}; {expected}")]
@@ -174,6 +183,8 @@ pub struct Dataset {
     /// The test split is the data set's own validation folder (`train/` and `val/` without
     /// `test/`): its figures are named "val" on screens.
     pub test_is_val: bool,
+    /// Images that did not decode and were left out (`path: why`), within the allowed share.
+    pub skipped: Vec<String>,
     /// What was loaded, for records and screens: `Fashion-MNIST/MNIST IDX files in DIR`.
     pub source: String,
     /// Labels go from 0 to `classes - 1`.
@@ -235,6 +246,7 @@ impl Dataset {
             test: load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")?,
             val: None,
             test_is_val: false,
+            skipped: Vec::new(),
             source: format!("IDX files in {}", dir.display()),
             classes: NUM_CLASSES as usize,
         })
@@ -341,6 +353,7 @@ mod tests {
             test: Split::gray(vec![0; 4], vec![0], 2, 2),
             val: None,
             test_is_val: false,
+            skipped: Vec::new(),
             source: String::new(),
             classes: 20,
         };

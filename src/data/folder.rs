@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use image::{imageops::FilterType, DynamicImage};
 
 use super::dataset::{DataError, Dataset, Pixels, Split};
+use super::LoadOptions;
 
 fn sorted_entries(dir: &Path, want_dirs: bool) -> Result<Vec<PathBuf>, DataError> {
     let read =
@@ -96,10 +97,12 @@ fn files(split_dir: &Path, classes: &[String]) -> Result<Labelled, DataError> {
 
 /// Decodes every image to 3 planes of `size` (height, width); says whether every image was
 /// grayscale.
+/// Images that do not decode are left out and added to `bad`.
 fn read_split(
     files: &[(ImageSource, i64)],
     size: (u32, u32),
     resize: bool,
+    bad: &mut Vec<(PathBuf, String)>,
 ) -> Result<(Split, bool), DataError> {
     let (h, w) = size;
     let plane = (h * w) as usize;
@@ -107,7 +110,14 @@ fn read_split(
     let mut labels = Vec::with_capacity(files.len());
     let mut gray = true;
     for (source, label) in files {
-        let mut img = source.decode()?;
+        let mut img = match source.decode() {
+            Ok(img) => img,
+            Err(DataError::Decode { path, why }) => {
+                bad.push((path, why));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         gray &= !img.color().has_color();
         if (img.height(), img.width()) != (h, w) {
             if !resize {
@@ -143,9 +153,9 @@ fn to_gray(split: &mut Split) {
     split.channels = 1;
 }
 
-/// Loads `dir/train` with `dir/val`, `dir/test` or both; `size` resizes every image to
-/// (height, width).
-pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> {
+/// Loads `dir/train` with `dir/val`, `dir/test` or both, as `options` say (the size every
+/// image is resized to, the share of undecodable images skipped).
+pub fn load(dir: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
     let train_dir = dir.join("train");
     let classes: Vec<String> = sorted_entries(&train_dir, true)?.iter().map(|p| name(p)).collect();
     if classes.is_empty() {
@@ -155,11 +165,8 @@ pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> 
     let (test_dir, val_dir, test_is_val) = evaluated_dirs(dir);
     let test = files(&test_dir, &classes)?;
     let val = val_dir.map(|v| files(&v, &classes)).transpose()?;
-    if train.is_empty() {
-        return Err(DataError::NoClasses { dir: train_dir });
-    }
     let what = format!("image folder {}", dir.display());
-    assemble((train, test, val), test_is_val, (size, Some(classes.len())), &what, dir)
+    assemble((train, test, val), test_is_val, (options, Some(classes.len())), &what, dir)
 }
 
 /// Decodes the splits (the size of the first training image, or `size`) into a data set: RGB
@@ -168,16 +175,33 @@ pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> 
 pub(super) fn assemble(
     (train, test, val): (Labelled, Labelled, Option<Labelled>),
     test_is_val: bool,
-    (size, classes): (Option<(u32, u32)>, Option<usize>),
+    (options, classes): (LoadOptions, Option<usize>),
     what: &str,
     dir: &Path,
 ) -> Result<Dataset, DataError> {
-    let Some((first, _)) = train.first() else { return Err(DataError::NoClasses { dir: dir.join("train") }) };
-    let first = first.decode()?;
-    let target = size.unwrap_or((first.height(), first.width()));
-    let (mut train, train_gray) = read_split(&train, target, size.is_some())?;
-    let (mut test, test_gray) = read_split(&test, target, size.is_some())?;
-    let mut val = val.map(|v| read_split(&v, target, size.is_some())).transpose()?;
+    if train.is_empty() {
+        return Err(DataError::NoClasses { dir: dir.join("train") });
+    }
+    // The size of the first training image that decodes (one that does not is found below).
+    let first = train.iter().find_map(|(s, _)| s.decode().ok());
+    let size = options.image_size;
+    let target = size.or(first.map(|f| (f.height(), f.width()))).unwrap_or((1, 1));
+    let total = train.len() + test.len() + val.as_ref().map_or(0, Vec::len);
+    let mut bad = Vec::new();
+    let (mut train, train_gray) = read_split(&train, target, size.is_some(), &mut bad)?;
+    let (mut test, test_gray) = read_split(&test, target, size.is_some(), &mut bad)?;
+    let mut val = val.map(|v| read_split(&v, target, size.is_some(), &mut bad)).transpose()?;
+    let allowed = (options.max_bad * total as f64).floor() as usize;
+    if let Some((first, why)) = bad.first().filter(|_| bad.len() > allowed) {
+        return Err(DataError::TooManyUndecodable {
+            count: bad.len(),
+            total,
+            allowed,
+            fraction: options.max_bad,
+            first: first.clone(),
+            why: why.clone(),
+        });
+    }
     // RGB unless every image is grayscale.
     if train_gray && test_gray && val.as_ref().is_none_or(|(_, gray)| *gray) {
         to_gray(&mut train);
@@ -193,7 +217,13 @@ pub(super) fn assemble(
     };
     let mut data = super::format::finish(train, test, String::new(), dir)?;
     data.classes = classes.unwrap_or(data.classes);
-    data.source = format!("{what} ({} classes{evaluated})", data.classes);
+    let skipped = match bad.len() {
+        0 => String::new(),
+        1 => ", 1 undecodable image skipped".to_owned(),
+        n => format!(", {n} undecodable images skipped"),
+    };
+    data.source = format!("{what} ({} classes{evaluated}{skipped})", data.classes);
+    data.skipped = bad.into_iter().map(|(p, why)| format!("{}: {why}", p.display())).collect();
     data.val = val.map(|(v, _)| v);
     data.test_is_val = test_is_val;
     Ok(data)

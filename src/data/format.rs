@@ -54,12 +54,23 @@ impl std::fmt::Display for DataFormat {
     }
 }
 
-/// How to load a data set: its format (detected when `None`) and, for image folders, the size
-/// every image is resized to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How to load a data set: its format (detected when `None`) and, for image folders and
+/// shards, the size every image is resized to and the share of undecodable images left out
+/// rather than refused.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoadOptions {
     pub format: Option<DataFormat>,
     pub image_size: Option<(u32, u32)>,
+    pub max_bad: f64,
+}
+
+/// The default share of undecodable images skipped (`--max-bad-images`): one in a thousand.
+pub const MAX_BAD_IMAGES: f64 = 0.001;
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { format: None, image_size: None, max_bad: MAX_BAD_IMAGES }
+    }
 }
 
 fn has(dir: &Path, names: &[&str]) -> bool {
@@ -100,8 +111,8 @@ impl DataFormat {
         match self {
             DataFormat::Idx => Dataset::load_idx(path),
             DataFormat::Cifar10 => super::cifar::load(path),
-            DataFormat::Images => super::folder::load(path, options.image_size),
-            DataFormat::WebDataset => super::webdataset::load(path, options.image_size),
+            DataFormat::Images => super::folder::load(path, options),
+            DataFormat::WebDataset => super::webdataset::load(path, options),
             DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, self),
         }
     }
@@ -116,5 +127,13 @@ pub fn finish(train: Split, test: Split, source: String, path: &Path) -> Result<
         }
     }
     let largest = train.labels.iter().chain(&test.labels).copied().max().unwrap_or(0);
-    Ok(Dataset { train, test, val: None, test_is_val: false, source, classes: largest as usize + 1 })
+    Ok(Dataset {
+        train,
+        test,
+        val: None,
+        test_is_val: false,
+        skipped: Vec::new(),
+        source,
+        classes: largest as usize + 1,
+    })
 }

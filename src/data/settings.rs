@@ -23,6 +23,13 @@ pub struct DataSettings {
     pub test_limit: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_fraction: Option<f64>,
+    /// `--max-bad-images`: the share of undecodable images skipped rather than refused.
+    #[serde(default = "max_bad_images")]
+    pub max_bad: f64,
+}
+
+fn max_bad_images() -> f64 {
+    super::format::MAX_BAD_IMAGES
 }
 
 impl Default for DataSettings {
@@ -34,6 +41,7 @@ impl Default for DataSettings {
             train_limit: None,
             test_limit: None,
             val_fraction: None,
+            max_bad: max_bad_images(),
         }
     }
 }
@@ -41,6 +49,6 @@ impl Default for DataSettings {
 impl DataSettings {
     /// The loader's options.
     pub fn load_options(&self) -> super::LoadOptions {
-        super::LoadOptions { format: self.format, image_size: self.image_size }
+        super::LoadOptions { format: self.format, image_size: self.image_size, max_bad: self.max_bad }
     }
 }

@@ -86,13 +86,12 @@ fn read_split(split_dir: &Path) -> Result<Labelled, DataError> {
     Ok(out)
 }
 
-/// Loads `dir/train/*.tar` with `dir/val/*.tar`, `dir/test/*.tar` or both; `size` resizes every
-/// image to (height, width).
-pub fn load(dir: &Path, size: Option<(u32, u32)>) -> Result<Dataset, DataError> {
+/// Loads `dir/train/*.tar` with `dir/val/*.tar`, `dir/test/*.tar` or both, as `options` say.
+pub fn load(dir: &Path, options: super::LoadOptions) -> Result<Dataset, DataError> {
     let train = read_split(&dir.join("train"))?;
     let (test_dir, val_dir, test_is_val) = evaluated_dirs(dir);
     let test = read_split(&test_dir)?;
     let val = val_dir.map(|v| read_split(&v)).transpose()?;
     let what = format!("WebDataset shards in {}", dir.display());
-    assemble((train, test, val), test_is_val, (size, None), &what, dir)
+    assemble((train, test, val), test_is_val, (options, None), &what, dir)
 }

@@ -178,6 +178,7 @@ pub fn resolved(cfg: &TrainConfig) -> String {
     if let Some(n) = d.test_limit {
         add("test_limit", n.to_string());
     }
+    add("max_bad_images", d.max_bad.to_string());
     if let Some(f) = d.val_fraction {
         add("val_fraction", f.to_string());
     }

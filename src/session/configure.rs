@@ -296,7 +296,14 @@ pub fn prepare(
     }
     // A theme typo is bad input even where no dashboard opens (yet).
     super::theme(args)?;
+    if !(cfg.data.max_bad.is_finite() && (0.0..=1.0).contains(&cfg.data.max_bad)) {
+        return Err(input(anyhow!(
+            "--max-bad-images takes a share between 0 and 1 such as 0.001, got {}",
+            cfg.data.max_bad
+        )));
+    }
     let mut data = Dataset::load_with(&cfg.data.path, cfg.data.load_options()).map_err(input)?;
+    warn_skipped(&data.skipped);
     builtin_fits(cfg.model, &data)?;
     cfg.normalization = normalization(args, &cfg, &data)?;
     if let Some(n) = cfg.data.train_limit {
@@ -437,6 +444,7 @@ fn data_settings(args: &Args, saved: Option<DataSettings>) -> DataSettings {
         train_limit: args.train_limit.or(saved.train_limit),
         test_limit: args.test_limit.or(saved.test_limit),
         val_fraction: args.val_fraction.or(saved.val_fraction),
+        max_bad: args.max_bad_images.unwrap_or(saved.max_bad),
     }
 }
 
@@ -453,4 +461,15 @@ fn augmentation(
         a.hflip = f == OnOff::On;
     }
     a
+}
+
+/// Says which images were left out because they do not decode (the first ten, then a count).
+fn warn_skipped(skipped: &[String]) {
+    const SHOWN: usize = 10;
+    for s in skipped.iter().take(SHOWN) {
+        eprintln!("dpt-tui: warning: skipped an image that does not decode: {s}");
+    }
+    if skipped.len() > SHOWN {
+        eprintln!("dpt-tui: warning: {} more images that do not decode were skipped", skipped.len() - SHOWN);
+    }
 }

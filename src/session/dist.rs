@@ -90,10 +90,11 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "channels_last": args.channels_last.map(|c| format!("{c:?}")),
         "resume": args.resume.is_some(),
     });
-    // The augmentation's flags (beside the rest: one macro call cannot hold them all).
+    // The augmentation's and the images' flags (one macro call cannot hold them all).
     all["augment"] = serde_json::json!(args.augment.map(|a| format!("{a:?}")));
     all["crop_padding"] = serde_json::json!(args.crop_padding);
     all["hflip"] = serde_json::json!(args.hflip.map(|v| format!("{v:?}")));
+    all["max_bad_images"] = serde_json::json!(args.max_bad_images);
     all
 }
 

@@ -42,6 +42,7 @@ fn synthetic(n: usize) -> Arc<Dataset> {
         test: split(n / 2, 7),
         val: None,
         test_is_val: false,
+        skipped: Vec::new(),
         source: "synthetic images".into(),
         classes: 10,
     })
