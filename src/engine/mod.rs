@@ -29,6 +29,7 @@ pub mod tensor_file;
 pub mod visible;
 pub mod worker;
 pub mod worker_messages;
+pub mod worker_thread;
 
 use std::path::PathBuf;
 use std::sync::Arc;

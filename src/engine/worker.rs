@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::{Receiver, Sender};
 use tch::{Device, Kind, Tensor};
 
+pub use super::worker_thread::{in_worker_thread, panic_message, WORKER_THREAD_PREFIX};
+
 use super::augment::Augment;
 use super::clock::PhaseClock;
 use super::faults::Faults;
@@ -129,28 +131,6 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
     let _ = replies.send(FromWorker::Failed { replica, error });
 }
 
-/// The first line of a panic payload. libtorch errors surface as panics whose text continues
-/// with a C++ backtrace; the first line names the problem.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = if let Some(s) = panic.downcast_ref::<String>() {
-        s.as_str()
-    } else if let Some(s) = panic.downcast_ref::<&str>() {
-        s
-    } else {
-        "panic with a non-text payload"
-    };
-    let first = text.lines().next().unwrap_or(text);
-    first.replace("called `Result::unwrap()` on an `Err` value: ", "").trim().to_owned()
-}
-
-/// Whether the current thread is an engine worker or the coordinator, whose panics are caught
-/// and reported as a failed run naming the replica (so a panic hook may stay silent for them).
-pub fn in_worker_thread() -> bool {
-    std::thread::current()
-        .name()
-        .is_some_and(|n| n.starts_with(WORKER_THREAD_PREFIX) || n == "dpt-coordinator")
-}
-
 /// `cuda:1`, `cpu`: a device as the engine names it.
 fn device_name(device: Device) -> String {
     match device {
@@ -158,9 +138,6 @@ fn device_name(device: Device) -> String {
         _ => "cpu".to_owned(),
     }
 }
-
-/// Worker threads are named `dpt-worker-<replica>`.
-pub const WORKER_THREAD_PREFIX: &str = "dpt-worker-";
 
 impl Worker {
     fn new(setup: WorkerSetup) -> Result<Self, WorkerError> {

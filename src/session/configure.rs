@@ -10,7 +10,7 @@ use anyhow::anyhow;
 use super::input;
 use crate::cli::{Args, ModelArg, OnOff};
 use crate::Failure;
-use dpt_tui::data::{DataSettings, Dataset};
+use dpt_tui::data::Dataset;
 use dpt_tui::dist::World;
 use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
@@ -111,10 +111,12 @@ fn configure(
         return Err(input(anyhow!("--keep-checkpoints must be at least 1 (the newest checkpoint)")));
     }
     cfg.keep_checkpoints = args.keep_checkpoints;
-    cfg.data = data_settings(args, resume.as_ref().and_then(|r| r.state.data.clone()));
-    cfg.augment = augmentation(args, resume.as_ref().and_then(|r| r.state.augment));
+    cfg.data = super::data_flags::data_settings(args, resume.as_ref().and_then(|r| r.state.data.clone()));
+    cfg.augment = super::recipe_flags::augmentation(args, resume.as_ref().and_then(|r| r.state.augment));
     cfg.precision = args.precision;
-    cfg.loss_scale = loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler)).map_err(input)?;
+    cfg.loss_scale =
+        super::recipe_flags::loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler))
+            .map_err(input)?;
     cfg.channels_last = args.channels_last.map(|v| v == OnOff::On);
     cfg.on_nan = args.on_nan.unwrap_or(if interactive { OnNan::Pause } else { OnNan::Stop });
     cfg.save_policy = if interactive {
@@ -303,7 +305,7 @@ pub fn prepare(
         )));
     }
     let mut data = Dataset::load_with(&cfg.data.path, cfg.data.load_options()).map_err(input)?;
-    warn_skipped(&data.skipped);
+    super::data_flags::warn_skipped(&data.skipped);
     builtin_fits(cfg.model, &data)?;
     cfg.normalization = normalization(args, &cfg, &data)?;
     if let Some(n) = cfg.data.train_limit {
@@ -408,68 +410,4 @@ fn sample_inputs(data: &Dataset, norm: &Normalization) -> (tch::Tensor, i64) {
     let normalizer = Normalizer::new(norm, first.images.unit(), first.channels, tch::Device::Cpu);
     let max_label = data.train.labels.iter().copied().max().unwrap_or(0);
     (normalizer.apply(&raw), max_label)
-}
-
-/// `--loss-scale` and its settings: on by default with `--precision f16` or when the resumed run
-/// scaled its loss (its settings then stay, and its scale continues).
-fn loss_scaling(
-    args: &Args,
-    saved: Option<dpt_tui::engine::optim::loss_scale::LossScaler>,
-) -> anyhow::Result<Option<dpt_tui::engine::optim::loss_scale::LossScaling>> {
-    use dpt_tui::engine::optim::loss_scale::LossScaling;
-    let default_on = args.precision == dpt_tui::model::Precision::F16 || saved.is_some();
-    let on = args.loss_scale.map_or(default_on, |v| v == OnOff::On);
-    if !on {
-        if args.loss_scale_init.is_some() || args.loss_scale_interval.is_some() {
-            return Err(anyhow!("--loss-scale-init and --loss-scale-interval set up loss scaling, which is off: add --loss-scale on"));
-        }
-        return Ok(None);
-    }
-    let base = saved.map_or_else(LossScaling::default, |s| s.settings());
-    Ok(Some(LossScaling {
-        init: args.loss_scale_init.unwrap_or(base.init),
-        growth_interval: args.loss_scale_interval.unwrap_or(base.growth_interval),
-    }))
-}
-
-/// The data flags, each from the command line, else the resumed run's checkpoint, else the
-/// default.
-fn data_settings(args: &Args, saved: Option<DataSettings>) -> DataSettings {
-    let saved = saved.unwrap_or_default();
-    DataSettings {
-        // Absolute, so a checkpoint resumed from another folder finds its data.
-        path: args.data.clone().map_or(saved.path, |p| std::path::absolute(&p).unwrap_or(p)),
-        format: args.data_format.or(saved.format),
-        image_size: args.image_size.or(saved.image_size),
-        train_limit: args.train_limit.or(saved.train_limit),
-        test_limit: args.test_limit.or(saved.test_limit),
-        val_fraction: args.val_fraction.or(saved.val_fraction),
-        max_bad: args.max_bad_images.unwrap_or(saved.max_bad),
-    }
-}
-
-/// `--augment`, refined by `--crop-padding` and `--hflip`; a resumed run's own by default.
-fn augmentation(
-    args: &Args,
-    saved: Option<dpt_tui::engine::augment::Augment>,
-) -> dpt_tui::engine::augment::Augment {
-    let mut a = args.augment.map(|p| p.augment()).or(saved).unwrap_or_default();
-    if let Some(p) = args.crop_padding {
-        a.crop_padding = (p > 0).then_some(p);
-    }
-    if let Some(f) = args.hflip {
-        a.hflip = f == OnOff::On;
-    }
-    a
-}
-
-/// Says which images were left out because they do not decode (the first ten, then a count).
-fn warn_skipped(skipped: &[String]) {
-    const SHOWN: usize = 10;
-    for s in skipped.iter().take(SHOWN) {
-        eprintln!("dpt-tui: warning: skipped an image that does not decode: {s}");
-    }
-    if skipped.len() > SHOWN {
-        eprintln!("dpt-tui: warning: {} more images that do not decode were skipped", skipped.len() - SHOWN);
-    }
 }

@@ -5,12 +5,14 @@
 mod attach;
 pub mod config_file;
 mod configure;
+mod data_flags;
 mod dist;
 mod doctor;
 mod front;
 mod job;
 mod ls;
 mod optimizer_flags;
+mod recipe_flags;
 mod restart;
 mod show;
 
