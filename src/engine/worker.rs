@@ -229,14 +229,15 @@ impl Worker {
 
     /// Gathers training rows `index` (positions `start..start + len` of the epoch order),
     /// augments them and normalizes them.
-    fn training_inputs(&self, index: &Tensor, start: usize, len: usize) -> Tensor {
+    fn training_inputs(&self, index: &Tensor, start: usize, len: usize) -> Result<Tensor, WorkerError> {
         if self.augment.is_none() {
-            return self.inputs(&self.train.images, index);
+            return Ok(self.inputs(&self.train.images, index));
         }
         let (epoch, order) = &self.epoch;
-        let ids = order.get(start..start + len).unwrap_or_default();
+        // The host's copy of the order the device's came with; a step outside it is a bug.
+        let ids = order.get(start..start + len).ok_or(WorkerError::NoEpoch)?;
         let draws = crate::engine::augment::draws(&self.augment, self.seed, *epoch, ids);
-        self.normalize(&self.augment.apply(&self.train.images.index_select(0, index), &draws))
+        Ok(self.normalize(&self.augment.apply(&self.train.images.index_select(0, index), &draws)))
     }
 
     /// Stored values to the model's input.
@@ -295,7 +296,7 @@ impl Worker {
             self.clock.mark()?;
         } else {
             let index = order.narrow(0, start as i64, len as i64);
-            let x = self.training_inputs(&index, start, len);
+            let x = self.training_inputs(&index, start, len)?;
             let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
             self.clock.mark()?;
