@@ -235,6 +235,7 @@ mod tests {
             epochs_done: 2,
             global_steps: 10,
             reason: FinishReason::Completed,
+            peak_rss_mib: None,
         };
         let done = a.on_record(&Record::Summary(Box::new(summary.clone()))).unwrap();
         assert_eq!(done.kind, AlertKind::Finished);

@@ -5,6 +5,14 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 
+/// The most resident memory this process has held so far, in bytes (Linux's `VmHWM`).
+pub fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// This process's effective user id.
 pub fn my_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

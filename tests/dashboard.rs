@@ -97,6 +97,7 @@ fn help_overlay_save_views_and_quit() {
         epochs_done: 2,
         global_steps: 600,
         reason: FinishReason::Stopped,
+        peak_rss_mib: None,
     })));
     assert!(app.quit);
 }
@@ -328,6 +329,7 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
         epochs_done: 1,
         global_steps: 235,
         reason: FinishReason::Completed,
+        peak_rss_mib: None,
     };
     recorded(
         &root.path().join("slow-lr"),

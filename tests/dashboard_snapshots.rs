@@ -34,6 +34,7 @@ fn finished() -> App {
         epochs_done: 2,
         global_steps: 570,
         reason: FinishReason::Completed,
+        peak_rss_mib: None,
     })));
     app
 }

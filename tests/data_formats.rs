@@ -15,7 +15,7 @@ use npyz::WriterBuilder;
 fn bytes(split: &Split) -> &[u8] {
     match &split.images {
         Pixels::Bytes(v) => v,
-        Pixels::Floats(_) => panic!("byte images expected"),
+        _ => panic!("byte images expected"),
     }
 }
 

@@ -1,12 +1,14 @@
 //! Command-line flags, parsed (`session::configure` resolves them into a training configuration);
 //! the values they take are read in `values.rs`.
 
+mod loader_args;
 mod values;
 
 use std::path::PathBuf;
 
 use clap::Parser;
 
+pub use loader_args::LoaderArgs;
 use values::{parse, parse_betas, parse_size};
 pub use values::{DistBackend, LossArg, ModelArg, OnOff};
 
@@ -207,6 +209,9 @@ pub struct Args {
     /// Random horizontal flip (p = 0.5), over --augment's choice.
     #[arg(long, value_name = "on|off")]
     pub hflip: Option<OnOff>,
+
+    #[command(flatten)]
+    pub loader: LoaderArgs,
 
     /// Carve this fraction of the training set (chosen by --seed) into a validation split,
     /// evaluated every epoch; the test set is then evaluated once, at the end.

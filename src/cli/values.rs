@@ -80,6 +80,24 @@ pub(super) fn parse_size(s: &str) -> Result<(u32, u32), String> {
     Ok((h, w))
 }
 
+/// `--data-memory`: bytes, with an optional K, M, G or T (binary: 2G is 2 GiB).
+pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("'{s}' is not a size such as 512M or 8G");
+    let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches(['i']);
+    let (digits, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 10),
+        Some('M') => (&t[..t.len() - 1], 20),
+        Some('G') => (&t[..t.len() - 1], 30),
+        Some('T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: f64 = digits.trim().parse().map_err(|_| bad())?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(bad());
+    }
+    Ok((n * (1u64 << shift) as f64) as u64)
+}
+
 /// A yes/no flag value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
@@ -93,4 +111,18 @@ pub enum DistBackend {
     Auto,
     Gloo,
     Nccl,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_read_with_binary_suffixes() {
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("lots").is_err() && parse_bytes("0").is_err());
+    }
 }

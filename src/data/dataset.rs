@@ -70,35 +70,60 @@ pub enum DataError {
 pub enum Pixels {
     Bytes(Vec<u8>),
     Floats(Vec<f32>),
+    /// Not in memory: where each sample's encoded image is, decoded to bytes as training
+    /// reaches it (`--loader stream`).
+    Streamed(super::stream::Streamed),
 }
 
 impl Pixels {
-    /// Number of values.
+    /// Number of values in memory (none for streamed samples).
     pub fn len(&self) -> usize {
         match self {
             Pixels::Bytes(v) => v.len(),
             Pixels::Floats(v) => v.len(),
+            Pixels::Streamed(_) => 0,
         }
     }
 
-    /// Whether there is no value.
+    /// Whether there is no value in memory.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn truncate(&mut self, n: usize) {
+    /// Keeps the first `n` samples of `per` values each.
+    fn truncate(&mut self, n: usize, per: usize) {
         match self {
-            Pixels::Bytes(v) => v.truncate(n),
-            Pixels::Floats(v) => v.truncate(n),
+            Pixels::Bytes(v) => v.truncate(n * per),
+            Pixels::Floats(v) => v.truncate(n * per),
+            Pixels::Streamed(s) => s.entries.truncate(n),
         }
     }
 
-    /// What one unit of the stored values is on the `[0, 1]` scale: 1/255 for bytes.
+    /// The samples at `indices` (of `per` values each), in that order.
+    fn select(&self, indices: &[usize], per: usize) -> Pixels {
+        let rows =
+            |v: &[u8]| indices.iter().flat_map(|&i| v[i * per..(i + 1) * per].iter().copied()).collect();
+        match self {
+            Pixels::Bytes(v) => Pixels::Bytes(rows(v)),
+            Pixels::Floats(v) => Pixels::Floats(
+                indices.iter().flat_map(|&i| v[i * per..(i + 1) * per].iter().copied()).collect(),
+            ),
+            Pixels::Streamed(s) => Pixels::Streamed(s.select(indices)),
+        }
+    }
+
+    /// What one unit of the stored values is on the `[0, 1]` scale: 1/255 for bytes (and
+    /// streamed images, which decode to bytes).
     pub fn unit(&self) -> f64 {
         match self {
-            Pixels::Bytes(_) => 1.0 / 255.0,
+            Pixels::Bytes(_) | Pixels::Streamed(_) => 1.0 / 255.0,
             Pixels::Floats(_) => 1.0,
         }
+    }
+
+    /// Whether the samples are read from storage as training goes.
+    pub fn is_streamed(&self) -> bool {
+        matches!(self, Pixels::Streamed(_))
     }
 }
 
@@ -140,35 +165,32 @@ impl Split {
 
     /// A copy of the first `n` samples (all of them when `n` is larger).
     pub fn head(&self, n: usize) -> Split {
-        let n = n.min(self.len());
-        let values = n * self.sample_len();
-        let images = match &self.images {
-            Pixels::Bytes(v) => Pixels::Bytes(v[..values].to_vec()),
-            Pixels::Floats(v) => Pixels::Floats(v[..values].to_vec()),
-        };
-        Split { images, labels: self.labels[..n].to_vec(), ..*self }
+        self.select(&(0..n.min(self.len())).collect::<Vec<_>>())
     }
 
     /// The samples at `indices`, in that order.
     pub fn select(&self, indices: &[usize]) -> Split {
-        let per = self.sample_len();
-        let images = match &self.images {
-            Pixels::Bytes(v) => Pixels::Bytes(
-                indices.iter().flat_map(|&i| v[i * per..(i + 1) * per].iter().copied()).collect(),
-            ),
-            Pixels::Floats(v) => Pixels::Floats(
-                indices.iter().flat_map(|&i| v[i * per..(i + 1) * per].iter().copied()).collect(),
-            ),
-        };
-        Split { images, labels: indices.iter().map(|&i| self.labels[i]).collect(), ..*self }
+        Split {
+            images: self.images.select(indices, self.sample_len()),
+            labels: indices.iter().map(|&i| self.labels[i]).collect(),
+            ..*self
+        }
+    }
+
+    /// This split with its samples in memory: streamed ones decoded (those that do not decode
+    /// left out); for the few samples a check needs, never a whole data set.
+    pub fn materialized(&self) -> Split {
+        match &self.images {
+            Pixels::Streamed(s) => s.decode_split(self),
+            _ => self.clone(),
+        }
     }
 
     /// Keeps the first `n` samples (all of them when `n` is larger).
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.len());
         self.labels.truncate(n);
-        let per = self.sample_len();
-        self.images.truncate(n * per);
+        self.images.truncate(n, self.sample_len());
     }
 }
 
@@ -255,8 +277,18 @@ impl Dataset {
     /// Per-channel mean and standard deviation of the training images on the `[0, 1]` scale
     /// (bytes / 255, floats as they are): the default normalization of the data sets that
     /// state none of their own.
+    /// Streamed images are measured on 256 of them, evenly spaced over the training set.
     pub fn channel_stats(&self) -> (Vec<f64>, Vec<f64>) {
-        let s = &self.train;
+        const MEASURED: usize = 256;
+        let n = self.train.len();
+        let measured;
+        let s = if self.train.images.is_streamed() {
+            let picks: Vec<usize> = (0..MEASURED.min(n)).map(|k| k * n / MEASURED.min(n)).collect();
+            measured = self.train.select(&picks).materialized();
+            &measured
+        } else {
+            &self.train
+        };
         let (plane, c) = (s.rows * s.cols, s.channels);
         let mut sum = vec![0.0f64; c];
         let mut sq = vec![0.0f64; c];
@@ -268,6 +300,7 @@ impl Dataset {
         match &s.images {
             Pixels::Bytes(v) => v.iter().enumerate().for_each(|(i, &b)| add(i, f64::from(b) / 255.0)),
             Pixels::Floats(v) => v.iter().enumerate().for_each(|(i, &f)| add(i, f64::from(f))),
+            Pixels::Streamed(_) => {}
         }
         let n = (s.len() * plane).max(1) as f64;
         let mean: Vec<f64> = sum.iter().map(|x| x / n).collect();

@@ -29,39 +29,29 @@ fn name(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Where an image comes from: a file, or bytes read out of a shard (named `shard.tar/key.ext`).
+/// Where an image comes from: a file, or `len` bytes at `offset` of a tar shard (named
+/// `shard.tar/member`).
 pub(super) enum ImageSource {
     File(PathBuf),
-    Bytes { name: PathBuf, bytes: Vec<u8> },
+    Member { shard: PathBuf, member: String, offset: u64, len: u32 },
 }
 
 impl ImageSource {
-    fn name(&self) -> &Path {
+    fn name(&self) -> PathBuf {
         match self {
-            ImageSource::File(p) => p,
-            ImageSource::Bytes { name, .. } => name,
+            ImageSource::File(p) => p.clone(),
+            ImageSource::Member { shard, member, .. } => shard.join(member),
         }
     }
 
     fn decode(&self) -> Result<DynamicImage, DataError> {
-        let why = |e: &dyn std::fmt::Display| DataError::Decode {
-            path: self.name().to_owned(),
-            why: e.to_string(),
-        };
-        match self {
-            ImageSource::File(path) => image::ImageReader::open(path)
-                .map_err(|e| why(&e))?
-                .with_guessed_format()
-                .map_err(|e| why(&e))?
-                .decode(),
-            ImageSource::Bytes { bytes, .. } => {
-                image::ImageReader::new(std::io::Cursor::new(bytes.as_slice()))
-                    .with_guessed_format()
-                    .map_err(|e| why(&e))?
-                    .decode()
-            }
+        let why = |e: &dyn std::fmt::Display| DataError::Decode { path: self.name(), why: e.to_string() };
+        let bytes = match self {
+            ImageSource::File(path) => std::fs::read(path),
+            ImageSource::Member { shard, offset, len, .. } => super::stream::read_range(shard, *offset, *len),
         }
-        .map_err(|e| why(&e))
+        .map_err(|e| why(&e))?;
+        super::stream::decode_bytes(&bytes).map_err(|e| why(&e))
     }
 }
 
@@ -122,7 +112,7 @@ fn read_split(
         if (img.height(), img.width()) != (h, w) {
             if !resize {
                 return Err(DataError::MixedSizes {
-                    path: source.name().to_owned(),
+                    path: source.name(),
                     found_h: img.height(),
                     found_w: img.width(),
                     h,
@@ -169,6 +159,15 @@ pub fn load(dir: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
     assemble((train, test, val), test_is_val, (options, Some(classes.len())), &what, dir)
 }
 
+/// How the data set's own `val/` is used, in the data set's description.
+fn evaluated_words(test_is_val: bool, has_val: bool) -> &'static str {
+    match (test_is_val, has_val) {
+        (true, _) => ", val/ as the test set",
+        (false, true) => ", val/ each epoch, test/ at the end",
+        (false, false) => "",
+    }
+}
+
 /// Decodes the splits (the size of the first training image, or `size`) into a data set: RGB
 /// unless every image is grayscale; `classes` when known (else counted from the labels);
 /// `what` names it in the data set's description.
@@ -185,8 +184,22 @@ pub(super) fn assemble(
     // The size of the first training image that decodes (one that does not is found below).
     let first = train.iter().find_map(|(s, _)| s.decode().ok());
     let size = options.image_size;
+    let color = first.as_ref().is_none_or(|f| f.color().has_color());
     let target = size.or(first.map(|f| (f.height(), f.width()))).unwrap_or((1, 1));
     let total = train.len() + test.len() + val.as_ref().map_or(0, Vec::len);
+    let decoded = total as u64 * 3 * u64::from(target.0) * u64::from(target.1);
+    if options.loader.streams(decoded, options.memory) {
+        // Left on storage: the first image's size (or --image-size) and color decide the shape.
+        let shape = (if color { 3 } else { 1 }, target.0 as usize, target.1 as usize);
+        let (train, test, val) = super::stream::index((train, test, val), shape, size.is_some());
+        let mut data = super::format::finish(train, test, String::new(), dir)?;
+        data.classes = classes.unwrap_or(data.classes);
+        let evaluated = evaluated_words(test_is_val, val.is_some());
+        data.source = format!("{what} ({} classes{evaluated}, streamed)", data.classes);
+        data.val = val;
+        data.test_is_val = test_is_val;
+        return Ok(data);
+    }
     let mut bad = Vec::new();
     let (mut train, train_gray) = read_split(&train, target, size.is_some(), &mut bad)?;
     let (mut test, test_gray) = read_split(&test, target, size.is_some(), &mut bad)?;
@@ -210,11 +223,7 @@ pub(super) fn assemble(
             to_gray(v);
         }
     }
-    let evaluated = match (test_is_val, &val) {
-        (true, _) => ", val/ as the test set",
-        (false, Some(_)) => ", val/ each epoch, test/ at the end",
-        (false, None) => "",
-    };
+    let evaluated = evaluated_words(test_is_val, val.is_some());
     let mut data = super::format::finish(train, test, String::new(), dir)?;
     data.classes = classes.unwrap_or(data.classes);
     let skipped = match bad.len() {

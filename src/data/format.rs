@@ -62,14 +62,64 @@ pub struct LoadOptions {
     pub format: Option<DataFormat>,
     pub image_size: Option<(u32, u32)>,
     pub max_bad: f64,
+    /// Whether image folders and shards are decoded into memory or streamed.
+    pub loader: Loader,
+    /// The host memory the data may take, in bytes (`--data-memory`).
+    pub memory: u64,
+}
+
+/// How the training data reaches the replicas (`--loader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Loader {
+    /// Resident when the decoded images fit the memory budget, else streamed.
+    #[default]
+    Auto,
+    /// Decoded once, held in memory and on every replica's device.
+    Resident,
+    /// Read and decoded batch by batch as training reaches them, within the memory budget.
+    Stream,
+}
+
+impl Loader {
+    /// Whether a data set of `decoded` bytes is streamed under a budget of `memory` bytes.
+    pub fn streams(self, decoded: u64, memory: u64) -> bool {
+        match self {
+            Loader::Auto => decoded > memory,
+            Loader::Resident => false,
+            Loader::Stream => true,
+        }
+    }
+}
+
+impl std::str::FromStr for Loader {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Loader::Auto),
+            "resident" => Ok(Loader::Resident),
+            "stream" => Ok(Loader::Stream),
+            _ => Err(format!("unknown loader '{s}'; use auto, resident or stream")),
+        }
+    }
 }
 
 /// The default share of undecodable images skipped (`--max-bad-images`): one in a thousand.
 pub const MAX_BAD_IMAGES: f64 = 0.001;
 
+/// The default memory budget of the data (`--data-memory`): 2 GiB.
+pub const DATA_MEMORY: u64 = 2 << 30;
+
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { format: None, image_size: None, max_bad: MAX_BAD_IMAGES }
+        LoadOptions {
+            format: None,
+            image_size: None,
+            max_bad: MAX_BAD_IMAGES,
+            loader: Loader::Auto,
+            memory: DATA_MEMORY,
+        }
     }
 }
 

@@ -8,9 +8,10 @@ mod folder;
 pub mod format;
 pub mod idx;
 pub mod settings;
+pub mod stream;
 mod webdataset;
 
 pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASSES};
-pub use format::{DataFormat, LoadOptions};
+pub use format::{DataFormat, LoadOptions, Loader};
 pub use idx::{IdxArray, IdxError};
 pub use settings::DataSettings;

@@ -26,6 +26,16 @@ pub struct DataSettings {
     /// `--max-bad-images`: the share of undecodable images skipped rather than refused.
     #[serde(default = "max_bad_images")]
     pub max_bad: f64,
+    /// `--loader`: resident, streamed, or by size.
+    #[serde(default)]
+    pub loader: super::Loader,
+    /// `--data-memory`: the host memory the data may take, in bytes.
+    #[serde(default = "data_memory")]
+    pub memory: u64,
+}
+
+fn data_memory() -> u64 {
+    super::format::DATA_MEMORY
 }
 
 fn max_bad_images() -> f64 {
@@ -42,6 +52,8 @@ impl Default for DataSettings {
             test_limit: None,
             val_fraction: None,
             max_bad: max_bad_images(),
+            loader: super::Loader::Auto,
+            memory: data_memory(),
         }
     }
 }
@@ -49,6 +61,12 @@ impl Default for DataSettings {
 impl DataSettings {
     /// The loader's options.
     pub fn load_options(&self) -> super::LoadOptions {
-        super::LoadOptions { format: self.format, image_size: self.image_size, max_bad: self.max_bad }
+        super::LoadOptions {
+            format: self.format,
+            image_size: self.image_size,
+            max_bad: self.max_bad,
+            loader: self.loader,
+            memory: self.memory,
+        }
     }
 }

@@ -31,10 +31,11 @@ fn shards(split_dir: &Path) -> Result<Vec<PathBuf>, DataError> {
     Ok(out)
 }
 
-/// A sample's pieces as they are found in a shard.
+/// A sample's pieces as they are found in a shard: its image member (name, offset of its
+/// bytes in the shard, length) and its class.
 #[derive(Default)]
 struct Pieces {
-    image: Option<(String, Vec<u8>)>,
+    image: Option<(String, u64, u32)>,
     class: Option<i64>,
 }
 
@@ -56,15 +57,20 @@ fn read_split(split_dir: &Path) -> Result<Labelled, DataError> {
             let (dir, name) = path.rsplit_once('/').map_or(("", path.as_str()), |(d, n)| (d, n));
             let Some((stem, ext)) = name.split_once('.') else { continue };
             let key = if dir.is_empty() { stem.to_owned() } else { format!("{dir}/{stem}") };
-            let mut bytes = Vec::new();
-            entry.read_to_end(&mut bytes).map_err(|e| bad(format!("{path}: {e}")))?;
             let pieces = samples.entry(key.clone()).or_insert_with(|| {
                 order.push(key.clone());
                 Pieces::default()
             });
             match ext.to_ascii_lowercase().as_str() {
-                "jpg" | "jpeg" | "png" => pieces.image = Some((path.clone(), bytes)),
+                // The image stays in the shard: where it is is enough to read it when needed.
+                "jpg" | "jpeg" | "png" => {
+                    let len = u32::try_from(entry.size())
+                        .map_err(|_| bad(format!("{path} is larger than 4 GiB, not an image")))?;
+                    pieces.image = Some((path.clone(), entry.raw_file_position(), len));
+                }
                 "cls" => {
+                    let mut bytes = Vec::new();
+                    entry.read_to_end(&mut bytes).map_err(|e| bad(format!("{path}: {e}")))?;
                     let text = String::from_utf8_lossy(&bytes);
                     let class = text
                         .trim()
@@ -78,9 +84,9 @@ fn read_split(split_dir: &Path) -> Result<Labelled, DataError> {
         for key in order {
             let pieces = samples.remove(&key).unwrap_or_default();
             let missing = |what: &str| bad(format!("sample '{key}' has no {what}"));
-            let (name, bytes) = pieces.image.ok_or_else(|| missing(".jpg or .png"))?;
+            let (member, offset, len) = pieces.image.ok_or_else(|| missing(".jpg or .png"))?;
             let class = pieces.class.ok_or_else(|| missing(".cls"))?;
-            out.push((ImageSource::Bytes { name: shard.join(name), bytes }, class));
+            out.push((ImageSource::Member { shard: shard.clone(), member, offset, len }, class));
         }
     }
     Ok(out)

@@ -12,7 +12,7 @@ use tch::{Kind, Tensor};
 use super::shard::mix_seed;
 
 /// Which augmentations training applies (`--augment`, `--crop-padding`, `--hflip`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Augment {
     /// `RandomCrop` with this zero padding (absent: no crop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -20,6 +20,10 @@ pub struct Augment {
     /// `RandomHorizontalFlip(p=0.5)`.
     #[serde(default)]
     pub hflip: bool,
+    /// `RandomResizedCrop` to the image size, in the streaming loader's threads (evaluation:
+    /// resize + centre crop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resized_crop: Option<super::resized_crop::ResizedCrop>,
 }
 
 /// A named set of augmentations.
@@ -29,6 +33,8 @@ pub enum Preset {
     None,
     /// The CIFAR recipe: pad 4, random crop, horizontal flip.
     Cifar,
+    /// The ImageNet recipe: random-resized crop + flip; evaluation resize + centre crop.
+    Imagenet,
 }
 
 impl std::str::FromStr for Preset {
@@ -38,7 +44,8 @@ impl std::str::FromStr for Preset {
         match s {
             "none" => Ok(Preset::None),
             "cifar" => Ok(Preset::Cifar),
-            _ => Err(format!("unknown augmentation '{s}'; use none or cifar")),
+            "imagenet" => Ok(Preset::Imagenet),
+            _ => Err(format!("unknown augmentation '{s}'; use none, cifar or imagenet")),
         }
     }
 }
@@ -47,7 +54,10 @@ impl Preset {
     pub fn augment(self) -> Augment {
         match self {
             Preset::None => Augment::default(),
-            Preset::Cifar => Augment { crop_padding: Some(4), hflip: true },
+            Preset::Cifar => Augment { crop_padding: Some(4), hflip: true, resized_crop: None },
+            Preset::Imagenet => {
+                Augment { crop_padding: None, hflip: true, resized_crop: Some(Default::default()) }
+            }
         }
     }
 }
@@ -62,12 +72,23 @@ pub struct Draw {
 
 impl Augment {
     pub fn is_none(&self) -> bool {
-        self.crop_padding.is_none() && !self.hflip
+        self.crop_padding.is_none() && !self.hflip && self.resized_crop.is_none()
+    }
+
+    /// Whether the device applies anything (the random-resized crop is the loader's).
+    pub fn on_device(&self) -> bool {
+        self.crop_padding.is_some() || self.hflip
     }
 
     /// The augmentations in words (`random crop (padding 4) + horizontal flip`).
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
+        if let Some(c) = self.resized_crop {
+            parts.push(format!(
+                "random-resized crop (scale {}-{}, ratio {:.3}-{:.3})",
+                c.scale.0, c.scale.1, c.ratio.0, c.ratio.1
+            ));
+        }
         if let Some(p) = self.crop_padding {
             parts.push(format!("random crop (padding {p})"));
         }
@@ -132,7 +153,7 @@ mod tests {
     fn a_crop_and_flip_read_the_padded_image_as_torchvision_defines_them() {
         // One 1x2x3 image, values 1..=6; padding 1 makes it 4x5 with a zero border.
         let raw = Tensor::from_slice(&[1u8, 2, 3, 4, 5, 6]).view([1, 1, 2, 3]);
-        let a = Augment { crop_padding: Some(1), hflip: true };
+        let a = Augment { crop_padding: Some(1), hflip: true, resized_crop: None };
         let at = |top, left, flip| {
             let out = a.apply(&raw, &[Draw { top, left, flip }]);
             Vec::<u8>::try_from(out.contiguous().view([-1])).expect("u8")

@@ -119,6 +119,8 @@ pub struct TrainConfig {
     pub check_replicas: bool,
     /// Intra-op threads of each CPU replica.
     pub cpu_threads: usize,
+    /// The streaming loader's queue depth and decode threads (streamed data only).
+    pub loader: super::loader::LoaderConfig,
     /// When periodic checkpoints are written (0 of anything: only on stop and at the end).
     pub checkpoint_every: super::checkpoint_every::CheckpointEvery,
     /// How many of the newest checkpoints to keep under `checkpoints/` (1: only
@@ -186,6 +188,7 @@ impl TrainConfig {
             max_steps: None,
             check_replicas: false,
             cpu_threads: 1,
+            loader: Default::default(),
             checkpoint_every: Default::default(),
             keep_checkpoints: 1,
             on_nan: OnNan::Stop,

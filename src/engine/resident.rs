@@ -13,13 +13,22 @@ pub struct Resident {
 }
 
 impl Resident {
-    /// Copies `split` to `device`.
+    /// Copies `split` to `device` (streamed samples decoded first: for the few samples a
+    /// check needs; the workers stream a streamed split instead).
     pub fn upload(split: &Split, device: Device) -> Resident {
+        let decoded;
+        let split = if split.images.is_streamed() {
+            decoded = split.materialized();
+            &decoded
+        } else {
+            split
+        };
         let n = split.len() as i64;
         let [c, h, w] = split.sample_shape();
         let images = match &split.images {
             Pixels::Bytes(v) => Tensor::from_slice(v),
             Pixels::Floats(v) => Tensor::from_slice(v),
+            Pixels::Streamed(_) => Tensor::zeros([0], (tch::Kind::Uint8, Device::Cpu)),
         };
         Resident {
             images: images.view([n, c, h, w]).to_device(device),

@@ -36,9 +36,43 @@ pub fn shards(n: usize, k: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// Rows `(start, len)` of the epoch order that step `step` trains on: a global batch of
+/// `batch`, the last one of an epoch of `n` samples shorter.
+pub fn step_rows(step: usize, batch: usize, n: usize) -> (usize, usize) {
+    let start = step * batch;
+    (start, batch.min(n.saturating_sub(start)))
+}
+
+/// The rows global replica `replica` of `total` trains on at every step from `first` to the
+/// end of an epoch of `n` samples: its shard of each step's rows.
+pub fn replica_rows(
+    first: usize,
+    steps: usize,
+    (batch, n): (usize, usize),
+    (replica, total): (usize, usize),
+) -> Vec<(usize, usize)> {
+    (first..steps)
+        .map(|step| {
+            let (start, len) = step_rows(step, batch, n);
+            let (at, part) = shards(len, total)[replica];
+            (start + at, part)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::shards;
+    use super::{replica_rows, shards};
+
+    #[test]
+    fn the_replicas_rows_cover_the_epoch_once() {
+        // 10 samples, batches of 4 over 3 replicas: steps 0..3, the last of 2 rows.
+        let mut seen: Vec<usize> =
+            (0..3).flat_map(|r| replica_rows(0, 3, (4, 10), (r, 3))).flat_map(|(s, l)| s..s + l).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        assert_eq!(replica_rows(2, 3, (4, 10), (2, 3)), vec![(10, 0)], "an empty shard stays a step");
+    }
 
     #[test]
     fn balanced_and_covering() {

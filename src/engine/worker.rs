@@ -14,6 +14,7 @@ use super::augment::Augment;
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
+use super::loader::{Decoding, Job, Loader};
 use super::loss::summed_loss;
 use super::resident::{Normalizer, Resident};
 use super::shard::{mix_seed, shards};
@@ -27,6 +28,9 @@ use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization
 pub(crate) static GLOBAL_RNG: Mutex<()> = Mutex::new(());
 
 pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError};
+
+/// Samples per forward pass when evaluating resident data.
+const EVAL_BATCH: usize = 1000;
 
 /// What a worker needs to start.
 pub struct WorkerSetup {
@@ -52,6 +56,16 @@ pub struct WorkerSetup {
     pub seed: u64,
     /// How long a timed step's read of its GPU events may wait.
     pub gpu_wait: std::time::Duration,
+    /// The streaming loader's decoding, when the data is streamed (else it is resident).
+    pub loader: Option<Arc<Decoding>>,
+}
+
+/// Where a worker's batches come from.
+enum Inputs {
+    /// The splits on the device, gathered by index.
+    Resident { train: Resident, test: Resident, val: Option<Resident> },
+    /// Decoded batch by batch by the replica's loader thread.
+    Streamed(Loader),
 }
 
 struct Worker {
@@ -69,9 +83,9 @@ struct Worker {
     trainable: Vec<usize>,
     precision: Precision,
     buffers: FlatTensors,
-    train: Resident,
-    test: Resident,
-    val: Option<Resident>,
+    inputs: Inputs,
+    /// The stream's evaluation batch.
+    eval_batch: usize,
     order: Option<Tensor>,
     /// The epoch in progress and its order on the host (the augmentation's draws).
     epoch: (usize, Arc<Vec<i64>>),
@@ -100,8 +114,16 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
             .map_err(|_| WorkerError::CoordinatorGone)?;
         for cmd in commands {
             let reply = match cmd {
-                ToWorker::Epoch { order, epoch } => {
-                    worker.order = Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
+                ToWorker::Epoch { order, epoch, steps } => {
+                    match &mut worker.inputs {
+                        Inputs::Streamed(loader) => {
+                            loader.submit(Job::Train { epoch, order: Arc::clone(&order), steps })?
+                        }
+                        Inputs::Resident { .. } => {
+                            worker.order =
+                                Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
+                        }
+                    }
                     worker.epoch = (epoch, order);
                     continue;
                 }
@@ -172,6 +194,21 @@ impl Worker {
         let all_grad_views = params.layout.views(&grads);
         let grad_views = trainable.iter().map(|&i| all_grad_views[i].shallow_clone()).collect();
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
+        let (inputs, eval_batch) = match &setup.loader {
+            Some(decoding) => {
+                let loader = Loader::start(Arc::clone(decoding), setup.replica, setup.device)
+                    .map_err(|e| WorkerError::LoaderThread(e.to_string()))?;
+                (Inputs::Streamed(loader), decoding.eval_batch)
+            }
+            None => (
+                Inputs::Resident {
+                    train: Resident::upload(&setup.data.train, setup.device),
+                    test: Resident::upload(&setup.data.test, setup.device),
+                    val: setup.data.val.as_ref().map(|v| Resident::upload(v, setup.device)),
+                },
+                EVAL_BATCH,
+            ),
+        };
         Ok(Worker {
             replica: setup.replica,
             device: setup.device,
@@ -179,9 +216,8 @@ impl Worker {
             loss: setup.loss,
             label_smoothing: setup.label_smoothing,
             accumulate: setup.accumulate.max(1),
-            train: Resident::upload(&setup.data.train, setup.device),
-            test: Resident::upload(&setup.data.test, setup.device),
-            val: setup.data.val.as_ref().map(|v| Resident::upload(v, setup.device)),
+            inputs,
+            eval_batch,
             params,
             grads,
             grad_views,
@@ -222,22 +258,36 @@ impl Worker {
         }
     }
 
-    /// Gathers rows `index` of `images` on the device and normalizes them.
-    fn inputs(&self, images: &Tensor, index: &Tensor) -> Tensor {
-        self.normalize(&images.index_select(0, index))
+    /// The step's training rows `start..start + len` of the epoch order on the device:
+    /// the network's inputs (augmented, normalized), their labels, and the images left out
+    /// because they did not decode.
+    fn batch(&self, start: usize, len: usize) -> Result<(Tensor, Tensor, Vec<String>), WorkerError> {
+        let (epoch, order) = &self.epoch;
+        match &self.inputs {
+            Inputs::Resident { train, .. } => {
+                let index =
+                    self.order.as_ref().ok_or(WorkerError::NoEpoch)?.narrow(0, start as i64, len as i64);
+                // The host's copy of the order the device's came with; a step outside it is a bug.
+                let ids = order.get(start..start + len).ok_or(WorkerError::NoEpoch)?;
+                let x = self.augmented(train.images.index_select(0, &index), *epoch, ids);
+                Ok((x, train.labels.index_select(0, &index), Vec::new()))
+            }
+            Inputs::Streamed(loader) => {
+                let b = loader.next_at(start)?;
+                let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
+                let y = b.labels.to_device_(self.device, Kind::Int64, true, false);
+                Ok((self.augmented(x, *epoch, &b.ids), y, b.bad))
+            }
+        }
     }
 
-    /// Gathers training rows `index` (positions `start..start + len` of the epoch order),
-    /// augments them and normalizes them.
-    fn training_inputs(&self, index: &Tensor, start: usize, len: usize) -> Result<Tensor, WorkerError> {
-        if self.augment.is_none() {
-            return Ok(self.inputs(&self.train.images, index));
+    /// `raw` training samples `ids` augmented on the device (crop, flip) and normalized.
+    fn augmented(&self, raw: Tensor, epoch: usize, ids: &[i64]) -> Tensor {
+        if !self.augment.on_device() || ids.is_empty() {
+            return self.normalize(&raw);
         }
-        let (epoch, order) = &self.epoch;
-        // The host's copy of the order the device's came with; a step outside it is a bug.
-        let ids = order.get(start..start + len).ok_or(WorkerError::NoEpoch)?;
-        let draws = crate::engine::augment::draws(&self.augment, self.seed, *epoch, ids);
-        Ok(self.normalize(&self.augment.apply(&self.train.images.index_select(0, index), &draws)))
+        let draws = crate::engine::augment::draws(&self.augment, self.seed, epoch, ids);
+        self.normalize(&self.augment.apply(&raw, &draws))
     }
 
     /// Stored values to the model's input.
@@ -289,15 +339,14 @@ impl Worker {
             // Stands in for a throttled or shared device: this replica's steps take longer.
             std::thread::sleep(std::time::Duration::from_millis(ms as u64));
         }
-        let order = self.order.as_ref().ok_or(WorkerError::NoEpoch)?;
+        let (x, y, bad) = self.batch(start, len)?;
+        let len = x.size()[0] as usize;
         if len == 0 {
-            // A last batch smaller than the replica count leaves this shard empty.
+            // A last batch smaller than the replica count leaves this shard empty (as does a
+            // streamed batch none of whose images decode).
             let _ = self.grads.zero_();
             self.clock.mark()?;
         } else {
-            let index = order.narrow(0, start as i64, len as i64);
-            let x = self.training_inputs(&index, start, len)?;
-            let y = self.train.labels.index_select(0, &index);
             let masks = self.dropout_masks(len as i64, dropout_seed);
             self.clock.mark()?;
             // Gradient accumulation: the shard in micro-batches, their gradients summed here;
@@ -347,7 +396,7 @@ impl Worker {
         }
         self.clock.mark()?;
         let timing = self.clock.read()?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
-        Ok(FromWorker::StepDone { replica: self.replica, timing })
+        Ok(FromWorker::StepDone { replica: self.replica, timing, bad })
     }
 
     /// The loss the backward pass starts from when it is scaled (`None`: the loss itself).
@@ -373,9 +422,34 @@ impl Worker {
         sums
     }
 
-    fn evaluate(&self, start: usize, len: usize, val: bool) -> Result<FromWorker, WorkerError> {
-        let set = if val { self.val.as_ref().unwrap_or(&self.test) } else { &self.test };
-        const EVAL_BATCH: usize = 1000;
+    /// The evaluation's rows `offset..offset + n` of the validation split (`val`) or the test
+    /// set: normalized inputs, labels, the images left out.
+    fn eval_batch(
+        &self,
+        offset: usize,
+        n: usize,
+        val: bool,
+    ) -> Result<(Tensor, Tensor, Vec<String>), WorkerError> {
+        match &self.inputs {
+            Inputs::Resident { test, val: v, .. } => {
+                let set = if val { v.as_ref().unwrap_or(test) } else { test };
+                let (at, n) = (offset as i64, n as i64);
+                Ok((self.normalize(&set.images.narrow(0, at, n)), set.labels.narrow(0, at, n), Vec::new()))
+            }
+            Inputs::Streamed(loader) => {
+                let b = loader.next_at(offset)?;
+                let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
+                Ok((self.normalize(&x), b.labels.to_device_(self.device, Kind::Int64, true, false), b.bad))
+            }
+        }
+    }
+
+    fn evaluate(&mut self, start: usize, len: usize, val: bool) -> Result<FromWorker, WorkerError> {
+        let batch = self.eval_batch;
+        if let Inputs::Streamed(loader) = &mut self.inputs {
+            loader.submit(Job::Evaluate { val, start, len, batch })?;
+        }
+        let (mut bad, mut samples) = (Vec::new(), 0);
         let _guard = tch::no_grad_guard();
         let mut loss = Tensor::zeros([], (Kind::Double, self.device));
         let mut correct = Tensor::zeros([], (Kind::Int64, self.device));
@@ -383,9 +457,14 @@ impl Worker {
         let mut confusion: Option<(i64, Tensor)> = None;
         let mut offset = start;
         while offset < start + len {
-            let n = EVAL_BATCH.min(start + len - offset) as i64;
-            let x = self.normalize(&set.images.narrow(0, offset as i64, n));
-            let y = set.labels.narrow(0, offset as i64, n);
+            let n = batch.min(start + len - offset);
+            let (x, y, left_out) = self.eval_batch(offset, n, val)?;
+            bad.extend(left_out);
+            offset += n;
+            samples += x.size()[0] as usize;
+            if x.size()[0] == 0 {
+                continue;
+            }
             let out = self.net.forward(
                 &self.params.views,
                 &self.buffers.views,
@@ -403,7 +482,6 @@ impl Worker {
             });
             let cells = (&y * *c + &predicted).clamp(0, *c * *c - 1);
             let _ = counts.f_add_(&cells.bincount::<Tensor>(None, *c * *c))?;
-            offset += n as usize;
         }
         let confusion = match confusion {
             Some((_, counts)) => {
@@ -416,11 +494,12 @@ impl Worker {
             sums: Tally {
                 loss: loss.double_value(&[]),
                 correct: correct.int64_value(&[]) as f64,
-                samples: len as f64,
+                samples: samples as f64,
                 seconds: 0.0,
             },
             top5: top5.int64_value(&[]) as f64,
             confusion,
+            bad,
         })
     }
 }

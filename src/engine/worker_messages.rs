@@ -23,6 +23,10 @@ pub enum WorkerError {
     NoEpoch,
     #[error("a TorchScript run without its model")]
     NoScript,
+    #[error(transparent)]
+    Load(#[from] super::loader::LoadError),
+    #[error("cannot start the loader thread: {0}")]
+    LoaderThread(String),
     #[error("the coordinator is gone")]
     CoordinatorGone,
     /// A panic inside libtorch or the worker, by its first line.
@@ -37,7 +41,9 @@ pub enum WorkerError {
 pub enum ToWorker {
     /// A new epoch (0-based): the shuffled order of the training set, uploaded once to the
     /// device (and kept on the host for the augmentation's per-sample draws).
-    Epoch { order: Arc<Vec<i64>>, epoch: usize },
+    /// `steps`: the rows `(start, len)` of the order this replica trains on at each of the
+    /// epoch's remaining steps, for a streaming loader to read ahead.
+    Epoch { order: Arc<Vec<i64>>, epoch: usize, steps: Vec<(usize, usize)> },
     /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
     /// accumulate on the device, without a sync.
     /// `timed`: measure the phases of this step (see `engine::clock`).
@@ -75,13 +81,14 @@ pub enum FromWorker {
     /// The replica is built and its data resident.
     Ready { replica: usize, handles: Box<ReplicaHandles> },
     /// Gradients of the shard are in the flat gradient buffer (queued, on a GPU); the seconds
-    /// of its data and forward/backward phases when the step was timed.
-    StepDone { replica: usize, timing: Option<(f64, f64)> },
+    /// of its data and forward/backward phases when the step was timed; the images that did
+    /// not decode and were left out (`path: why`, streamed data only).
+    StepDone { replica: usize, timing: Option<(f64, f64)>, bad: Vec<String> },
     /// The accumulated training metrics since the last report.
     Sums { replica: usize, sums: Tally },
     /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the
     /// confusion counts (row: the label, column: the prediction; `classes` × `classes`).
-    Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64> },
+    Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64>, bad: Vec<String> },
     /// The worker failed and has left.
     Failed { replica: usize, error: WorkerError },
 }

@@ -311,4 +311,7 @@ pub struct Summary {
     pub epochs_done: usize,
     pub global_steps: usize,
     pub reason: FinishReason,
+    /// The most resident host memory the process held, in MiB (Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mib: Option<f64>,
 }

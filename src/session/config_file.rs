@@ -156,6 +156,10 @@ pub fn resolved(cfg: &TrainConfig) -> String {
         add("clip_grad_norm", c.to_string());
     }
     add("label_smoothing", cfg.label_smoothing.to_string());
+    if cfg.augment.resized_crop.is_some() {
+        // The preset holds the random-resized crop; the two flags below refine it.
+        add("augment", quoted("imagenet"));
+    }
     add("crop_padding", cfg.augment.crop_padding.unwrap_or(0).to_string());
     add("hflip", quoted(if cfg.augment.hflip { "on" } else { "off" }));
     add("accumulate", cfg.accumulate.to_string());
@@ -179,6 +183,10 @@ pub fn resolved(cfg: &TrainConfig) -> String {
         add("test_limit", n.to_string());
     }
     add("max_bad_images", d.max_bad.to_string());
+    add("loader", quoted(&format!("{:?}", d.loader).to_lowercase()));
+    add("data_memory", d.memory.to_string());
+    add("prefetch", cfg.loader.prefetch.to_string());
+    add("decode_threads", cfg.loader.decode_threads.to_string());
     if let Some(f) = d.val_fraction {
         add("val_fraction", f.to_string());
     }

@@ -113,6 +113,7 @@ fn configure(
     cfg.keep_checkpoints = args.keep_checkpoints;
     cfg.data = super::data_flags::data_settings(args, resume.as_ref().and_then(|r| r.state.data.clone()));
     cfg.augment = super::recipe_flags::augmentation(args, resume.as_ref().and_then(|r| r.state.augment));
+    super::data_flags::fit_to_augmentation(&mut cfg.data, &cfg.augment).map_err(input)?;
     cfg.precision = args.precision;
     cfg.loss_scale =
         super::recipe_flags::loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler))
@@ -306,6 +307,7 @@ pub fn prepare(
     }
     let mut data = Dataset::load_with(&cfg.data.path, cfg.data.load_options()).map_err(input)?;
     super::data_flags::warn_skipped(&data.skipped);
+    super::data_flags::streams_as_asked(&cfg, &data).map_err(input)?;
     builtin_fits(cfg.model, &data)?;
     cfg.normalization = normalization(args, &cfg, &data)?;
     if let Some(n) = cfg.data.train_limit {
@@ -331,6 +333,9 @@ pub fn prepare(
         data.carve_val(f, cfg.seed);
     }
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
+    let replicas = world.as_ref().map_or(cfg.devices.len(), World::total_replicas);
+    cfg.loader =
+        super::data_flags::loader_config(args, &cfg, &data, (replicas, machine.cores)).map_err(input)?;
     if let Some(script) = cfg.script.as_mut() {
         // Bad models are refused here, before the run directory exists.
         let (sample, max_label) = sample_inputs(&data, &cfg.normalization);

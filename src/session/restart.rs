@@ -21,7 +21,11 @@ use dpt_tui::record::stats::Restart;
 /// Settings that may differ between the attempts of one run: where and how long it runs, how
 /// often it reports and saves, not what it computes. (A larger `--epochs` trains further, as
 /// with `--resume`.)
-const MAY_DIFFER: [&str; 10] = [
+const MAY_DIFFER: [&str; 14] = [
+    "loader",
+    "data_memory",
+    "prefetch",
+    "decode_threads",
     "keep_checkpoints",
     "devices",
     "epochs",

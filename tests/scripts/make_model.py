@@ -1,7 +1,7 @@
 """Writes TorchScript models for dpt-tui's tests: `python make_model.py KIND OUT.pt`.
 
 cnn: a small CNN with BatchNorm and dropout (scripted); cnn-nodrop: the same without dropout;
-mlp: a traced MLP; frozen-mlp: the same with its first layer frozen (requires_grad=False, the
+mlp: a traced MLP; pooled: a linear layer on 4x4 average pools (any image size); frozen-mlp: the same with its first layer frozen (requires_grad=False, the
 usual fine-tuning export); and the bad ones: no-params (a module without parameters), wrong-shape
 (returns [N, 10, 1]), few-classes (3 outputs), fails (forward raises on 28x28 inputs),
 double (float64 weights).
@@ -40,6 +40,17 @@ class Mlp(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+class Pooled(nn.Module):
+    """Averages any image down to 4x4 first: cheap whatever the images' size."""
+
+    def __init__(self, channels: int, classes: int = 10):
+        super().__init__()
+        self.fc = nn.Linear(channels * 16, classes)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(x, 4).flatten(1))
+
+
 class NoParams(nn.Module):
     def forward(self, x):
         return x.flatten(1)[:, :10]
@@ -75,6 +86,8 @@ def main():
         for p in net.fc1.parameters():
             p.requires_grad_(False)
         m = torch.jit.script(net)
+    elif kind == "pooled":
+        m = torch.jit.script(Pooled(channels))
     elif kind in ("cnn", "cnn-nodrop"):
         m = torch.jit.script(Cnn(kind == "cnn", channels))
     elif kind == "no-params":

@@ -21,6 +21,7 @@ use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
 use crate::engine::optim::schedule::LrPlan;
 pub use crate::engine::shard::{epoch_order, mix_seed};
+use crate::engine::shard::{replica_rows, step_rows};
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::ToWorker;
 use crate::engine::{EngineError, Outcome};
@@ -292,8 +293,14 @@ impl Coordinator {
         let mut position = (start_epoch, start_step);
         'epochs: for epoch in start_epoch..self.cfg().epochs {
             let order = Arc::new(epoch_order(self.cfg().seed, epoch, self.train_len));
-            self.pool.broadcast(|_| ToWorker::Epoch { order: Arc::clone(&order), epoch })?;
             let first = if epoch == start_epoch { start_step } else { 0 };
+            let (offset, total) = self.replica_span();
+            let rows = (self.cfg().batch_size, self.train_len);
+            self.pool.broadcast(|i| ToWorker::Epoch {
+                order: Arc::clone(&order),
+                epoch,
+                steps: replica_rows(first, steps_per_epoch, rows, (offset + i, total)),
+            })?;
             self.epoch = if epoch == start_epoch { Window::resuming(k, partial) } else { Window::new(k) };
             self.window = Window::new(k);
             for step in first..steps_per_epoch {
@@ -311,8 +318,7 @@ impl Coordinator {
                     reason = FinishReason::StepLimit;
                     break 'epochs;
                 }
-                let start = step * self.cfg().batch_size;
-                let len = self.cfg().batch_size.min(self.train_len - start);
+                let (start, len) = step_rows(step, self.cfg().batch_size, self.train_len);
                 let last = step + 1 == steps_per_epoch;
                 self.train_step(start, len)?;
                 if last || (step + 1) % self.cfg().log_every == 0 {
@@ -379,6 +385,7 @@ impl Coordinator {
             epochs_done: self.done.epochs,
             global_steps: self.global_step,
             reason,
+            peak_rss_mib: crate::sys::peak_resident_bytes().map(|b| b as f64 / f64::from(1 << 20)),
         }
     }
 

@@ -39,6 +39,7 @@ impl WorkerPool {
         let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
         let mut to_workers = Vec::new();
         let mut threads = Vec::new();
+        let decoding = crate::engine::loader::Decoding::for_run(cfg, data).map_err(EngineError::Spawn)?;
         for (replica, device) in cfg.devices.iter().enumerate() {
             let (tx, rx) = unbounded();
             let setup = WorkerSetup {
@@ -62,6 +63,7 @@ impl WorkerPool {
                 // Inside the step timeout, so the worker names the phase before the coordinator
                 // gives up on it.
                 gpu_wait: cfg.step_timeout.mul_f64(0.9),
+                loader: decoding.clone(),
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();

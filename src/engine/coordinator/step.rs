@@ -20,7 +20,7 @@ use crate::engine::shard::shards;
 use crate::engine::tally::Window;
 use crate::engine::worker::{FromWorker, ToWorker};
 use crate::engine::EngineError;
-use crate::record::Record;
+use crate::record::{Change, Record};
 
 /// Makes a report window global: training figures summed over the ranks, each replica's
 /// timings gathered (each rank fills its own replicas' slots), step phases at their slowest.
@@ -125,12 +125,15 @@ impl Coordinator {
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
         for reply in self.pool.gather(self.cfg().step_timeout)? {
-            if let FromWorker::StepDone { replica, timing: Some((data, compute)) } = reply {
-                data_max = data_max.max(data);
-                compute_max = compute_max.max(compute);
-                let r = &mut self.window.replicas[offset + replica];
-                r.data += data;
-                r.compute += compute;
+            if let FromWorker::StepDone { replica, timing, bad } = reply {
+                self.name_bad_images(bad);
+                if let Some((data, compute)) = timing {
+                    data_max = data_max.max(data);
+                    compute_max = compute_max.max(compute);
+                    let r = &mut self.window.replicas[offset + replica];
+                    r.data += data;
+                    r.compute += compute;
+                }
             }
         }
         let clock_error = clock_failure(self.cfg().devices[0]);
@@ -332,7 +335,8 @@ impl Coordinator {
         })?;
         let mut total = Evaluation::new(self.classes);
         for reply in self.pool.gather(self.slow_timeout())? {
-            if let FromWorker::Evaluated { sums, top5, confusion, .. } = reply {
+            if let FromWorker::Evaluated { sums, top5, confusion, bad, .. } = reply {
+                self.name_bad_images(bad);
                 total.add(sums, top5, &confusion);
             }
         }
@@ -348,6 +352,13 @@ impl Coordinator {
     }
 
     /// This process's replicas as (global index of the first, replicas in the whole run).
+    /// Names each streamed image that did not decode and was left out, in the record.
+    fn name_bad_images(&mut self, bad: Vec<String>) {
+        for b in bad {
+            self.emit(Change::Warning { message: format!("skipped an image that does not decode: {b}") });
+        }
+    }
+
     pub(super) fn replica_span(&self) -> (usize, usize) {
         match &self.world {
             Some(w) => (w.replica_offset(), w.total_replicas()),

@@ -1,0 +1,273 @@
+//! A data set read from storage while it trains (`--loader stream`): the index of where each
+//! sample's encoded bytes lie (a file, or a member of a tar shard), kept compact so a folder of
+//! millions of images costs tens of bytes per sample, and the decoding of one sample into its
+//! slot of a batch. The pixels are never all in memory; the loader (`engine::loader`) decodes
+//! the samples of each batch as training reaches them.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use image::{imageops::FilterType, DynamicImage};
+
+use super::dataset::{Pixels, Split};
+use super::folder::{ImageSource, Labelled};
+
+/// Every file or shard path of a data set, in one string (paths are the bulk of an index).
+#[derive(Debug, Default, PartialEq)]
+pub struct Names {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Names {
+    /// Adds `path`; returns its number.
+    pub fn push(&mut self, path: &Path) -> u32 {
+        self.text.push_str(&path.to_string_lossy());
+        self.ends.push(self.text.len());
+        (self.ends.len() - 1) as u32
+    }
+
+    /// Path number `i`.
+    pub fn get(&self, i: u32) -> &str {
+        let i = i as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.text[start..self.ends[i]]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+}
+
+/// Where one sample's encoded image is: a whole file, or `len` bytes at `offset` of a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub name: u32,
+    pub offset: u64,
+    /// `None`: the whole file.
+    pub len: Option<u32>,
+    /// A tar member's own name within its shard (for messages), as an index into `Names`.
+    pub member: Option<u32>,
+}
+
+/// A split's samples as stored: the shared path table and one entry per sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Streamed {
+    pub names: Arc<Names>,
+    pub entries: Vec<Entry>,
+    /// Images of another size than the split's are resized (`--image-size`), not refused.
+    pub resize: bool,
+}
+
+/// How a decoded image becomes a sample of the split's size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fit {
+    /// Resized to the split's size (`--image-size`), or refused when it is another size.
+    Whole { resize: bool },
+    /// `RandomResizedCrop`: the region `(top, left, height, width)` resized to the split's size.
+    Region { top: u32, left: u32, height: u32, width: u32 },
+    /// Evaluation: the shorter side resized to `side`, then a centre crop of the split's size
+    /// (torchvision's `Resize(side)` + `CenterCrop(size)`).
+    ResizeCenter { side: u32 },
+}
+
+impl Streamed {
+    /// Sample `i`'s name in messages: its file, or `shard.tar/member`.
+    pub fn name(&self, i: usize) -> PathBuf {
+        let e = self.entries[i];
+        let base = PathBuf::from(self.names.get(e.name));
+        match e.member {
+            Some(m) => base.join(self.names.get(m)),
+            None => base,
+        }
+    }
+
+    /// Sample `i`'s encoded bytes.
+    pub fn read(&self, i: usize) -> std::io::Result<Vec<u8>> {
+        let e = self.entries[i];
+        let path = self.names.get(e.name);
+        match e.len {
+            None => std::fs::read(path),
+            Some(len) => read_range(Path::new(path), e.offset, len),
+        }
+    }
+
+    /// Sample `i` decoded (its size, whether it is in color).
+    pub fn decode(&self, i: usize) -> Result<DynamicImage, String> {
+        let bytes = self.read(i).map_err(|e| e.to_string())?;
+        decode_bytes(&bytes)
+    }
+
+    /// The split's samples decoded into memory (`[n, C, H, W]` bytes and their labels), those
+    /// that do not decode left out: for the few samples a check needs, never a whole data set.
+    pub fn decode_split(&self, split: &Split) -> Split {
+        let (c, h, w) = (split.channels, split.rows as u32, split.cols as u32);
+        let per = split.sample_len();
+        let mut images = Vec::with_capacity(self.entries.len() * per);
+        let mut labels = Vec::with_capacity(self.entries.len());
+        let mut slot = vec![0u8; per];
+        for (i, &label) in split.labels.iter().enumerate() {
+            let fitted = self
+                .decode(i)
+                .and_then(|img| fit_into(img, (c, h, w), Fit::Whole { resize: true }, &mut slot));
+            if fitted.is_ok() {
+                images.extend_from_slice(&slot);
+                labels.push(label);
+            }
+        }
+        Split { images: Pixels::Bytes(images), labels, ..*split }
+    }
+
+    /// The samples at `indices`, in that order.
+    pub fn select(&self, indices: &[usize]) -> Streamed {
+        Streamed {
+            names: Arc::clone(&self.names),
+            entries: indices.iter().map(|&i| self.entries[i]).collect(),
+            resize: self.resize,
+        }
+    }
+}
+
+/// The splits listed by an image folder or shards, left on storage: `(channels, height,
+/// width)` each sample decodes to, `resize` whether images of another size are resized.
+pub(super) fn index(
+    (train, test, val): (Labelled, Labelled, Option<Labelled>),
+    (channels, rows, cols): (usize, usize, usize),
+    resize: bool,
+) -> (Split, Split, Option<Split>) {
+    let mut names = Names::default();
+    let mut shards: HashMap<PathBuf, u32> = HashMap::new();
+    let mut entries = |list: Labelled| -> (Vec<Entry>, Vec<i64>) {
+        list.into_iter()
+            .map(|(source, label)| {
+                let entry = match source {
+                    ImageSource::File(p) => {
+                        Entry { name: names.push(&p), offset: 0, len: None, member: None }
+                    }
+                    ImageSource::Member { shard, member, offset, len } => {
+                        let name = *shards.entry(shard).or_insert_with_key(|s| names.push(s));
+                        let member = Some(names.push(Path::new(&member)));
+                        Entry { name, offset, len: Some(len), member }
+                    }
+                };
+                (entry, label)
+            })
+            .unzip()
+    };
+    let lists = [Some(train), Some(test), val].map(|l| l.map(&mut entries));
+    let names = Arc::new(names);
+    let [train, test, val] = lists.map(|l| {
+        l.map(|(entries, labels)| Split {
+            images: Pixels::Streamed(Streamed { names: Arc::clone(&names), entries, resize }),
+            labels,
+            channels,
+            rows,
+            cols,
+        })
+    });
+    let empty = || Split { images: Pixels::Bytes(Vec::new()), labels: Vec::new(), channels, rows, cols };
+    (train.unwrap_or_else(empty), test.unwrap_or_else(empty), val)
+}
+
+/// `len` bytes at `offset` of the file at `path` (a tar shard's member).
+pub fn read_range(path: &Path, offset: u64, len: u32) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0; len as usize];
+    std::fs::File::open(path)?.read_exact_at(&mut bytes, offset)?;
+    Ok(bytes)
+}
+
+/// Encoded bytes (PNG or JPEG, told by their content) to an image.
+pub fn decode_bytes(bytes: &[u8]) -> Result<DynamicImage, String> {
+    image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| e.to_string())?
+        .decode()
+        .map_err(|e| e.to_string())
+}
+
+/// Writes `img`, fitted to `[channels, height, width]` as `fit` says, into `out` (planar bytes,
+/// `channels` 1: its luma; 3: RGB). A wrong size without resizing is an error in words.
+pub fn fit_into(
+    img: DynamicImage,
+    (channels, height, width): (usize, u32, u32),
+    fit: Fit,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let img = match fit {
+        Fit::Whole { .. } if (img.height(), img.width()) == (height, width) => img,
+        Fit::Whole { resize: true } => img.resize_exact(width, height, FilterType::Triangle),
+        Fit::Whole { resize: false } => {
+            return Err(format!(
+            "is {}x{}, not {height}x{width} as the first image; pass --image-size H,W to resize every image",
+            img.height(),
+            img.width()
+        ))
+        }
+        Fit::Region { top, left, height: h, width: w } => {
+            img.crop_imm(left, top, w, h).resize_exact(width, height, FilterType::Triangle)
+        }
+        Fit::ResizeCenter { side } => {
+            let (ih, iw) = (img.height(), img.width());
+            // torchvision's Resize(int): the shorter side to `side`, the longer in proportion
+            // (truncated); then CenterCrop's offsets, rounded.
+            let (rh, rw) = if ih <= iw {
+                (side, (u64::from(side) * u64::from(iw) / u64::from(ih).max(1)) as u32)
+            } else {
+                ((u64::from(side) * u64::from(ih) / u64::from(iw).max(1)) as u32, side)
+            };
+            let resized = img.resize_exact(rw, rh, FilterType::Triangle);
+            let top = ((f64::from(rh) - f64::from(height)) / 2.0).round().max(0.0) as u32;
+            let left = ((f64::from(rw) - f64::from(width)) / 2.0).round().max(0.0) as u32;
+            resized.crop_imm(left, top, width, height)
+        }
+    };
+    let plane = (height * width) as usize;
+    if channels == 1 {
+        out[..plane].copy_from_slice(img.to_luma8().as_raw());
+    } else {
+        let rgb = img.to_rgb8();
+        for (p, px) in rgb.as_raw().chunks_exact(3).enumerate() {
+            out[p] = px[0];
+            out[plane + p] = px[1];
+            out[2 * plane + p] = px[2];
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_every_path_in_one_string() {
+        let mut names = Names::default();
+        let a = names.push(Path::new("/data/train/cat/1.jpg"));
+        let b = names.push(Path::new("/data/train/dog/22.png"));
+        assert_eq!((names.get(a), names.get(b)), ("/data/train/cat/1.jpg", "/data/train/dog/22.png"));
+        assert_eq!(names.len(), 2);
+    }
+
+    #[test]
+    fn a_centre_crop_after_a_shorter_side_resize_is_the_middle() {
+        // A 4x8 image whose columns count up; Resize(2) makes it 2x4, CenterCrop(2) its middle.
+        let img = image::RgbImage::from_fn(8, 4, |x, _| image::Rgb([x as u8 * 10, 0, 0]));
+        let mut out = vec![0u8; 3 * 4];
+        fit_into(DynamicImage::ImageRgb8(img), (3, 2, 2), Fit::ResizeCenter { side: 2 }, &mut out).unwrap();
+        assert!(out[0] < out[1] && out[1] > 20 && out[1] < 60, "{out:?}");
+        let gray = image::GrayImage::from_pixel(3, 3, image::Luma([7]));
+        let mut one = vec![0u8; 9];
+        fit_into(DynamicImage::ImageLuma8(gray.clone()), (1, 3, 3), Fit::Whole { resize: false }, &mut one)
+            .unwrap();
+        assert_eq!(one, vec![7; 9]);
+        let wrong =
+            fit_into(DynamicImage::ImageLuma8(gray), (1, 2, 2), Fit::Whole { resize: false }, &mut one);
+        assert!(wrong.unwrap_err().contains("--image-size"));
+    }
+}

@@ -1,0 +1,316 @@
+//! The streaming loader (`--loader stream`): one `dpt-loader-R` thread per replica works
+//! through the batches its replica will ask for next (this epoch's shard of every step, or an
+//! evaluation range), decodes each batch's images on the process's pool of decode threads,
+//! and hands it over through a queue of at most `prefetch` ready batches, in pinned host memory
+//! when the replica is a GPU. Memory thus stays at `prefetch + 1` batches per replica whatever
+//! the data set's size. The order is the coordinator's (a pure function of seed and epoch), so
+//! a streamed run trains on exactly the batches a resident one does, and resumes as exactly.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
+use rayon::prelude::*;
+use tch::{Device, Tensor};
+
+use super::config::TrainConfig;
+use super::resized_crop::ResizedCrop;
+use crate::data::stream::{fit_into, Fit, Streamed};
+use crate::data::{Dataset, Pixels, Split};
+
+/// Why a batch could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LoadError {
+    #[error("{count} images failed to decode while training, more than the {allowed} allowed (--max-bad-images {fraction}); the last: {last}")]
+    TooManyBad { count: usize, allowed: usize, fraction: f64, last: String },
+    #[error("the loader thread is gone")]
+    Gone,
+    #[error("the loader gave rows {got} where rows {want} were due")]
+    OutOfStep { got: usize, want: usize },
+    #[error("the {0} split is not streamed")]
+    NotStreamed(&'static str),
+}
+
+/// What one replica's loader reads next.
+pub enum Job {
+    /// The training steps of an epoch: rows `(start, len)` of `order`, in the order the steps
+    /// come.
+    Train { epoch: usize, order: Arc<Vec<i64>>, steps: Vec<(usize, usize)> },
+    /// Rows `start..start + len` of the validation split (`val`) or the test set, in batches
+    /// of at most `batch`.
+    Evaluate { val: bool, start: usize, len: usize, batch: usize },
+}
+
+/// A decoded batch: `images` `[n, C, H, W]` bytes on the host, the samples' labels and ids,
+/// and the images that did not decode (left out, `path: why`).
+pub struct Batch {
+    generation: u64,
+    /// The first row of the job's range this batch is (for the check against the step).
+    pub start: usize,
+    pub images: Tensor,
+    pub labels: Tensor,
+    pub ids: Vec<i64>,
+    pub bad: Vec<String>,
+}
+
+/// The streaming loader's settings (`--prefetch`, `--decode-threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoaderConfig {
+    /// Batches decoded ahead of each replica.
+    pub prefetch: usize,
+    /// Threads decoding images, shared by the process's replicas.
+    pub decode_threads: usize,
+    /// Samples per evaluation batch.
+    pub eval_batch: usize,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig { prefetch: 2, decode_threads: 1, eval_batch: 256 }
+    }
+}
+
+/// How a loader decodes: shared by the replicas' loaders of one process.
+pub struct Decoding {
+    pub data: Arc<Dataset>,
+    pub pool: Arc<rayon::ThreadPool>,
+    /// Batches ready ahead of the replica, at most.
+    pub prefetch: usize,
+    /// Samples per evaluation batch.
+    pub eval_batch: usize,
+    /// `RandomResizedCrop` of the training images (and the evaluation resize + centre crop).
+    pub resized_crop: Option<ResizedCrop>,
+    pub seed: u64,
+    pub bad: Arc<BadImages>,
+}
+
+/// The images that failed to decode while training, over every replica of the process, and
+/// how many may.
+pub struct BadImages {
+    count: AtomicUsize,
+    pub allowed: usize,
+    pub fraction: f64,
+}
+
+impl BadImages {
+    /// `fraction` of all `total` images may fail.
+    pub fn new(fraction: f64, total: usize) -> BadImages {
+        BadImages {
+            count: AtomicUsize::new(0),
+            allowed: (fraction * total as f64).floor() as usize,
+            fraction,
+        }
+    }
+
+    /// Counts `n` more; an error once more than allowed have failed.
+    fn add(&self, n: usize, last: &str) -> Result<(), LoadError> {
+        let count = self.count.fetch_add(n, Ordering::Relaxed) + n;
+        if count > self.allowed {
+            return Err(LoadError::TooManyBad {
+                count,
+                allowed: self.allowed,
+                fraction: self.fraction,
+                last: last.to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Decoding {
+    /// The decoding of a run whose training data is streamed (`None`: resident data): the
+    /// process's pool of `dpt-decode-N` threads, shared by its replicas' loaders.
+    pub fn for_run(cfg: &TrainConfig, data: &Arc<Dataset>) -> std::io::Result<Option<Arc<Decoding>>> {
+        if !data.train.images.is_streamed() {
+            return Ok(None);
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.loader.decode_threads.max(1))
+            .thread_name(|i| format!("dpt-decode-{i}"))
+            .build()
+            .map_err(std::io::Error::other)?;
+        let total = data.train.len() + data.test.len() + data.val.as_ref().map_or(0, Split::len);
+        Ok(Some(Arc::new(Decoding {
+            data: Arc::clone(data),
+            pool: Arc::new(pool),
+            prefetch: cfg.loader.prefetch,
+            eval_batch: cfg.loader.eval_batch,
+            resized_crop: cfg.augment.resized_crop,
+            seed: cfg.seed,
+            bad: Arc::new(BadImages::new(cfg.data.max_bad, total)),
+        })))
+    }
+}
+
+/// One replica's end of its loader.
+pub struct Loader {
+    jobs: Sender<(u64, Job)>,
+    batches: Receiver<(u64, Result<Batch, LoadError>)>,
+    generation: u64,
+}
+
+impl Loader {
+    /// Starts replica `replica`'s loader thread; batches for a GPU replica are pinned.
+    pub fn start(decoding: Arc<Decoding>, replica: usize, device: Device) -> std::io::Result<Loader> {
+        let (jobs, job_rx) = unbounded();
+        let (batch_tx, batches) = bounded(decoding.prefetch.max(1));
+        std::thread::Builder::new()
+            .name(format!("dpt-loader-{replica}"))
+            .spawn(move || produce(&decoding, device, &job_rx, &batch_tx))?;
+        Ok(Loader { jobs, batches, generation: 0 })
+    }
+
+    /// Reads `job` from now on; the batches of an earlier job not yet taken are dropped.
+    pub fn submit(&mut self, job: Job) -> Result<(), LoadError> {
+        self.generation += 1;
+        self.jobs.send((self.generation, job)).map_err(|_| LoadError::Gone)
+    }
+
+    /// The next batch of the current job.
+    pub fn next(&self) -> Result<Batch, LoadError> {
+        loop {
+            let (generation, batch) = self.batches.recv().map_err(|_| LoadError::Gone)?;
+            if generation == self.generation {
+                return batch;
+            }
+        }
+    }
+
+    /// The next batch, which must start at row `start` of the job's range.
+    pub fn next_at(&self, start: usize) -> Result<Batch, LoadError> {
+        let batch = self.next()?;
+        if batch.start != start {
+            return Err(LoadError::OutOfStep { got: batch.start, want: start });
+        }
+        Ok(batch)
+    }
+}
+
+/// The loader thread: works through jobs until the replica's end is dropped, leaving a job as
+/// soon as a newer one comes.
+fn produce(
+    decoding: &Decoding,
+    device: Device,
+    jobs: &Receiver<(u64, Job)>,
+    out: &Sender<(u64, Result<Batch, LoadError>)>,
+) {
+    let mut next = jobs.recv().ok();
+    while let Some((generation, job)) = next.take() {
+        for (start, ids, epoch) in job_batches(&job) {
+            match jobs.try_recv() {
+                Ok(newer) => {
+                    next = Some(newer);
+                    break;
+                }
+                Err(TryRecvError::Disconnected) => return,
+                Err(TryRecvError::Empty) => {}
+            }
+            let split = match &job {
+                Job::Train { .. } => Some(&decoding.data.train),
+                Job::Evaluate { val: true, .. } => decoding.data.val.as_ref(),
+                Job::Evaluate { val: false, .. } => Some(&decoding.data.test),
+            };
+            let batch = split
+                .ok_or(LoadError::NotStreamed("validation"))
+                .and_then(|s| decode_batch(decoding, s, &ids, epoch, device))
+                .map(|mut b| {
+                    b.generation = generation;
+                    b.start = start;
+                    b
+                });
+            let failed = batch.is_err();
+            if out.send((generation, batch)).is_err() || failed {
+                return;
+            }
+        }
+        if next.is_none() {
+            next = jobs.recv().ok();
+        }
+    }
+}
+
+/// A job's batches: (first row, sample ids, the epoch a training batch's draws belong to).
+fn job_batches(job: &Job) -> Vec<(usize, Vec<i64>, Option<usize>)> {
+    match job {
+        Job::Train { epoch, order, steps } => steps
+            .iter()
+            .map(|&(start, len)| {
+                let ids = order.get(start..start + len).unwrap_or_default().to_vec();
+                (start, ids, Some(*epoch))
+            })
+            .collect(),
+        Job::Evaluate { start, len, batch, .. } => (*start..start + len)
+            .step_by((*batch).max(1))
+            .map(|at| (at, (at as i64..(at + batch).min(start + len) as i64).collect(), None))
+            .collect(),
+    }
+}
+
+/// Decodes samples `ids` of `split` (training draws from `epoch`; evaluation: none).
+fn decode_batch(
+    decoding: &Decoding,
+    split: &Split,
+    ids: &[i64],
+    epoch: Option<usize>,
+    device: Device,
+) -> Result<Batch, LoadError> {
+    let Pixels::Streamed(stored) = &split.images else {
+        return Err(LoadError::NotStreamed("training"));
+    };
+    let per = split.sample_len();
+    let shape = (split.channels, split.rows as u32, split.cols as u32);
+    let mut buffer = vec![0u8; ids.len() * per];
+    let results: Vec<Result<(), String>> = decoding.pool.install(|| {
+        buffer
+            .par_chunks_mut(per.max(1))
+            .zip(ids.par_iter())
+            .map(|(slot, &id)| decode_one(decoding, stored, id as usize, shape, epoch, slot))
+            .collect()
+    });
+    let mut bad = Vec::new();
+    let mut kept = Vec::with_capacity(ids.len());
+    for (k, (result, &id)) in results.into_iter().zip(ids).enumerate() {
+        match result {
+            Ok(()) => {
+                if kept.len() != k {
+                    buffer.copy_within(k * per..(k + 1) * per, kept.len() * per);
+                }
+                kept.push(id);
+            }
+            Err(why) => bad.push(format!("{}: {why}", stored.name(id as usize).display())),
+        }
+    }
+    if let Some(last) = bad.last() {
+        decoding.bad.add(bad.len(), last)?;
+    }
+    buffer.truncate(kept.len() * per);
+    let (c, h, w) = (shape.0 as i64, shape.1 as i64, shape.2 as i64);
+    let mut images = Tensor::from_slice(&buffer).view([kept.len() as i64, c, h, w]);
+    let mut labels = Tensor::from_slice(&kept.iter().map(|&i| split.labels[i as usize]).collect::<Vec<_>>());
+    if device.is_cuda() {
+        // Page-locked, so the replica's copy runs without blocking (DataLoader's pin_memory).
+        images = images.pin_memory(device);
+        labels = labels.pin_memory(device);
+    }
+    Ok(Batch { generation: 0, start: 0, images, labels, ids: kept, bad })
+}
+
+/// Decodes sample `id` into `slot`, fitted as the job says.
+fn decode_one(
+    decoding: &Decoding,
+    stored: &Streamed,
+    id: usize,
+    shape: (usize, u32, u32),
+    epoch: Option<usize>,
+    slot: &mut [u8],
+) -> Result<(), String> {
+    let img = stored.decode(id)?;
+    let fit = match (&decoding.resized_crop, epoch) {
+        (Some(crop), Some(epoch)) => {
+            crop.region(decoding.seed, epoch, id as i64, (img.height(), img.width()))
+        }
+        (Some(_), None) => ResizedCrop::evaluation(shape.1),
+        (None, _) => Fit::Whole { resize: stored.resize },
+    };
+    fit_into(img, shape, fit, slot)
+}

@@ -1,0 +1,237 @@
+//! The streaming loader (`--loader stream`) on JPEG folders and WebDataset shards written from
+//! the shipped subset: it trains to the weights the resident path reaches, on one process and
+//! on two, resumes mid-epoch exactly, keeps the process's memory bounded while streaming more
+//! than its budget, and names (and counts) images that fail to decode while training.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use dpt_tui::data::{Pixels, Split};
+
+/// The subset's sample `i` as an RGB image of `side`×`side`: scaled up, tinted by its class so
+/// the three channels differ.
+fn tinted(split: &Split, i: usize, side: u32) -> image::RgbImage {
+    let Pixels::Bytes(v) = &split.images else { panic!("bytes") };
+    let gray = image::GrayImage::from_raw(28, 28, v[i * 784..(i + 1) * 784].to_vec()).unwrap();
+    let big = image::imageops::resize(&gray, side, side, image::imageops::FilterType::Triangle);
+    let class = split.labels[i] as u8;
+    image::RgbImage::from_fn(side, side, |x, y| {
+        let g = big.get_pixel(x, y)[0];
+        image::Rgb([g, g / 2 + class * 12, 255 - g / 2])
+    })
+}
+
+/// Writes `train` and `test` images of the subset as a JPEG folder of `side`-pixel images,
+/// tinted, or gray as they are.
+fn write_jpeg_folder(dir: &Path, (train, test): (usize, usize), side: u32, color: bool) {
+    let data = common::subset(train, test);
+    for (name, split) in [("train", &data.train), ("test", &data.test)] {
+        for i in 0..split.len() {
+            let class = dir.join(name).join(format!("class_{}", split.labels[i]));
+            std::fs::create_dir_all(&class).unwrap();
+            let img = tinted(split, i, side);
+            let path = class.join(format!("{i:05}.jpg"));
+            if color {
+                img.save(path).unwrap();
+            } else {
+                image::DynamicImage::ImageRgb8(img).to_luma8().save(path).unwrap();
+            }
+        }
+    }
+}
+
+fn dpt(data: &Path, run: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(["--headless", "--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+        .args(extra)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    c
+}
+
+fn ok(out: Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+fn largest_difference(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[])).fold(0.0, f64::max)
+}
+
+fn summary(run: &Path) -> serde_json::Value {
+    let records = common::wait_for_summary(run, std::time::Duration::from_secs(5));
+    records.last().unwrap().clone()
+}
+
+#[test]
+fn a_streamed_folder_trains_to_the_weights_of_the_resident_one_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("jpeg");
+    write_jpeg_folder(&folder, (1200, 200), 32, true);
+    let model = common::make_model("cnn", 3, tmp.path());
+    let m = model.to_str().unwrap();
+    // The normalization given: measured, it would come from every image resident and from 256
+    // of them streamed.
+    let flags = [
+        "--model",
+        m,
+        "--devices",
+        "cpu:2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "100",
+        "--augment",
+        "cifar",
+        "--normalize",
+        "0.4,0.3,0.6,0.3,0.2,0.2",
+    ];
+    let resident = tmp.path().join("resident");
+    ok(dpt(&folder, &resident, &flags).args(["--loader", "resident"]).output().unwrap());
+    let streamed = tmp.path().join("streamed");
+    let said =
+        ok(dpt(&folder, &streamed, &flags).args(["--loader", "stream", "--prefetch", "3"]).output().unwrap());
+    assert!(said.contains("streamed"), "the data's description says it streams: {said}");
+    let d = largest_difference(&common::weights(&resident), &common::weights(&streamed));
+    assert!(d == 0.0, "the same batches in the same order: the same weights, bit for bit ({d})");
+}
+
+#[test]
+fn a_streamed_run_stopped_mid_epoch_continues_to_the_weights_of_a_straight_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("gray");
+    write_jpeg_folder(&folder, (1200, 200), 28, false);
+    // lenet: no TorchScript executor whose first runs' numerics would differ after the restart.
+    let flags = ["--model", "lenet", "--devices", "cpu:2", "--epochs", "2", "--batch-size", "100"];
+    let flags = [&flags[..], &["--augment", "cifar", "--loader", "stream"]].concat();
+    let straight = tmp.path().join("straight");
+    ok(dpt(&folder, &straight, &flags).output().unwrap());
+    // Stopped at step 7 of 12 in the first epoch, then the same command finishes the run.
+    let stopped = tmp.path().join("stopped");
+    ok(dpt(&folder, &stopped, &flags).args(["--max-steps", "7"]).output().unwrap());
+    let again = ok(dpt(&folder, &stopped, &flags).output().unwrap());
+    assert!(again.contains("continuing the run"), "{again}");
+    for ((n, a), (m, b)) in common::weights(&straight).iter().zip(&common::weights(&stopped)) {
+        assert_eq!(n, m);
+        assert!(a.equal(b), "{n} differs after the mid-epoch resume");
+    }
+}
+
+#[test]
+fn streaming_keeps_the_process_within_its_budget_where_resident_data_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("big");
+    // 2,300 images of 3x160x160: 177 MB decoded, held three times resident (the host's copy
+    // and one per CPU replica).
+    write_jpeg_folder(&folder, (2000, 300), 160, true);
+    let model = common::make_model("pooled", 3, tmp.path());
+    let flags =
+        ["--model", model.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "1", "--batch-size", "100"];
+    let peak = |loader: &[&str], run: &str| {
+        let run = tmp.path().join(run);
+        ok(dpt(&folder, &run, &flags).args(loader).output().unwrap());
+        summary(&run)["peak_rss_mib"].as_f64().expect("the summary records the peak memory")
+    };
+    let resident = peak(&["--loader", "resident"], "resident");
+    let streamed = peak(&["--loader", "stream", "--data-memory", "24M"], "streamed");
+    assert!(streamed + 300.0 < resident, "streamed {streamed:.0} MiB, resident {resident:.0} MiB");
+    assert!(streamed < 1200.0, "the whole process under 1.2 GB while streaming: {streamed:.0} MiB");
+    // The same data under --loader auto and a budget it does not fit in streams.
+    let run = tmp.path().join("auto");
+    let said = ok(dpt(&folder, &run, &flags).args(["--data-memory", "64M"]).output().unwrap());
+    assert!(said.contains("streamed"), "{said}");
+    // A budget that cannot hold three batches per replica is refused, saying what to change.
+    let tiny = tmp.path().join("tiny");
+    let out =
+        dpt(&folder, &tiny, &flags).args(["--loader", "stream", "--data-memory", "8M"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("--data-memory 8 MiB holds 1 batches") && said.contains("raise --data-memory"),
+        "{said}"
+    );
+}
+
+#[test]
+fn two_processes_stream_their_own_shards_to_the_weights_of_one_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("gray");
+    write_jpeg_folder(&folder, (600, 100), 28, false);
+    let flags = [
+        "--model",
+        "lenet",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "100",
+        "--augment",
+        "cifar",
+        "--loader",
+        "stream",
+    ];
+    let one = tmp.path().join("one");
+    ok(dpt(&folder, &one, &flags).args(["--devices", "cpu:2"]).output().unwrap());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let two = tmp.path().join("two");
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            dpt(&folder, &two, &flags)
+                .args(["--devices", "cpu:1", "--rank", &r.to_string(), "--world-size", "2"])
+                .args(["--master-addr", "127.0.0.1", "--master-port", &port])
+                .env("LOCAL_WORLD_SIZE", "2")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for r in ranks {
+        ok(r.wait_with_output().unwrap());
+    }
+    let d = largest_difference(&common::weights(&one), &common::weights(&two));
+    assert!(d < 1e-5, "every sample once per epoch, split over the ranks as over the replicas ({d})");
+}
+
+#[test]
+fn images_that_fail_to_decode_while_streaming_are_named_counted_and_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("gray");
+    write_jpeg_folder(&folder, (600, 100), 28, false);
+    // Three training images cut short: the index lists them, their decoding fails mid-run.
+    let class = folder.join("train/class_0");
+    let mut cut: Vec<_> = std::fs::read_dir(&class).unwrap().map(|e| e.unwrap().path()).collect();
+    cut.sort();
+    for path in &cut[1..4] {
+        let bytes = std::fs::read(path).unwrap();
+        std::fs::write(path, &bytes[..bytes.len() / 3]).unwrap();
+    }
+    let flags = [
+        "--model",
+        "lenet",
+        "--devices",
+        "cpu:2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "100",
+        "--loader",
+        "stream",
+    ];
+    let run = tmp.path().join("lenient");
+    let said = ok(dpt(&folder, &run, &flags).args(["--max-bad-images", "0.01"]).output().unwrap());
+    assert!(said.contains(&format!("skipped an image that does not decode: {}", cut[1].display())), "{said}");
+    let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
+    let skipped = |r: &&serde_json::Value| {
+        r["message"].as_str().is_some_and(|m| m.starts_with("skipped an image that does not decode"))
+    };
+    // Each epoch meets the three again.
+    assert_eq!(records.iter().filter(skipped).count(), 6, "named in the record, every time");
+    // More than the share allowed (1 of 700 images at 0.001... floor 0) fails the run, naming one.
+    let out = dpt(&folder, &tmp.path().join("strict"), &flags).output().unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("failed to decode while training, more than the 0 allowed"), "{said}");
+}
