@@ -92,3 +92,89 @@ fn augmentation_draws_per_sample_whatever_the_replicas_and_a_resume_continues_it
         assert!(a.equal(b), "{n} differs after the resume");
     }
 }
+
+/// Runs `resized_crop_reference.py` on `cases` (images in `folder`).
+fn torchvision_resized_crop(cases: &serde_json::Value, folder: &Path) -> serde_json::Value {
+    let out = Command::new(common::python())
+        .arg(common::script("resized_crop_reference.py"))
+        .arg(cases.to_string())
+        .arg(folder)
+        .output()
+        .expect("the virtualenv's python runs (bash .ci/setup)");
+    assert!(out.status.success(), "resized_crop_reference.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Mean and largest absolute difference of two images' bytes.
+fn byte_difference(ours: &[u8], theirs: &serde_json::Value) -> (f64, u8) {
+    let theirs: Vec<u8> = theirs
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p.as_array().unwrap())
+        .flat_map(|r| r.as_array().unwrap())
+        .map(|v| v.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(ours.len(), theirs.len(), "the same shape");
+    let diffs: Vec<u8> = ours.iter().zip(&theirs).map(|(a, b)| a.abs_diff(*b)).collect();
+    (
+        diffs.iter().map(|&d| f64::from(d)).sum::<f64>() / diffs.len() as f64,
+        diffs.into_iter().max().unwrap_or(0),
+    )
+}
+
+#[test]
+fn the_random_resized_crop_draws_torchvisions_regions_and_resizes_as_pil_does() {
+    use dpt_tui::data::stream::{fit_into, Fit};
+    use dpt_tui::engine::resized_crop::ResizedCrop;
+    use rand::{Rng, SeedableRng};
+    let crop = ResizedCrop::new();
+    // Sizes from square to ones so narrow that every try fails and the fallback decides.
+    let sizes = [(224u32, 224u32), (375, 500), (500, 333), (32, 32), (10, 400), (400, 10), (60, 61)];
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let mut cases = Vec::new();
+    let mut ours = Vec::new();
+    for &(h, w) in &sizes {
+        for _ in 0..30 {
+            let numbers: Vec<f64> = (0..22).map(|_| rng.random::<f64>()).collect();
+            let mut it = numbers.iter().copied();
+            ours.push(crop.params((h, w), || it.next().unwrap()));
+            cases.push(serde_json::json!([h, w, numbers]));
+        }
+    }
+    // Two PNG images (JPEG decoders differ in their last bit, PNG's do not).
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset(2, 1);
+    let dpt_tui::data::Pixels::Bytes(px) = &data.train.images else { panic!("bytes") };
+    let gray = image::GrayImage::from_raw(28, 28, px[..784].to_vec()).unwrap();
+    let wide = image::imageops::resize(&gray, 300, 200, image::imageops::FilterType::Triangle);
+    let color = image::RgbImage::from_fn(300, 200, |x, y| {
+        let g = wide.get_pixel(x, y)[0];
+        image::Rgb([g, (x % 256) as u8, (y * 2 % 256) as u8])
+    });
+    color.save(tmp.path().join("a.png")).unwrap();
+    let images = serde_json::json!([["a.png", 20, 30, 150, 200, 64], ["a.png", 0, 0, 200, 300, 96]]);
+    let theirs =
+        torchvision_resized_crop(&serde_json::json!({"params": cases, "images": images}), tmp.path());
+    let params: Vec<(u32, u32, u32, u32)> = serde_json::from_value(theirs["params"].clone()).unwrap();
+    assert_eq!(ours.len(), params.len());
+    for (k, (a, b)) in ours.iter().zip(&params).enumerate() {
+        assert_eq!(a, b, "case {k} ({:?}): (top, left, h, w) against get_params' (i, j, h, w)", cases[k]);
+    }
+    let img = image::DynamicImage::ImageRgb8(color);
+    for (k, (top, left, h, w, size)) in
+        [(20u32, 30u32, 150u32, 200u32, 64u32), (0, 0, 200, 300, 96)].into_iter().enumerate()
+    {
+        let mut out = vec![0u8; (3 * size * size) as usize];
+        fit_into(img.clone(), (3, size, size), Fit::Region { top, left, height: h, width: w }, &mut out)
+            .unwrap();
+        let (mean, max) = byte_difference(&out, &theirs["crops"][k]);
+        assert!(mean < 1.0 && max <= 8, "crop {k} against F.resized_crop: mean {mean:.3}, max {max}");
+        fit_into(img.clone(), (3, size, size), ResizedCrop::evaluation(size), &mut out).unwrap();
+        let (mean, max) = byte_difference(&out, &theirs["evals"][k]);
+        assert!(
+            mean < 1.0 && max <= 8,
+            "evaluation {k} against Resize + CenterCrop: mean {mean:.3}, max {max}"
+        );
+    }
+}

@@ -13,11 +13,16 @@ use dpt_tui::data::{Pixels, Split};
 /// The subset's sample `i` as an RGB image of `side`×`side`: scaled up, tinted by its class so
 /// the three channels differ.
 fn tinted(split: &Split, i: usize, side: u32) -> image::RgbImage {
+    tinted_to(split, i, (side, side))
+}
+
+/// `tinted` at `width`×`height`.
+fn tinted_to(split: &Split, i: usize, (width, height): (u32, u32)) -> image::RgbImage {
     let Pixels::Bytes(v) = &split.images else { panic!("bytes") };
     let gray = image::GrayImage::from_raw(28, 28, v[i * 784..(i + 1) * 784].to_vec()).unwrap();
-    let big = image::imageops::resize(&gray, side, side, image::imageops::FilterType::Triangle);
+    let big = image::imageops::resize(&gray, width, height, image::imageops::FilterType::Triangle);
     let class = split.labels[i] as u8;
-    image::RgbImage::from_fn(side, side, |x, y| {
+    image::RgbImage::from_fn(width, height, |x, y| {
         let g = big.get_pixel(x, y)[0];
         image::Rgb([g, g / 2 + class * 12, 255 - g / 2])
     })
@@ -234,4 +239,43 @@ fn images_that_fail_to_decode_while_streaming_are_named_counted_and_bounded() {
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("failed to decode while training, more than the 0 allowed"), "{said}");
+}
+
+#[test]
+fn the_imagenet_recipe_streams_images_of_any_size_and_needs_a_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("sizes");
+    let data = common::subset(400, 100);
+    // Sizes as photos come: each image its own, wider or taller.
+    for (name, split) in [("train", &data.train), ("val", &data.test)] {
+        for i in 0..split.len() {
+            let class = folder.join(name).join(format!("class_{}", split.labels[i]));
+            std::fs::create_dir_all(&class).unwrap();
+            let size = (40 + (i as u32 * 7) % 30, 36 + (i as u32 * 11) % 40);
+            tinted_to(split, i, size).save(class.join(format!("{i:05}.jpg"))).unwrap();
+        }
+    }
+    let model = common::make_model("cnn", 3, tmp.path());
+    let flags =
+        ["--model", model.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "2", "--batch-size", "50"];
+    let flags = [&flags[..], &["--augment", "imagenet", "--image-size", "32,32"]].concat();
+    let run = tmp.path().join("run");
+    let said = ok(dpt(&folder, &run, &flags).output().unwrap());
+    assert!(
+        said.contains("random-resized crop (scale 0.08-1, ratio 0.750-1.333) + horizontal flip"),
+        "{said}"
+    );
+    assert!(said.contains("streamed") && said.contains("val acc"), "{said}");
+    let last = summary(&run);
+    assert_eq!(last["epochs_done"], 2, "{last}");
+    // Asked to keep the data resident, or given data that is read whole, it says why not.
+    let out =
+        dpt(&folder, &tmp.path().join("resident"), &flags).args(["--loader", "resident"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("drop --loader resident"));
+    let idx = common::subset_dir();
+    let out =
+        dpt(&idx, &tmp.path().join("idx"), &["--model", "lenet", "--augment", "imagenet"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
 }

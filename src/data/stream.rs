@@ -215,15 +215,15 @@ pub fn fit_into(
         Fit::ResizeCenter { side } => {
             let (ih, iw) = (img.height(), img.width());
             // torchvision's Resize(int): the shorter side to `side`, the longer in proportion
-            // (truncated); then CenterCrop's offsets, rounded.
+            // (truncated); then CenterCrop's offsets, rounded as Python rounds (half to even).
             let (rh, rw) = if ih <= iw {
                 (side, (u64::from(side) * u64::from(iw) / u64::from(ih).max(1)) as u32)
             } else {
                 ((u64::from(side) * u64::from(ih) / u64::from(iw).max(1)) as u32, side)
             };
             let resized = img.resize_exact(rw, rh, FilterType::Triangle);
-            let top = ((f64::from(rh) - f64::from(height)) / 2.0).round().max(0.0) as u32;
-            let left = ((f64::from(rw) - f64::from(width)) / 2.0).round().max(0.0) as u32;
+            let top = ((f64::from(rh) - f64::from(height)) / 2.0).round_ties_even().max(0.0) as u32;
+            let left = ((f64::from(rw) - f64::from(width)) / 2.0).round_ties_even().max(0.0) as u32;
             resized.crop_imm(left, top, width, height)
         }
     };

@@ -39,33 +39,31 @@ impl ResizedCrop {
     pub fn region(&self, seed: u64, epoch: usize, sample: i64, (height, width): (u32, u32)) -> Fit {
         // A stream of its own: the shuffles, the flips and dropout use other derivations.
         let stream = mix_seed(mix_seed(seed ^ 0x7272_635f_6372_6f70, epoch as u64), sample as u64);
-        let rng = std::cell::RefCell::new(ChaCha8Rng::seed_from_u64(stream));
-        let uniform = || rng.borrow_mut().random::<f64>();
-        let (h, w, top, left) =
-            self.params((height, width), uniform, |n| rng.borrow_mut().random_range(0..n));
+        let mut rng = ChaCha8Rng::seed_from_u64(stream);
+        let (top, left, h, w) = self.params((height, width), || rng.random::<f64>());
         Fit::Region { top, left, height: h, width: w }
     }
 
-    /// `get_params`: `(h, w, top, left)` for an image of `(height, width)`, with `uniform()` in
-    /// [0, 1) and `below(n)` in 0..n from the sample's stream. Ten tries at a region of the
-    /// drawn area and ratio that fits; else the whole image, clamped to the ratio range, centred.
-    pub fn params(
-        &self,
-        (height, width): (u32, u32),
-        mut uniform: impl FnMut() -> f64,
-        mut below: impl FnMut(u32) -> u32,
-    ) -> (u32, u32, u32, u32) {
+    /// `get_params`: `(top, left, h, w)` (its `i, j, h, w`) for an image of `(height, width)`,
+    /// each random number `next()` in [0, 1) from the sample's stream. Ten tries at a region of the drawn area and
+    /// ratio that fits, its corner then drawn uniformly; else the whole image, clamped to the
+    /// ratio range, centred. The area share and the log-ratio are float32, as torch draws them.
+    pub fn params(&self, (height, width): (u32, u32), mut next: impl FnMut() -> f64) -> (u32, u32, u32, u32) {
         let area = f64::from(height) * f64::from(width);
-        let (lo, hi) = (self.ratio.0.ln(), self.ratio.1.ln());
+        let uniform = |a: f64, b: f64, u: f64| f64::from((a + (b - a) * u) as f32);
+        let (lo, hi) = (f64::from(self.ratio.0.ln() as f32), f64::from(self.ratio.1.ln() as f32));
         for _ in 0..10 {
-            let target = area * (self.scale.0 + (self.scale.1 - self.scale.0) * uniform());
-            let aspect = (lo + (hi - lo) * uniform()).exp();
+            let target = area * uniform(self.scale.0, self.scale.1, next());
+            let aspect = f64::from(uniform(lo, hi, next()).exp() as f32);
             // Python's round(): halves to even.
             let w = (target * aspect).sqrt().round_ties_even();
             let h = (target / aspect).sqrt().round_ties_even();
             if w > 0.0 && w <= f64::from(width) && h > 0.0 && h <= f64::from(height) {
                 let (h, w) = (h as u32, w as u32);
-                return (h, w, below(height - h + 1), below(width - w + 1));
+                // randint(0, n): the corner's row, then its column.
+                let top = ((next() * f64::from(height - h + 1)) as u32).min(height - h);
+                let left = ((next() * f64::from(width - w + 1)) as u32).min(width - w);
+                return (top, left, h, w);
             }
         }
         let in_ratio = f64::from(width) / f64::from(height);
@@ -76,7 +74,7 @@ impl ResizedCrop {
         } else {
             (height, width)
         };
-        (h, w, (height - h) / 2, (width - w) / 2)
+        ((height - h) / 2, (width - w) / 2, h, w)
     }
 
     /// The evaluation's fit for crops `height` pixels high: the shorter side resized to

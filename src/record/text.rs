@@ -108,7 +108,7 @@ impl Narrator {
             Record::Summary(s) => {
                 let acc = s.test_acc.map_or("n/a".to_owned(), |a| format!("{a:.3}"));
                 let spe = s.sec_per_epoch.map_or("n/a".to_owned(), |t| format!("{t:.1}"));
-                let memory = s.peak_rss_mib.map_or(String::new(), |m| format!(", peak host memory {m:.0} MiB"));
+                let memory = s.peak_rss_mib.map_or(String::new(), |m| format!("\npeak host memory: {m:.0} MiB"));
                 info(format!(
                     "test acc: {acc}, {spe} sec/epoch on {}\nspeed: {:.1} samples/sec{memory}",
                     device_list(&s.devices),
