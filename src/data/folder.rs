@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use image::{imageops::FilterType, DynamicImage};
+use image::DynamicImage;
 
 use super::dataset::{DataError, Dataset, Pixels, Split};
 use super::LoadOptions;
@@ -100,7 +100,7 @@ fn read_split(
     let mut labels = Vec::with_capacity(files.len());
     let mut gray = true;
     for (source, label) in files {
-        let mut img = match source.decode() {
+        let img = match source.decode() {
             Ok(img) => img,
             Err(DataError::Decode { path, why }) => {
                 bad.push((path, why));
@@ -109,23 +109,20 @@ fn read_split(
             Err(e) => return Err(e),
         };
         gray &= !img.color().has_color();
-        if (img.height(), img.width()) != (h, w) {
-            if !resize {
-                return Err(DataError::MixedSizes {
-                    path: source.name(),
-                    found_h: img.height(),
-                    found_w: img.width(),
-                    h,
-                    w,
-                });
-            }
-            img = img.resize_exact(w, h, FilterType::Triangle);
+        if (img.height(), img.width()) != (h, w) && !resize {
+            return Err(DataError::MixedSizes {
+                path: source.name(),
+                found_h: img.height(),
+                found_w: img.width(),
+                h,
+                w,
+            });
         }
-        let rgb = img.to_rgb8();
-        let raw = rgb.as_raw();
-        for c in 0..3 {
-            images.extend(raw.iter().skip(c).step_by(3));
-        }
+        // As the streaming loader fits each image, so resident and streamed data are one.
+        let at = images.len();
+        images.resize(at + 3 * plane, 0);
+        super::stream::fit_into(img, (3, h, w), super::stream::Fit::Whole { resize }, &mut images[at..])
+            .map_err(|why| DataError::Decode { path: source.name(), why })?;
         labels.push(*label);
     }
     let split =

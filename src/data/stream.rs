@@ -9,7 +9,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use image::{imageops::FilterType, DynamicImage};
+use fast_image_resize as fir;
+use image::DynamicImage;
 
 use super::dataset::{Pixels, Split};
 use super::folder::{ImageSource, Labelled};
@@ -199,46 +200,67 @@ pub fn fit_into(
     fit: Fit,
     out: &mut [u8],
 ) -> Result<(), String> {
-    let img = match fit {
-        Fit::Whole { .. } if (img.height(), img.width()) == (height, width) => img,
-        Fit::Whole { resize: true } => img.resize_exact(width, height, FilterType::Triangle),
+    let (ih, iw) = (img.height(), img.width());
+    // The source region and the size it is resized to (before a centre crop, for evaluation).
+    let (region, to) = match fit {
+        Fit::Whole { .. } if (ih, iw) == (height, width) => ((0, 0, ih, iw), (height, width)),
+        Fit::Whole { resize: true } => ((0, 0, ih, iw), (height, width)),
         Fit::Whole { resize: false } => {
             return Err(format!(
-            "is {}x{}, not {height}x{width} as the first image; pass --image-size H,W to resize every image",
-            img.height(),
-            img.width()
-        ))
+                "is {ih}x{iw}, not {height}x{width} as the first image; pass --image-size H,W to resize every image"
+            ))
         }
-        Fit::Region { top, left, height: h, width: w } => {
-            img.crop_imm(left, top, w, h).resize_exact(width, height, FilterType::Triangle)
+        Fit::Region { top, left, height: h, width: w } => ((top, left, h, w), (height, width)),
+        // torchvision's Resize(int): the shorter side to `side`, the longer in proportion
+        // (truncated).
+        Fit::ResizeCenter { side } if ih <= iw => {
+            ((0, 0, ih, iw), (side, (u64::from(side) * u64::from(iw) / u64::from(ih).max(1)) as u32))
         }
         Fit::ResizeCenter { side } => {
-            let (ih, iw) = (img.height(), img.width());
-            // torchvision's Resize(int): the shorter side to `side`, the longer in proportion
-            // (truncated); then CenterCrop's offsets, rounded as Python rounds (half to even).
-            let (rh, rw) = if ih <= iw {
-                (side, (u64::from(side) * u64::from(iw) / u64::from(ih).max(1)) as u32)
-            } else {
-                ((u64::from(side) * u64::from(ih) / u64::from(iw).max(1)) as u32, side)
-            };
-            let resized = img.resize_exact(rw, rh, FilterType::Triangle);
-            let top = ((f64::from(rh) - f64::from(height)) / 2.0).round_ties_even().max(0.0) as u32;
-            let left = ((f64::from(rw) - f64::from(width)) / 2.0).round_ties_even().max(0.0) as u32;
-            resized.crop_imm(left, top, width, height)
+            ((0, 0, ih, iw), ((u64::from(side) * u64::from(ih) / u64::from(iw).max(1)) as u32, side))
         }
     };
-    let plane = (height * width) as usize;
-    if channels == 1 {
-        out[..plane].copy_from_slice(img.to_luma8().as_raw());
-    } else {
-        let rgb = img.to_rgb8();
-        for (p, px) in rgb.as_raw().chunks_exact(3).enumerate() {
-            out[p] = px[0];
-            out[plane + p] = px[1];
-            out[2 * plane + p] = px[2];
+    // CenterCrop's offsets, rounded as Python rounds (half to even); none elsewhere.
+    let centre =
+        |big: u32, small: u32| ((f64::from(big) - f64::from(small)) / 2.0).round_ties_even().max(0.0) as u32;
+    let (top, left) = (centre(to.0, height), centre(to.1, width));
+    let (pixels, kind) = match channels {
+        1 => (img.into_luma8().into_raw(), fir::PixelType::U8),
+        _ => (img.into_rgb8().into_raw(), fir::PixelType::U8x3),
+    };
+    let resized = resize(&pixels, kind, (ih, iw), region, to)?;
+    let (plane, stride) = ((height * width) as usize, to.1 as usize);
+    for y in 0..height as usize {
+        let row = &resized[((top as usize + y) * stride + left as usize) * channels..];
+        for x in 0..width as usize {
+            for c in 0..channels {
+                out[c * plane + y * width as usize + x] = row[x * channels + c];
+            }
         }
     }
     Ok(())
+}
+
+/// `pixels` (interleaved, `(height, width)`) cut to `region` `(top, left, h, w)` and resized to
+/// `to` `(height, width)` with a bilinear filter widened when shrinking (PIL's antialiased
+/// bilinear; `fast_image_resize`'s SIMD convolution); the same size is a copy.
+fn resize(
+    pixels: &[u8],
+    kind: fir::PixelType,
+    (height, width): (u32, u32),
+    (top, left, h, w): (u32, u32, u32, u32),
+    to: (u32, u32),
+) -> Result<Vec<u8>, String> {
+    if (top, left, h, w) == (0, 0, height, width) && to == (height, width) {
+        return Ok(pixels.to_vec());
+    }
+    let src = fir::images::ImageRef::new(width, height, pixels, kind).map_err(|e| e.to_string())?;
+    let mut dst = fir::images::Image::new(to.1, to.0, kind);
+    let options = fir::ResizeOptions::new()
+        .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear))
+        .crop(f64::from(left), f64::from(top), f64::from(w), f64::from(h));
+    fir::Resizer::new().resize(&src, &mut dst, &options).map_err(|e| e.to_string())?;
+    Ok(dst.into_vec())
 }
 
 #[cfg(test)]
