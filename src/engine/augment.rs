@@ -137,6 +137,35 @@ impl Augment {
             .permute([0, 2, 3, 1])
             .index(&[Some(samples), Some(rows.view([n, h, 1])), Some(cols.view([n, 1, w]))])
             .permute([0, 3, 1, 2])
+            // Laid out as the batch came (NCHW): the network sees the layout unaugmented and
+            // streamed batches have, so its kernels (and their sums' order) are the same.
+            .contiguous()
+    }
+}
+
+impl Augment {
+    /// One sample's crop and flip on the host, as `apply` does on the device: `raw` and `out`
+    /// planar `[C, H, W]` bytes of one shape (the streaming loader's decode threads call this).
+    pub fn apply_one(&self, draw: Draw, raw: &[u8], out: &mut [u8], (h, w): (usize, usize)) {
+        let pad = self.crop_padding.unwrap_or(0) as i64;
+        let (hi, wi) = (h as i64, w as i64);
+        for (plane_in, plane_out) in raw.chunks_exact(h * w).zip(out.chunks_exact_mut(h * w)) {
+            for y in 0..hi {
+                let r = y + draw.top - pad;
+                let row_out = &mut plane_out[(y * wi) as usize..((y + 1) * wi) as usize];
+                if !(0..hi).contains(&r) {
+                    row_out.fill(0);
+                    continue;
+                }
+                let row_in = &plane_in[(r * wi) as usize..((r + 1) * wi) as usize];
+                for (x, v) in row_out.iter_mut().enumerate() {
+                    // A flipped crop reads its columns right to left.
+                    let x = if draw.flip { wi - 1 - x as i64 } else { x as i64 };
+                    let c = x + draw.left - pad;
+                    *v = if (0..wi).contains(&c) { row_in[c as usize] } else { 0 };
+                }
+            }
+        }
     }
 }
 
@@ -162,6 +191,20 @@ mod tests {
         assert_eq!(at(0, 0, false), [0, 0, 0, 0, 1, 2], "top-left: the border, then the image");
         assert_eq!(at(2, 2, false), [5, 6, 0, 0, 0, 0]);
         assert_eq!(at(1, 1, true), [3, 2, 1, 6, 5, 4], "flipped after the crop");
+    }
+
+    #[test]
+    fn one_sample_on_the_host_is_the_batch_on_the_device() {
+        let a = Augment { crop_padding: Some(2), hflip: true, resized_crop: None };
+        let raw: Vec<u8> = (1..=2 * 3 * 4).collect();
+        let batch = Tensor::from_slice(&raw).view([1, 2, 3, 4]);
+        for (top, left, flip) in [(0, 0, false), (2, 2, false), (4, 3, true), (1, 0, true), (3, 4, false)] {
+            let d = Draw { top, left, flip };
+            let device: Vec<u8> = Vec::try_from(a.apply(&batch, &[d]).contiguous().view([-1])).unwrap();
+            let mut host = vec![9u8; raw.len()];
+            a.apply_one(d, &raw, &mut host, (3, 4));
+            assert_eq!(host, device, "{d:?}");
+        }
     }
 
     #[test]

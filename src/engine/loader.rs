@@ -13,6 +13,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use rayon::prelude::*;
 use tch::{Device, Tensor};
 
+use super::augment::Augment;
 use super::config::TrainConfig;
 use super::resized_crop::ResizedCrop;
 use crate::data::stream::{fit_into, Fit, Streamed};
@@ -78,8 +79,9 @@ pub struct Decoding {
     pub prefetch: usize,
     /// Samples per evaluation batch.
     pub eval_batch: usize,
-    /// `RandomResizedCrop` of the training images (and the evaluation resize + centre crop).
-    pub resized_crop: Option<ResizedCrop>,
+    /// The training augmentation, all of it applied here: the random-resized crop (and the
+    /// evaluation's resize + centre crop that goes with it), the padded crop and the flip.
+    pub augment: Augment,
     pub seed: u64,
     pub bad: Arc<BadImages>,
 }
@@ -135,7 +137,7 @@ impl Decoding {
             pool: Arc::new(pool),
             prefetch: cfg.loader.prefetch,
             eval_batch: cfg.loader.eval_batch,
-            resized_crop: cfg.augment.resized_crop,
+            augment: cfg.augment,
             seed: cfg.seed,
             bad: Arc::new(BadImages::new(cfg.data.max_bad, total)),
         })))
@@ -305,12 +307,21 @@ fn decode_one(
     slot: &mut [u8],
 ) -> Result<(), String> {
     let img = stored.decode(id)?;
-    let fit = match (&decoding.resized_crop, epoch) {
+    let fit = match (&decoding.augment.resized_crop, epoch) {
         (Some(crop), Some(epoch)) => {
             crop.region(decoding.seed, epoch, id as i64, (img.height(), img.width()))
         }
         (Some(_), None) => ResizedCrop::evaluation(shape.1),
         (None, _) => Fit::Whole { resize: stored.resize },
     };
-    fit_into(img, shape, fit, slot)
+    let Some(epoch) = epoch.filter(|_| decoding.augment.on_device()) else {
+        return fit_into(img, shape, fit, slot);
+    };
+    // The crop and flip the device applies to resident data, here on the host (a gather on a
+    // CPU replica's compute thread costs more than decoding the image).
+    let mut fitted = vec![0u8; slot.len()];
+    fit_into(img, shape, fit, &mut fitted)?;
+    let draw = decoding.augment.draw(decoding.seed, epoch, id as i64);
+    decoding.augment.apply_one(draw, &fitted, slot, (shape.1 as usize, shape.2 as usize));
+    Ok(())
 }

@@ -273,10 +273,11 @@ impl Worker {
                 Ok((x, train.labels.index_select(0, &index), Vec::new()))
             }
             Inputs::Streamed(loader) => {
+                // Augmented by the loader's threads already.
                 let b = loader.next_at(start)?;
                 let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
                 let y = b.labels.to_device_(self.device, Kind::Int64, true, false);
-                Ok((self.augmented(x, *epoch, &b.ids), y, b.bad))
+                Ok((self.normalize(&x), y, b.bad))
             }
         }
     }
