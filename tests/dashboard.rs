@@ -392,3 +392,17 @@ fn c_shows_the_last_evaluation_by_class() {
     app.on_key(key('c'));
     assert_eq!(app.overlay, None, "c closes it again");
 }
+
+#[test]
+fn a_starved_streaming_loader_is_flagged_in_the_status() {
+    let mut app = running_app();
+    let Record::Step(mut s) = common::screens::step(1, 100, 0.5, 0.8, 0.1) else { unreachable!() };
+    s.loader = Some(dpt_tui::record::LoaderStats { ready: 0.1, depth: 2, images_per_sec: 812.0 });
+    app.on_event(&Record::Step(s.clone()));
+    let text = screen(&app, 140, 40, false);
+    assert!(text.contains("loader 0.1/2 ready, 812 img/s decoding (replicas wait for data)"), "{text}");
+    s.loader = Some(dpt_tui::record::LoaderStats { ready: 1.9, depth: 2, images_per_sec: 3100.0 });
+    app.on_event(&Record::Step(s));
+    let text = screen(&app, 140, 40, false);
+    assert!(text.contains("loader 1.9/2 ready, 3100 img/s decoding") && !text.contains("wait for data"));
+}

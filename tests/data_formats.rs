@@ -178,38 +178,13 @@ fn an_image_folders_own_val_split_is_evaluated_each_epoch_and_named_val() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("has its own val/ folder"));
 }
 
-/// Writes `split` as WebDataset shards of `per_shard` samples into `dir`: `<key>.png` and
-/// `<key>.cls` per sample.
-fn write_shards(dir: &Path, split: &Split, per_shard: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    for (s, start) in (0..split.len()).step_by(per_shard).enumerate() {
-        let file = std::fs::File::create(dir.join(format!("shard-{s:04}.tar"))).unwrap();
-        let mut tar = tar::Builder::new(file);
-        for i in start..(start + per_shard).min(split.len()) {
-            let gray =
-                image::GrayImage::from_raw(28, 28, bytes(split)[i * 784..(i + 1) * 784].to_vec()).unwrap();
-            let mut png = Vec::new();
-            gray.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
-            let class = split.labels[i].to_string().into_bytes();
-            for (name, data) in [(format!("{i:06}.png"), png), (format!("{i:06}.cls"), class)] {
-                let mut header = tar::Header::new_gnu();
-                header.set_size(data.len() as u64);
-                header.set_mode(0o644);
-                header.set_cksum();
-                tar.append_data(&mut header, &name, data.as_slice()).unwrap();
-            }
-        }
-        tar.finish().unwrap();
-    }
-}
-
 #[test]
 fn webdataset_shards_read_back_in_order_and_train() {
     let data = subset(250, 60);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("wds");
-    write_shards(&dir.join("train"), &data.train, 100);
-    write_shards(&dir.join("val"), &data.test, 25);
+    common::write_shards(&dir.join("train"), &data.train, 100);
+    common::write_shards(&dir.join("val"), &data.test, 25);
     assert_eq!(DataFormat::detect(&dir).unwrap(), DataFormat::WebDataset);
     let d = Dataset::load(&dir).unwrap();
     assert_eq!((d.train.len(), d.test.len(), d.train.channels), (250, 60, 1));
@@ -229,8 +204,8 @@ fn webdataset_shards_read_back_in_order_and_train() {
 
     // A sample without its class, and a file that is not a tar archive, are named.
     let broken = tmp.path().join("broken");
-    write_shards(&broken.join("train"), &data.train, 100);
-    write_shards(&broken.join("test"), &data.test, 60);
+    common::write_shards(&broken.join("train"), &data.train, 100);
+    common::write_shards(&broken.join("test"), &data.test, 60);
     let shard = broken.join("train/shard-0001.tar");
     let mut tar = tar::Builder::new(std::fs::File::create(&shard).unwrap());
     let mut header = tar::Header::new_gnu();

@@ -1,6 +1,6 @@
 //! The streaming loader (`--loader stream`) on JPEG folders and WebDataset shards written from
-//! the shipped subset: it trains to the weights the resident path reaches, on one process and
-//! on two, resumes mid-epoch exactly, keeps the process's memory bounded while streaming more
+//! the shipped subset: it trains to the weights the resident path reaches (folders and shards),
+//! on one process and on two, resumes mid-epoch exactly, crops ImageNet-style, keeps the process's memory bounded while streaming more
 //! than its budget, and names (and counts) images that fail to decode while training.
 
 mod common;
@@ -100,6 +100,14 @@ fn a_streamed_folder_trains_to_the_weights_of_the_resident_one_bit_for_bit() {
     let said =
         ok(dpt(&folder, &streamed, &flags).args(["--loader", "stream", "--prefetch", "3"]).output().unwrap());
     assert!(said.contains("streamed"), "the data's description says it streams: {said}");
+    // Each report says how the loader kept up: batches ready of the queue's depth, decode rate.
+    assert!(said.contains("loader ") && said.contains("/3 ready, "), "{said}");
+    let records = common::wait_for_summary(&streamed, std::time::Duration::from_secs(5));
+    let loader: Vec<&serde_json::Value> = records.iter().filter_map(|r| r.get("loader")).collect();
+    assert!(!loader.is_empty() && loader.iter().all(|l| l["depth"] == 3), "{loader:?}");
+    assert!(loader
+        .iter()
+        .all(|l| l["images_per_sec"].as_f64().unwrap() > 0.0 && l["ready"].as_f64().unwrap() <= 3.0));
     let d = largest_difference(&common::weights(&resident), &common::weights(&streamed));
     assert!(d == 0.0, "the same batches in the same order: the same weights, bit for bit ({d})");
 }
@@ -278,4 +286,34 @@ fn the_imagenet_recipe_streams_images_of_any_size_and_needs_a_folder() {
         dpt(&idx, &tmp.path().join("idx"), &["--model", "lenet", "--augment", "imagenet"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
+}
+
+#[test]
+fn webdataset_shards_stream_to_the_weights_of_resident_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset(600, 100);
+    let shards = tmp.path().join("wds");
+    common::write_shards(&shards.join("train"), &data.train, 128);
+    common::write_shards(&shards.join("test"), &data.test, 50);
+    let flags = [
+        "--model",
+        "lenet",
+        "--devices",
+        "cpu:2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "100",
+        "--augment",
+        "cifar",
+    ];
+    let resident = tmp.path().join("resident");
+    ok(dpt(&shards, &resident, &flags).args(["--loader", "resident"]).output().unwrap());
+    let streamed = tmp.path().join("streamed");
+    let said = ok(dpt(&shards, &streamed, &flags).args(["--loader", "stream"]).output().unwrap());
+    assert!(said.contains("WebDataset shards in") && said.contains("streamed"), "{said}");
+    for ((n, a), (m, b)) in common::weights(&resident).iter().zip(&common::weights(&streamed)) {
+        assert_eq!(n, m);
+        assert!(a.equal(b), "{n}: members read at their offsets train as the resident shards do");
+    }
 }

@@ -16,6 +16,7 @@ use tch::{Device, Tensor};
 use super::augment::Augment;
 use super::config::TrainConfig;
 use super::resized_crop::ResizedCrop;
+use super::tally::LoaderTally;
 use crate::data::stream::{fit_into, Fit, Streamed};
 use crate::data::{Dataset, Pixels, Split};
 
@@ -52,6 +53,9 @@ pub struct Batch {
     pub labels: Tensor,
     pub ids: Vec<i64>,
     pub bad: Vec<String>,
+    /// What taking it tells about the loader: the batches ready then (this one included), and
+    /// the seconds decoding it took.
+    pub tally: LoaderTally,
 }
 
 /// The streaming loader's settings (`--prefetch`, `--decode-threads`).
@@ -171,9 +175,13 @@ impl Loader {
     /// The next batch of the current job.
     pub fn next(&self) -> Result<Batch, LoadError> {
         loop {
+            let ready = self.batches.len();
             let (generation, batch) = self.batches.recv().map_err(|_| LoadError::Gone)?;
             if generation == self.generation {
-                return batch;
+                return batch.map(|mut b| {
+                    b.tally.ready = ready;
+                    b
+                });
             }
         }
     }
@@ -259,6 +267,7 @@ fn decode_batch(
     let Pixels::Streamed(stored) = &split.images else {
         return Err(LoadError::NotStreamed("training"));
     };
+    let began = std::time::Instant::now();
     let per = split.sample_len();
     let shape = (split.channels, split.rows as u32, split.cols as u32);
     let mut buffer = vec![0u8; ids.len() * per];
@@ -294,7 +303,8 @@ fn decode_batch(
         images = images.pin_memory(device);
         labels = labels.pin_memory(device);
     }
-    Ok(Batch { generation: 0, start: 0, images, labels, ids: kept, bad })
+    let tally = LoaderTally { taken: 1, ready: 0, images: ids.len(), seconds: began.elapsed().as_secs_f64() };
+    Ok(Batch { generation: 0, start: 0, images, labels, ids: kept, bad, tally })
 }
 
 /// Decodes sample `id` into `slot`, fitted as the job says.

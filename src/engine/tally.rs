@@ -56,8 +56,39 @@ pub struct Window {
     /// Phase seconds summed over the timed steps.
     pub timing: StepTiming,
     pub replicas: Vec<ReplicaTiming>,
+    /// The streaming loader's figures over the window.
+    pub loader: LoaderTally,
     started: Instant,
     pub paused: Duration,
+}
+
+/// Sums of what the replicas' streaming loaders reported with their steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoaderTally {
+    /// Batches taken, and the batches that were ready at each take, summed.
+    pub taken: usize,
+    pub ready: usize,
+    /// Images decoded, and the seconds decoding them took.
+    pub images: usize,
+    pub seconds: f64,
+}
+
+impl LoaderTally {
+    pub fn add(&mut self, t: LoaderTally) {
+        self.taken += t.taken;
+        self.ready += t.ready;
+        self.images += t.images;
+        self.seconds += t.seconds;
+    }
+
+    /// The window's figures, for a queue `depth` deep (none when nothing was taken).
+    pub fn stats(&self, depth: usize) -> Option<crate::record::LoaderStats> {
+        (self.taken > 0).then(|| crate::record::LoaderStats {
+            ready: self.ready as f64 / self.taken as f64,
+            depth,
+            images_per_sec: self.images as f64 / self.seconds.max(1e-9),
+        })
+    }
 }
 
 impl Window {
@@ -69,6 +100,7 @@ impl Window {
             timed: 0,
             timing: StepTiming::default(),
             replicas: vec![ReplicaTiming::default(); replicas],
+            loader: LoaderTally::default(),
             started: Instant::now(),
             paused: Duration::ZERO,
         }
@@ -130,6 +162,7 @@ impl Window {
             loss_scale: None,
             skipped_steps: None,
             timed_steps: Some(self.timed),
+            loader: None,
         }
     }
 }

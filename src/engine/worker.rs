@@ -60,6 +60,15 @@ pub struct WorkerSetup {
     pub loader: Option<Arc<Decoding>>,
 }
 
+/// A step's batch on the device: the network's inputs and labels, the images left out, what
+/// the streaming loader told.
+struct Batch {
+    x: Tensor,
+    y: Tensor,
+    bad: Vec<String>,
+    loader: Option<super::tally::LoaderTally>,
+}
+
 /// Where a worker's batches come from.
 enum Inputs {
     /// The splits on the device, gathered by index.
@@ -261,7 +270,7 @@ impl Worker {
     /// The step's training rows `start..start + len` of the epoch order on the device:
     /// the network's inputs (augmented, normalized), their labels, and the images left out
     /// because they did not decode.
-    fn batch(&self, start: usize, len: usize) -> Result<(Tensor, Tensor, Vec<String>), WorkerError> {
+    fn batch(&self, start: usize, len: usize) -> Result<Batch, WorkerError> {
         let (epoch, order) = &self.epoch;
         match &self.inputs {
             Inputs::Resident { train, .. } => {
@@ -270,14 +279,14 @@ impl Worker {
                 // The host's copy of the order the device's came with; a step outside it is a bug.
                 let ids = order.get(start..start + len).ok_or(WorkerError::NoEpoch)?;
                 let x = self.augmented(train.images.index_select(0, &index), *epoch, ids);
-                Ok((x, train.labels.index_select(0, &index), Vec::new()))
+                Ok(Batch { x, y: train.labels.index_select(0, &index), bad: Vec::new(), loader: None })
             }
             Inputs::Streamed(loader) => {
                 // Augmented by the loader's threads already.
                 let b = loader.next_at(start)?;
                 let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
                 let y = b.labels.to_device_(self.device, Kind::Int64, true, false);
-                Ok((self.normalize(&x), y, b.bad))
+                Ok(Batch { x: self.normalize(&x), y, bad: b.bad, loader: Some(b.tally) })
             }
         }
     }
@@ -340,7 +349,7 @@ impl Worker {
             // Stands in for a throttled or shared device: this replica's steps take longer.
             std::thread::sleep(std::time::Duration::from_millis(ms as u64));
         }
-        let (x, y, bad) = self.batch(start, len)?;
+        let Batch { x, y, bad, loader } = self.batch(start, len)?;
         let len = x.size()[0] as usize;
         if len == 0 {
             // A last batch smaller than the replica count leaves this shard empty (as does a
@@ -397,7 +406,7 @@ impl Worker {
         }
         self.clock.mark()?;
         let timing = self.clock.read()?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
-        Ok(FromWorker::StepDone { replica: self.replica, timing, bad })
+        Ok(FromWorker::StepDone { replica: self.replica, timing, bad, loader })
     }
 
     /// The loss the backward pass starts from when it is scaled (`None`: the loss itself).

@@ -83,7 +83,13 @@ pub enum FromWorker {
     /// Gradients of the shard are in the flat gradient buffer (queued, on a GPU); the seconds
     /// of its data and forward/backward phases when the step was timed; the images that did
     /// not decode and were left out (`path: why`, streamed data only).
-    StepDone { replica: usize, timing: Option<(f64, f64)>, bad: Vec<String> },
+    /// `loader`: what taking the step's batch from the streaming loader told.
+    StepDone {
+        replica: usize,
+        timing: Option<(f64, f64)>,
+        bad: Vec<String>,
+        loader: Option<super::tally::LoaderTally>,
+    },
     /// The accumulated training metrics since the last report.
     Sums { replica: usize, sums: Tally },
     /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the

@@ -136,6 +136,7 @@ mod tests {
             loss_scale: None,
             skipped_steps: None,
             timed_steps: None,
+            loader: None,
         }))
     }
 

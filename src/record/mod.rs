@@ -29,7 +29,9 @@ pub mod text;
 
 use serde::{Deserialize, Serialize};
 
-pub use stats::{EpochStats, FinishReason, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary};
+pub use stats::{
+    EpochStats, FinishReason, LoaderStats, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary,
+};
 
 /// One entry of the run's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -243,6 +243,22 @@ pub struct StepStats {
     /// timings are then zeros to be ignored); absent in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_steps: Option<usize>,
+    /// The streaming loader over the window (streamed data only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loader: Option<LoaderStats>,
+}
+
+/// How the streaming loader kept up over a window: whether batches were ready when the
+/// replicas asked, and how fast its threads decode.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LoaderStats {
+    /// Batches ready in a replica's queue when it asked for the next, on average (0: the
+    /// replica waited for its loader).
+    pub ready: f64,
+    /// The queue's depth (`--prefetch`, as the memory budget allows).
+    pub depth: usize,
+    /// Images decoded per second of a loader's time decoding, over the window.
+    pub images_per_sec: f64,
 }
 
 /// End-of-epoch statistics, with test metrics computed over all replicas.

@@ -94,7 +94,8 @@ impl Narrator {
                         )
                     },
                 ) + &s.grad_norm.map_or(String::new(), |g| format!("  grad norm {g:.3}"))
-                    + &if s.loss_scale.is_some() { format!("  loss scale {}", loss_scale(s)) } else { String::new() },
+                    + &if s.loss_scale.is_some() { format!("  loss scale {}", loss_scale(s)) } else { String::new() }
+                    + &s.loader.map_or(String::new(), |l| format!("  loader {}", loader(&l))),
             }),
             Record::Epoch(e) => info(format!(
                 "epoch {}/{} done: train loss {:.4}, train acc {:.3}, {set} loss {:.4}, {set} acc {:.3}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
@@ -117,6 +118,13 @@ impl Narrator {
             }
         }
     }
+}
+
+/// The streaming loader's figures in words: `1.8/2 ready, 3250 img/s` (`waiting` when the
+/// replicas found less than half a batch ready on average).
+pub fn loader(l: &super::LoaderStats) -> String {
+    let waiting = if l.ready < 0.5 { " (replicas wait for data)" } else { "" };
+    format!("{:.1}/{} ready, {:.0} img/s decoding{waiting}", l.ready, l.depth, l.images_per_sec)
 }
 
 fn change_line(c: &Change) -> Line {
@@ -239,6 +247,14 @@ pub fn loss_scale(s: &StepStats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loader_says_when_the_replicas_wait() {
+        let l = crate::record::LoaderStats { ready: 1.75, depth: 2, images_per_sec: 3250.4 };
+        assert_eq!(loader(&l), "1.8/2 ready, 3250 img/s decoding");
+        let starved = crate::record::LoaderStats { ready: 0.2, ..l };
+        assert!(loader(&starved).ends_with("(replicas wait for data)"));
+    }
 
     #[test]
     fn groups_digits() {

@@ -1,7 +1,7 @@
 """The PyTorch side of `cargo bench --bench loader`.
 
 make DIR N W H: writes N JPEG images (quality 90) of W x H pixels into DIR/train/<class>/ and a
-tenth as many into DIR/val/<class>/, 10 classes, smooth random content (seeded).
+tenth as many into DIR/val/<class>/, 10 classes, random gradients with grain (seeded).
 load DIR WORKERS BATCH SIZE: one epoch of torchvision's ImageFolder with RandomResizedCrop(SIZE)
 + RandomHorizontalFlip + PILToTensor (uint8, as dpt-tui's loader hands over) through a
 DataLoader (WORKERS worker processes, pinned memory, shuffled); prints {"images_per_sec": ...}.
@@ -35,7 +35,9 @@ def make(folder, n, w, h):
                 * np.cos(y / rng.uniform(8, 60) + rng.uniform(0, 6))
                 for _ in range(3)
             ]
-            img = np.stack(planes, -1).clip(0, 255).astype(np.uint8)
+            # Plus grain, so the files are near photo size (about 70 KB at 400x300; ImageNet's
+            # average is about 110 KB at about 400x350) and decode about as slowly.
+            img = (np.stack(planes, -1) + rng.normal(0, 30, (h, w, 3))).clip(0, 255).astype(np.uint8)
             Image.fromarray(img).save(os.path.join(path, f"{i:06}.jpg"), quality=90)
 
 

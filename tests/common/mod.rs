@@ -106,3 +106,28 @@ pub fn make_model(kind: &str, channels: usize, dir: &std::path::Path) -> PathBuf
     assert!(status.success(), "make_model.py {kind}");
     out
 }
+
+/// Writes `split` (1x28x28 bytes) as WebDataset shards of `per_shard` samples into `dir`:
+/// `<key>.png` and `<key>.cls` per sample.
+pub fn write_shards(dir: &std::path::Path, split: &dpt_tui::data::Split, per_shard: usize) {
+    let dpt_tui::data::Pixels::Bytes(bytes) = &split.images else { panic!("byte images expected") };
+    std::fs::create_dir_all(dir).unwrap();
+    for (s, start) in (0..split.len()).step_by(per_shard).enumerate() {
+        let file = std::fs::File::create(dir.join(format!("shard-{s:04}.tar"))).unwrap();
+        let mut tar = tar::Builder::new(file);
+        for i in start..(start + per_shard).min(split.len()) {
+            let gray = image::GrayImage::from_raw(28, 28, bytes[i * 784..(i + 1) * 784].to_vec()).unwrap();
+            let mut png = Vec::new();
+            gray.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+            let class = split.labels[i].to_string().into_bytes();
+            for (name, data) in [(format!("{i:06}.png"), png), (format!("{i:06}.cls"), class)] {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                header.set_cksum();
+                tar.append_data(&mut header, &name, data.as_slice()).unwrap();
+            }
+        }
+        tar.finish().unwrap();
+    }
+}

@@ -88,6 +88,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     if let Some(s) = app.last_step.as_ref().filter(|s| s.loss_scale.is_some()) {
         items.push(item("loss scale", crate::record::text::loss_scale(s), text));
     }
+    if let Some(l) = app.last_step.as_ref().and_then(|s| s.loader) {
+        // Under half a batch ready on average: the replicas wait for data.
+        let style = if l.ready < 0.5 { t.fg(t.warning).add_modifier(Modifier::BOLD) } else { text };
+        items.push(item("loader", crate::record::text::loader(&l), style));
+    }
     items.extend([
         item("allreduce", if info.allreduce.is_empty() { dash() } else { info.allreduce.clone() }, text),
         item(

@@ -125,8 +125,11 @@ impl Coordinator {
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
         for reply in self.pool.gather(self.cfg().step_timeout)? {
-            if let FromWorker::StepDone { replica, timing, bad } = reply {
+            if let FromWorker::StepDone { replica, timing, bad, loader } = reply {
                 self.name_bad_images(bad);
+                if let Some(l) = loader {
+                    self.window.loader.add(l);
+                }
                 if let Some((data, compute)) = timing {
                     data_max = data_max.max(data);
                     compute_max = compute_max.max(compute);
@@ -265,6 +268,7 @@ impl Coordinator {
             world.mark_progress(self.global_step);
         }
         let mut stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
+        stats.loader = w.loader.stats(self.cfg().loader.prefetch);
         if let Some(sum) = self.grad_norms.take() {
             // Every rank reduced the same gradients: the norm is already global.
             stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);
