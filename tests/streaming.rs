@@ -317,3 +317,35 @@ fn webdataset_shards_stream_to_the_weights_of_resident_shards() {
         assert!(a.equal(b), "{n}: members read at their offsets train as the resident shards do");
     }
 }
+
+#[test]
+fn a_large_folders_index_is_cached_for_the_next_run_until_the_folder_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("many");
+    // 20,010 files (20,000 is the fewest whose listing is cached): 100 real training images
+    // and empty files, which one step of 8 is very unlikely to meet (--max-bad-images 1 allows
+    // those it does).
+    write_jpeg_folder(&folder, (100, 10), 28, false);
+    let real = |class: usize| folder.join(format!("train/class_{class}"));
+    for i in 0..19_900 {
+        std::fs::write(real(i % 10).join(format!("z{i:05}.jpg")), b"").unwrap();
+    }
+    let cache = tmp.path().join("cache");
+    let run = |name: &str| {
+        let out = dpt(&folder, &tmp.path().join(name), &["--model", "lenet", "--devices", "cpu:1"])
+            .args(["--loader", "stream", "--max-steps", "1", "--batch-size", "8", "--max-bad-images", "1"])
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .unwrap();
+        ok(out)
+    };
+    let first = run("first");
+    assert!(first.contains("20000 train"), "{first}");
+    assert!(!first.contains("index from the cache"), "{first}");
+    let second = run("second");
+    assert!(second.contains("streamed, index from the cache"), "{second}");
+    // An image added: its class folder changed, the folder is listed again.
+    std::fs::write(real(3).join("new.jpg"), b"").unwrap();
+    let third = run("third");
+    assert!(!third.contains("index from the cache") && third.contains("20001 train"), "{third}");
+}

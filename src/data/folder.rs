@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use image::DynamicImage;
 
 use super::dataset::{DataError, Dataset, Pixels, Split};
+use super::index_cache::{Listing, Progress};
 use super::LoadOptions;
 
 fn sorted_entries(dir: &Path, want_dirs: bool) -> Result<Vec<PathBuf>, DataError> {
@@ -71,16 +72,16 @@ pub(super) fn evaluated_dirs(dir: &Path) -> (PathBuf, Option<PathBuf>, bool) {
 }
 
 /// The files of one split, with their class numbers.
-fn files(split_dir: &Path, classes: &[String]) -> Result<Labelled, DataError> {
+fn files(split_dir: &Path, classes: &[String], progress: &mut Progress) -> Result<Labelled, DataError> {
     let mut out = Vec::new();
     for class_dir in sorted_entries(split_dir, true)? {
         let class = name(&class_dir);
         let Some(index) = classes.iter().position(|c| *c == class) else {
             return Err(DataError::UnknownClass { path: class_dir, class, known: classes.to_vec() });
         };
-        for file in sorted_entries(&class_dir, false)? {
-            out.push((ImageSource::File(file), index as i64));
-        }
+        let images = sorted_entries(&class_dir, false)?;
+        progress.add(images.len());
+        out.extend(images.into_iter().map(|file| (ImageSource::File(file), index as i64)));
     }
     Ok(out)
 }
@@ -143,17 +144,19 @@ fn to_gray(split: &mut Split) {
 /// Loads `dir/train` with `dir/val`, `dir/test` or both, as `options` say (the size every
 /// image is resized to, the share of undecodable images skipped).
 pub fn load(dir: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
-    let train_dir = dir.join("train");
-    let classes: Vec<String> = sorted_entries(&train_dir, true)?.iter().map(|p| name(p)).collect();
-    if classes.is_empty() {
-        return Err(DataError::NoClasses { dir: train_dir });
-    }
-    let train = files(&train_dir, &classes)?;
-    let (test_dir, val_dir, test_is_val) = evaluated_dirs(dir);
-    let test = files(&test_dir, &classes)?;
-    let val = val_dir.map(|v| files(&v, &classes)).transpose()?;
-    let what = format!("image folder {}", dir.display());
-    assemble((train, test, val), test_is_val, (options, Some(classes.len())), &what, dir)
+    let (listing, cached) = super::index_cache::cached(dir, "images", |progress| {
+        let train_dir = dir.join("train");
+        let classes: Vec<String> = sorted_entries(&train_dir, true)?.iter().map(|p| name(p)).collect();
+        if classes.is_empty() {
+            return Err(DataError::NoClasses { dir: train_dir });
+        }
+        let train = files(&train_dir, &classes, progress)?;
+        let (test_dir, val_dir, test_is_val) = evaluated_dirs(dir);
+        let test = files(&test_dir, &classes, progress)?;
+        let val = val_dir.map(|v| files(&v, &classes, progress)).transpose()?;
+        Ok(Listing { train, test, val, test_is_val, classes: Some(classes) })
+    })?;
+    assemble(listing, cached, options, &format!("image folder {}", dir.display()), dir)
 }
 
 /// How the data set's own `val/` is used, in the data set's description.
@@ -169,12 +172,15 @@ fn evaluated_words(test_is_val: bool, has_val: bool) -> &'static str {
 /// unless every image is grayscale; `classes` when known (else counted from the labels);
 /// `what` names it in the data set's description.
 pub(super) fn assemble(
-    (train, test, val): (Labelled, Labelled, Option<Labelled>),
-    test_is_val: bool,
-    (options, classes): (LoadOptions, Option<usize>),
+    listing: Listing,
+    cached: bool,
+    options: LoadOptions,
     what: &str,
     dir: &Path,
 ) -> Result<Dataset, DataError> {
+    let Listing { train, test, val, test_is_val, classes } = listing;
+    let classes = classes.map(|c| c.len());
+    let index = if cached { ", index from the cache" } else { "" };
     if train.is_empty() {
         return Err(DataError::NoClasses { dir: dir.join("train") });
     }
@@ -192,7 +198,7 @@ pub(super) fn assemble(
         let mut data = super::format::finish(train, test, String::new(), dir)?;
         data.classes = classes.unwrap_or(data.classes);
         let evaluated = evaluated_words(test_is_val, val.is_some());
-        data.source = format!("{what} ({} classes{evaluated}, streamed)", data.classes);
+        data.source = format!("{what} ({} classes{evaluated}, streamed{index})", data.classes);
         data.val = val;
         data.test_is_val = test_is_val;
         return Ok(data);
@@ -228,7 +234,7 @@ pub(super) fn assemble(
         1 => ", 1 undecodable image skipped".to_owned(),
         n => format!(", {n} undecodable images skipped"),
     };
-    data.source = format!("{what} ({} classes{evaluated}{skipped})", data.classes);
+    data.source = format!("{what} ({} classes{evaluated}{skipped}{index})", data.classes);
     data.skipped = bad.into_iter().map(|(p, why)| format!("{}: {why}", p.display())).collect();
     data.val = val.map(|(v, _)| v);
     data.test_is_val = test_is_val;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use super::dataset::{DataError, Dataset};
 use super::folder::{assemble, evaluated_dirs, ImageSource, Labelled};
+use super::index_cache::{Listing, Progress};
 
 /// Whether `dir` is laid out as WebDataset shards (`train/` holds `.tar` files).
 pub fn detect(dir: &Path) -> bool {
@@ -40,15 +41,17 @@ struct Pieces {
 }
 
 /// The samples of one split's shards, in order.
-fn read_split(split_dir: &Path) -> Result<Labelled, DataError> {
+fn read_split(split_dir: &Path, progress: &mut Progress) -> Result<Labelled, DataError> {
     let mut out = Vec::new();
     for shard in shards(split_dir)? {
+        let before = out.len();
         let bad = |why: String| DataError::Decode { path: shard.clone(), why };
         let file = std::fs::File::open(&shard).map_err(|e| bad(e.to_string()))?;
         let mut archive = tar::Archive::new(file);
         let mut order: Vec<String> = Vec::new();
         let mut samples: HashMap<String, Pieces> = HashMap::new();
-        for entry in archive.entries().map_err(|e| bad(e.to_string()))? {
+        // Headers only: the members' bytes are skipped by seeking, not read.
+        for entry in archive.entries_with_seek().map_err(|e| bad(e.to_string()))? {
             let mut entry = entry.map_err(|e| bad(format!("not a readable tar file ({e})")))?;
             if !entry.header().entry_type().is_file() {
                 continue;
@@ -88,16 +91,19 @@ fn read_split(split_dir: &Path) -> Result<Labelled, DataError> {
             let class = pieces.class.ok_or_else(|| missing(".cls"))?;
             out.push((ImageSource::Member { shard: shard.clone(), member, offset, len }, class));
         }
+        progress.add(out.len() - before);
     }
     Ok(out)
 }
 
 /// Loads `dir/train/*.tar` with `dir/val/*.tar`, `dir/test/*.tar` or both, as `options` say.
 pub fn load(dir: &Path, options: super::LoadOptions) -> Result<Dataset, DataError> {
-    let train = read_split(&dir.join("train"))?;
-    let (test_dir, val_dir, test_is_val) = evaluated_dirs(dir);
-    let test = read_split(&test_dir)?;
-    let val = val_dir.map(|v| read_split(&v)).transpose()?;
-    let what = format!("WebDataset shards in {}", dir.display());
-    assemble((train, test, val), test_is_val, (options, None), &what, dir)
+    let (listing, cached) = super::index_cache::cached(dir, "webdataset", |progress| {
+        let train = read_split(&dir.join("train"), progress)?;
+        let (test_dir, val_dir, test_is_val) = evaluated_dirs(dir);
+        let test = read_split(&test_dir, progress)?;
+        let val = val_dir.map(|v| read_split(&v, progress)).transpose()?;
+        Ok(Listing { train, test, val, test_is_val, classes: None })
+    })?;
+    assemble(listing, cached, options, &format!("WebDataset shards in {}", dir.display()), dir)
 }
