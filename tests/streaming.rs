@@ -359,3 +359,36 @@ fn a_large_folders_index_is_cached_for_the_next_run_until_the_folder_changes() {
     let third = run("third");
     assert!(!third.contains("index from the cache") && third.contains("20001 train"), "{third}");
 }
+
+/// Writes `data` (`[n, ...shape]` bytes or integers) as `path`.
+fn npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
+    use npyz::WriterBuilder;
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(file).begin_nd().unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+}
+
+#[test]
+fn uint8_npy_arrays_stream_from_their_rows_to_the_resident_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset(600, 100);
+    let arrays = tmp.path().join("npy");
+    std::fs::create_dir_all(&arrays).unwrap();
+    // Channels-last [N, 32, 32, 3], as NumPy and Keras data sets store them.
+    for (x, y, split) in [("x_train", "y_train", &data.train), ("x_test", "y_test", &data.test)] {
+        let rows: Vec<u8> = (0..split.len()).flat_map(|i| tinted(split, i, 32).into_raw()).collect();
+        npy(&arrays.join(format!("{x}.npy")), &[split.len() as u64, 32, 32, 3], &rows);
+        npy(&arrays.join(format!("{y}.npy")), &[split.len() as u64], &split.labels);
+    }
+    let model = common::make_model("cnn", 3, tmp.path());
+    let flags =
+        ["--model", model.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "2", "--batch-size", "100"];
+    let flags = [&flags[..], &["--augment", "cifar", "--normalize", "0.4,0.3,0.6,0.3,0.2,0.2"]].concat();
+    let (said, _) = resident_and_streamed(&arrays, tmp.path(), &flags, &[]);
+    assert!(said.contains("NumPy arrays in"), "{said}");
+    // Arrays hold no image to crop at its own size.
+    let out = dpt(&arrays, &tmp.path().join("rrc"), &flags).args(["--augment", "imagenet"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
+}

@@ -7,8 +7,11 @@ use std::path::Path;
 
 use npyz::{NpyFile, TypeChar};
 
+use std::sync::Arc;
+
 use super::dataset::{DataError, Dataset, Pixels, Split};
-use super::format::DataFormat;
+use super::format::{DataFormat, LoadOptions};
+use super::stream::{Entry, Names, Streamed};
 
 /// An array as read, before it becomes images or labels.
 enum Values {
@@ -163,25 +166,32 @@ fn read_safetensors(path: &Path) -> Result<Vec<Array>, DataError> {
         .collect()
 }
 
-/// NCHW planes from `[n, h, w]`, `[n, c, h, w]` or `[n, h, w, c]` values.
-fn images(a: Array, path: &Path) -> Result<(Pixels, usize, usize, usize, usize), DataError> {
-    let bad = |a: &Array| DataError::ArrayShape {
+/// `(n, c, h, w, channels_last)` of an image array of `shape` (`[n, h, w]`, `[n, c, h, w]` or
+/// `[n, h, w, c]`, C of 1, 3 or 4).
+fn layout(name: &str, shape: &[u64], path: &Path) -> Result<(usize, usize, usize, usize, bool), DataError> {
+    let bad = || DataError::ArrayShape {
         path: path.to_owned(),
-        name: a.name.clone(),
-        shape: a.shape.clone(),
+        name: name.to_owned(),
+        shape: shape.to_vec(),
         expected: "images must be [N, H, W], [N, C, H, W] or [N, H, W, C] with C of 1, 3 or 4",
     };
-    let small = |d: u64| matches!(d, 1 | 3 | 4);
-    let dims: Vec<usize> = a.shape.iter().map(|&d| d as usize).collect();
-    let (n, c, h, w, channels_last) = match dims.as_slice() {
+    let small = |d: usize| matches!(d, 1 | 3 | 4);
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let found = match dims.as_slice() {
         [n, h, w] => (*n, 1, *h, *w, false),
-        [n, c, h, w] if small(*c as u64) && !small(*w as u64) => (*n, *c, *h, *w, false),
-        [n, h, w, c] if small(*c as u64) => (*n, *c, *h, *w, true),
-        _ => return Err(bad(&a)),
+        [n, c, h, w] if small(*c) && !small(*w) => (*n, *c, *h, *w, false),
+        [n, h, w, c] if small(*c) => (*n, *c, *h, *w, true),
+        _ => return Err(bad()),
     };
-    if h == 0 || w == 0 {
-        return Err(bad(&a));
+    if found.2 == 0 || found.3 == 0 {
+        return Err(bad());
     }
+    Ok(found)
+}
+
+/// NCHW planes from `[n, h, w]`, `[n, c, h, w]` or `[n, h, w, c]` values.
+fn images(a: Array, path: &Path) -> Result<(Pixels, usize, usize, usize, usize), DataError> {
+    let (n, c, h, w, channels_last) = layout(&a.name, &a.shape, path)?;
     fn planar<T: Copy>(v: Vec<T>, n: usize, c: usize, hw: usize) -> Vec<T> {
         let mut out = Vec::with_capacity(v.len());
         for s in 0..n {
@@ -243,8 +253,111 @@ fn split(x: Array, y: Array, path: &Path) -> Result<Split, DataError> {
     Ok(Split { images, labels, channels, rows, cols })
 }
 
-/// Loads the four arrays from `path` (`format`: NumPy or safetensors).
-pub fn load(path: &Path, format: DataFormat) -> Result<Dataset, DataError> {
+/// A reader that counts the bytes read through it (where an `.npy` file's data begins).
+struct Counting<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+/// The uint8 image array `dir/<name>.npy` left in its file: its shape and where its data begins
+/// (`None`: not uint8 in C order, read whole instead).
+fn npy_in_place(dir: &Path, name: &str) -> Result<Option<(Vec<u64>, u64)>, DataError> {
+    let path = dir.join(format!("{name}.npy"));
+    let io = |e: std::io::Error| DataError::Read { path: path.clone(), why: e.to_string() };
+    let file = std::fs::File::open(&path).map_err(io)?;
+    let mut counting = Counting { inner: file, read: 0 };
+    let npy = NpyFile::new(&mut counting).map_err(io)?;
+    let bytes = matches!(npy.dtype(), npyz::DType::Plain(t) if (t.type_char(), t.size_field()) == (TypeChar::Uint, 1));
+    if !bytes || npy.order() == npyz::Order::Fortran {
+        return Ok(None);
+    }
+    let shape = npy.shape().to_vec();
+    drop(npy);
+    Ok(Some((shape, counting.read)))
+}
+
+/// A folder of `.npy` files whose uint8 images are streamed (`--loader stream`, or auto when
+/// they do not fit `--data-memory`): each sample read from its row in the file as training
+/// reaches it; the labels read whole. `None`: read everything instead.
+fn streamed_npy_dir(dir: &Path, options: LoadOptions) -> Result<Option<Dataset>, DataError> {
+    let (Some(train), Some(test)) = (npy_in_place(dir, "x_train")?, npy_in_place(dir, "x_test")?) else {
+        return Ok(None);
+    };
+    let decoded: u64 = [&train.0, &test.0].iter().map(|s| s.iter().product::<u64>()).sum();
+    if !options.loader.streams(decoded, options.memory) {
+        return Ok(None);
+    }
+    let mut names = Names::default();
+    let mut splits = Vec::new();
+    for ((shape, data_at), (x, y)) in
+        [train, test].into_iter().zip([("x_train", "y_train"), ("x_test", "y_test")])
+    {
+        let (n, c, h, w, channels_last) = layout(x, &shape, dir)?;
+        let per = (c * h * w) as u64;
+        let file = names.push(&dir.join(format!("{x}.npy")));
+        let len = u32::try_from(per).map_err(|_| DataError::ArrayShape {
+            path: dir.to_owned(),
+            name: x.to_owned(),
+            shape: shape.clone(),
+            expected: "a sample is over 4 GiB",
+        })?;
+        let entries = (0..n as u64)
+            .map(|i| Entry { name: file, offset: data_at + i * per, len: Some(len), member: None })
+            .collect();
+        let label_path = dir.join(format!("{y}.npy"));
+        let bytes = std::fs::read(&label_path)
+            .map_err(|e| DataError::Read { path: label_path.clone(), why: e.to_string() })?;
+        let npy = NpyFile::new(bytes.as_slice())
+            .map_err(|e| DataError::Read { path: label_path.clone(), why: e.to_string() })?;
+        let labels = labels(npy_values(npy, &label_path, y)?, dir)?;
+        if labels.len() != n {
+            return Err(DataError::ArrayCounts {
+                path: dir.to_owned(),
+                images: x.to_owned(),
+                n_images: n,
+                labels: y.to_owned(),
+                n_labels: labels.len(),
+            });
+        }
+        splits.push((entries, labels, (c, h, w), channels_last));
+    }
+    let names = Arc::new(names);
+    let mut made = splits.into_iter().map(|(entries, labels, (channels, rows, cols), channels_last)| Split {
+        images: Pixels::Streamed(Streamed {
+            names: Arc::clone(&names),
+            entries,
+            resize: false,
+            raw: Some(channels_last),
+        }),
+        labels,
+        channels,
+        rows,
+        cols,
+    });
+    let (train, test) = (
+        made.next().ok_or(DataError::Unknown { path: dir.to_owned() })?,
+        made.next().ok_or(DataError::Unknown { path: dir.to_owned() })?,
+    );
+    let source = format!("NumPy arrays in {} (streamed)", dir.display());
+    super::format::finish(train, test, source, dir).map(Some)
+}
+
+/// Loads the four arrays from `path` (`format`: NumPy or safetensors); a folder of `.npy`
+/// files with uint8 images streams them when `options` say so.
+pub fn load(path: &Path, format: DataFormat, options: LoadOptions) -> Result<Dataset, DataError> {
+    if format == DataFormat::Npy && path.is_dir() {
+        if let Some(data) = streamed_npy_dir(path, options)? {
+            return Ok(data);
+        }
+    }
     let arrays = match format {
         DataFormat::Safetensors => read_safetensors(path)?,
         _ if path.is_dir() => read_npy_dir(path)?,

@@ -163,7 +163,7 @@ impl DataFormat {
             DataFormat::Cifar10 => super::cifar::load(path),
             DataFormat::Images => super::folder::load(path, options),
             DataFormat::WebDataset => super::webdataset::load(path, options),
-            DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, self),
+            DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, self, options),
         }
     }
 }

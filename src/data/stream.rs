@@ -64,6 +64,9 @@ pub struct Streamed {
     pub entries: Vec<Entry>,
     /// Images of another size than the split's are resized (`--image-size`), not refused.
     pub resize: bool,
+    /// The entries are the samples' own bytes (a uint8 array's rows), not encoded images:
+    /// `Some(true)` when they are channels-last (`[H, W, C]`), `Some(false)` when planar.
+    pub raw: Option<bool>,
 }
 
 /// How a decoded image becomes a sample of the split's size.
@@ -105,6 +108,38 @@ impl Streamed {
         decode_bytes(&bytes)
     }
 
+    /// Sample `i` as `[channels, height, width]` planar bytes in `out`: an array's row copied
+    /// (channels-last rows made planar), an image decoded and fitted as `fit` says for its
+    /// `(height, width)`.
+    pub fn sample_into(
+        &self,
+        i: usize,
+        shape: (usize, u32, u32),
+        fit: impl FnOnce((u32, u32)) -> Fit,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        let Some(channels_last) = self.raw else {
+            let img = self.decode(i)?;
+            let fit = fit((img.height(), img.width()));
+            return fit_into(img, shape, fit, out);
+        };
+        let bytes = self.read(i).map_err(|e| e.to_string())?;
+        let (c, plane) = (shape.0, (shape.1 * shape.2) as usize);
+        if bytes.len() != c * plane {
+            return Err(format!("holds {} bytes where a sample has {}", bytes.len(), c * plane));
+        }
+        if channels_last && c > 1 {
+            for (p, px) in bytes.chunks_exact(c).enumerate() {
+                for (ch, &v) in px.iter().enumerate() {
+                    out[ch * plane + p] = v;
+                }
+            }
+        } else {
+            out[..bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
+
     /// The split's samples decoded into memory (`[n, C, H, W]` bytes and their labels), those
     /// that do not decode left out: for the few samples a check needs, never a whole data set.
     pub fn decode_split(&self, split: &Split) -> Split {
@@ -131,6 +166,7 @@ impl Streamed {
             names: Arc::clone(&self.names),
             entries: indices.iter().map(|&i| self.entries[i]).collect(),
             resize: self.resize,
+            raw: self.raw,
         }
     }
 }
@@ -165,7 +201,7 @@ pub(super) fn index(
     let names = Arc::new(names);
     let [train, test, val] = lists.map(|l| {
         l.map(|(entries, labels)| Split {
-            images: Pixels::Streamed(Streamed { names: Arc::clone(&names), entries, resize }),
+            images: Pixels::Streamed(Streamed { names: Arc::clone(&names), entries, resize, raw: None }),
             labels,
             channels,
             rows,

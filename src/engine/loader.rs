@@ -17,7 +17,7 @@ use super::augment::Augment;
 use super::config::TrainConfig;
 use super::resized_crop::ResizedCrop;
 use super::tally::LoaderTally;
-use crate::data::stream::{fit_into, Fit, Streamed};
+use crate::data::stream::{Fit, Streamed};
 use crate::data::{Dataset, Pixels, Split};
 
 /// Why a batch could not be made.
@@ -316,21 +316,18 @@ fn decode_one(
     epoch: Option<usize>,
     slot: &mut [u8],
 ) -> Result<(), String> {
-    let img = stored.decode(id)?;
-    let fit = match (&decoding.augment.resized_crop, epoch) {
-        (Some(crop), Some(epoch)) => {
-            crop.region(decoding.seed, epoch, id as i64, (img.height(), img.width()))
-        }
+    let fit = |size: (u32, u32)| match (&decoding.augment.resized_crop, epoch) {
+        (Some(crop), Some(epoch)) => crop.region(decoding.seed, epoch, id as i64, size),
         (Some(_), None) => ResizedCrop::evaluation(shape.1),
         (None, _) => Fit::Whole { resize: stored.resize },
     };
     let Some(epoch) = epoch.filter(|_| decoding.augment.on_device()) else {
-        return fit_into(img, shape, fit, slot);
+        return stored.sample_into(id, shape, fit, slot);
     };
     // The crop and flip the device applies to resident data, here on the host (a gather on a
     // CPU replica's compute thread costs more than decoding the image).
     let mut fitted = vec![0u8; slot.len()];
-    fit_into(img, shape, fit, &mut fitted)?;
+    stored.sample_into(id, shape, fit, &mut fitted)?;
     let draw = decoding.augment.draw(decoding.seed, epoch, id as i64);
     decoding.augment.apply_one(draw, &fitted, slot, (shape.1 as usize, shape.2 as usize));
     Ok(())

@@ -46,10 +46,15 @@ pub fn fit_to_augmentation(data: &mut DataSettings, augment: &Augment) -> anyhow
     Ok(())
 }
 
-/// Only image folders and shards stream (the other formats are read whole), and the
-/// random-resized crop needs them to.
+/// Only image folders, shards and folders of uint8 `.npy` arrays stream (the other formats
+/// are read whole), and the random-resized crop needs images of their own size: a folder or
+/// shards, streamed.
 pub fn streams_as_asked(cfg: &TrainConfig, data: &Dataset) -> anyhow::Result<()> {
-    if data.train.images.is_streamed() {
+    let images = match &data.train.images {
+        dpt_tui::data::Pixels::Streamed(s) => s.raw.is_none(),
+        _ => false,
+    };
+    if images || (data.train.images.is_streamed() && cfg.augment.resized_crop.is_none()) {
         return Ok(());
     }
     if cfg.augment.resized_crop.is_some() {
@@ -60,7 +65,7 @@ pub fn streams_as_asked(cfg: &TrainConfig, data: &Dataset) -> anyhow::Result<()>
     }
     if cfg.data.loader == Loader::Stream {
         return Err(anyhow!(
-            "--loader stream reads image folders and WebDataset shards; {} is read whole: drop --loader stream",
+            "--loader stream reads image folders, WebDataset shards and folders of uint8 .npy arrays; {} is read whole: drop --loader stream",
             data.source
         ));
     }
