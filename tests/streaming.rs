@@ -179,7 +179,7 @@ fn streaming_keeps_the_process_within_its_budget_where_resident_data_does_not() 
     assert_eq!(out.status.code(), Some(2));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        said.contains("--data-memory 8 MiB holds 1 batches") && said.contains("raise --data-memory"),
+        said.contains("--data-memory 8.0 MiB holds 1 batches") && said.contains("raise --data-memory"),
         "{said}"
     );
 }
@@ -189,18 +189,9 @@ fn two_processes_stream_their_own_shards_to_the_weights_of_one_process() {
     let tmp = tempfile::tempdir().unwrap();
     let folder = tmp.path().join("gray");
     write_jpeg_folder(&folder, (600, 100), 28, false);
-    let flags = [
-        "--model",
-        "lenet",
-        "--epochs",
-        "2",
-        "--batch-size",
-        "100",
-        "--augment",
-        "cifar",
-        "--loader",
-        "stream",
-    ];
+    // 549 KB decoded, streamed within 256 KiB: three batches of 50 images per replica fit.
+    let flags = ["--model", "lenet", "--epochs", "2", "--batch-size", "100", "--augment", "cifar"];
+    let flags = [&flags[..], &["--loader", "stream", "--data-memory", "256K"]].concat();
     let one = tmp.path().join("one");
     ok(dpt(&folder, &one, &flags).args(["--devices", "cpu:2"]).output().unwrap());
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();

@@ -46,6 +46,16 @@ pub fn fit_to_augmentation(data: &mut DataSettings, augment: &Augment) -> anyhow
     Ok(())
 }
 
+/// `bytes` in binary units: `160.0 KiB`, `8.0 MiB`, `2.0 GiB`.
+fn binary_size(bytes: u64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let step = ((bytes.max(1).ilog2() / 10) as usize).min(units.len() - 1);
+    match step {
+        0 => format!("{bytes} bytes"),
+        _ => format!("{:.1} {}", bytes as f64 / (1u64 << (10 * step)) as f64, units[step]),
+    }
+}
+
 /// Only image folders, shards and folders of uint8 `.npy` arrays stream (the other formats
 /// are read whole), and the random-resized crop needs images of their own size: a folder or
 /// shards, streamed.
@@ -92,8 +102,8 @@ pub fn loader_config(
     if data.train.images.is_streamed() && fits < 3 {
         let [c, h, w] = data.train.sample_shape();
         return Err(anyhow!(
-            "--data-memory {} MiB holds {fits} batches of {per_replica} images of {c}x{h}x{w} for each of {local} replicas, and streaming needs 3 (one queued, one decoding, one training); raise --data-memory or lower --batch-size",
-            cfg.data.memory >> 20
+            "--data-memory {} holds {fits} batches of {per_replica} images of {c}x{h}x{w} for each of {local} replicas, and streaming needs 3 (one queued, one decoding, one training); raise --data-memory or lower --batch-size",
+            binary_size(cfg.data.memory)
         ));
     }
     let decode_threads = match args.loader.decode_threads {
