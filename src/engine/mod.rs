@@ -3,6 +3,7 @@
 
 pub mod allreduce;
 pub mod augment;
+mod batches;
 pub mod best;
 pub mod checkpoint;
 pub mod checkpoint_every;

@@ -1,5 +1,6 @@
-//! One worker thread per replica: owns the model copy on its device, the resident data set, and
-//! runs forward and backward on the shard the coordinator assigns. What it exchanges with the
+//! One worker thread per replica: owns the model copy on its device and its batches (resident
+//! or streamed, `batches.rs`), and runs forward and backward on the shard the coordinator
+//! assigns. What it exchanges with the
 //! coordinator is in `worker_messages.rs`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,12 +12,12 @@ use tch::{Device, Kind, Tensor};
 pub use super::worker_thread::{in_worker_thread, panic_message, WORKER_THREAD_PREFIX};
 
 use super::augment::Augment;
+use super::batches::{Batch, Batches};
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
-use super::loader::{Decoding, Job, Loader};
+use super::loader::Decoding;
 use super::loss::summed_loss;
-use super::resident::{Normalizer, Resident};
 use super::shard::{mix_seed, shards};
 use super::tally::Tally;
 use crate::data::Dataset;
@@ -28,9 +29,6 @@ use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization
 pub(crate) static GLOBAL_RNG: Mutex<()> = Mutex::new(());
 
 pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError};
-
-/// Samples per forward pass when evaluating resident data.
-const EVAL_BATCH: usize = 1000;
 
 /// What a worker needs to start.
 pub struct WorkerSetup {
@@ -60,23 +58,6 @@ pub struct WorkerSetup {
     pub loader: Option<Arc<Decoding>>,
 }
 
-/// A step's batch on the device: the network's inputs and labels, the images left out, what
-/// the streaming loader told.
-struct Batch {
-    x: Tensor,
-    y: Tensor,
-    bad: Vec<String>,
-    loader: Option<super::tally::LoaderTally>,
-}
-
-/// Where a worker's batches come from.
-enum Inputs {
-    /// The splits on the device, gathered by index.
-    Resident { train: Resident, test: Resident, val: Option<Resident> },
-    /// Decoded batch by batch by the replica's loader thread.
-    Streamed(Loader),
-}
-
 struct Worker {
     replica: usize,
     device: Device,
@@ -92,15 +73,7 @@ struct Worker {
     trainable: Vec<usize>,
     precision: Precision,
     buffers: FlatTensors,
-    inputs: Inputs,
-    /// The stream's evaluation batch.
-    eval_batch: usize,
-    order: Option<Tensor>,
-    /// The epoch in progress and its order on the host (the augmentation's draws).
-    epoch: (usize, Arc<Vec<i64>>),
-    augment: Augment,
-    seed: u64,
-    normalizer: Normalizer,
+    batches: Batches,
     faults: Faults,
     clock: PhaseClock,
     loss_sum: Tensor,
@@ -124,16 +97,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
         for cmd in commands {
             let reply = match cmd {
                 ToWorker::Epoch { order, epoch, steps } => {
-                    match &mut worker.inputs {
-                        Inputs::Streamed(loader) => {
-                            loader.submit(Job::Train { epoch, order: Arc::clone(&order), steps })?
-                        }
-                        Inputs::Resident { .. } => {
-                            worker.order =
-                                Some(Tensor::from_slice(order.as_slice()).to_device(worker.device));
-                        }
-                    }
-                    worker.epoch = (epoch, order);
+                    worker.batches.start_epoch(epoch, order, steps)?;
                     continue;
                 }
                 ToWorker::Step { start, len, global_step, dropout_seed, timed, loss_factor } => {
@@ -203,21 +167,7 @@ impl Worker {
         let all_grad_views = params.layout.views(&grads);
         let grad_views = trainable.iter().map(|&i| all_grad_views[i].shallow_clone()).collect();
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
-        let (inputs, eval_batch) = match &setup.loader {
-            Some(decoding) => {
-                let loader = Loader::start(Arc::clone(decoding), setup.replica, setup.device)
-                    .map_err(|e| WorkerError::LoaderThread(e.to_string()))?;
-                (Inputs::Streamed(loader), decoding.eval_batch)
-            }
-            None => (
-                Inputs::Resident {
-                    train: Resident::upload(&setup.data.train, setup.device),
-                    test: Resident::upload(&setup.data.test, setup.device),
-                    val: setup.data.val.as_ref().map(|v| Resident::upload(v, setup.device)),
-                },
-                EVAL_BATCH,
-            ),
-        };
+        let batches = Batches::new(&setup)?;
         Ok(Worker {
             replica: setup.replica,
             device: setup.device,
@@ -225,29 +175,18 @@ impl Worker {
             loss: setup.loss,
             label_smoothing: setup.label_smoothing,
             accumulate: setup.accumulate.max(1),
-            inputs,
-            eval_batch,
+            batches,
             params,
             grads,
             grad_views,
             trainable,
             precision: setup.precision,
             buffers,
-            order: None,
-            epoch: (0, Arc::default()),
-            augment: setup.augment,
-            seed: setup.seed,
             faults: setup.faults.clone(),
             clock: PhaseClock::new(
                 setup.device,
                 2,
                 super::clock::waiting("forward and backward", device_name(setup.device), setup.gpu_wait),
-            ),
-            normalizer: Normalizer::new(
-                &setup.normalization,
-                setup.data.train.images.unit(),
-                setup.data.train.channels,
-                setup.device,
             ),
             loss_sum: acc(Kind::Double),
             correct: acc(Kind::Int64),
@@ -265,44 +204,6 @@ impl Worker {
             named_params: shallow(&self.params),
             named_buffers: shallow(&self.buffers),
         }
-    }
-
-    /// The step's training rows `start..start + len` of the epoch order on the device:
-    /// the network's inputs (augmented, normalized), their labels, and the images left out
-    /// because they did not decode.
-    fn batch(&self, start: usize, len: usize) -> Result<Batch, WorkerError> {
-        let (epoch, order) = &self.epoch;
-        match &self.inputs {
-            Inputs::Resident { train, .. } => {
-                let index =
-                    self.order.as_ref().ok_or(WorkerError::NoEpoch)?.narrow(0, start as i64, len as i64);
-                // The host's copy of the order the device's came with; a step outside it is a bug.
-                let ids = order.get(start..start + len).ok_or(WorkerError::NoEpoch)?;
-                let x = self.augmented(train.images.index_select(0, &index), *epoch, ids);
-                Ok(Batch { x, y: train.labels.index_select(0, &index), bad: Vec::new(), loader: None })
-            }
-            Inputs::Streamed(loader) => {
-                // Augmented by the loader's threads already.
-                let b = loader.next_at(start)?;
-                let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
-                let y = b.labels.to_device_(self.device, Kind::Int64, true, false);
-                Ok(Batch { x: self.normalize(&x), y, bad: b.bad, loader: Some(b.tally) })
-            }
-        }
-    }
-
-    /// `raw` training samples `ids` augmented on the device (crop, flip) and normalized.
-    fn augmented(&self, raw: Tensor, epoch: usize, ids: &[i64]) -> Tensor {
-        if !self.augment.on_device() || ids.is_empty() {
-            return self.normalize(&raw);
-        }
-        let draws = crate::engine::augment::draws(&self.augment, self.seed, epoch, ids);
-        self.normalize(&self.augment.apply(&raw, &draws))
-    }
-
-    /// Stored values to the model's input.
-    fn normalize(&self, raw: &Tensor) -> Tensor {
-        self.normalizer.apply(raw)
     }
 
     fn loss(&self, out: &Tensor, y: &Tensor, smoothing: f64) -> Tensor {
@@ -349,7 +250,7 @@ impl Worker {
             // Stands in for a throttled or shared device: this replica's steps take longer.
             std::thread::sleep(std::time::Duration::from_millis(ms as u64));
         }
-        let Batch { x, y, bad, loader } = self.batch(start, len)?;
+        let Batch { x, y, bad, loader } = self.batches.train(start, len)?;
         let len = x.size()[0] as usize;
         if len == 0 {
             // A last batch smaller than the replica count leaves this shard empty (as does a
@@ -432,33 +333,8 @@ impl Worker {
         sums
     }
 
-    /// The evaluation's rows `offset..offset + n` of the validation split (`val`) or the test
-    /// set: normalized inputs, labels, the images left out.
-    fn eval_batch(
-        &self,
-        offset: usize,
-        n: usize,
-        val: bool,
-    ) -> Result<(Tensor, Tensor, Vec<String>), WorkerError> {
-        match &self.inputs {
-            Inputs::Resident { test, val: v, .. } => {
-                let set = if val { v.as_ref().unwrap_or(test) } else { test };
-                let (at, n) = (offset as i64, n as i64);
-                Ok((self.normalize(&set.images.narrow(0, at, n)), set.labels.narrow(0, at, n), Vec::new()))
-            }
-            Inputs::Streamed(loader) => {
-                let b = loader.next_at(offset)?;
-                let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
-                Ok((self.normalize(&x), b.labels.to_device_(self.device, Kind::Int64, true, false), b.bad))
-            }
-        }
-    }
-
     fn evaluate(&mut self, start: usize, len: usize, val: bool) -> Result<FromWorker, WorkerError> {
-        let batch = self.eval_batch;
-        if let Inputs::Streamed(loader) = &mut self.inputs {
-            loader.submit(Job::Evaluate { val, start, len, batch })?;
-        }
+        let batch = self.batches.start_evaluation(val, start, len)?;
         let (mut bad, mut samples) = (Vec::new(), 0);
         let _guard = tch::no_grad_guard();
         let mut loss = Tensor::zeros([], (Kind::Double, self.device));
@@ -468,7 +344,7 @@ impl Worker {
         let mut offset = start;
         while offset < start + len {
             let n = batch.min(start + len - offset);
-            let (x, y, left_out) = self.eval_batch(offset, n, val)?;
+            let Batch { x, y, bad: left_out, .. } = self.batches.evaluation(offset, n, val)?;
             bad.extend(left_out);
             offset += n;
             samples += x.size()[0] as usize;

@@ -1,0 +1,158 @@
+//! Where a worker's batches come from: its splits resident on the device (gathered by index
+//! from the epoch's order, augmented on the device), or its streaming loader (decoded and
+//! augmented by the loader's threads, copied to the device without blocking). Either way a
+//! batch leaves here normalized, as the network's input.
+
+use std::sync::Arc;
+
+use tch::{Device, Kind, Tensor};
+
+use super::augment::Augment;
+use super::loader::{Job, Loader};
+use super::resident::{Normalizer, Resident};
+use super::tally::LoaderTally;
+use super::worker::{WorkerError, WorkerSetup};
+
+/// Samples per forward pass when evaluating resident data.
+const EVAL_BATCH: usize = 1000;
+
+/// A batch on the device: the network's inputs and labels, the images left out because they
+/// did not decode, what taking it from the streaming loader told.
+pub(super) struct Batch {
+    pub x: Tensor,
+    pub y: Tensor,
+    pub bad: Vec<String>,
+    pub loader: Option<LoaderTally>,
+}
+
+enum Source {
+    /// The splits on the device, and the epoch's order there.
+    Resident { train: Resident, test: Resident, val: Option<Resident>, order: Option<Tensor> },
+    /// Decoded batch by batch by the replica's loader thread.
+    Streamed(Loader),
+}
+
+/// One worker's batches.
+pub(super) struct Batches {
+    device: Device,
+    source: Source,
+    /// The epoch in progress and its order on the host (the augmentation's draws).
+    epoch: (usize, Arc<Vec<i64>>),
+    augment: Augment,
+    seed: u64,
+    normalizer: Normalizer,
+    /// Samples per evaluation batch.
+    eval_batch: usize,
+}
+
+impl Batches {
+    /// The splits uploaded to the replica's device, or its loader thread started.
+    pub fn new(setup: &WorkerSetup) -> Result<Batches, WorkerError> {
+        let (source, eval_batch) = match &setup.loader {
+            Some(decoding) => {
+                let loader = Loader::start(Arc::clone(decoding), setup.replica, setup.device)
+                    .map_err(|e| WorkerError::LoaderThread(e.to_string()))?;
+                (Source::Streamed(loader), decoding.eval_batch)
+            }
+            None => (
+                Source::Resident {
+                    train: Resident::upload(&setup.data.train, setup.device),
+                    test: Resident::upload(&setup.data.test, setup.device),
+                    val: setup.data.val.as_ref().map(|v| Resident::upload(v, setup.device)),
+                    order: None,
+                },
+                EVAL_BATCH,
+            ),
+        };
+        let train = &setup.data.train;
+        Ok(Batches {
+            device: setup.device,
+            source,
+            epoch: (0, Arc::default()),
+            augment: setup.augment,
+            seed: setup.seed,
+            normalizer: Normalizer::new(
+                &setup.normalization,
+                train.images.unit(),
+                train.channels,
+                setup.device,
+            ),
+            eval_batch,
+        })
+    }
+
+    /// A new epoch: its order, and the rows this replica trains on at each of its steps.
+    pub fn start_epoch(
+        &mut self,
+        epoch: usize,
+        order: Arc<Vec<i64>>,
+        steps: Vec<(usize, usize)>,
+    ) -> Result<(), WorkerError> {
+        match &mut self.source {
+            Source::Streamed(loader) => {
+                loader.submit(Job::Train { epoch, order: Arc::clone(&order), steps })?
+            }
+            Source::Resident { order: on_device, .. } => {
+                *on_device = Some(Tensor::from_slice(order.as_slice()).to_device(self.device));
+            }
+        }
+        self.epoch = (epoch, order);
+        Ok(())
+    }
+
+    /// The step's training rows `start..start + len` of the epoch order.
+    pub fn train(&self, start: usize, len: usize) -> Result<Batch, WorkerError> {
+        let (epoch, order) = &self.epoch;
+        match &self.source {
+            Source::Resident { train, order: on_device, .. } => {
+                let index =
+                    on_device.as_ref().ok_or(WorkerError::NoEpoch)?.narrow(0, start as i64, len as i64);
+                // The host's copy of the order the device's came with; a step outside it is a bug.
+                let ids = order.get(start..start + len).ok_or(WorkerError::NoEpoch)?;
+                let x = self.augmented(train.images.index_select(0, &index), *epoch, ids);
+                Ok(Batch { x, y: train.labels.index_select(0, &index), bad: Vec::new(), loader: None })
+            }
+            // Augmented by the loader's threads already.
+            Source::Streamed(loader) => self.upload(loader.next_at(start)?),
+        }
+    }
+
+    /// Starts an evaluation of rows `start..start + len` of the validation split (`val`) or the
+    /// test set; returns the batch size it goes in.
+    pub fn start_evaluation(&mut self, val: bool, start: usize, len: usize) -> Result<usize, WorkerError> {
+        let batch = self.eval_batch;
+        if let Source::Streamed(loader) = &mut self.source {
+            loader.submit(Job::Evaluate { val, start, len, batch })?;
+        }
+        Ok(batch)
+    }
+
+    /// The evaluation's rows `offset..offset + n` of the validation split (`val`) or the test set.
+    pub fn evaluation(&self, offset: usize, n: usize, val: bool) -> Result<Batch, WorkerError> {
+        match &self.source {
+            Source::Resident { test, val: v, .. } => {
+                let set = if val { v.as_ref().unwrap_or(test) } else { test };
+                let (at, n) = (offset as i64, n as i64);
+                let x = self.normalizer.apply(&set.images.narrow(0, at, n));
+                Ok(Batch { x, y: set.labels.narrow(0, at, n), bad: Vec::new(), loader: None })
+            }
+            Source::Streamed(loader) => self.upload(loader.next_at(offset)?),
+        }
+    }
+
+    /// A streamed batch on the device (pinned host memory: the copy does not block), normalized.
+    fn upload(&self, b: super::loader::Batch) -> Result<Batch, WorkerError> {
+        let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
+        let y = b.labels.to_device_(self.device, Kind::Int64, true, false);
+        Ok(Batch { x: self.normalizer.apply(&x), y, bad: b.bad, loader: Some(b.tally) })
+    }
+
+    /// `raw` training samples `ids` augmented on the device (crop, flip) and normalized.
+    fn augmented(&self, raw: Tensor, epoch: usize, ids: &[i64]) -> Tensor {
+        if !self.augment.on_device() || ids.is_empty() {
+            return self.normalizer.apply(&raw);
+        }
+        let draws = super::augment::draws(&self.augment, self.seed, epoch, ids);
+        self.normalizer.apply(&self.augment.apply(&raw, &draws))
+    }
+}
