@@ -383,3 +383,19 @@ fn uint8_npy_arrays_stream_from_their_rows_to_the_resident_weights() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
 }
+
+#[test]
+fn a_gray_first_image_does_not_make_a_colour_folder_gray_when_streamed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("mostly-colour");
+    write_jpeg_folder(&folder, (200, 20), 32, true);
+    let class = folder.join("train/class_0");
+    let mut files: Vec<_> = std::fs::read_dir(&class).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let first = image::open(&files[0]).unwrap().to_luma8();
+    first.save(&files[0]).unwrap();
+    let model = common::make_model("pooled", 3, tmp.path());
+    let flags = ["--model", model.to_str().unwrap(), "--devices", "cpu:1", "--loader", "stream"];
+    let said = ok(dpt(&folder, &tmp.path().join("run"), &flags).args(["--max-steps", "1"]).output().unwrap());
+    assert!(said.contains("3x32x32"), "RGB, as all but one image: {said}");
+}

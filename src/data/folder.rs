@@ -192,7 +192,13 @@ pub(super) fn assemble(
     let total = train.len() + test.len() + val.as_ref().map_or(0, Vec::len);
     let decoded = total as u64 * 3 * u64::from(target.0) * u64::from(target.1);
     if options.loader.streams(decoded, options.memory) {
-        // Left on storage: the first image's size (or --image-size) and color decide the shape.
+        // Left on storage: the first image's size (or --image-size) decides the shape, and the
+        // images are RGB unless 32 spread over the training set are all grayscale (a few gray
+        // photos among colour ones, as ImageNet has, must not make the whole set gray).
+        const LOOKED_AT: usize = 32;
+        let spread =
+            (0..LOOKED_AT.min(train.len())).map(|k| &train[k * train.len() / LOOKED_AT.min(train.len())]);
+        let color = color || spread.filter_map(|(s, _)| s.decode().ok()).any(|img| img.color().has_color());
         let shape = (if color { 3 } else { 1 }, target.0 as usize, target.1 as usize);
         let (train, test, val) = super::stream::index((train, test, val), shape, size.is_some());
         let mut data = super::format::finish(train, test, String::new(), dir)?;

@@ -132,7 +132,7 @@ impl Decoding {
         }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(cfg.loader.decode_threads.max(1))
-            .thread_name(|i| format!("dpt-decode-{i}"))
+            .thread_name(|i| format!("{}{i}", super::worker_thread::DECODE_THREAD_PREFIX))
             .build()
             .map_err(std::io::Error::other)?;
         let total = data.train.len() + data.test.len() + data.val.as_ref().map_or(0, Split::len);
@@ -275,7 +275,16 @@ fn decode_batch(
         buffer
             .par_chunks_mut(per.max(1))
             .zip(ids.par_iter())
-            .map(|(slot, &id)| decode_one(decoding, stored, id as usize, shape, epoch, slot))
+            .map(|(slot, &id)| {
+                // A decoder that panics on a malformed file fails that image, not the run.
+                let decode = || decode_one(decoding, stored, id as usize, shape, epoch, slot);
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
+                    Err(format!(
+                        "the decoder failed: {}",
+                        super::worker_thread::panic_message(panic.as_ref())
+                    ))
+                })
+            })
             .collect()
     });
     let mut bad = Vec::new();

@@ -15,13 +15,17 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     first.replace("called `Result::unwrap()` on an `Err` value: ", "").trim().to_owned()
 }
 
-/// Whether the current thread is an engine worker or the coordinator, whose panics are caught
-/// and reported as a failed run naming the replica (so a panic hook may stay silent for them).
+/// Whether the current thread is an engine worker, the coordinator or a decode thread, whose
+/// panics are caught and reported (a failed run naming the replica; an image that failed to
+/// decode), so a panic hook may stay silent for them.
 pub fn in_worker_thread() -> bool {
-    std::thread::current()
-        .name()
-        .is_some_and(|n| n.starts_with(WORKER_THREAD_PREFIX) || n == "dpt-coordinator")
+    std::thread::current().name().is_some_and(|n| {
+        n.starts_with(WORKER_THREAD_PREFIX) || n == "dpt-coordinator" || n.starts_with(DECODE_THREAD_PREFIX)
+    })
 }
+
+/// The streaming loader's decode threads are named `dpt-decode-<n>`.
+pub const DECODE_THREAD_PREFIX: &str = "dpt-decode-";
 
 /// Worker threads are named `dpt-worker-<replica>`.
 pub const WORKER_THREAD_PREFIX: &str = "dpt-worker-";
