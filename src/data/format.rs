@@ -159,7 +159,7 @@ impl DataFormat {
     /// Loads `path` in this format.
     pub fn load(self, path: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
         match self {
-            DataFormat::Idx => Dataset::load_idx(path),
+            DataFormat::Idx => super::idx_set::load(path),
             DataFormat::Cifar10 => super::cifar::load(path),
             DataFormat::Images => super::folder::load(path, options),
             DataFormat::WebDataset => super::webdataset::load(path, options),

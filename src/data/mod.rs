@@ -7,6 +7,7 @@ pub mod dataset;
 mod folder;
 pub mod format;
 pub mod idx;
+mod idx_set;
 mod index_cache;
 pub mod settings;
 pub mod stream;
