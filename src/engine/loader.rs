@@ -6,8 +6,9 @@
 //! the data set's size. The order is the coordinator's (a pure function of seed and epoch), so
 //! a streamed run trains on exactly the batches a resident one does, and resumes as exactly.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use rayon::prelude::*;
@@ -23,7 +24,7 @@ use crate::data::{Dataset, Pixels, Split};
 /// Why a batch could not be made.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
-    #[error("{count} images failed to decode while training, more than the {allowed} allowed (--max-bad-images {fraction}); the last: {last}")]
+    #[error("{count} different images failed to decode while training, more than the {allowed} allowed (--max-bad-images {fraction}); the last: {last}")]
     TooManyBad { count: usize, allowed: usize, fraction: f64, last: String },
     #[error("the loader thread is gone")]
     Gone,
@@ -90,10 +91,10 @@ pub struct Decoding {
     pub bad: Arc<BadImages>,
 }
 
-/// The images that failed to decode while training, over every replica of the process, and
-/// how many may.
+/// The images that failed to decode while training, over every replica of the process (each
+/// counted once, however many epochs meet it), and how many may.
 pub struct BadImages {
-    count: AtomicUsize,
+    seen: Mutex<HashSet<PathBuf>>,
     pub allowed: usize,
     pub fraction: f64,
 }
@@ -102,24 +103,26 @@ impl BadImages {
     /// `fraction` of all `total` images may fail.
     pub fn new(fraction: f64, total: usize) -> BadImages {
         BadImages {
-            count: AtomicUsize::new(0),
+            seen: Mutex::default(),
             allowed: (fraction * total as f64).floor() as usize,
             fraction,
         }
     }
 
-    /// Counts `n` more; an error once more than allowed have failed.
-    fn add(&self, n: usize, last: &str) -> Result<(), LoadError> {
-        let count = self.count.fetch_add(n, Ordering::Relaxed) + n;
-        if count > self.allowed {
-            return Err(LoadError::TooManyBad {
-                count,
+    /// Counts the images of `failed` (`(path, why)`) not counted before; an error once more
+    /// than allowed have failed.
+    fn add(&self, failed: &[(PathBuf, String)]) -> Result<(), LoadError> {
+        let mut seen = self.seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        seen.extend(failed.iter().map(|(path, _)| path.clone()));
+        match failed.last() {
+            Some((path, why)) if seen.len() > self.allowed => Err(LoadError::TooManyBad {
+                count: seen.len(),
                 allowed: self.allowed,
                 fraction: self.fraction,
-                last: last.to_owned(),
-            });
+                last: format!("{}: {why}", path.display()),
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -287,7 +290,7 @@ fn decode_batch(
             })
             .collect()
     });
-    let mut bad = Vec::new();
+    let mut failed = Vec::new();
     let mut kept = Vec::with_capacity(ids.len());
     for (k, (result, &id)) in results.into_iter().zip(ids).enumerate() {
         match result {
@@ -297,12 +300,11 @@ fn decode_batch(
                 }
                 kept.push(id);
             }
-            Err(why) => bad.push(format!("{}: {why}", stored.name(id as usize).display())),
+            Err(why) => failed.push((stored.name(id as usize), why)),
         }
     }
-    if let Some(last) = bad.last() {
-        decoding.bad.add(bad.len(), last)?;
-    }
+    decoding.bad.add(&failed)?;
+    let bad = failed.iter().map(|(path, why)| format!("{}: {why}", path.display())).collect();
     buffer.truncate(kept.len() * per);
     let (c, h, w) = (shape.0 as i64, shape.1 as i64, shape.2 as i64);
     let mut images = Tensor::from_slice(&buffer).view([kept.len() as i64, c, h, w]);
