@@ -254,7 +254,10 @@ fn images_that_fail_to_decode_while_streaming_are_named_counted_and_bounded() {
     let out = dpt(&folder, &tmp.path().join("strict"), &flags).output().unwrap();
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("different images failed to decode while training, more than the 0 allowed"), "{said}");
+    assert!(
+        said.contains("different images failed to decode while training, more than the 0 allowed"),
+        "{said}"
+    );
 }
 
 #[test]

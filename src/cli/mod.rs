@@ -360,6 +360,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     pub dist_backend: DistBackend,
 
+    /// Gradient buckets' cap in MiB: each bucket's allreduce starts while the backward pass is
+    /// still running, as DDP's bucket_cap_mb (the first bucket 1 MiB); 0 reduces the gradients
+    /// after the backward pass.
+    #[arg(long, value_name = "MIB", default_value_t = 25.0)]
+    pub bucket_cap_mb: f64,
+
     /// Seconds a rank waits for the others (at the rendezvous and in every collective) before
     /// the run stops with the missing ranks named.
     #[arg(long, value_name = "SECS", default_value_t = 300.0)]

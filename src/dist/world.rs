@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 use thiserror::Error;
 
-use super::c10d::{Backend, C10dError, Group, ReduceOp, Store};
+use super::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
 use super::launch::Launch;
 
 /// Floats per allreduce bucket (25 MB, DDP's default bucket size): a large model's gradients go
@@ -163,16 +163,24 @@ impl World {
 
     /// Sums `flat` (a contiguous tensor) over all ranks in place, in buckets in flight together.
     pub fn allreduce_flat(&self, flat: &Tensor) -> Result<(), DistError> {
-        let mut chunks = flat.split(BUCKET_ELEMS, 0);
-        let works = chunks
-            .iter_mut()
-            .map(|c| self.group.allreduce(std::slice::from_mut(c), ReduceOp::Sum))
+        let pending = self.start_allreduce(flat)?;
+        self.finish(pending)
+    }
+
+    /// Starts summing `flat` (a contiguous tensor) over all ranks in place, in chunks of at
+    /// most [`BUCKET_ELEMS`]; `flat` holds the sum once [`World::finish`] has taken what this
+    /// returns (read it only then). Every rank must start the same collectives in the same order.
+    pub fn start_allreduce(&self, flat: &Tensor) -> Result<Vec<Work<'static>>, DistError> {
+        flat.split(BUCKET_ELEMS, 0)
+            .into_iter()
+            .map(|c| self.group.allreduce_owned(vec![c], ReduceOp::Sum))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.lost(e))?;
-        for w in works {
-            self.settle(w)?;
-        }
-        Ok(())
+            .map_err(|e| self.lost(e))
+    }
+
+    /// Ends the collectives `pending` started, in order (see [`World::settle`]).
+    pub fn finish(&self, pending: Vec<Work<'static>>) -> Result<(), DistError> {
+        pending.into_iter().try_for_each(|w| self.settle(w))
     }
 
     /// Ends a collective whose result the host does not read: under NCCL the device's stream

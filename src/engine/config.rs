@@ -136,6 +136,9 @@ pub struct TrainConfig {
     pub faults: Faults,
     /// Channels-last convolution weights (`None`: the model's measured preference).
     pub channels_last: Option<bool>,
+    /// The gradient buckets' cap in MiB when the allreduce overlaps the backward pass (DDP's
+    /// `bucket_cap_mb`); 0: the gradients are reduced after the backward pass.
+    pub bucket_cap_mb: f64,
     pub precision: Precision,
     /// The other processes of a multi-process run (`None`: this process alone).
     pub world: Option<Box<crate::dist::World>>,
@@ -197,6 +200,7 @@ impl TrainConfig {
             resume: None,
             faults: Faults::default(),
             channels_last: None,
+            bucket_cap_mb: 25.0,
             precision: Precision::F32,
             world: None,
             script: None,
@@ -373,6 +377,15 @@ impl TrainConfig {
         self.channels_last.unwrap_or_else(|| {
             self.devices.iter().all(|d| self.model.prefers_channels_last(matches!(d, DeviceId::Cuda(_))))
         })
+    }
+
+    /// The gradient buckets' byte limits (the first, the others) when the allreduce overlaps
+    /// the backward pass: with a cap, and gradients to reduce (two replicas or more, or other
+    /// processes); the first bucket is DDP's 1 MiB unless the cap is smaller.
+    pub fn bucket_bytes(&self, other_processes: bool) -> Option<(i64, i64)> {
+        let cap = (self.bucket_cap_mb * (1u64 << 20) as f64) as i64;
+        let reduces = self.devices.len() > 1 || other_processes;
+        (cap > 0 && reduces).then(|| (super::buckets::FIRST_BUCKET_BYTES.min(cap), cap))
     }
 
     /// Whether any replica runs on a GPU.

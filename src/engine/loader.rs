@@ -102,11 +102,7 @@ pub struct BadImages {
 impl BadImages {
     /// `fraction` of all `total` images may fail.
     pub fn new(fraction: f64, total: usize) -> BadImages {
-        BadImages {
-            seen: Mutex::default(),
-            allowed: (fraction * total as f64).floor() as usize,
-            fraction,
-        }
+        BadImages { seen: Mutex::default(), allowed: (fraction * total as f64).floor() as usize, fraction }
     }
 
     /// Counts the images of `failed` (`(path, why)`) not counted before; an error once more

@@ -5,6 +5,7 @@ pub mod allreduce;
 pub mod augment;
 mod batches;
 pub mod best;
+pub mod buckets;
 pub mod checkpoint;
 pub mod checkpoint_every;
 pub mod clock;
@@ -18,6 +19,7 @@ pub mod events;
 pub mod faults;
 pub mod flat;
 pub mod gpu_wait;
+mod grad_sink;
 pub mod init_from;
 pub mod loader;
 pub mod loss;
@@ -167,7 +169,8 @@ impl Engine {
         let classes = data.classes.max(cfg.script.as_ref().map_or(10, |s| s.classes as usize));
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
-        let pool = WorkerPool::spawn(&cfg, &data, &initial_params, &initial_buffers)?;
+        let buckets = cfg.bucket_bytes(world.is_some());
+        let pool = WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets)?;
         let coordinator = Coordinator::new(CoordinatorParts {
             world,
             train_len: data.train.len(),

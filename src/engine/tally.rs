@@ -58,6 +58,8 @@ pub struct Window {
     pub replicas: Vec<ReplicaTiming>,
     /// The streaming loader's figures over the window.
     pub loader: LoaderTally,
+    /// Gradient buckets reduced over the window: those started during a backward pass, and all.
+    pub buckets: (usize, usize),
     started: Instant,
     pub paused: Duration,
 }
@@ -101,6 +103,7 @@ impl Window {
             timing: StepTiming::default(),
             replicas: vec![ReplicaTiming::default(); replicas],
             loader: LoaderTally::default(),
+            buckets: (0, 0),
             started: Instant::now(),
             paused: Duration::ZERO,
         }
@@ -163,6 +166,7 @@ impl Window {
             skipped_steps: None,
             timed_steps: Some(self.timed),
             loader: None,
+            overlapped: (self.buckets.1 > 0).then(|| self.buckets.0 as f64 / self.buckets.1 as f64),
         }
     }
 }

@@ -13,9 +13,11 @@ pub use super::worker_thread::{in_worker_thread, panic_message, WORKER_THREAD_PR
 
 use super::augment::Augment;
 use super::batches::{Batch, Batches};
+use super::buckets::Buckets;
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
+use super::grad_sink::GradSink;
 use super::loader::Decoding;
 use super::loss::summed_loss;
 use super::shard::{mix_seed, shards};
@@ -56,6 +58,9 @@ pub struct WorkerSetup {
     pub gpu_wait: std::time::Duration,
     /// The streaming loader's decoding, when the data is streamed (else it is resident).
     pub loader: Option<Arc<Decoding>>,
+    /// With the allreduce overlapping the backward pass: the buckets' byte limits (first,
+    /// others); `None`: gradients are reduced after the backward pass.
+    pub bucket_bytes: Option<(i64, i64)>,
 }
 
 struct Worker {
@@ -71,6 +76,9 @@ struct Worker {
     grad_views: Vec<Tensor>,
     /// The indices of the parameters that train (not frozen).
     trainable: Vec<usize>,
+    /// Where the hooks put each gradient as the backward pass makes it, when the allreduce
+    /// overlaps the backward pass.
+    sink: Option<Arc<GradSink>>,
     precision: Precision,
     buffers: FlatTensors,
     batches: Batches,
@@ -90,7 +98,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
             // Before anything else, as DDP scripts call torch.cuda.set_device(local_rank).
             crate::dist::c10d::set_thread_device(i)?;
         }
-        let mut worker = Worker::new(setup)?;
+        let mut worker = Worker::new(setup, &replies)?;
         replies
             .send(FromWorker::Ready { replica, handles: Box::new(worker.handles()) })
             .map_err(|_| WorkerError::CoordinatorGone)?;
@@ -135,7 +143,7 @@ fn device_name(device: Device) -> String {
 }
 
 impl Worker {
-    fn new(setup: WorkerSetup) -> Result<Self, WorkerError> {
+    fn new(setup: WorkerSetup, replies: &Sender<FromWorker>) -> Result<Self, WorkerError> {
         if setup.device == Device::Cpu {
             tch::set_num_threads(setup.threads as i32);
         }
@@ -165,7 +173,16 @@ impl Worker {
         let trainable: Vec<usize> =
             (0..builder.params.len()).filter(|&i| !builder.params[i].frozen).collect();
         let all_grad_views = params.layout.views(&grads);
-        let grad_views = trainable.iter().map(|&i| all_grad_views[i].shallow_clone()).collect();
+        let grad_views: Vec<Tensor> = trainable.iter().map(|&i| all_grad_views[i].shallow_clone()).collect();
+        let sink = match setup.bucket_bytes {
+            Some((first, cap)) => {
+                let segments: Vec<(i64, i64)> = params.layout.segments().map(|(o, n, _)| (o, n)).collect();
+                let buckets = Arc::new(Buckets::plan(&segments, &trainable, first, cap));
+                let leaves: Vec<&Tensor> = trainable.iter().map(|&i| &params.views[i]).collect();
+                Some(GradSink::hook(setup.replica, &leaves, &grad_views, buckets, replies.clone())?)
+            }
+            None => None,
+        };
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
         let batches = Batches::new(&setup)?;
         Ok(Worker {
@@ -180,6 +197,7 @@ impl Worker {
             grads,
             grad_views,
             trainable,
+            sink,
             precision: setup.precision,
             buffers,
             faults: setup.faults.clone(),
@@ -203,6 +221,7 @@ impl Worker {
             buffers: self.buffers.flat.shallow_clone(),
             named_params: shallow(&self.params),
             named_buffers: shallow(&self.buffers),
+            buckets: self.sink.as_ref().map(|s| Arc::clone(s.buckets())),
         }
     }
 
@@ -262,8 +281,13 @@ impl Worker {
             self.clock.mark()?;
             // Gradient accumulation: the shard in micro-batches, their gradients summed here;
             // the coordinator's allreduce runs once per step whatever their number.
-            for (i, (at, n)) in shards(len, self.accumulate.min(len)).into_iter().enumerate() {
+            let micro = shards(len, self.accumulate.min(len));
+            let last = micro.len() - 1;
+            for (i, (at, n)) in micro.into_iter().enumerate() {
                 let (at, n) = (at as i64, n as i64);
+                if let Some(sink) = &self.sink {
+                    sink.begin(i == 0, i == last);
+                }
                 let micro_masks: Vec<Tensor> = masks.iter().map(|m| m.narrow(0, at, n)).collect();
                 let (x, y) = (x.narrow(0, at, n), y.narrow(0, at, n));
                 // A network drawing its own random numbers gets this replica's stream, seeded
@@ -293,8 +317,10 @@ impl Worker {
                 let grads =
                     Tensor::f_run_backward(&[scaled.as_ref().unwrap_or(&loss)], &inputs, false, false)?;
                 let _guard = tch::no_grad_guard();
-                for (view, g) in self.grad_views.iter_mut().zip(&grads) {
-                    if i == 0 {
+                for (k, (view, g)) in self.grad_views.iter_mut().zip(&grads).enumerate() {
+                    if self.sink.as_ref().is_some_and(|s| s.wrote(k)) {
+                        // Its hook wrote it already.
+                    } else if i == 0 {
                         view.copy_(g);
                     } else {
                         let _ = view.g_add_(g);

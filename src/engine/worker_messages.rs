@@ -74,6 +74,9 @@ pub struct ReplicaHandles {
     pub buffers: Tensor,
     pub named_params: Vec<(String, Tensor)>,
     pub named_buffers: Vec<(String, Tensor)>,
+    /// The gradient buckets the worker reports as the backward pass fills them (`None`: the
+    /// gradients are reduced after the backward pass).
+    pub buckets: Option<Arc<super::buckets::Buckets>>,
 }
 
 /// A worker's answer to the coordinator.
@@ -90,6 +93,9 @@ pub enum FromWorker {
         bad: Vec<String>,
         loader: Option<super::tally::LoaderTally>,
     },
+    /// During a step's backward pass: every gradient of `bucket` is in the flat gradient buffer
+    /// (queued, on a GPU), so its allreduce may start.
+    BucketReady { replica: usize, bucket: usize },
     /// The accumulated training metrics since the last report.
     Sums { replica: usize, sums: Tally },
     /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the
@@ -105,6 +111,7 @@ impl FromWorker {
         match self {
             FromWorker::Ready { replica, .. }
             | FromWorker::StepDone { replica, .. }
+            | FromWorker::BucketReady { replica, .. }
             | FromWorker::Sums { replica, .. }
             | FromWorker::Evaluated { replica, .. }
             | FromWorker::Failed { replica, .. } => *replica,

@@ -137,6 +137,7 @@ mod tests {
             skipped_steps: None,
             timed_steps: None,
             loader: None,
+            overlapped: None,
         }))
     }
 

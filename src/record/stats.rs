@@ -246,6 +246,10 @@ pub struct StepStats {
     /// The streaming loader over the window (streamed data only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loader: Option<LoaderStats>,
+    /// The share of this process's gradient buckets whose reduction started while a backward
+    /// pass of the step was still running (bucketed reduction only; `--bucket-cap-mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlapped: Option<f64>,
 }
 
 /// How the streaming loader kept up over a window: whether batches were ready when the

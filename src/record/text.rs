@@ -95,7 +95,8 @@ impl Narrator {
                     },
                 ) + &s.grad_norm.map_or(String::new(), |g| format!("  grad norm {g:.3}"))
                     + &if s.loss_scale.is_some() { format!("  loss scale {}", loss_scale(s)) } else { String::new() }
-                    + &s.loader.map_or(String::new(), |l| format!("  loader {}", loader(&l))),
+                    + &s.loader.map_or(String::new(), |l| format!("  loader {}", loader(&l)))
+                    + &s.overlapped.map_or(String::new(), |o| format!("  overlap {:.0}%", o * 100.0)),
             }),
             Record::Epoch(e) => info(format!(
                 "epoch {}/{} done: train loss {:.4}, train acc {:.3}, {set} loss {:.4}, {set} acc {:.3}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",

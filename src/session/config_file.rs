@@ -205,6 +205,7 @@ pub fn resolved(cfg: &TrainConfig) -> String {
         }
         None => add("loss_scale", quoted("off")),
     }
+    add("bucket_cap_mb", cfg.bucket_cap_mb.to_string());
     if let Some(on) = cfg.channels_last {
         add("channels_last", quoted(if on { "on" } else { "off" }));
     }

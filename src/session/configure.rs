@@ -119,6 +119,12 @@ fn configure(
         super::recipe_flags::loss_scaling(args, resume.as_ref().and_then(|r| r.state.loss_scaler))
             .map_err(input)?;
     cfg.channels_last = args.channels_last.map(|v| v == OnOff::On);
+    if !(args.bucket_cap_mb.is_finite() && args.bucket_cap_mb >= 0.0) {
+        return Err(input(anyhow!(
+            "--bucket-cap-mb must be a number of MiB ≥ 0 (0: reduce after the backward pass)"
+        )));
+    }
+    cfg.bucket_cap_mb = args.bucket_cap_mb;
     cfg.on_nan = args.on_nan.unwrap_or(if interactive { OnNan::Pause } else { OnNan::Stop });
     cfg.save_policy = if interactive {
         SavePolicy::WaitForUser

@@ -78,6 +78,8 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "keep_best": args.keep_best,
         "best_metric": args.best_metric.map(|m| m.name()),
         "early_stop": args.early_stop,
+        // The buckets decide the collectives each rank starts.
+        "bucket_cap_mb": args.bucket_cap_mb,
         "seed": args.seed,
         "train_limit": args.train_limit,
         "test_limit": args.test_limit,

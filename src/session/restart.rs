@@ -21,7 +21,7 @@ use dpt_tui::record::stats::Restart;
 /// Settings that may differ between the attempts of one run: where and how long it runs, how
 /// often it reports and saves, not what it computes. (A larger `--epochs` trains further, as
 /// with `--resume`.)
-const MAY_DIFFER: [&str; 14] = [
+const MAY_DIFFER: [&str; 15] = [
     "loader",
     "data_memory",
     "prefetch",
@@ -36,6 +36,7 @@ const MAY_DIFFER: [&str; 14] = [
     "step_timeout",
     "cpu_threads",
     "channels_last",
+    "bucket_cap_mb",
 ];
 
 /// `args`, turned into a continuation of the run in `--run-dir` when that folder holds one.

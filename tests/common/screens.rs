@@ -80,6 +80,7 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
         skipped_steps: None,
         timed_steps: None,
         loader: None,
+        overlapped: None,
     }))
 }
 

@@ -1,7 +1,8 @@
 //! The one unsafe module: safe Rust handles over the C++ shim (`c10d_shim.cpp`,
 //! `c10d_nccl.cpp`, `jit_shim.cpp`) that reaches libtorch's c10d — TCPStore and PrefixStore for
 //! rendezvous, ProcessGroupGloo and ProcessGroupNCCL for collectives — the single-process NCCL
-//! allreduce, CUDA devices and timing events (`cuda.rs`) and TorchScript modules (`jit.rs`).
+//! allreduce, CUDA devices and timing events (`cuda.rs`), TorchScript modules (`jit.rs`) and
+//! gradient hooks (`hooks.rs`, `autograd_shim.cpp`).
 //! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};
@@ -15,7 +16,10 @@ use thiserror::Error;
 pub use super::identity::CudaIdentity;
 
 mod cuda;
+mod hooks;
 pub mod jit;
+
+pub use hooks::on_grad;
 
 pub use cuda::{
     context_made, cuda_identity, nccl_compiled, nccl_local_allreduce, set_thread_device, CudaEvent,
@@ -310,6 +314,20 @@ impl Group {
         // SAFETY: live group; the tensors outlive the returned work (its lifetime).
         let p = call(|err| unsafe { dpt_allreduce(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), op, err) })?;
         Ok(Work(non_null(p, "allreduce")?, PhantomData))
+    }
+
+    /// As [`Group::allreduce`], for handles (views, shallow clones) given up to the collective:
+    /// c10d keeps its own references to their storage until the work ends, and the caller
+    /// reads that storage only after waiting, as with any collective in flight.
+    pub fn allreduce_owned(
+        &self,
+        mut tensors: Vec<Tensor>,
+        op: ReduceOp,
+    ) -> Result<Work<'static>, C10dError> {
+        let work = self.allreduce(&mut tensors, op)?;
+        let raw = work.0;
+        std::mem::forget(work);
+        Ok(Work(raw, PhantomData))
     }
 
     /// Starts copying `root`'s `tensors` to every rank, in place.

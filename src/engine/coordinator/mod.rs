@@ -8,6 +8,7 @@ mod controls;
 mod failure;
 mod persist;
 pub mod pool;
+mod reduce;
 pub mod replicas;
 mod step;
 mod writer;
@@ -97,8 +98,8 @@ pub struct Coordinator {
     save_dir: Option<std::path::PathBuf>,
     /// The replica whose tensors this thread is touching now, to name it if that fails.
     touching: Option<usize>,
-    /// How this process sums its replicas' gradients.
-    reduce: crate::engine::allreduce::LocalReduce,
+    /// How this process reduces its replicas' gradients, and which ranges of them.
+    reduction: reduce::Reduction,
     /// Times the allreduce and the update, on the first replica's device.
     clock: Option<crate::engine::clock::PhaseClock>,
     /// The mean gradient's norm summed over the steps of the report window (on the device).
@@ -107,8 +108,6 @@ pub struct Coordinator {
     best: crate::engine::best::BestKeeper,
     /// `--early-stop` ended the run after the current epoch.
     early_stopped: bool,
-    /// The ranges of the flat gradient the allreduce sums (the trainable parameters').
-    trainable_runs: Vec<(i64, i64)>,
     /// The global step this process started at (0, or where it resumed): the warm-up counts
     /// from here.
     first_step: usize,
@@ -141,10 +140,7 @@ impl Coordinator {
             done: Done::default(),
             save_dir: p.cfg.run_dir.clone(),
             touching: None,
-            reduce: crate::engine::allreduce::LocalReduce::plan(
-                &p.cfg.devices,
-                crate::dist::c10d::nccl_compiled(),
-            ),
+            reduction: reduce::Reduction::plan(&p.cfg.devices),
             clock: None,
             straggled: Vec::new(),
             writer: None,
@@ -152,7 +148,6 @@ impl Coordinator {
             scaler: None,
             grad_norms: None,
             first_step: 0,
-            trainable_runs: Vec::new(),
             best: crate::engine::best::BestKeeper::new(p.cfg.best_metric, p.cfg.keep_best, p.cfg.early_stop),
             early_stopped: false,
             cfg: p.cfg,
@@ -235,13 +230,7 @@ impl Coordinator {
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()
                 .map(|d| d.as_secs_f64()),
-            allreduce: {
-                let local = self.reduce.describe(&cfg.devices);
-                match &self.world {
-                    Some(w) => format!("{local} + {:?} across {} ranks", w.backend, w.size).to_lowercase(),
-                    None => local,
-                }
-            },
+            allreduce: self.reduction.describe(&cfg.devices, self.world.as_deref()),
             model_file: cfg.script.as_ref().map(|s| s.path.display().to_string()),
             seed: Some(cfg.seed),
             precision: Some(cfg.precision),

@@ -32,8 +32,8 @@ impl WorkerPool {
     pub fn spawn(
         cfg: &TrainConfig,
         data: &Arc<Dataset>,
-        initial_params: &Tensor,
-        initial_buffers: &Tensor,
+        (initial_params, initial_buffers): (&Tensor, &Tensor),
+        bucket_bytes: Option<(i64, i64)>,
     ) -> Result<WorkerPool, EngineError> {
         let (reply_tx, from_workers) = unbounded();
         let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
@@ -64,6 +64,7 @@ impl WorkerPool {
                 // gives up on it.
                 gpu_wait: cfg.step_timeout.mul_f64(0.9),
                 loader: decoding.clone(),
+                bucket_bytes,
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();
@@ -95,15 +96,31 @@ impl WorkerPool {
 
     /// One reply from each worker, within `timeout` in all; a silent replica is reported stuck.
     pub fn gather(&self, timeout: Duration) -> Result<Vec<FromWorker>, EngineError> {
+        self.gather_with(timeout, |_| Ok(()))
+    }
+
+    /// As [`WorkerPool::gather`], showing `seen` each message as it arrives: the replies, and
+    /// the `BucketReady` reports that come before a step's replies (not counted as replies).
+    pub fn gather_with(
+        &self,
+        timeout: Duration,
+        mut seen: impl FnMut(&FromWorker) -> Result<(), EngineError>,
+    ) -> Result<Vec<FromWorker>, EngineError> {
         let k = self.devices.len();
         let deadline = Instant::now() + timeout;
         let mut replies: Vec<Option<FromWorker>> = (0..k).map(|_| None).collect();
-        for _ in 0..k {
+        let mut got = 0;
+        while got < k {
             match self.from_workers.recv_deadline(deadline) {
                 Ok(FromWorker::Failed { replica, error }) => return Err(self.worker_error(replica, error)),
                 Ok(msg) => {
+                    seen(&msg)?;
+                    if matches!(msg, FromWorker::BucketReady { .. }) {
+                        continue;
+                    }
                     let r = msg.replica();
                     replies[r] = Some(msg);
+                    got += 1;
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let replicas: Vec<usize> = (0..k).filter(|&i| replies[i].is_none()).collect();

@@ -110,7 +110,7 @@ impl Replicas {
 
     /// Takes a ready replica's handles (in replica order) and makes its optimizer state.
     pub fn add(&mut self, handles: ReplicaHandles, optim: OptimConfig) {
-        let ReplicaHandles { params, grads, buffers, named_params, named_buffers } = handles;
+        let ReplicaHandles { params, grads, buffers, named_params, named_buffers, .. } = handles;
         let specs = &self.layout.param_specs;
         self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, |i| !specs[i].frozen));
         self.params.push(params);

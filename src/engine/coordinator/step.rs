@@ -1,7 +1,7 @@
 //! One data-parallel step and its kin: dispatch shards to the workers, gather their replies,
 //! reduce the gradients, apply the optimizer's update to every replica and copy the BatchNorm
-//! statistics from replica 0; plus the reports and the evaluation. The cross-process reduce of
-//! the distributed engine belongs between the gather and the update.
+//! statistics from replica 0; plus the reports and the evaluation. The gradients' reduction,
+//! local and across processes, is `reduce.rs`.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use super::{mix_seed, Coordinator, SLOW_WORK_FACTOR};
 use crate::dist::c10d::ReduceOp;
 use crate::dist::c10d::{nccl_local_allreduce, set_thread_device};
 use crate::dist::World;
-use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
+use crate::engine::allreduce::LocalReduce;
 use crate::engine::clock::{self, PhaseClock};
 use crate::engine::evaluation::Evaluation;
 use crate::engine::gpu_wait::WaitError;
@@ -53,7 +53,9 @@ impl Coordinator {
     /// Waits for every replica to be built, and takes its buffers.
     pub(super) fn wait_ready(&mut self) -> Result<(), EngineError> {
         for reply in self.pool.gather(self.slow_timeout())? {
-            if let FromWorker::Ready { handles, .. } = reply {
+            if let FromWorker::Ready { mut handles, .. } = reply {
+                // Every replica has the same buckets (the same model and layout).
+                self.reduction.buckets = self.reduction.buckets.take().or(handles.buckets.take());
                 self.replicas.add(*handles, self.cfg.optim);
             }
         }
@@ -64,7 +66,7 @@ impl Coordinator {
         if let Some(r) = &self.cfg.resume {
             self.replicas.restore_optimizer(r);
         }
-        self.trainable_runs = self.replicas.trainable_runs();
+        self.reduction.runs = self.replicas.trainable_runs();
         self.scaler = self.cfg.loss_scale.map(|cfg| {
             let saved = self.cfg.resume.as_ref().and_then(|r| r.state.loss_scaler);
             saved.map_or_else(
@@ -76,7 +78,7 @@ impl Coordinator {
             let saved = self.cfg.resume.as_ref().and_then(|r| r.ema.as_ref());
             self.replicas.start_ema(decay, saved);
         }
-        if let LocalReduce::Nccl { groups } = &self.reduce {
+        if let LocalReduce::Nccl { groups } = &self.reduction.local {
             let devices: Vec<tch::Device> =
                 groups.iter().map(|g| self.replicas.grads[g[0]].device()).collect();
             self.set_up_nccl(devices)?;
@@ -124,7 +126,11 @@ impl Coordinator {
             loss_factor: self.scaler.map(|s| s.loss_factor(len)),
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
-        for reply in self.pool.gather(self.cfg().step_timeout)? {
+        // With buckets, their reduction starts while the backward passes run.
+        let step = self.gather_step()?;
+        self.window.buckets.0 += step.early;
+        self.window.buckets.1 += step.buckets;
+        for reply in step.replies {
             if let FromWorker::StepDone { replica, timing, bad, loader } = reply {
                 self.name_bad_images(bad);
                 if let Some(l) = loader {
@@ -142,21 +148,9 @@ impl Coordinator {
         let clock_error = clock_failure(self.cfg().devices[0]);
         let mut clock = self.clock.take().ok_or(EngineError::WorkersGone)?;
         clock.start(timed).map_err(&clock_error)?;
-        // Only the trainable parameters' gradients travel (a frozen backbone's are zero).
-        let mut holders = Vec::new();
-        for run in self.trainable_runs.clone() {
-            let mut grads = self.replicas.grads_over(run);
-            holders = match self.reduce.clone() {
-                LocalReduce::Copies => {
-                    sum_into_first(&mut grads);
-                    if let Some(w) = &self.world {
-                        w.allreduce_flat(&grads[0])?;
-                    }
-                    hand_out(&mut grads)
-                }
-                LocalReduce::Nccl { groups } => self.nccl_reduce(&mut grads, &groups)?,
-            };
-        }
+        // Only the trainable parameters' gradients travel (a frozen backbone's are zero). With
+        // buckets, this phase is what the backward passes did not hide.
+        let holders = self.finish_reduce(step.in_flight)?;
         clock.mark().map_err(&clock_error)?;
         // GradScaler's step: unscale, skip the update when the gradient overflowed.
         let clean = self.scaler.is_none_or(|s| self.replicas.unscale(&holders, &s, len));
@@ -209,36 +203,6 @@ impl Coordinator {
             self.replicas.update(i, holder, self.lr, len, taken);
         }
         self.touching = None;
-    }
-
-    /// Sums the gradients of replicas sharing a GPU on it, then over the GPUs with one NCCL
-    /// call (then over the processes, from the first GPU, handed back to the others); returns
-    /// which buffer each replica reads.
-    fn nccl_reduce(&self, grads: &mut [Tensor], groups: &[Vec<usize>]) -> Result<Vec<usize>, EngineError> {
-        let _guard = tch::no_grad_guard();
-        for g in groups {
-            for &m in &g[1..] {
-                let other = grads[m].shallow_clone();
-                let _ = grads[g[0]].g_add_(&other);
-            }
-        }
-        let mut firsts: Vec<Tensor> = groups.iter().map(|g| grads[g[0]].shallow_clone()).collect();
-        nccl_local_allreduce(&mut firsts).map_err(|e| EngineError::Nccl(e.0))?;
-        if let Some(w) = &self.world {
-            w.allreduce_flat(&firsts[0])?;
-            if let Some((first, rest)) = firsts.split_first_mut() {
-                for f in rest {
-                    f.copy_(first);
-                }
-            }
-        }
-        let mut holders = vec![0; grads.len()];
-        for g in groups {
-            for &m in g {
-                holders[m] = g[0];
-            }
-        }
-        Ok(holders)
     }
 
     fn check_replicas(&self) -> Result<(), EngineError> {

@@ -1,0 +1,43 @@
+// The autograd half of the shim: a hook on a leaf tensor that hands its gradient to Rust the
+// moment the backward pass computes it, which is what lets the gradient allreduce start bucket
+// by bucket while the rest of the backward pass still runs (as DDP's reducer does with its
+// per-parameter hooks). Same conventions as c10d_shim.cpp: every C++ exception is caught and
+// its message returned through `err`.
+#include "c10d_shim.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+extern "C" {
+
+// Rust's side of a hook: takes over `grad` (an owned handle) and returns 0, or non-zero with a
+// malloc'ed message in *message, which then fails the backward pass with that message.
+typedef int (*dpt_grad_fn)(void* ctx, at::Tensor* grad, char** message);
+// Frees `ctx` once the hook is gone (with the leaf's autograd metadata).
+typedef void (*dpt_drop_fn)(void* ctx);
+
+// Registers `fn(ctx, grad)` as a tensor hook of `leaf`. A leaf's tensor hooks run on the
+// gradient reaching its AccumulateGrad node, in `backward()` and also in `autograd.grad` with
+// the leaf among the inputs (the engine runs a captured input's tensor pre-hooks before
+// capturing it; torch/csrc/autograd/engine.cpp, `evaluate_function`). `ctx` is owned by the
+// hook from here on, also when registering fails.
+int dpt_on_grad(at::Tensor* leaf, dpt_grad_fn fn, void* ctx, dpt_drop_fn drop, char** err) {
+  std::shared_ptr<void> owner(ctx, drop);
+  DPT_GUARD(err, -1, {
+    leaf->register_hook([fn, owner](const at::Tensor& grad) {
+      char* message = nullptr;
+      if (fn(owner.get(), new at::Tensor(grad), &message) != 0) {
+        std::string why = message != nullptr ? message : "a gradient hook failed";
+        std::free(message);
+        TORCH_CHECK(false, why);
+      }
+    });
+    return 0;
+  })
+}
+
+}  // extern "C"

@@ -1,0 +1,183 @@
+//! The gradient reduction of a step, in one of two ways with the same sums: after every
+//! replica's backward pass (over the trainable ranges of the flat gradient, as the seed's
+//! `allreduce` does), or overlapped with the backward passes bucket by bucket, as DDP's reducer
+//! does (see `engine::buckets`): each bucket is summed over the local replicas the moment all of
+//! them have reported it, and its sum over the ranks is started and left in flight while the
+//! backward passes go on; the step waits for the collectives only after its last reply.
+//!
+//! A bucket's sum is the same element by element as the whole buffer's: bit for bit within a
+//! process, and across processes as far as the collective's own order of summation allows.
+
+use std::sync::Arc;
+
+use tch::Tensor;
+
+use super::Coordinator;
+use crate::dist::c10d::{nccl_local_allreduce, Work};
+use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
+use crate::engine::buckets::{Buckets, Readiness};
+use crate::engine::worker::FromWorker;
+use crate::engine::{DeviceId, EngineError};
+
+/// How this process reduces its replicas' gradients.
+pub(super) struct Reduction {
+    /// How the local replicas' gradients are summed.
+    pub local: LocalReduce,
+    /// The ranges of the flat gradient that are reduced (the trainable parameters').
+    pub runs: Vec<(i64, i64)>,
+    /// The buckets reduced while the backward pass runs (`None`: after it).
+    pub buckets: Option<Arc<Buckets>>,
+}
+
+impl Reduction {
+    pub fn plan(devices: &[DeviceId]) -> Reduction {
+        Reduction {
+            local: LocalReduce::plan(devices, crate::dist::c10d::nccl_compiled()),
+            runs: Vec::new(),
+            buckets: None,
+        }
+    }
+
+    /// For the screen and the record: `copies through cpu + gloo across 2 ranks, 3 buckets
+    /// overlapping backward`.
+    pub fn describe(&self, devices: &[DeviceId], world: Option<&crate::dist::World>) -> String {
+        let local = self.local.describe(devices);
+        let across = world.map_or(String::new(), |w| {
+            format!(" + {} across {} ranks", format!("{:?}", w.backend).to_lowercase(), w.size)
+        });
+        let when = match &self.buckets {
+            Some(b) if b.len() == 1 => ", 1 bucket overlapping backward".to_owned(),
+            Some(b) => format!(", {} buckets overlapping backward", b.len()),
+            None if devices.len() > 1 || world.is_some() => ", after backward".to_owned(),
+            None => String::new(),
+        };
+        format!("{local}{across}{when}")
+    }
+}
+
+/// The collectives over the ranks a step has started and not yet waited for.
+pub(super) type InFlight = Vec<Work<'static>>;
+
+/// A step's replies, with what its bucketed reduction started while they came.
+pub(super) struct Gathered {
+    pub replies: Vec<FromWorker>,
+    pub in_flight: InFlight,
+    /// Buckets started by a report from within a backward pass, and buckets in all.
+    pub early: usize,
+    pub buckets: usize,
+}
+
+impl Coordinator {
+    /// Gathers the replicas' replies to a step; with buckets, reduces each bucket as soon as
+    /// every local replica has reported it, in bucket order (so every rank starts the same
+    /// collectives in the same order).
+    pub(super) fn gather_step(&self) -> Result<Gathered, EngineError> {
+        let timeout = self.cfg().step_timeout;
+        let Some(buckets) = &self.reduction.buckets else {
+            let replies = self.pool.gather(timeout)?;
+            return Ok(Gathered { replies, in_flight: Vec::new(), early: 0, buckets: 0 });
+        };
+        let mut ready = Readiness::new(buckets.len(), self.cfg().devices.len());
+        let mut in_flight = Vec::new();
+        let mut early = 0;
+        let replies = self.pool.gather_with(timeout, |msg| {
+            let launch = match msg {
+                FromWorker::BucketReady { replica, bucket } => {
+                    let launch = ready.report(*replica, *bucket);
+                    early += launch.len();
+                    launch
+                }
+                // A finished backward pass has all its buckets, reported or not (a parameter
+                // that took no part in it, an empty shard).
+                FromWorker::StepDone { replica, .. } => ready.finished(*replica),
+                _ => return Ok(()),
+            };
+            for b in launch {
+                in_flight.extend(self.reduce_range(buckets.ranges[b])?);
+            }
+            Ok(())
+        })?;
+        Ok(Gathered { replies, in_flight, early, buckets: buckets.len() })
+    }
+
+    /// Finishes the step's reduction (all of it when nothing is in flight: the unbucketed
+    /// path); returns which buffer holds each replica's reduced gradient.
+    pub(super) fn finish_reduce(&self, in_flight: InFlight) -> Result<Vec<usize>, EngineError> {
+        if self.reduction.buckets.is_none() {
+            for &run in &self.reduction.runs {
+                // Nothing is left in flight across runs: each run's sum is waited for here.
+                let started = self.reduce_range(run)?;
+                self.finish_world(started)?;
+            }
+        } else {
+            self.finish_world(in_flight)?;
+        }
+        let mut holders = Vec::new();
+        for &run in &self.reduction.runs {
+            let mut grads = self.replicas.grads_over(run);
+            holders = match &self.reduction.local {
+                LocalReduce::Copies => hand_out(&mut grads),
+                LocalReduce::Nccl { groups } => self.nccl_spread(&mut grads, groups),
+            };
+        }
+        Ok(holders)
+    }
+
+    fn finish_world(&self, in_flight: InFlight) -> Result<(), EngineError> {
+        match &self.world {
+            Some(w) => Ok(w.finish(in_flight)?),
+            None => Ok(()),
+        }
+    }
+
+    /// Sums `range` of the flat gradients over the local replicas into the first replica's
+    /// buffer, and starts its sum over the ranks.
+    fn reduce_range(&self, range: (i64, i64)) -> Result<InFlight, EngineError> {
+        let mut grads = self.replicas.grads_over(range);
+        let first = match &self.reduction.local {
+            LocalReduce::Copies => {
+                sum_into_first(&mut grads);
+                grads[0].shallow_clone()
+            }
+            LocalReduce::Nccl { groups } => self.nccl_sum(&mut grads, groups)?,
+        };
+        match &self.world {
+            Some(w) => Ok(w.start_allreduce(&first)?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Sums the gradients of replicas sharing a GPU on it, then over the GPUs with one NCCL
+    /// call; returns the first GPU's sum (what the ranks then sum).
+    fn nccl_sum(&self, grads: &mut [Tensor], groups: &[Vec<usize>]) -> Result<Tensor, EngineError> {
+        let _guard = tch::no_grad_guard();
+        for g in groups {
+            for &m in &g[1..] {
+                let other = grads[m].shallow_clone();
+                let _ = grads[g[0]].g_add_(&other);
+            }
+        }
+        let mut firsts: Vec<Tensor> = groups.iter().map(|g| grads[g[0]].shallow_clone()).collect();
+        nccl_local_allreduce(&mut firsts).map_err(|e| EngineError::Nccl(e.0))?;
+        Ok(firsts.swap_remove(0))
+    }
+
+    /// After the sum over the ranks (which reached the first GPU only), copies it to the other
+    /// GPUs; returns which buffer each replica reads (its GPU's first replica's).
+    fn nccl_spread(&self, grads: &mut [Tensor], groups: &[Vec<usize>]) -> Vec<usize> {
+        let _guard = tch::no_grad_guard();
+        if self.world.is_some() {
+            let first = grads[groups[0][0]].shallow_clone();
+            for g in &groups[1..] {
+                grads[g[0]].copy_(&first);
+            }
+        }
+        let mut holders = vec![0; grads.len()];
+        for g in groups {
+            for &m in g {
+                holders[m] = g[0];
+            }
+        }
+        holders
+    }
+}

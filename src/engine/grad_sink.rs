@@ -1,0 +1,111 @@
+//! Where a replica's gradients go as the backward pass makes them, when the allreduce overlaps
+//! the backward pass: a hook on each trainable parameter writes its gradient into the flat
+//! gradient buffer at once (copied on a step's first micro-batch, added on the others) and, on
+//! the step's last micro-batch, tells the coordinator each bucket whose gradients are all in.
+
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::Sender;
+use tch::Tensor;
+
+use super::buckets::Buckets;
+use super::worker_messages::FromWorker;
+
+/// One replica's hooks' shared state.
+pub struct GradSink {
+    replica: usize,
+    buckets: Arc<Buckets>,
+    replies: Sender<FromWorker>,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The gradient views of the trainable parameters (the hooks' destinations).
+    views: Vec<Tensor>,
+    /// Which parameters' hooks wrote during the current micro-batch.
+    written: Vec<bool>,
+    /// Whether the current micro-batch adds to the earlier ones' gradients.
+    adding: bool,
+    /// Whether the current micro-batch is the step's last (its buckets are then reported).
+    last: bool,
+    /// Per bucket, the parameters not yet written in the last micro-batch.
+    left: Vec<usize>,
+}
+
+impl GradSink {
+    /// Hooks every one of `leaves` (the trainable parameters, paired with their gradient
+    /// `views`), reporting to the coordinator through `replies`.
+    pub fn hook(
+        replica: usize,
+        leaves: &[&Tensor],
+        views: &[Tensor],
+        buckets: Arc<Buckets>,
+        replies: Sender<FromWorker>,
+    ) -> Result<Arc<GradSink>, crate::dist::c10d::C10dError> {
+        let state = State {
+            views: views.iter().map(Tensor::shallow_clone).collect(),
+            written: vec![false; views.len()],
+            adding: false,
+            last: false,
+            left: vec![0; buckets.len()],
+        };
+        let sink = Arc::new(GradSink { replica, buckets, replies, state: Mutex::new(state) });
+        for (k, leaf) in leaves.iter().enumerate() {
+            // The hook holds the sink weakly: the sink owns the views, the leaves own the hooks.
+            let weak = Arc::downgrade(&sink);
+            crate::dist::c10d::on_grad(leaf, move |grad| match weak.upgrade() {
+                Some(sink) => sink.take(k, &grad),
+                None => Ok(()),
+            })?;
+        }
+        Ok(sink)
+    }
+
+    /// The buckets this sink reports.
+    pub fn buckets(&self) -> &Arc<Buckets> {
+        &self.buckets
+    }
+
+    /// Starts a micro-batch: the first of a step copies, the others add; the last reports.
+    pub fn begin(&self, first: bool, last: bool) {
+        let mut s = self.lock();
+        s.written.iter_mut().for_each(|w| *w = false);
+        s.adding = !first;
+        s.last = last;
+        if last {
+            let sizes: Vec<usize> = (0..self.buckets.len()).map(|b| self.buckets.params_in(b)).collect();
+            s.left = sizes;
+        }
+    }
+
+    /// Whether trainable parameter `k`'s hook wrote during the current micro-batch (one whose
+    /// gradient the backward pass did not compute was not: the caller writes it).
+    pub fn wrote(&self, k: usize) -> bool {
+        self.lock().written.get(k).copied().unwrap_or(false)
+    }
+
+    /// The hook: parameter `k`'s gradient is `grad`.
+    fn take(&self, k: usize, grad: &Tensor) -> Result<(), String> {
+        let _guard = tch::no_grad_guard();
+        let mut s = self.lock();
+        let adding = s.adding;
+        let view = &mut s.views[k];
+        let done = if adding { view.f_add_(grad).map(drop) } else { view.f_copy_(grad) };
+        done.map_err(|e| e.to_string())?;
+        s.written[k] = true;
+        if !s.last {
+            return Ok(());
+        }
+        let Some(b) = self.buckets.of(k) else { return Ok(()) };
+        s.left[b] = s.left[b].saturating_sub(1);
+        if s.left[b] == 0 {
+            // A gone coordinator is noticed by the worker's next send.
+            let _ = self.replies.send(FromWorker::BucketReady { replica: self.replica, bucket: b });
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

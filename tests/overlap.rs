@@ -1,0 +1,154 @@
+//! The gradient allreduce overlapped with the backward pass, bucket by bucket
+//! (`--bucket-cap-mb`): the same weights as the reduction after the backward pass, bit for bit
+//! within a process and across two, to float tolerance across three; the buckets really start
+//! during the backward passes (the step records' `overlapped`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+
+use dpt_tui::engine::{DeviceId, Engine, Outcome, TrainConfig};
+use dpt_tui::model::script::ScriptModel;
+use dpt_tui::model::ModelKind;
+use dpt_tui::record::Record;
+
+/// A cap of 0.01 MiB: lenet's 129,068 parameters fall into several buckets (the first of
+/// 10,485 bytes: fc3 and fc2's bias; one per larger tensor).
+const SMALL: f64 = 0.01;
+
+/// Trains `cfg` for a few steps; the outcome and the share of buckets each window overlapped.
+fn train(mut cfg: TrainConfig, cap: f64) -> (Outcome, Vec<f64>) {
+    cfg.bucket_cap_mb = cap;
+    cfg.batch_size = 96;
+    cfg.seed = 5;
+    cfg.max_steps = Some(7);
+    cfg.log_every = 1;
+    cfg.check_replicas = true;
+    // 300 samples in batches of 96: the 4th step of each epoch is a partial batch of 12.
+    let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
+    let overlapped = engine
+        .events()
+        .iter()
+        .filter_map(|r| match r {
+            Record::Step(s) => Some(s.overlapped.unwrap_or(-1.0)),
+            _ => None,
+        })
+        .collect();
+    (engine.join().expect("training succeeds"), overlapped)
+}
+
+fn same_bits(a: &Outcome, b: &Outcome) -> bool {
+    a.final_params.len() == b.final_params.len()
+        && a.final_params.iter().zip(&b.final_params).all(|((na, ta), (nb, tb))| na == nb && ta.equal(tb))
+}
+
+#[test]
+fn bucketed_and_after_backward_reductions_train_to_the_same_bits_in_one_process() {
+    for (model, replicas, accumulate) in
+        [(ModelKind::Lenet, 2, 1), (ModelKind::Lenet, 3, 2), (ModelKind::Resnet18, 2, 1)]
+    {
+        let cfg = || {
+            let mut c = TrainConfig::new(model, vec![DeviceId::Cpu; replicas]);
+            c.accumulate = accumulate;
+            c
+        };
+        let (after, none) = train(cfg(), 0.0);
+        assert!(none.iter().all(|&o| o < 0.0), "no buckets, no overlap figure: {none:?}");
+        let (bucketed, overlapped) = train(cfg(), SMALL);
+        let what = format!("{model:?} on {replicas} replicas, {accumulate} micro-batch(es)");
+        assert!(same_bits(&after, &bucketed), "{what}: the buckets changed the weights");
+        // Every window but those whose steps no replica reported early started buckets during
+        // a backward pass (the hooks fired); none is outside 0..=1.
+        assert!(overlapped.iter().all(|o| (0.0..=1.0).contains(o)), "{what}: {overlapped:?}");
+        assert!(overlapped.iter().any(|&o| o > 0.0), "{what}: no bucket started early: {overlapped:?}");
+    }
+}
+
+#[test]
+fn a_model_with_a_frozen_backbone_trains_as_after_backward() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptModel::read(&common::make_model("frozen-mlp", 1, dir.path())).unwrap());
+    let cfg = || TrainConfig::for_script(Arc::clone(&model), vec![DeviceId::Cpu; 2]);
+    let (after, _) = train(cfg(), 0.0);
+    let (bucketed, overlapped) = train(cfg(), SMALL);
+    assert!(same_bits(&after, &bucketed));
+    assert!(overlapped.iter().any(|&o| o > 0.0), "{overlapped:?}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn ok(out: &Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+fn flags(cap: f64) -> Vec<String> {
+    let data = common::subset_dir();
+    let flags = ["--train-limit", "600", "--test-limit", "100", "--batch-size", "120", "--epochs", "2"];
+    ["--data", data.to_str().unwrap(), "--headless", "--momentum", "0.9", "--log-every", "1"]
+        .into_iter()
+        .chain(flags)
+        .map(String::from)
+        .chain(["--bucket-cap-mb".to_owned(), cap.to_string()])
+        .collect()
+}
+
+/// `world` ranks of `cpu:1` on localhost; rank 0's run directory.
+fn ranks(tmp: &Path, name: &str, world: usize, cap: f64) -> PathBuf {
+    let (port, run) = (free_port(), tmp.join(name));
+    let children: Vec<Child> = (0..world)
+        .map(|r| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+            c.args(flags(cap)).args(["--devices", "cpu:1", "--rank", &r.to_string()]);
+            c.args(["--world-size", &world.to_string(), "--master-addr", "127.0.0.1"]);
+            c.args(["--master-port", &port.to_string()]).env("LOCAL_WORLD_SIZE", world.to_string());
+            if r == 0 {
+                c.arg("--run-dir").arg(&run);
+            }
+            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        ok(&c.wait_with_output().unwrap());
+    }
+    run
+}
+
+/// Largest difference relative to the largest magnitude, over all tensors.
+fn rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
+    let (mut diff, mut scale) = (0.0f64, 0.0f64);
+    for ((na, ta), (nb, tb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        diff = diff.max((ta - tb).abs().max().double_value(&[]));
+        scale = scale.max(ta.abs().max().double_value(&[]));
+    }
+    diff / scale.max(1e-12)
+}
+
+#[test]
+fn across_processes_the_buckets_sum_as_the_whole_buffer_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Two ranks: each element is a + b whichever bucket carries it.
+    let after = ranks(tmp.path(), "after", 2, 0.0);
+    let bucketed = ranks(tmp.path(), "bucketed", 2, SMALL);
+    assert_eq!(rel_diff(&common::weights(&after), &common::weights(&bucketed)), 0.0);
+    let records = common::wait_for_summary(&bucketed, std::time::Duration::from_secs(5));
+    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
+    let allreduce = start["allreduce"].as_str().unwrap();
+    assert!(
+        allreduce.contains("gloo across 2 ranks") && allreduce.contains("buckets overlapping backward"),
+        "{allreduce}"
+    );
+    let early: Vec<f64> = records.iter().filter_map(|r| r["overlapped"].as_f64()).collect();
+    assert!(early.iter().any(|&o| o > 0.0), "{early:?}");
+    // Three ranks: Gloo's ring sums chunks in an order of its own, so float32 noise only.
+    let after = ranks(tmp.path(), "after3", 3, 0.0);
+    let bucketed = ranks(tmp.path(), "bucketed3", 3, SMALL);
+    let d = rel_diff(&common::weights(&after), &common::weights(&bucketed));
+    assert!(d < 1e-5, "relative difference {d}");
+}
