@@ -70,6 +70,10 @@ pub struct World {
     /// Where small tensors of the collectives live (the GPU for NCCL).
     pub device: Device,
     group: Group,
+    /// Beside an NCCL group, a Gloo group for the numbers the hosts exchange (the per-step
+    /// agreement, the reports' figures): they stay on the CPU, so reading them never waits for
+    /// the GPU's queue (`None`: the main group is the host's already).
+    values: Option<Group>,
     store: Store,
     addr: String,
 }
@@ -136,6 +140,10 @@ impl World {
         barrier(&store, "read", size, timeout)?;
         check_settings(&arrivals)?;
         let group = Group::new(backend, &store.prefixed("pg/")?, rank, size, timeout)?;
+        let values = match values_apart(backend) {
+            true => Some(Group::new(Backend::Gloo, &store.prefixed("values/")?, rank, size, timeout)?),
+            false => None,
+        };
         Ok(World {
             rank,
             size,
@@ -146,6 +154,7 @@ impl World {
             hosts: arrivals.into_iter().map(|a| a.host).collect(),
             device,
             group,
+            values,
             store,
             addr,
         })
@@ -191,10 +200,19 @@ impl World {
         done.map_err(|e| self.lost(e))
     }
 
-    /// Reduces a few numbers over all ranks.
+    /// The group host numbers travel through, and where its tensors live.
+    fn values_group(&self) -> (&Group, Device) {
+        match &self.values {
+            Some(g) => (g, Device::Cpu),
+            None => (&self.group, self.device),
+        }
+    }
+
+    /// Reduces a few numbers over all ranks (on the CPU beside NCCL: no wait for the GPU).
     pub fn allreduce_values(&self, values: &mut [f64], op: ReduceOp) -> Result<(), DistError> {
-        let mut t = [Tensor::from_slice(values).to_device(self.device)];
-        self.group
+        let (group, device) = self.values_group();
+        let mut t = [Tensor::from_slice(values).to_device(device)];
+        group
             .allreduce(&mut t, op)
             .map_err(|e| self.lost(e))?
             .wait(self.timeout)
@@ -219,11 +237,13 @@ impl World {
         Ok(())
     }
 
-    /// Copies rank 0's `values` to every rank.
+    /// Copies rank 0's `values` to every rank (as `allreduce_values`, on the CPU beside NCCL).
     pub fn broadcast_values(&self, values: &mut [f64]) -> Result<(), DistError> {
-        let mut t = Tensor::from_slice(values);
-        self.broadcast(&mut t)?;
-        let back: Vec<f64> = Vec::try_from(&t).map_err(|e: tch::TchError| DistError::Lost(e.to_string()))?;
+        let (group, device) = self.values_group();
+        let mut t = [Tensor::from_slice(values).to_device(device)];
+        group.broadcast(&mut t, 0).map_err(|e| self.lost(e))?.wait(self.timeout).map_err(|e| self.lost(e))?;
+        let back: Vec<f64> = Vec::try_from(&t[0].to_device(Device::Cpu).to_kind(Kind::Double))
+            .map_err(|e: tch::TchError| DistError::Lost(e.to_string()))?;
         values.copy_from_slice(&back);
         Ok(())
     }
@@ -330,6 +350,12 @@ fn host_waits(backend: Backend) -> bool {
     backend == Backend::Gloo
 }
 
+/// Whether the hosts' numbers need a group of their own: beside NCCL, whose tensors live on the
+/// GPU, where reading a result back waits for everything queued before it.
+fn values_apart(backend: Backend) -> bool {
+    backend == Backend::Nccl
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,5 +364,11 @@ mod tests {
     fn only_gloo_blocks_the_host_on_a_collective_it_does_not_read() {
         assert!(host_waits(Backend::Gloo));
         assert!(!host_waits(Backend::Nccl), "NCCL: the stream waits, as DDP's");
+    }
+
+    #[test]
+    fn the_hosts_numbers_stay_on_the_cpu_beside_nccl() {
+        assert!(values_apart(Backend::Nccl), "a Gloo group of their own");
+        assert!(!values_apart(Backend::Gloo), "Gloo's group is the host's already");
     }
 }

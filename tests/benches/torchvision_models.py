@@ -1,7 +1,9 @@
-"""torchvision classifiers for the DDP comparison, taking Fashion-MNIST's 1x28x28 images:
-`python torchvision_models.py NAME OUT.pt` writes NAME (resnet18, mobilenet_v3_small,
-efficientnet_b0) scripted from its Python module, with 10 classes; `build(NAME)` is the same
-module for the Python side. The gray channel is repeated to the 3 the models take.
+"""torchvision and timm classifiers for the DDP comparison, taking Fashion-MNIST's 1x28x28
+images: `python torchvision_models.py NAME OUT.pt` writes NAME (resnet18, mobilenet_v3_small,
+efficientnet_b0 from torchvision; timm/vit_tiny_patch16_224 and timm/regnetx_002 from timm)
+scripted from its Python module, with 10 classes; `build(NAME)` is the same module for the
+Python side. torchvision's models get the gray channel repeated to the 3 they take; timm's are
+made with one input channel (`in_chans=1`), the ViT with 4x4 patches of the 28x28 image.
 """
 import sys
 
@@ -10,6 +12,7 @@ from torch import nn
 import torchvision
 
 MODELS = ("resnet18", "mobilenet_v3_small", "efficientnet_b0")
+TIMM = ("timm/vit_tiny_patch16_224", "timm/regnetx_002")
 
 
 class Gray(nn.Module):
@@ -24,9 +27,15 @@ class Gray(nn.Module):
 
 
 def build(name: str) -> nn.Module:
-    if name not in MODELS:
-        raise SystemExit(f"unknown model {name}; use one of {', '.join(MODELS)}")
+    if name not in MODELS + TIMM:
+        raise SystemExit(f"unknown model {name}; use one of {', '.join(MODELS + TIMM)}")
     torch.manual_seed(0)
+    if name in TIMM:
+        import timm
+
+        arch = name.split("/", 1)[1]
+        extra = {"img_size": 28, "patch_size": 4} if arch.startswith("vit") else {}
+        return timm.create_model(arch, num_classes=10, in_chans=1, **extra)
     return Gray(getattr(torchvision.models, name)(num_classes=10))
 
 
