@@ -8,18 +8,15 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{free_port, ok, rel_diff};
 use dpt_tui::engine::Control;
 use dpt_tui::record::{Change, Record};
 use tch::Tensor;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn training(extra: &[&str]) -> Vec<String> {
     let data = common::subset_dir();
@@ -59,24 +56,6 @@ fn tensors(run: &Path, file: &str) -> Vec<(String, Tensor)> {
     let mut w = Tensor::read_safetensors(run.join(file)).unwrap();
     w.sort_by(|a, b| a.0.cmp(&b.0));
     w
-}
-
-/// Largest difference relative to the largest magnitude, over all tensors.
-fn rel_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let (mut diff, mut scale) = (0.0f64, 0.0f64);
-    for ((na, ta), (nb, tb)) in a.iter().zip(b) {
-        assert_eq!(na, nb);
-        diff = diff.max((ta - tb).abs().max().double_value(&[]));
-        scale = scale.max(ta.abs().max().double_value(&[]));
-    }
-    diff / scale.max(1e-12)
-}
-
-fn ok(out: &Output) -> String {
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
-    text
 }
 
 /// Runs `world` ranks with `devices` each; returns rank 0's run directory.

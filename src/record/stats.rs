@@ -246,8 +246,9 @@ pub struct StepStats {
     /// The streaming loader over the window (streamed data only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loader: Option<LoaderStats>,
-    /// The share of this process's gradient buckets whose reduction started while a backward
-    /// pass of the step was still running (bucketed reduction only; `--bucket-cap-mb`).
+    /// The share of this process's gradient buckets, the last left out, whose reduction started
+    /// while a backward pass of the step was still running (bucketed reduction of two buckets
+    /// or more; `--bucket-cap-mb`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlapped: Option<f64>,
 }

@@ -131,3 +131,27 @@ pub fn write_shards(dir: &std::path::Path, split: &dpt_tui::data::Split, per_sha
         tar.finish().unwrap();
     }
 }
+
+/// A free TCP port on localhost (for a rendezvous).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A finished command's stdout and stderr; fails the test, showing them, when it failed.
+pub fn ok(out: &std::process::Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+/// Largest difference relative to the largest magnitude, over tensors paired by name.
+pub fn rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let (mut diff, mut scale) = (0.0f64, 0.0f64);
+    for ((na, ta), (nb, tb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        diff = diff.max((ta - tb).abs().max().double_value(&[]));
+        scale = scale.max(ta.abs().max().double_value(&[]));
+    }
+    diff / scale.max(1e-12)
+}

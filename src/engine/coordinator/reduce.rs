@@ -46,7 +46,7 @@ impl Reduction {
             format!(" + {} across {} ranks", format!("{:?}", w.backend).to_lowercase(), w.size)
         });
         let when = match &self.buckets {
-            Some(b) if b.len() == 1 => ", 1 bucket overlapping backward".to_owned(),
+            Some(b) if b.len() == 1 => ", 1 bucket (nothing to overlap)".to_owned(),
             Some(b) => format!(", {} buckets overlapping backward", b.len()),
             None if devices.len() > 1 || world.is_some() => ", after backward".to_owned(),
             None => String::new(),
@@ -62,7 +62,8 @@ pub(super) type InFlight = Vec<Work<'static>>;
 pub(super) struct Gathered {
     pub replies: Vec<FromWorker>,
     pub in_flight: InFlight,
-    /// Buckets started by a report from within a backward pass, and buckets in all.
+    /// Buckets started by a report from within a backward pass, and buckets that could be
+    /// (all but the last, which waits for the backward pass's last gradient).
     pub early: usize,
     pub buckets: usize,
 }
@@ -84,7 +85,8 @@ impl Coordinator {
             let launch = match msg {
                 FromWorker::BucketReady { replica, bucket } => {
                     let launch = ready.report(*replica, *bucket);
-                    early += launch.len();
+                    // The last bucket waits for the last gradient: it hides nothing.
+                    early += launch.clone().filter(|&b| b + 1 < buckets.len()).count();
                     launch
                 }
                 // A finished backward pass has all its buckets, reported or not (a parameter
@@ -97,7 +99,7 @@ impl Coordinator {
             }
             Ok(())
         })?;
-        Ok(Gathered { replies, in_flight, early, buckets: buckets.len() })
+        Ok(Gathered { replies, in_flight, early, buckets: buckets.len().saturating_sub(1) })
     }
 
     /// Finishes the step's reduction (all of it when nothing is in flight: the unbucketed
