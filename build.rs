@@ -21,6 +21,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/dist/c10d_nccl.cpp");
     println!("cargo:rerun-if-changed=src/dist/jit_shim.cpp");
     println!("cargo:rerun-if-changed=src/dist/autograd_shim.cpp");
+    println!("cargo:rerun-if-changed=src/dist/rng_shim.cpp");
     println!("cargo:rerun-if-changed=third_party/gloo");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         panic!(
@@ -89,7 +90,8 @@ fn compile_shim(lib: &Path) {
         .flag_if_supported("-Wno-unused-parameter")
         .file("src/dist/c10d_shim.cpp")
         .file("src/dist/jit_shim.cpp")
-        .file("src/dist/autograd_shim.cpp");
+        .file("src/dist/autograd_shim.cpp")
+        .file("src/dist/rng_shim.cpp");
     let cuda = nvidia_include(torch, "cu13").or_else(|| nvidia_include(torch, "cuda_runtime"));
     let nccl = nvidia_include(torch, "nccl");
     match (cuda, nccl) {

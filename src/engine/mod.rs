@@ -52,8 +52,8 @@ pub use events::Control;
 pub use resume::Resume;
 
 use crate::data::Dataset;
+use crate::dist::c10d::OwnRng;
 use coordinator::{Coordinator, CoordinatorParts, ModelLayout, WorkerPool};
-use worker::GLOBAL_RNG;
 
 /// A failure of a running engine.
 #[derive(Debug, Error)]
@@ -140,8 +140,7 @@ impl Engine {
                 (Tensor::from_slice(&s.initial_params), Tensor::from_slice(&s.initial_buffers))
             }
             (None, None) => {
-                let _lock = GLOBAL_RNG.lock().unwrap_or_else(|p| p.into_inner());
-                tch::manual_seed(cfg.seed as i64);
+                let _own = OwnRng::open(cfg.seed as i64, tch::Device::Cpu)?;
                 (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
             }
         };
@@ -228,4 +227,6 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error("cannot seed the initial weights: {0}")]
+    Seed(#[from] crate::dist::c10d::C10dError),
 }

@@ -4,7 +4,7 @@
 //! coordinator is in `worker_messages.rs`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 use tch::{Device, Kind, Tensor};
@@ -23,12 +23,9 @@ use super::loss::summed_loss;
 use super::shard::{mix_seed, shards};
 use super::tally::Tally;
 use crate::data::Dataset;
+use crate::dist::c10d::OwnRng;
 use crate::model::script::{ScriptModel, ScriptNet};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision};
-
-/// Serializes re-seeding libtorch's global generator: dropout masks are drawn under it so that
-/// each replica gets its own reproducible stream whatever the threads' interleaving.
-pub(crate) static GLOBAL_RNG: Mutex<()> = Mutex::new(());
 
 pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError};
 
@@ -229,20 +226,19 @@ impl Worker {
         summed_loss(self.loss, out, y, smoothing)
     }
 
-    fn dropout_masks(&self, n: i64, seed: i64) -> Vec<Tensor> {
+    fn dropout_masks(&self, n: i64, seed: i64) -> Result<Vec<Tensor>, WorkerError> {
         let specs = self.net.dropout_masks(n);
         if specs.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let _lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        tch::manual_seed(seed);
-        specs
+        let _own = OwnRng::open(seed, self.device)?;
+        Ok(specs
             .into_iter()
             .map(|(shape, p)| {
                 Tensor::empty(shape.as_slice(), (Kind::Float, self.device)).bernoulli_float_(1.0 - p)
                     / (1.0 - p)
             })
-            .collect()
+            .collect())
     }
 
     fn inject_faults(&self, global_step: usize) {
@@ -277,7 +273,7 @@ impl Worker {
             let _ = self.grads.zero_();
             self.clock.mark()?;
         } else {
-            let masks = self.dropout_masks(len as i64, dropout_seed);
+            let masks = self.dropout_masks(len as i64, dropout_seed)?;
             self.clock.mark()?;
             // Gradient accumulation: the shard in micro-batches, their gradients summed here;
             // the coordinator's allreduce runs once per step whatever their number.
@@ -291,15 +287,18 @@ impl Worker {
                 let micro_masks: Vec<Tensor> = masks.iter().map(|m| m.narrow(0, at, n)).collect();
                 let (x, y) = (x.narrow(0, at, n), y.narrow(0, at, n));
                 // A network drawing its own random numbers gets this replica's stream, seeded
-                // per micro-batch, under the lock for its forward pass only: the backward pass
-                // draws nothing, so the replicas' backward passes run side by side.
-                let rng = self.net.draws_inside().then(|| {
-                    let lock = GLOBAL_RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    let seed =
-                        if i == 0 { dropout_seed } else { mix_seed(dropout_seed as u64, i as u64) as i64 };
-                    tch::manual_seed(seed);
-                    lock
-                });
+                // per micro-batch, for its forward pass (the backward pass draws nothing).
+                let rng = match self.net.draws_inside() {
+                    true => {
+                        let seed = if i == 0 {
+                            dropout_seed
+                        } else {
+                            mix_seed(dropout_seed as u64, i as u64) as i64
+                        };
+                        Some(OwnRng::open(seed, self.device)?)
+                    }
+                    false => None,
+                };
                 let out = self.net.forward(
                     &self.params.views,
                     &self.buffers.views,

@@ -2,7 +2,8 @@
 //! `c10d_nccl.cpp`, `jit_shim.cpp`) that reaches libtorch's c10d — TCPStore and PrefixStore for
 //! rendezvous, ProcessGroupGloo and ProcessGroupNCCL for collectives — the single-process NCCL
 //! allreduce, CUDA devices and timing events (`cuda.rs`), TorchScript modules (`jit.rs`) and
-//! gradient hooks (`hooks.rs`, `autograd_shim.cpp`).
+//! gradient hooks (`hooks.rs`, `autograd_shim.cpp`) and a thread's own generator (`rng.rs`,
+//! `rng_shim.cpp`).
 //! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};
@@ -18,8 +19,10 @@ pub use super::identity::CudaIdentity;
 mod cuda;
 mod hooks;
 pub mod jit;
+mod rng;
 
 pub use hooks::on_grad;
+pub use rng::OwnRng;
 
 pub use cuda::{
     context_made, cuda_identity, nccl_compiled, nccl_local_allreduce, set_thread_device, CudaEvent,
