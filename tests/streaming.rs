@@ -1,5 +1,5 @@
-//! The streaming loader (`--loader stream`) on JPEG folders and WebDataset shards written from
-//! the shipped subset: it trains to the weights the resident path reaches (folders and shards),
+//! The streaming loader (`--loader stream`) on JPEG folders, WebDataset shards, uint8 arrays,
+//! CIFAR-10 batches and raw IDX files written from the shipped subset: it trains to the weights the resident path reaches (folders and shards),
 //! on one process and on two, resumes mid-epoch exactly, crops ImageNet-style, keeps the process's memory bounded while streaming more
 //! than its budget, and names (and counts) images that fail to decode while training.
 
@@ -8,6 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use dpt_tui::data::idx::encode_idx;
 use dpt_tui::data::{Pixels, Split};
 
 /// The subset's sample `i` as an RGB image of `side`×`side`: scaled up, tinted by its class so
@@ -386,6 +387,70 @@ fn uint8_npy_arrays_stream_from_their_rows_to_the_resident_weights() {
     let out = dpt(&arrays, &tmp.path().join("rrc"), &flags).args(["--augment", "imagenet"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
+}
+
+/// CIFAR-10 records of the subset's tinted images: five training batches and a test batch.
+fn write_cifar(dir: &Path, train: &Split, test: &Split) {
+    std::fs::create_dir_all(dir).unwrap();
+    let record = |s: &Split, i: usize| {
+        let img = tinted(s, i, 32);
+        let planes = (0..3).flat_map(|c| img.pixels().map(move |p| p[c]));
+        std::iter::once(s.labels[i] as u8).chain(planes).collect::<Vec<u8>>()
+    };
+    let per = train.len().div_ceil(5);
+    for b in 0..5 {
+        let recs: Vec<u8> =
+            (b * per..((b + 1) * per).min(train.len())).flat_map(|i| record(train, i)).collect();
+        std::fs::write(dir.join(format!("data_batch_{}.bin", b + 1)), recs).unwrap();
+    }
+    let recs: Vec<u8> = (0..test.len()).flat_map(|i| record(test, i)).collect();
+    std::fs::write(dir.join("test_batch.bin"), recs).unwrap();
+}
+
+#[test]
+fn cifar_batches_and_raw_idx_files_stream_from_their_rows_to_the_resident_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 200 training images: the normalization measured on 256 streamed images is then measured
+    // on all of them, as resident, so the two runs see the same inputs without --normalize.
+    let data = common::subset(200, 60);
+    let cifar = tmp.path().join("cifar");
+    write_cifar(&cifar, &data.train, &data.test);
+    let model = common::make_model("cnn", 3, tmp.path());
+    let flags =
+        ["--model", model.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "2", "--batch-size", "50"];
+    let (said, _) = resident_and_streamed(
+        &cifar,
+        &tmp.path().join("cifar-runs"),
+        &[&flags[..], &["--augment", "cifar"]].concat(),
+        &[],
+    );
+    assert!(said.contains("CIFAR-10 binary batches in"), "{said}");
+
+    // The subset's IDX files uncompressed: streamed from their rows; gzip ones are read whole.
+    let idx = tmp.path().join("idx");
+    std::fs::create_dir_all(&idx).unwrap();
+    for (prefix, split) in [("train", &data.train), ("t10k", &data.test)] {
+        let Pixels::Bytes(images) = &split.images else { panic!("bytes") };
+        let n = split.len() as u32;
+        std::fs::write(idx.join(format!("{prefix}-images-idx3-ubyte")), encode_idx(&[n, 28, 28], images))
+            .unwrap();
+        let labels: Vec<u8> = split.labels.iter().map(|&l| l as u8).collect();
+        std::fs::write(idx.join(format!("{prefix}-labels-idx1-ubyte")), encode_idx(&[n], &labels)).unwrap();
+    }
+    let lenet = ["--model", "lenet", "--devices", "cpu:2", "--epochs", "2", "--batch-size", "50"];
+    let (said, _) = resident_and_streamed(&idx, &tmp.path().join("idx-runs"), &lenet, &[]);
+    assert!(said.contains("IDX files in"), "{said}");
+    let gz = common::subset_dir();
+    let out = dpt(&gz, &tmp.path().join("gz"), &lenet).args(["--loader", "stream"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gunzip the IDX files"), "{out:?}");
+    // A truncated raw file is named before anything trains.
+    let images = idx.join("train-images-idx3-ubyte");
+    let bytes = std::fs::read(&images).unwrap();
+    std::fs::write(&images, &bytes[..bytes.len() - 10]).unwrap();
+    let out = dpt(&idx, &tmp.path().join("cut"), &lenet).args(["--loader", "stream"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is truncated"), "{out:?}");
 }
 
 #[test]

@@ -7,11 +7,9 @@ use std::path::Path;
 
 use npyz::{NpyFile, TypeChar};
 
-use std::sync::Arc;
-
 use super::dataset::{DataError, Dataset, Pixels, Split};
 use super::format::{DataFormat, LoadOptions};
-use super::stream::{Entry, Names, Streamed};
+use super::stream::{RowSplit, Rows};
 
 /// An array as read, before it becomes images or labels.
 enum Values {
@@ -295,23 +293,20 @@ fn streamed_npy_dir(dir: &Path, options: LoadOptions) -> Result<Option<Dataset>,
     if !options.loader.streams(decoded, options.memory) {
         return Ok(None);
     }
-    let mut names = Names::default();
+    let mut rows = Rows::default();
     let mut splits = Vec::new();
     for ((shape, data_at), (x, y)) in
         [train, test].into_iter().zip([("x_train", "y_train"), ("x_test", "y_test")])
     {
         let (n, c, h, w, channels_last) = layout(x, &shape, dir)?;
         let per = (c * h * w) as u64;
-        let file = names.push(&dir.join(format!("{x}.npy")));
         let len = u32::try_from(per).map_err(|_| DataError::ArrayShape {
             path: dir.to_owned(),
             name: x.to_owned(),
             shape: shape.clone(),
             expected: "a sample is over 4 GiB",
         })?;
-        let entries = (0..n as u64)
-            .map(|i| Entry { name: file, offset: data_at + i * per, len: Some(len), member: None })
-            .collect();
+        let entries = rows.entries(&dir.join(format!("{x}.npy")), (data_at, per), len, n);
         let label_path = dir.join(format!("{y}.npy"));
         let bytes = std::fs::read(&label_path)
             .map_err(|e| DataError::Read { path: label_path.clone(), why: e.to_string() })?;
@@ -327,25 +322,11 @@ fn streamed_npy_dir(dir: &Path, options: LoadOptions) -> Result<Option<Dataset>,
                 n_labels: labels.len(),
             });
         }
-        splits.push((entries, labels, (c, h, w), channels_last));
+        splits.push(RowSplit { entries, labels, shape: (c, h, w), channels_last });
     }
-    let names = Arc::new(names);
-    let mut made = splits.into_iter().map(|(entries, labels, (channels, rows, cols), channels_last)| Split {
-        images: Pixels::Streamed(Streamed {
-            names: Arc::clone(&names),
-            entries,
-            resize: false,
-            raw: Some(channels_last),
-        }),
-        labels,
-        channels,
-        rows,
-        cols,
-    });
-    let (train, test) = (
-        made.next().ok_or(DataError::Unknown { path: dir.to_owned() })?,
-        made.next().ok_or(DataError::Unknown { path: dir.to_owned() })?,
-    );
+    let test = splits.pop().ok_or(DataError::Unknown { path: dir.to_owned() })?;
+    let train = splits.pop().ok_or(DataError::Unknown { path: dir.to_owned() })?;
+    let [train, test] = rows.splits([train, test]);
     let source = format!("NumPy arrays in {} (streamed)", dir.display());
     super::format::finish(train, test, source, dir).map(Some)
 }

@@ -62,7 +62,8 @@ pub struct LoadOptions {
     pub format: Option<DataFormat>,
     pub image_size: Option<(u32, u32)>,
     pub max_bad: f64,
-    /// Whether image folders and shards are decoded into memory or streamed.
+    /// Whether the data is decoded into memory or streamed (image folders, shards, uint8
+    /// `.npy` arrays, CIFAR-10 batches, uncompressed IDX files).
     pub loader: Loader,
     /// The host memory the data may take, in bytes (`--data-memory`).
     pub memory: u64,
@@ -159,8 +160,8 @@ impl DataFormat {
     /// Loads `path` in this format.
     pub fn load(self, path: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
         match self {
-            DataFormat::Idx => super::idx_set::load(path),
-            DataFormat::Cifar10 => super::cifar::load(path),
+            DataFormat::Idx => super::idx_set::load(path, options),
+            DataFormat::Cifar10 => super::cifar::load(path, options),
             DataFormat::Images => super::folder::load(path, options),
             DataFormat::WebDataset => super::webdataset::load(path, options),
             DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, self, options),

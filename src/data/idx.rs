@@ -1,4 +1,5 @@
-//! Reader for the IDX format of MNIST and Fashion-MNIST (gzip-compressed or raw).
+//! Reader for the IDX format of MNIST and Fashion-MNIST (gzip-compressed or raw; a raw file's
+//! header alone, for data read in place).
 //!
 //! The format: two zero bytes, a type byte (0x08 = unsigned byte), the number of dimensions, one
 //! big-endian `u32` per dimension, then the data in row-major order. Everything a corrupt or
@@ -61,6 +62,29 @@ pub fn read_idx_file(path: &Path) -> Result<IdxArray, IdxError> {
 
 /// Parses an uncompressed IDX byte buffer; `path` only names the file in errors.
 pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray, IdxError> {
+    let (dims, header) = parse_header(bytes, path)?;
+    check_len(&dims, (bytes.len() - header) as u64, path)?;
+    Ok(IdxArray { dims, data: bytes[header..].to_vec() })
+}
+
+/// An uncompressed IDX file's dimensions and where its data begins, its length checked against
+/// them, without reading the data; `None` for a gzip file (whose data cannot be read in place).
+pub fn header_in_place(path: &Path) -> Result<Option<(Vec<u32>, u64)>, IdxError> {
+    let io = |cause| IdxError::Io { path: path.to_owned(), cause };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut head = Vec::with_capacity(20);
+    file.by_ref().take(20).read_to_end(&mut head).map_err(io)?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Ok(None);
+    }
+    let (dims, header) = parse_header(&head, path)?;
+    check_len(&dims, len.saturating_sub(header as u64), path)?;
+    Ok(Some((dims, header as u64)))
+}
+
+/// The magic number and dimensions at the start of `bytes`: `(dims, header length)`.
+fn parse_header(bytes: &[u8], path: &Path) -> Result<(Vec<u32>, usize), IdxError> {
     let truncated =
         |expected: u64| IdxError::Truncated { path: path.to_owned(), expected, found: bytes.len() as u64 };
     if bytes.len() < 4 {
@@ -77,17 +101,21 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray, IdxError> {
     if bytes.len() < header {
         return Err(truncated(header as u64));
     }
-    let dims: Vec<u32> =
+    let dims =
         bytes[4..header].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
+    Ok((dims, header))
+}
+
+/// `found` bytes of data where `dims` announce theirs: too few or too many is a corrupt file.
+fn check_len(dims: &[u32], found: u64, path: &Path) -> Result<(), IdxError> {
     let expected = dims.iter().map(|&d| u64::from(d)).product::<u64>();
-    let found = (bytes.len() - header) as u64;
     if found < expected {
         return Err(IdxError::Truncated { path: path.to_owned(), expected, found });
     }
     if found > expected {
         return Err(IdxError::TrailingBytes { path: path.to_owned(), found: found - expected });
     }
-    Ok(IdxArray { dims, data: bytes[header..].to_vec() })
+    Ok(())
 }
 
 /// Encodes `data` with `dims` as an uncompressed IDX buffer (used to write test fixtures).

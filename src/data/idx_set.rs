@@ -1,20 +1,69 @@
 //! The four IDX files of MNIST or Fashion-MNIST (`train-images-idx3-ubyte[.gz]` …) into a data
-//! set: the arrays read by `idx.rs`, their shapes, counts and labels checked.
+//! set: the arrays read by `idx.rs`, their shapes, counts and labels checked. Uncompressed image
+//! files can stay in place when streamed (each image read from its row); gzip files are read
+//! whole.
 
 use std::path::{Path, PathBuf};
 
 use super::dataset::{DataError, Dataset, Split, IMAGE_SIDE, NUM_CLASSES};
-use super::idx::{read_idx_file, IdxArray, IdxError};
+use super::format::LoadOptions;
+use super::idx::{header_in_place, read_idx_file, IdxArray, IdxError};
+use super::stream::{RowSplit, Rows};
 
-/// Loads `train-*` and `t10k-*` IDX files (gzip or raw) from `dir`.
-pub fn load(dir: &Path) -> Result<Dataset, DataError> {
+const SPLITS: [(&str, &str); 2] = [
+    ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+];
+
+/// Loads `train-*` and `t10k-*` IDX files (gzip or raw) from `dir`: read into memory, or the
+/// images left in their files when both are uncompressed and `options` stream them.
+pub fn load(dir: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
+    let [train, test] =
+        SPLITS.map(|(images, labels)| Ok::<_, DataError>((locate(dir, images)?, locate(dir, labels)?)));
+    let ((train_images, train_labels), (test_images, test_labels)) = (train?, test?);
+    let in_place = match (header_in_place(&train_images)?, header_in_place(&test_images)?) {
+        (Some(a), Some(b)) => {
+            let decoded: u64 =
+                [&a.0, &b.0].iter().map(|d| d.iter().map(|&x| u64::from(x)).product::<u64>()).sum();
+            options.loader.streams(decoded, options.memory).then_some((a, b))
+        }
+        _ => None,
+    };
+    let (train, test, streamed) = match in_place {
+        Some((train_header, test_header)) => {
+            let mut rows = Rows::default();
+            let mut stream = |images: &Path, (dims, data_at): (Vec<u32>, u64), labels: &Path| {
+                let (labels, rows_, cols) = checked(&dims, images, read_idx_file(labels)?, labels)?;
+                let per = (rows_ * cols) as u64;
+                let entries = rows.entries(images, (data_at, per), per as u32, labels.len());
+                Ok::<_, DataError>(RowSplit {
+                    entries,
+                    labels,
+                    shape: (1, rows_, cols),
+                    channels_last: false,
+                })
+            };
+            let train = stream(&train_images, train_header, &train_labels)?;
+            let test = stream(&test_images, test_header, &test_labels)?;
+            let [train, test] = rows.splits([train, test]);
+            (train, test, true)
+        }
+        None => {
+            let read = |images: &Path, labels: &Path| {
+                let img = read_idx_file(images)?;
+                let (labels, rows, cols) = checked(&img.dims, images, read_idx_file(labels)?, labels)?;
+                Ok::<_, DataError>(Split::gray(img.data, labels, rows, cols))
+            };
+            (read(&train_images, &train_labels)?, read(&test_images, &test_labels)?, false)
+        }
+    };
     Ok(Dataset {
-        train: load_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte")?,
-        test: load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")?,
+        train,
+        test,
         val: None,
         test_is_val: false,
         skipped: Vec::new(),
-        source: format!("IDX files in {}", dir.display()),
+        source: format!("IDX files in {}{}", dir.display(), if streamed { " (streamed)" } else { "" }),
         classes: NUM_CLASSES as usize,
     })
 }
@@ -27,29 +76,18 @@ fn locate(dir: &Path, file: &'static str) -> Result<PathBuf, DataError> {
         .ok_or_else(|| DataError::Missing { dir: dir.to_owned(), file })
 }
 
-fn load_split(dir: &Path, images: &'static str, labels: &'static str) -> Result<Split, DataError> {
-    let images_path = locate(dir, images)?;
-    let labels_path = locate(dir, labels)?;
-    let img = read_idx_file(&images_path)?;
-    let lab = read_idx_file(&labels_path)?;
-    let split = split_from_arrays(img, &images_path, lab, &labels_path)?;
-    if (split.rows, split.cols) != (IMAGE_SIDE, IMAGE_SIDE) {
-        return Err(DataError::ImageSize { path: images_path, rows: split.rows, cols: split.cols });
-    }
-    Ok(split)
-}
-
-/// Checks shapes, counts and label range of decoded image and label arrays.
-pub fn split_from_arrays(
-    img: IdxArray,
+/// Checks the images' shape (`[count, 28, 28]`) against the labels' (`[count]`, each below the
+/// class count): the labels and the images' rows and columns.
+fn checked(
+    dims: &[u32],
     images_path: &Path,
     lab: IdxArray,
     labels_path: &Path,
-) -> Result<Split, DataError> {
-    if img.dims.len() != 3 || img.dims[1] == 0 || img.dims[2] == 0 {
+) -> Result<(Vec<i64>, usize, usize), DataError> {
+    if dims.len() != 3 || dims[1] == 0 || dims[2] == 0 {
         return Err(IdxError::BadShape {
             path: images_path.to_owned(),
-            found: img.dims,
+            found: dims.to_vec(),
             expected: "[count, rows, cols]",
         }
         .into());
@@ -62,7 +100,7 @@ pub fn split_from_arrays(
         }
         .into());
     }
-    let (n_images, n_labels) = (img.dims[0] as usize, lab.dims[0] as usize);
+    let (n_images, n_labels) = (dims[0] as usize, lab.dims[0] as usize);
     if n_images != n_labels {
         return Err(DataError::CountMismatch {
             images: images_path.to_owned(),
@@ -79,6 +117,9 @@ pub fn split_from_arrays(
             max: i64::from(NUM_CLASSES),
         });
     }
-    let labels = lab.data.iter().map(|&l| i64::from(l)).collect();
-    Ok(Split::gray(img.data, labels, img.dims[1] as usize, img.dims[2] as usize))
+    let (rows, cols) = (dims[1] as usize, dims[2] as usize);
+    if (rows, cols) != (IMAGE_SIDE, IMAGE_SIDE) {
+        return Err(DataError::ImageSize { path: images_path.to_owned(), rows, cols });
+    }
+    Ok((lab.data.iter().map(|&l| i64::from(l)).collect(), rows, cols))
 }

@@ -149,10 +149,7 @@ impl Streamed {
         let mut labels = Vec::with_capacity(self.entries.len());
         let mut slot = vec![0u8; per];
         for (i, &label) in split.labels.iter().enumerate() {
-            let fitted = self
-                .decode(i)
-                .and_then(|img| fit_into(img, (c, h, w), Fit::Whole { resize: true }, &mut slot));
-            if fitted.is_ok() {
+            if self.sample_into(i, (c, h, w), |_| Fit::Whole { resize: true }, &mut slot).is_ok() {
                 images.extend_from_slice(&slot);
                 labels.push(label);
             }
@@ -169,6 +166,49 @@ impl Streamed {
             raw: self.raw,
         }
     }
+}
+
+/// Splits whose samples are rows of raw bytes in files (uint8 arrays, CIFAR-10 records, IDX
+/// images), left there: every file's path once, each sample's row by its offset.
+#[derive(Default)]
+pub(super) struct Rows {
+    names: Names,
+}
+
+impl Rows {
+    /// The `n` rows of `len` bytes in `path`, the first at byte `first`, one every `stride`.
+    pub fn entries(&mut self, path: &Path, (first, stride): (u64, u64), len: u32, n: usize) -> Vec<Entry> {
+        let name = self.names.push(path);
+        (0..n as u64)
+            .map(|i| Entry { name, offset: first + i * stride, len: Some(len), member: None })
+            .collect()
+    }
+
+    /// The splits, over one shared path table.
+    pub fn splits<const N: usize>(self, splits: [RowSplit; N]) -> [Split; N] {
+        let names = Arc::new(self.names);
+        splits.map(|RowSplit { entries, labels, shape: (channels, rows, cols), channels_last }| Split {
+            images: Pixels::Streamed(Streamed {
+                names: Arc::clone(&names),
+                entries,
+                resize: false,
+                raw: Some(channels_last),
+            }),
+            labels,
+            channels,
+            rows,
+            cols,
+        })
+    }
+}
+
+/// One split's rows: where each sample is, its label, the sample's `(channels, rows, cols)`, and
+/// whether the rows are channels-last.
+pub(super) struct RowSplit {
+    pub entries: Vec<Entry>,
+    pub labels: Vec<i64>,
+    pub shape: (usize, usize, usize),
+    pub channels_last: bool,
 }
 
 /// The splits listed by an image folder or shards, left on storage: `(channels, height,

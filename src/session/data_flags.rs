@@ -56,8 +56,8 @@ fn binary_size(bytes: u64) -> String {
     }
 }
 
-/// Only image folders, shards and folders of uint8 `.npy` arrays stream (the other formats
-/// are read whole), and the random-resized crop needs images of their own size: a folder or
+/// Only image folders, shards, folders of uint8 `.npy` arrays, CIFAR-10 batches and
+/// uncompressed IDX files stream (the other formats are read whole), and the random-resized crop needs images of their own size: a folder or
 /// shards, streamed.
 pub fn streams_as_asked(cfg: &TrainConfig, data: &Dataset) -> anyhow::Result<()> {
     let images = match &data.train.images {
@@ -75,7 +75,7 @@ pub fn streams_as_asked(cfg: &TrainConfig, data: &Dataset) -> anyhow::Result<()>
     }
     if cfg.data.loader == Loader::Stream {
         return Err(anyhow!(
-            "--loader stream reads image folders, WebDataset shards and folders of uint8 .npy arrays; {} is read whole: drop --loader stream",
+            "--loader stream reads image folders, WebDataset shards, folders of uint8 .npy arrays, CIFAR-10 batches and uncompressed IDX files; {} is read whole: drop --loader stream (or gunzip the IDX files)",
             data.source
         ));
     }
