@@ -7,10 +7,11 @@ use super::values::{parse, parse_bytes};
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LoaderArgs {
-    /// How image folders and WebDataset shards reach the replicas: resident (decoded once into
-    /// memory and every replica's device), stream (read and decoded batch by batch while
-    /// training, within --data-memory), or auto (resident when the decoded images fit in
-    /// --data-memory) [default: auto, or a resumed run's own].
+    /// How the data reaches the replicas: resident (decoded once into memory and every
+    /// replica's device), stream (read and decoded batch by batch while training, within
+    /// --data-memory; image folders, WebDataset shards, uint8 .npy arrays, CIFAR-10 batches and
+    /// uncompressed IDX files), or auto (resident when the decoded images fit in --data-memory)
+    /// [default: auto, or a resumed run's own].
     #[arg(long, value_name = "auto|resident|stream", value_parser = parse::<Loader>)]
     pub loader: Option<Loader>,
 

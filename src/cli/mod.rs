@@ -1,14 +1,20 @@
 //! Command-line flags, parsed (`session::configure` resolves them into a training configuration);
 //! the values they take are read in `values.rs`.
 
+mod augment_args;
+mod choice_args;
 mod loader_args;
+mod loss_scale_args;
 mod values;
 
 use std::path::PathBuf;
 
 use clap::Parser;
 
+pub use augment_args::AugmentArgs;
+pub use choice_args::ChoiceArgs;
 pub use loader_args::LoaderArgs;
+pub use loss_scale_args::LossScaleArgs;
 use values::{parse, parse_betas, parse_size};
 pub use values::{DistBackend, LossArg, ModelArg, OnOff};
 
@@ -196,19 +202,8 @@ pub struct Args {
     #[arg(long, value_name = "F")]
     pub max_bad_images: Option<f64>,
 
-    /// Training-time augmentation: none, or cifar (zero padding 4, random crop, horizontal flip,
-    /// as torchvision's RandomCrop(padding=4) and RandomHorizontalFlip) [default: none, or a
-    /// resumed run's own].
-    #[arg(long, value_name = "none|cifar", value_parser = parse::<dpt_tui::engine::augment::Preset>)]
-    pub augment: Option<dpt_tui::engine::augment::Preset>,
-
-    /// Random crop with this zero padding (0: none), over --augment's choice.
-    #[arg(long, value_name = "P")]
-    pub crop_padding: Option<u32>,
-
-    /// Random horizontal flip (p = 0.5), over --augment's choice.
-    #[arg(long, value_name = "on|off")]
-    pub hflip: Option<OnOff>,
+    #[command(flatten)]
+    pub augmentation: AugmentArgs,
 
     #[command(flatten)]
     pub loader: LoaderArgs,
@@ -218,18 +213,8 @@ pub struct Args {
     #[arg(long, value_name = "F")]
     pub val_fraction: Option<f64>,
 
-    /// Keep the K best evaluations (by --best-metric) as weights and checkpoints in the run
-    /// directory's best/epoch-E/ [default: 0].
-    #[arg(long, value_name = "K")]
-    pub keep_best: Option<usize>,
-
-    /// What best means: val_acc (the evaluated set's accuracy) or val_loss [default: val_acc].
-    #[arg(long, value_name = "METRIC", value_parser = parse::<dpt_tui::engine::best::BestMetric>)]
-    pub best_metric: Option<dpt_tui::engine::best::BestMetric>,
-
-    /// Stop when --best-metric has not improved for N evaluations (one per epoch).
-    #[arg(long, value_name = "N")]
-    pub early_stop: Option<usize>,
+    #[command(flatten)]
+    pub choice: ChoiceArgs,
 
     /// Start from these weights (a .safetensors file, or a run directory's model.safetensors),
     /// loaded by name and shape; the others keep their initial values, and the run names them.
@@ -335,20 +320,8 @@ pub struct Args {
     #[arg(long, value_name = "f32|bf16|f16", default_value = "f32", value_parser = parse::<dpt_tui::model::Precision>)]
     pub precision: dpt_tui::model::Precision,
 
-    /// Dynamic loss scaling by torch.amp.GradScaler's rules: the loss multiplied by the scale
-    /// before the backward pass; a step whose gradient overflows is skipped and the scale
-    /// halved; doubled after --loss-scale-interval clean steps [default: on with --precision
-    /// f16, or when the resumed run had it].
-    #[arg(long, value_name = "on|off")]
-    pub loss_scale: Option<OnOff>,
-
-    /// The first loss scale [default: 65536].
-    #[arg(long, value_name = "SCALE", allow_hyphen_values = true)]
-    pub loss_scale_init: Option<f32>,
-
-    /// Clean steps in a row before the loss scale doubles [default: 2000].
-    #[arg(long, value_name = "N")]
-    pub loss_scale_interval: Option<u32>,
+    #[command(flatten)]
+    pub scaling: LossScaleArgs,
 
     /// Channels-last convolution weights and activations [default: the model's measured
     /// preference: on for lenet, for resnet18 on GPUs].

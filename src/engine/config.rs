@@ -4,8 +4,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::device::DeviceId;
 use super::faults::Faults;
 use super::optim::schedule::{LrPlan, Schedule};
@@ -14,44 +12,8 @@ use super::resume::Resume;
 use crate::model::script::ScriptModel;
 use crate::model::{Builder, LossKind, ModelKind, Normalization, Precision};
 
-/// What to do when the training loss stops being finite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnNan {
-    /// Pause with a warning (the dashboard's default).
-    Pause,
-    /// Stop without overwriting the last good checkpoint (the headless default).
-    Stop,
-    /// Warn once and go on.
-    Ignore,
-}
-
-impl std::str::FromStr for OnNan {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "pause" => Ok(OnNan::Pause),
-            "stop" => Ok(OnNan::Stop),
-            "ignore" => Ok(OnNan::Ignore),
-            _ => Err(format!("unknown policy '{s}'; use pause, stop or ignore")),
-        }
-    }
-}
-
-/// What to do when the final save (the weights and checkpoint written when a run ends or
-/// stops) fails, e.g. on a full disk. The weights are in memory until the process ends; the run
-/// never ends as if done without them on disk.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SavePolicy {
-    /// Pause and wait for the user: `s` (`SaveNow`) retries, `SaveTo` another folder, a second
-    /// stop gives up and fails the run (the dashboard and background jobs).
-    WaitForUser,
-    /// Try again `tries` more times, `every` apart, then fail the run (headless).
-    Retry { tries: u32, every: Duration },
-}
-
 pub use super::config_error::ConfigError;
+pub use super::policies::{OnNan, SavePolicy};
 
 /// The tensors of `model` (a built-in, or the TorchScript `script`), by name and shape.
 pub fn model_specs(model: ModelKind, script: Option<&ScriptModel>) -> Builder {

@@ -25,6 +25,7 @@ pub mod loader;
 pub mod loss;
 pub mod oom;
 pub mod optim;
+pub mod policies;
 pub mod resident;
 pub mod resized_crop;
 pub mod resume;

@@ -75,9 +75,9 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "ema": args.ema,
         "init_from": args.init_from.is_some(),
         "val_fraction": args.val_fraction,
-        "keep_best": args.keep_best,
-        "best_metric": args.best_metric.map(|m| m.name()),
-        "early_stop": args.early_stop,
+        "keep_best": args.choice.keep_best,
+        "best_metric": args.choice.best_metric.map(|m| m.name()),
+        "early_stop": args.choice.early_stop,
         // The buckets decide the collectives each rank starts.
         "bucket_cap_mb": args.bucket_cap_mb,
         "seed": args.seed,
@@ -86,16 +86,16 @@ fn settings(args: &Args, world_size: usize) -> serde_json::Value {
         "max_steps": args.max_steps,
         "log_every": args.log_every,
         "precision": args.precision.name(),
-        "loss_scale": args.loss_scale.map(|v| format!("{v:?}")),
-        "loss_scale_init": args.loss_scale_init,
-        "loss_scale_interval": args.loss_scale_interval,
+        "loss_scale": args.scaling.loss_scale.map(|v| format!("{v:?}")),
+        "loss_scale_init": args.scaling.loss_scale_init,
+        "loss_scale_interval": args.scaling.loss_scale_interval,
         "channels_last": args.channels_last.map(|c| format!("{c:?}")),
         "resume": args.resume.is_some(),
     });
     // The augmentation's and the images' flags (one macro call cannot hold them all).
-    all["augment"] = serde_json::json!(args.augment.map(|a| format!("{a:?}")));
-    all["crop_padding"] = serde_json::json!(args.crop_padding);
-    all["hflip"] = serde_json::json!(args.hflip.map(|v| format!("{v:?}")));
+    all["augment"] = serde_json::json!(args.augmentation.augment.map(|a| format!("{a:?}")));
+    all["crop_padding"] = serde_json::json!(args.augmentation.crop_padding);
+    all["hflip"] = serde_json::json!(args.augmentation.hflip.map(|v| format!("{v:?}")));
     all["max_bad_images"] = serde_json::json!(args.max_bad_images);
     all
 }

@@ -11,6 +11,7 @@ mod doctor;
 mod front;
 mod job;
 mod ls;
+mod model_inputs;
 mod optimizer_flags;
 mod recipe_flags;
 mod restart;

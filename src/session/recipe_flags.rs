@@ -13,17 +13,17 @@ pub fn loss_scaling(
 ) -> anyhow::Result<Option<dpt_tui::engine::optim::loss_scale::LossScaling>> {
     use dpt_tui::engine::optim::loss_scale::LossScaling;
     let default_on = args.precision == dpt_tui::model::Precision::F16 || saved.is_some();
-    let on = args.loss_scale.map_or(default_on, |v| v == OnOff::On);
+    let on = args.scaling.loss_scale.map_or(default_on, |v| v == OnOff::On);
     if !on {
-        if args.loss_scale_init.is_some() || args.loss_scale_interval.is_some() {
+        if args.scaling.loss_scale_init.is_some() || args.scaling.loss_scale_interval.is_some() {
             return Err(anyhow!("--loss-scale-init and --loss-scale-interval set up loss scaling, which is off: add --loss-scale on"));
         }
         return Ok(None);
     }
     let base = saved.map_or_else(LossScaling::default, |s| s.settings());
     Ok(Some(LossScaling {
-        init: args.loss_scale_init.unwrap_or(base.init),
-        growth_interval: args.loss_scale_interval.unwrap_or(base.growth_interval),
+        init: args.scaling.loss_scale_init.unwrap_or(base.init),
+        growth_interval: args.scaling.loss_scale_interval.unwrap_or(base.growth_interval),
     }))
 }
 
@@ -32,11 +32,11 @@ pub fn augmentation(
     args: &Args,
     saved: Option<dpt_tui::engine::augment::Augment>,
 ) -> dpt_tui::engine::augment::Augment {
-    let mut a = args.augment.map(|p| p.augment()).or(saved).unwrap_or_default();
-    if let Some(p) = args.crop_padding {
+    let mut a = args.augmentation.augment.map(|p| p.augment()).or(saved).unwrap_or_default();
+    if let Some(p) = args.augmentation.crop_padding {
         a.crop_padding = (p > 0).then_some(p);
     }
-    if let Some(f) = args.hflip {
+    if let Some(f) = args.augmentation.hflip {
         a.hflip = f == OnOff::On;
     }
     a

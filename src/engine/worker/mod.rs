@@ -3,6 +3,8 @@
 //! assigns. What it exchanges with the
 //! coordinator is in `worker_messages.rs`.
 
+mod evaluate;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -356,61 +358,5 @@ impl Worker {
         let _ = self.correct.zero_();
         self.samples = 0.0;
         sums
-    }
-
-    fn evaluate(&mut self, start: usize, len: usize, val: bool) -> Result<FromWorker, WorkerError> {
-        let batch = self.batches.start_evaluation(val, start, len)?;
-        let (mut bad, mut samples) = (Vec::new(), 0);
-        let _guard = tch::no_grad_guard();
-        let mut loss = Tensor::zeros([], (Kind::Double, self.device));
-        let mut correct = Tensor::zeros([], (Kind::Int64, self.device));
-        let mut top5 = Tensor::zeros([], (Kind::Int64, self.device));
-        let mut confusion: Option<(i64, Tensor)> = None;
-        let mut offset = start;
-        while offset < start + len {
-            let n = batch.min(start + len - offset);
-            let Batch { x, y, bad: left_out, .. } = self.batches.evaluation(offset, n, val)?;
-            bad.extend(left_out);
-            offset += n;
-            samples += x.size()[0] as usize;
-            if x.size()[0] == 0 {
-                continue;
-            }
-            let out = self.net.forward(
-                &self.params.views,
-                &self.buffers.views,
-                &x,
-                &Forward { train: false, masks: &[], precision: self.precision },
-            )?;
-            let _ = loss.f_add_(&self.loss(&out, &y, 0.0))?;
-            let predicted = out.argmax(-1, false);
-            let _ = correct.f_add_(&predicted.eq_tensor(&y).sum(Kind::Int64))?;
-            let classes = out.size().last().copied().unwrap_or(1);
-            let (_, best) = out.f_topk(classes.min(5), -1, true, true)?;
-            let _ = top5.f_add_(&best.eq_tensor(&y.unsqueeze(1)).any_dim(1, false).sum(Kind::Int64))?;
-            let (c, counts) = confusion.get_or_insert_with(|| {
-                (classes, Tensor::zeros([classes * classes], (Kind::Int64, self.device)))
-            });
-            let cells = (&y * *c + &predicted).clamp(0, *c * *c - 1);
-            let _ = counts.f_add_(&cells.bincount::<Tensor>(None, *c * *c))?;
-        }
-        let confusion = match confusion {
-            Some((_, counts)) => {
-                Vec::<i64>::try_from(&counts.to_device(Device::Cpu))?.into_iter().map(|v| v as f64).collect()
-            }
-            None => Vec::new(),
-        };
-        Ok(FromWorker::Evaluated {
-            replica: self.replica,
-            sums: Tally {
-                loss: loss.double_value(&[]),
-                correct: correct.int64_value(&[]) as f64,
-                samples: samples as f64,
-                seconds: 0.0,
-            },
-            top5: top5.int64_value(&[]) as f64,
-            confusion,
-            bad,
-        })
     }
 }

@@ -1,0 +1,58 @@
+//! The run as the start record describes it, from the coordinator's configuration and state.
+
+use super::Coordinator;
+use crate::record::RunInfo;
+
+impl Coordinator {
+    /// The start record's account of this run: model, devices, the training recipe, the data,
+    /// where it resumed, how steps are timed and how gradients are reduced.
+    pub(super) fn run_info(&self, steps_per_epoch: usize) -> RunInfo {
+        let cfg = self.cfg();
+        RunInfo {
+            model: cfg.model,
+            devices: cfg.devices.clone(),
+            param_count: self.replicas.param_count(),
+            epochs: cfg.epochs,
+            steps_per_epoch,
+            batch_size: cfg.batch_size,
+            lr: self.lr,
+            momentum: cfg.optim.momentum,
+            weight_decay: cfg.optim.weight_decay,
+            optim: Some(cfg.optim),
+            schedule: Some(cfg.schedule.clone()),
+            lr_scale: Some(self.plan.scale),
+            lr_batch_ref: cfg.lr_batch_ref,
+            clip_grad_norm: cfg.clip_grad_norm,
+            label_smoothing: (cfg.label_smoothing > 0.0).then_some(cfg.label_smoothing),
+            accumulate: (cfg.accumulate > 1).then_some(cfg.accumulate),
+            ema: cfg.ema,
+            train_samples: self.train_len,
+            test_samples: self.test_len,
+            val_samples: self.val_len,
+            test_split: self.test_is_val.then(|| "val".to_owned()),
+            augment: (!cfg.augment.is_none()).then(|| cfg.augment.describe()),
+            cpu_threads_per_replica: cfg.cpu_threads,
+            resumed_at: cfg.resume.as_ref().map(|r| r.state.global_step),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs_f64()),
+            allreduce: self.reduction.describe(&cfg.devices, self.world.as_deref()),
+            model_file: cfg.script.as_ref().map(|s| s.path.display().to_string()),
+            seed: Some(cfg.seed),
+            precision: Some(cfg.precision),
+            loss_scale: cfg.loss_scale,
+            restart: cfg.restart.clone(),
+            data: Some(self.data.clone()),
+            normalize: Some(cfg.normalization.clone()),
+            timing: self.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
+            world: self.world.as_ref().map(|w| crate::record::stats::WorldInfo {
+                rank: w.rank,
+                backend: format!("{:?}", w.backend).to_lowercase(),
+                hosts: w.hosts.clone(),
+                replicas: w.replicas.clone(),
+                devices: w.devices.clone(),
+            }),
+        }
+    }
+}
