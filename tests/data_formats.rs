@@ -30,16 +30,7 @@ fn rgb32(split: &Split, i: usize) -> Vec<u8> {
 }
 
 fn write_cifar(dir: &Path, train: &Split, test: &Split) {
-    std::fs::create_dir_all(dir).unwrap();
-    let record = |s: &Split, i: usize| [vec![s.labels[i] as u8], rgb32(s, i)].concat();
-    let per = train.len().div_ceil(5);
-    for b in 0..5 {
-        let recs: Vec<u8> =
-            (b * per..((b + 1) * per).min(train.len())).flat_map(|i| record(train, i)).collect();
-        std::fs::write(dir.join(format!("data_batch_{}.bin", b + 1)), recs).unwrap();
-    }
-    let recs: Vec<u8> = (0..test.len()).flat_map(|i| record(test, i)).collect();
-    std::fs::write(dir.join("test_batch.bin"), recs).unwrap();
+    common::write_cifar(dir, (train, test), rgb32);
 }
 
 fn write_png_folder(dir: &Path, train: &Split, test: &Split, rgb: bool) {

@@ -389,24 +389,6 @@ fn uint8_npy_arrays_stream_from_their_rows_to_the_resident_weights() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
 }
 
-/// CIFAR-10 records of the subset's tinted images: five training batches and a test batch.
-fn write_cifar(dir: &Path, train: &Split, test: &Split) {
-    std::fs::create_dir_all(dir).unwrap();
-    let record = |s: &Split, i: usize| {
-        let img = tinted(s, i, 32);
-        let planes = (0..3).flat_map(|c| img.pixels().map(move |p| p[c]));
-        std::iter::once(s.labels[i] as u8).chain(planes).collect::<Vec<u8>>()
-    };
-    let per = train.len().div_ceil(5);
-    for b in 0..5 {
-        let recs: Vec<u8> =
-            (b * per..((b + 1) * per).min(train.len())).flat_map(|i| record(train, i)).collect();
-        std::fs::write(dir.join(format!("data_batch_{}.bin", b + 1)), recs).unwrap();
-    }
-    let recs: Vec<u8> = (0..test.len()).flat_map(|i| record(test, i)).collect();
-    std::fs::write(dir.join("test_batch.bin"), recs).unwrap();
-}
-
 #[test]
 fn cifar_batches_and_raw_idx_files_stream_from_their_rows_to_the_resident_weights() {
     let tmp = tempfile::tempdir().unwrap();
@@ -414,7 +396,11 @@ fn cifar_batches_and_raw_idx_files_stream_from_their_rows_to_the_resident_weight
     // on all of them, as resident, so the two runs see the same inputs without --normalize.
     let data = common::subset(200, 60);
     let cifar = tmp.path().join("cifar");
-    write_cifar(&cifar, &data.train, &data.test);
+    // CIFAR-10 records of the subset's tinted images, planar.
+    common::write_cifar(&cifar, (&data.train, &data.test), |s, i| {
+        let img = tinted(s, i, 32);
+        (0..3).flat_map(|c| img.pixels().map(move |p| p[c])).collect()
+    });
     let model = common::make_model("cnn", 3, tmp.path());
     let flags =
         ["--model", model.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "2", "--batch-size", "50"];

@@ -132,6 +132,25 @@ pub fn write_shards(dir: &std::path::Path, split: &dpt_tui::data::Split, per_sha
     }
 }
 
+/// Writes `train` and `test` as CIFAR-10 binary batches into `dir`: five training batches and a
+/// test batch of records, each the label byte then `pixels(split, i)` (3×32×32 planar bytes).
+pub fn write_cifar(
+    dir: &std::path::Path,
+    (train, test): (&dpt_tui::data::Split, &dpt_tui::data::Split),
+    pixels: impl Fn(&dpt_tui::data::Split, usize) -> Vec<u8>,
+) {
+    std::fs::create_dir_all(dir).unwrap();
+    let record = |s: &dpt_tui::data::Split, i: usize| [vec![s.labels[i] as u8], pixels(s, i)].concat();
+    let per = train.len().div_ceil(5);
+    for b in 0..5 {
+        let recs: Vec<u8> =
+            (b * per..((b + 1) * per).min(train.len())).flat_map(|i| record(train, i)).collect();
+        std::fs::write(dir.join(format!("data_batch_{}.bin", b + 1)), recs).unwrap();
+    }
+    let recs: Vec<u8> = (0..test.len()).flat_map(|i| record(test, i)).collect();
+    std::fs::write(dir.join("test_batch.bin"), recs).unwrap();
+}
+
 /// A free TCP port on localhost (for a rendezvous).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
