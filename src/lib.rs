@@ -14,6 +14,7 @@ pub mod model;
 pub mod monitor;
 pub mod record;
 pub mod remote;
+pub mod settings;
 pub mod report;
 pub mod run_dir;
 pub mod signals;

@@ -10,11 +10,11 @@ use tch::Kind;
 
 fn train(model: ModelKind, replicas: usize, steps: usize, sgd: OptimConfig) -> Outcome {
     let mut cfg = TrainConfig::new(model, vec![DeviceId::Cpu; replicas]);
-    cfg.batch_size = 96;
-    cfg.optim = sgd;
-    cfg.seed = 11;
-    cfg.max_steps = Some(steps);
-    cfg.check_replicas = true;
+    cfg.settings.recipe.batch_size = 96;
+    cfg.settings.optimizer = sgd;
+    cfg.settings.recipe.seed = 11;
+    cfg.settings.placement.max_steps = Some(steps);
+    cfg.settings.placement.check_replicas = true;
     // 300 samples in batches of 96: the 4th step of each epoch is a partial batch of 12.
     let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
     for _ in engine.events().iter() {}
@@ -77,7 +77,7 @@ fn same_seed_same_result() {
 fn cpu_steps_are_timed_by_the_host_clock_every_step_and_say_so() {
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
     // Three warm-up steps, then one timed step in each of the last two windows.
-    (cfg.batch_size, cfg.max_steps, cfg.log_every) = (32, Some(7), 2);
+    (cfg.settings.recipe.batch_size, cfg.settings.placement.max_steps, cfg.settings.placement.log_every) = (32, Some(7), 2);
     let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
     let records: Vec<_> = engine.events().iter().collect();
     engine.join().expect("training succeeds");

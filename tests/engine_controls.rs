@@ -33,9 +33,9 @@ fn mnist_net_learns_in_bf16_too() {
 
 fn learns(precision: dpt_tui::model::Precision) {
     let mut cfg = TrainConfig::new(ModelKind::MnistNet, vec![DeviceId::Cpu; 2]);
-    cfg.precision = precision;
-    cfg.epochs = 8;
-    cfg.seed = 1;
+    cfg.settings.precision.format = precision;
+    cfg.settings.recipe.epochs = 8;
+    cfg.settings.recipe.seed = 1;
     let engine = Engine::start(cfg, common::subset(2000, 500)).unwrap();
     let epochs: Vec<_> = engine
         .events()
@@ -59,8 +59,8 @@ fn learns(precision: dpt_tui::model::Precision) {
 fn pause_set_lr_save_and_stop_take_effect() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
-    cfg.epochs = 50;
-    cfg.log_every = 1;
+    cfg.settings.recipe.epochs = 50;
+    cfg.settings.placement.log_every = 1;
     cfg.run_dir = Some(dir.path().to_owned());
     let engine = Engine::start(cfg, common::subset(512, 100)).unwrap();
     let events = engine.events().clone();
@@ -124,15 +124,15 @@ fn bad_settings_are_refused_before_any_thread_starts() {
             Ok(_) => panic!("accepted a bad config"),
         }
     };
-    assert_eq!(start(&|c| c.batch_size = 0), ConfigError::ZeroBatch);
+    assert_eq!(start(&|c| c.settings.recipe.batch_size = 0), ConfigError::ZeroBatch);
     assert!(matches!(
-        start(&|c| c.batch_size = 2),
+        start(&|c| c.settings.recipe.batch_size = 2),
         ConfigError::BatchSmallerThanReplicas { batch: 2, replicas: 3 }
     ));
-    assert!(matches!(start(&|c| c.optim.lr = f64::INFINITY), ConfigError::BadLr(_)));
-    assert!(matches!(start(&|c| c.optim.lr = 0.0), ConfigError::BadLr(_)));
-    assert_eq!(start(&|c| c.epochs = 0), ConfigError::ZeroEpochs);
-    assert!(matches!(start(&|c| c.optim.momentum = 1.5), ConfigError::BadMomentum(_)));
+    assert!(matches!(start(&|c| c.settings.optimizer.lr = f64::INFINITY), ConfigError::BadLr(_)));
+    assert!(matches!(start(&|c| c.settings.optimizer.lr = 0.0), ConfigError::BadLr(_)));
+    assert_eq!(start(&|c| c.settings.recipe.epochs = 0), ConfigError::ZeroEpochs);
+    assert!(matches!(start(&|c| c.settings.optimizer.momentum = 1.5), ConfigError::BadMomentum(_)));
 }
 
 #[test]

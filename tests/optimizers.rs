@@ -23,10 +23,10 @@ const STEPS: usize = 5;
 
 fn config(model: &Arc<ScriptModel>, optim: OptimConfig, replicas: usize) -> TrainConfig {
     let mut cfg = TrainConfig::for_script(Arc::clone(model), vec![DeviceId::Cpu; replicas]);
-    cfg.batch_size = N;
-    cfg.epochs = STEPS;
-    cfg.optim = optim;
-    cfg.check_replicas = true;
+    cfg.settings.recipe.batch_size = N;
+    cfg.settings.recipe.epochs = STEPS;
+    cfg.settings.optimizer = optim;
+    cfg.settings.placement.check_replicas = true;
     cfg
 }
 
@@ -125,9 +125,9 @@ fn check_model(kind: &str, recipe: impl Into<Recipe>) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     for replicas in [1, 2] {
         let mut cfg = config(&model, recipe.optim, replicas);
-        cfg.clip_grad_norm = recipe.clip;
-        cfg.label_smoothing = recipe.label_smoothing;
-        cfg.accumulate = recipe.accumulate;
+        cfg.settings.recipe.clip_grad_norm = recipe.clip;
+        cfg.settings.recipe.label_smoothing = recipe.label_smoothing;
+        cfg.settings.recipe.accumulate = recipe.accumulate;
         let ours = train(cfg);
         let e = relative_error(&ours, &theirs, &model);
         eprintln!("{what}, {replicas} replica(s): {e:.2e} from PyTorch");
@@ -182,12 +182,12 @@ fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
     // A cosine schedule with warm-up and the weights' EMA ride along.
     let recipe = |mut cfg: TrainConfig, dir: &std::path::Path| {
         std::fs::create_dir_all(dir).unwrap();
-        cfg.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
-        cfg.ema = Some(0.7);
+        cfg.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
+        cfg.settings.recipe.ema = Some(0.7);
         // Dynamic loss scaling too, with an overflow before the checkpoint: the resumed run
         // needs the scale, the growth count and the skipped steps.
-        cfg.loss_scale = Some(LossScaling { init: 1024.0, growth_interval: 3 });
-        cfg.faults.grad_overflow = vec![(1, 1)];
+        cfg.settings.precision.scale_loss(LossScaling { init: 1024.0, growth_interval: 3 });
+        cfg.kit.faults.grad_overflow = vec![(1, 1)];
         cfg.run_dir = Some(dir.to_owned());
         cfg
     };
@@ -195,18 +195,18 @@ fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
     let straight = train(recipe(config(&model, optim, 2), &straight_dir));
     let run = dir.path().join("run");
     let mut first = recipe(config(&model, optim, 2), &run);
-    first.max_steps = Some(3);
+    first.settings.placement.max_steps = Some(3);
     train(first);
     let ckpt = Checkpoint::read(&run).unwrap();
     let mut slots: Vec<&str> = ckpt.optimizer.iter().map(|(s, _)| s.as_str()).collect();
     slots.sort_unstable();
     assert_eq!(slots, ["exp_avg", "exp_avg_sq"]);
-    assert_eq!(ckpt.state.optim().kind, OptimizerKind::AdamW);
+    assert_eq!(ckpt.state.settings.optimizer.kind, OptimizerKind::AdamW);
     let scaler = ckpt.state.loss_scaler.expect("the scaler is checkpointed");
     assert_eq!((scaler.scale, scaler.growth_tracker, scaler.skipped), (512.0, 1, 1));
     let resume = Resume::new(ckpt, ModelKind::Script, Some(&model), &run).unwrap();
-    let mut rest = recipe(config(&model, resume.state.optim(), 2), &run);
-    rest.resume = Some(Box::new(resume));
+    let mut rest = recipe(config(&model, resume.state.settings.optimizer, 2), &run);
+    rest.kit.resume = Some(Box::new(resume));
     let resumed = train(rest);
     let d = common::max_relative_difference(&straight, &resumed);
     assert!(d < 1e-6, "the resumed run differs by {d}");
@@ -244,10 +244,10 @@ fn accumulating_micro_batches_equals_the_whole_batch_at_once() {
 fn train_scaled(model: &Arc<ScriptModel>, recipe: Recipe, replicas: usize) -> (Outcome, Vec<(f64, usize)>) {
     let mut cfg = config(model, recipe.optim, replicas);
     let (scaling, overflow) = recipe.loss_scale.expect("a loss-scaled recipe");
-    cfg.loss_scale = Some(scaling);
-    cfg.clip_grad_norm = recipe.clip;
-    cfg.faults.grad_overflow = vec![(0, overflow)];
-    cfg.log_every = 1;
+    cfg.settings.precision.scale_loss(scaling);
+    cfg.settings.recipe.clip_grad_norm = recipe.clip;
+    cfg.kit.faults.grad_overflow = vec![(0, overflow)];
+    cfg.settings.placement.log_every = 1;
     let engine = Engine::start(cfg, common::subset(N, 16)).expect("engine starts");
     let windows = engine
         .events()
@@ -291,7 +291,7 @@ fn the_gradient_norm_is_reported_with_each_window() {
     let dir = tempfile::tempdir().unwrap();
     let model = Arc::new(ScriptModel::read(&common::make_model("mlp", 1, dir.path())).unwrap());
     let mut cfg = config(&model, OptimConfig::sgd(0.1, 0.0, 0.0), 2);
-    cfg.log_every = 1;
+    cfg.settings.placement.log_every = 1;
     let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
     let norms: Vec<f64> = engine
         .events()
@@ -345,7 +345,7 @@ fn the_weights_moving_average_equals_timms_model_ema_and_is_evaluated_and_saved(
     let run = dir.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
     let mut cfg = config(&model, recipe.optim, 2);
-    cfg.ema = recipe.ema;
+    cfg.settings.recipe.ema = recipe.ema;
     cfg.run_dir = Some(run.clone());
     let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
     let epochs: Vec<_> = engine
@@ -391,8 +391,8 @@ fn init_from_loads_weights_by_name_and_names_what_it_could_not() {
     // A model with a new 3-class head: the body loads, the head keeps its own initial values.
     let target = Arc::new(ScriptModel::read(&common::make_model("few-classes", 1, dir.path())).unwrap());
     let mut cfg = config(&target, OptimConfig::sgd(0.1, 0.0, 0.0), 2);
-    cfg.max_steps = Some(0);
-    cfg.init_from = Some(Box::new(dpt_tui::engine::init_from::InitFrom::read(&first).unwrap()));
+    cfg.settings.placement.max_steps = Some(0);
+    cfg.kit.init_from = Some(Box::new(dpt_tui::engine::init_from::InitFrom::read(&first).unwrap()));
     let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
     let report = engine
         .events()

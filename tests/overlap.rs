@@ -21,12 +21,12 @@ const SMALL: f64 = 0.01;
 
 /// Trains `cfg` for a few steps; the outcome and the share of buckets each window overlapped.
 fn train(mut cfg: TrainConfig, cap: f64) -> (Outcome, Vec<f64>) {
-    cfg.bucket_cap_mb = cap;
-    cfg.batch_size = 96;
-    cfg.seed = 5;
-    cfg.max_steps = Some(7);
-    cfg.log_every = 1;
-    cfg.check_replicas = true;
+    cfg.settings.placement.bucket_cap_mb = cap;
+    cfg.settings.recipe.batch_size = 96;
+    cfg.settings.recipe.seed = 5;
+    cfg.settings.placement.max_steps = Some(7);
+    cfg.settings.placement.log_every = 1;
+    cfg.settings.placement.check_replicas = true;
     // 300 samples in batches of 96: the 4th step of each epoch is a partial batch of 12.
     let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
     let overlapped = engine
@@ -52,7 +52,7 @@ fn bucketed_and_after_backward_reductions_train_to_the_same_bits_in_one_process(
     {
         let cfg = || {
             let mut c = TrainConfig::new(model, vec![DeviceId::Cpu; replicas]);
-            c.accumulate = accumulate;
+            c.settings.recipe.accumulate = accumulate;
             c
         };
         let (after, none) = train(cfg(), 0.0);

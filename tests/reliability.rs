@@ -18,11 +18,11 @@ use dpt_tui::record::Change;
 /// 600 samples in batches of 100: 6 steps an epoch.
 fn config(dir: &Path) -> TrainConfig {
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
-    cfg.epochs = 2;
-    cfg.batch_size = 100;
-    cfg.optim = OptimConfig::sgd(0.1, 0.9, 1e-3);
-    cfg.seed = 5;
-    cfg.log_every = 4;
+    cfg.settings.recipe.epochs = 2;
+    cfg.settings.recipe.batch_size = 100;
+    cfg.settings.optimizer = OptimConfig::sgd(0.1, 0.9, 1e-3);
+    cfg.settings.recipe.seed = 5;
+    cfg.settings.placement.log_every = 4;
     cfg.run_dir = Some(dir.to_owned());
     cfg
 }
@@ -36,7 +36,7 @@ fn run(cfg: TrainConfig) -> (Result<Outcome, EngineError>, Vec<Record>) {
 fn resume_cfg(dir: &Path) -> TrainConfig {
     let ckpt = Checkpoint::read(dir).expect("a checkpoint was written");
     let mut cfg = config(dir);
-    cfg.resume =
+    cfg.kit.resume =
         Some(Box::new(Resume::new(ckpt, ModelKind::Lenet, None, &dir.join(CHECKPOINT_FILE)).unwrap()));
     cfg
 }
@@ -58,7 +58,7 @@ fn stop_and_resume_gives_the_same_parameters_as_a_straight_run() {
     for stop_at in [6, 9] {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config(dir.path());
-        cfg.max_steps = Some(stop_at);
+        cfg.settings.placement.max_steps = Some(stop_at);
         let (first, _) = run(cfg);
         assert_eq!(first.unwrap().summary.reason, FinishReason::StepLimit);
         let (resumed, events) = run(resume_cfg(dir.path()));
@@ -84,8 +84,8 @@ fn stop_and_resume_gives_the_same_parameters_as_a_straight_run() {
 fn a_checkpoint_holds_the_whole_state() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.epochs = 50;
-    cfg.log_every = 1;
+    cfg.settings.recipe.epochs = 50;
+    cfg.settings.placement.log_every = 1;
     let engine = Engine::start(cfg, common::subset(600, 100)).unwrap();
     let controls = engine.controls();
     let mut set = false;
@@ -102,11 +102,11 @@ fn a_checkpoint_holds_the_whole_state() {
     let outcome = engine.join().unwrap();
     let ckpt = Checkpoint::read(dir.path()).unwrap();
     let s = &ckpt.state;
-    assert_eq!(s.model, dpt_tui::model::ModelKind::Lenet);
+    assert_eq!(s.model(), dpt_tui::model::ModelKind::Lenet);
     assert_eq!(s.lr, 0.03, "the lr as the user changed it");
     assert_eq!(s.global_step, outcome.summary.global_steps);
     assert_eq!((s.epoch, s.step), (s.global_step / 6, s.global_step % 6));
-    assert_eq!(s.seed, 5);
+    assert_eq!(s.settings.recipe.seed, 5);
     assert_eq!(ckpt.params.len(), 8);
     let (slot, momentum) = &ckpt.optimizer[0];
     assert_eq!((slot.as_str(), momentum.len()), ("momentum", 8));
@@ -124,8 +124,8 @@ fn a_checkpoint_holds_the_whole_state() {
 fn batchnorm_statistics_are_checkpointed() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = TrainConfig::new(ModelKind::Resnet18, vec![DeviceId::Cpu]);
-    cfg.batch_size = 32;
-    cfg.max_steps = Some(1);
+    cfg.settings.recipe.batch_size = 32;
+    cfg.settings.placement.max_steps = Some(1);
     cfg.run_dir = Some(dir.path().to_owned());
     let engine = Engine::start(cfg, common::subset(64, 10)).unwrap();
     for _ in engine.events().iter() {}
@@ -140,13 +140,13 @@ fn batchnorm_statistics_are_checkpointed() {
 fn a_failed_checkpoint_write_is_reported_and_keeps_the_previous_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.epochs = 1;
+    cfg.settings.recipe.epochs = 1;
     run(cfg).0.unwrap();
     let path = dir.path().join(CHECKPOINT_FILE);
     let before = std::fs::read(&path).unwrap();
     let mut cfg = resume_cfg(dir.path());
-    cfg.epochs = 3;
-    cfg.faults = Faults { checkpoint_write: true, ..Faults::default() };
+    cfg.settings.recipe.epochs = 3;
+    cfg.kit.faults = Faults { checkpoint_write: true, ..Faults::default() };
     let (outcome, events) = run(cfg);
     // A failed periodic checkpoint is a warning and training goes on; the final save failing
     // too (no retries in this configuration) fails the run rather than ending it as done.
@@ -174,9 +174,9 @@ fn a_failed_checkpoint_write_is_reported_and_keeps_the_previous_one() {
 fn a_nan_loss_stops_and_keeps_the_last_good_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.epochs = 5;
+    cfg.settings.recipe.epochs = 5;
     cfg.on_nan = OnNan::Stop;
-    cfg.faults = Faults { nan_loss_from: Some(8), ..Faults::default() };
+    cfg.kit.faults = Faults { nan_loss_from: Some(8), ..Faults::default() };
     let (outcome, events) = run(cfg);
     assert_eq!(outcome.unwrap().summary.reason, FinishReason::Diverged);
     assert!(events
@@ -191,9 +191,9 @@ fn a_nan_loss_stops_and_keeps_the_last_good_checkpoint() {
 fn a_nan_loss_pauses_or_is_ignored_as_asked() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.epochs = 5;
+    cfg.settings.recipe.epochs = 5;
     cfg.on_nan = OnNan::Pause;
-    cfg.faults = Faults { nan_loss_from: Some(2), ..Faults::default() };
+    cfg.kit.faults = Faults { nan_loss_from: Some(2), ..Faults::default() };
     let engine = Engine::start(cfg, common::subset(600, 100)).unwrap();
     let controls = engine.controls();
     let mut seen_warning = false;
@@ -212,7 +212,7 @@ fn a_nan_loss_pauses_or_is_ignored_as_asked() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     cfg.on_nan = OnNan::Ignore;
-    cfg.faults = Faults { nan_loss_from: Some(2), ..Faults::default() };
+    cfg.kit.faults = Faults { nan_loss_from: Some(2), ..Faults::default() };
     let (outcome, events) = run(cfg);
     assert_eq!(outcome.unwrap().summary.reason, FinishReason::Completed);
     assert_eq!(
@@ -228,7 +228,7 @@ fn a_nan_loss_pauses_or_is_ignored_as_asked() {
 fn a_panicking_worker_is_reported_and_the_checkpoint_stays_valid() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.faults = Faults { worker_panic: Some((1, 8)), ..Faults::default() };
+    cfg.kit.faults = Faults { worker_panic: Some((1, 8)), ..Faults::default() };
     let (outcome, events) = run(cfg);
     match outcome {
         Err(EngineError::Worker { replica: 1, device, error }) => {
@@ -247,7 +247,7 @@ fn a_panicking_worker_is_reported_and_the_checkpoint_stays_valid() {
 fn a_coordinator_panic_names_the_replica_and_device() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.faults = Faults { coordinator_panic: Some((1, 4)), ..Faults::default() };
+    cfg.kit.faults = Faults { coordinator_panic: Some((1, 4)), ..Faults::default() };
     let (outcome, events) = run(cfg);
     match outcome {
         Err(e @ EngineError::Coordinator { replica: Some(1), .. }) => {
@@ -266,8 +266,8 @@ fn a_coordinator_panic_names_the_replica_and_device() {
 fn a_stuck_replica_is_detected_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.step_timeout = Duration::from_millis(1500);
-    cfg.faults = Faults { worker_stall: Some((0, 3)), ..Faults::default() };
+    cfg.settings.placement.step_timeout = 1.5;
+    cfg.kit.faults = Faults { worker_stall: Some((0, 3)), ..Faults::default() };
     let started = Instant::now();
     let (outcome, events) = run(cfg);
     match outcome {
@@ -283,7 +283,7 @@ fn a_stuck_replica_is_detected_instead_of_hanging() {
 fn resuming_another_model_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.max_steps = Some(1);
+    cfg.settings.placement.max_steps = Some(1);
     run(cfg).0.unwrap();
     let ckpt = Checkpoint::read(dir.path()).unwrap();
     let err = Resume::new(ckpt, ModelKind::MnistNet, None, dir.path()).unwrap_err();

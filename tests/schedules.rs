@@ -80,11 +80,11 @@ fn onecycle_equals_one_cycle_lr() {
 #[test]
 fn a_run_reports_the_scheduled_lr_at_every_step() {
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
-    cfg.batch_size = 32;
-    cfg.epochs = 2;
-    cfg.log_every = 1;
-    cfg.optim = OptimConfig::sgd(0.1, 0.0, 0.0);
-    cfg.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 3, min_lr: 0.001, gamma: 0.1 };
+    cfg.settings.recipe.batch_size = 32;
+    cfg.settings.recipe.epochs = 2;
+    cfg.settings.placement.log_every = 1;
+    cfg.settings.optimizer = OptimConfig::sgd(0.1, 0.0, 0.0);
+    cfg.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 3, min_lr: 0.001, gamma: 0.1 };
     let plan = cfg.lr_plan(128);
     let engine = Engine::start(cfg, common::subset(128, 32)).unwrap();
     let mut seen = Vec::new();

@@ -22,10 +22,10 @@ fn read(path: &Path) -> Arc<ScriptModel> {
 /// 300 samples in batches of 96 (a partial 4th batch of 12), seed 11.
 fn config(model: &Arc<ScriptModel>, replicas: usize) -> TrainConfig {
     let mut cfg = TrainConfig::for_script(Arc::clone(model), vec![DeviceId::Cpu; replicas]);
-    cfg.batch_size = 96;
-    cfg.optim = OptimConfig::sgd(0.05, 0.9, 1e-4);
-    cfg.seed = 11;
-    cfg.check_replicas = true;
+    cfg.settings.recipe.batch_size = 96;
+    cfg.settings.optimizer = OptimConfig::sgd(0.05, 0.9, 1e-4);
+    cfg.settings.recipe.seed = 11;
+    cfg.settings.placement.check_replicas = true;
     cfg
 }
 
@@ -42,7 +42,7 @@ fn an_mlp_on_two_and_three_replicas_matches_one_replica() {
     assert!(!model.random);
     let steps = |k| {
         let mut cfg = config(&model, k);
-        cfg.max_steps = Some(6);
+        cfg.settings.placement.max_steps = Some(6);
         train(cfg)
     };
     let one = steps(1);
@@ -64,7 +64,7 @@ fn a_cnn_with_batchnorm_and_dropout_keeps_its_replicas_identical_and_repeats_exa
     assert_eq!(model.buffers.iter().filter(|b| b.name.contains("running")).count(), 4);
     let run = || {
         let mut cfg = config(&model, 2);
-        cfg.max_steps = Some(5);
+        cfg.settings.placement.max_steps = Some(5);
         train(cfg)
     };
     // check_replicas compares parameters and BatchNorm buffers after every step.
@@ -81,21 +81,21 @@ fn a_stopped_cnn_run_resumes_to_the_same_weights() {
     let model = read(&common::make_model("cnn", 1, dir.path()));
     let with_dir = |run: &Path| {
         let mut cfg = config(&model, 2);
-        (cfg.epochs, cfg.run_dir, cfg.check_replicas) = (2, Some(run.to_owned()), false);
+        (cfg.settings.recipe.epochs, cfg.run_dir, cfg.settings.placement.check_replicas) = (2, Some(run.to_owned()), false);
         cfg
     };
     let straight_dir = tempfile::tempdir().unwrap();
     let straight = train(with_dir(straight_dir.path()));
     let run = tempfile::tempdir().unwrap();
     let mut first = with_dir(run.path());
-    first.max_steps = Some(5);
+    first.settings.placement.max_steps = Some(5);
     train(first);
     let ckpt = Checkpoint::read(run.path()).unwrap();
-    assert_eq!(ckpt.state.model, ModelKind::Script);
-    assert_eq!(ckpt.state.model_file.as_deref(), Some(model.path.as_path()));
+    assert_eq!(ckpt.state.model(), ModelKind::Script);
+    assert_eq!(ckpt.state.settings.model.name.file(), Some(model.path.as_path()));
     let mut resumed = with_dir(run.path());
     let path = run.path().join(CHECKPOINT_FILE);
-    resumed.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&model), &path).unwrap()));
+    resumed.kit.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&model), &path).unwrap()));
     let resumed = train(resumed);
     assert_eq!(resumed.summary.global_steps, straight.summary.global_steps);
     assert_eq!(common::max_relative_difference(&straight, &resumed), 0.0);

@@ -11,11 +11,11 @@ use dpt_tui::record::{Change, Record};
 #[test]
 fn warm_up_windows_carry_no_timings_and_later_windows_do() {
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
-    cfg.batch_size = 32;
-    cfg.epochs = 1;
-    cfg.log_every = 1;
+    cfg.settings.recipe.batch_size = 32;
+    cfg.settings.recipe.epochs = 1;
+    cfg.settings.placement.log_every = 1;
     // Replica 1 is slow on every step: it must be named once, from a timed window only.
-    cfg.faults = "slow-replica=1@30".parse().unwrap();
+    cfg.kit.faults = "slow-replica=1@30".parse().unwrap();
     let engine = Engine::start(cfg, common::subset(256, 32)).unwrap();
     let (mut steps, mut stragglers, mut timing) = (Vec::new(), Vec::new(), String::new());
     for r in engine.events().iter() {

@@ -1,8 +1,6 @@
 //! The values the flags take: models, losses, switches, backends, sizes and pairs.
 
-use std::path::PathBuf;
-
-use dpt_tui::model::ModelKind;
+use dpt_tui::model::Normalization;
 
 /// A value the library knows how to read (the names live beside the types, not here).
 pub(super) fn parse<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
@@ -16,57 +14,30 @@ pub(super) fn parse_betas(s: &str) -> Result<(f64, f64), String> {
     Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?))
 }
 
-/// `--model`: a built-in model's name, or a TorchScript file.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ModelArg {
-    Builtin(ModelKind),
-    File(PathBuf),
-}
-
-impl std::str::FromStr for ModelArg {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if let Ok(kind) = s.parse::<ModelKind>() {
-            return Ok(ModelArg::Builtin(kind));
-        }
-        let looks_like_file = s.contains('/')
-            || [".pt", ".pth", ".ts", ".torchscript"].iter().any(|ext| s.ends_with(ext))
-            || std::path::Path::new(s).is_file();
-        if looks_like_file {
-            Ok(ModelArg::File(PathBuf::from(s)))
-        } else {
-            Err(format!(
-                "unknown model '{s}'; use lenet, resnet18, mnist-net or the path of a TorchScript file"
-            ))
-        }
+/// `--hflip`, `--channels-last`, `--loss-scale`: on or off.
+pub(super) fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("'{s}' is neither on nor off")),
     }
 }
 
-impl ModelArg {
-    /// The name every rank of a run must agree on.
-    pub fn name(&self) -> String {
-        match self {
-            ModelArg::Builtin(kind) => kind.name().to_owned(),
-            ModelArg::File(path) => path.display().to_string(),
-        }
+/// `--normalize MEAN,STD` (every channel) or `M1,…,MC,S1,…,SC` (C means, then C stds).
+pub(super) fn parse_normalize(text: &str) -> Result<Normalization, String> {
+    let bad = || {
+        format!("--normalize takes MEAN,STD or one mean per channel then one std per channel (such as 0.49,0.48,0.45,0.25,0.24,0.26), got '{text}'")
+    };
+    let values: Vec<f64> =
+        text.split(',').map(|v| v.trim().parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    if values.len() < 2 || values.len() % 2 != 0 {
+        return Err(bad());
     }
-}
-
-/// `--loss`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LossArg(pub dpt_tui::model::LossKind);
-
-impl std::str::FromStr for LossArg {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cross-entropy" => Ok(LossArg(dpt_tui::model::LossKind::CrossEntropy)),
-            "nll" => Ok(LossArg(dpt_tui::model::LossKind::Nll)),
-            _ => Err(format!("unknown loss '{s}'; use cross-entropy or nll")),
-        }
+    let (mean, std) = values.split_at(values.len() / 2);
+    if !(mean.iter().all(|m| m.is_finite()) && std.iter().all(|s| s.is_finite() && *s > 0.0)) {
+        return Err(format!("--normalize needs finite means and positive stds, got '{text}'"));
     }
+    Ok(Normalization { mean: mean.to_vec(), std: std.to_vec() })
 }
 
 /// `--image-size H,W`.
@@ -103,14 +74,6 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
 pub enum OnOff {
     On,
     Off,
-}
-
-/// The collective backend across processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DistBackend {
-    Auto,
-    Gloo,
-    Nccl,
 }
 
 #[cfg(test)]

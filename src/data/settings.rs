@@ -1,5 +1,5 @@
-//! What data a run trains on, as the flags give it and checkpoints keep it: a resumed run (and
-//! the same command run again) takes these from its checkpoint unless a flag says otherwise.
+//! What data a run trains on: the data part of the settings tree (`crate::settings`). How it
+//! is loaded (resident or streamed, within how much memory) is the attempt's placement.
 
 use std::path::PathBuf;
 
@@ -8,38 +8,19 @@ use serde::{Deserialize, Serialize};
 use super::DataFormat;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct DataSettings {
-    /// `--data`, as given.
+    /// `--data`, absolute once resolved.
     pub path: PathBuf,
     /// `--data-format` (absent: detected).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<DataFormat>,
     /// `--image-size H,W`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<(u32, u32)>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_limit: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_limit: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_fraction: Option<f64>,
     /// `--max-bad-images`: the share of undecodable images skipped rather than refused.
-    #[serde(default = "max_bad_images")]
     pub max_bad: f64,
-    /// `--loader`: resident, streamed, or by size.
-    #[serde(default)]
-    pub loader: super::Loader,
-    /// `--data-memory`: the host memory the data may take, in bytes.
-    #[serde(default = "data_memory")]
-    pub memory: u64,
-}
-
-fn data_memory() -> u64 {
-    super::format::DATA_MEMORY
-}
-
-fn max_bad_images() -> f64 {
-    super::format::MAX_BAD_IMAGES
 }
 
 impl Default for DataSettings {
@@ -51,22 +32,14 @@ impl Default for DataSettings {
             train_limit: None,
             test_limit: None,
             val_fraction: None,
-            max_bad: max_bad_images(),
-            loader: super::Loader::Auto,
-            memory: data_memory(),
+            max_bad: super::format::MAX_BAD_IMAGES,
         }
     }
 }
 
 impl DataSettings {
-    /// The loader's options.
-    pub fn load_options(&self) -> super::LoadOptions {
-        super::LoadOptions {
-            format: self.format,
-            image_size: self.image_size,
-            max_bad: self.max_bad,
-            loader: self.loader,
-            memory: self.memory,
-        }
+    /// The loader's options, with the attempt's loader and the memory the data may take.
+    pub fn load_options(&self, loader: super::Loader, memory: u64) -> super::LoadOptions {
+        super::LoadOptions { format: self.format, image_size: self.image_size, max_bad: self.max_bad, loader, memory }
     }
 }

@@ -27,7 +27,8 @@ pub struct Augment {
 }
 
 /// A named set of augmentations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Preset {
     /// None: today's results stay.
     None,

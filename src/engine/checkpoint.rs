@@ -10,19 +10,17 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 use thiserror::Error;
 
-use super::optim::schedule::Schedule;
-use super::optim::{OptimConfig, OptimizerKind};
-use super::tally::Tally;
+use super::optim::OptimizerKind;
 use crate::model::ModelKind;
+
+pub use super::checkpoint_state::CheckpointState;
 
 /// The checkpoint's file name inside a run directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
 const STATE_KEY: &str = "__state__";
-const FORMAT: u32 = 1;
 
 /// A checkpoint that cannot be written or used.
 #[derive(Debug, Error)]
@@ -44,81 +42,6 @@ pub enum CheckpointError {
     OtherModel { path: PathBuf, found: ModelKind, expected: ModelKind },
     #[error("checkpoint {path} does not fit the model: {message}")]
     Mismatch { path: PathBuf, message: String },
-}
-
-/// Where the run stands, besides its tensors.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointState {
-    pub format: u32,
-    pub model: ModelKind,
-    /// The epoch (0-based) and step within it that run next.
-    pub epoch: usize,
-    pub step: usize,
-    pub global_step: usize,
-    pub epochs: usize,
-    pub lr: f64,
-    pub momentum: f64,
-    pub weight_decay: f64,
-    pub batch_size: usize,
-    pub seed: u64,
-    pub train_samples: usize,
-    pub test_samples: usize,
-    /// The epoch in progress so far, so a mid-epoch resume reports the whole epoch.
-    pub partial_epoch: Tally,
-    /// Epochs finished, their total training seconds and samples, for the final summary.
-    pub epochs_done: usize,
-    pub train_seconds: f64,
-    pub samples_done: f64,
-    pub last_test_acc: Option<f64>,
-    /// The TorchScript file of a `torchscript` model, as it was given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_file: Option<PathBuf>,
-    /// The input normalization the run trained with (a resume keeps it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub normalize: Option<crate::model::Normalization>,
-    /// The optimizer and its settings (absent in checkpoints of SGD-only versions: SGD with
-    /// `momentum` and `weight_decay` above).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub optim: Option<OptimConfig>,
-    /// The learning-rate schedule (absent: constant).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<Schedule>,
-    /// The live lr key's scale on the schedule.
-    #[serde(default = "one")]
-    pub lr_scale: f64,
-    /// The batch the base lr was tuned for (the linear scaling rule), when used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lr_batch_ref: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clip_grad_norm: Option<f64>,
-    #[serde(default)]
-    pub label_smoothing: f64,
-    /// `--ema` decay.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ema: Option<f64>,
-    /// Training-time augmentation (absent: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub augment: Option<super::augment::Augment>,
-    /// The data the run trains on (absent in older checkpoints: the flags must say it again).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<crate::data::DataSettings>,
-    /// The dynamic loss scaler's state (`--loss-scale`), when the run scales its loss.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loss_scaler: Option<super::optim::loss_scale::LossScaler>,
-    /// `--keep-best` and `--early-stop`: the best evaluations so far and the patience count.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub best: Option<super::best::BestKeeper>,
-}
-
-fn one() -> f64 {
-    1.0
-}
-
-impl CheckpointState {
-    /// The optimizer the checkpointed run used.
-    pub fn optim(&self) -> OptimConfig {
-        self.optim.unwrap_or_else(|| OptimConfig::sgd(self.lr, self.momentum, self.weight_decay))
-    }
 }
 
 /// Tensors by name.
@@ -193,10 +116,7 @@ impl Checkpoint {
             if name == STATE_KEY {
                 let bytes: Vec<u8> = Vec::try_from(&t.to_kind(Kind::Uint8))
                     .map_err(|e: tch::TchError| failed("unreadable run state", e.into()))?;
-                state = Some(
-                    serde_json::from_slice::<CheckpointState>(&bytes)
-                        .map_err(|e| failed("bad run state", e.into()))?,
-                );
+                state = Some(CheckpointState::from_json(&bytes).map_err(|e| err(e))?);
             } else if let Some(n) = name.strip_prefix("param.") {
                 params.push((n.to_owned(), t));
             } else if let Some(n) = name.strip_prefix("ema_param.") {
@@ -215,9 +135,6 @@ impl Checkpoint {
             }
         }
         let state = state.ok_or_else(|| err("no run state in the file (is it a weights file?)".into()))?;
-        if state.format != FORMAT {
-            return Err(err(format!("format {} is not {FORMAT}", state.format)));
-        }
         let ema = (!ema_params.is_empty()).then_some((ema_params, ema_buffers));
         Ok(Checkpoint { state, params, optimizer, buffers, ema })
     }

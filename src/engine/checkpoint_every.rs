@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-/// The cadence of periodic checkpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The cadence of periodic checkpoints (written in files as on the command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum CheckpointEvery {
     Epochs(usize),
     Steps(usize),
@@ -27,6 +28,20 @@ impl CheckpointEvery {
             CheckpointEvery::Steps(n) => n > 0 && global_step % n == 0,
             CheckpointEvery::Time(t) => !t.is_zero() && since >= t,
         }
+    }
+}
+
+impl From<CheckpointEvery> for String {
+    fn from(c: CheckpointEvery) -> String {
+        c.to_string()
+    }
+}
+
+impl TryFrom<String> for CheckpointEvery {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
     }
 }
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::device::DeviceId;
 use super::faults::Faults;
-use super::optim::schedule::{LrPlan, Schedule};
-use super::optim::{OptimConfig, OptimizerKind};
+use super::optim::schedule::LrPlan;
 use super::resume::Resume;
 use crate::model::script::ScriptModel;
-use crate::model::{Builder, LossKind, ModelKind, Normalization, Precision};
+use crate::model::{Builder, ModelKind, Normalization, Precision};
+use crate::settings::Settings;
 
 pub use super::config_error::ConfigError;
 pub use super::policies::{OnNan, SavePolicy};
@@ -57,146 +57,99 @@ pub fn check_lr(lr: f64) -> Result<f64, ConfigError> {
     }
 }
 
-/// Everything a run needs besides the data.
+/// Everything a run needs besides the data: its settings, what the run derives from them, and
+/// the live resources it runs with.
 #[derive(Debug)]
 pub struct TrainConfig {
-    pub model: ModelKind,
+    /// The run's settings, as resolved: the one home of every setting.
+    pub settings: Settings,
+    /// This process's replicas' devices (`settings.placement.devices` on this machine).
     pub devices: Vec<DeviceId>,
-    pub epochs: usize,
-    /// Global batch, split over the replicas.
-    pub batch_size: usize,
-    /// The optimizer; its `lr` is the base of the schedule.
-    pub optim: OptimConfig,
-    pub schedule: Schedule,
-    /// Linear scaling rule: the schedule's base is `optim.lr × batch_size / this`.
-    pub lr_batch_ref: Option<usize>,
-    pub seed: u64,
-    /// Report training statistics (a device sync) every this many steps, and at epoch ends.
-    pub log_every: usize,
-    /// Where weights are saved; `None` saves nothing.
-    pub run_dir: Option<PathBuf>,
-    /// End the run after this many steps in all.
-    pub max_steps: Option<usize>,
-    /// Compare every replica's parameters with replica 0's after each step (slow; for tests).
-    pub check_replicas: bool,
+    /// Input normalization: `(x / 255 - mean) / std`, asked for, the model's, or measured.
+    pub normalization: Normalization,
     /// Intra-op threads of each CPU replica.
     pub cpu_threads: usize,
     /// The streaming loader's queue depth and decode threads (streamed data only).
     pub loader: super::loader::LoaderConfig,
-    /// When periodic checkpoints are written (0 of anything: only on stop and at the end).
-    pub checkpoint_every: super::checkpoint_every::CheckpointEvery,
-    /// How many of the newest checkpoints to keep under `checkpoints/` (1: only
-    /// `checkpoint.safetensors`).
-    pub keep_checkpoints: usize,
+    /// What a non-finite loss does (the setting, else by whether a dashboard may watch).
     pub on_nan: OnNan,
     pub save_policy: SavePolicy,
-    /// A replica that does not finish a step within this time is reported as stuck.
-    pub step_timeout: Duration,
-    /// Continue from a checkpoint.
-    pub resume: Option<Box<Resume>>,
-    /// Test-only fault injection.
-    pub faults: Faults,
-    /// Channels-last convolution weights (`None`: the model's measured preference).
-    pub channels_last: Option<bool>,
-    /// The gradient buckets' cap in MiB when the allreduce overlaps the backward pass (DDP's
-    /// `bucket_cap_mb`); 0: the gradients are reduced after the backward pass.
-    pub bucket_cap_mb: f64,
-    pub precision: Precision,
-    /// The other processes of a multi-process run (`None`: this process alone).
-    pub world: Option<Box<crate::dist::World>>,
-    /// The user's TorchScript model, when `model` is `ModelKind::Script`.
-    pub script: Option<Arc<ScriptModel>>,
-    pub loss: LossKind,
-    /// Label smoothing of the training loss (`F.cross_entropy(label_smoothing=)`).
-    pub label_smoothing: f64,
-    /// Keep this many best evaluations as checkpoints under `best/` (0: none).
-    pub keep_best: usize,
-    /// What "best" means for `keep_best` and `early_stop`.
-    pub best_metric: super::best::BestMetric,
-    /// Stop after this many evaluations without improvement.
-    pub early_stop: Option<usize>,
-    /// Weights to start from (`--init-from`), loaded by name.
-    pub init_from: Option<Box<super::init_from::InitFrom>>,
-    /// Decay of the weights' moving average (`--ema`).
-    pub ema: Option<f64>,
-    /// Micro-batches each replica splits its share of a step into (gradient accumulation).
-    pub accumulate: usize,
-    /// Clip the mean gradient's global L2 norm to this (`clip_grad_norm_`).
-    pub clip_grad_norm: Option<f64>,
-    /// Training-time augmentation (`--augment`).
-    pub augment: super::augment::Augment,
-    /// The data the run trains on, as given (kept in checkpoints).
-    pub data: crate::data::DataSettings,
+    /// Where weights are saved; `None` saves nothing.
+    pub run_dir: Option<PathBuf>,
     /// Set when this attempt continues the run in its directory (the same command again).
     pub restart: Option<crate::record::stats::Restart>,
-    /// Dynamic loss scaling (GradScaler's rules), for float16.
-    pub loss_scale: Option<super::optim::loss_scale::LossScaling>,
-    /// Input normalization: `(x / 255 - mean) / std`.
-    pub normalization: Normalization,
+    pub kit: RunKit,
+}
+
+/// The live resources a run trains with, apart from its settings.
+#[derive(Debug, Default)]
+pub struct RunKit {
+    /// The other processes of a multi-process run (`None`: this process alone).
+    pub world: Option<Box<crate::dist::World>>,
+    /// The user's TorchScript model, when the settings name a file.
+    pub script: Option<Arc<ScriptModel>>,
+    /// Continue from a checkpoint.
+    pub resume: Option<Box<Resume>>,
+    /// Weights to start from (`model.init_from`), loaded by name.
+    pub init_from: Option<Box<super::init_from::InitFrom>>,
+    /// Test-only fault injection.
+    pub faults: Faults,
 }
 
 impl TrainConfig {
     /// The reference programs' settings for `model` on `devices`, with RNG seed 0.
     pub fn new(model: ModelKind, devices: Vec<DeviceId>) -> Self {
-        let d = model.defaults();
+        TrainConfig::with_settings(Settings::defaults(model, Default::default()), devices)
+    }
+
+    /// A run of `settings` on `devices`, with the model's own normalization.
+    pub fn with_settings(settings: Settings, devices: Vec<DeviceId>) -> Self {
         TrainConfig {
-            model,
+            normalization: settings.model_kind().normalization(),
+            settings,
             devices,
-            epochs: d.epochs,
-            batch_size: d.batch_size,
-            optim: OptimConfig::sgd(d.lr, d.momentum, 0.0),
-            schedule: Schedule::default(),
-            lr_batch_ref: None,
-            seed: 0,
-            log_every: 50,
-            run_dir: None,
-            max_steps: None,
-            check_replicas: false,
             cpu_threads: 1,
             loader: Default::default(),
-            checkpoint_every: Default::default(),
-            keep_checkpoints: 1,
             on_nan: OnNan::Stop,
             save_policy: SavePolicy::Retry { tries: 0, every: Duration::ZERO },
-            step_timeout: Duration::from_secs(600),
-            resume: None,
-            faults: Faults::default(),
-            channels_last: None,
-            bucket_cap_mb: 25.0,
-            precision: Precision::F32,
-            world: None,
-            script: None,
-            loss: model.loss(),
-            label_smoothing: 0.0,
-            accumulate: 1,
-            ema: None,
-            keep_best: 0,
-            best_metric: super::best::BestMetric::ValAcc,
-            early_stop: None,
-            init_from: None,
-            clip_grad_norm: None,
-            loss_scale: None,
+            run_dir: None,
             restart: None,
-            data: Default::default(),
-            augment: Default::default(),
-            normalization: model.normalization(),
+            kit: RunKit::default(),
         }
     }
 
     /// A run of the user's TorchScript `script` (loss and normalization from the caller).
     pub fn for_script(script: Arc<ScriptModel>, devices: Vec<DeviceId>) -> Self {
-        TrainConfig { script: Some(script), ..TrainConfig::new(ModelKind::Script, devices) }
+        let mut cfg = TrainConfig::new(ModelKind::Script, devices);
+        cfg.settings.model.name = crate::settings::ModelChoice::File(script.path.clone());
+        cfg.kit.script = Some(script);
+        cfg
+    }
+
+    /// The model the settings name.
+    pub fn model(&self) -> ModelKind {
+        self.settings.model_kind()
+    }
+
+    /// The training augmentation.
+    pub fn augment(&self) -> super::augment::Augment {
+        self.settings.recipe.augmentation()
+    }
+
+    /// How long a replica's step may take before it is reported stuck.
+    pub fn step_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.settings.placement.step_timeout)
     }
 
     /// The tensors the model trains and keeps, by name and shape, in the engine's order.
     pub fn specs(&self) -> Builder {
-        model_specs(self.model, self.script.as_deref())
+        model_specs(self.model(), self.kit.script.as_deref())
     }
 
     /// Rejects settings the GPUs cannot run (asks CUDA for their compute capability).
     pub fn validate_devices(&self) -> Result<(), ConfigError> {
         let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
-        match bf16_problem(self.precision, &self.devices, capability) {
+        match bf16_problem(self.settings.precision.format, &self.devices, capability) {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -204,10 +157,7 @@ impl TrainConfig {
 
     /// The schedule's base rate: `--lr`, scaled with the global batch when asked.
     pub fn base_lr(&self) -> f64 {
-        match self.lr_batch_ref {
-            Some(r) if r > 0 => self.optim.lr * self.batch_size as f64 / r as f64,
-            _ => self.optim.lr,
-        }
+        self.settings.base_lr()
     }
 
     /// The learning rate over the run's steps, on `train_len` samples.
@@ -215,8 +165,8 @@ impl TrainConfig {
         let steps_per_epoch = self.steps_per_epoch(train_len);
         LrPlan {
             base: self.base_lr(),
-            schedule: self.schedule.clone(),
-            total: steps_per_epoch * self.epochs,
+            schedule: self.settings.schedule.clone(),
+            total: steps_per_epoch * self.settings.recipe.epochs,
             steps_per_epoch,
             scale: 1.0,
         }
@@ -226,14 +176,14 @@ impl TrainConfig {
     pub fn validate(&self, train_len: usize, test_len: usize) -> Result<(), ConfigError> {
         self.validate_settings()?;
         let plan = self.lr_plan(train_len);
-        self.schedule.check(plan.base, plan.total)?;
+        self.settings.schedule.check(plan.base, plan.total)?;
         if train_len == 0 {
             return Err(ConfigError::EmptyTrainSet);
         }
         if test_len == 0 {
             return Err(ConfigError::EmptyTestSet);
         }
-        if let Some(r) = &self.resume {
+        if let Some(r) = &self.kit.resume {
             if r.state.train_samples != train_len {
                 return Err(ConfigError::ResumeSamples {
                     checkpoint: r.state.train_samples,
@@ -244,89 +194,28 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// Rejects settings that cannot train, before the data is loaded.
+    /// Rejects settings that cannot train on these devices with this model and checkpoint
+    /// (the settings' own checks are `Settings::validate`'s).
     pub fn validate_settings(&self) -> Result<(), ConfigError> {
-        if self.batch_size == 0 {
-            return Err(ConfigError::ZeroBatch);
+        self.settings.validate_numbers()?;
+        let batch = self.settings.recipe.batch_size;
+        if batch < self.devices.len() {
+            return Err(ConfigError::BatchSmallerThanReplicas { batch, replicas: self.devices.len() });
         }
-        if self.batch_size < self.devices.len() {
-            return Err(ConfigError::BatchSmallerThanReplicas {
-                batch: self.batch_size,
-                replicas: self.devices.len(),
-            });
+        let accumulate = self.settings.recipe.accumulate;
+        let per_replica = batch / self.devices.len().max(1);
+        if accumulate > per_replica {
+            return Err(ConfigError::AccumulateTooFine { accumulate, per_replica });
         }
-        let o = &self.optim;
-        check_lr(o.lr)?;
-        if !(o.momentum.is_finite() && (0.0..1.0).contains(&o.momentum)) {
-            return Err(ConfigError::BadMomentum(o.momentum));
-        }
-        if o.nesterov && (o.kind != OptimizerKind::Sgd || o.momentum == 0.0) {
-            return Err(ConfigError::NesterovWithoutMomentum);
-        }
-        if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
-            return Err(ConfigError::BadWeightDecay(o.weight_decay));
-        }
-        let (b1, b2) = o.betas;
-        if ![b1, b2].iter().all(|b| b.is_finite() && (0.0..1.0).contains(b)) {
-            return Err(ConfigError::BadBetas(b1, b2));
-        }
-        if !(o.eps.is_finite() && o.eps > 0.0) {
-            return Err(ConfigError::BadEps(o.eps));
-        }
-        if !(self.label_smoothing.is_finite() && (0.0..1.0).contains(&self.label_smoothing)) {
-            return Err(ConfigError::BadLabelSmoothing(self.label_smoothing));
-        }
-        if let Some(d) = self.ema.filter(|d| !(d.is_finite() && *d > 0.0 && *d < 1.0)) {
-            return Err(ConfigError::BadEma(d));
-        }
-        if self.early_stop == Some(0) {
-            return Err(ConfigError::ZeroPatience);
-        }
-        if self.accumulate == 0 {
-            return Err(ConfigError::ZeroAccumulate);
-        }
-        let per_replica = self.batch_size / self.devices.len().max(1);
-        if self.accumulate > per_replica {
-            return Err(ConfigError::AccumulateTooFine { accumulate: self.accumulate, per_replica });
-        }
-        if let Some(c) = self.clip_grad_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
-            return Err(ConfigError::BadClip(c));
-        }
-        if self.epochs == 0 {
-            return Err(ConfigError::ZeroEpochs);
-        }
-        if self.log_every == 0 {
-            return Err(ConfigError::ZeroLogEvery);
-        }
-        if self.step_timeout.is_zero() {
-            return Err(ConfigError::ZeroTimeout);
-        }
-        if self.model == ModelKind::Script && self.script.is_none() {
+        if self.model() == ModelKind::Script && self.kit.script.is_none() {
             return Err(ConfigError::ScriptMissing);
         }
-        if self.model == ModelKind::Script && self.precision != Precision::F32 {
-            return Err(ConfigError::ScriptLowPrecision(self.precision.name()));
-        }
-        if let Some(l) = self.loss_scale.filter(|l| !l.valid()) {
-            return Err(ConfigError::BadLossScale { init: l.init, interval: l.growth_interval });
-        }
-        let n = &self.normalization;
-        let good = !n.mean.is_empty()
-            && n.std.len() == n.mean.len()
-            && n.mean.iter().all(|m| m.is_finite())
-            && n.std.iter().all(|s| s.is_finite() && *s > 0.0);
-        if !good {
-            return Err(ConfigError::BadNormalization(format!("{:?} / {:?}", n.mean, n.std)));
-        }
-        if let Some(r) = &self.resume {
-            if r.state.batch_size != self.batch_size {
-                return Err(ConfigError::ResumeBatch {
-                    checkpoint: r.state.batch_size,
-                    asked: self.batch_size,
-                });
+        if let Some(r) = &self.kit.resume {
+            if r.state.settings.recipe.batch_size != batch {
+                return Err(ConfigError::ResumeBatch { checkpoint: r.state.settings.recipe.batch_size, asked: batch });
             }
-            if r.state.epoch >= self.epochs {
-                return Err(ConfigError::ResumeDone { done: r.state.epoch, epochs: self.epochs });
+            if r.state.epoch >= self.settings.recipe.epochs {
+                return Err(ConfigError::ResumeDone { done: r.state.epoch, epochs: self.settings.recipe.epochs });
             }
         }
         Ok(())
@@ -336,8 +225,8 @@ impl TrainConfig {
     /// The flat buffers share one layout across replicas (the allreduce sums them element by
     /// element), so the model's preference must hold on every device, not just the first.
     pub fn uses_channels_last(&self) -> bool {
-        self.channels_last.unwrap_or_else(|| {
-            self.devices.iter().all(|d| self.model.prefers_channels_last(matches!(d, DeviceId::Cuda(_))))
+        self.settings.placement.channels_last.unwrap_or_else(|| {
+            self.devices.iter().all(|d| self.model().prefers_channels_last(matches!(d, DeviceId::Cuda(_))))
         })
     }
 
@@ -345,7 +234,7 @@ impl TrainConfig {
     /// the backward pass: with a cap, and gradients to reduce (two replicas or more, or other
     /// processes); the first bucket is DDP's 1 MiB unless the cap is smaller.
     pub fn bucket_bytes(&self, other_processes: bool) -> Option<(i64, i64)> {
-        let cap = (self.bucket_cap_mb * (1u64 << 20) as f64) as i64;
+        let cap = (self.settings.placement.bucket_cap_mb * (1u64 << 20) as f64) as i64;
         let reduces = self.devices.len() > 1 || other_processes;
         (cap > 0 && reduces).then(|| (super::buckets::FIRST_BUCKET_BYTES.min(cap), cap))
     }
@@ -357,7 +246,7 @@ impl TrainConfig {
 
     /// Steps in one epoch (the last partial batch is kept).
     pub fn steps_per_epoch(&self, train_len: usize) -> usize {
-        train_len.div_ceil(self.batch_size)
+        train_len.div_ceil(self.settings.recipe.batch_size)
     }
 }
 
@@ -375,7 +264,7 @@ mod tests {
         );
         assert!(!cfg(vec![DeviceId::Cpu, DeviceId::Cuda(0)]).uses_channels_last());
         let mut forced = cfg(vec![DeviceId::Cpu]);
-        forced.channels_last = Some(true);
+        forced.settings.placement.channels_last = Some(true);
         assert!(forced.uses_channels_last(), "--channels-last on wins");
     }
 

@@ -140,9 +140,9 @@ impl Decoding {
             pool: Arc::new(pool),
             prefetch: cfg.loader.prefetch,
             eval_batch: cfg.loader.eval_batch,
-            augment: cfg.augment,
-            seed: cfg.seed,
-            bad: Arc::new(BadImages::new(cfg.data.max_bad, total)),
+            augment: cfg.augment(),
+            seed: cfg.settings.recipe.seed,
+            bad: Arc::new(BadImages::new(cfg.settings.data.max_bad, total)),
         })))
     }
 }

@@ -7,6 +7,7 @@ mod batches;
 pub mod best;
 pub mod buckets;
 pub mod checkpoint;
+mod checkpoint_state;
 pub mod checkpoint_every;
 pub mod clock;
 pub mod config;
@@ -47,7 +48,7 @@ use thiserror::Error;
 
 pub use crate::record::{FinishReason, Record, Summary};
 use checkpoint::CheckpointError;
-pub use config::{ConfigError, OnNan, SavePolicy, TrainConfig};
+pub use config::{ConfigError, OnNan, RunKit, SavePolicy, TrainConfig};
 pub use device::{DeviceError, DeviceId};
 pub use events::Control;
 pub use resume::Resume;
@@ -129,23 +130,23 @@ impl Engine {
     pub fn start(mut cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
         cfg.validate(data.train.len(), data.test.len())?;
         cfg.validate_devices()?;
-        let world = cfg.world.take();
+        let world = cfg.kit.world.take();
         if cfg.has_gpu() {
             // cuDNN picks the fastest convolution algorithm for the (fixed) batch shapes.
             tch::Cuda::cudnn_set_benchmark(true);
         }
         let builder = cfg.specs();
-        let (mut initial_params, mut initial_buffers) = match (&cfg.resume, &cfg.script) {
+        let (mut initial_params, mut initial_buffers) = match (&cfg.kit.resume, &cfg.kit.script) {
             (Some(r), _) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
             (None, Some(s)) => {
                 (Tensor::from_slice(&s.initial_params), Tensor::from_slice(&s.initial_buffers))
             }
             (None, None) => {
-                let _own = OwnRng::open(cfg.seed as i64, tch::Device::Cpu)?;
+                let _own = OwnRng::open(cfg.settings.recipe.seed as i64, tch::Device::Cpu)?;
                 (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
             }
         };
-        let init_report = match (cfg.init_from.take(), &cfg.resume) {
+        let init_report = match (cfg.kit.init_from.take(), &cfg.kit.resume) {
             (Some(init), None) => {
                 let r =
                     init.apply(&builder.params, &builder.buffers, &mut initial_params, &mut initial_buffers);
@@ -166,7 +167,7 @@ impl Engine {
             }
         }
         // The evaluation's class count: the data's, or the model's outputs where more.
-        let classes = data.classes.max(cfg.script.as_ref().map_or(10, |s| s.classes as usize));
+        let classes = data.classes.max(cfg.kit.script.as_ref().map_or(10, |s| s.classes as usize));
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let buckets = cfg.bucket_bytes(world.is_some());

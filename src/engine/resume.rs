@@ -33,16 +33,16 @@ impl Resume {
         script: Option<&ScriptModel>,
         path: &std::path::Path,
     ) -> Result<Resume, CheckpointError> {
-        if ckpt.state.model != model {
+        if ckpt.state.model() != model {
             return Err(CheckpointError::OtherModel {
                 path: path.to_owned(),
-                found: ckpt.state.model,
+                found: ckpt.state.model(),
                 expected: model,
             });
         }
         let b = model_specs(model, script);
         let mut optimizer = Vec::new();
-        for &slot in ckpt.state.optim().kind.slots() {
+        for &slot in ckpt.state.settings.optimizer.kind.slots() {
             let list = ckpt.optimizer.iter().find(|(s, _)| s == slot).map_or(&[][..], |(_, l)| l);
             let flat = Checkpoint::flat(list, &b.params, path).map_err(|e| match e {
                 CheckpointError::Mismatch { path, message } => CheckpointError::Mismatch {
@@ -71,7 +71,7 @@ impl Resume {
     /// A resume whose tensors are zeros of the model's sizes, to be filled by a broadcast from
     /// rank 0 (the only rank that reads the checkpoint).
     pub fn awaiting(state: CheckpointState, script: Option<&ScriptModel>) -> Resume {
-        let b = model_specs(state.model, script);
+        let b = model_specs(state.model(), script);
         let zeros = |specs: &[crate::model::TensorSpec]| {
             Tensor::zeros(
                 [specs.iter().map(crate::model::TensorSpec::numel).sum::<i64>()],
@@ -79,8 +79,8 @@ impl Resume {
             )
         };
         let optimizer =
-            state.optim().kind.slots().iter().map(|s| ((*s).to_owned(), zeros(&b.params))).collect();
-        let ema = state.ema.map(|_| (zeros(&b.params), zeros(&b.buffers)));
+            state.settings.optimizer.kind.slots().iter().map(|s| ((*s).to_owned(), zeros(&b.params))).collect();
+        let ema = state.settings.recipe.ema.map(|_| (zeros(&b.params), zeros(&b.buffers)));
         Resume { params: zeros(&b.params), optimizer, buffers: zeros(&b.buffers), ema, state }
     }
 }

@@ -75,12 +75,25 @@ impl Normalization {
 }
 
 /// The training loss of a model (both summed over the shard).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LossKind {
     /// Cross-entropy on logits.
     CrossEntropy,
     /// Negative log-likelihood on log-probabilities.
     Nll,
+}
+
+impl std::str::FromStr for LossKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cross-entropy" => Ok(LossKind::CrossEntropy),
+            "nll" => Ok(LossKind::Nll),
+            _ => Err(format!("unknown loss '{s}'; use cross-entropy or nll")),
+        }
+    }
 }
 
 impl ModelKind {

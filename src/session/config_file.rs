@@ -1,17 +1,17 @@
-//! Run configuration files: `--config FILE.toml` holds any of the training flags, by their long
-//! names (`batch_size` or `batch-size`), and flags given on the command line override it; every
-//! run directory gets the run's resolved settings as `config.toml`, so
-//! `dpt-tui --config runs/X/config.toml` repeats that run. An unknown key is an error naming it.
+//! Run configuration files: `--config FILE.toml` holds tables of the settings tree (read by
+//! `dpt_tui::settings::Layers`) and, at its top level, any of the flags by their long names
+//! (`batch_size` or `batch-size`), read here as if given before the command line's own; flags
+//! given on the command line override both. Every run directory gets the run's resolved
+//! settings tree as `config.toml`, so `dpt-tui --config runs/X/config.toml` repeats that run.
+//! An unknown key is an error naming it.
 
 use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::path::Path;
 
 use clap::{ArgAction, CommandFactory};
 
 use crate::cli::Args;
-use dpt_tui::engine::optim::OptimizerKind;
-use dpt_tui::engine::{OnNan, TrainConfig};
+use dpt_tui::settings::Settings;
 
 /// The file name of the resolved settings in a run directory.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -53,7 +53,8 @@ fn flags_of(text: &str) -> Result<Vec<String>, String> {
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_owned())?;
     let command = Args::command();
     let mut flags = Vec::new();
-    for (key, value) in &table {
+    // Tables are parts of the settings tree, read as a layer of their own.
+    for (key, value) in table.iter().filter(|(_, v)| !v.is_table()) {
         let long = key.replace('_', "-");
         let arg = command
             .get_arguments()
@@ -91,156 +92,14 @@ fn scalar(key: &str, value: &toml::Value) -> Result<String, String> {
     })
 }
 
-/// A TOML string.
-fn quoted(s: &str) -> String {
-    let mut out = String::from('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04X}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// The resolved settings of a run as a configuration file (its data and model paths
-/// absolute): what `--config` reads back to repeat the run.
-pub fn resolved(cfg: &TrainConfig) -> String {
-    let mut lines: Vec<(&str, String)> = Vec::new();
-    let mut add = |key: &'static str, value: String| lines.push((key, value));
-    let model = match &cfg.script {
-        Some(s) => dpt_tui::remote::runs::absolute(&s.path).display().to_string(),
-        None => cfg.model.name().to_owned(),
-    };
-    add("model", quoted(&model));
-    let d = &cfg.data;
-    add("data", quoted(&dpt_tui::remote::runs::absolute(&d.path).display().to_string()));
-    if let Some(f) = d.format {
-        add("data_format", quoted(&f.to_string()));
-    }
-    if let Some((h, w)) = d.image_size {
-        add("image_size", quoted(&format!("{h},{w}")));
-    }
-    let devices: Vec<String> = cfg.devices.iter().map(ToString::to_string).collect();
-    add("devices", quoted(&devices.join(",")));
-    add("epochs", cfg.epochs.to_string());
-    add("batch_size", cfg.batch_size.to_string());
-    let o = &cfg.optim;
-    add("optimizer", quoted(o.kind.name()));
-    add("lr", o.lr.to_string());
-    if o.kind == OptimizerKind::Sgd {
-        add("momentum", o.momentum.to_string());
-        add("nesterov", o.nesterov.to_string());
-    } else {
-        add("betas", quoted(&format!("{},{}", o.betas.0, o.betas.1)));
-        add("eps", o.eps.to_string());
-        add("decay_all", o.decay_all.to_string());
-    }
-    add("weight_decay", o.weight_decay.to_string());
-    let s = &cfg.schedule;
-    add("lr_schedule", quoted(&s.shape.to_string()));
-    add("warmup_steps", s.warmup_steps.to_string());
-    add("min_lr", s.min_lr.to_string());
-    add("lr_gamma", s.gamma.to_string());
-    if let Some(r) = cfg.lr_batch_ref {
-        add("lr_batch_ref", r.to_string());
-    }
-    if let Some(c) = cfg.clip_grad_norm {
-        add("clip_grad_norm", c.to_string());
-    }
-    add("label_smoothing", cfg.label_smoothing.to_string());
-    if cfg.augment.resized_crop.is_some() {
-        // The preset holds the random-resized crop; the two flags below refine it.
-        add("augment", quoted("imagenet"));
-    }
-    add("crop_padding", cfg.augment.crop_padding.unwrap_or(0).to_string());
-    add("hflip", quoted(if cfg.augment.hflip { "on" } else { "off" }));
-    add("accumulate", cfg.accumulate.to_string());
-    if let Some(d) = cfg.ema {
-        add("ema", d.to_string());
-    }
-    if cfg.keep_best > 0 {
-        add("keep_best", cfg.keep_best.to_string());
-    }
-    if cfg.keep_best > 0 || cfg.early_stop.is_some() {
-        add("best_metric", quoted(cfg.best_metric.name()));
-    }
-    if let Some(n) = cfg.early_stop {
-        add("early_stop", n.to_string());
-    }
-    add("seed", cfg.seed.to_string());
-    if let Some(n) = d.train_limit {
-        add("train_limit", n.to_string());
-    }
-    if let Some(n) = d.test_limit {
-        add("test_limit", n.to_string());
-    }
-    add("max_bad_images", d.max_bad.to_string());
-    add("loader", quoted(&format!("{:?}", d.loader).to_lowercase()));
-    add("data_memory", d.memory.to_string());
-    add("prefetch", cfg.loader.prefetch.to_string());
-    add("decode_threads", cfg.loader.decode_threads.to_string());
-    if let Some(f) = d.val_fraction {
-        add("val_fraction", f.to_string());
-    }
-    add("log_every", cfg.log_every.to_string());
-    if let Some(n) = cfg.max_steps {
-        add("max_steps", n.to_string());
-    }
-    add("checkpoint_every", quoted(&cfg.checkpoint_every.to_string()));
-    add("keep_checkpoints", cfg.keep_checkpoints.to_string());
-    add("precision", quoted(cfg.precision.name()));
-    match cfg.loss_scale {
-        Some(l) => {
-            add("loss_scale", quoted("on"));
-            add("loss_scale_init", l.init.to_string());
-            add("loss_scale_interval", l.growth_interval.to_string());
-        }
-        None => add("loss_scale", quoted("off")),
-    }
-    add("bucket_cap_mb", cfg.bucket_cap_mb.to_string());
-    if let Some(on) = cfg.channels_last {
-        add("channels_last", quoted(if on { "on" } else { "off" }));
-    }
-    if cfg.script.is_some() {
-        let loss = match cfg.loss {
-            dpt_tui::model::LossKind::CrossEntropy => "cross-entropy",
-            dpt_tui::model::LossKind::Nll => "nll",
-        };
-        add("loss", quoted(loss));
-    }
-    let n = &cfg.normalization;
-    let values: Vec<String> = n.mean.iter().chain(&n.std).map(ToString::to_string).collect();
-    add("normalize", quoted(&values.join(",")));
-    add(
-        "on_nan",
-        quoted(match cfg.on_nan {
-            OnNan::Pause => "pause",
-            OnNan::Stop => "stop",
-            OnNan::Ignore => "ignore",
-        }),
+/// Writes the run's resolved settings into its directory, atomically: the settings tree as
+/// TOML, which `--config` reads back to repeat the run.
+pub fn write(dir: &Path, settings: &Settings) -> std::io::Result<()> {
+    let text = format!(
+        "# The settings this run trained with; `dpt-tui --config THIS_FILE` repeats it (flags given\n# beside it override them).\n{}",
+        settings.to_toml()
     );
-    add("step_timeout", cfg.step_timeout.as_secs_f64().to_string());
-    add("cpu_threads", cfg.cpu_threads.to_string());
-    let mut text = String::from(
-        "# The settings this run trained with; `dpt-tui --config THIS_FILE` repeats it (flags given\n# beside it override them).\n",
-    );
-    for (k, v) in lines {
-        let _ = writeln!(text, "{k} = {v}");
-    }
-    text
-}
-
-/// Writes the run's resolved settings into its directory, atomically.
-pub fn write(dir: &Path, cfg: &TrainConfig) -> std::io::Result<()> {
-    dpt_tui::atomic::write_bytes(&dir.join(CONFIG_FILE), resolved(cfg).as_bytes())
+    dpt_tui::atomic::write_bytes(&dir.join(CONFIG_FILE), text.as_bytes())
 }
 
 #[cfg(test)]
@@ -269,6 +128,6 @@ mod tests {
             .collect();
         let args = <crate::cli::Args as clap::Parser>::try_parse_from(expand(argv).expect("test set-up"))
             .expect("test set-up");
-        assert_eq!((args.epochs, args.lr), (Some(3), Some(0.1)));
+        assert_eq!((args.settings.recipe.epochs, args.settings.optimizer.lr), (Some(3), Some(0.1)));
     }
 }

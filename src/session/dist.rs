@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::anyhow;
 
 use super::input;
-use crate::cli::{Args, DistBackend};
+use crate::cli::Args;
+use dpt_tui::settings::{DistBackend, Settings};
 use crate::Failure;
 use dpt_tui::dist::c10d::Backend;
 use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
@@ -28,10 +29,11 @@ pub fn launch(args: &Args) -> Result<Option<Launch>, Failure> {
 }
 
 /// The devices of this process's replicas.
-pub fn devices(args: &Args, machine: Machine, launch: Option<&Launch>) -> Result<Vec<DeviceId>, Failure> {
+pub fn devices(asked: &Settings, machine: Machine, launch: Option<&Launch>) -> Result<Vec<DeviceId>, Failure> {
+    let devices = &asked.placement.devices;
     match launch {
-        Some(l) => resolve_devices_for_rank(&args.devices, machine, l.local_rank, l.local_world_size),
-        None => resolve_devices(&args.devices, machine),
+        Some(l) => resolve_devices_for_rank(devices, machine, l.local_rank, l.local_world_size),
+        None => resolve_devices(devices, machine),
     }
     .map_err(input)
 }
@@ -45,68 +47,34 @@ pub fn failure(e: DistError) -> Failure {
     }
 }
 
-/// What every rank must agree on: the training flags (not the per-rank ones such as the
-/// devices, the run directory or the data's path) and this build's version.
-fn settings(args: &Args, world_size: usize) -> serde_json::Value {
-    let mut all = serde_json::json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "world_size": world_size,
-        "model": args.model.as_ref().map(|m| m.name()),
-        "loss": args.loss.map(|l| format!("{:?}", l.0)),
-        "normalize": args.normalize,
-        "batch_size": args.batch_size,
-        "epochs": args.epochs,
-        "lr": args.lr,
-        "optimizer": args.optimizer.map(|o| o.name()),
-        "momentum": args.momentum,
-        "nesterov": args.nesterov,
-        "weight_decay": args.weight_decay,
-        "betas": args.betas,
-        "eps": args.eps,
-        "decay_all": args.decay_all,
-        "lr_schedule": args.lr_schedule.as_ref().map(ToString::to_string),
-        "warmup_steps": args.warmup_steps,
-        "min_lr": args.min_lr,
-        "lr_gamma": args.lr_gamma,
-        "lr_batch_ref": args.lr_batch_ref,
-        "clip_grad_norm": args.clip_grad_norm,
-        "label_smoothing": args.label_smoothing,
-        "accumulate": args.accumulate,
-        "ema": args.ema,
-        "init_from": args.init_from.is_some(),
-        "val_fraction": args.val_fraction,
-        "keep_best": args.choice.keep_best,
-        "best_metric": args.choice.best_metric.map(|m| m.name()),
-        "early_stop": args.choice.early_stop,
-        // The buckets decide the collectives each rank starts.
-        "bucket_cap_mb": args.bucket_cap_mb,
-        "seed": args.seed,
-        "train_limit": args.train_limit,
-        "test_limit": args.test_limit,
-        "max_steps": args.max_steps,
-        "log_every": args.log_every,
-        "precision": args.precision.name(),
-        "loss_scale": args.scaling.loss_scale.map(|v| format!("{v:?}")),
-        "loss_scale_init": args.scaling.loss_scale_init,
-        "loss_scale_interval": args.scaling.loss_scale_interval,
-        "channels_last": args.channels_last.map(|c| format!("{c:?}")),
-        "resume": args.resume.is_some(),
+/// What every rank must agree on: the settings the command asks for (its file and flags),
+/// less what may differ between ranks (the data's path, which may be a node's own copy, and
+/// the placement but for what decides the collectives each rank starts: the buckets, the
+/// report cadence, the run's step limit and the replica check), with this build's version.
+fn agreement(args: &Args, asked: &Settings, world_size: usize) -> serde_json::Value {
+    let mut tree = serde_json::to_value(asked).expect("settings serialize");
+    if let Some(data) = tree.get_mut("data").and_then(serde_json::Value::as_object_mut) {
+        data.remove("path");
+    }
+    let p = &asked.placement;
+    tree["placement"] = serde_json::json!({
+        "bucket_cap_mb": p.bucket_cap_mb,
+        "log_every": p.log_every,
+        "max_steps": p.max_steps,
+        "check_replicas": p.check_replicas,
     });
-    // The augmentation's and the images' flags (one macro call cannot hold them all).
-    all["augment"] = serde_json::json!(args.augmentation.augment.map(|a| format!("{a:?}")));
-    all["crop_padding"] = serde_json::json!(args.augmentation.crop_padding);
-    all["hflip"] = serde_json::json!(args.augmentation.hflip.map(|v| format!("{v:?}")));
-    all["max_bad_images"] = serde_json::json!(args.max_bad_images);
-    all
+    // Keyed `section.key`, so a rank that differs is told which setting.
+    let mut all = dpt_tui::settings::flat(&tree);
+    all.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+    all.insert("world_size".into(), world_size.into());
+    all.insert("resume".into(), args.resume.is_some().into());
+    serde_json::Value::Object(all)
 }
 
 /// Joins the other ranks.
-pub fn join(args: &Args, launch: &Launch, devices: &[DeviceId]) -> Result<World, Failure> {
-    if !(args.dist_timeout.is_finite() && args.dist_timeout > 0.0) {
-        return Err(input(anyhow!("--dist-timeout must be a positive number of seconds")));
-    }
+pub fn join(args: &Args, asked: &Settings, launch: &Launch, devices: &[DeviceId]) -> Result<World, Failure> {
     let gpus = devices.iter().all(|d| matches!(d, DeviceId::Cuda(_)));
-    let backend = match args.dist_backend {
+    let backend = match asked.placement.dist_backend {
         DistBackend::Gloo => Backend::Gloo,
         DistBackend::Nccl if !gpus => {
             return Err(input(anyhow!(
@@ -128,6 +96,6 @@ pub fn join(args: &Args, launch: &Launch, devices: &[DeviceId]) -> Result<World,
         dpt_tui::dist::c10d::set_thread_device(i)
             .map_err(|e| Failure::Run(anyhow!("cannot use cuda:{i}: {}", e.0)))?;
     }
-    let timeout = Duration::from_secs_f64(args.dist_timeout);
-    World::join(launch, backend, device, devices, settings(args, launch.world_size), timeout).map_err(failure)
+    let timeout = Duration::from_secs_f64(asked.placement.dist_timeout);
+    World::join(launch, backend, device, devices, agreement(args, asked, launch.world_size), timeout).map_err(failure)
 }

@@ -23,9 +23,9 @@ use dpt_tui::signals;
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Starts the background job, then attaches the dashboard to it.
-pub fn run(args: &Args, machine: Machine, terminal: bool) -> Result<u8, Failure> {
+pub fn run(args: &Args, asked: &dpt_tui::settings::Settings, machine: Machine, terminal: bool) -> Result<u8, Failure> {
     let theme = theme(args)?;
-    let devices = super::dist::devices(args, machine, None)?;
+    let devices = super::dist::devices(asked, machine, None)?;
     let prepared = prepare(args, machine, true, devices, None)?;
     let run_dir = prepared.run_dir.clone().expect("a run alone owns its run directory");
     // The job loads the data again; this process needs none of it.

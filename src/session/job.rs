@@ -25,6 +25,7 @@ use dpt_tui::record::history::History;
 use dpt_tui::record::{Change, Record};
 use dpt_tui::remote::hub::{Hub, HubMsg};
 use dpt_tui::remote::{registry, server};
+use dpt_tui::settings::Settings;
 use dpt_tui::signals::{self, SignalMsg};
 
 /// Messages the headless printer may fall behind by (a blocked stdout) before the hub drops it;
@@ -43,10 +44,10 @@ fn start_failure(e: StartError) -> Failure {
 
 /// Trains, printing progress lines; returns the exit status. With a `launch`, this process is
 /// one rank of several: it meets the others first, and only rank 0 records and serves.
-pub fn run(args: &Args, machine: Machine, launch: Option<Launch>) -> Result<u8, Failure> {
-    let devices = super::dist::devices(args, machine, launch.as_ref())?;
+pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launch>) -> Result<u8, Failure> {
+    let devices = super::dist::devices(asked, machine, launch.as_ref())?;
     let world = match &launch {
-        Some(l) => Some(super::dist::join(args, l, &devices)?),
+        Some(l) => Some(super::dist::join(args, asked, l, &devices)?),
         None => None,
     };
     // The processes of a node share its cores: as many as the launcher says, or as the

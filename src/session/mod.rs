@@ -12,8 +12,6 @@ mod front;
 mod job;
 mod ls;
 mod model_inputs;
-mod optimizer_flags;
-mod recipe_flags;
 mod restart;
 mod show;
 
@@ -52,15 +50,17 @@ pub fn run(args: Args) -> Result<u8, Failure> {
     }
     // One process of several (torchrun, srun, by hand): every rank trains in the foreground;
     // rank 0 serves its socket, so `dpt-tui attach` opens the dashboard on the whole run.
+    let asked = configure::asked(&args)?;
+    let devices = &asked.placement.devices;
     if let Some(launch) = dist::launch(&args)? {
-        return job::run(&args, Machine::detect(&args.devices), Some(launch));
+        return job::run(&args, &asked, Machine::detect(devices), Some(launch));
     }
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if args.serve || (!args.detach && (args.headless || !terminal)) {
-        return job::run(&args, Machine::detect(&args.devices), None);
+        return job::run(&args, &asked, Machine::detect(devices), None);
     }
     // The front only starts the job: it counts GPUs through NVML and never initializes CUDA.
-    front::run(&args, Machine::survey(&args.devices), terminal)
+    front::run(&args, &asked, Machine::survey(devices), terminal)
 }
 
 /// The dashboard's theme from `--theme` and `NO_COLOR`.

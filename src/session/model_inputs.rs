@@ -5,40 +5,23 @@
 use anyhow::anyhow;
 
 use super::input;
-use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::data::Dataset;
 use dpt_tui::engine::resident::{Normalizer, Resident};
 use dpt_tui::engine::TrainConfig;
 use dpt_tui::model::{ModelKind, Normalization};
 
-/// `--normalize MEAN,STD` (every channel) or `M1,…,MC,S1,…,SC` (C means, then C stds).
-pub fn parse_normalize(text: &str) -> Result<Normalization, anyhow::Error> {
-    let bad = || {
-        anyhow!("--normalize takes MEAN,STD or one mean per channel then one std per channel (such as 0.49,0.48,0.45,0.25,0.24,0.26), got '{text}'")
-    };
-    let values: Vec<f64> =
-        text.split(',').map(|v| v.trim().parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-    if values.len() < 2 || values.len() % 2 != 0 {
-        return Err(bad());
-    }
-    let (mean, std) = values.split_at(values.len() / 2);
-    if !(mean.iter().all(|m| m.is_finite()) && std.iter().all(|s| s.is_finite() && *s > 0.0)) {
-        return Err(anyhow!("--normalize needs finite means and positive stds, got '{text}'"));
-    }
-    Ok(Normalization { mean: mean.to_vec(), std: std.to_vec() })
-}
-
-/// The normalization of a run: `--normalize`, else the built-in model's (its reference program's), else
-/// (a TorchScript model) the training set's own per-channel mean and std.
-pub fn normalization(args: &Args, cfg: &TrainConfig, data: &Dataset) -> Result<Normalization, Failure> {
+/// The normalization of a run: `--normalize`, else the resumed run's own (a value of the run,
+/// measured once: a continued run never measures it again), else the built-in model's (its
+/// reference program's), else (a TorchScript model) the training set's own per-channel mean
+/// and std.
+pub fn normalization(cfg: &TrainConfig, data: &Dataset) -> Result<Normalization, Failure> {
     let channels = data.train.channels;
-    let recorded = cfg.resume.as_ref().and_then(|r| r.state.normalize.clone());
-    let norm = match (&args.normalize, recorded) {
-        (Some(text), _) => parse_normalize(text).map_err(input)?,
-        // A resumed run goes on with the inputs it trained on.
-        (None, Some(n)) => Normalization { mean: n.mean, std: n.std },
-        (None, None) if cfg.model != ModelKind::Script => cfg.model.normalization(),
+    let recorded = cfg.kit.resume.as_ref().and_then(|r| r.state.normalize.clone());
+    let norm = match (&cfg.settings.model.normalize, recorded) {
+        (Some(n), _) => n.clone(),
+        (None, Some(n)) => n,
+        (None, None) if cfg.model() != ModelKind::Script => cfg.model().normalization(),
         (None, None) => {
             let (mean, std) = data.channel_stats();
             Normalization { mean, std }

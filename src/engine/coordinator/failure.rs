@@ -36,12 +36,12 @@ impl Coordinator {
         });
         // Built-in models only: a TorchScript model casts inside itself.
         let half = gpu
-            .filter(|_| cfg.precision == crate::model::Precision::F32 && cfg.script.is_none())
+            .filter(|_| cfg.settings.precision.format == crate::model::Precision::F32 && cfg.kit.script.is_none())
             .map(|i| if ampere(i) { "bf16" } else { "f16" });
         let context = crate::engine::oom::OomContext {
             device: &device,
             replica,
-            per_replica: cfg.batch_size.div_ceil(self.replica_span().1),
+            per_replica: cfg.settings.recipe.batch_size.div_ceil(self.replica_span().1),
             on_device,
             checkpoint,
             half,

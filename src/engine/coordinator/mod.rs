@@ -149,7 +149,7 @@ impl Coordinator {
             scaler: None,
             grad_norms: None,
             first_step: 0,
-            best: crate::engine::best::BestKeeper::new(p.cfg.best_metric, p.cfg.keep_best, p.cfg.early_stop),
+            best: crate::engine::best::BestKeeper::new(p.cfg.settings.best.metric, p.cfg.settings.best.keep, p.cfg.settings.best.early_stop),
             early_stopped: false,
             cfg: p.cfg,
             world: p.world,
@@ -204,7 +204,7 @@ impl Coordinator {
         let k = self.replica_span().1;
         let steps_per_epoch = self.cfg().steps_per_epoch(self.train_len);
         let (mut start_epoch, mut start_step, mut partial) = (0, 0, Tally::default());
-        let restored = self.cfg.resume.as_ref().map(|r| r.state.clone());
+        let restored = self.cfg.kit.resume.as_ref().map(|r| r.state.clone());
         if let Some(s) = &restored {
             (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
             self.global_step = s.global_step;
@@ -231,11 +231,11 @@ impl Coordinator {
         }
         let mut reason = FinishReason::Completed;
         let mut position = (start_epoch, start_step);
-        'epochs: for epoch in start_epoch..self.cfg().epochs {
-            let order = Arc::new(epoch_order(self.cfg().seed, epoch, self.train_len));
+        'epochs: for epoch in start_epoch..self.cfg().settings.recipe.epochs {
+            let order = Arc::new(epoch_order(self.cfg().settings.recipe.seed, epoch, self.train_len));
             let first = if epoch == start_epoch { start_step } else { 0 };
             let (offset, total) = self.replica_span();
-            let rows = (self.cfg().batch_size, self.train_len);
+            let rows = (self.cfg().settings.recipe.batch_size, self.train_len);
             self.pool.broadcast(|i| ToWorker::Epoch {
                 order: Arc::clone(&order),
                 epoch,
@@ -254,14 +254,14 @@ impl Coordinator {
                     };
                     break 'epochs;
                 }
-                if self.cfg().max_steps.is_some_and(|m| self.global_step >= m) {
+                if self.cfg().settings.placement.max_steps.is_some_and(|m| self.global_step >= m) {
                     reason = FinishReason::StepLimit;
                     break 'epochs;
                 }
-                let (start, len) = step_rows(step, self.cfg().batch_size, self.train_len);
+                let (start, len) = step_rows(step, self.cfg().settings.recipe.batch_size, self.train_len);
                 let last = step + 1 == steps_per_epoch;
                 self.train_step(start, len)?;
-                if last || (step + 1) % self.cfg().log_every == 0 {
+                if last || (step + 1) % self.cfg().settings.placement.log_every == 0 {
                     self.report(epoch + 1, step + 1, steps_per_epoch)?;
                 }
                 self.note_written(false);
@@ -317,7 +317,7 @@ impl Coordinator {
         }
         Summary {
             val_acc: None,
-            model: self.cfg().model,
+            model: self.cfg().model(),
             devices: self.cfg().devices.clone(),
             test_acc: self.done.last_test_acc,
             sec_per_epoch: (self.done.epochs > 0).then(|| self.done.tally.seconds / self.done.epochs as f64),

@@ -87,13 +87,13 @@ impl Coordinator {
                 save_named(&p.into_iter().chain(b).collect::<Vec<_>>(), &ema_path)?;
                 self.emit(Change::Saved { path: ema_path.display().to_string(), global_step });
             }
-            if let Some(script) = self.cfg().script.clone() {
+            if let Some(script) = self.cfg().kit.script.clone() {
                 let module = dir.join(SCRIPT_FILE);
                 save_script(&script, &named, &module)?;
                 self.emit(Change::Saved { path: module.display().to_string(), global_step });
             }
             let path = self.write_checkpoint(&dir, position)?;
-            keep_newest(&path, global_step, self.cfg().keep_checkpoints);
+            keep_newest(&path, global_step, self.cfg().settings.checkpoints.keep);
             Ok(path)
         });
         match result {
@@ -155,10 +155,10 @@ impl Coordinator {
     /// The periodic checkpoint, if one is due after the step that made `global_step` steps
     /// (`epoch_end`: the 1-based epoch that step ended), continuing at `position`.
     pub(super) fn checkpoint_if_due(&mut self, epoch_end: Option<usize>, position: (usize, usize)) {
-        let every = self.cfg().checkpoint_every;
+        let every = self.cfg().settings.checkpoints.every;
         // A step-or-time checkpoint due on an epoch's last step waits for its evaluation.
         let last_of_epoch = epoch_end.is_none() && position.1 == 0;
-        let finished = position.0 >= self.cfg().epochs;
+        let finished = position.0 >= self.cfg().settings.recipe.epochs;
         if last_of_epoch
             || finished
             || !every.due(self.global_step, epoch_end, self.last_checkpoint.elapsed())
@@ -180,7 +180,7 @@ impl Coordinator {
             return;
         }
         let path = dir.join(CHECKPOINT_FILE);
-        if self.cfg().faults.checkpoint_write {
+        if self.cfg().kit.faults.checkpoint_write {
             let e = CheckpointError::Write {
                 path,
                 cause: std::io::Error::other("injected fault (DPT_INJECT_FAULT=checkpoint-write)"),
@@ -203,7 +203,7 @@ impl Coordinator {
             checkpoint: self.checkpoint_at(position),
             path,
             global_step: self.global_step,
-            keep: self.cfg().keep_checkpoints,
+            keep: self.cfg().settings.checkpoints.keep,
         };
         let finished = self.writer.as_mut().map(|w| w.submit(job)).unwrap_or_default();
         self.report_written(finished);
@@ -310,7 +310,7 @@ impl Coordinator {
     /// Writes a checkpoint that continues at `position` into `dir`.
     fn write_checkpoint(&self, dir: &Path, position: (usize, usize)) -> Result<PathBuf, CheckpointError> {
         let path = dir.join(CHECKPOINT_FILE);
-        if self.cfg().faults.checkpoint_write {
+        if self.cfg().kit.faults.checkpoint_write {
             return Err(CheckpointError::Write {
                 path,
                 cause: std::io::Error::other("injected fault (DPT_INJECT_FAULT=checkpoint-write)"),
@@ -325,30 +325,13 @@ impl Coordinator {
         let cfg = self.cfg();
         let partial = if position.1 == 0 { Default::default() } else { self.epoch.now() };
         let state = CheckpointState {
-            format: 1,
-            model: cfg.model,
-            model_file: cfg.script.as_ref().map(|s| s.path.clone()),
-            normalize: Some(cfg.normalization.clone()),
             epoch: position.0,
             step: position.1,
             global_step: self.global_step,
-            epochs: cfg.epochs,
             lr: self.lr,
-            momentum: cfg.optim.momentum,
-            weight_decay: cfg.optim.weight_decay,
-            optim: Some(cfg.optim),
             lr_scale: self.plan.scale,
-            lr_batch_ref: cfg.lr_batch_ref,
-            ema: cfg.ema,
-            clip_grad_norm: cfg.clip_grad_norm,
             loss_scaler: self.scaler,
-            data: Some(cfg.data.clone()),
-            augment: (!cfg.augment.is_none()).then_some(cfg.augment),
-            best: (cfg.keep_best > 0 || cfg.early_stop.is_some()).then(|| self.best.clone()),
-            label_smoothing: cfg.label_smoothing,
-            schedule: Some(cfg.schedule.clone()),
-            batch_size: cfg.batch_size,
-            seed: cfg.seed,
+            best: (cfg.settings.best.keep > 0 || cfg.settings.best.early_stop.is_some()).then(|| self.best.clone()),
             train_samples: self.train_len,
             test_samples: self.test_len,
             partial_epoch: partial,
@@ -356,6 +339,7 @@ impl Coordinator {
             train_seconds: self.done.tally.seconds,
             samples_done: self.done.tally.samples,
             last_test_acc: self.done.last_test_acc,
+            ..CheckpointState::new(cfg.settings.clone(), cfg.normalization.clone())
         };
         Checkpoint {
             state,

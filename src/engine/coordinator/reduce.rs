@@ -73,7 +73,7 @@ impl Coordinator {
     /// every local replica has reported it, in bucket order (so every rank starts the same
     /// collectives in the same order).
     pub(super) fn gather_step(&self) -> Result<Gathered, EngineError> {
-        let timeout = self.cfg().step_timeout;
+        let timeout = self.cfg().step_timeout();
         let Some(buckets) = &self.reduction.buckets else {
             let replies = self.pool.gather(timeout)?;
             return Ok(Gathered { replies, in_flight: Vec::new(), early: 0, buckets: 0 });

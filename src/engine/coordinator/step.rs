@@ -47,7 +47,7 @@ fn clock_failure(device: crate::engine::DeviceId) -> impl Fn(crate::dist::c10d::
 
 impl Coordinator {
     fn slow_timeout(&self) -> Duration {
-        self.cfg().step_timeout * SLOW_WORK_FACTOR
+        self.cfg().step_timeout() * SLOW_WORK_FACTOR
     }
 
     /// Waits for every replica to be built, and takes its buffers.
@@ -56,26 +56,26 @@ impl Coordinator {
             if let FromWorker::Ready { mut handles, .. } = reply {
                 // Every replica has the same buckets (the same model and layout).
                 self.reduction.buckets = self.reduction.buckets.take().or(handles.buckets.take());
-                self.replicas.add(*handles, self.cfg.optim);
+                self.replicas.add(*handles, self.cfg.settings.optimizer);
             }
         }
         let first = self.replicas.params.first().map_or(tch::Device::Cpu, Tensor::device);
         let device = self.cfg().devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
-        let waiting = clock::waiting("the allreduce and update", device, self.cfg.step_timeout);
+        let waiting = clock::waiting("the allreduce and update", device, self.cfg.step_timeout());
         self.clock = Some(PhaseClock::new(first, 2, waiting));
-        if let Some(r) = &self.cfg.resume {
+        if let Some(r) = &self.cfg.kit.resume {
             self.replicas.restore_optimizer(r);
         }
         self.reduction.runs = self.replicas.trainable_runs();
-        self.scaler = self.cfg.loss_scale.map(|cfg| {
-            let saved = self.cfg.resume.as_ref().and_then(|r| r.state.loss_scaler);
+        self.scaler = self.cfg.settings.precision.loss_scaling().map(|cfg| {
+            let saved = self.cfg.kit.resume.as_ref().and_then(|r| r.state.loss_scaler);
             saved.map_or_else(
                 || LossScaler::new(cfg),
                 |s| LossScaler { init: cfg.init, growth_interval: cfg.growth_interval, ..s },
             )
         });
-        if let Some(decay) = self.cfg.ema {
-            let saved = self.cfg.resume.as_ref().and_then(|r| r.ema.as_ref());
+        if let Some(decay) = self.cfg.settings.recipe.ema {
+            let saved = self.cfg.kit.resume.as_ref().and_then(|r| r.ema.as_ref());
             self.replicas.start_ema(decay, saved);
         }
         if let LocalReduce::Nccl { groups } = &self.reduction.local {
@@ -91,7 +91,7 @@ impl Coordinator {
     /// step timeout.
     fn set_up_nccl(&self, devices: Vec<tch::Device>) -> Result<(), EngineError> {
         let names: Vec<String> = self.cfg.devices.iter().map(ToString::to_string).collect();
-        let waiting = clock::waiting("NCCL's communicator set-up", names.join(","), self.cfg.step_timeout);
+        let waiting = clock::waiting("NCCL's communicator set-up", names.join(","), self.cfg.step_timeout());
         let result = waiting.run("dpt-nccl-setup", move || {
             if let Some(tch::Device::Cuda(i)) = devices.first() {
                 set_thread_device(*i)?;
@@ -112,7 +112,7 @@ impl Coordinator {
 
     /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
     pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
-        let (seed, global_step) = (self.cfg().seed, self.global_step);
+        let (seed, global_step) = (self.cfg().settings.recipe.seed, self.global_step);
         // The global batch is split over every replica of every process; ours are a slice.
         let (offset, total) = self.replica_span();
         let parts = shards(len, total);
@@ -181,7 +181,7 @@ impl Coordinator {
             w.timing.allreduce += p[0];
             w.timing.update += p[1];
         }
-        if self.cfg().check_replicas {
+        if self.cfg().settings.placement.check_replicas {
             self.check_replicas()?;
         }
         Ok(())
@@ -189,12 +189,12 @@ impl Coordinator {
 
     /// Clips the reduced gradient (noting its norm) and updates every replica from it.
     fn apply_update(&mut self, holders: &[usize], len: usize, global_step: usize) {
-        let norm = self.replicas.grad_norm(holders, len, self.cfg.clip_grad_norm);
+        let norm = self.replicas.grad_norm(holders, len, self.cfg.settings.recipe.clip_grad_norm);
         let _ =
             self.grad_norms.get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double)).g_add_(&norm);
         // The optimizer counts the steps it took (Adam's bias correction), not skipped ones.
         let taken = (global_step + 1) as u64 - self.scaler.map_or(0, |s| s.skipped);
-        let inject = self.cfg().faults.coordinator_panic;
+        let inject = self.cfg().kit.faults.coordinator_panic;
         for (i, &holder) in holders.iter().enumerate() {
             self.touching = Some(i);
             if inject == Some((i, global_step)) {
@@ -220,7 +220,7 @@ impl Coordinator {
         steps_per_epoch: usize,
     ) -> Result<(), EngineError> {
         self.pool.broadcast(|_| ToWorker::Report)?;
-        for reply in self.pool.gather(self.cfg().step_timeout)? {
+        for reply in self.pool.gather(self.cfg().step_timeout())? {
             if let FromWorker::Sums { sums, .. } = reply {
                 self.window.add(sums);
             }

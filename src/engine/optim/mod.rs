@@ -68,6 +68,7 @@ impl std::str::FromStr for OptimizerKind {
 
 /// A run's optimizer and its hyper-parameters (the lr here is the base of the schedule).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OptimConfig {
     pub kind: OptimizerKind,
     pub lr: f64,
@@ -84,6 +85,14 @@ pub struct OptimConfig {
     /// dimensions (weights, not biases or normalization scales). SGD always decays every one,
     /// as `torch.optim.SGD` does.
     pub decay_all: bool,
+}
+
+impl Default for OptimConfig {
+    /// The default model's (LeNet's) SGD.
+    fn default() -> Self {
+        let d = crate::model::ModelKind::Lenet.defaults();
+        OptimConfig::sgd(d.lr, d.momentum, 0.0)
+    }
 }
 
 impl OptimConfig {
