@@ -14,9 +14,9 @@ pub mod model;
 pub mod monitor;
 pub mod record;
 pub mod remote;
-pub mod settings;
 pub mod report;
 pub mod run_dir;
+pub mod settings;
 pub mod signals;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -10,8 +10,6 @@ mod session;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use dpt_tui::dashboard;
 
 /// How the program failed, which decides the exit status.
@@ -32,7 +30,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let args = cli::Args::parse_from(argv);
+    let matches = cli::command().get_matches_from(argv);
+    let args = <cli::Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     install_panic_hook();
     match session::run(args) {
         Ok(code) => ExitCode::from(code),

@@ -218,7 +218,8 @@ fn float16_trains_with_a_dynamic_loss_scale_in_the_record() {
         assert!(s["loss"].as_f64().is_some_and(f64::is_finite));
     }
     let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
-    assert!(config.contains("loss_scale = \"on\"") && config.contains("loss_scale_init = 4096"), "{config}");
+    let tree: dpt_tui::settings::Settings = toml::from_str(&config).unwrap();
+    assert_eq!(tree.precision.loss_scaling().map(|l| l.init), Some(4096.0), "{config}");
 }
 
 #[test]

@@ -77,7 +77,8 @@ fn same_seed_same_result() {
 fn cpu_steps_are_timed_by_the_host_clock_every_step_and_say_so() {
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
     // Three warm-up steps, then one timed step in each of the last two windows.
-    (cfg.settings.recipe.batch_size, cfg.settings.placement.max_steps, cfg.settings.placement.log_every) = (32, Some(7), 2);
+    (cfg.settings.recipe.batch_size, cfg.settings.placement.max_steps, cfg.settings.placement.log_every) =
+        (32, Some(7), 2);
     let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
     let records: Vec<_> = engine.events().iter().collect();
     engine.join().expect("training succeeds");

@@ -15,8 +15,10 @@ fn a_run_that_stops_improving_keeps_its_best_and_stops_early() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
     // A learning rate too small to change the predictions: the accuracy stays where it starts.
-    (cfg.settings.recipe.batch_size, cfg.settings.recipe.epochs, cfg.settings.optimizer) = (64, 8, OptimConfig::sgd(1e-12, 0.0, 0.0));
-    (cfg.settings.best.keep, cfg.settings.best.metric, cfg.settings.best.early_stop) = (2, BestMetric::ValAcc, Some(2));
+    (cfg.settings.recipe.batch_size, cfg.settings.recipe.epochs, cfg.settings.optimizer) =
+        (64, 8, OptimConfig::sgd(1e-12, 0.0, 0.0));
+    (cfg.settings.best.keep, cfg.settings.best.metric, cfg.settings.best.early_stop) =
+        (2, BestMetric::ValAcc, Some(2));
     cfg.run_dir = Some(dir.path().to_owned());
     let engine = Engine::start(cfg, common::subset(128, 64)).unwrap();
     let (mut kept, mut stopped, mut reason) = (Vec::new(), None, None);

@@ -81,7 +81,8 @@ fn a_stopped_cnn_run_resumes_to_the_same_weights() {
     let model = read(&common::make_model("cnn", 1, dir.path()));
     let with_dir = |run: &Path| {
         let mut cfg = config(&model, 2);
-        (cfg.settings.recipe.epochs, cfg.run_dir, cfg.settings.placement.check_replicas) = (2, Some(run.to_owned()), false);
+        (cfg.settings.recipe.epochs, cfg.run_dir, cfg.settings.placement.check_replicas) =
+            (2, Some(run.to_owned()), false);
         cfg
     };
     let straight_dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,33 @@ pub use settings_args::SettingsArgs;
 
 pub use values::OnOff;
 
+/// The command line: `Args`' flags, each setting's help ending with its default from the
+/// settings tree (`dpt_tui::settings::Settings::default`, the default model's), where its doc
+/// does not say it in words.
+pub fn command() -> clap::Command {
+    let defaults = dpt_tui::settings::flat(
+        &serde_json::to_value(dpt_tui::settings::Settings::default()).expect("settings serialize"),
+    );
+    <Args as clap::CommandFactory>::command().mut_args(|arg| {
+        let shown = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Array(items) => {
+                Some(items.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+            }
+            serde_json::Value::Null => None,
+            other => Some(other.to_string()),
+        };
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        match defaults.get(arg.get_id().as_str()).and_then(shown) {
+            Some(value) if !help.contains("[default:") && arg.get_action().takes_values() => {
+                let help = format!("{} [default: {value}]", help.trim_end_matches('.'));
+                arg.help(help)
+            }
+            _ => arg,
+        }
+    })
+}
+
 /// Commands besides training.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {

@@ -34,8 +34,8 @@ pub struct SettingsArgs {
 
 impl SettingsArgs {
     /// The flags given, as a partial settings tree.
-    pub fn layer(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("flags serialize")
+    pub fn layer(&self) -> toml::Value {
+        dpt_tui::settings::layer(self)
     }
 }
 

@@ -21,19 +21,19 @@ pub struct ModelArgs {
     /// Model to train: lenet, resnet18 or mnist-net (d2l's reference programs: architectures
     /// and defaults), or the path of a TorchScript file of your own [default: lenet, or the
     /// resumed checkpoint's].
-    #[arg(long = "model", value_name = "NAME|FILE", value_parser = parse::<ModelChoice>)]
+    #[arg(id = "model.name", long = "model", value_name = "NAME|FILE", value_parser = parse::<ModelChoice>)]
     pub name: Option<ModelChoice>,
     /// The training loss of a TorchScript model: cross-entropy on logits, or nll on
     /// log-probabilities [default: cross-entropy; the built-in models use their reference program's].
-    #[arg(long, value_parser = parse::<LossKind>)]
+    #[arg(id = "model.loss", value_name = "LOSS", long = "loss", value_parser = parse::<LossKind>)]
     pub loss: Option<LossKind>,
     /// Input normalization `MEAN,STD`: the network sees `(x / 255 - MEAN) / STD` [default:
     /// 0,1 (x / 255), the MNIST net 0.1307,0.3081; a TorchScript model the training set's own].
-    #[arg(long, value_name = "MEAN,STD", value_parser = parse_normalize)]
+    #[arg(id = "model.normalize", long = "normalize", value_name = "MEAN,STD", value_parser = parse_normalize)]
     pub normalize: Option<Normalization>,
     /// Start from these weights (a .safetensors file, or a run directory's model.safetensors),
     /// loaded by name and shape; the others keep their initial values, and the run names them.
-    #[arg(long, value_name = "FILE|DIR")]
+    #[arg(id = "model.init_from", long = "init-from", value_name = "FILE|DIR")]
     pub init_from: Option<PathBuf>,
 }
 
@@ -44,61 +44,66 @@ pub struct DataArgs {
     /// (train/*.tar, val/*.tar or test/*.tar), a .npz or .safetensors file, or a folder of .npy
     /// files (x_train, y_train, x_test, y_test).
     /// [default: /usr/share/datasets/fashion-mnist, or a resumed run's own]
-    #[arg(long = "data", env = "DPT_DATA")]
+    #[arg(id = "data.path", value_name = "PATH", long = "data", env = "DPT_DATA")]
     pub path: Option<PathBuf>,
     /// The format of --data when it cannot be told from the files: idx, cifar10, images, npz,
     /// safetensors, webdataset.
-    #[arg(id = "data_format", long = "data-format", value_parser = parse::<DataFormat>)]
+    #[arg(id = "data.format", value_name = "FORMAT", long = "data-format", value_parser = parse::<DataFormat>)]
     pub format: Option<DataFormat>,
     /// Resize every image of an image folder to H,W pixels (otherwise they must all have one
     /// size).
-    #[arg(long, value_name = "H,W", value_parser = parse_size)]
+    #[arg(id = "data.image_size", long = "image-size", value_name = "H,W", value_parser = parse_size)]
     pub image_size: Option<(u32, u32)>,
     /// Use only the first N training samples.
-    #[arg(long, value_name = "N")]
+    #[arg(id = "data.train_limit", long = "train-limit", value_name = "N")]
     pub train_limit: Option<usize>,
     /// Use only the first N test samples.
-    #[arg(long, value_name = "N")]
+    #[arg(id = "data.test_limit", long = "test-limit", value_name = "N")]
     pub test_limit: Option<usize>,
     /// Carve this fraction of the training set (chosen by --seed) into a validation split,
     /// evaluated every epoch; the test set is then evaluated once, at the end.
-    #[arg(long, value_name = "F")]
+    #[arg(id = "data.val_fraction", long = "val-fraction", value_name = "F")]
     pub val_fraction: Option<f64>,
     /// Image folders and shards: the share of all images that may fail to decode; those are
     /// left out (named on stderr, counted in the data's description) and more than it is an
-    /// error naming the first [default: 0.001].
-    #[arg(long = "max-bad-images", value_name = "F")]
+    /// error naming the first.
+    #[arg(id = "data.max_bad", long = "max-bad-images", value_name = "F")]
     pub max_bad: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct OptimizerArgs {
     /// The optimizer: sgd (torch.optim.SGD), adam (torch.optim.Adam) or adamw
-    /// (torch.optim.AdamW) [default: sgd].
-    #[arg(long = "optimizer", value_name = "NAME", value_parser = parse::<OptimizerKind>)]
+    /// (torch.optim.AdamW).
+    #[arg(id = "optimizer.kind", long = "optimizer", value_name = "NAME", value_parser = parse::<OptimizerKind>)]
     pub kind: Option<OptimizerKind>,
     /// Learning rate [default: the model's].
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(id = "optimizer.lr", value_name = "LR", long = "lr", allow_hyphen_values = true)]
     pub lr: Option<f64>,
     /// SGD momentum [default: the model's].
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(id = "optimizer.momentum", value_name = "MOMENTUM", long = "momentum", allow_hyphen_values = true)]
     pub momentum: Option<f64>,
     /// Nesterov momentum (SGD with --momentum above 0).
-    #[arg(long)]
+    #[arg(id = "optimizer.nesterov", long = "nesterov")]
     #[serde(skip_serializing_if = "not_set")]
     pub nesterov: bool,
     /// Weight decay: L2 for sgd and adam, decoupled for adamw; adam and adamw decay only
-    /// tensors of two or more dimensions unless --decay-all [default: 0].
-    #[arg(long, allow_hyphen_values = true)]
+    /// tensors of two or more dimensions unless --decay-all.
+    #[arg(
+        id = "optimizer.weight_decay",
+        value_name = "WEIGHT_DECAY",
+        long = "weight-decay",
+        allow_hyphen_values = true
+    )]
     pub weight_decay: Option<f64>,
-    /// Adam's and AdamW's moment decay rates [default: 0.9,0.999].
-    #[arg(long, value_name = "B1,B2", value_parser = parse_betas, allow_hyphen_values = true)]
+    /// Adam's and AdamW's moment decay rates.
+    #[arg(id = "optimizer.betas", long = "betas", value_name = "B1,B2", value_parser = parse_betas, allow_hyphen_values = true)]
     pub betas: Option<(f64, f64)>,
-    /// Adam's and AdamW's denominator term [default: 1e-8].
-    #[arg(long, allow_hyphen_values = true)]
+    /// Adam's and AdamW's denominator term.
+    #[arg(id = "optimizer.eps", value_name = "EPS", long = "eps", allow_hyphen_values = true)]
     pub eps: Option<f64>,
     /// Weight decay on every parameter with adam and adamw, biases and normalization scales too.
-    #[arg(long)]
+    #[arg(id = "optimizer.decay_all", long = "decay-all")]
     #[serde(skip_serializing_if = "not_set")]
     pub decay_all: bool,
 }
@@ -107,75 +112,85 @@ pub struct OptimizerArgs {
 pub struct ScheduleArgs {
     /// The learning-rate schedule, stepped once per optimizer step: constant, cosine, linear,
     /// onecycle, or step:E1,E2,… (× --lr-gamma at each epoch Ei) [default: constant].
-    #[arg(long = "lr-schedule", value_name = "SHAPE", value_parser = parse::<Shape>)]
+    #[arg(id = "schedule.shape", long = "lr-schedule", value_name = "SHAPE", value_parser = parse::<Shape>)]
     pub shape: Option<Shape>,
-    /// Linear warm-up over the first W optimizer steps: lr·(t+1)/W [default: 0].
-    #[arg(long, value_name = "W")]
+    /// Linear warm-up over the first W optimizer steps: lr·(t+1)/W.
+    #[arg(id = "schedule.warmup_steps", long = "warmup-steps", value_name = "W")]
     pub warmup_steps: Option<usize>,
-    /// The rate cosine and linear schedules end at [default: 0].
-    #[arg(long, allow_hyphen_values = true)]
+    /// The rate cosine and linear schedules end at.
+    #[arg(id = "schedule.min_lr", value_name = "MIN_LR", long = "min-lr", allow_hyphen_values = true)]
     pub min_lr: Option<f64>,
-    /// The factor of each step: milestone [default: 0.1].
-    #[arg(long = "lr-gamma", allow_hyphen_values = true)]
+    /// The factor of each step: milestone.
+    #[arg(id = "schedule.gamma", value_name = "GAMMA", long = "lr-gamma", allow_hyphen_values = true)]
     pub gamma: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct RecipeArgs {
     /// Epochs to train [default: the model's, 10].
-    #[arg(long)]
+    #[arg(id = "recipe.epochs", value_name = "EPOCHS", long = "epochs")]
     pub epochs: Option<usize>,
     /// Global batch size, split over the replicas [default: the model's].
-    #[arg(long)]
+    #[arg(id = "recipe.batch_size", value_name = "BATCH_SIZE", long = "batch-size")]
     pub batch_size: Option<usize>,
-    /// Seed of the initialization, the shuffles and the dropout streams [default: 0].
-    #[arg(long)]
+    /// Seed of the initialization, the shuffles and the dropout streams.
+    #[arg(id = "recipe.seed", value_name = "SEED", long = "seed")]
     pub seed: Option<u64>,
     /// Linear scaling rule: the lr is --lr × batch / REF (REF: the batch --lr was tuned for).
-    #[arg(long, value_name = "REF")]
+    #[arg(id = "recipe.lr_batch_ref", long = "lr-batch-ref", value_name = "REF")]
     pub lr_batch_ref: Option<usize>,
-    /// Label smoothing of the training loss, as F.cross_entropy(label_smoothing=EPS) [default: 0].
-    #[arg(long, value_name = "EPS", allow_hyphen_values = true)]
+    /// Label smoothing of the training loss, as F.cross_entropy(label_smoothing=EPS).
+    #[arg(
+        id = "recipe.label_smoothing",
+        long = "label-smoothing",
+        value_name = "EPS",
+        allow_hyphen_values = true
+    )]
     pub label_smoothing: Option<f64>,
     /// Clip the global L2 norm of the mean gradient to MAX each step (clip_grad_norm_); the
     /// norm before clipping is reported with every window either way.
-    #[arg(long, value_name = "MAX", allow_hyphen_values = true)]
+    #[arg(
+        id = "recipe.clip_grad_norm",
+        long = "clip-grad-norm",
+        value_name = "MAX",
+        allow_hyphen_values = true
+    )]
     pub clip_grad_norm: Option<f64>,
     /// Gradient accumulation: each replica trains its share of a step in N micro-batches (the
-    /// batch stays the global batch of one optimizer step; one allreduce per step) [default: 1].
-    #[arg(long, value_name = "N")]
+    /// batch stays the global batch of one optimizer step; one allreduce per step).
+    #[arg(id = "recipe.accumulate", long = "accumulate", value_name = "N")]
     pub accumulate: Option<usize>,
     /// Keep an exponential moving average of the weights with this decay (timm's ModelEmaV2:
     /// ema = decay·ema + (1 − decay)·model after every step), evaluated each epoch and saved as
     /// model_ema.safetensors.
-    #[arg(long, value_name = "DECAY")]
+    #[arg(id = "recipe.ema", long = "ema", value_name = "DECAY")]
     pub ema: Option<f64>,
     /// Training-time augmentation: none; cifar (zero padding 4, random crop, horizontal flip, as
     /// torchvision's RandomCrop(padding=4) and RandomHorizontalFlip); or imagenet (torchvision's
     /// RandomResizedCrop to --image-size, 224 by default, and the flip; evaluation resizes and
     /// crops the centre; streams an image folder or WebDataset shards) [default: none, or a
     /// resumed run's own].
-    #[arg(long, value_name = "none|cifar|imagenet", value_parser = parse::<Preset>)]
+    #[arg(id = "recipe.augment", long = "augment", value_name = "none|cifar|imagenet", value_parser = parse::<Preset>)]
     pub augment: Option<Preset>,
     /// Random crop with this zero padding (0: none), over --augment's choice.
-    #[arg(long, value_name = "P")]
+    #[arg(id = "recipe.crop_padding", long = "crop-padding", value_name = "P")]
     pub crop_padding: Option<u32>,
     /// Random horizontal flip (p = 0.5), over --augment's choice.
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(id = "recipe.hflip", long = "hflip", value_name = "on|off", value_parser = parse_on_off)]
     pub hflip: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct BestArgs {
     /// Keep the K best evaluations (by --best-metric) as weights and checkpoints in the run
-    /// directory's best/epoch-E/ [default: 0].
-    #[arg(id = "keep_best", long = "keep-best", value_name = "K")]
+    /// directory's best/epoch-E/.
+    #[arg(id = "best.keep", long = "keep-best", value_name = "K")]
     pub keep: Option<usize>,
-    /// What best means: val_acc (the evaluated set's accuracy) or val_loss [default: val_acc].
-    #[arg(long = "best-metric", value_name = "METRIC", value_parser = parse::<BestMetric>)]
+    /// What best means: val_acc (the evaluated set's accuracy) or val_loss.
+    #[arg(id = "best.metric", long = "best-metric", value_name = "METRIC", value_parser = parse::<BestMetric>)]
     pub metric: Option<BestMetric>,
     /// Stop when --best-metric has not improved for N evaluations (one per epoch).
-    #[arg(long, value_name = "N")]
+    #[arg(id = "best.early_stop", long = "early-stop", value_name = "N")]
     pub early_stop: Option<usize>,
 }
 
@@ -184,20 +199,25 @@ pub struct PrecisionArgs {
     /// Number format: f32, bf16 (mixed precision: bfloat16 convolutions and matrix products,
     /// f32 master weights, loss and update; for GPUs with bfloat16 tensor cores) or f16 (the
     /// same in float16, for GPUs without bfloat16 such as V100 and T4; with dynamic loss
-    /// scaling) [default: f32].
-    #[arg(id = "precision", long = "precision", value_name = "f32|bf16|f16", value_parser = parse::<Precision>)]
+    /// scaling).
+    #[arg(id = "precision.format", long = "precision", value_name = "f32|bf16|f16", value_parser = parse::<Precision>)]
     pub format: Option<Precision>,
     /// Dynamic loss scaling by torch.amp.GradScaler's rules: the loss multiplied by the scale
     /// before the backward pass; a step whose gradient overflows is skipped and the scale
     /// halved; doubled after --loss-scale-interval clean steps [default: on with --precision
     /// f16, or when the resumed run had it].
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(id = "precision.loss_scale", long = "loss-scale", value_name = "on|off", value_parser = parse_on_off)]
     pub loss_scale: Option<bool>,
-    /// The first loss scale [default: 65536].
-    #[arg(long, value_name = "SCALE", allow_hyphen_values = true)]
+    /// The first loss scale.
+    #[arg(
+        id = "precision.loss_scale_init",
+        long = "loss-scale-init",
+        value_name = "SCALE",
+        allow_hyphen_values = true
+    )]
     pub loss_scale_init: Option<f32>,
-    /// Clean steps in a row before the loss scale doubles [default: 2000].
-    #[arg(long, value_name = "N")]
+    /// Clean steps in a row before the loss scale doubles.
+    #[arg(id = "precision.loss_scale_interval", long = "loss-scale-interval", value_name = "N")]
     pub loss_scale_interval: Option<u32>,
 }
 
@@ -205,81 +225,81 @@ pub struct PrecisionArgs {
 pub struct CheckpointArgs {
     /// Write a checkpoint every N epochs, or every N steps (`500steps`), or every so much time
     /// (`20m`, `90s`, `2h`), off the training thread (0: only when stopping and at the end)
-    /// [default: 1].
-    #[arg(long = "checkpoint-every", value_name = "N|Nsteps|20m", value_parser = parse::<CheckpointEvery>)]
+    ///.
+    #[arg(id = "checkpoints.every", long = "checkpoint-every", value_name = "N|Nsteps|20m", value_parser = parse::<CheckpointEvery>)]
     pub every: Option<CheckpointEvery>,
     /// Keep the K newest checkpoints under checkpoints/ in the run directory, beside
-    /// checkpoint.safetensors (the newest) [default: 1, that one only].
-    #[arg(id = "keep_checkpoints", long = "keep-checkpoints", value_name = "K")]
+    /// checkpoint.safetensors (the newest; 1: that one only).
+    #[arg(id = "checkpoints.keep", long = "keep-checkpoints", value_name = "K")]
     pub keep: Option<usize>,
     /// When the loss is NaN or infinite [default: pause in the dashboard, stop headless].
-    #[arg(long, value_name = "pause|stop|ignore", value_parser = parse::<OnNan>)]
+    #[arg(id = "checkpoints.on_nan", long = "on-nan", value_name = "pause|stop|ignore", value_parser = parse::<OnNan>)]
     pub on_nan: Option<OnNan>,
     /// Headless: when the final save fails (a full disk), try again this many times before
-    /// exiting 1 (the dashboard instead pauses and lets you retry with `s`) [default: 6].
-    #[arg(long, value_name = "N")]
+    /// exiting 1 (the dashboard instead pauses and lets you retry with `s`).
+    #[arg(id = "checkpoints.save_retries", long = "save-retries", value_name = "N")]
     pub save_retries: Option<u32>,
-    /// Headless: seconds between two tries of a failed final save [default: 10].
-    #[arg(long, value_name = "SECS")]
+    /// Headless: seconds between two tries of a failed final save.
+    #[arg(id = "checkpoints.save_retry_secs", long = "save-retry-secs", value_name = "SECS")]
     pub save_retry_secs: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct PlacementArgs {
     /// Devices, one replica each: auto, cpu, cpu:N (N replicas on the CPU), or a list such as
-    /// cuda:0,cuda:1 (a device may repeat) [default: auto].
-    #[arg(long)]
+    /// cuda:0,cuda:1 (a device may repeat).
+    #[arg(id = "placement.devices", value_name = "DEVICES", long = "devices")]
     pub devices: Option<String>,
     /// Intra-op threads per CPU replica [default: the cores shared among the CPU replicas].
-    #[arg(long, value_name = "N")]
+    #[arg(id = "placement.cpu_threads", long = "cpu-threads", value_name = "N")]
     pub cpu_threads: Option<usize>,
     /// How the data reaches the replicas: resident (decoded once into memory and every
     /// replica's device), stream (read and decoded batch by batch while training, within
     /// --data-memory; image folders, WebDataset shards, uint8 .npy arrays, CIFAR-10 batches and
     /// uncompressed IDX files), or auto (resident when the decoded images fit in --data-memory)
-    /// [default: auto].
-    #[arg(long, value_name = "auto|resident|stream", value_parser = parse::<Loader>)]
+    ///.
+    #[arg(id = "placement.loader", long = "loader", value_name = "auto|resident|stream", value_parser = parse::<Loader>)]
     pub loader: Option<Loader>,
     /// The host memory the data may take, such as 512M or 8G: auto's threshold, and the
     /// streaming loader's bound on its decoded batches [default: 2G].
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    #[arg(id = "placement.data_memory", long = "data-memory", value_name = "BYTES", value_parser = parse_bytes)]
     pub data_memory: Option<u64>,
     /// Streaming: batches decoded ahead of each replica, at most (fewer when --data-memory
-    /// holds fewer) [default: 2].
-    #[arg(long, value_name = "N")]
+    /// holds fewer).
+    #[arg(id = "placement.prefetch", long = "prefetch", value_name = "N")]
     pub prefetch: Option<usize>,
     /// Streaming: threads decoding images, shared by the process's replicas [default: the
     /// process's cores].
-    #[arg(long, value_name = "N")]
+    #[arg(id = "placement.decode_threads", long = "decode-threads", value_name = "N")]
     pub decode_threads: Option<usize>,
     /// Gradient buckets' cap in MiB: each bucket's allreduce starts while the backward pass is
     /// still running, as DDP's bucket_cap_mb (the first bucket 1 MiB); 0 reduces the gradients
-    /// after the backward pass [default: 25].
-    #[arg(long, value_name = "MIB")]
+    /// after the backward pass.
+    #[arg(id = "placement.bucket_cap_mb", long = "bucket-cap-mb", value_name = "MIB")]
     pub bucket_cap_mb: Option<f64>,
     /// Channels-last convolution weights and activations [default: the model's measured
     /// preference: on for lenet, for resnet18 on GPUs].
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(id = "placement.channels_last", long = "channels-last", value_name = "on|off", value_parser = parse_on_off)]
     pub channels_last: Option<bool>,
-    /// Report a replica as stuck when a step takes longer than this many seconds [default: 600].
-    #[arg(long, value_name = "SECS")]
+    /// Report a replica as stuck when a step takes longer than this many seconds.
+    #[arg(id = "placement.step_timeout", long = "step-timeout", value_name = "SECS")]
     pub step_timeout: Option<f64>,
     /// Collective backend across processes: auto (nccl when this process's devices are GPUs,
-    /// else gloo), gloo or nccl [default: auto].
-    #[arg(long, value_name = "auto|gloo|nccl", value_parser = parse::<DistBackend>)]
+    /// else gloo), gloo or nccl.
+    #[arg(id = "placement.dist_backend", long = "dist-backend", value_name = "auto|gloo|nccl", value_parser = parse::<DistBackend>)]
     pub dist_backend: Option<DistBackend>,
     /// Seconds a rank waits for the others (at the rendezvous and in every collective) before
-    /// the run stops with the missing ranks named [default: 300].
-    #[arg(long, value_name = "SECS")]
+    /// the run stops with the missing ranks named.
+    #[arg(id = "placement.dist_timeout", long = "dist-timeout", value_name = "SECS")]
     pub dist_timeout: Option<f64>,
-    /// Report training statistics every N steps (and at each epoch end) [default: 50].
-    #[arg(long, value_name = "N")]
+    /// Report training statistics every N steps (and at each epoch end).
+    #[arg(id = "placement.log_every", long = "log-every", value_name = "N")]
     pub log_every: Option<usize>,
     /// Stop after N steps in all (a quick check of a set-up).
-    #[arg(long, value_name = "N")]
+    #[arg(id = "placement.max_steps", long = "max-steps", value_name = "N")]
     pub max_steps: Option<usize>,
     /// Verify after every step that all replicas hold identical parameters (slow).
-    #[arg(long)]
+    #[arg(id = "placement.check_replicas", long = "check-replicas")]
     #[serde(skip_serializing_if = "not_set")]
     pub check_replicas: bool,
 }

@@ -40,6 +40,12 @@ impl Default for DataSettings {
 impl DataSettings {
     /// The loader's options, with the attempt's loader and the memory the data may take.
     pub fn load_options(&self, loader: super::Loader, memory: u64) -> super::LoadOptions {
-        super::LoadOptions { format: self.format, image_size: self.image_size, max_bad: self.max_bad, loader, memory }
+        super::LoadOptions {
+            format: self.format,
+            image_size: self.image_size,
+            max_bad: self.max_bad,
+            loader,
+            memory,
+        }
     }
 }

@@ -64,7 +64,8 @@ impl CheckpointState {
 
     /// The state in a checkpoint's `__state__` bytes, of this layout or the one before.
     pub(super) fn from_json(bytes: &[u8]) -> Result<CheckpointState, String> {
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("bad run state: {e}"))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("bad run state: {e}"))?;
         match value.get("format").and_then(serde_json::Value::as_u64) {
             Some(1) => {
                 let old: FormatOne = serde_json::from_value(value).map_err(|e| format!("bad run state: {e}"))?;
@@ -189,7 +190,8 @@ impl From<FormatOne> for CheckpointState {
         if let Some(scaler) = old.loss_scaler {
             let l = scaler.settings();
             s.precision.loss_scale = Some(true);
-            (s.precision.loss_scale_init, s.precision.loss_scale_interval) = (Some(l.init), Some(l.growth_interval));
+            (s.precision.loss_scale_init, s.precision.loss_scale_interval) =
+                (Some(l.init), Some(l.growth_interval));
         }
         CheckpointState {
             format: FORMAT,
@@ -231,7 +233,10 @@ mod tests {
         assert!(s.legacy);
         assert_eq!(s.model(), ModelKind::Resnet18);
         assert_eq!((s.settings.optimizer.lr, s.settings.optimizer.momentum), (0.05, 0.9));
-        assert_eq!((s.settings.recipe.batch_size, s.settings.recipe.epochs, s.settings.recipe.seed), (64, 4, 3));
+        assert_eq!(
+            (s.settings.recipe.batch_size, s.settings.recipe.epochs, s.settings.recipe.seed),
+            (64, 4, 3)
+        );
         assert_eq!(s.settings.recipe.augmentation(), Preset::Cifar.augment());
         assert_eq!(s.settings.data.train_limit, Some(1000));
         assert_eq!((s.global_step, s.epochs_done), (45, 2));

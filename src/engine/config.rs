@@ -212,10 +212,16 @@ impl TrainConfig {
         }
         if let Some(r) = &self.kit.resume {
             if r.state.settings.recipe.batch_size != batch {
-                return Err(ConfigError::ResumeBatch { checkpoint: r.state.settings.recipe.batch_size, asked: batch });
+                return Err(ConfigError::ResumeBatch {
+                    checkpoint: r.state.settings.recipe.batch_size,
+                    asked: batch,
+                });
             }
             if r.state.epoch >= self.settings.recipe.epochs {
-                return Err(ConfigError::ResumeDone { done: r.state.epoch, epochs: self.settings.recipe.epochs });
+                return Err(ConfigError::ResumeDone {
+                    done: r.state.epoch,
+                    epochs: self.settings.recipe.epochs,
+                });
             }
         }
         Ok(())

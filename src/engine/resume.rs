@@ -78,8 +78,14 @@ impl Resume {
                 (tch::Kind::Float, tch::Device::Cpu),
             )
         };
-        let optimizer =
-            state.settings.optimizer.kind.slots().iter().map(|s| ((*s).to_owned(), zeros(&b.params))).collect();
+        let optimizer = state
+            .settings
+            .optimizer
+            .kind
+            .slots()
+            .iter()
+            .map(|s| ((*s).to_owned(), zeros(&b.params)))
+            .collect();
         let ema = state.settings.recipe.ema.map(|_| (zeros(&b.params), zeros(&b.buffers)));
         Resume { params: zeros(&b.params), optimizer, buffers: zeros(&b.buffers), ema, state }
     }

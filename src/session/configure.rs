@@ -19,16 +19,18 @@ use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
-use dpt_tui::settings::{ConfigFile, Layers, Settings};
 use dpt_tui::remote::runs::absolute;
 use dpt_tui::run_dir::{create_run_dir, default_run_dir};
+use dpt_tui::settings::{ConfigFile, Layers, Settings};
 
 /// The settings the command asks for, before any checkpoint is read: its `--config` file's
 /// tables under its flags over the defaults. Its placement is final (a checkpoint carries
 /// none), so the devices and the backend are known before the ranks meet.
 pub fn asked(args: &Args) -> Result<Settings, Failure> {
     let file = config_file(args)?;
-    Layers { checkpoint: None, file: file.as_ref(), flags: args.settings.layer() }.resolve().map_err(input)
+    Layers { checkpoint: None, file: file.as_ref(), flags: Some(args.settings.layer()) }
+        .resolve()
+        .map_err(input)
 }
 
 /// The `--config` file's tables, if a file is given.
@@ -48,7 +50,11 @@ fn configure(
 ) -> Result<TrainConfig, Failure> {
     let state = read_resume_state(args, world)?;
     let file = config_file(args)?;
-    let layers = Layers { checkpoint: state.as_ref().map(|(s, _)| &s.settings), file: file.as_ref(), flags: args.settings.layer() };
+    let layers = Layers {
+        checkpoint: state.as_ref().map(|(s, _)| &s.settings),
+        file: file.as_ref(),
+        flags: Some(args.settings.layer()),
+    };
     let settings = layers.resolve().map_err(input)?;
     // Cheap checks first, so a typo does not wait for the data to load.
     settings.validate().map_err(input)?;
@@ -73,7 +79,8 @@ fn configure(
     };
     let placement = &settings.placement;
     let mut cfg = TrainConfig::with_settings(settings.clone(), devices);
-    cfg.cpu_threads = placement.cpu_threads.unwrap_or_else(|| cpu_threads_per_replica(&cfg.devices, machine.cores));
+    cfg.cpu_threads =
+        placement.cpu_threads.unwrap_or_else(|| cpu_threads_per_replica(&cfg.devices, machine.cores));
     cfg.on_nan = settings.checkpoints.on_nan.unwrap_or(if interactive { OnNan::Pause } else { OnNan::Stop });
     let c = &settings.checkpoints;
     cfg.save_policy = if interactive {
@@ -94,7 +101,10 @@ fn configure(
 /// The state of the checkpoint to continue from, if `--resume` asks for one, with its tensors
 /// on rank 0. In a multi-process run only rank 0 reads it (no shared file system needed): its
 /// state goes to the others through the store, its tensors by broadcast.
-fn read_resume_state(args: &Args, world: Option<&World>) -> Result<Option<(CheckpointState, Option<Checkpoint>)>, Failure> {
+fn read_resume_state(
+    args: &Args,
+    world: Option<&World>,
+) -> Result<Option<(CheckpointState, Option<Checkpoint>)>, Failure> {
     let Some(path) = &args.resume else { return Ok(None) };
     let Some(w) = world else {
         let ckpt = Checkpoint::read(path).map_err(input)?;

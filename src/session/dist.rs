@@ -8,13 +8,13 @@ use anyhow::anyhow;
 
 use super::input;
 use crate::cli::Args;
-use dpt_tui::settings::{DistBackend, Settings};
 use crate::Failure;
 use dpt_tui::dist::c10d::Backend;
 use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
 use dpt_tui::dist::{DistError, World};
 use dpt_tui::engine::device::{resolve_devices, resolve_devices_for_rank, Machine};
 use dpt_tui::engine::DeviceId;
+use dpt_tui::settings::{DistBackend, Settings};
 
 /// This process's launch, or `None` when it runs alone.
 pub fn launch(args: &Args) -> Result<Option<Launch>, Failure> {
@@ -29,7 +29,11 @@ pub fn launch(args: &Args) -> Result<Option<Launch>, Failure> {
 }
 
 /// The devices of this process's replicas.
-pub fn devices(asked: &Settings, machine: Machine, launch: Option<&Launch>) -> Result<Vec<DeviceId>, Failure> {
+pub fn devices(
+    asked: &Settings,
+    machine: Machine,
+    launch: Option<&Launch>,
+) -> Result<Vec<DeviceId>, Failure> {
     let devices = &asked.placement.devices;
     match launch {
         Some(l) => resolve_devices_for_rank(devices, machine, l.local_rank, l.local_world_size),
@@ -97,5 +101,6 @@ pub fn join(args: &Args, asked: &Settings, launch: &Launch, devices: &[DeviceId]
             .map_err(|e| Failure::Run(anyhow!("cannot use cuda:{i}: {}", e.0)))?;
     }
     let timeout = Duration::from_secs_f64(asked.placement.dist_timeout);
-    World::join(launch, backend, device, devices, agreement(args, asked, launch.world_size), timeout).map_err(failure)
+    World::join(launch, backend, device, devices, agreement(args, asked, launch.world_size), timeout)
+        .map_err(failure)
 }

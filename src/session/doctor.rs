@@ -51,7 +51,12 @@ fn synthetic(n: usize) -> Arc<Dataset> {
 /// One training step of `model` on `device`, through the engine as a run would take it.
 fn train_step(model: ModelKind, device: DeviceId) -> Result<String, String> {
     let mut cfg = TrainConfig::new(model, vec![device]);
-    (cfg.settings.recipe.epochs, cfg.settings.recipe.batch_size, cfg.settings.placement.max_steps, cfg.settings.placement.log_every) = (1, 16, Some(1), 1);
+    (
+        cfg.settings.recipe.epochs,
+        cfg.settings.recipe.batch_size,
+        cfg.settings.placement.max_steps,
+        cfg.settings.placement.log_every,
+    ) = (1, 16, Some(1), 1);
     cfg.settings.placement.step_timeout = 120.0;
     let t0 = Instant::now();
     let engine = Engine::start(cfg, synthetic(32)).map_err(|e| e.to_string())?;

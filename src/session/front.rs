@@ -23,7 +23,12 @@ use dpt_tui::signals;
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Starts the background job, then attaches the dashboard to it.
-pub fn run(args: &Args, asked: &dpt_tui::settings::Settings, machine: Machine, terminal: bool) -> Result<u8, Failure> {
+pub fn run(
+    args: &Args,
+    asked: &dpt_tui::settings::Settings,
+    machine: Machine,
+    terminal: bool,
+) -> Result<u8, Failure> {
     let theme = theme(args)?;
     let devices = super::dist::devices(asked, machine, None)?;
     let prepared = prepare(args, machine, true, devices, None)?;

@@ -23,7 +23,7 @@ use crate::engine::OnNan;
 use crate::model::{LossKind, ModelKind, Normalization, Precision};
 
 pub use model_choice::{DistBackend, ModelChoice};
-pub use resolve::{differences, flat, ConfigFile, Layers};
+pub use resolve::{differences, flat, layer, ConfigFile, Layers};
 pub use validate::SettingsError;
 
 /// Everything a run is asked to do, as plain data.
@@ -142,7 +142,12 @@ pub struct PrecisionSettings {
 
 impl Default for PrecisionSettings {
     fn default() -> Self {
-        PrecisionSettings { format: Precision::F32, loss_scale: None, loss_scale_init: None, loss_scale_interval: None }
+        PrecisionSettings {
+            format: Precision::F32,
+            loss_scale: None,
+            loss_scale_init: None,
+            loss_scale_interval: None,
+        }
     }
 }
 
@@ -150,7 +155,8 @@ impl PrecisionSettings {
     /// Scales the loss by `scaling`'s rules.
     pub fn scale_loss(&mut self, scaling: LossScaling) {
         self.loss_scale = Some(true);
-        (self.loss_scale_init, self.loss_scale_interval) = (Some(scaling.init), Some(scaling.growth_interval));
+        (self.loss_scale_init, self.loss_scale_interval) =
+            (Some(scaling.init), Some(scaling.growth_interval));
     }
 
     /// The loss scaling in force: GradScaler's defaults under what was set.
@@ -285,8 +291,7 @@ impl Settings {
 
     /// The tree as a TOML document (absent values left out: TOML has no null).
     pub fn to_toml(&self) -> String {
-        let value = resolve::without_nulls(serde_json::to_value(self).expect("settings serialize"));
-        toml::to_string(&value).expect("settings without nulls are TOML")
+        toml::to_string(self).expect("settings are TOML")
     }
 }
 
@@ -322,7 +327,8 @@ mod tests {
         assert_eq!(p.loss_scaling(), Some(LossScaling::default()));
         p.loss_scale = Some(false);
         assert_eq!(p.loss_scaling(), None);
-        let f32_on = PrecisionSettings { loss_scale: Some(true), loss_scale_init: Some(8.0), ..Default::default() };
+        let f32_on =
+            PrecisionSettings { loss_scale: Some(true), loss_scale_init: Some(8.0), ..Default::default() };
         assert_eq!(f32_on.loss_scaling().map(|l| l.init), Some(8.0));
     }
 }

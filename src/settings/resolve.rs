@@ -1,11 +1,14 @@
 //! The one way a run's settings are made, in one order: the model's defaults, under the
 //! checkpoint being resumed or continued (less its placement), under a `--config` file's
-//! tables, under the command line's flags. Each layer is a partial tree; a later one replaces
-//! the values it names. A file naming a key the tree lacks is refused with the key and the file.
+//! tables, under the command line's flags. Each layer is a partial tree (TOML values: they
+//! hold NaN and infinities, which are refused as such, and absent values are no values); a
+//! later one replaces the values it names. A file naming a key the tree lacks is refused with
+//! the key and the file.
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use serde_json::Map;
+use toml::Value;
 
 use super::{ModelChoice, Settings, SettingsError};
 use crate::engine::optim::OptimizerKind;
@@ -33,8 +36,12 @@ pub fn read_parts(path: &Path) -> Result<(toml::Table, Value), SettingsError> {
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| bad(e.message().to_owned()))?;
     let (tables, flat): (toml::Table, toml::Table) = table.into_iter().partition(|(_, v)| v.is_table());
-    let tree = serde_json::to_value(tables).map_err(|e| bad(e.to_string()))?;
-    Ok((flat, tree))
+    Ok((flat, Value::Table(tables)))
+}
+
+/// A value's partial tree (its absent values left out).
+pub fn layer<T: serde::Serialize>(value: &T) -> Value {
+    Value::try_from(value).expect("settings and flags are TOML")
 }
 
 /// The layers a run's settings are resolved from.
@@ -43,46 +50,50 @@ pub struct Layers<'a> {
     /// The settings of the run being resumed or continued.
     pub checkpoint: Option<&'a Settings>,
     pub file: Option<&'a ConfigFile>,
-    /// The command line's flags as a partial tree (flags not given are absent or null).
-    pub flags: Value,
+    /// The command line's flags as a partial tree (flags not given are absent), see [`layer`].
+    pub flags: Option<Value>,
 }
 
 impl Layers<'_> {
     /// The settings these layers give, with what follows from them filled in (absolute data
     /// path; the random-resized crop's streaming and default size).
     pub fn resolve(&self) -> Result<Settings, SettingsError> {
-        let mut over = Value::Object(Map::new());
+        let mut over = Value::Table(Default::default());
         if let Some(ckpt) = self.checkpoint {
-            let mut v = without_nulls(serde_json::to_value(ckpt).expect("settings serialize"));
-            if let Some(m) = v.as_object_mut() {
+            let mut v = layer(ckpt);
+            if let Some(m) = v.as_table_mut() {
                 m.remove("placement");
             }
             merge(&mut over, v);
         }
         let asked = {
-            let mut v = Value::Object(Map::new());
+            let mut v = Value::Table(Default::default());
             if let Some(f) = self.file {
                 merge(&mut v, f.tree.clone());
             }
-            merge(&mut v, without_nulls(self.flags.clone()));
+            if let Some(flags) = &self.flags {
+                merge(&mut v, flags.clone());
+            }
             v
         };
-        if let (Some(ckpt), Some(kind)) = (self.checkpoint, asked.pointer("/optimizer/kind")) {
-            let kind: OptimizerKind = serde_json::from_value(kind.clone()).map_err(|e| SettingsError::Value(e.to_string()))?;
+        let at = |v: &Value, section: &str, key: &str| v.get(section).and_then(|s| s.get(key)).cloned();
+        if let (Some(ckpt), Some(kind)) = (self.checkpoint, at(&asked, "optimizer", "kind")) {
+            let kind: OptimizerKind =
+                kind.try_into().map_err(|e: toml::de::Error| SettingsError::Value(e.to_string()))?;
             if kind != ckpt.optimizer.kind {
                 return Err(SettingsError::OtherOptimizer { was: ckpt.optimizer.kind, asked: kind });
             }
         }
         merge(&mut over, asked);
-        let model: ModelChoice = match over.pointer("/model/name").and_then(Value::as_str) {
-            Some(name) => name.parse().map_err(SettingsError::Value)?,
+        let model: ModelChoice = match at(&over, "model", "name") {
+            Some(name) => name.as_str().unwrap_or_default().parse().map_err(SettingsError::Value)?,
             None => ModelChoice::default(),
         };
-        let kind = match over.pointer("/optimizer/kind") {
-            Some(k) => serde_json::from_value(k.clone()).map_err(|e| SettingsError::Value(e.to_string()))?,
+        let kind = match at(&over, "optimizer", "kind") {
+            Some(k) => k.try_into().map_err(|e: toml::de::Error| SettingsError::Value(e.to_string()))?,
             None => OptimizerKind::Sgd,
         };
-        let mut full = without_nulls(serde_json::to_value(Settings::defaults(model.kind(), kind)).expect("settings serialize"));
+        let mut full = layer(&Settings::defaults(model.kind(), kind));
         if let Some(f) = self.file {
             // The file alone over the defaults, so what it gets wrong is named as its.
             let mut v = full.clone();
@@ -114,12 +125,13 @@ fn fit_to_augmentation(s: &mut Settings) -> Result<(), SettingsError> {
 
 /// A whole tree from its JSON form, an error naming the key where it fails.
 fn read_tree(v: Value) -> Result<Settings, String> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
+    serde_path_to_error::deserialize(v).map_err(|e: serde_path_to_error::Error<toml::de::Error>| {
         let at = e.path().to_string();
+        let message = e.inner().message().trim();
         if at == "." || at.is_empty() {
-            e.inner().to_string()
+            message.to_owned()
         } else {
-            format!("{at}: {}", e.inner())
+            format!("{at}: {message}")
         }
     })
 }
@@ -127,7 +139,7 @@ fn read_tree(v: Value) -> Result<Settings, String> {
 /// `base` with `top`'s values over it, tables merged key by key.
 fn merge(base: &mut Value, top: Value) {
     match (base, top) {
-        (Value::Object(b), Value::Object(t)) => {
+        (Value::Table(b), Value::Table(t)) => {
             for (k, v) in t {
                 match b.get_mut(&k) {
                     Some(slot) => merge(slot, v),
@@ -141,16 +153,6 @@ fn merge(base: &mut Value, top: Value) {
     }
 }
 
-/// `v` without its null values (absent settings), recursively.
-pub(super) fn without_nulls(v: Value) -> Value {
-    match v {
-        Value::Object(m) => {
-            Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, without_nulls(v))).collect())
-        }
-        other => other,
-    }
-}
-
 /// `key = the run's value in the run, this command's in this command` for each setting of
 /// what a run computes that differs between `run` and `command`: their placement and
 /// checkpoint cadence may differ between attempts, and so may the epochs (a longer run, as a
@@ -161,13 +163,15 @@ pub fn differences(run: &Settings, command: &Settings) -> Vec<String> {
         s.placement = Default::default();
         s.checkpoints = Default::default();
         s.recipe.epochs = 0;
-        flat(&without_nulls(serde_json::to_value(&s).expect("settings serialize")))
+        flat(&serde_json::to_value(&s).expect("settings serialize"))
     };
     let (theirs, ours) = (comparable(run), comparable(command));
     let mut keys: Vec<&String> = theirs.keys().chain(ours.keys()).collect();
     keys.sort();
     keys.dedup();
-    let find = |leaves: &Map<String, Value>, k: &str| leaves.get(k).map_or_else(|| "unset".to_owned(), Value::to_string);
+    let find = |leaves: &Map<String, serde_json::Value>, k: &str| {
+        leaves.get(k).map_or_else(|| "unset".to_owned(), serde_json::Value::to_string)
+    };
     keys.into_iter()
         .filter_map(|k| {
             let (a, b) = (find(&theirs, k), find(&ours, k));
@@ -176,11 +180,12 @@ pub fn differences(run: &Settings, command: &Settings) -> Vec<String> {
         .collect()
 }
 
-/// The leaves of a tree, keyed `section.key`.
-pub fn flat(v: &Value) -> Map<String, Value> {
-    fn walk(prefix: &str, v: &Value, out: &mut Map<String, Value>) {
+/// The leaves of a tree, keyed `section.key` (absent values left out).
+pub fn flat(v: &serde_json::Value) -> Map<String, serde_json::Value> {
+    fn walk(prefix: &str, v: &serde_json::Value, out: &mut Map<String, serde_json::Value>) {
         match v {
-            Value::Object(m) => {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(m) => {
                 for (k, v) in m {
                     let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
                     walk(&key, v, out);
@@ -216,13 +221,23 @@ mod tests {
         ckpt.recipe.label_smoothing = 0.1;
         ckpt.placement.devices = "cpu:4".into();
         let (_d, f) = file("[recipe]\nseed = 8\nclip_grad_norm = 2.0\n[optimizer]\nlr = 0.5\n");
-        let flags = serde_json::json!({"optimizer": {"lr": 0.25, "momentum": null}});
-        let s = Layers { checkpoint: Some(&ckpt), file: Some(&f), flags }.resolve().expect("resolves");
+        let flags: Value = toml::from_str("[optimizer]\nlr = 0.25\n").expect("test set-up");
+        let s = Layers { checkpoint: Some(&ckpt), file: Some(&f), flags: Some(flags) }
+            .resolve()
+            .expect("resolves");
         assert_eq!(s.model_kind(), ModelKind::Resnet18, "the checkpoint's model");
         assert_eq!(s.recipe.label_smoothing, 0.1, "the checkpoint over the defaults");
         assert_eq!((s.recipe.seed, s.recipe.clip_grad_norm), (8, Some(2.0)), "the file over the checkpoint");
         assert_eq!(s.optimizer.lr, 0.25, "the flags over the file");
         assert_eq!(s.optimizer.momentum, ckpt.optimizer.momentum, "a flag not given is no value");
+        let nan = Layers {
+            flags: Some(toml::from_str("[optimizer]\nlr = nan\n").expect("test set-up")),
+            ..Default::default()
+        };
+        assert!(
+            nan.resolve().expect("resolves").optimizer.lr.is_nan(),
+            "NaN stays NaN, for validate to refuse"
+        );
         assert_eq!(s.placement.devices, "auto", "a checkpoint carries no placement");
     }
 
@@ -233,25 +248,30 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("run.toml") && text.contains("optimizer") && text.contains("lrr"), "{text}");
         let (_d, f) = file("[optimiser]\nlr = 0.1\n");
-        let text = Layers { file: Some(&f), ..Default::default() }.resolve().expect_err("refused").to_string();
+        let text =
+            Layers { file: Some(&f), ..Default::default() }.resolve().expect_err("refused").to_string();
         assert!(text.contains("optimiser"), "{text}");
         let (_d, f) = file("[recipe]\nepochs = \"ten\"\n");
-        let text = Layers { file: Some(&f), ..Default::default() }.resolve().expect_err("refused").to_string();
+        let text =
+            Layers { file: Some(&f), ..Default::default() }.resolve().expect_err("refused").to_string();
         assert!(text.contains("recipe.epochs"), "{text}");
     }
 
     #[test]
     fn another_optimizer_than_the_checkpoints_is_refused() {
         let ckpt = Settings::defaults(ModelKind::Lenet, OptimizerKind::Sgd);
-        let flags = serde_json::json!({"optimizer": {"kind": "adam"}});
-        let e = Layers { checkpoint: Some(&ckpt), flags, ..Default::default() }.resolve().expect_err("refused");
+        let flags = toml::from_str("[optimizer]\nkind = \"adam\"\n").expect("test set-up");
+        let e = Layers { checkpoint: Some(&ckpt), flags: Some(flags), ..Default::default() }
+            .resolve()
+            .expect_err("refused");
         assert!(e.to_string().contains("--optimizer sgd"), "{e}");
     }
 
     #[test]
     fn choosing_adam_drops_sgds_momentum_from_the_defaults() {
-        let flags = serde_json::json!({"model": {"name": "resnet18"}, "optimizer": {"kind": "adamw"}});
-        let s = Layers { flags, ..Default::default() }.resolve().expect("resolves");
+        let flags = toml::from_str("model = { name = \"resnet18\" }\noptimizer = { kind = \"adamw\" }\n")
+            .expect("test set-up");
+        let s = Layers { flags: Some(flags), ..Default::default() }.resolve().expect("resolves");
         assert_eq!((s.optimizer.kind, s.optimizer.momentum), (OptimizerKind::AdamW, 0.0));
         assert_eq!(s.recipe.batch_size, ModelKind::Resnet18.defaults().batch_size);
     }
@@ -269,7 +289,10 @@ mod tests {
         other.recipe.ema = Some(0.9);
         assert_eq!(
             differences(&run, &other),
-            ["optimizer.lr = 0.2 in the run, 0.3 in this command", "recipe.ema = unset in the run, 0.9 in this command"]
+            [
+                "optimizer.lr = 0.2 in the run, 0.3 in this command",
+                "recipe.ema = unset in the run, 0.9 in this command"
+            ]
         );
     }
 }

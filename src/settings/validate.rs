@@ -20,7 +20,9 @@ pub enum SettingsError {
     Value(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("the checkpoint was trained with --optimizer {was}, not {asked}; drop --optimizer to continue it")]
+    #[error(
+        "the checkpoint was trained with --optimizer {was}, not {asked}; drop --optimizer to continue it"
+    )]
     OtherOptimizer { was: OptimizerKind, asked: OptimizerKind },
     #[error("--loss is for TorchScript models; {0} trains with its reference program's loss")]
     LossOfBuiltin(&'static str),
@@ -50,7 +52,9 @@ pub enum SettingsError {
     BadMaxBad(f64),
     #[error("--val-fraction must be a fraction between 0 and 1 such as 0.1, got {0}")]
     BadValFraction(f64),
-    #[error("--loss-scale-init and --loss-scale-interval set up loss scaling, which is off: add --loss-scale on")]
+    #[error(
+        "--loss-scale-init and --loss-scale-interval set up loss scaling, which is off: add --loss-scale on"
+    )]
     LossScaleOff,
     #[error("--augment imagenet crops every image at its own size while training, which the streaming loader does; drop --loader resident")]
     ResizedCropResident,

@@ -36,7 +36,9 @@ impl Coordinator {
         });
         // Built-in models only: a TorchScript model casts inside itself.
         let half = gpu
-            .filter(|_| cfg.settings.precision.format == crate::model::Precision::F32 && cfg.kit.script.is_none())
+            .filter(|_| {
+                cfg.settings.precision.format == crate::model::Precision::F32 && cfg.kit.script.is_none()
+            })
             .map(|i| if ampere(i) { "bf16" } else { "f16" });
         let context = crate::engine::oom::OomContext {
             device: &device,

@@ -149,7 +149,11 @@ impl Coordinator {
             scaler: None,
             grad_norms: None,
             first_step: 0,
-            best: crate::engine::best::BestKeeper::new(p.cfg.settings.best.metric, p.cfg.settings.best.keep, p.cfg.settings.best.early_stop),
+            best: crate::engine::best::BestKeeper::new(
+                p.cfg.settings.best.metric,
+                p.cfg.settings.best.keep,
+                p.cfg.settings.best.early_stop,
+            ),
             early_stopped: false,
             cfg: p.cfg,
             world: p.world,

@@ -331,7 +331,8 @@ impl Coordinator {
             lr: self.lr,
             lr_scale: self.plan.scale,
             loss_scaler: self.scaler,
-            best: (cfg.settings.best.keep > 0 || cfg.settings.best.early_stop.is_some()).then(|| self.best.clone()),
+            best: (cfg.settings.best.keep > 0 || cfg.settings.best.early_stop.is_some())
+                .then(|| self.best.clone()),
             train_samples: self.train_len,
             test_samples: self.test_len,
             partial_epoch: partial,

@@ -23,7 +23,8 @@ impl Coordinator {
             lr_scale: Some(self.plan.scale),
             lr_batch_ref: cfg.settings.recipe.lr_batch_ref,
             clip_grad_norm: cfg.settings.recipe.clip_grad_norm,
-            label_smoothing: (cfg.settings.recipe.label_smoothing > 0.0).then_some(cfg.settings.recipe.label_smoothing),
+            label_smoothing: (cfg.settings.recipe.label_smoothing > 0.0)
+                .then_some(cfg.settings.recipe.label_smoothing),
             accumulate: (cfg.settings.recipe.accumulate > 1).then_some(cfg.settings.recipe.accumulate),
             ema: cfg.settings.recipe.ema,
             train_samples: self.train_len,
