@@ -200,3 +200,63 @@ fn a_resume_takes_the_data_and_its_limits_from_the_checkpoint() {
         assert!(a.equal(b), "{n} differs from the straight run's");
     }
 }
+
+/// The shipped subset's first `n` images of `split` as 32×32 RGB PNGs in `dir/<class>/`, tinted
+/// by class so each channel has a mean and std of its own.
+fn write_rgb_folder(dir: &Path, split: &dpt_tui::data::Split, n: usize) {
+    let dpt_tui::data::Pixels::Bytes(v) = &split.images else { panic!("the subset is bytes") };
+    for i in 0..n {
+        let class = dir.join(format!("class_{}", split.labels[i]));
+        std::fs::create_dir_all(&class).unwrap();
+        let gray = image::GrayImage::from_raw(28, 28, v[i * 784..(i + 1) * 784].to_vec()).unwrap();
+        let tint = split.labels[i] as u8 * 20;
+        let img = image::RgbImage::from_fn(32, 32, |x, y| {
+            let g = if (2..30).contains(&x) && (2..30).contains(&y) {
+                gray.get_pixel(x - 2, y - 2)[0]
+            } else {
+                0
+            };
+            image::Rgb([g, g / 2 + tint, 255 - g / 3])
+        });
+        img.save(class.join(format!("{i:05}.png"))).unwrap();
+    }
+}
+
+#[test]
+fn an_image_folder_without_normalize_continues_by_the_same_command_as_a_straight_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("images");
+    let subset = common::subset(300, 60);
+    write_rgb_folder(&data.join("train"), &subset.train, 300);
+    write_rgb_folder(&data.join("test"), &subset.test, 60);
+    let model = common::make_model("mlp", 3, tmp.path());
+    let command = |run: &Path, extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        c.args(["--headless", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()])
+            .args(["--batch-size", "50", "--epochs", "2", "--devices", "cpu:2", "--lr", "0.05", "--run-dir"])
+            .arg(run)
+            .args(extra)
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .env_remove("SLURM_RESTART_COUNT")
+            .env_remove("TORCHELASTIC_RESTART_COUNT");
+        c.output().unwrap()
+    };
+    let straight = tmp.path().join("straight");
+    let out = command(&straight, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Stopped after 4 of its 12 steps (mid-epoch), then the same command continues it.
+    let run = tmp.path().join("run");
+    let out = command(&run, &["--max-steps", "4"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = command(&run, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("continuing the run"), "{}", text(&out));
+    let measured =
+        |run: &Path| records(run).into_iter().find(|r| r["kind"] == "start").unwrap()["normalize"].clone();
+    assert_eq!(measured(&run), measured(&straight), "the measured normalization is the run's");
+    let (a, b) = (common::weights(&straight), common::weights(&run));
+    for ((n, x), (m, y)) in a.iter().zip(&b) {
+        assert_eq!(n, m);
+        assert!(x.equal(y), "{n} differs from the straight run's");
+    }
+}
