@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-changed=src/dist/c10d_shim.h");
+    println!("cargo:rerun-if-changed=src/dist/dpt_api.h");
     println!("cargo:rerun-if-changed=src/dist/c10d_shim.cpp");
     println!("cargo:rerun-if-changed=src/dist/c10d_nccl.cpp");
     println!("cargo:rerun-if-changed=src/dist/jit_shim.cpp");

@@ -318,7 +318,7 @@ fn recorded(dir: &std::path::Path, records: &[Record]) {
 fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differs() {
     let root = tempfile::tempdir().unwrap();
     let mut other = info(&["cpu", "cpu"]);
-    other.lr = 0.05;
+    (other.lr, other.settings.optimizer.lr) = (0.05, 0.05);
     let summary = Summary {
         val_acc: None,
         model: dpt_tui::model::ModelKind::Lenet,

@@ -14,12 +14,6 @@
 
 extern "C" {
 
-// Rust's side of a hook: takes over `grad` (an owned handle) and returns 0, or non-zero with a
-// malloc'ed message in *message, which then fails the backward pass with that message.
-typedef int (*dpt_grad_fn)(void* ctx, at::Tensor* grad, char** message);
-// Frees `ctx` once the hook is gone (with the leaf's autograd metadata).
-typedef void (*dpt_drop_fn)(void* ctx);
-
 // Registers `fn(ctx, grad)` as a tensor hook of `leaf`. A leaf's tensor hooks run on the
 // gradient reaching its AccumulateGrad node, in `backward()` and also in `autograd.grad` with
 // the leaf among the inputs (the engine runs a captured input's tensor pre-hooks before

@@ -38,7 +38,7 @@ dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, 
 }
 
 // Sums `n` tensors, one per distinct GPU, in place, with one NCCL call.
-int dpt_nccl_local_allreduce(at::Tensor** tensors, size_t n, char** err) {
+int dpt_nccl_local_allreduce(at::Tensor* const* tensors, size_t n, char** err) {
   DPT_GUARD(err, -1, {
     std::vector<at::Tensor> v;
     for (size_t i = 0; i < n; ++i) {

@@ -9,7 +9,7 @@ dpt_group* dpt_nccl_group(dpt_store*, int, int, int64_t, char** err) {
   return nullptr;
 }
 
-int dpt_nccl_local_allreduce(at::Tensor**, size_t, char** err) {
+int dpt_nccl_local_allreduce(at::Tensor* const*, size_t, char** err) {
   *err = dpt_strdup("this dpt-tui was built without NCCL (the libtorch it was built against lacks CUDA headers)");
   return -1;
 }

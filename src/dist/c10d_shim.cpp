@@ -18,7 +18,7 @@
 
 namespace {
 
-std::vector<at::Tensor> tensors_of(at::Tensor** tensors, size_t n) {
+std::vector<at::Tensor> tensors_of(at::Tensor* const* tensors, size_t n) {
   std::vector<at::Tensor> v;
   v.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -36,7 +36,7 @@ std::optional<c10::Device> cuda_device_of(const std::vector<at::Tensor>& v) {
   return std::nullopt;
 }
 
-std::vector<std::string> keys_of(const char** keys, size_t n) {
+std::vector<std::string> keys_of(const char* const* keys, size_t n) {
   std::vector<std::string> v;
   for (size_t i = 0; i < n; ++i) {
     v.emplace_back(keys[i]);
@@ -131,14 +131,14 @@ int64_t dpt_store_add(dpt_store* s, const char* key, int64_t value, char** err) 
   DPT_GUARD(err, -1, { return s->p->add(std::string(key), value); })
 }
 
-int dpt_store_wait(dpt_store* s, const char** keys, size_t n, int64_t timeout_ms, char** err) {
+int dpt_store_wait(dpt_store* s, const char* const* keys, size_t n, int64_t timeout_ms, char** err) {
   DPT_GUARD(err, -1, {
     s->p->wait(keys_of(keys, n), std::chrono::milliseconds(timeout_ms));
     return 0;
   })
 }
 
-int dpt_store_check(dpt_store* s, const char** keys, size_t n, char** err) {
+int dpt_store_check(dpt_store* s, const char* const* keys, size_t n, char** err) {
   DPT_GUARD(err, -1, { return s->p->check(keys_of(keys, n)) ? 1 : 0; })
 }
 
@@ -167,7 +167,7 @@ void dpt_group_free(dpt_group* g) {
 }
 
 // op: 0 sums, 1 takes the maximum.
-dpt_work* dpt_allreduce(dpt_group* g, at::Tensor** tensors, size_t n, int op, char** err) {
+dpt_work* dpt_allreduce(dpt_group* g, at::Tensor* const* tensors, size_t n, int op, char** err) {
   DPT_GUARD(err, nullptr, {
     auto v = tensors_of(tensors, n);
     c10::OptionalDeviceGuard guard(cuda_device_of(v));
@@ -177,7 +177,7 @@ dpt_work* dpt_allreduce(dpt_group* g, at::Tensor** tensors, size_t n, int op, ch
   })
 }
 
-dpt_work* dpt_broadcast(dpt_group* g, at::Tensor** tensors, size_t n, int root, char** err) {
+dpt_work* dpt_broadcast(dpt_group* g, at::Tensor* const* tensors, size_t n, int root, char** err) {
   DPT_GUARD(err, nullptr, {
     auto v = tensors_of(tensors, n);
     c10::OptionalDeviceGuard guard(cuda_device_of(v));

@@ -1,8 +1,10 @@
-// dpt-tui's C++ shim over libtorch's c10d (the engine under torch.distributed): a flat C API of
-// opaque handles for src/dist/c10d/ (mod.rs, cuda.rs, jit.rs). Every entry point catches every C++ exception and
-// returns its message through `err` (a malloc'ed string the caller frees with
-// dpt_free_string); no exception ever crosses into Rust.
+// What the shims' C++ files share: the handles behind dpt_api.h's opaque types (which declares
+// every entry point) and the guard that turns every C++ exception into a message through
+// `err` (a malloc'ed string the caller frees with dpt_free_string); no exception ever crosses
+// into Rust.
 #pragma once
+
+#include "dpt_api.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -21,9 +23,6 @@ struct dpt_group {
 struct dpt_work {
   c10::intrusive_ptr<c10d::Work> p;
 };
-
-// A CUDA event with timing (defined in c10d_nccl.cpp; opaque elsewhere).
-struct dpt_event;
 
 inline char* dpt_strdup(const char* s) {
   size_t n = std::strlen(s) + 1;

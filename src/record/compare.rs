@@ -31,40 +31,47 @@ impl Baseline {
     }
 }
 
-/// The settings a comparison shows, as (label, value of `info`).
-fn settings(info: &RunInfo) -> Vec<(&'static str, String)> {
-    vec![
-        ("model", info.model_label()),
-        ("lr", info.lr.to_string()),
-        ("batch", info.batch_size.to_string()),
-        ("devices", device_list(&info.devices)),
-        ("precision", info.precision.map_or("?".to_owned(), |p| p.name().to_owned())),
-        ("seed", info.seed.map_or("?".to_owned(), |s| s.to_string())),
-        ("optimizer", info.optim.map_or_else(|| "sgd".to_owned(), |o| o.kind.to_string())),
-        ("momentum", info.momentum.to_string()),
-        ("weight decay", info.weight_decay.to_string()),
-        ("epochs", info.epochs.to_string()),
-        ("data", info.data.clone().unwrap_or_else(|| "?".to_owned())),
-    ]
+/// The settings a comparison shows, as (label, value of `info`): the model, then every leaf of
+/// the settings tree, labelled by its key (with its section where the key alone is ambiguous).
+fn settings(info: &RunInfo) -> Vec<(String, String)> {
+    let leaves = crate::settings::flat(&serde_json::to_value(&info.settings).expect("settings serialize"));
+    let key = |path: &str| path.rsplit('.').next().unwrap_or(path).to_owned();
+    let ambiguous = |k: &str| leaves.keys().filter(|p| key(p) == k).count() > 1;
+    let mut rows =
+        vec![("model".to_owned(), info.model_label()), ("devices".to_owned(), device_list(&info.devices))];
+    for (path, value) in &leaves {
+        if path == "model.name" || path == "placement.devices" {
+            continue;
+        }
+        let label = if ambiguous(&key(path)) { path.clone() } else { key(path) };
+        let shown = match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        rows.push((label, shown));
+    }
+    rows
 }
 
 /// The settings in which `runs` differ: one row per setting, one value per run (in order); a
-/// run without a start record shows `?`.
-pub fn differing(runs: &[Option<&RunInfo>]) -> Vec<(&'static str, Vec<String>)> {
-    let columns: Vec<Vec<(&'static str, String)>> =
+/// run without a start record, or without the setting, shows `?`.
+pub fn differing(runs: &[Option<&RunInfo>]) -> Vec<(String, Vec<String>)> {
+    let columns: Vec<Vec<(String, String)>> =
         runs.iter().map(|r| r.map(settings).unwrap_or_default()).collect();
-    let Some(labels) =
-        columns.iter().find(|c| !c.is_empty()).map(|c| c.iter().map(|(l, _)| *l).collect::<Vec<_>>())
-    else {
-        return Vec::new();
-    };
+    let mut labels: Vec<&String> = Vec::new();
+    for (label, _) in columns.iter().flatten() {
+        if !labels.contains(&label) {
+            labels.push(label);
+        }
+    }
     labels
         .into_iter()
-        .enumerate()
-        .filter_map(|(i, label)| {
-            let values: Vec<String> =
-                columns.iter().map(|c| c.get(i).map_or("?".to_owned(), |(_, v)| v.clone())).collect();
-            values.windows(2).any(|w| w[0] != w[1]).then_some((label, values))
+        .filter_map(|label| {
+            let values: Vec<String> = columns
+                .iter()
+                .map(|c| c.iter().find(|(l, _)| l == label).map_or("?".to_owned(), |(_, v)| v.clone()))
+                .collect();
+            values.windows(2).any(|w| w[0] != w[1]).then(|| (label.clone(), values))
         })
         .collect()
 }
@@ -72,46 +79,12 @@ pub fn differing(runs: &[Option<&RunInfo>]) -> Vec<(&'static str, Vec<String>)> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::{ModelKind, Precision};
+    use crate::settings::Settings;
 
     pub(crate) fn info(lr: f64, batch: usize, seed: u64) -> RunInfo {
-        RunInfo {
-            model: ModelKind::Lenet,
-            devices: vec!["cpu".parse().unwrap(); 2],
-            param_count: 1,
-            epochs: 10,
-            steps_per_epoch: 1,
-            batch_size: batch,
-            lr,
-            momentum: 0.0,
-            weight_decay: 0.0,
-            optim: None,
-            schedule: None,
-            lr_scale: None,
-            lr_batch_ref: None,
-            clip_grad_norm: None,
-            label_smoothing: None,
-            accumulate: None,
-            ema: None,
-            train_samples: 1,
-            test_samples: 1,
-            val_samples: None,
-            test_split: None,
-            augment: None,
-            cpu_threads_per_replica: 1,
-            resumed_at: None,
-            started_unix: None,
-            allreduce: String::new(),
-            timing: String::new(),
-            model_file: None,
-            seed: Some(seed),
-            precision: Some(Precision::F32),
-            loss_scale: None,
-            restart: None,
-            data: None,
-            normalize: None,
-            world: None,
-        }
+        let mut settings = Settings::default();
+        (settings.optimizer.lr, settings.recipe.batch_size, settings.recipe.seed) = (lr, batch, seed);
+        RunInfo { devices: vec!["cpu".parse().unwrap(); 2], lr, settings, ..Default::default() }
     }
 
     #[test]
@@ -121,8 +94,8 @@ pub(crate) mod tests {
         assert_eq!(
             rows,
             vec![
-                ("lr", vec!["0.2".to_owned(), "0.1".to_owned(), "0.2".to_owned()]),
-                ("seed", vec!["0".to_owned(), "0".to_owned(), "1".to_owned()]),
+                ("lr".to_owned(), vec!["0.2".to_owned(), "0.1".to_owned(), "0.2".to_owned()]),
+                ("seed".to_owned(), vec!["0".to_owned(), "0".to_owned(), "1".to_owned()]),
             ]
         );
         assert!(differing(&[Some(&a), Some(&a)]).is_empty());

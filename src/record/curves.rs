@@ -68,7 +68,7 @@ impl Curves {
     pub fn apply(&mut self, record: &Record) {
         match record {
             Record::Start(info) => {
-                self.epochs = self.epochs.max(info.epochs);
+                self.epochs = self.epochs.max(info.epochs());
                 self.lr_plan = planned_lr(info);
             }
             Record::Step(s) => {
@@ -120,13 +120,15 @@ const PLAN_POINTS: usize = 400;
 /// The lr the run's schedule plans, as points at the x where each step's report would be (none
 /// for a record without a schedule).
 fn planned_lr(info: &super::RunInfo) -> Vec<(f64, f64)> {
-    let (Some(schedule), Some(optim)) = (&info.schedule, &info.optim) else { return Vec::new() };
+    let s = &info.settings;
+    // A constant rate plans the line the lr curve draws anyway.
+    if s.schedule == Default::default() {
+        return Vec::new();
+    }
+    let schedule = &s.schedule;
     let spe = info.steps_per_epoch.max(1);
-    let total = spe * info.epochs;
-    let base = match info.lr_batch_ref {
-        Some(r) if r > 0 => optim.lr * info.batch_size as f64 / r as f64,
-        _ => optim.lr,
-    };
+    let total = spe * info.epochs();
+    let base = s.base_lr();
     let plan = crate::engine::optim::schedule::LrPlan {
         base,
         schedule: schedule.clone(),
@@ -198,9 +200,9 @@ mod tests {
         use crate::engine::optim::schedule::{Schedule, Shape};
         use crate::engine::optim::OptimConfig;
         let mut info = crate::record::compare::tests::info(0.1, 32, 0);
-        (info.epochs, info.steps_per_epoch) = (2, 10);
-        info.optim = Some(OptimConfig::sgd(0.1, 0.0, 0.0));
-        info.schedule = Some(Schedule { shape: Shape::Cosine, warmup_steps: 4, min_lr: 0.0, gamma: 0.1 });
+        (info.settings.recipe.epochs, info.steps_per_epoch) = (2, 10);
+        info.settings.optimizer = OptimConfig::sgd(0.1, 0.0, 0.0);
+        info.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 4, min_lr: 0.0, gamma: 0.1 };
         let mut c = Curves::default();
         c.apply(&Record::Start(Box::new(info)));
         assert_eq!(c.lr_plan.len(), 20);

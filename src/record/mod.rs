@@ -22,6 +22,7 @@ pub mod compare;
 pub mod curves;
 pub mod file;
 pub mod history;
+mod run_info_wire;
 pub mod smooth;
 pub mod stats;
 pub mod straggler;

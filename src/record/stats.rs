@@ -5,44 +5,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::DeviceId;
 use crate::model::ModelKind;
+use crate::settings::Settings;
 
-/// Static facts about a run, recorded once when training starts (again after a resume).
+/// Static facts about a run, recorded once when training starts (again after a resume): its
+/// settings tree as resolved, and what the run found or decided at start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "super::run_info_wire::RunInfoWire")]
 pub struct RunInfo {
     pub model: ModelKind,
     /// One entry per replica, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
     pub devices: Vec<DeviceId>,
     pub param_count: i64,
-    pub epochs: usize,
     pub steps_per_epoch: usize,
-    pub batch_size: usize,
+    /// The learning rate in force when the run (re)started.
     pub lr: f64,
-    pub momentum: f64,
-    pub weight_decay: f64,
-    /// The optimizer and all its settings (absent in records of SGD-only versions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub optim: Option<crate::engine::optim::OptimConfig>,
-    /// The learning-rate schedule over `optim.lr` (absent in older records: constant).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<crate::engine::optim::schedule::Schedule>,
     /// The live lr key's scale on the schedule when the run (re)started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_scale: Option<f64>,
-    /// The batch `--lr` was tuned for, when the lr was scaled linearly with the global batch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lr_batch_ref: Option<usize>,
-    /// `--clip-grad-norm`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clip_grad_norm: Option<f64>,
-    /// `--label-smoothing` (absent: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_smoothing: Option<f64>,
-    /// `--ema` decay.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ema: Option<f64>,
-    /// Micro-batches per replica and step (absent: 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accumulate: Option<usize>,
     pub train_samples: usize,
     pub test_samples: usize,
     /// The validation split's samples (`--val-fraction`): the epochs' test figures are then
@@ -71,18 +50,6 @@ pub struct RunInfo {
     /// step in 10`).
     #[serde(default)]
     pub timing: String,
-    /// The TorchScript file of a `torchscript` model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_file: Option<String>,
-    /// The seed of the initialization, shuffles and dropout streams.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
-    /// `f32`, `bf16` or `f16`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub precision: Option<crate::model::Precision>,
-    /// Dynamic loss scaling's settings (`--loss-scale`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loss_scale: Option<crate::engine::optim::loss_scale::LossScaling>,
     /// The data set: what was loaded, the image shape and the classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
@@ -96,6 +63,38 @@ pub struct RunInfo {
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,
+    /// The run's settings, as resolved (records of earlier versions: rebuilt from the settings
+    /// they listed).
+    pub settings: Settings,
+}
+
+impl Default for RunInfo {
+    /// The default model's run on no device, before anything is known.
+    fn default() -> Self {
+        RunInfo {
+            model: ModelKind::Lenet,
+            devices: Vec::new(),
+            param_count: 0,
+            steps_per_epoch: 0,
+            lr: Settings::default().optimizer.lr,
+            lr_scale: None,
+            train_samples: 0,
+            test_samples: 0,
+            val_samples: None,
+            augment: None,
+            test_split: None,
+            cpu_threads_per_replica: 1,
+            resumed_at: None,
+            started_unix: None,
+            allreduce: String::new(),
+            timing: String::new(),
+            data: None,
+            normalize: None,
+            restart: None,
+            world: None,
+            settings: Settings::default(),
+        }
+    }
 }
 
 /// The same command run again on a run directory that holds the run: by torchrun's restarts,
@@ -110,58 +109,55 @@ pub struct Restart {
 }
 
 impl RunInfo {
+    /// Epochs the run trains.
+    pub fn epochs(&self) -> usize {
+        self.settings.recipe.epochs
+    }
+
     /// The learning rate in words: the rate, its scaling with the batch and its schedule
     /// (`lr 0.2 (0.1 × batch 512 / 256), cosine, 100 warm-up steps, min lr 0`).
     pub fn lr_label(&self) -> String {
-        let tuned = self.optim.map_or(self.lr, |o| o.lr);
-        let mut s = match self.lr_batch_ref {
-            Some(r) => format!(
-                "lr {} ({tuned} × batch {} / {r})",
-                tuned * self.batch_size as f64 / r as f64,
-                self.batch_size
-            ),
-            None => format!("lr {}", if self.schedule.is_some() { tuned } else { self.lr }),
+        let s = &self.settings;
+        let tuned = s.optimizer.lr;
+        let mut label = match s.recipe.lr_batch_ref {
+            Some(r) => format!("lr {} ({tuned} × batch {} / {r})", s.base_lr(), s.recipe.batch_size),
+            None => format!("lr {tuned}"),
         };
-        if let Some(sch) = self.schedule.as_ref().filter(|s| **s != Default::default()) {
-            s += &format!(", {}", sch.describe());
+        if s.schedule != Default::default() {
+            label += &format!(", {}", s.schedule.describe());
         }
-        s
+        label
     }
 
-    /// The optimizer in words (records of SGD-only versions: SGD with their momentum), with
-    /// the per-step options.
+    /// The optimizer in words, with the per-step options.
     pub fn optimizer_label(&self) -> String {
-        let mut s = self
-            .optim
-            .unwrap_or_else(|| {
-                crate::engine::optim::OptimConfig::sgd(self.lr, self.momentum, self.weight_decay)
-            })
-            .describe();
-        if let Some(c) = self.clip_grad_norm {
-            s += &format!(", gradient norm clipped at {c}");
+        let (s, r) = (&self.settings, &self.settings.recipe);
+        let mut label = s.optimizer.describe();
+        if let Some(c) = r.clip_grad_norm {
+            label += &format!(", gradient norm clipped at {c}");
         }
-        if let Some(e) = self.label_smoothing {
-            s += &format!(", label smoothing {e}");
+        if r.label_smoothing > 0.0 {
+            label += &format!(", label smoothing {}", r.label_smoothing);
         }
-        if let Some(d) = self.ema {
-            s += &format!(", weights' EMA {d}");
+        if let Some(d) = r.ema {
+            label += &format!(", weights' EMA {d}");
         }
-        if let Some(n) = self.accumulate {
-            s += &format!(", {n} micro-batches per step");
+        if r.accumulate > 1 {
+            label += &format!(", {} micro-batches per step", r.accumulate);
         }
-        if let Some(l) = self.loss_scale {
-            s += &format!(", {}", l.describe());
+        if let Some(l) = s.precision.loss_scaling() {
+            label += &format!(", {}", l.describe());
         }
-        s
+        label
     }
 
     /// The model as screens and pictures name it: the built-in's name, or the TorchScript
     /// file's name.
     pub fn model_label(&self) -> String {
-        match &self.model_file {
-            Some(file) => std::path::Path::new(file)
+        match self.settings.model.name.file() {
+            Some(file) => file
                 .file_name()
-                .map_or_else(|| file.clone(), |n| n.to_string_lossy().into_owned()),
+                .map_or_else(|| file.display().to_string(), |n| n.to_string_lossy().into_owned()),
             None => self.model.name().to_owned(),
         }
     }

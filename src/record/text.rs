@@ -64,7 +64,7 @@ impl Narrator {
         let info = |text: String| Some(Line { level: Level::Info, text, progress: false });
         match record {
             Record::Start(i) => {
-                self.epochs = i.epochs;
+                self.epochs = i.epochs();
                 self.val = i.val_samples.is_some() || i.test_split.as_deref() == Some("val");
                 info(start_line(i))
             }
@@ -215,14 +215,14 @@ fn start_line(info: &RunInfo) -> String {
     });
     format!(
         "{restart}{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, {}, {}, {} train / {}{} test samples",
-        info.model_file.as_deref().map_or_else(|| info.model.name().to_owned(), |f| format!("{f} (TorchScript)")),
+        info.settings.model.name.file().map_or_else(|| info.model.name().to_owned(), |f| format!("{} (TorchScript)", f.display())),
         thousands(info.param_count),
         device_list(&info.devices),
         info.devices.len(),
         info.cpu_threads_per_replica,
-        info.epochs,
+        info.epochs(),
         info.steps_per_epoch,
-        info.batch_size,
+        info.settings.recipe.batch_size,
         info.lr_label(),
         info.optimizer_label(),
         info.train_samples,

@@ -92,7 +92,7 @@ pub fn inspect(dir: &Path) -> Option<RunEntry> {
         model: info.map(|i| i.model),
         devices: info.map_or(Vec::new(), |i| i.devices.clone()),
         epochs_done,
-        epochs: info.map_or(0, |i| i.epochs),
+        epochs: info.map_or(0, |i| i.epochs()),
         best_test_acc,
         modified,
     })

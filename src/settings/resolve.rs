@@ -102,7 +102,11 @@ impl Layers<'_> {
         }
         merge(&mut full, over);
         let mut s = read_tree(full).map_err(SettingsError::Value)?;
+        // Absolute, so a checkpoint resumed from another folder finds its data and model.
         s.data.path = std::path::absolute(&s.data.path).unwrap_or(s.data.path);
+        if let ModelChoice::File(path) = &mut s.model.name {
+            *path = std::path::absolute(&*path).unwrap_or_else(|_| path.clone());
+        }
         fit_to_augmentation(&mut s)?;
         Ok(s)
     }

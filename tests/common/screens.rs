@@ -22,41 +22,14 @@ pub fn code(c: KeyCode) -> KeyEvent {
 
 pub fn info(devices: &[&str]) -> RunInfo {
     RunInfo {
-        model: dpt_tui::model::ModelKind::Lenet,
         devices: devices.iter().map(|d| d.parse().unwrap()).collect(),
         param_count: 129_068,
-        epochs: 10,
         steps_per_epoch: 235,
-        batch_size: 256,
-        lr: 0.2,
-        momentum: 0.0,
-        weight_decay: 0.0,
-        optim: None,
-        schedule: None,
-        lr_scale: None,
-        lr_batch_ref: None,
-        clip_grad_norm: None,
-        label_smoothing: None,
-        accumulate: None,
-        ema: None,
         train_samples: 60_000,
         test_samples: 10_000,
-        val_samples: None,
-        test_split: None,
-        augment: None,
-        cpu_threads_per_replica: 1,
-        resumed_at: None,
-        started_unix: None,
         allreduce: "copies through cpu".into(),
         timing: "host clock, every step".into(),
-        model_file: None,
-        seed: Some(0),
-        precision: Some(dpt_tui::model::Precision::F32),
-        loss_scale: None,
-        restart: None,
-        data: None,
-        normalize: None,
-        world: None,
+        ..Default::default()
     }
 }
 

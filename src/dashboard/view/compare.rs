@@ -36,7 +36,7 @@ pub fn table_lines(app: &App, look: &Look, cell: usize) -> Vec<Line<'static>> {
     let mut infos = vec![app.info.as_ref()];
     infos.extend(app.baselines.iter().map(|b| b.info.as_ref()));
     for (label, values) in differing(&infos) {
-        let mut row = vec![Span::styled(fit(label), t.fg(t.dim))];
+        let mut row = vec![Span::styled(fit(&label), t.fg(t.dim))];
         row.extend(values.iter().map(|v| Span::styled(fit(v), t.fg(t.text))));
         lines.push(Line::from(row));
     }

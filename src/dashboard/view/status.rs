@@ -76,14 +76,16 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
             },
             text.add_modifier(Modifier::BOLD),
         ),
-        item("epoch", format!("{epoch}/{}", info.epochs), text),
+        item("epoch", format!("{epoch}/{}", info.epochs()), text),
         item("step", format!("{step}/{}", info.steps_per_epoch), text),
         item("lr", app.lr.map_or_else(dash, |v| format!("{v}")), t.fg(t.lr).add_modifier(Modifier::BOLD)),
-        match info.optim.filter(|o| o.kind != crate::engine::optim::OptimizerKind::Sgd) {
-            Some(o) => item("optimizer", o.kind.to_string(), text),
-            None => item("momentum", format!("{}", info.momentum), text),
+        match info.settings.optimizer {
+            o if o.kind != crate::engine::optim::OptimizerKind::Sgd => {
+                item("optimizer", o.kind.to_string(), text)
+            }
+            o => item("momentum", format!("{}", o.momentum), text),
         },
-        item("batch", format!("{}", info.batch_size), text),
+        item("batch", format!("{}", info.settings.recipe.batch_size), text),
     ]);
     if let Some(s) = app.last_step.as_ref().filter(|s| s.loss_scale.is_some()) {
         items.push(item("loss scale", crate::record::text::loss_scale(s), text));

@@ -12,21 +12,9 @@ impl Coordinator {
             model: cfg.model(),
             devices: cfg.devices.clone(),
             param_count: self.replicas.param_count(),
-            epochs: cfg.settings.recipe.epochs,
             steps_per_epoch,
-            batch_size: cfg.settings.recipe.batch_size,
             lr: self.lr,
-            momentum: cfg.settings.optimizer.momentum,
-            weight_decay: cfg.settings.optimizer.weight_decay,
-            optim: Some(cfg.settings.optimizer),
-            schedule: Some(cfg.settings.schedule.clone()),
             lr_scale: Some(self.plan.scale),
-            lr_batch_ref: cfg.settings.recipe.lr_batch_ref,
-            clip_grad_norm: cfg.settings.recipe.clip_grad_norm,
-            label_smoothing: (cfg.settings.recipe.label_smoothing > 0.0)
-                .then_some(cfg.settings.recipe.label_smoothing),
-            accumulate: (cfg.settings.recipe.accumulate > 1).then_some(cfg.settings.recipe.accumulate),
-            ema: cfg.settings.recipe.ema,
             train_samples: self.train_len,
             test_samples: self.test_len,
             val_samples: self.val_len,
@@ -39,10 +27,6 @@ impl Coordinator {
                 .ok()
                 .map(|d| d.as_secs_f64()),
             allreduce: self.reduction.describe(&cfg.devices, self.world.as_deref()),
-            model_file: cfg.kit.script.as_ref().map(|s| s.path.display().to_string()),
-            seed: Some(cfg.settings.recipe.seed),
-            precision: Some(cfg.settings.precision.format),
-            loss_scale: cfg.settings.precision.loss_scaling(),
             restart: cfg.restart.clone(),
             data: Some(self.data.clone()),
             normalize: Some(cfg.normalization.clone()),
@@ -54,6 +38,7 @@ impl Coordinator {
                 replicas: w.replicas.clone(),
                 devices: w.devices.clone(),
             }),
+            settings: cfg.settings.clone(),
         }
     }
 }

@@ -1,0 +1,85 @@
+// Every entry point of dpt-tui's C++ shims over libtorch, as one flat C API of opaque handles
+// (as torch-sys's torch_api.h declares libtch's). Each .cpp file includes this header, so the
+// compiler checks its definitions against these declarations, and tests/ffi_header.rs checks
+// the Rust `extern "C"` blocks (src/dist/c10d/) against it. Every function that can fail takes
+// `char** err` and on failure stores a malloc'ed message there (freed with dpt_free_string);
+// no C++ exception crosses into Rust.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+namespace at {
+class Tensor;
+}
+typedef at::Tensor dpt_tensor;
+extern "C" {
+#else
+typedef struct dpt_tensor dpt_tensor;
+#endif
+
+typedef struct dpt_store dpt_store;
+typedef struct dpt_group dpt_group;
+typedef struct dpt_work dpt_work;
+typedef struct dpt_event dpt_event;
+typedef struct dpt_module dpt_module;
+typedef struct dpt_rng_scope dpt_rng_scope;
+
+// Rust's side of a gradient hook: takes over `grad` (an owned handle) and returns 0, or
+// non-zero with a malloc'ed message in *message, which then fails the backward pass.
+typedef int (*dpt_grad_fn)(void* ctx, dpt_tensor* grad, char** message);
+// Frees a hook's `ctx` once the hook is gone.
+typedef void (*dpt_drop_fn)(void* ctx);
+
+
+// Strings and bytes the shim allocates; c10 logging; stores, process groups and their work (c10d_shim.cpp).
+void dpt_free_string(char* s);
+int dpt_cuda_set_device(int device, char** err);
+void dpt_free_bytes(uint8_t* b);
+void dpt_set_c10_log_level(int level);
+dpt_store* dpt_tcp_store(const char* host, uint16_t port, int world_size, int is_server, int64_t timeout_ms, char** err);
+dpt_store* dpt_prefix_store(const char* prefix, dpt_store* base, char** err);
+void dpt_store_free(dpt_store* s);
+int dpt_store_set(dpt_store* s, const char* key, const uint8_t* data, size_t len, char** err);
+int dpt_store_get(dpt_store* s, const char* key, uint8_t** out, size_t* len, char** err);
+int64_t dpt_store_add(dpt_store* s, const char* key, int64_t value, char** err);
+int dpt_store_wait(dpt_store* s, const char* const* keys, size_t n, int64_t timeout_ms, char** err);
+int dpt_store_check(dpt_store* s, const char* const* keys, size_t n, char** err);
+dpt_group* dpt_gloo_group(dpt_store* s, int rank, int size, int64_t timeout_ms, char** err);
+void dpt_group_free(dpt_group* g);
+dpt_work* dpt_allreduce(dpt_group* g, dpt_tensor* const* tensors, size_t n, int op, char** err);
+dpt_work* dpt_broadcast(dpt_group* g, dpt_tensor* const* tensors, size_t n, int root, char** err);
+int dpt_work_wait(dpt_work* w, int64_t timeout_ms, char** err);
+void dpt_work_free(dpt_work* w);
+
+// CUDA and NCCL (c10d_nccl.cpp; c10d_no_nccl.cpp, built without NCCL, refuses each with a message).
+dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, char** err);
+int dpt_nccl_local_allreduce(dpt_tensor* const* tensors, size_t n, char** err);
+int dpt_cuda_identity(int device, int* major, int* minor, int* pci_domain, int* pci_bus, int* pci_device, uint8_t* uuid, char** err);
+dpt_event* dpt_cuda_event_new(int device, char** err);
+int dpt_cuda_event_record(dpt_event* ev, char** err);
+int dpt_cuda_event_query(dpt_event* ev, char** err);
+int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, char** err);
+void dpt_cuda_event_free(dpt_event* ev);
+
+// TorchScript modules (jit_shim.cpp).
+dpt_module* dpt_jit_load(const char* path, int cuda_index, char** err);
+void dpt_jit_free(dpt_module* module);
+size_t dpt_jit_named(dpt_module* module, int buffers, char*** names, dpt_tensor*** tensors, char** err);
+void dpt_free_array(void* array);
+int dpt_jit_set_train(dpt_module* module, int on, char** err);
+dpt_tensor* dpt_jit_forward(dpt_module* module, dpt_tensor* x, char** err);
+int dpt_jit_save(dpt_module* module, const char* path, char** err);
+int dpt_jit_uses_randomness(dpt_module* module, char** err);
+
+// Per-thread random generators (rng_shim.cpp).
+dpt_rng_scope* dpt_rng_open(uint64_t seed, int cuda_index, char** err);
+void dpt_rng_close(dpt_rng_scope* scope);
+
+// Gradient hooks (autograd_shim.cpp).
+int dpt_on_grad(dpt_tensor* leaf, dpt_grad_fn fn, void* ctx, dpt_drop_fn drop, char** err);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
