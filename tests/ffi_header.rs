@@ -97,7 +97,7 @@ fn header(text: &str) -> BTreeMap<String, Signature> {
         }
         let Some(name_end) = proto.find('(') else { continue };
         let head = &proto[..name_end];
-        let open = head.rfind(|c: char| c == ' ' || c == '*').map_or(0, |i| i + 1);
+        let open = head.rfind([' ', '*']).map_or(0, |i| i + 1);
         let ret = head[..open].rsplit("#endif").next().unwrap().trim();
         let name = head[open..].trim().to_owned();
         if !name.starts_with("dpt_") {
@@ -108,7 +108,7 @@ fn header(text: &str) -> BTreeMap<String, Signature> {
             .iter()
             .map(|p| {
                 // The parameter's name is its last word.
-                let cut = p.rfind(|c: char| c == '*' || c == ' ').expect("a named parameter");
+                let cut = p.rfind(['*', ' ']).expect("a named parameter");
                 rust_type(&p[..=cut])
             })
             .collect();

@@ -116,7 +116,7 @@ impl Checkpoint {
             if name == STATE_KEY {
                 let bytes: Vec<u8> = Vec::try_from(&t.to_kind(Kind::Uint8))
                     .map_err(|e: tch::TchError| failed("unreadable run state", e.into()))?;
-                state = Some(CheckpointState::from_json(&bytes).map_err(|e| err(e))?);
+                state = Some(CheckpointState::from_json(&bytes).map_err(&err)?);
             } else if let Some(n) = name.strip_prefix("param.") {
                 params.push((n.to_owned(), t));
             } else if let Some(n) = name.strip_prefix("ema_param.") {

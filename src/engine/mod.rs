@@ -55,7 +55,7 @@ pub use resume::Resume;
 
 use crate::data::Dataset;
 use crate::dist::c10d::OwnRng;
-use coordinator::{Coordinator, CoordinatorParts, ModelLayout, WorkerPool};
+use coordinator::{Coordinator, CoordinatorParts, ModelLayout, RunFacts, WorkerPool};
 
 /// A failure of a running engine.
 #[derive(Debug, Error)]
@@ -172,16 +172,21 @@ impl Engine {
         let (control_tx, control_rx) = unbounded();
         let buckets = cfg.bucket_bytes(world.is_some());
         let pool = WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets)?;
-        let coordinator = Coordinator::new(CoordinatorParts {
-            world,
+        let facts = RunFacts {
             train_len: data.train.len(),
+            test_len: data.test.len(),
+            val_len: data.val.as_ref().map(|v| v.len()),
+            test_is_val: data.test_is_val,
             data: {
                 let [c, h, w] = data.train.sample_shape();
                 format!("{}, {c}x{h}x{w}, {} classes", data.source, data.classes)
             },
-            test_len: data.test.len(),
-            val_len: data.val.as_ref().map(|v| v.len()),
-            test_is_val: data.test_is_val,
+            classes,
+            init_report,
+        };
+        let coordinator = Coordinator::new(CoordinatorParts {
+            world,
+            facts,
             layout: ModelLayout {
                 params: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
                 buffers: flat::Layout::new(&builder.buffers, false),
@@ -192,8 +197,6 @@ impl Engine {
             events: event_tx,
             controls: control_rx,
             pool,
-            init_report,
-            classes,
         });
         let thread = std::thread::Builder::new()
             .name("dpt-coordinator".into())

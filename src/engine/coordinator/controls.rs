@@ -11,7 +11,7 @@ use crate::dist::c10d::ReduceOp;
 use crate::engine::config::{check_lr, OnNan};
 use crate::engine::events::Control;
 use crate::engine::EngineError;
-use crate::record::Change;
+use crate::record::{Change, FinishReason};
 
 /// How often a paused rank 0 tells the other ranks it is still paused (well inside any
 /// collective timeout).
@@ -26,30 +26,30 @@ impl Coordinator {
     /// same step: rank 0's lr and pause, a stop or divergence from any rank.
     pub(super) fn poll_controls(&mut self) -> Result<(), EngineError> {
         loop {
-            while let Ok(c) = self.controls.try_recv() {
+            while let Ok(c) = self.channels.controls.try_recv() {
                 self.apply(c);
             }
-            if self.world.is_some() {
+            if self.exchange.world.is_some() {
                 self.agree()?;
             }
-            if !self.paused || self.stop {
+            if !self.flow.is_paused() {
                 return Ok(());
             }
             let waited = Instant::now();
-            let next = if self.world.is_some() {
+            let next = if self.exchange.world.is_some() {
                 // The other ranks wait on our decision: tell them at least every heartbeat.
-                match self.controls.recv_timeout(HEARTBEAT) {
+                match self.channels.controls.recv_timeout(HEARTBEAT) {
                     Ok(c) => Some(c),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => Some(Control::Resume),
                 }
             } else {
                 // Nobody can resume us any more: carry on rather than hang.
-                Some(self.controls.recv().unwrap_or(Control::Resume))
+                Some(self.channels.controls.recv().unwrap_or(Control::Resume))
             };
             let idle = waited.elapsed();
-            self.window.paused += idle;
-            self.epoch.paused += idle;
+            self.report.window.paused += idle;
+            self.report.epoch.paused += idle;
             if let Some(c) = next {
                 self.apply(c);
             }
@@ -59,28 +59,25 @@ impl Coordinator {
     /// One decision for every rank (an allreduce of a few numbers, maximum taken): rank 0's
     /// scale of the lr schedule, its pause, anyone's stop, divergence or preemption.
     fn agree(&mut self) -> Result<(), EngineError> {
-        let Some(w) = &self.world else { return Ok(()) };
+        let Some(w) = &self.exchange.world else { return Ok(()) };
         let leader = w.rank == 0;
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         let mut v = [
-            if leader { self.plan.scale } else { f64::NEG_INFINITY },
-            flag(leader && self.paused),
-            flag(self.stop),
-            flag(self.diverged),
-            flag(self.preempted),
+            if leader { self.steps.plan.scale } else { f64::NEG_INFINITY },
+            flag(leader && self.flow.is_paused()),
+            flag(self.flow.stopping().is_some()),
+            flag(self.flow.diverged()),
+            flag(self.flow.stopping() == Some(FinishReason::Preempted)),
         ];
         w.allreduce_values(&mut v, ReduceOp::Max)?;
-        let global_step = self.global_step;
+        let global_step = self.steps.global_step;
         if !leader {
-            if v[0] != self.plan.scale {
-                self.plan.scale = v[0];
-                let to = self.plan.at(global_step);
-                let from = std::mem::replace(&mut self.lr, to);
+            if let Some((from, to)) = self.steps.follow_scale(v[0]) {
                 self.emit(Change::LrChanged { from, to, global_step });
             }
             let paused = v[1] > 0.0;
-            if paused != self.paused {
-                self.paused = paused;
+            let changed = if paused { self.flow.pause() } else { self.flow.resume() };
+            if changed {
                 self.emit(if paused {
                     Change::Paused { global_step }
                 } else {
@@ -88,11 +85,13 @@ impl Coordinator {
                 });
             }
         }
-        if v[2] > 0.0 && !self.stop {
-            self.stop = true;
+        if v[2] > 0.0 && self.flow.stopping().is_none() {
+            self.flow.end(FinishReason::Stopped);
             self.emit(Change::StopRequested { global_step });
         }
-        self.diverged |= v[3] > 0.0;
+        if v[3] > 0.0 {
+            self.flow.end(FinishReason::Diverged);
+        }
         if v[4] > 0.0 {
             self.preempt();
         }
@@ -101,29 +100,27 @@ impl Coordinator {
 
     /// Stops after this step, as preempted (once).
     fn preempt(&mut self) {
-        if !self.preempted {
-            self.preempted = true;
-            self.emit(Change::Preempted { global_step: self.global_step });
+        if self.flow.end(FinishReason::Preempted) {
+            self.emit(Change::Preempted { global_step: self.steps.global_step });
         }
-        self.stop = true;
     }
 
     pub(super) fn apply(&mut self, control: Control) {
-        let global_step = self.global_step;
+        let global_step = self.steps.global_step;
         match control {
-            Control::Pause if !self.paused => {
-                self.paused = true;
-                self.emit(Change::Paused { global_step });
+            Control::Pause => {
+                if self.flow.pause() {
+                    self.emit(Change::Paused { global_step });
+                }
             }
-            Control::Resume if self.paused => {
-                self.paused = false;
-                self.emit(Change::Resumed { global_step });
+            Control::Resume => {
+                if self.flow.resume() {
+                    self.emit(Change::Resumed { global_step });
+                }
             }
-            Control::Pause | Control::Resume => {}
             Control::SetLr { lr } => match check_lr(lr) {
                 Ok(lr) => {
-                    self.plan.rescale_to(global_step, lr);
-                    let from = std::mem::replace(&mut self.lr, lr);
+                    let from = self.steps.set_lr(lr);
                     self.emit(Change::LrChanged { from, to: lr, global_step });
                 }
                 Err(e) => self.emit(Change::Refused { reason: e.to_string() }),
@@ -139,21 +136,21 @@ impl Coordinator {
                 }
             }
             Control::Stop => {
-                if !self.stop {
+                if self.flow.stopping().is_none() {
                     self.emit(Change::StopRequested { global_step });
                 }
-                self.stop = true;
+                self.flow.end(FinishReason::Stopped);
             }
             Control::Preempt => self.preempt(),
         }
     }
 
     pub(super) fn on_nan(&mut self) {
-        let at = self.global_step;
+        let at = self.steps.global_step;
         match self.cfg().on_nan {
             OnNan::Ignore => {
-                if !self.nan_warned {
-                    self.nan_warned = true;
+                if !self.report.nan_warned {
+                    self.report.nan_warned = true;
                     self.emit(Change::Warning {
                         message: format!("{NOT_FINITE} at step {at} (--on-nan ignore)"),
                     });
@@ -165,8 +162,7 @@ impl Coordinator {
                         "{NOT_FINITE} at step {at}: paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
                     ),
                 });
-                if !self.paused {
-                    self.paused = true;
+                if self.flow.pause() {
                     self.emit(Change::Paused { global_step: at });
                 }
             }
@@ -174,8 +170,7 @@ impl Coordinator {
                 self.emit(Change::Warning {
                     message: format!("{NOT_FINITE} at step {at}: stopping; the last good checkpoint is kept"),
                 });
-                self.diverged = true;
-                self.stop = true;
+                self.flow.end(FinishReason::Diverged);
             }
         }
     }

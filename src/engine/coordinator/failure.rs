@@ -24,6 +24,7 @@ impl Coordinator {
         let device = device.unwrap_or_else(|| "a GPU".to_owned());
         let on_device = cfg.devices.iter().filter(|d| d.to_string() == device).count().max(1);
         let checkpoint = self
+            .persist
             .save_dir
             .as_ref()
             .map(|d| d.join(crate::engine::checkpoint::CHECKPOINT_FILE))
@@ -74,7 +75,7 @@ impl Coordinator {
     /// failing that, the first CUDA device that reports an error).
     pub(super) fn panic_error(&self, panic: &(dyn std::any::Any + Send)) -> EngineError {
         let message = crate::engine::worker::panic_message(panic);
-        let replica = self.touching.or_else(|| {
+        let replica = self.update.touching.or_else(|| {
             self.cfg().devices.iter().position(|d| match d {
                 crate::engine::DeviceId::Cuda(i) => {
                     std::panic::catch_unwind(|| tch::Cuda::synchronize(*i as i64)).is_err()

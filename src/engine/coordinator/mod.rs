@@ -6,12 +6,17 @@
 
 mod controls;
 mod failure;
+mod flow;
 mod persist;
+mod persistence;
 pub mod pool;
 mod reduce;
 pub mod replicas;
+mod reporter;
 mod run_info;
 mod step;
+mod step_plan;
+mod update;
 mod writer;
 
 use std::sync::Arc;
@@ -21,7 +26,6 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
-use crate::engine::optim::schedule::LrPlan;
 pub use crate::engine::shard::{epoch_order, mix_seed};
 use crate::engine::shard::{replica_rows, step_rows};
 use crate::engine::tally::{Tally, Window};
@@ -40,6 +44,15 @@ pub struct CoordinatorParts {
     pub cfg: TrainConfig,
     /// The other processes of a multi-process run.
     pub world: Option<Box<crate::dist::World>>,
+    pub facts: RunFacts,
+    pub layout: ModelLayout,
+    pub events: Sender<Record>,
+    pub controls: Receiver<Control>,
+    pub pool: WorkerPool,
+}
+
+/// What the run trains on and starts from, as its records tell it.
+pub struct RunFacts {
     pub train_len: usize,
     pub test_len: usize,
     /// The validation split's samples (`--val-fraction`), evaluated every epoch.
@@ -48,125 +61,57 @@ pub struct CoordinatorParts {
     pub test_is_val: bool,
     /// What the data set is (`CIFAR-10 binary batches in DIR, 3x32x32, 10 classes`).
     pub data: String,
-    pub layout: ModelLayout,
-    pub events: Sender<Record>,
-    pub controls: Receiver<Control>,
-    pub pool: WorkerPool,
-    /// What `--init-from` loaded, said once the run starts.
-    pub init_report: Option<crate::record::Change>,
     /// Classes an evaluation counts (rows and columns of its confusion counts).
     pub classes: usize,
+    /// What `--init-from` loaded, said once the run starts.
+    pub init_report: Option<Change>,
 }
 
-/// The finished epochs, for the summary and the checkpoint.
-#[derive(Default)]
-struct Done {
-    epochs: usize,
-    /// Training figures of the finished epochs (seconds: training time).
-    tally: Tally,
-    last_test_acc: Option<f64>,
-}
-
-pub struct Coordinator {
-    cfg: TrainConfig,
-    world: Option<Box<crate::dist::World>>,
-    train_len: usize,
-    test_len: usize,
-    val_len: Option<usize>,
-    test_is_val: bool,
-    data: String,
+/// The coordinator's channels: records out, controls in.
+struct Channels {
     events: Sender<Record>,
     controls: Receiver<Control>,
+}
+
+/// The coordinator: a few parts, each owning one concern of the loop.
+pub struct Coordinator {
+    cfg: TrainConfig,
+    facts: RunFacts,
+    channels: Channels,
     pool: WorkerPool,
-    init_report: Option<Change>,
-    classes: usize,
-    replicas: Replicas,
-    /// The learning rate of the step that runs next.
-    lr: f64,
-    /// The schedule and the live key's scale on it.
-    plan: LrPlan,
-    paused: bool,
-    stop: bool,
-    diverged: bool,
-    /// The preemption signal arrived (here or on another rank).
-    preempted: bool,
-    nan_warned: bool,
-    global_step: usize,
-    window: Window,
-    epoch: Window,
-    done: Done,
-    /// Where weights and checkpoints go (the run directory, unless a save moved it).
-    save_dir: Option<std::path::PathBuf>,
-    /// The replica whose tensors this thread is touching now, to name it if that fails.
-    touching: Option<usize>,
-    /// How this process reduces its replicas' gradients, and which ranges of them.
-    reduction: reduce::Reduction,
-    /// Times the allreduce and the update, on the first replica's device.
-    clock: Option<crate::engine::clock::PhaseClock>,
-    /// The mean gradient's norm summed over the steps of the report window (on the device).
-    grad_norms: Option<tch::Tensor>,
-    /// The best evaluations and the early-stop count (`--keep-best`, `--early-stop`).
-    best: crate::engine::best::BestKeeper,
-    /// `--early-stop` ended the run after the current epoch.
-    early_stopped: bool,
-    /// The global step this process started at (0, or where it resumed): the warm-up counts
-    /// from here.
-    first_step: usize,
-    /// Replicas already reported as stragglers.
-    straggled: Vec<bool>,
-    /// Writes periodic checkpoints off this thread (started with the first).
-    writer: Option<writer::CheckpointWriter>,
-    /// When the last periodic checkpoint was written (or the run started).
-    last_checkpoint: std::time::Instant,
-    /// Dynamic loss scaling's state (`--loss-scale`).
-    scaler: Option<crate::engine::optim::loss_scale::LossScaler>,
+    /// How gradients are summed here and across processes.
+    exchange: reduce::Exchange,
+    /// The replicas' tensors, the loss scaler and which replica is being touched.
+    update: update::Update,
+    /// The step count and the learning rate's plan.
+    steps: step_plan::StepPlan,
+    /// Report windows, epochs done, stragglers, the phase clock.
+    report: reporter::Reporter,
+    /// Where and when weights and checkpoints are written, and the best kept.
+    persist: persistence::Persistence,
+    flow: flow::Flow,
 }
 
 impl Coordinator {
     pub fn new(p: CoordinatorParts) -> Self {
         let total = p.world.as_ref().map_or(p.cfg.devices.len(), |w| w.total_replicas());
-        let plan = p.cfg.lr_plan(p.train_len);
+        let b = &p.cfg.settings.best;
         Coordinator {
-            lr: plan.at(0),
-            plan,
-            replicas: Replicas::new(p.layout),
-            paused: false,
-            stop: false,
-            diverged: false,
-            preempted: false,
-            nan_warned: false,
-            global_step: 0,
-            window: Window::new(total),
-            epoch: Window::new(total),
-            done: Done::default(),
-            save_dir: p.cfg.run_dir.clone(),
-            touching: None,
-            reduction: reduce::Reduction::plan(&p.cfg.devices),
-            clock: None,
-            straggled: Vec::new(),
-            writer: None,
-            last_checkpoint: std::time::Instant::now(),
-            scaler: None,
-            grad_norms: None,
-            first_step: 0,
-            best: crate::engine::best::BestKeeper::new(
-                p.cfg.settings.best.metric,
-                p.cfg.settings.best.keep,
-                p.cfg.settings.best.early_stop,
-            ),
-            early_stopped: false,
+            steps: step_plan::StepPlan::new(p.cfg.lr_plan(p.facts.train_len)),
+            update: update::Update { replicas: Replicas::new(p.layout), scaler: None, touching: None },
+            report: reporter::Reporter::new(total),
+            persist: persistence::Persistence {
+                save_dir: p.cfg.run_dir.clone(),
+                writer: None,
+                last_checkpoint: std::time::Instant::now(),
+                best: crate::engine::best::BestKeeper::new(b.metric, b.keep, b.early_stop),
+            },
+            exchange: reduce::Exchange { world: p.world, reduction: reduce::Reduction::plan(&p.cfg.devices) },
+            flow: flow::Flow::default(),
+            channels: Channels { events: p.events, controls: p.controls },
             cfg: p.cfg,
-            world: p.world,
-            train_len: p.train_len,
-            test_len: p.test_len,
-            val_len: p.val_len,
-            test_is_val: p.test_is_val,
-            data: p.data,
-            events: p.events,
-            controls: p.controls,
+            facts: p.facts,
             pool: p.pool,
-            init_report: p.init_report,
-            classes: p.classes,
         }
     }
 
@@ -201,25 +146,23 @@ impl Coordinator {
 
     fn emit(&mut self, record: impl Into<Record>) {
         // A consumer that has gone away must not stop training.
-        let _ = self.events.send(record.into());
+        let _ = self.channels.events.send(record.into());
     }
 
     fn train(&mut self) -> Result<Outcome, EngineError> {
         let k = self.replica_span().1;
-        let steps_per_epoch = self.cfg().steps_per_epoch(self.train_len);
+        let steps_per_epoch = self.cfg().steps_per_epoch(self.facts.train_len);
         let (mut start_epoch, mut start_step, mut partial) = (0, 0, Tally::default());
         let restored = self.cfg.kit.resume.as_ref().map(|r| r.state.clone());
         if let Some(s) = &restored {
             (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
-            self.global_step = s.global_step;
-            self.first_step = s.global_step;
+            self.steps.restore(s.global_step, s.lr_scale);
             if let Some(b) = &s.best {
-                let (keep, patience, metric) = (self.best.keep, self.best.patience, self.best.metric);
-                self.best = crate::engine::best::BestKeeper { keep, patience, metric, ..b.clone() };
+                let (keep, patience, metric) =
+                    (self.persist.best.keep, self.persist.best.patience, self.persist.best.metric);
+                self.persist.best = crate::engine::best::BestKeeper { keep, patience, metric, ..b.clone() };
             }
-            self.plan.scale = s.lr_scale;
-            self.lr = self.plan.at(s.global_step);
-            self.done = Done {
+            self.report.done = reporter::Done {
                 epochs: s.epochs_done,
                 tally: Tally { samples: s.samples_done, seconds: s.train_seconds, ..Tally::default() },
                 last_test_acc: s.last_test_acc,
@@ -227,7 +170,7 @@ impl Coordinator {
         }
         let info = self.run_info(steps_per_epoch);
         self.emit(Record::Start(Box::new(info)));
-        if let Some(report) = self.init_report.take() {
+        if let Some(report) = self.facts.init_report.take() {
             self.emit(report);
         }
         if let Some(s) = restored {
@@ -236,33 +179,31 @@ impl Coordinator {
         let mut reason = FinishReason::Completed;
         let mut position = (start_epoch, start_step);
         'epochs: for epoch in start_epoch..self.cfg().settings.recipe.epochs {
-            let order = Arc::new(epoch_order(self.cfg().settings.recipe.seed, epoch, self.train_len));
+            let order = Arc::new(epoch_order(self.cfg().settings.recipe.seed, epoch, self.facts.train_len));
             let first = if epoch == start_epoch { start_step } else { 0 };
             let (offset, total) = self.replica_span();
-            let rows = (self.cfg().settings.recipe.batch_size, self.train_len);
+            let rows = (self.cfg().settings.recipe.batch_size, self.facts.train_len);
             self.pool.broadcast(|i| ToWorker::Epoch {
                 order: Arc::clone(&order),
                 epoch,
                 steps: replica_rows(first, steps_per_epoch, rows, (offset + i, total)),
             })?;
-            self.epoch = if epoch == start_epoch { Window::resuming(k, partial) } else { Window::new(k) };
-            self.window = Window::new(k);
+            self.report.epoch =
+                if epoch == start_epoch { Window::resuming(k, partial) } else { Window::new(k) };
+            self.report.window = Window::new(k);
             for step in first..steps_per_epoch {
                 position = (epoch, step);
                 self.poll_controls()?;
-                if self.stop {
-                    reason = match (self.diverged, self.preempted) {
-                        (true, _) => FinishReason::Diverged,
-                        (false, true) => FinishReason::Preempted,
-                        (false, false) => FinishReason::Stopped,
-                    };
+                if let Some(why) = self.flow.stopping() {
+                    reason = why;
                     break 'epochs;
                 }
-                if self.cfg().settings.placement.max_steps.is_some_and(|m| self.global_step >= m) {
+                if self.cfg().settings.placement.max_steps.is_some_and(|m| self.steps.global_step >= m) {
                     reason = FinishReason::StepLimit;
                     break 'epochs;
                 }
-                let (start, len) = step_rows(step, self.cfg().settings.recipe.batch_size, self.train_len);
+                let (start, len) =
+                    step_rows(step, self.cfg().settings.recipe.batch_size, self.facts.train_len);
                 let last = step + 1 == steps_per_epoch;
                 self.train_step(start, len)?;
                 if last || (step + 1) % self.cfg().settings.placement.log_every == 0 {
@@ -277,29 +218,29 @@ impl Coordinator {
             self.end_epoch(epoch)?;
             position = (epoch + 1, 0);
             self.checkpoint_if_due(Some(epoch + 1), position);
-            if self.early_stopped {
+            if self.flow.early_stopped() {
                 reason = FinishReason::EarlyStopped;
                 break 'epochs;
             }
         }
-        if self.diverged {
+        if self.flow.diverged() {
             // A loss found non-finite at the very last report ends the loop as if completed.
             reason = FinishReason::Diverged;
         }
-        if reason != FinishReason::Completed && self.window.steps > 0 {
+        if reason != FinishReason::Completed && self.report.window.steps > 0 {
             // Statistics of the partial window, so the curves and the checkpoint include them.
             self.report(position.0 + 1, position.1, steps_per_epoch)?;
         }
         // The periodic write in flight ends before the final save writes over it.
         self.note_written(true);
-        if !self.diverged {
+        if !self.flow.diverged() {
             self.final_save(position)?;
         }
         let mut val_acc = None;
-        if self.val_len.is_some() && !self.diverged && self.done.epochs > 0 {
+        if self.facts.val_len.is_some() && !self.flow.diverged() && self.report.done.epochs > 0 {
             // The test set, kept out of every choice, is evaluated once, at the end.
             let test = self.evaluate(true)?;
-            val_acc = self.done.last_test_acc.replace(test.sums.accuracy());
+            val_acc = self.report.done.last_test_acc.replace(test.sums.accuracy());
             self.emit(Change::Tested {
                 loss: test.sums.mean_loss(),
                 acc: test.sums.accuracy(),
@@ -310,38 +251,39 @@ impl Coordinator {
         let mut summary = self.summary(reason, position);
         summary.val_acc = val_acc;
         self.emit(Record::Summary(Box::new(summary.clone())));
-        Ok(Outcome { summary, final_params: self.replicas.named_cpu() })
+        Ok(Outcome { summary, final_params: self.update.replicas.named_cpu() })
     }
 
     fn summary(&self, reason: FinishReason, position: (usize, usize)) -> Summary {
-        let mut all = self.done.tally;
+        let mut all = self.report.done.tally;
         // A partial epoch counts for throughput.
         if position.1 > 0 {
-            all.add(self.epoch.now());
+            all.add(self.report.epoch.now());
         }
         Summary {
             val_acc: None,
             model: self.cfg().model(),
             devices: self.cfg().devices.clone(),
-            test_acc: self.done.last_test_acc,
-            sec_per_epoch: (self.done.epochs > 0).then(|| self.done.tally.seconds / self.done.epochs as f64),
+            test_acc: self.report.done.last_test_acc,
+            sec_per_epoch: (self.report.done.epochs > 0)
+                .then(|| self.report.done.tally.seconds / self.report.done.epochs as f64),
             samples_per_sec: all.throughput(),
-            epochs_done: self.done.epochs,
-            global_steps: self.global_step,
+            epochs_done: self.report.done.epochs,
+            global_steps: self.steps.global_step,
             reason,
             peak_rss_mib: crate::sys::peak_resident_bytes().map(|b| b as f64 / f64::from(1 << 20)),
         }
     }
 
     fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
-        let train = self.epoch.now();
+        let train = self.report.epoch.now();
         let eval_start = Instant::now();
         let evaluation = self.evaluate(false)?;
         let test = evaluation.sums;
-        let ema = match self.replicas.swap_in_ema() {
+        let ema = match self.update.replicas.swap_in_ema() {
             Some(own) => {
                 let result = self.evaluate(false);
-                self.replicas.put_back(own);
+                self.update.replicas.put_back(own);
                 Some(result?.sums)
             }
             None => None,
@@ -355,7 +297,7 @@ impl Coordinator {
             epoch_seconds: train.seconds,
             eval_seconds: eval_start.elapsed().as_secs_f64(),
             samples_per_sec: train.throughput(),
-            lr: self.lr,
+            lr: self.steps.lr,
             ema_test_acc: ema.map(|t| t.accuracy()),
             ema_test_loss: ema.map(|t| t.mean_loss()),
             top5_acc: evaluation.top5_acc(),
@@ -364,9 +306,9 @@ impl Coordinator {
             confusion: (evaluation.classes <= crate::record::stats::CONFUSION_MAX_CLASSES)
                 .then(|| evaluation.matrix()),
         };
-        self.done.last_test_acc = Some(stats.test_acc);
-        self.done.epochs += 1;
-        self.done.tally.add(train);
+        self.report.done.last_test_acc = Some(stats.test_acc);
+        self.report.done.epochs += 1;
+        self.report.done.tally.add(train);
         self.emit(Record::Epoch(Box::new(stats)));
         self.choose_best(epoch + 1, test.mean_loss(), test.accuracy());
         Ok(())

@@ -38,12 +38,12 @@ fn save_script(script: &ScriptModel, named: &[(String, Tensor)], path: &Path) ->
 impl Coordinator {
     /// The (epoch, step) that runs next, from the global step.
     pub(super) fn position_now(&self) -> (usize, usize) {
-        let spe = self.cfg().steps_per_epoch(self.train_len);
-        (self.global_step / spe, self.global_step % spe)
+        let spe = self.cfg().steps_per_epoch(self.facts.train_len);
+        (self.steps.global_step / spe, self.steps.global_step % spe)
     }
 
     fn params_finite(&self) -> bool {
-        self.replicas.params_finite()
+        self.update.replicas.params_finite()
     }
 
     /// Saves into `dir` from now on (after a failed save on a full disk); false if refused.
@@ -54,7 +54,7 @@ impl Coordinator {
                 self.emit(Change::Warning {
                     message: format!("saving weights and checkpoints into {} from now on", dir.display()),
                 });
-                self.save_dir = Some(dir);
+                self.persist.save_dir = Some(dir);
                 true
             }
             Err(e) => {
@@ -70,19 +70,19 @@ impl Coordinator {
     /// failure says what failed and how to retry (`advice`). Parameters that are not finite
     /// are never written over good files.
     pub(super) fn save_all(&mut self, position: (usize, usize), advice: &str) -> Result<(), EngineError> {
-        let Some(dir) = self.save_dir.clone() else { return Ok(()) };
+        let Some(dir) = self.persist.save_dir.clone() else { return Ok(()) };
         if !self.params_finite() {
             self.emit(Change::Warning {
                 message: "weights and checkpoint not saved: they are not finite".into(),
             });
             return Ok(());
         }
-        let global_step = self.global_step;
+        let global_step = self.steps.global_step;
         let path = dir.join(WEIGHTS_FILE);
-        let named = self.replicas.named_cpu();
+        let named = self.update.replicas.named_cpu();
         let result = save_named(&named, &path).and_then(|()| {
             self.emit(Change::Saved { path: path.display().to_string(), global_step });
-            if let Some((p, b)) = self.replicas.ema_by_name() {
+            if let Some((p, b)) = self.update.replicas.ema_by_name() {
                 let ema_path = dir.join(EMA_WEIGHTS_FILE);
                 save_named(&p.into_iter().chain(b).collect::<Vec<_>>(), &ema_path)?;
                 self.emit(Change::Saved { path: ema_path.display().to_string(), global_step });
@@ -116,14 +116,14 @@ impl Coordinator {
     /// After the evaluation of `epoch` (1-based): keeps it among the best K (weights and a
     /// checkpoint in `best/epoch-E/`, the evicted ones removed) and decides an early stop.
     pub(super) fn choose_best(&mut self, epoch: usize, loss: f64, acc: f64) {
-        let metric = self.best.metric;
+        let metric = self.persist.best.metric;
         let value = metric.of(loss, acc);
-        let d = self.best.observe(epoch, value);
-        if let (true, Some(dir)) = (d.keep, self.save_dir.clone()) {
+        let d = self.persist.best.observe(epoch, value);
+        if let (true, Some(dir)) = (d.keep, self.persist.save_dir.clone()) {
             let best = dir.join("best").join(format!("epoch-{epoch}"));
             let saved = std::fs::create_dir_all(&best)
                 .map_err(|cause| EngineError::Save { path: best.clone(), cause })
-                .and_then(|()| save_named(&self.replicas.named_cpu(), &best.join(WEIGHTS_FILE)))
+                .and_then(|()| save_named(&self.update.replicas.named_cpu(), &best.join(WEIGHTS_FILE)))
                 .and_then(|()| self.write_checkpoint(&best, (epoch, 0)).map(drop).map_err(EngineError::from));
             match saved {
                 Ok(()) => self.emit(Change::BestKept {
@@ -139,7 +139,9 @@ impl Coordinator {
             }
         }
         if d.stop {
-            if let (Some((best_epoch, best)), Some(patience)) = (self.best.best, self.best.patience) {
+            if let (Some((best_epoch, best)), Some(patience)) =
+                (self.persist.best.best, self.persist.best.patience)
+            {
                 self.emit(Change::EarlyStopped {
                     epoch,
                     best_epoch,
@@ -148,7 +150,7 @@ impl Coordinator {
                     patience,
                 });
             }
-            self.early_stopped = true;
+            self.flow.end(crate::record::FinishReason::EarlyStopped);
         }
     }
 
@@ -161,7 +163,7 @@ impl Coordinator {
         let finished = position.0 >= self.cfg().settings.recipe.epochs;
         if last_of_epoch
             || finished
-            || !every.due(self.global_step, epoch_end, self.last_checkpoint.elapsed())
+            || !every.due(self.steps.global_step, epoch_end, self.persist.last_checkpoint.elapsed())
         {
             return;
         }
@@ -171,8 +173,8 @@ impl Coordinator {
     /// The periodic checkpoint, copied to the host here and written by the checkpoint thread;
     /// a failure is a warning (the previous checkpoint is intact).
     fn checkpoint_or_warn(&mut self, position: (usize, usize)) {
-        let Some(dir) = self.save_dir.clone() else { return };
-        self.last_checkpoint = std::time::Instant::now();
+        let Some(dir) = self.persist.save_dir.clone() else { return };
+        self.persist.last_checkpoint = std::time::Instant::now();
         if !self.params_finite() {
             self.emit(Change::Warning {
                 message: "checkpoint not written: the parameters are not finite".into(),
@@ -188,9 +190,9 @@ impl Coordinator {
             self.emit(Change::Warning { message: crate::error_chain(&e) });
             return;
         }
-        if self.writer.is_none() {
+        if self.persist.writer.is_none() {
             match CheckpointWriter::spawn() {
-                Ok(w) => self.writer = Some(w),
+                Ok(w) => self.persist.writer = Some(w),
                 Err(e) => {
                     self.emit(Change::Warning {
                         message: format!("cannot start the checkpoint thread: {e}"),
@@ -202,17 +204,17 @@ impl Coordinator {
         let job = Job {
             checkpoint: self.checkpoint_at(position),
             path,
-            global_step: self.global_step,
+            global_step: self.steps.global_step,
             keep: self.cfg().settings.checkpoints.keep,
         };
-        let finished = self.writer.as_mut().map(|w| w.submit(job)).unwrap_or_default();
+        let finished = self.persist.writer.as_mut().map(|w| w.submit(job)).unwrap_or_default();
         self.report_written(finished);
     }
 
     /// Says how the checkpoint writes that have ended went; `wait`: first waits for the one in
     /// flight.
     pub(super) fn note_written(&mut self, wait: bool) {
-        let finished = match self.writer.as_mut() {
+        let finished = match self.persist.writer.as_mut() {
             Some(w) if wait => w.wait(),
             Some(w) => w.finished(),
             None => return,
@@ -240,12 +242,12 @@ impl Coordinator {
             SavePolicy::WaitForUser => {
                 let advice = "paused with the weights in memory: free some space and press s to retry, or S to save into another folder; q gives up";
                 let Err(mut failure) = self.save_all(position, advice) else { return Ok(()) };
-                if !self.paused {
-                    self.paused = true;
-                    self.emit(Change::Paused { global_step: self.global_step });
+                // Shown as paused while the weights wait in memory; the loop itself is over.
+                if !self.flow.is_paused() {
+                    self.emit(Change::Paused { global_step: self.steps.global_step });
                 }
                 loop {
-                    let control = match self.controls.recv() {
+                    let control = match self.channels.controls.recv() {
                         Ok(c) => c,
                         // Nobody can steer the run any more.
                         Err(_) => return Err(failure),
@@ -267,8 +269,7 @@ impl Coordinator {
                     }
                     match self.save_all(position, advice) {
                         Ok(()) => {
-                            self.paused = false;
-                            self.emit(Change::Resumed { global_step: self.global_step });
+                            self.emit(Change::Resumed { global_step: self.steps.global_step });
                             return Ok(());
                         }
                         Err(e) => failure = e,
@@ -290,7 +291,7 @@ impl Coordinator {
                 let Err(mut failure) = self.save_all(position, &advice(tries)) else { return Ok(()) };
                 for left in (0..tries).rev() {
                     // A stop gives up; another folder is taken; nothing else waits on us.
-                    match self.controls.recv_timeout(every) {
+                    match self.channels.controls.recv_timeout(every) {
                         Ok(Control::Stop | Control::Preempt) => return Err(failure),
                         Ok(Control::SaveTo { dir }) => {
                             self.set_save_dir(dir);
@@ -323,31 +324,31 @@ impl Coordinator {
     /// A checkpoint that continues at `position`, its tensors copied to the host.
     fn checkpoint_at(&self, position: (usize, usize)) -> Checkpoint {
         let cfg = self.cfg();
-        let partial = if position.1 == 0 { Default::default() } else { self.epoch.now() };
+        let partial = if position.1 == 0 { Default::default() } else { self.report.epoch.now() };
         let state = CheckpointState {
             epoch: position.0,
             step: position.1,
-            global_step: self.global_step,
-            lr: self.lr,
-            lr_scale: self.plan.scale,
-            loss_scaler: self.scaler,
+            global_step: self.steps.global_step,
+            lr: self.steps.lr,
+            lr_scale: self.steps.plan.scale,
+            loss_scaler: self.update.scaler,
             best: (cfg.settings.best.keep > 0 || cfg.settings.best.early_stop.is_some())
-                .then(|| self.best.clone()),
-            train_samples: self.train_len,
-            test_samples: self.test_len,
+                .then(|| self.persist.best.clone()),
+            train_samples: self.facts.train_len,
+            test_samples: self.facts.test_len,
             partial_epoch: partial,
-            epochs_done: self.done.epochs,
-            train_seconds: self.done.tally.seconds,
-            samples_done: self.done.tally.samples,
-            last_test_acc: self.done.last_test_acc,
+            epochs_done: self.report.done.epochs,
+            train_seconds: self.report.done.tally.seconds,
+            samples_done: self.report.done.tally.samples,
+            last_test_acc: self.report.done.last_test_acc,
             ..CheckpointState::new(cfg.settings.clone(), cfg.normalization.clone())
         };
         Checkpoint {
             state,
-            params: self.replicas.params_by_name(),
-            optimizer: self.replicas.optimizer_by_name(),
-            buffers: self.replicas.buffers_by_name(),
-            ema: self.replicas.ema_by_name(),
+            params: self.update.replicas.params_by_name(),
+            optimizer: self.update.replicas.optimizer_by_name(),
+            buffers: self.update.replicas.buffers_by_name(),
+            ema: self.update.replicas.ema_by_name(),
         }
     }
 }

@@ -20,6 +20,13 @@ use crate::engine::worker::FromWorker;
 use crate::engine::{DeviceId, EngineError};
 
 /// How this process reduces its replicas' gradients.
+/// How gradients are summed: over this process's replicas (`reduction`), then across the
+/// other processes (`world`).
+pub(super) struct Exchange {
+    pub(super) world: Option<Box<crate::dist::World>>,
+    pub(super) reduction: Reduction,
+}
+
 pub(super) struct Reduction {
     /// How the local replicas' gradients are summed.
     pub local: LocalReduce,
@@ -74,7 +81,7 @@ impl Coordinator {
     /// collectives in the same order).
     pub(super) fn gather_step(&self) -> Result<Gathered, EngineError> {
         let timeout = self.cfg().step_timeout();
-        let Some(buckets) = &self.reduction.buckets else {
+        let Some(buckets) = &self.exchange.reduction.buckets else {
             let replies = self.pool.gather(timeout)?;
             return Ok(Gathered { replies, in_flight: Vec::new(), early: 0, buckets: 0 });
         };
@@ -105,8 +112,8 @@ impl Coordinator {
     /// Finishes the step's reduction (all of it when nothing is in flight: the unbucketed
     /// path); returns which buffer holds each replica's reduced gradient.
     pub(super) fn finish_reduce(&self, in_flight: InFlight) -> Result<Vec<usize>, EngineError> {
-        if self.reduction.buckets.is_none() {
-            for &run in &self.reduction.runs {
+        if self.exchange.reduction.buckets.is_none() {
+            for &run in &self.exchange.reduction.runs {
                 // Nothing is left in flight across runs: each run's sum is waited for here.
                 let started = self.reduce_range(run)?;
                 self.finish_world(started)?;
@@ -115,9 +122,9 @@ impl Coordinator {
             self.finish_world(in_flight)?;
         }
         let mut holders = Vec::new();
-        for &run in &self.reduction.runs {
-            let mut grads = self.replicas.grads_over(run);
-            holders = match &self.reduction.local {
+        for &run in &self.exchange.reduction.runs {
+            let mut grads = self.update.replicas.grads_over(run);
+            holders = match &self.exchange.reduction.local {
                 LocalReduce::Copies => hand_out(&mut grads),
                 LocalReduce::Nccl { groups } => self.nccl_spread(&mut grads, groups),
             };
@@ -126,7 +133,7 @@ impl Coordinator {
     }
 
     fn finish_world(&self, in_flight: InFlight) -> Result<(), EngineError> {
-        match &self.world {
+        match &self.exchange.world {
             Some(w) => Ok(w.finish(in_flight)?),
             None => Ok(()),
         }
@@ -135,15 +142,15 @@ impl Coordinator {
     /// Sums `range` of the flat gradients over the local replicas into the first replica's
     /// buffer, and starts its sum over the ranks.
     fn reduce_range(&self, range: (i64, i64)) -> Result<InFlight, EngineError> {
-        let mut grads = self.replicas.grads_over(range);
-        let first = match &self.reduction.local {
+        let mut grads = self.update.replicas.grads_over(range);
+        let first = match &self.exchange.reduction.local {
             LocalReduce::Copies => {
                 sum_into_first(&mut grads);
                 grads[0].shallow_clone()
             }
             LocalReduce::Nccl { groups } => self.nccl_sum(&mut grads, groups)?,
         };
-        match &self.world {
+        match &self.exchange.world {
             Some(w) => Ok(w.start_allreduce(&first)?),
             None => Ok(Vec::new()),
         }
@@ -168,7 +175,7 @@ impl Coordinator {
     /// GPUs; returns which buffer each replica reads (its GPU's first replica's).
     fn nccl_spread(&self, grads: &mut [Tensor], groups: &[Vec<usize>]) -> Vec<usize> {
         let _guard = tch::no_grad_guard();
-        if self.world.is_some() {
+        if self.exchange.world.is_some() {
             let first = grads[groups[0][0]].shallow_clone();
             for g in &groups[1..] {
                 grads[g[0]].copy_(&first);

@@ -11,14 +11,14 @@ impl Coordinator {
         RunInfo {
             model: cfg.model(),
             devices: cfg.devices.clone(),
-            param_count: self.replicas.param_count(),
+            param_count: self.update.replicas.param_count(),
             steps_per_epoch,
-            lr: self.lr,
-            lr_scale: Some(self.plan.scale),
-            train_samples: self.train_len,
-            test_samples: self.test_len,
-            val_samples: self.val_len,
-            test_split: self.test_is_val.then(|| "val".to_owned()),
+            lr: self.steps.lr,
+            lr_scale: Some(self.steps.plan.scale),
+            train_samples: self.facts.train_len,
+            test_samples: self.facts.test_len,
+            val_samples: self.facts.val_len,
+            test_split: self.facts.test_is_val.then(|| "val".to_owned()),
             augment: (!cfg.augment().is_none()).then(|| cfg.augment().describe()),
             cpu_threads_per_replica: cfg.cpu_threads,
             resumed_at: cfg.kit.resume.as_ref().map(|r| r.state.global_step),
@@ -26,12 +26,12 @@ impl Coordinator {
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()
                 .map(|d| d.as_secs_f64()),
-            allreduce: self.reduction.describe(&cfg.devices, self.world.as_deref()),
+            allreduce: self.exchange.reduction.describe(&cfg.devices, self.exchange.world.as_deref()),
             restart: cfg.restart.clone(),
-            data: Some(self.data.clone()),
+            data: Some(self.facts.data.clone()),
             normalize: Some(cfg.normalization.clone()),
-            timing: self.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
-            world: self.world.as_ref().map(|w| crate::record::stats::WorldInfo {
+            timing: self.report.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
+            world: self.exchange.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,
                 backend: format!("{:?}", w.backend).to_lowercase(),
                 hosts: w.hosts.clone(),

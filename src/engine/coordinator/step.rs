@@ -55,19 +55,20 @@ impl Coordinator {
         for reply in self.pool.gather(self.slow_timeout())? {
             if let FromWorker::Ready { mut handles, .. } = reply {
                 // Every replica has the same buckets (the same model and layout).
-                self.reduction.buckets = self.reduction.buckets.take().or(handles.buckets.take());
-                self.replicas.add(*handles, self.cfg.settings.optimizer);
+                self.exchange.reduction.buckets =
+                    self.exchange.reduction.buckets.take().or(handles.buckets.take());
+                self.update.replicas.add(*handles, self.cfg.settings.optimizer);
             }
         }
-        let first = self.replicas.params.first().map_or(tch::Device::Cpu, Tensor::device);
+        let first = self.update.replicas.params.first().map_or(tch::Device::Cpu, Tensor::device);
         let device = self.cfg().devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
         let waiting = clock::waiting("the allreduce and update", device, self.cfg.step_timeout());
-        self.clock = Some(PhaseClock::new(first, 2, waiting));
+        self.report.clock = Some(PhaseClock::new(first, 2, waiting));
         if let Some(r) = &self.cfg.kit.resume {
-            self.replicas.restore_optimizer(r);
+            self.update.replicas.restore_optimizer(r);
         }
-        self.reduction.runs = self.replicas.trainable_runs();
-        self.scaler = self.cfg.settings.precision.loss_scaling().map(|cfg| {
+        self.exchange.reduction.runs = self.update.replicas.trainable_runs();
+        self.update.scaler = self.cfg.settings.precision.loss_scaling().map(|cfg| {
             let saved = self.cfg.kit.resume.as_ref().and_then(|r| r.state.loss_scaler);
             saved.map_or_else(
                 || LossScaler::new(cfg),
@@ -76,11 +77,11 @@ impl Coordinator {
         });
         if let Some(decay) = self.cfg.settings.recipe.ema {
             let saved = self.cfg.kit.resume.as_ref().and_then(|r| r.ema.as_ref());
-            self.replicas.start_ema(decay, saved);
+            self.update.replicas.start_ema(decay, saved);
         }
-        if let LocalReduce::Nccl { groups } = &self.reduction.local {
+        if let LocalReduce::Nccl { groups } = &self.exchange.reduction.local {
             let devices: Vec<tch::Device> =
-                groups.iter().map(|g| self.replicas.grads[g[0]].device()).collect();
+                groups.iter().map(|g| self.update.replicas.grads[g[0]].device()).collect();
             self.set_up_nccl(devices)?;
         }
         Ok(())
@@ -112,67 +113,67 @@ impl Coordinator {
 
     /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
     pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
-        let (seed, global_step) = (self.cfg().settings.recipe.seed, self.global_step);
+        let (seed, global_step) = (self.cfg().settings.recipe.seed, self.steps.global_step);
         // The global batch is split over every replica of every process; ours are a slice.
         let (offset, total) = self.replica_span();
         let parts = shards(len, total);
-        let timed = clock::sampled(self.cfg().has_gpu(), global_step - self.first_step);
+        let timed = clock::sampled(self.cfg().has_gpu(), global_step - self.steps.first_step);
         self.pool.broadcast(|i| ToWorker::Step {
             start: start + parts[offset + i].0,
             len: parts[offset + i].1,
             global_step,
             dropout_seed: mix_seed(mix_seed(seed, global_step as u64), (offset + i) as u64 + 1) as i64,
             timed,
-            loss_factor: self.scaler.map(|s| s.loss_factor(len)),
+            loss_factor: self.update.scaler.map(|s| s.loss_factor(len)),
         })?;
         let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
         // With buckets, their reduction starts while the backward passes run.
         let step = self.gather_step()?;
-        self.window.buckets.0 += step.early;
-        self.window.buckets.1 += step.buckets;
+        self.report.window.buckets.0 += step.early;
+        self.report.window.buckets.1 += step.buckets;
         for reply in step.replies {
             if let FromWorker::StepDone { replica, timing, bad, loader } = reply {
                 self.name_bad_images(bad);
                 if let Some(l) = loader {
-                    self.window.loader.add(l);
+                    self.report.window.loader.add(l);
                 }
                 if let Some((data, compute)) = timing {
                     data_max = data_max.max(data);
                     compute_max = compute_max.max(compute);
-                    let r = &mut self.window.replicas[offset + replica];
+                    let r = &mut self.report.window.replicas[offset + replica];
                     r.data += data;
                     r.compute += compute;
                 }
             }
         }
         let clock_error = clock_failure(self.cfg().devices[0]);
-        let mut clock = self.clock.take().ok_or(EngineError::WorkersGone)?;
+        let mut clock = self.report.clock.take().ok_or(EngineError::WorkersGone)?;
         clock.start(timed).map_err(&clock_error)?;
         // Only the trainable parameters' gradients travel (a frozen backbone's are zero). With
         // buckets, this phase is what the backward passes did not hide.
         let holders = self.finish_reduce(step.in_flight)?;
         clock.mark().map_err(&clock_error)?;
         // GradScaler's step: unscale, skip the update when the gradient overflowed.
-        let clean = self.scaler.is_none_or(|s| self.replicas.unscale(&holders, &s, len));
-        if let Some(s) = &mut self.scaler {
+        let clean = self.update.scaler.is_none_or(|s| self.update.replicas.unscale(&holders, &s, len));
+        if let Some(s) = &mut self.update.scaler {
             s.update(clean);
         }
-        self.lr = self.plan.at(global_step);
+        self.steps.step_lr();
         if clean {
             self.apply_update(&holders, len, global_step);
         } else {
-            self.window.skipped += 1;
+            self.report.window.skipped += 1;
         }
-        self.replicas.share_buffers(self.world.as_deref())?;
-        self.replicas.update_ema();
+        self.update.replicas.share_buffers(self.exchange.world.as_deref())?;
+        self.update.replicas.update_ema();
         clock.mark().map_err(&clock_error)?;
         let phases = clock.read().map_err(|e| match e {
             WaitError::Cuda(c) => clock_error(c),
             expired => EngineError::GpuWait(expired),
         })?;
-        self.clock = Some(clock);
-        self.global_step += 1;
-        let w = &mut self.window;
+        self.report.clock = Some(clock);
+        self.steps.global_step += 1;
+        let w = &mut self.report.window;
         w.steps += 1;
         if let Some(p) = phases {
             w.timed += 1;
@@ -189,25 +190,28 @@ impl Coordinator {
 
     /// Clips the reduced gradient (noting its norm) and updates every replica from it.
     fn apply_update(&mut self, holders: &[usize], len: usize, global_step: usize) {
-        let norm = self.replicas.grad_norm(holders, len, self.cfg.settings.recipe.clip_grad_norm);
-        let _ =
-            self.grad_norms.get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double)).g_add_(&norm);
+        let norm = self.update.replicas.grad_norm(holders, len, self.cfg.settings.recipe.clip_grad_norm);
+        let _ = self
+            .report
+            .grad_norms
+            .get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double))
+            .g_add_(&norm);
         // The optimizer counts the steps it took (Adam's bias correction), not skipped ones.
-        let taken = (global_step + 1) as u64 - self.scaler.map_or(0, |s| s.skipped);
+        let taken = (global_step + 1) as u64 - self.update.scaler.map_or(0, |s| s.skipped);
         let inject = self.cfg().kit.faults.coordinator_panic;
         for (i, &holder) in holders.iter().enumerate() {
-            self.touching = Some(i);
+            self.update.touching = Some(i);
             if inject == Some((i, global_step)) {
                 panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
             }
-            self.replicas.update(i, holder, self.lr, len, taken);
+            self.update.replicas.update(i, holder, self.steps.lr, len, taken);
         }
-        self.touching = None;
+        self.update.touching = None;
     }
 
     fn check_replicas(&self) -> Result<(), EngineError> {
-        match self.replicas.first_diverged() {
-            Some(replica) => Err(EngineError::ReplicasDiverged { replica, step: self.global_step }),
+        match self.update.replicas.first_diverged() {
+            Some(replica) => Err(EngineError::ReplicasDiverged { replica, step: self.steps.global_step }),
             None => Ok(()),
         }
     }
@@ -222,29 +226,29 @@ impl Coordinator {
         self.pool.broadcast(|_| ToWorker::Report)?;
         for reply in self.pool.gather(self.cfg().step_timeout())? {
             if let FromWorker::Sums { sums, .. } = reply {
-                self.window.add(sums);
+                self.report.window.add(sums);
             }
         }
         let total = self.replica_span().1;
-        let mut w = std::mem::replace(&mut self.window, Window::new(total));
-        if let Some(world) = &self.world {
+        let mut w = std::mem::replace(&mut self.report.window, Window::new(total));
+        if let Some(world) = &self.exchange.world {
             sum_over_ranks(world, &mut w)?;
-            world.mark_progress(self.global_step);
+            world.mark_progress(self.steps.global_step);
         }
-        let mut stats = w.stats(epoch, step, steps_per_epoch, self.global_step, self.lr);
+        let mut stats = w.stats(epoch, step, steps_per_epoch, self.steps.global_step, self.steps.lr);
         stats.loader = w.loader.stats(self.cfg().loader.prefetch);
-        if let Some(sum) = self.grad_norms.take() {
+        if let Some(sum) = self.report.grad_norms.take() {
             // Every rank reduced the same gradients: the norm is already global.
             stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);
         }
-        if let Some(s) = &self.scaler {
+        if let Some(s) = &self.update.scaler {
             stats.loss_scale = Some(f64::from(s.scale));
             stats.skipped_steps = Some(w.skipped);
         }
         if w.timed > 0 {
             self.note_stragglers(&stats);
         }
-        self.epoch.add(w.tally);
+        self.report.epoch.add(w.tally);
         let finite = stats.loss.is_finite();
         self.emit(Record::Step(Box::new(stats)));
         if !finite {
@@ -258,10 +262,10 @@ impl Coordinator {
         let times: Vec<f64> = stats.replicas.iter().map(|r| r.data + r.compute).collect();
         let Some(median) = crate::record::straggler::median(&times) else { return };
         for replica in crate::record::straggler::stragglers(&times) {
-            if self.straggled.len() < times.len() {
-                self.straggled.resize(times.len(), false);
+            if self.report.straggled.len() < times.len() {
+                self.report.straggled.resize(times.len(), false);
             }
-            if std::mem::replace(&mut self.straggled[replica], true) {
+            if std::mem::replace(&mut self.report.straggled[replica], true) {
                 continue;
             }
             let device = self.replica_device(replica);
@@ -270,14 +274,14 @@ impl Coordinator {
                 device,
                 step_ms: times[replica] * 1e3,
                 median_ms: median * 1e3,
-                global_step: self.global_step,
+                global_step: self.steps.global_step,
             });
         }
     }
 
     /// The device of global replica `replica`, with its rank in a multi-process run.
     fn replica_device(&self, replica: usize) -> String {
-        match &self.world {
+        match &self.exchange.world {
             Some(w) => w
                 .devices
                 .iter()
@@ -293,22 +297,22 @@ impl Coordinator {
     /// is false; else the test set), split over the replicas.
     pub(super) fn evaluate(&mut self, final_test: bool) -> Result<Evaluation, EngineError> {
         let (offset, replicas) = self.replica_span();
-        let val = self.val_len.is_some() && !final_test;
-        let len = if val { self.val_len.unwrap_or(0) } else { self.test_len };
+        let val = self.facts.val_len.is_some() && !final_test;
+        let len = if val { self.facts.val_len.unwrap_or(0) } else { self.facts.test_len };
         let parts = shards(len, replicas);
         self.pool.broadcast(|i| ToWorker::Evaluate {
             start: parts[offset + i].0,
             len: parts[offset + i].1,
             val,
         })?;
-        let mut total = Evaluation::new(self.classes);
+        let mut total = Evaluation::new(self.facts.classes);
         for reply in self.pool.gather(self.slow_timeout())? {
             if let FromWorker::Evaluated { sums, top5, confusion, bad, .. } = reply {
                 self.name_bad_images(bad);
                 total.add(sums, top5, &confusion);
             }
         }
-        if let Some(w) = &self.world {
+        if let Some(w) = &self.exchange.world {
             let t = &mut total.sums;
             let mut v = vec![t.loss, t.correct, t.samples, total.top5];
             v.extend_from_slice(&total.confusion);
@@ -328,7 +332,7 @@ impl Coordinator {
     }
 
     pub(super) fn replica_span(&self) -> (usize, usize) {
-        match &self.world {
+        match &self.exchange.world {
             Some(w) => (w.replica_offset(), w.total_replicas()),
             None => (0, self.cfg().devices.len()),
         }
