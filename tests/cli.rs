@@ -208,8 +208,8 @@ fn float16_trains_with_a_dynamic_loss_scale_in_the_record() {
     assert!(stdout.contains("dynamic loss scale from 4096, doubled after 2000 clean steps"), "{stdout}");
     assert!(stdout.contains("loss scale 4096"), "{stdout}");
     let recs = records(&run);
-    assert_eq!(recs[0]["settings"]["precision"]["format"], "f16");
-    assert_eq!(recs[0]["settings"]["precision"]["loss_scale_init"], 4096.0);
+    assert_eq!(recs[0]["precision"], "f16");
+    assert_eq!(recs[0]["loss_scale"]["init"], 4096.0);
     let steps: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "step").collect();
     assert!(!steps.is_empty());
     for s in steps {

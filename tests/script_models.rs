@@ -117,7 +117,7 @@ fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
     assert!(stdout.contains("cnn1.pt (TorchScript)"), "the start line names the file:\n{stdout}");
     let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
     assert_eq!(records[0]["model"], "torchscript");
-    assert_eq!(records[0]["settings"]["model"]["name"], model.to_str().unwrap());
+    assert_eq!(records[0]["model_file"], model.to_str().unwrap());
     let reported = records.iter().rev().find_map(|r| r["test_acc"].as_f64()).expect("a test accuracy");
     // The start record says how the inputs were normalized (the training set's statistics).
     let norm = &records[0]["normalize"];

@@ -1,8 +1,10 @@
-//! The start record as files hold it: this version's (the settings tree embedded) or an earlier
-//! one's, which listed some settings as loose fields; those are rebuilt into the tree, and the
-//! settings they did not list are the defaults.
+//! The start record as files hold it. This version writes the settings tree (`settings`) and,
+//! for readers of earlier versions' records, the loose fields those listed (`epochs`, `optim`,
+//! `label_smoothing`, …), derived from the tree here and nowhere else: the record's schema
+//! only grows. An earlier version's record, without the tree, has it rebuilt from those fields
+//! (the settings they did not list are the defaults).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::stats::{Normalization, Restart, RunInfo, WorldInfo};
 use crate::engine::optim::loss_scale::LossScaling;
@@ -12,22 +14,22 @@ use crate::engine::DeviceId;
 use crate::model::{ModelKind, Precision};
 use crate::settings::{ModelChoice, Settings};
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 pub(super) struct RunInfoWire {
     model: ModelKind,
     devices: Vec<DeviceId>,
     param_count: i64,
     steps_per_epoch: usize,
     lr: f64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     lr_scale: Option<f64>,
     train_samples: usize,
     test_samples: usize,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     val_samples: Option<usize>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     augment: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     test_split: Option<String>,
     cpu_threads_per_replica: usize,
     #[serde(default)]
@@ -38,39 +40,74 @@ pub(super) struct RunInfoWire {
     allreduce: String,
     #[serde(default)]
     timing: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     data: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     normalize: Option<Normalization>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     restart: Option<Restart>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     world: Option<WorldInfo>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     settings: Option<Settings>,
     #[serde(flatten)]
     earlier: Earlier,
 }
 
-/// The settings an earlier version's start record listed.
-#[derive(Deserialize, Default)]
+/// The settings earlier versions' start records listed as loose fields.
+#[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
 struct Earlier {
     epochs: Option<usize>,
     batch_size: Option<usize>,
     momentum: f64,
     weight_decay: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
     optim: Option<OptimConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     schedule: Option<Schedule>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     lr_batch_ref: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     clip_grad_norm: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     label_smoothing: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ema: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     accumulate: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     model_file: Option<std::path::PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     precision: Option<Precision>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     loss_scale: Option<LossScaling>,
+}
+
+impl From<&Settings> for Earlier {
+    /// The loose fields of `s`, as earlier versions wrote them.
+    fn from(s: &Settings) -> Earlier {
+        let r = &s.recipe;
+        Earlier {
+            epochs: Some(r.epochs),
+            batch_size: Some(r.batch_size),
+            momentum: s.optimizer.momentum,
+            weight_decay: s.optimizer.weight_decay,
+            optim: Some(s.optimizer),
+            schedule: Some(s.schedule.clone()),
+            lr_batch_ref: r.lr_batch_ref,
+            clip_grad_norm: r.clip_grad_norm,
+            label_smoothing: (r.label_smoothing > 0.0).then_some(r.label_smoothing),
+            ema: r.ema,
+            accumulate: (r.accumulate > 1).then_some(r.accumulate),
+            model_file: s.model.name.file().map(Into::into),
+            seed: Some(r.seed),
+            precision: Some(s.precision.format),
+            loss_scale: s.precision.loss_scaling(),
+        }
+    }
 }
 
 impl Earlier {
@@ -94,6 +131,35 @@ impl Earlier {
             s.precision.scale_loss(l);
         }
         s
+    }
+}
+
+impl From<RunInfo> for RunInfoWire {
+    fn from(i: RunInfo) -> RunInfoWire {
+        RunInfoWire {
+            earlier: Earlier::from(&i.settings),
+            model: i.model,
+            devices: i.devices,
+            param_count: i.param_count,
+            steps_per_epoch: i.steps_per_epoch,
+            lr: i.lr,
+            lr_scale: i.lr_scale,
+            train_samples: i.train_samples,
+            test_samples: i.test_samples,
+            val_samples: i.val_samples,
+            augment: i.augment,
+            test_split: i.test_split,
+            cpu_threads_per_replica: i.cpu_threads_per_replica,
+            resumed_at: i.resumed_at,
+            started_unix: i.started_unix,
+            allreduce: i.allreduce,
+            timing: i.timing,
+            data: i.data,
+            normalize: i.normalize,
+            restart: i.restart,
+            world: i.world,
+            settings: Some(i.settings),
+        }
     }
 }
 

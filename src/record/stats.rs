@@ -10,7 +10,7 @@ use crate::settings::Settings;
 /// Static facts about a run, recorded once when training starts (again after a resume): its
 /// settings tree as resolved, and what the run found or decided at start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "super::run_info_wire::RunInfoWire")]
+#[serde(from = "super::run_info_wire::RunInfoWire", into = "super::run_info_wire::RunInfoWire")]
 pub struct RunInfo {
     pub model: ModelKind,
     /// One entry per replica, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
