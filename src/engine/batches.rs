@@ -69,8 +69,8 @@ impl Batches {
             device: setup.device,
             source,
             epoch: (0, Arc::default()),
-            augment: setup.augment,
-            seed: setup.seed,
+            augment: setup.recipe.augmentation(),
+            seed: setup.recipe.seed,
             normalizer: Normalizer::new(
                 &setup.normalization,
                 train.images.unit(),

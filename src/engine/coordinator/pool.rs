@@ -48,8 +48,7 @@ impl WorkerPool {
                 model: cfg.model(),
                 script: cfg.kit.script.clone(),
                 loss: cfg.settings.loss(),
-                label_smoothing: cfg.settings.recipe.label_smoothing,
-                accumulate: cfg.settings.recipe.accumulate,
+                recipe: cfg.settings.recipe.clone(),
                 normalization: cfg.normalization.clone(),
                 data: Arc::clone(data),
                 initial_params: initial_params.copy(),
@@ -58,8 +57,6 @@ impl WorkerPool {
                 faults: cfg.kit.faults.clone(),
                 channels_last: cfg.uses_channels_last(),
                 precision: cfg.settings.precision.format,
-                augment: cfg.augment(),
-                seed: cfg.settings.recipe.seed,
                 // Inside the step timeout, so the worker names the phase before the coordinator
                 // gives up on it.
                 gpu_wait: cfg.step_timeout().mul_f64(0.9),

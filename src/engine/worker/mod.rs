@@ -13,7 +13,6 @@ use tch::{Device, Kind, Tensor};
 
 pub use super::worker_thread::{in_worker_thread, panic_message, WORKER_THREAD_PREFIX};
 
-use super::augment::Augment;
 use super::batches::{Batch, Batches};
 use super::buckets::Buckets;
 use super::clock::PhaseClock;
@@ -38,10 +37,8 @@ pub struct WorkerSetup {
     pub model: ModelKind,
     pub script: Option<Arc<ScriptModel>>,
     pub loss: LossKind,
-    /// The training loss's label smoothing (0: none).
-    pub label_smoothing: f64,
-    /// Micro-batches per step (gradient accumulation; 1: none).
-    pub accumulate: usize,
+    /// The recipe: label smoothing, micro-batches per step, augmentation and its seed.
+    pub recipe: crate::settings::Recipe,
     pub normalization: Normalization,
     pub data: Arc<Dataset>,
     pub initial_params: Tensor,
@@ -50,9 +47,6 @@ pub struct WorkerSetup {
     pub faults: Faults,
     pub channels_last: bool,
     pub precision: Precision,
-    /// Training-time augmentation, drawn per sample from the run's seed.
-    pub augment: Augment,
-    pub seed: u64,
     /// How long a timed step's read of its GPU events may wait.
     pub gpu_wait: std::time::Duration,
     /// The streaming loader's decoding, when the data is streamed (else it is resident).
@@ -189,8 +183,8 @@ impl Worker {
             device: setup.device,
             net,
             loss: setup.loss,
-            label_smoothing: setup.label_smoothing,
-            accumulate: setup.accumulate.max(1),
+            label_smoothing: setup.recipe.label_smoothing,
+            accumulate: setup.recipe.accumulate.max(1),
             batches,
             params,
             grads,
