@@ -1,6 +1,6 @@
 //! dpt-tui: data-parallel training over several devices with libtorch, reported as events for a
 //! terminal dashboard or a headless log.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod alert;
@@ -18,8 +18,8 @@ pub mod report;
 pub mod run_dir;
 pub mod settings;
 pub mod signals;
-#[allow(unsafe_code)]
-pub mod sys;
+/// The OS calls the standard library lacks, from the one crate allowed `unsafe`.
+pub use dpt_sys::os as sys;
 
 /// The innermost cause of an error ("No space left on device (os error 28)").
 pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {

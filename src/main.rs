@@ -3,7 +3,7 @@
 //! Exit status: 0 done, 2 bad input or usage, 1 failure during the run, 128 + N after signal N.
 
 #![deny(clippy::unwrap_used)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod cli;
 mod session;

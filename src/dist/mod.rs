@@ -1,6 +1,6 @@
 //! Data parallel across processes and nodes, on libtorch's own distributed engine (c10d).
-//! `c10d/` is the safe face of our C++ shim (with `crate::sys`, the only code allowed
-//! `unsafe`); `launch.rs` reads torchrun's, Slurm's or the flags' description of the world;
+//! `c10d` is the safe face of our C++ shims (in `crates/dpt-sys`, with `sys`, the only
+//! code allowed `unsafe`); `launch.rs` reads torchrun's, Slurm's or the flags' description of the world;
 //! `world.rs` meets the other ranks and runs the collectives.
 //!
 //! The design card's shape holds at every scale: inside a process, one worker thread per local
@@ -8,10 +8,10 @@
 //! locally reduced flat gradient bucket through c10d, then every replica applies the same
 //! optimizer step.
 
-#[allow(unsafe_code)]
-pub mod c10d;
+/// The safe face of our C++ shims, from the one crate allowed `unsafe` (`crates/dpt-sys`).
+pub use dpt_sys::c10d;
 pub mod figures;
-pub mod identity;
+pub use dpt_sys::identity;
 pub mod launch;
 pub mod nccl_env;
 pub mod world;

@@ -1,19 +1,7 @@
 //! What identifies the engine's threads and their panics: the worker threads' names, whether a
 //! panic happened on an engine thread (caught and reported there), and a panic's first line.
 
-/// The first line of a panic payload. libtorch errors surface as panics whose text continues
-/// with a C++ backtrace; the first line names the problem.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = if let Some(s) = panic.downcast_ref::<String>() {
-        s.as_str()
-    } else if let Some(s) = panic.downcast_ref::<&str>() {
-        s
-    } else {
-        "panic with a non-text payload"
-    };
-    let first = text.lines().next().unwrap_or(text);
-    first.replace("called `Result::unwrap()` on an `Err` value: ", "").trim().to_owned()
-}
+pub use dpt_sys::panic_message;
 
 /// Whether the current thread is an engine worker, the coordinator or a decode thread, whose
 /// panics are caught and reported (a failed run naming the replica; an image that failed to

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tch::Tensor;
 use thiserror::Error;
 
-pub use super::identity::CudaIdentity;
+pub use crate::identity::CudaIdentity;
 
 mod cuda;
 mod hooks;

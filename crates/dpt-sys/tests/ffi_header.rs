@@ -1,5 +1,5 @@
-//! The C++ shims' one header, `src/dist/dpt_api.h`, against the Rust side: every `extern "C"`
-//! declaration of a `dpt_*` function under `src/dist/c10d/` has the header's parameters and
+//! The C++ shims' one header, `csrc/dpt_api.h`, against the Rust side: every `extern "C"`
+//! declaration of a `dpt_*` function under `src/c10d/` has the header's parameters and
 //! return type (C types mapped to Rust's, pointer by pointer, constness included), every
 //! function the header declares is declared in Rust, and every `dpt_*` function the C++ files
 //! define is in the header. (The C++ compiler checks the definitions against the header: each
@@ -143,10 +143,10 @@ fn rust_decls(text: &str) -> Vec<(String, Signature)> {
 #[test]
 fn the_rust_declarations_and_the_cpp_definitions_match_the_header() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let declared = header(&std::fs::read_to_string(root.join("src/dist/dpt_api.h")).unwrap());
+    let declared = header(&std::fs::read_to_string(root.join("csrc/dpt_api.h")).unwrap());
     assert!(declared.len() >= 37, "{} functions in the header", declared.len());
     let mut seen = std::collections::BTreeSet::new();
-    for entry in std::fs::read_dir(root.join("src/dist/c10d")).unwrap() {
+    for entry in std::fs::read_dir(root.join("src/c10d")).unwrap() {
         let path = entry.unwrap().path();
         for (name, sig) in rust_decls(&std::fs::read_to_string(&path).unwrap()) {
             let theirs = declared
@@ -158,7 +158,7 @@ fn the_rust_declarations_and_the_cpp_definitions_match_the_header() {
     }
     let undeclared: Vec<&String> = declared.keys().filter(|n| !seen.contains(*n)).collect();
     assert!(undeclared.is_empty(), "declared in dpt_api.h but not in Rust: {undeclared:?}");
-    for entry in std::fs::read_dir(root.join("src/dist")).unwrap() {
+    for entry in std::fs::read_dir(root.join("csrc")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "cpp") {
             let text = std::fs::read_to_string(&path).unwrap();

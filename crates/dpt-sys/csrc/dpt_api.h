@@ -1,7 +1,7 @@
 // Every entry point of dpt-tui's C++ shims over libtorch, as one flat C API of opaque handles
 // (as torch-sys's torch_api.h declares libtch's). Each .cpp file includes this header, so the
 // compiler checks its definitions against these declarations, and tests/ffi_header.rs checks
-// the Rust `extern "C"` blocks (src/dist/c10d/) against it. Every function that can fail takes
+// the Rust `extern "C"` blocks (src/c10d/) against it. Every function that can fail takes
 // `char** err` and on failure stores a malloc'ed message there (freed with dpt_free_string);
 // no C++ exception crosses into Rust.
 #pragma once

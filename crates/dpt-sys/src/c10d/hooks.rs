@@ -53,7 +53,7 @@ where
     let why = match catch_unwind(AssertUnwindSafe(|| f(grad))) {
         Ok(Ok(())) => return 0,
         Ok(Err(why)) => why,
-        Err(panic) => crate::engine::worker_thread::panic_message(&*panic),
+        Err(panic) => crate::panic_message(&*panic),
     };
     let why = CString::new(why.replace('\0', " ")).unwrap_or_default();
     // SAFETY: strdup copies into malloc'ed memory, which the shim frees with `free`.

@@ -1,0 +1,75 @@
+//! Compiles dpt-tui's C++ shims (`csrc/`) against the libtorch torch-sys found, with the flags
+//! torch-sys uses (C++17, the C++11 ABI), the c10d compile definitions, Gloo's headers from the
+//! repository's `third_party/gloo` and CUDA's and NCCL's from the wheel's `nvidia/` packages
+//! (plus `nvidia-cuda-crt` and `nvidia-cuda-cccl`, which `.ci/setup` installs). Without the CUDA
+//! headers the NCCL half is `c10d_no_nccl.cpp`, which refuses each call with a message.
+
+use std::path::{Path, PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
+    println!("cargo:rerun-if-changed=csrc");
+    println!("cargo:rerun-if-changed=../../third_party/gloo");
+    let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
+        panic!(
+            "torch-sys did not report its libtorch folder; set up with .ci/setup (LIBTORCH_USE_PYTORCH=1)"
+        );
+    };
+    let lib = PathBuf::from(lib);
+    compile_shim(&lib);
+    println!("cargo:rustc-link-search=native={}", lib.display());
+    println!("cargo:rustc-link-lib=dylib=torch_cpu");
+    println!("cargo:rustc-link-lib=dylib=c10");
+}
+
+/// The wheel's `nvidia/<name>/include`, if present.
+fn nvidia_include(torch: &Path, name: &str) -> Option<PathBuf> {
+    let dir = torch.parent()?.join("nvidia").join(name).join("include");
+    dir.is_dir().then_some(dir)
+}
+
+fn compile_shim(lib: &Path) {
+    let torch = lib.parent().expect("libtorch's lib folder has a parent");
+    let include = torch.join("include");
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .std("c++17")
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .define("USE_DISTRIBUTED", None)
+        .define("USE_C10D_GLOO", None)
+        .include("csrc")
+        .include("../../third_party/gloo")
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        // libtorch's headers are not ours to warn about.
+        .warnings(false)
+        .flag_if_supported("-Wno-unused-parameter")
+        .file("csrc/c10d_shim.cpp")
+        .file("csrc/jit_shim.cpp")
+        .file("csrc/autograd_shim.cpp")
+        .file("csrc/rng_shim.cpp");
+    let cuda = nvidia_include(torch, "cu13").or_else(|| nvidia_include(torch, "cuda_runtime"));
+    let nccl = nvidia_include(torch, "nccl");
+    match (cuda, nccl) {
+        (Some(cuda), Some(nccl))
+            if cuda.join("crt/host_config.h").exists() && cuda.join("nv/target").exists() =>
+        {
+            build
+                .define("USE_C10D_NCCL", None)
+                .define("USE_CUDA", None)
+                .define("DPT_HAVE_NCCL", "1")
+                .include(cuda)
+                .include(nccl)
+                .file("csrc/c10d_nccl.cpp");
+        }
+        _ => {
+            println!(
+                "cargo:warning=CUDA or NCCL headers missing next to {} (run .ci/setup): building without the NCCL half",
+                torch.display()
+            );
+            build.define("DPT_HAVE_NCCL", "0").file("csrc/c10d_no_nccl.cpp");
+        }
+    }
+    build.compile("dpt_c10d");
+}
