@@ -240,7 +240,7 @@ fn capital_s_asks_for_a_folder_to_save_into() {
     // The engine's answer shows on the status line until a save succeeds.
     app.on_event(&Record::Event(Change::SaveFailed {
         path: "/r/model.safetensors".into(),
-        message: "cannot write /r/model.safetensors: No space left on device (os error 28)".into(),
+        message: "No space left on device (os error 28)".into(),
         advice: String::new(),
     }));
     assert_eq!(

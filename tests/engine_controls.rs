@@ -141,15 +141,7 @@ fn a_failing_worker_is_reported_with_its_replica_and_nothing_hangs() {
     use dpt_tui::engine::EngineError;
     // 14x14 images make LeNet's 800-wide linear layer fail inside libtorch on every replica.
     let split = |n: usize| Split::gray(vec![0; n * 196], vec![1; n], 14, 14);
-    let data = std::sync::Arc::new(Dataset {
-        train: split(64),
-        test: split(16),
-        val: None,
-        test_is_val: false,
-        skipped: Vec::new(),
-        source: "blank 14x14 images".into(),
-        classes: 10,
-    });
+    let data = std::sync::Arc::new(Dataset::of(split(64), split(16), "blank 14x14 images".into(), 10));
     let engine = Engine::start(TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]), data).unwrap();
     let events: Vec<Record> = engine.events().iter().collect();
     let failed = events.iter().find_map(|e| match e {

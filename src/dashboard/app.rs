@@ -270,9 +270,8 @@ impl App {
             Change::Restored { global_step, .. } => self.global_step = *global_step,
             Change::Saved { .. } => self.save_problem = None,
             Change::SaveFailed { message, .. } => {
-                // The root cause is the last part of the chain ("No space left on device").
-                let cause = message.rsplit(": ").next().unwrap_or(message);
-                let cause = cause.split(" (os error").next().unwrap_or(cause);
+                // The engine sends the root cause ("No space left on device (os error 28)").
+                let cause = message.split(" (os error").next().unwrap_or(message);
                 self.save_problem = Some(format!("NOT SAVED ({cause}): s retries, S saves elsewhere"));
             }
             Change::Failed { message, .. } => {

@@ -10,7 +10,7 @@ use super::app::{App, Overlay};
 use crate::record::compare::Baseline;
 use crate::record::history::History;
 use crate::record::text::Level;
-use crate::remote::runs::{self, RunState};
+use crate::remote::runs::{self, RunStatus};
 
 /// The name a baseline goes by: its run directory's.
 pub fn run_name(path: &Path) -> String {
@@ -33,7 +33,7 @@ impl App {
         let own = self.run_dir.as_deref().map(runs::absolute);
         let entries: Vec<PathBuf> = runs::list(dir)
             .into_iter()
-            .filter(|e| e.state != RunState::Running && Some(&e.path) != own.as_ref())
+            .filter(|e| e.state != RunStatus::Running && Some(&e.path) != own.as_ref())
             .map(|e| e.path)
             .collect();
         if entries.is_empty() {

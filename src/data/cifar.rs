@@ -102,17 +102,7 @@ pub fn load(dir: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
     } else {
         (read_batches(&dir, &train)?, read_batches(&dir, &test)?)
     };
-    Ok(Dataset {
-        train,
-        test,
-        val: None,
-        test_is_val: false,
-        skipped: Vec::new(),
-        source: format!(
-            "CIFAR-10 binary batches in {}{}",
-            dir.display(),
-            if streamed { " (streamed)" } else { "" }
-        ),
-        classes: CLASSES as usize,
-    })
+    let source =
+        format!("CIFAR-10 binary batches in {}{}", dir.display(), if streamed { " (streamed)" } else { "" });
+    Ok(Dataset::of(train, test, source, CLASSES as usize))
 }

@@ -214,6 +214,11 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// A training and a test split as loaded: no validation split carved yet, nothing left out.
+    pub fn of(train: Split, test: Split, source: String, classes: usize) -> Dataset {
+        Dataset { train, test, val: None, test_is_val: false, skipped: Vec::new(), source, classes }
+    }
+
     /// Moves `fraction` of the training samples (at least one) into a validation split: the
     /// samples a permutation drawn from `seed` puts last, so the split is the same on every run
     /// and every rank with that seed; both keep the training set's order.
@@ -304,15 +309,12 @@ mod tests {
     fn a_validation_split_is_carved_the_same_way_for_a_seed() {
         let labels: Vec<i64> = (0..20).collect();
         let images: Vec<u8> = (0..20u8).flat_map(|i| [i; 4]).collect();
-        let data = Dataset {
-            train: Split::gray(images, labels, 2, 2),
-            test: Split::gray(vec![0; 4], vec![0], 2, 2),
-            val: None,
-            test_is_val: false,
-            skipped: Vec::new(),
-            source: String::new(),
-            classes: 20,
-        };
+        let data = Dataset::of(
+            Split::gray(images, labels, 2, 2),
+            Split::gray(vec![0; 4], vec![0], 2, 2),
+            String::new(),
+            20,
+        );
         let (mut a, mut b, mut c) = (data.clone(), data.clone(), data);
         a.carve_val(0.25, 7);
         b.carve_val(0.25, 7);

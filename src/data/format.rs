@@ -178,13 +178,5 @@ pub fn finish(train: Split, test: Split, source: String, path: &Path) -> Result<
         }
     }
     let largest = train.labels.iter().chain(&test.labels).copied().max().unwrap_or(0);
-    Ok(Dataset {
-        train,
-        test,
-        val: None,
-        test_is_val: false,
-        skipped: Vec::new(),
-        source,
-        classes: largest as usize + 1,
-    })
+    Ok(Dataset::of(train, test, source, largest as usize + 1))
 }

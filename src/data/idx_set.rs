@@ -57,15 +57,8 @@ pub fn load(dir: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
             (read(&train_images, &train_labels)?, read(&test_images, &test_labels)?, false)
         }
     };
-    Ok(Dataset {
-        train,
-        test,
-        val: None,
-        test_is_val: false,
-        skipped: Vec::new(),
-        source: format!("IDX files in {}{}", dir.display(), if streamed { " (streamed)" } else { "" }),
-        classes: NUM_CLASSES as usize,
-    })
+    let source = format!("IDX files in {}{}", dir.display(), if streamed { " (streamed)" } else { "" });
+    Ok(Dataset::of(train, test, source, NUM_CLASSES as usize))
 }
 
 fn locate(dir: &Path, file: &'static str) -> Result<PathBuf, DataError> {

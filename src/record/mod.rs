@@ -84,7 +84,8 @@ pub enum Change {
     BestKept { epoch: usize, metric: String, value: f64, path: String },
     /// `--early-stop`: no improvement for `patience` evaluations; the best was at `best_epoch`.
     EarlyStopped { epoch: usize, best_epoch: usize, metric: String, best: f64, patience: usize },
-    /// The weights could not be written; they are still in memory. `advice` says how to retry.
+    /// The weights could not be written; they are still in memory. `message` is the root cause
+    /// (`No space left on device (os error 28)`), `advice` says how to retry.
     SaveFailed { path: String, message: String, advice: String },
     /// The run failed; `replica` names the failing replica when one did.
     Failed { replica: Option<usize>, device: Option<String>, message: String },

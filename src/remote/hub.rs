@@ -23,6 +23,16 @@ pub enum HubMsg {
     Monitor(MonitorMsg),
 }
 
+impl HubMsg {
+    /// The record this message carries, if it is one (not a device sample).
+    pub fn record(self) -> Option<Record> {
+        match self {
+            HubMsg::Record(r) => Some(r),
+            HubMsg::Monitor(_) => None,
+        }
+    }
+}
+
 struct Subscribe {
     capacity: usize,
     reply: Sender<(Snapshot, Receiver<HubMsg>)>,

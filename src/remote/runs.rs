@@ -11,9 +11,10 @@ use crate::model::ModelKind;
 use crate::record::history::History;
 use crate::record::{Change, FinishReason, Record};
 
-/// Where a run stands.
+/// Where a recorded run stands, as `ls` lists it (the dashboard's live view of one is
+/// `dashboard::app::RunState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunState {
+pub enum RunStatus {
     Running,
     Finished,
     /// Stopped before its last epoch (by the user, a signal, a step limit or divergence).
@@ -23,14 +24,14 @@ pub enum RunState {
     Dead,
 }
 
-impl RunState {
+impl RunStatus {
     pub fn label(self) -> &'static str {
         match self {
-            RunState::Running => "running",
-            RunState::Finished => "finished",
-            RunState::Stopped => "stopped",
-            RunState::Failed => "failed",
-            RunState::Dead => "dead",
+            RunStatus::Running => "running",
+            RunStatus::Finished => "finished",
+            RunStatus::Stopped => "stopped",
+            RunStatus::Failed => "failed",
+            RunStatus::Dead => "dead",
         }
     }
 }
@@ -40,7 +41,7 @@ impl RunState {
 pub struct RunEntry {
     /// The run directory, absolute.
     pub path: PathBuf,
-    pub state: RunState,
+    pub state: RunStatus,
     pub resumable: bool,
     pub model: Option<ModelKind>,
     pub devices: Vec<DeviceId>,
@@ -77,14 +78,14 @@ pub fn inspect(dir: &Path) -> Option<RunEntry> {
         current.iter().rev().find_map(|r| if let Record::Summary(s) = r { Some(s.reason) } else { None });
     let failed = current.iter().any(|r| matches!(r, Record::Event(Change::Failed { .. })));
     let state = match summary {
-        Some(FinishReason::Completed) => RunState::Finished,
-        Some(_) => RunState::Stopped,
-        None if is_live(dir) => RunState::Running,
-        None if failed => RunState::Failed,
-        None => RunState::Dead,
+        Some(FinishReason::Completed) => RunStatus::Finished,
+        Some(_) => RunStatus::Stopped,
+        None if is_live(dir) => RunStatus::Running,
+        None if failed => RunStatus::Failed,
+        None => RunStatus::Dead,
     };
     let resumable =
-        state != RunState::Running && state != RunState::Finished && dir.join(CHECKPOINT_FILE).exists();
+        state != RunStatus::Running && state != RunStatus::Finished && dir.join(CHECKPOINT_FILE).exists();
     Some(RunEntry {
         path: absolute(dir),
         state,

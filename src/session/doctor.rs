@@ -37,15 +37,7 @@ fn synthetic(n: usize) -> Arc<Dataset> {
         let images = (0..n * 784).map(|i| ((i * 31 + salt) % 251) as u8).collect();
         Split::gray(images, (0..n).map(|i| (i % 10) as i64).collect(), 28, 28)
     };
-    Arc::new(Dataset {
-        train: split(n, 0),
-        test: split(n / 2, 7),
-        val: None,
-        test_is_val: false,
-        skipped: Vec::new(),
-        source: "synthetic images".into(),
-        classes: 10,
-    })
+    Arc::new(Dataset::of(split(n, 0), split(n / 2, 7), "synthetic images".into(), 10))
 }
 
 /// One training step of `model` on `device`, through the engine as a run would take it.

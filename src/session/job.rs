@@ -117,10 +117,7 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
         (Some(command), Some((seen, live))) => {
             let skip = seen.records.iter().rposition(|r| matches!(r, Record::Start(_))).unwrap_or(0);
             let records =
-                seen.records.into_iter().skip(skip).chain(live.into_iter().filter_map(|m| match m {
-                    HubMsg::Record(r) => Some(r),
-                    HubMsg::Monitor(_) => None,
-                }));
+                seen.records.into_iter().skip(skip).chain(live.into_iter().filter_map(HubMsg::record));
             Some(
                 dpt_tui::alert::spawn_notifier(command.clone(), run_dir.clone(), records)
                     .map_err(failed("cannot start the notifier"))?,
@@ -137,12 +134,8 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
         printer.print(record, &mut std::io::stdout());
     }
     let mut interrupted = None;
-    let as_record = |m: HubMsg| match m {
-        HubMsg::Record(r) => Some(r),
-        HubMsg::Monitor(_) => None,
-    };
     let finish =
-        headless_loop(&printed, as_record, &watch.messages, &controls, &mut printer, &mut interrupted);
+        headless_loop(&printed, HubMsg::record, &watch.messages, &controls, &mut printer, &mut interrupted);
     drop(controls);
     let outcome = engine.join();
     let write_error = recorder.join().ok().flatten();
