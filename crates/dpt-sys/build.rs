@@ -17,6 +17,9 @@ fn main() {
     };
     let lib = PathBuf::from(lib);
     compile_shim(&lib);
+    // This package's own test executables start without LD_LIBRARY_PATH too (a link argument
+    // reaches only the package's own targets; the main package sets its own).
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
     println!("cargo:rustc-link-lib=dylib=c10");

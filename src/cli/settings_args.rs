@@ -34,7 +34,7 @@ pub struct SettingsArgs {
 
 impl SettingsArgs {
     /// The flags given, as a partial settings tree.
-    pub fn layer(&self) -> toml::Value {
+    pub fn layer(&self) -> Result<toml::Value, dpt_tui::settings::SettingsError> {
         dpt_tui::settings::layer(self)
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::DataFormat;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct DataSettings {
     /// `--data`, absolute once resolved.
     pub path: PathBuf,

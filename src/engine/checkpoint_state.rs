@@ -69,7 +69,7 @@ impl CheckpointState {
         match value.get("format").and_then(serde_json::Value::as_u64) {
             Some(1) => {
                 let old: FormatOne = serde_json::from_value(value).map_err(|e| format!("bad run state: {e}"))?;
-                Ok(old.into())
+                old.try_into()
             }
             Some(2) => serde_json::from_value(value).map_err(|e| format!("bad run state: {e}")),
             other => Err(format!(
@@ -157,8 +157,10 @@ fn one() -> f64 {
     1.0
 }
 
-impl From<FormatOne> for CheckpointState {
-    fn from(old: FormatOne) -> CheckpointState {
+impl TryFrom<FormatOne> for CheckpointState {
+    type Error = String;
+
+    fn try_from(old: FormatOne) -> Result<CheckpointState, String> {
         let mut s = Settings::defaults(old.model, Default::default());
         s.model.name = match (old.model, old.model_file) {
             (ModelKind::Script, Some(file)) => ModelChoice::File(file),
@@ -180,9 +182,7 @@ impl From<FormatOne> for CheckpointState {
                 m.remove("loader");
                 m.remove("memory");
             }
-            if let Ok(d) = serde_json::from_value(data) {
-                s.data = d;
-            }
+            s.data = serde_json::from_value(data).map_err(|e| format!("bad run state: data: {e}"))?;
         }
         if let Some(b) = &old.best {
             (s.best.keep, s.best.metric, s.best.early_stop) = (b.keep, b.metric, b.patience);
@@ -193,7 +193,7 @@ impl From<FormatOne> for CheckpointState {
             (s.precision.loss_scale_init, s.precision.loss_scale_interval) =
                 (Some(l.init), Some(l.growth_interval));
         }
-        CheckpointState {
+        Ok(CheckpointState {
             format: FORMAT,
             settings: s,
             normalize: old.normalize,
@@ -212,7 +212,7 @@ impl From<FormatOne> for CheckpointState {
             loss_scaler: old.loss_scaler,
             best: old.best,
             legacy: true,
-        }
+        })
     }
 }
 

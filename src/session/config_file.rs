@@ -48,9 +48,29 @@ fn config_path(argv: &[OsString]) -> Option<std::path::PathBuf> {
     None
 }
 
+/// The settings an earlier version's `config.toml` (flags by their long names, the resolved
+/// values) stands for, less its `normalize`: earlier versions wrote the measured normalization
+/// there, a value of the run and not a setting.
+pub fn earlier_settings(text: &str) -> Result<dpt_tui::settings::Settings, String> {
+    let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_owned())?;
+    table.remove("normalize");
+    let argv = std::iter::once("dpt-tui".to_owned()).chain(flags_of_table(&table)?);
+    let matches = crate::cli::command().try_get_matches_from(argv).map_err(|e| e.to_string())?;
+    let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|e| e.to_string())?;
+    let flags = args.settings.layer().map_err(|e| e.to_string())?;
+    dpt_tui::settings::Layers { flags: Some(flags), ..Default::default() }
+        .resolve()
+        .map_err(|e| e.to_string())
+}
+
 /// The command-line flags a configuration file's text stands for.
 fn flags_of(text: &str) -> Result<Vec<String>, String> {
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_owned())?;
+    flags_of_table(&table)
+}
+
+/// The command-line flags a configuration file's top-level keys stand for.
+fn flags_of_table(table: &toml::Table) -> Result<Vec<String>, String> {
     let command = Args::command();
     let mut flags = Vec::new();
     // Tables are parts of the settings tree, read as a layer of their own.
@@ -129,5 +149,26 @@ mod tests {
         let args = <crate::cli::Args as clap::Parser>::try_parse_from(expand(argv).expect("test set-up"))
             .expect("test set-up");
         assert_eq!((args.settings.recipe.epochs, args.settings.optimizer.lr), (Some(3), Some(0.1)));
+    }
+
+    #[test]
+    fn an_earlier_versions_config_toml_reads_back_as_its_settings() {
+        // As the previous version wrote it for `--devices cpu:2 --lr 0.1 --seed 3`.
+        let text = "model = \"lenet\"\ndata = \"/d\"\ndevices = \"cpu,cpu\"\nepochs = 10\nbatch_size = 256\n\
+            optimizer = \"sgd\"\nlr = 0.1\nmomentum = 0\nnesterov = false\nweight_decay = 0\n\
+            lr_schedule = \"constant\"\nwarmup_steps = 0\nmin_lr = 0\nlr_gamma = 0.1\nlabel_smoothing = 0\n\
+            crop_padding = 0\nhflip = \"off\"\naccumulate = 1\nseed = 3\nmax_bad_images = 0.001\nloader = \"auto\"\n\
+            data_memory = 2147483648\nprefetch = 2\ndecode_threads = 2\nlog_every = 50\ncheckpoint_every = \"1\"\n\
+            keep_checkpoints = 1\nprecision = \"f32\"\nloss_scale = \"off\"\nbucket_cap_mb = 25\n\
+            normalize = \"0.16791370222824017,0.3\"\non_nan = \"stop\"\nstep_timeout = 600\ncpu_threads = 1\n";
+        let earlier = earlier_settings(text).expect("reads");
+        let mut command = dpt_tui::settings::Settings::default();
+        (command.optimizer.lr, command.recipe.seed, command.data.path) = (0.1, 3, "/d".into());
+        assert!(dpt_tui::settings::differences(&earlier, &command).is_empty(), "{earlier:?}");
+        command.optimizer.lr = 0.2;
+        assert_eq!(
+            dpt_tui::settings::differences(&earlier, &command),
+            ["optimizer.lr = 0.1 in the run, 0.2 in this command"]
+        );
     }
 }

@@ -18,24 +18,111 @@ use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
-use dpt_tui::model::ModelKind;
 use dpt_tui::remote::runs::absolute;
 use dpt_tui::run_dir::{create_run_dir, default_run_dir};
 use dpt_tui::settings::{ConfigFile, Layers, Settings};
 
 /// The settings the command asks for, before any checkpoint is read: its `--config` file's
 /// tables under its flags over the defaults. Its placement is final (a checkpoint carries
-/// none), so the devices and the backend are known before the ranks meet.
+/// none), so the devices and the backend are known, and checked, before the ranks meet.
 pub fn asked(args: &Args) -> Result<Settings, Failure> {
     let file = config_file(args)?;
-    Layers { checkpoint: None, file: file.as_ref(), flags: Some(args.settings.layer()) }
-        .resolve()
-        .map_err(input)
+    let flags = args.settings.layer().map_err(input)?;
+    let asked =
+        Layers { checkpoint: None, file: file.as_ref(), flags: Some(flags) }.resolve().map_err(input)?;
+    asked.placement.validate().map_err(input)?;
+    Ok(asked)
 }
 
 /// The `--config` file's tables, if a file is given.
 fn config_file(args: &Args) -> Result<Option<ConfigFile>, Failure> {
     args.config.as_deref().map(ConfigFile::read).transpose().map_err(input)
+}
+
+/// The settings resolved over a checkpoint's (if any) and checked, and the live resources they
+/// name: the TorchScript model, the weights to start from.
+struct Settled {
+    settings: Settings,
+    script: Option<ScriptModel>,
+    init_from: Option<Box<dpt_tui::engine::init_from::InitFrom>>,
+}
+
+/// Resolves and checks the settings over `state`'s, and reads what they name.
+fn settle(args: &Args, state: Option<&CheckpointState>) -> Result<Settled, Failure> {
+    let file = config_file(args)?;
+    let flags = args.settings.layer().map_err(input)?;
+    let layers = Layers { checkpoint: state.map(|s| &s.settings), file: file.as_ref(), flags: Some(flags) };
+    let settings = layers.resolve().map_err(input)?;
+    // Cheap checks first, so a typo does not wait for the data to load.
+    settings.validate().map_err(input)?;
+    let script = match settings.model.name.file() {
+        Some(path) => Some(ScriptModel::read(path).map_err(input)?),
+        None => None,
+    };
+    let init_from = match (&settings.model.init_from, state) {
+        (Some(_), Some(_)) if args.settings.model.init_from.is_some() && !args.continuing => {
+            return Err(input(anyhow!(
+                "--init-from starts a new run from other weights; a resumed run continues its own: drop one of them"
+            )))
+        }
+        // A continued run's weights are its checkpoint's.
+        (Some(_), Some(_)) | (None, _) => None,
+        (Some(path), None) => Some(Box::new(dpt_tui::engine::init_from::InitFrom::read(path).map_err(input)?)),
+    };
+    Ok(Settled { settings, script, init_from })
+}
+
+/// The settings and the run to continue, if `--resume` asks for one. In a multi-process run
+/// only rank 0 reads the checkpoint (no shared file system needed) and settles everything it
+/// needs first, so the other ranks hear of any failure; they get its state through the store
+/// and its tensors by broadcast.
+fn settle_with_resume(args: &Args, world: Option<&World>) -> Result<(Settled, Option<Resume>), Failure> {
+    let path = args.resume.as_deref().map(checkpoint_path).unwrap_or_default();
+    let leader = world.is_none_or(|w| w.rank == 0);
+    let (settled, mut resume) = if leader {
+        let result =
+            args.resume.as_deref().map(Checkpoint::read).transpose().map_err(input).and_then(|ckpt| {
+                let settled = settle(args, ckpt.as_ref().map(|c| &c.state))?;
+                let model = settled.settings.model_kind();
+                let resume = ckpt.map(|c| Resume::new(c, model, settled.script.as_ref(), &path)).transpose();
+                Ok((settled, resume.map_err(input)?))
+            });
+        if let (Some(w), Some(_)) = (world, &args.resume) {
+            let shared: Result<&CheckpointState, String> = match &result {
+                Ok((_, Some(r))) => Ok(&r.state),
+                Ok((_, None)) => Err("no checkpoint".into()),
+                Err(Failure::Input(e) | Failure::Run(e)) => Err(format!("{e:#}")),
+            };
+            let bytes = serde_json::to_vec(&shared).expect("checkpoint states serialize");
+            w.share_bytes("resume", Some(&bytes)).map_err(super::dist::failure)?;
+        }
+        result?
+    } else if let (Some(w), Some(_)) = (world, &args.resume) {
+        let bytes = w.share_bytes("resume", None).map_err(super::dist::failure)?;
+        let shared: Result<CheckpointState, String> = serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::Run(anyhow!("rank 0 sent a checkpoint state this version cannot read: {e}"))
+        })?;
+        let state = shared.map_err(|e| input(anyhow!("rank 0 cannot resume: {e}")))?;
+        let settled = settle(args, Some(&state))?;
+        let model = settled.settings.model_kind();
+        if state.model() != model {
+            return Err(input(CheckpointError::OtherModel { path, found: state.model(), expected: model }));
+        }
+        let resume = Resume::awaiting(state, settled.script.as_ref());
+        (settled, Some(resume))
+    } else {
+        (settle(args, None)?, None)
+    };
+    if let (Some(w), Some(r)) = (world, resume.as_mut()) {
+        let slots = r.optimizer.iter_mut().map(|(_, t)| t);
+        let ema = r.ema.iter_mut().flat_map(|(p, b)| [p, b]);
+        for t in [&mut r.params, &mut r.buffers].into_iter().chain(slots).chain(ema) {
+            if t.numel() > 0 {
+                w.broadcast(t).map_err(super::dist::failure)?;
+            }
+        }
+    }
+    Ok((settled, resume))
 }
 
 /// The configuration the flags (and a checkpoint being resumed) ask for. `interactive`: a
@@ -48,46 +135,22 @@ fn configure(
     devices: Vec<DeviceId>,
     world: Option<&World>,
 ) -> Result<TrainConfig, Failure> {
-    let state = read_resume_state(args, world)?;
-    let file = config_file(args)?;
-    let layers = Layers {
-        checkpoint: state.as_ref().map(|(s, _)| &s.settings),
-        file: file.as_ref(),
-        flags: Some(args.settings.layer()),
-    };
-    let settings = layers.resolve().map_err(input)?;
-    // Cheap checks first, so a typo does not wait for the data to load.
-    settings.validate().map_err(input)?;
-    let model = settings.model_kind();
-    let script = match settings.model.name.file() {
-        Some(path) => Some(ScriptModel::read(path).map_err(input)?),
-        None => None,
-    };
-    let init_from = match (&settings.model.init_from, &state) {
-        (Some(_), Some(_)) if args.settings.model.init_from.is_some() && !args.continuing => {
-            return Err(input(anyhow!(
-                "--init-from starts a new run from other weights; a resumed run continues its own: drop one of them"
-            )))
-        }
-        // A continued run's weights are its checkpoint's.
-        (Some(_), Some(_)) | (None, _) => None,
-        (Some(path), None) => Some(Box::new(dpt_tui::engine::init_from::InitFrom::read(path).map_err(input)?)),
-    };
-    let resume = match state {
-        Some((state, ckpt)) => Some(resume_tensors(state, ckpt, model, script.as_ref(), args, world)?),
-        None => None,
-    };
-    let placement = &settings.placement;
-    let mut cfg = TrainConfig::with_settings(settings.clone(), devices);
-    cfg.cpu_threads =
-        placement.cpu_threads.unwrap_or_else(|| cpu_threads_per_replica(&cfg.devices, machine.cores));
-    cfg.on_nan = settings.checkpoints.on_nan.unwrap_or(if interactive { OnNan::Pause } else { OnNan::Stop });
+    let (Settled { mut settings, script, init_from }, resume) = settle_with_resume(args, world)?;
+    let cpu_threads =
+        settings.placement.cpu_threads.unwrap_or_else(|| cpu_threads_per_replica(&devices, machine.cores));
+    // The run's record and config.toml say where it ran, so `--config` repeats it exactly.
+    let p = &mut settings.placement;
+    p.devices = devices.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    p.cpu_threads = Some(cpu_threads);
     let c = &settings.checkpoints;
-    cfg.save_policy = if interactive {
+    let on_nan = c.on_nan.unwrap_or(if interactive { OnNan::Pause } else { OnNan::Stop });
+    let save_policy = if interactive {
         SavePolicy::WaitForUser
     } else {
         SavePolicy::Retry { tries: c.save_retries, every: Duration::from_secs_f64(c.save_retry_secs) }
     };
+    let mut cfg = TrainConfig::with_settings(settings, devices);
+    (cfg.cpu_threads, cfg.on_nan, cfg.save_policy) = (cpu_threads, on_nan, save_policy);
     cfg.kit.script = script.map(Arc::new);
     cfg.kit.init_from = init_from;
     cfg.kit.resume = resume.map(Box::new);
@@ -96,67 +159,6 @@ fn configure(
     }
     cfg.validate_settings().map_err(input)?;
     Ok(cfg)
-}
-
-/// The state of the checkpoint to continue from, if `--resume` asks for one, with its tensors
-/// on rank 0. In a multi-process run only rank 0 reads it (no shared file system needed): its
-/// state goes to the others through the store, its tensors by broadcast.
-fn read_resume_state(
-    args: &Args,
-    world: Option<&World>,
-) -> Result<Option<(CheckpointState, Option<Checkpoint>)>, Failure> {
-    let Some(path) = &args.resume else { return Ok(None) };
-    let Some(w) = world else {
-        let ckpt = Checkpoint::read(path).map_err(input)?;
-        return Ok(Some((ckpt.state.clone(), Some(ckpt))));
-    };
-    if w.rank == 0 {
-        let result = Checkpoint::read(path);
-        let shared: Result<CheckpointState, String> = match &result {
-            Ok(c) => Ok(c.state.clone()),
-            Err(e) => Err(format!("{e:#}")),
-        };
-        let bytes = serde_json::to_vec(&shared).expect("checkpoint states serialize");
-        w.share_bytes("resume", Some(&bytes)).map_err(super::dist::failure)?;
-        let ckpt = result.map_err(input)?;
-        Ok(Some((ckpt.state.clone(), Some(ckpt))))
-    } else {
-        let bytes = w.share_bytes("resume", None).map_err(super::dist::failure)?;
-        let shared: Result<CheckpointState, String> = serde_json::from_slice(&bytes).map_err(|e| {
-            Failure::Run(anyhow!("rank 0 sent a checkpoint state this version cannot read: {e}"))
-        })?;
-        let state = shared.map_err(|e| input(anyhow!("rank 0 cannot resume: {e}")))?;
-        Ok(Some((state, None)))
-    }
-}
-
-/// The checkpoint's tensors laid out for `model` (rank 0's, read; the other ranks', broadcast).
-fn resume_tensors(
-    state: CheckpointState,
-    ckpt: Option<Checkpoint>,
-    model: ModelKind,
-    script: Option<&ScriptModel>,
-    args: &Args,
-    world: Option<&World>,
-) -> Result<Resume, Failure> {
-    let path = args.resume.as_deref().map(checkpoint_path).unwrap_or_default();
-    let mut resume = match ckpt {
-        Some(ckpt) => Resume::new(ckpt, model, script, &path).map_err(input)?,
-        None if state.model() != model => {
-            return Err(input(CheckpointError::OtherModel { path, found: state.model(), expected: model }))
-        }
-        None => Resume::awaiting(state, script),
-    };
-    if let Some(w) = world {
-        let slots = resume.optimizer.iter_mut().map(|(_, t)| t);
-        let ema = resume.ema.iter_mut().flat_map(|(p, b)| [p, b]);
-        for t in [&mut resume.params, &mut resume.buffers].into_iter().chain(slots).chain(ema) {
-            if t.numel() > 0 {
-                w.broadcast(t).map_err(super::dist::failure)?;
-            }
-        }
-    }
-    Ok(resume)
 }
 
 /// A training run, checked and ready to start.

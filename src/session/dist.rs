@@ -60,6 +60,12 @@ fn agreement(args: &Args, asked: &Settings, world_size: usize) -> serde_json::Va
     if let Some(data) = tree.get_mut("data").and_then(serde_json::Value::as_object_mut) {
         data.remove("path");
     }
+    // Files are named as given, not where each node keeps its copy.
+    let model = &asked.model;
+    if let Some(file) = model.name.file() {
+        tree["model"]["name"] = file.file_name().map(|n| n.to_string_lossy().into_owned()).into();
+    }
+    tree["model"]["init_from"] = model.init_from.is_some().into();
     let p = &asked.placement;
     tree["placement"] = serde_json::json!({
         "bucket_cap_mb": p.bucket_cap_mb,

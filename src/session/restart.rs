@@ -59,14 +59,27 @@ pub fn restart_by(env: impl Fn(&str) -> Option<String>) -> Restart {
 /// longer run may differ (`dpt_tui::settings::differences`). Values the run derived, such as a
 /// measured normalization, are the run's and not compared.
 pub fn check_same_settings(dir: &Path, run: &CheckpointState, command: &Settings) -> Result<(), Failure> {
-    if run.legacy {
-        eprintln!(
-            "dpt-tui: note: {} was started by an earlier version whose checkpoint does not hold all its settings; continuing it without comparing them",
-            dir.display()
-        );
-        return Ok(());
-    }
-    let differences = differences(&run.settings, command);
+    let recorded = if run.legacy {
+        // An earlier version's run: its settings are its config.toml's (its checkpoint lists
+        // only some).
+        let path = dir.join(super::config_file::CONFIG_FILE);
+        let earlier = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| super::config_file::earlier_settings(&t));
+        match earlier {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "dpt-tui: note: {} was started by an earlier version and its settings cannot be read back ({e}); continuing it without comparing them",
+                    dir.display()
+                );
+                return Ok(());
+            }
+        }
+    } else {
+        run.settings.clone()
+    };
+    let differences = differences(&recorded, command);
     if differences.is_empty() {
         return Ok(());
     }

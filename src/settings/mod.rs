@@ -28,7 +28,7 @@ pub use validate::SettingsError;
 
 /// Everything a run is asked to do, as plain data.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Settings {
     pub model: ModelSettings,
     pub data: DataSettings,
@@ -45,7 +45,7 @@ pub struct Settings {
 
 /// The network and what it is fed.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ModelSettings {
     /// A built-in model, or the path of a TorchScript file.
     pub name: ModelChoice,
@@ -60,7 +60,7 @@ pub struct ModelSettings {
 
 /// The training recipe besides the optimizer and the schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Recipe {
     pub epochs: usize,
     /// The global batch of one optimizer step, split over the replicas.
@@ -120,7 +120,7 @@ impl Recipe {
 
 /// The best evaluations kept, by which metric, and the early stop.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Best {
     /// Keep this many best evaluations as checkpoints under `best/` (0: none).
     pub keep: usize,
@@ -131,7 +131,7 @@ pub struct Best {
 
 /// The number format and its loss scaling.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct PrecisionSettings {
     pub format: Precision,
     /// Dynamic loss scaling (absent: on with f16 only).
@@ -175,7 +175,7 @@ impl PrecisionSettings {
 /// When checkpoints are written and kept, and what the run does when the loss stops being
 /// finite or the final save fails.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Checkpoints {
     pub every: CheckpointEvery,
     /// The newest checkpoints kept under `checkpoints/` (1: `checkpoint.safetensors` only).
@@ -202,7 +202,7 @@ impl Default for Checkpoints {
 
 /// Devices, threads, the loader, timeouts and the reporting cadence of one attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Placement {
     /// `auto`, `cpu`, `cpu:N` or a list such as `cuda:0,cuda:1`.
     pub devices: String,
@@ -287,6 +287,24 @@ impl Settings {
             Some(r) if r > 0 => self.optimizer.lr * self.recipe.batch_size as f64 / r as f64,
             _ => self.optimizer.lr,
         }
+    }
+
+    /// The same settings with every value that follows from others written out (the loss, the
+    /// augmentation's crop and flip, the loss scaling): two trees that train alike compare equal
+    /// whether a value was given or left to its default.
+    pub fn effective(&self) -> Settings {
+        let mut s = self.clone();
+        s.model.loss = Some(self.loss());
+        let a = self.recipe.augmentation();
+        let r = &mut s.recipe;
+        r.augment = a.resized_crop.map(|_| crate::engine::augment::Preset::Imagenet);
+        (r.crop_padding, r.hflip) = (Some(a.crop_padding.unwrap_or(0)), Some(a.hflip));
+        let scaling = self.precision.loss_scaling();
+        let p = &mut s.precision;
+        p.loss_scale = Some(scaling.is_some());
+        (p.loss_scale_init, p.loss_scale_interval) =
+            (scaling.map(|l| l.init), scaling.map(|l| l.growth_interval));
+        s
     }
 
     /// The tree as a TOML document (absent values left out: TOML has no null).

@@ -39,9 +39,11 @@ pub fn read_parts(path: &Path) -> Result<(toml::Table, Value), SettingsError> {
     Ok((flat, Value::Table(tables)))
 }
 
-/// A value's partial tree (its absent values left out).
-pub fn layer<T: serde::Serialize>(value: &T) -> Value {
-    Value::try_from(value).expect("settings and flags are TOML")
+/// A value's partial tree (its absent values left out); refused where TOML cannot hold a value
+/// (an integer above 2^63 - 1, a path that is not UTF-8).
+pub fn layer<T: serde::Serialize>(value: &T) -> Result<Value, SettingsError> {
+    Value::try_from(value)
+        .map_err(|e| SettingsError::Value(format!("a setting a settings file cannot hold: {e}")))
 }
 
 /// The layers a run's settings are resolved from.
@@ -54,17 +56,20 @@ pub struct Layers<'a> {
     pub flags: Option<Value>,
 }
 
+/// `v[section][key]`, if present.
+fn at(v: &Value, section: &str, key: &str) -> Option<Value> {
+    v.get(section).and_then(|s| s.get(key)).cloned()
+}
+
 impl Layers<'_> {
-    /// The settings these layers give, with what follows from them filled in (absolute data
-    /// path; the random-resized crop's streaming and default size).
+    /// The settings these layers give, with what follows from them filled in (absolute paths;
+    /// the random-resized crop's streaming and default size).
     pub fn resolve(&self) -> Result<Settings, SettingsError> {
-        let mut over = Value::Table(Default::default());
-        if let Some(ckpt) = self.checkpoint {
-            let mut v = layer(ckpt);
-            if let Some(m) = v.as_table_mut() {
-                m.remove("placement");
-            }
-            merge(&mut over, v);
+        if let Some(f) = self.file {
+            // The file alone over the defaults first, so what it gets wrong is named as its.
+            let mut v = layer(&Settings::default())?;
+            merge(&mut v, f.tree.clone());
+            read_tree(v, true).map_err(|message| SettingsError::File { path: f.path.clone(), message })?;
         }
         let asked = {
             let mut v = Value::Table(Default::default());
@@ -76,35 +81,53 @@ impl Layers<'_> {
             }
             v
         };
-        let at = |v: &Value, section: &str, key: &str| v.get(section).and_then(|s| s.get(key)).cloned();
-        if let (Some(ckpt), Some(kind)) = (self.checkpoint, at(&asked, "optimizer", "kind")) {
-            let kind: OptimizerKind =
-                kind.try_into().map_err(|e: toml::de::Error| SettingsError::Value(e.to_string()))?;
-            if kind != ckpt.optimizer.kind {
-                return Err(SettingsError::OtherOptimizer { was: ckpt.optimizer.kind, asked: kind });
+        let mut over = Value::Table(Default::default());
+        if let Some(ckpt) = self.checkpoint {
+            if let Some(kind) = at(&asked, "optimizer", "kind") {
+                let kind: OptimizerKind =
+                    kind.try_into().map_err(|e: toml::de::Error| SettingsError::Value(e.to_string()))?;
+                if kind != ckpt.optimizer.kind {
+                    return Err(SettingsError::OtherOptimizer { was: ckpt.optimizer.kind, asked: kind });
+                }
             }
+            let mut v = layer(ckpt)?;
+            if let Some(m) = v.as_table_mut() {
+                m.remove("placement");
+            }
+            if at(&asked, "recipe", "augment").is_some() {
+                // A preset asked for replaces the run's augmentation, refinements included.
+                if let Some(r) = v.get_mut("recipe").and_then(Value::as_table_mut) {
+                    r.remove("crop_padding");
+                    r.remove("hflip");
+                }
+            }
+            merge(&mut over, v);
         }
-        merge(&mut over, asked);
+        merge(&mut over, asked.clone());
         let model: ModelChoice = match at(&over, "model", "name") {
-            Some(name) => name.as_str().unwrap_or_default().parse().map_err(SettingsError::Value)?,
+            Some(name) => {
+                name.try_into().map_err(|e: toml::de::Error| SettingsError::Value(e.message().to_owned()))?
+            }
             None => ModelChoice::default(),
         };
         let kind = match at(&over, "optimizer", "kind") {
             Some(k) => k.try_into().map_err(|e: toml::de::Error| SettingsError::Value(e.to_string()))?,
             None => OptimizerKind::Sgd,
         };
-        let mut full = layer(&Settings::defaults(model.kind(), kind));
-        if let Some(f) = self.file {
-            // The file alone over the defaults, so what it gets wrong is named as its.
-            let mut v = full.clone();
-            merge(&mut v, f.tree.clone());
-            read_tree(v).map_err(|message| SettingsError::File { path: f.path.clone(), message })?;
-        }
+        let mut full = layer(&Settings::defaults(model.kind(), kind))?;
         merge(&mut full, over);
-        let mut s = read_tree(full).map_err(SettingsError::Value)?;
-        // Absolute, so a checkpoint resumed from another folder finds its data and model.
+        let mut s = read_tree(full, false).map_err(SettingsError::Value)?;
+        let scaling_asked =
+            ["loss_scale_init", "loss_scale_interval"].iter().any(|k| at(&asked, "precision", k).is_some());
+        if scaling_asked && s.precision.loss_scaling().is_none() {
+            return Err(SettingsError::LossScaleOff);
+        }
+        // Absolute, so a checkpoint resumed from another folder finds its data and weights.
         s.data.path = std::path::absolute(&s.data.path).unwrap_or(s.data.path);
         if let ModelChoice::File(path) = &mut s.model.name {
+            *path = std::path::absolute(&*path).unwrap_or_else(|_| path.clone());
+        }
+        if let Some(path) = &mut s.model.init_from {
             *path = std::path::absolute(&*path).unwrap_or_else(|_| path.clone());
         }
         fit_to_augmentation(&mut s)?;
@@ -127,9 +150,14 @@ fn fit_to_augmentation(s: &mut Settings) -> Result<(), SettingsError> {
     Ok(())
 }
 
-/// A whole tree from its JSON form, an error naming the key where it fails.
-fn read_tree(v: Value) -> Result<Settings, String> {
-    serde_path_to_error::deserialize(v).map_err(|e: serde_path_to_error::Error<toml::de::Error>| {
+/// A whole tree from its TOML form, an error naming the key where it fails; `strict`: a key
+/// the tree lacks is an error too (a file's), else it is left out (a record or checkpoint of a
+/// later version, which may have settings this one does not know).
+fn read_tree(v: Value, strict: bool) -> Result<Settings, String> {
+    let mut unknown = Vec::new();
+    let mut note = |path: serde_ignored::Path| unknown.push(path.to_string());
+    let read = serde_path_to_error::deserialize(serde_ignored::Deserializer::new(v, &mut note));
+    let tree: Settings = read.map_err(|e: serde_path_to_error::Error<toml::de::Error>| {
         let at = e.path().to_string();
         let message = e.inner().message().trim();
         if at == "." || at.is_empty() {
@@ -137,7 +165,13 @@ fn read_tree(v: Value) -> Result<Settings, String> {
         } else {
             format!("{at}: {message}")
         }
-    })
+    })?;
+    match unknown.first() {
+        Some(key) if strict => Err(format!(
+            "unknown key '{key}'; the keys are the settings tree's, as `dpt-tui --help` groups them"
+        )),
+        _ => Ok(tree),
+    }
 }
 
 /// `base` with `top`'s values over it, tables merged key by key.
@@ -163,7 +197,7 @@ fn merge(base: &mut Value, top: Value) {
 /// resume may train further).
 pub fn differences(run: &Settings, command: &Settings) -> Vec<String> {
     let comparable = |s: &Settings| {
-        let mut s = s.clone();
+        let mut s = s.effective();
         s.placement = Default::default();
         s.checkpoints = Default::default();
         s.recipe.epochs = 0;
@@ -208,6 +242,7 @@ pub fn flat(v: &serde_json::Value) -> Map<String, serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::augment::Preset;
     use crate::model::ModelKind;
 
     fn file(text: &str) -> (tempfile::TempDir, ConfigFile) {
@@ -250,7 +285,7 @@ mod tests {
         let (_d, f) = file("[optimizer]\nlrr = 0.1\n");
         let e = Layers { file: Some(&f), ..Default::default() }.resolve().expect_err("refused");
         let text = e.to_string();
-        assert!(text.contains("run.toml") && text.contains("optimizer") && text.contains("lrr"), "{text}");
+        assert!(text.contains("run.toml") && text.contains("optimizer.lrr"), "{text}");
         let (_d, f) = file("[optimiser]\nlr = 0.1\n");
         let text =
             Layers { file: Some(&f), ..Default::default() }.resolve().expect_err("refused").to_string();
@@ -272,6 +307,53 @@ mod tests {
     }
 
     #[test]
+    fn loss_scaling_settings_without_loss_scaling_are_refused_unless_the_run_scales() {
+        let flags = || Some(toml::from_str("[precision]\nloss_scale_init = 4.0\n").expect("test set-up"));
+        let e = Layers { flags: flags(), ..Default::default() }.resolve().expect_err("refused");
+        assert_eq!(e, SettingsError::LossScaleOff);
+        let mut scaled = Settings::default();
+        scaled.precision.loss_scale = Some(true);
+        let s = Layers { checkpoint: Some(&scaled), flags: flags(), ..Default::default() }
+            .resolve()
+            .expect("resolves");
+        assert_eq!(s.precision.loss_scaling().map(|l| l.init), Some(4.0));
+        let mut off = Settings::default();
+        (off.precision.loss_scale, off.precision.loss_scale_init) = (Some(true), Some(8.0));
+        let flags = Some(toml::from_str("[precision]\nloss_scale = false\n").expect("test set-up"));
+        assert!(
+            Layers { checkpoint: Some(&off), flags, ..Default::default() }.resolve().is_ok(),
+            "the run's own settings are not asked for"
+        );
+    }
+
+    #[test]
+    fn an_augmentation_preset_asked_for_replaces_the_runs_refinements() {
+        let mut ckpt = Settings::default();
+        (ckpt.recipe.augment, ckpt.recipe.crop_padding, ckpt.recipe.hflip) =
+            (Some(Preset::Cifar), Some(2), Some(false));
+        let flags = Some(toml::from_str("[recipe]\naugment = \"none\"\n").expect("test set-up"));
+        let s = Layers { checkpoint: Some(&ckpt), flags, ..Default::default() }.resolve().expect("resolves");
+        assert!(s.recipe.augmentation().is_none(), "{:?}", s.recipe);
+        let s = Layers { checkpoint: Some(&ckpt), ..Default::default() }.resolve().expect("resolves");
+        assert_eq!(s.recipe.augmentation().crop_padding, Some(2), "kept without a preset asked for");
+    }
+
+    #[test]
+    fn a_later_versions_setting_is_left_out_of_a_record_but_refused_in_a_file() {
+        let mut v = layer(&Settings::default()).expect("test set-up");
+        merge(&mut v, toml::from_str("[recipe]\nwarmup_tokens = 5\n").expect("test set-up"));
+        assert!(read_tree(v.clone(), false).is_ok());
+        assert!(read_tree(v, true).expect_err("refused").contains("recipe.warmup_tokens"));
+    }
+
+    #[test]
+    fn values_toml_cannot_hold_are_an_error_not_a_panic() {
+        let mut s = Settings::default();
+        s.recipe.seed = u64::MAX;
+        assert!(matches!(layer(&s), Err(SettingsError::Value(_))));
+    }
+
+    #[test]
     fn choosing_adam_drops_sgds_momentum_from_the_defaults() {
         let flags = toml::from_str("model = { name = \"resnet18\" }\noptimizer = { kind = \"adamw\" }\n")
             .expect("test set-up");
@@ -288,6 +370,9 @@ mod tests {
         same.checkpoints.keep = 3;
         same.recipe.epochs += 5;
         assert!(differences(&run, &same).is_empty());
+        same.recipe.hflip = Some(false);
+        same.precision.loss_scale = Some(false);
+        assert!(differences(&run, &same).is_empty(), "a default given is the default");
         let mut other = run.clone();
         other.optimizer.lr = 0.3;
         other.recipe.ema = Some(0.9);

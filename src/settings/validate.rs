@@ -60,6 +60,36 @@ pub enum SettingsError {
     ResizedCropResident,
 }
 
+impl super::Placement {
+    /// Refuses a placement that cannot run (checked before the ranks meet: the backend and the
+    /// deadline decide how they do).
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        use SettingsError as E;
+        if !(self.bucket_cap_mb.is_finite() && self.bucket_cap_mb >= 0.0) {
+            return Err(E::BadBucketCap);
+        }
+        if !(self.step_timeout.is_finite() && self.step_timeout > 0.0) {
+            return Err(E::BadStepTimeout);
+        }
+        if !(self.dist_timeout.is_finite() && self.dist_timeout > 0.0) {
+            return Err(E::BadDistTimeout);
+        }
+        if self.cpu_threads == Some(0) {
+            return Err(E::ZeroCpuThreads);
+        }
+        if self.prefetch == 0 {
+            return Err(E::ZeroPrefetch);
+        }
+        if self.decode_threads == Some(0) {
+            return Err(E::ZeroDecodeThreads);
+        }
+        if self.log_every == 0 {
+            return Err(E::Config(ConfigError::ZeroLogEvery));
+        }
+        Ok(())
+    }
+}
+
 impl Settings {
     /// Refuses settings that cannot train, whatever the data and the devices.
     pub fn validate(&self) -> Result<(), SettingsError> {
@@ -83,28 +113,10 @@ impl Settings {
         if self.checkpoints.keep == 0 {
             return Err(E::ZeroKeepCheckpoints);
         }
-        let p = &self.placement;
-        if !(p.bucket_cap_mb.is_finite() && p.bucket_cap_mb >= 0.0) {
-            return Err(E::BadBucketCap);
-        }
+        self.placement.validate()?;
         let secs = self.checkpoints.save_retry_secs;
         if !(secs.is_finite() && secs >= 0.0) {
             return Err(E::BadSaveRetrySecs);
-        }
-        if !(p.step_timeout.is_finite() && p.step_timeout > 0.0) {
-            return Err(E::BadStepTimeout);
-        }
-        if !(p.dist_timeout.is_finite() && p.dist_timeout > 0.0) {
-            return Err(E::BadDistTimeout);
-        }
-        if p.cpu_threads == Some(0) {
-            return Err(E::ZeroCpuThreads);
-        }
-        if p.prefetch == 0 {
-            return Err(E::ZeroPrefetch);
-        }
-        if p.decode_threads == Some(0) {
-            return Err(E::ZeroDecodeThreads);
         }
         let d = &self.data;
         if !(d.max_bad.is_finite() && (0.0..=1.0).contains(&d.max_bad)) {
@@ -112,11 +124,6 @@ impl Settings {
         }
         if let Some(f) = d.val_fraction.filter(|f| !(f.is_finite() && *f > 0.0 && *f < 1.0)) {
             return Err(E::BadValFraction(f));
-        }
-        let q = &self.precision;
-        let scaling_set = q.loss_scale_init.is_some() || q.loss_scale_interval.is_some();
-        if q.loss_scaling().is_none() && scaling_set {
-            return Err(E::LossScaleOff);
         }
         self.validate_numbers().map_err(E::Config)
     }
@@ -200,12 +207,9 @@ mod tests {
         let mut s = ok.clone();
         s.placement.bucket_cap_mb = -1.0;
         assert!(s.validate().expect_err("refused").to_string().contains("--bucket-cap-mb"));
-        let mut s = ok.clone();
+        let mut s = ok;
         s.optimizer.kind = OptimizerKind::Adam;
         s.optimizer.momentum = 0.9;
         assert_eq!(s.validate(), Err(SettingsError::MomentumWithAdam(OptimizerKind::Adam)));
-        let mut s = ok;
-        s.precision.loss_scale_init = Some(4.0);
-        assert_eq!(s.validate(), Err(SettingsError::LossScaleOff));
     }
 }

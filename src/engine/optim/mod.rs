@@ -68,7 +68,6 @@ impl std::str::FromStr for OptimizerKind {
 
 /// A run's optimizer and its hyper-parameters (the lr here is the base of the schedule).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct OptimConfig {
     pub kind: OptimizerKind,
     pub lr: f64,

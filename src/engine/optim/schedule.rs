@@ -84,7 +84,6 @@ impl std::fmt::Display for Shape {
 
 /// A run's schedule settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Schedule {
     pub shape: Shape,
     pub warmup_steps: usize,
