@@ -21,6 +21,27 @@ pub mod signals;
 /// The OS calls the standard library lacks, from the one crate allowed `unsafe`.
 pub use dpt_sys::os as sys;
 
+/// Gives a type whose `Display` and `FromStr` are each other's inverse the `String` conversions
+/// serde's `into` and `try_from` attributes use, so files write it as the command line does.
+#[macro_export]
+macro_rules! string_form {
+    ($t:ty) => {
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.to_string()
+            }
+        }
+
+        impl TryFrom<String> for $t {
+            type Error = <$t as std::str::FromStr>::Err;
+
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                s.parse()
+            }
+        }
+    };
+}
+
 /// The innermost cause of an error ("No space left on device (os error 28)").
 pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut last = e;

@@ -59,7 +59,7 @@ fn a_runs_config_toml_repeats_it_and_flags_override_a_file() {
     assert_eq!(tree.schedule.shape, Shape::Cosine, "{written}");
     assert_eq!(tree.recipe.ema, Some(0.9), "{written}");
     assert_eq!(tree.recipe.seed, 3, "{written}");
-    assert_eq!(tree.placement.devices, "cpu:2", "{written}");
+    assert_eq!(tree.placement.devices, "cpu,cpu", "{written}");
     let again = tmp.path().join("again");
     let config = first.join("config.toml");
     let out =

@@ -138,7 +138,10 @@ impl World {
         // Nobody leaves (closing rank 0's store) before everyone has read every check-in, so a
         // mismatch is reported by every rank alike.
         barrier(&store, "read", size, timeout)?;
-        check_settings(&arrivals)?;
+        if let Err(e) = check_settings(&arrivals) {
+            leave_store(&store, server, size, timeout);
+            return Err(e);
+        }
         let group = Group::new(backend, &store.prefixed("pg/")?, rank, size, timeout)?;
         let values = match values_apart(backend) {
             true => Some(Group::new(Backend::Gloo, &store.prefixed("values/")?, rank, size, timeout)?),
@@ -310,6 +313,19 @@ impl World {
         } else {
             DistError::Lost(format!("{} stopped answering: {}", silent.join(", "), e.0))
         }
+    }
+}
+
+/// Leaves the store together: every rank checks out, and the one whose process serves the store
+/// (rank 0's) waits until all have, so no rank loses the store in the middle of a call (a
+/// barrier alone cannot promise that: someone leaves it first). Best effort: the run is ending.
+fn leave_store(store: &Store, server: bool, size: usize, timeout: Duration) {
+    let all = "left/all";
+    if store.add("left", 1).is_ok_and(|n| n == size as i64) {
+        let _ = store.set(all, b"");
+    }
+    if server {
+        let _ = store.wait(&[all], timeout);
     }
 }
 

@@ -31,19 +31,7 @@ impl CheckpointEvery {
     }
 }
 
-impl From<CheckpointEvery> for String {
-    fn from(c: CheckpointEvery) -> String {
-        c.to_string()
-    }
-}
-
-impl TryFrom<String> for CheckpointEvery {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
+crate::string_form!(CheckpointEvery);
 
 impl std::fmt::Display for CheckpointEvery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -33,12 +33,6 @@ impl fmt::Display for DeviceId {
     }
 }
 
-impl From<DeviceId> for String {
-    fn from(d: DeviceId) -> String {
-        d.to_string()
-    }
-}
-
 impl std::str::FromStr for DeviceId {
     type Err = DeviceError;
 
@@ -51,13 +45,7 @@ impl std::str::FromStr for DeviceId {
     }
 }
 
-impl TryFrom<String> for DeviceId {
-    type Error = DeviceError;
-
-    fn try_from(s: String) -> Result<Self, DeviceError> {
-        s.parse()
-    }
-}
+crate::string_form!(DeviceId);
 
 /// A `--devices` value that cannot be used.
 #[derive(Debug, Error, PartialEq, Eq)]

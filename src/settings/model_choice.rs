@@ -68,19 +68,7 @@ impl std::fmt::Display for ModelChoice {
     }
 }
 
-impl From<ModelChoice> for String {
-    fn from(m: ModelChoice) -> String {
-        m.to_string()
-    }
-}
-
-impl TryFrom<String> for ModelChoice {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
+crate::string_form!(ModelChoice);
 
 /// The collective backend across processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
