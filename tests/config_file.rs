@@ -96,3 +96,45 @@ fn an_unknown_key_or_a_bad_file_is_one_line_and_exit_2() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_evaluation_batch_is_a_placement_setting_that_changes_no_figure_but_the_last_bits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let run = |name: &str, extra: &[&str]| {
+        let dir = tmp.path().join(name);
+        let mut args = vec![
+            "--headless",
+            "--data",
+            data.to_str().unwrap(),
+            "--train-limit",
+            "256",
+            "--test-limit",
+            "100",
+        ];
+        args.extend(["--epochs", "1", "--devices", "cpu:2", "--run-dir", dir.to_str().unwrap()]);
+        args.extend(extra);
+        (dpt(&args), dir)
+    };
+    let (out, plain) = run("plain", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (out, small) = run("small", &["--eval-batch-size", "7"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let epoch = |dir: &Path| -> serde_json::Value {
+        let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|r| r["kind"] == "epoch")
+            .unwrap()
+    };
+    let (a, b) = (epoch(&plain), epoch(&small));
+    assert_eq!(a["test_acc"], b["test_acc"], "the same predictions in other batches");
+    let (la, lb) = (a["test_loss"].as_f64().unwrap(), b["test_loss"].as_f64().unwrap());
+    assert!((la - lb).abs() <= 1e-5 * la.abs(), "{la} vs {lb}");
+    let tree: Settings =
+        toml::from_str(&std::fs::read_to_string(small.join("config.toml")).unwrap()).unwrap();
+    assert_eq!(tree.placement.eval_batch_size.map(|n| n.get()), Some(7));
+    let (out, _) = run("zero", &["--eval-batch-size", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--eval-batch-size"));
+}

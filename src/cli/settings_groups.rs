@@ -272,6 +272,10 @@ pub struct PlacementArgs {
     /// process's cores].
     #[arg(id = "placement.decode_threads", long = "decode-threads", value_name = "N")]
     pub decode_threads: Option<usize>,
+    /// Samples per evaluation batch on each replica, smaller for a model whose evaluation does
+    /// not fit in memory [default: 1000, streamed: the training batch's share].
+    #[arg(id = "placement.eval_batch_size", long = "eval-batch-size", value_name = "N")]
+    pub eval_batch_size: Option<std::num::NonZeroUsize>,
     /// Gradient buckets' cap in MiB: each bucket's allreduce starts while the backward pass is
     /// still running, as DDP's bucket_cap_mb (the first bucket 1 MiB); 0 reduces the gradients
     /// after the backward pass.

@@ -61,7 +61,7 @@ impl Batches {
                     val: setup.data.val.as_ref().map(|v| Resident::upload(v, setup.device)),
                     order: None,
                 },
-                EVAL_BATCH,
+                setup.eval_batch.unwrap_or(EVAL_BATCH),
             ),
         };
         let train = &setup.data.train;

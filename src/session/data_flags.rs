@@ -68,7 +68,7 @@ pub fn loader_config(
     Ok(LoaderConfig {
         prefetch: wanted.min(fits.saturating_sub(2).max(1) as usize),
         decode_threads,
-        eval_batch: per_replica.max(1),
+        eval_batch: p.eval_batch_size.map_or(per_replica.max(1), std::num::NonZeroUsize::get),
     })
 }
 

@@ -8,6 +8,7 @@ mod model_choice;
 mod resolve;
 mod validate;
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -215,6 +216,9 @@ pub struct Placement {
     pub prefetch: usize,
     /// Streaming: decode threads (absent: the process's cores).
     pub decode_threads: Option<usize>,
+    /// Samples per evaluation batch on each replica (absent: 1000 resident, the training
+    /// batch's share streamed): smaller for a model whose evaluation does not fit.
+    pub eval_batch_size: Option<NonZeroUsize>,
     /// Gradient buckets' cap in MiB (0: reduce after the backward pass).
     pub bucket_cap_mb: f64,
     /// Channels-last convolutions (absent: the model's measured preference).
@@ -241,6 +245,7 @@ impl Default for Placement {
             data_memory: crate::data::format::DATA_MEMORY,
             prefetch: 2,
             decode_threads: None,
+            eval_batch_size: None,
             bucket_cap_mb: 25.0,
             channels_last: None,
             step_timeout: 600.0,

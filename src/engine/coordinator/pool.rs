@@ -49,6 +49,7 @@ impl WorkerPool {
                 script: cfg.kit.script.clone(),
                 loss: cfg.settings.loss(),
                 recipe: cfg.settings.recipe.clone(),
+                eval_batch: cfg.settings.placement.eval_batch_size.map(std::num::NonZeroUsize::get),
                 normalization: cfg.normalization.clone(),
                 data: Arc::clone(data),
                 initial_params: initial_params.copy(),

@@ -39,6 +39,8 @@ pub struct WorkerSetup {
     pub loss: LossKind,
     /// The recipe: label smoothing, micro-batches per step, augmentation and its seed.
     pub recipe: crate::settings::Recipe,
+    /// Samples per evaluation batch of resident data, when set (streamed data: the loader's).
+    pub eval_batch: Option<usize>,
     pub normalization: Normalization,
     pub data: Arc<Dataset>,
     pub initial_params: Tensor,
