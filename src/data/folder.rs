@@ -123,7 +123,7 @@ fn read_split(
         let at = images.len();
         images.resize(at + 3 * plane, 0);
         super::stream::fit_into(img, (3, h, w), super::stream::Fit::Whole { resize }, &mut images[at..])
-            .map_err(|why| DataError::Decode { path: source.name(), why })?;
+            .map_err(|why| DataError::Decode { path: source.name(), why: why.to_string() })?;
         labels.push(*label);
     }
     let split =

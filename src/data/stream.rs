@@ -13,6 +13,27 @@ use fast_image_resize as fir;
 use image::DynamicImage;
 
 use super::dataset::{Pixels, Split};
+
+/// Why a stored sample cannot become the network's input (said after the sample's name).
+#[derive(Debug, thiserror::Error)]
+pub enum SampleError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("{0}")]
+    Decode(#[from] image::ImageError),
+    #[error("holds {found} bytes where a sample has {expected}")]
+    Length { found: usize, expected: usize },
+    #[error(
+        "is {found_h}x{found_w}, not {h}x{w} as the first image; pass --image-size H,W to resize every image"
+    )]
+    Size { found_h: u32, found_w: u32, h: u32, w: u32 },
+    #[error("cannot be cut and resized: {0}")]
+    Buffer(#[from] fir::ImageBufferError),
+    #[error("cannot be cut and resized: {0}")]
+    Resize(#[from] fir::ResizeError),
+    #[error("the decoder failed: {0}")]
+    DecoderPanicked(String),
+}
 use super::folder::{ImageSource, Labelled};
 
 /// Every file or shard path of a data set, in one string (paths are the bulk of an index).
@@ -103,9 +124,8 @@ impl Streamed {
     }
 
     /// Sample `i` decoded (its size, whether it is in color).
-    pub fn decode(&self, i: usize) -> Result<DynamicImage, String> {
-        let bytes = self.read(i).map_err(|e| e.to_string())?;
-        decode_bytes(&bytes)
+    pub fn decode(&self, i: usize) -> Result<DynamicImage, SampleError> {
+        decode_bytes(&self.read(i)?)
     }
 
     /// Sample `i` as `[channels, height, width]` planar bytes in `out`: an array's row copied
@@ -117,16 +137,16 @@ impl Streamed {
         shape: (usize, u32, u32),
         fit: impl FnOnce((u32, u32)) -> Fit,
         out: &mut [u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SampleError> {
         let Some(channels_last) = self.raw else {
             let img = self.decode(i)?;
             let fit = fit((img.height(), img.width()));
             return fit_into(img, shape, fit, out);
         };
-        let bytes = self.read(i).map_err(|e| e.to_string())?;
+        let bytes = self.read(i)?;
         let (c, plane) = (shape.0, (shape.1 * shape.2) as usize);
         if bytes.len() != c * plane {
-            return Err(format!("holds {} bytes where a sample has {}", bytes.len(), c * plane));
+            return Err(SampleError::Length { found: bytes.len(), expected: c * plane });
         }
         if channels_last && c > 1 {
             for (p, px) in bytes.chunks_exact(c).enumerate() {
@@ -260,12 +280,8 @@ pub fn read_range(path: &Path, offset: u64, len: u32) -> std::io::Result<Vec<u8>
 }
 
 /// Encoded bytes (PNG or JPEG, told by their content) to an image.
-pub fn decode_bytes(bytes: &[u8]) -> Result<DynamicImage, String> {
-    image::ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| e.to_string())?
-        .decode()
-        .map_err(|e| e.to_string())
+pub fn decode_bytes(bytes: &[u8]) -> Result<DynamicImage, SampleError> {
+    Ok(image::ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format()?.decode()?)
 }
 
 /// Writes `img`, fitted to `[channels, height, width]` as `fit` says, into `out` (planar bytes,
@@ -275,16 +291,14 @@ pub fn fit_into(
     (channels, height, width): (usize, u32, u32),
     fit: Fit,
     out: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), SampleError> {
     let (ih, iw) = (img.height(), img.width());
     // The source region and the size it is resized to (before a centre crop, for evaluation).
     let (region, to) = match fit {
         Fit::Whole { .. } if (ih, iw) == (height, width) => ((0, 0, ih, iw), (height, width)),
         Fit::Whole { resize: true } => ((0, 0, ih, iw), (height, width)),
         Fit::Whole { resize: false } => {
-            return Err(format!(
-                "is {ih}x{iw}, not {height}x{width} as the first image; pass --image-size H,W to resize every image"
-            ))
+            return Err(SampleError::Size { found_h: ih, found_w: iw, h: height, w: width })
         }
         Fit::Region { top, left, height: h, width: w } => ((top, left, h, w), (height, width)),
         // torchvision's Resize(int): the shorter side to `side`, the longer in proportion
@@ -326,16 +340,16 @@ fn resize(
     (height, width): (u32, u32),
     (top, left, h, w): (u32, u32, u32, u32),
     to: (u32, u32),
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, SampleError> {
     if (top, left, h, w) == (0, 0, height, width) && to == (height, width) {
         return Ok(pixels.to_vec());
     }
-    let src = fir::images::ImageRef::new(width, height, pixels, kind).map_err(|e| e.to_string())?;
+    let src = fir::images::ImageRef::new(width, height, pixels, kind)?;
     let mut dst = fir::images::Image::new(to.1, to.0, kind);
     let options = fir::ResizeOptions::new()
         .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear))
         .crop(f64::from(left), f64::from(top), f64::from(w), f64::from(h));
-    fir::Resizer::new().resize(&src, &mut dst, &options).map_err(|e| e.to_string())?;
+    fir::Resizer::new().resize(&src, &mut dst, &options)?;
     Ok(dst.into_vec())
 }
 
@@ -366,6 +380,6 @@ mod tests {
         assert_eq!(one, vec![7; 9]);
         let wrong =
             fit_into(DynamicImage::ImageLuma8(gray), (1, 2, 2), Fit::Whole { resize: false }, &mut one);
-        assert!(wrong.unwrap_err().contains("--image-size"));
+        assert!(wrong.unwrap_err().to_string().contains("--image-size"));
     }
 }

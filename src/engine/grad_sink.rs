@@ -85,13 +85,13 @@ impl GradSink {
     }
 
     /// The hook: parameter `k`'s gradient is `grad`.
-    fn take(&self, k: usize, grad: &Tensor) -> Result<(), String> {
+    fn take(&self, k: usize, grad: &Tensor) -> Result<(), tch::TchError> {
         let _guard = tch::no_grad_guard();
         let mut s = self.lock();
         let adding = s.adding;
         let view = &mut s.views[k];
         let done = if adding { view.f_add_(grad).map(drop) } else { view.f_copy_(grad) };
-        done.map_err(|e| e.to_string())?;
+        done?;
         s.written[k] = true;
         if !s.last {
             return Ok(());

@@ -18,7 +18,7 @@ use super::augment::Augment;
 use super::config::TrainConfig;
 use super::resized_crop::ResizedCrop;
 use super::tally::LoaderTally;
-use crate::data::stream::{Fit, Streamed};
+use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
 
 /// Why a batch could not be made.
@@ -270,7 +270,7 @@ fn decode_batch(
     let per = split.sample_len();
     let shape = (split.channels, split.rows as u32, split.cols as u32);
     let mut buffer = vec![0u8; ids.len() * per];
-    let results: Vec<Result<(), String>> = decoding.pool.install(|| {
+    let results: Vec<Result<(), SampleError>> = decoding.pool.install(|| {
         buffer
             .par_chunks_mut(per.max(1))
             .zip(ids.par_iter())
@@ -278,10 +278,7 @@ fn decode_batch(
                 // A decoder that panics on a malformed file fails that image, not the run.
                 let decode = || decode_one(decoding, stored, id as usize, shape, epoch, slot);
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
-                    Err(format!(
-                        "the decoder failed: {}",
-                        super::worker_thread::panic_message(panic.as_ref())
-                    ))
+                    Err(SampleError::DecoderPanicked(super::worker_thread::panic_message(panic.as_ref())))
                 })
             })
             .collect()
@@ -296,7 +293,7 @@ fn decode_batch(
                 }
                 kept.push(id);
             }
-            Err(why) => failed.push((stored.name(id as usize), why)),
+            Err(why) => failed.push((stored.name(id as usize), why.to_string())),
         }
     }
     decoding.bad.add(&failed)?;
@@ -322,7 +319,7 @@ fn decode_one(
     shape: (usize, u32, u32),
     epoch: Option<usize>,
     slot: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), SampleError> {
     let fit = |size: (u32, u32)| match (&decoding.augment.resized_crop, epoch) {
         (Some(crop), Some(epoch)) => crop.region(decoding.seed, epoch, id as i64, size),
         (Some(_), None) => ResizedCrop::evaluation(shape.1),

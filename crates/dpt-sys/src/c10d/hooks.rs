@@ -25,34 +25,35 @@ extern "C" {
 /// accumulated or returned; `f` runs on the thread running that part of the backward pass (the
 /// caller's on a CPU, the device's autograd thread on a GPU). An error from `f`, or a panic in
 /// it, fails that backward pass with its message. The hook lives as long as `leaf`.
-pub fn on_grad<F>(leaf: &Tensor, f: F) -> Result<(), C10dError>
+pub fn on_grad<F, E>(leaf: &Tensor, f: F) -> Result<(), C10dError>
 where
-    F: Fn(Tensor) -> Result<(), String> + Send + Sync + 'static,
+    F: Fn(Tensor) -> Result<(), E> + Send + Sync + 'static,
+    E: std::fmt::Display,
 {
     let ctx = Box::into_raw(Box::new(f)).cast::<c_void>();
     let mut leaf = leaf.shallow_clone();
     // SAFETY: a live tensor handle; `ctx` is a leaked `Box<F>` that the shim owns from here on
     // (freed through `drop_hook::<F>`, also when registering fails), called only through
     // `run_hook::<F>`, which reads it as the `F` it is.
-    call(|err| unsafe { dpt_on_grad(leaf.as_mut_ptr(), run_hook::<F>, ctx, drop_hook::<F>, err) }).and_then(
-        |code| match code {
+    call(|err| unsafe { dpt_on_grad(leaf.as_mut_ptr(), run_hook::<F, E>, ctx, drop_hook::<F>, err) })
+        .and_then(|code| match code {
             0 => Ok(()),
             _ => Err(C10dError("cannot hook the gradient".into())),
-        },
-    )
+        })
 }
 
 /// Runs the closure on a gradient; its error (or panic) becomes a malloc'ed message.
-unsafe extern "C" fn run_hook<F>(ctx: *mut c_void, grad: *mut CTensor, message: *mut *mut c_char) -> i32
+unsafe extern "C" fn run_hook<F, E>(ctx: *mut c_void, grad: *mut CTensor, message: *mut *mut c_char) -> i32
 where
-    F: Fn(Tensor) -> Result<(), String>,
+    F: Fn(Tensor) -> Result<(), E>,
+    E: std::fmt::Display,
 {
     // SAFETY: `ctx` is the `Box<F>` made in `on_grad`, alive while the hook is; `grad` is a
     // fresh heap handle the shim hands over.
     let (f, grad) = unsafe { (&*ctx.cast::<F>(), Tensor::from_ptr(grad)) };
     let why = match catch_unwind(AssertUnwindSafe(|| f(grad))) {
         Ok(Ok(())) => return 0,
-        Ok(Err(why)) => why,
+        Ok(Err(why)) => why.to_string(),
         Err(panic) => crate::panic_message(&*panic),
     };
     let why = CString::new(why.replace('\0', " ")).unwrap_or_default();
@@ -87,7 +88,7 @@ mod tests {
             let seen = Arc::clone(&seen);
             on_grad(leaf, move |g| {
                 seen.lock().unwrap().push((name, Vec::<f32>::try_from(&g).unwrap()));
-                Ok(())
+                Ok::<(), String>(())
             })
             .unwrap();
         }
@@ -102,12 +103,12 @@ mod tests {
     #[test]
     fn an_error_in_the_hook_fails_the_backward_pass_with_its_message() {
         let a = Tensor::ones([2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
-        on_grad(&a, |_| Err("the bucket is gone".into())).unwrap();
+        on_grad(&a, |_| Err::<(), _>("the bucket is gone")).unwrap();
         let loss = (&a * 2.0).sum(Kind::Float);
         let e = Tensor::f_run_backward(&[loss], &[&a], false, false).expect_err("the hook failed");
         assert!(e.to_string().contains("the bucket is gone"), "{e}");
         let b = Tensor::ones([2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
-        on_grad(&b, |_| panic!("a bug in the hook")).unwrap();
+        on_grad(&b, |_| -> Result<(), String> { panic!("a bug in the hook") }).unwrap();
         let loss = (&b * 2.0).sum(Kind::Float);
         let e = Tensor::f_run_backward(&[loss], &[&b], false, false).expect_err("the hook panicked");
         assert!(e.to_string().contains("a bug in the hook"), "{e}");
@@ -116,6 +117,6 @@ mod tests {
     #[test]
     fn a_leaf_that_does_not_require_grad_cannot_be_hooked() {
         let a = Tensor::ones([2], (Kind::Float, tch::Device::Cpu));
-        assert!(on_grad(&a, |_| Ok(())).is_err());
+        assert!(on_grad(&a, |_| Ok::<(), String>(())).is_err());
     }
 }
