@@ -7,7 +7,8 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use dpt_tui::engine::augment::{draws, Preset};
+use dpt_tui::engine::augment::{self, draws, Preset};
+use dpt_tui::engine::resized_crop;
 use tch::Tensor;
 
 #[test]
@@ -19,7 +20,8 @@ fn the_cifar_crop_and_flip_equal_torchvisions_own_on_the_same_draws() {
     let drawn = draws(&augment, 3, 2, &ids);
     assert!(drawn.iter().any(|d| d.flip) && drawn.iter().any(|d| !d.flip));
     let raw = dpt_tui::engine::resident::Resident::upload(&data.train, tch::Device::Cpu).images;
-    let ours: Vec<u8> = Vec::try_from(augment.apply(&raw, &drawn).contiguous().view([-1])).unwrap();
+    let ours: Vec<u8> =
+        Vec::try_from(augment::apply(&augment, &raw, &drawn).contiguous().view([-1])).unwrap();
     let spec: Vec<[i64; 3]> = drawn.iter().map(|d| [d.top, d.left, i64::from(d.flip)]).collect();
     let out = Command::new(common::python())
         .arg(common::script("augment_reference.py"))
@@ -138,7 +140,7 @@ fn the_random_resized_crop_draws_torchvisions_regions_and_resizes_as_pil_does() 
         for _ in 0..30 {
             let numbers: Vec<f64> = (0..22).map(|_| rng.random::<f64>()).collect();
             let mut it = numbers.iter().copied();
-            ours.push(crop.params((h, w), || it.next().unwrap()));
+            ours.push(resized_crop::params(&crop, (h, w), || it.next().unwrap()));
             cases.push(serde_json::json!([h, w, numbers]));
         }
     }
@@ -170,7 +172,7 @@ fn the_random_resized_crop_draws_torchvisions_regions_and_resizes_as_pil_does() 
             .unwrap();
         let (mean, max) = byte_difference(&out, &theirs["crops"][k]);
         assert!(mean < 1.0 && max <= 8, "crop {k} against F.resized_crop: mean {mean:.3}, max {max}");
-        fit_into(img.clone(), (3, size, size), ResizedCrop::evaluation(size), &mut out).unwrap();
+        fit_into(img.clone(), (3, size, size), resized_crop::evaluation(size), &mut out).unwrap();
         let (mean, max) = byte_difference(&out, &theirs["evals"][k]);
         assert!(
             mean < 1.0 && max <= 8,

@@ -66,7 +66,7 @@ fn cifar_batches_read_back_with_their_labels_and_planes() {
     let data = subset(200, 50);
     let dir = tempfile::tempdir().unwrap();
     write_cifar(dir.path(), &data.train, &data.test);
-    assert_eq!(DataFormat::detect(dir.path()).unwrap(), DataFormat::Cifar10);
+    assert_eq!(dpt_tui::data::format::detect(dir.path()).unwrap(), DataFormat::Cifar10);
     let c = Dataset::load(dir.path()).unwrap();
     assert_eq!((c.train.len(), c.test.len(), c.classes), (200, 50, 10));
     assert_eq!(c.train.sample_shape(), [3, 32, 32]);
@@ -105,7 +105,7 @@ fn png_folders_read_back_sorted_by_class_gray_or_rgb_and_resized_on_request() {
     for rgb in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         write_png_folder(dir.path(), &data.train, &data.test, rgb);
-        assert_eq!(DataFormat::detect(dir.path()).unwrap(), DataFormat::Images);
+        assert_eq!(dpt_tui::data::format::detect(dir.path()).unwrap(), DataFormat::Images);
         let d = Dataset::load(dir.path()).unwrap();
         assert_eq!(d.train.channels, if rgb { 3 } else { 1 });
         assert_eq!((d.train.len(), d.test.len()), (40, 20));
@@ -176,7 +176,7 @@ fn webdataset_shards_read_back_in_order_and_train() {
     let dir = tmp.path().join("wds");
     common::write_shards(&dir.join("train"), &data.train, 100);
     common::write_shards(&dir.join("val"), &data.test, 25);
-    assert_eq!(DataFormat::detect(&dir).unwrap(), DataFormat::WebDataset);
+    assert_eq!(dpt_tui::data::format::detect(&dir).unwrap(), DataFormat::WebDataset);
     let d = Dataset::load(&dir).unwrap();
     assert_eq!((d.train.len(), d.test.len(), d.train.channels), (250, 60, 1));
     assert!(d.test_is_val, "val/ alone is evaluated in the test set's place");

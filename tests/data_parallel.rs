@@ -5,7 +5,7 @@ mod common;
 
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, TrainConfig};
-use dpt_tui::model::ModelKind;
+use dpt_tui::model::{self, ModelKind};
 use tch::Kind;
 
 fn train(model: ModelKind, replicas: usize, steps: usize, sgd: OptimConfig) -> Outcome {
@@ -31,7 +31,7 @@ fn lenet_on_two_and_three_replicas_matches_one_replica() {
     let one = train(ModelKind::Lenet, 1, steps, sgd);
     let initial = {
         let mut b = dpt_tui::model::Builder::default();
-        ModelKind::Lenet.build(&mut b);
+        model::build(ModelKind::Lenet, &mut b);
         tch::manual_seed(11);
         dpt_tui::engine::flat::initial_flat(&b.params)
     };

@@ -1,7 +1,7 @@
 //! The seed models: output shapes and parameter counts against the seed architectures.
 
 use dpt_tui::engine::flat::{initial_flat, FlatTensors};
-use dpt_tui::model::{Builder, Forward, ModelKind, Precision};
+use dpt_tui::model::{self, Builder, Forward, ModelKind, Precision};
 use tch::{Device, Kind, Tensor};
 
 fn conv(cin: i64, cout: i64, k: i64) -> i64 {
@@ -40,7 +40,7 @@ fn expected_params(model: ModelKind) -> i64 {
 #[test]
 fn lenet_has_the_seed_parameter_count() {
     let mut b = Builder::default();
-    ModelKind::Lenet.build(&mut b);
+    model::build(ModelKind::Lenet, &mut b);
     assert_eq!(b.param_count(), 129_068);
 }
 
@@ -48,7 +48,7 @@ fn lenet_has_the_seed_parameter_count() {
 fn every_model_matches_its_architecture() {
     for model in [ModelKind::Lenet, ModelKind::MnistNet, ModelKind::Resnet18] {
         let mut b = Builder::default();
-        let net = model.build(&mut b).expect("a built-in model");
+        let net = model::build(model, &mut b).expect("a built-in model");
         assert_eq!(b.param_count(), expected_params(model), "{model:?}");
         let params = FlatTensors::zeros(&b.params, Device::Cpu, true, model.prefers_channels_last(false));
         let buffers = FlatTensors::zeros(&b.buffers, Device::Cpu, false, false);
@@ -75,7 +75,7 @@ fn every_model_matches_its_architecture() {
 #[test]
 fn resnet_declares_batchnorm_statistics_as_buffers() {
     let mut b = Builder::default();
-    ModelKind::Resnet18.build(&mut b);
+    model::build(ModelKind::Resnet18, &mut b);
     // 17 BatchNorm layers (the stem and two in each of the 8 residual blocks), each with mean and var.
     assert!(b.buffers.iter().all(|s| s.name.ends_with("running_mean") || s.name.ends_with("running_var")));
     assert_eq!(b.buffers.len(), 2 * 17);
@@ -84,7 +84,7 @@ fn resnet_declares_batchnorm_statistics_as_buffers() {
 #[test]
 fn lenet_initialization_follows_the_seed() {
     let mut b = Builder::default();
-    ModelKind::Lenet.build(&mut b);
+    model::build(ModelKind::Lenet, &mut b);
     tch::manual_seed(3);
     let flat = initial_flat(&b.params);
     let mut offset = 0;

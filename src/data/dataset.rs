@@ -7,8 +7,7 @@ use thiserror::Error;
 
 use super::idx::IdxError;
 
-/// Where the data is looked for when neither `--data` nor `$DPT_DATA` says.
-pub const DEFAULT_DATA_DIR: &str = "/usr/share/datasets/fashion-mnist";
+pub use dpt_protocol::data::DEFAULT_DATA_DIR;
 /// Height and width of the images every model takes.
 pub const IMAGE_SIDE: usize = 28;
 /// Number of classes in (Fashion-)MNIST.
@@ -253,9 +252,9 @@ impl Dataset {
     pub fn load_with(path: &Path, options: super::LoadOptions) -> Result<Self, DataError> {
         let format = match options.format {
             Some(f) => f,
-            None => super::DataFormat::detect(path)?,
+            None => super::format::detect(path)?,
         };
-        let data = format.load(path, options)?;
+        let data = super::format::load(format, path, options)?;
         if data.train.sample_shape() != data.test.sample_shape() {
             return Err(DataError::SplitShapes {
                 path: path.to_owned(),

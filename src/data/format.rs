@@ -5,54 +5,7 @@ use std::path::Path;
 
 use super::dataset::{DataError, Dataset, Split};
 
-/// The data set formats dpt-tui reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DataFormat {
-    /// MNIST-style IDX files (`train-images-idx3-ubyte[.gz]` …).
-    Idx,
-    /// CIFAR-10's binary batches (`data_batch_1.bin` … `test_batch.bin`).
-    Cifar10,
-    /// `train/<class>/*.png|jpg` and `test/<class>/*`.
-    Images,
-    /// `x_train`, `y_train`, `x_test`, `y_test` in a `.npz` file or as `.npy` files in a folder.
-    Npy,
-    /// The same four arrays in a `.safetensors` file.
-    Safetensors,
-    /// WebDataset tar shards: `train/*.tar` with `val/` or `test/` shards.
-    WebDataset,
-}
-
-impl std::str::FromStr for DataFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "idx" => Ok(DataFormat::Idx),
-            "cifar10" => Ok(DataFormat::Cifar10),
-            "images" => Ok(DataFormat::Images),
-            "npy" | "npz" => Ok(DataFormat::Npy),
-            "safetensors" => Ok(DataFormat::Safetensors),
-            "webdataset" => Ok(DataFormat::WebDataset),
-            _ => Err(format!(
-                "unknown data format '{s}'; use idx, cifar10, images, npz, safetensors or webdataset"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for DataFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DataFormat::Idx => "idx",
-            DataFormat::Cifar10 => "cifar10",
-            DataFormat::Images => "images",
-            DataFormat::Npy => "npz",
-            DataFormat::Safetensors => "safetensors",
-            DataFormat::WebDataset => "webdataset",
-        })
-    }
-}
+pub use dpt_protocol::data::{DataFormat, DataSettings, Loader, DATA_MEMORY, MAX_BAD_IMAGES};
 
 /// How to load a data set: its format (detected when `None`) and, for image folders and
 /// shards, the size every image is resized to and the share of undecodable images left out
@@ -69,48 +22,18 @@ pub struct LoadOptions {
     pub memory: u64,
 }
 
-/// How the training data reaches the replicas (`--loader`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Loader {
-    /// Resident when the decoded images fit the memory budget, else streamed.
-    #[default]
-    Auto,
-    /// Decoded once, held in memory and on every replica's device.
-    Resident,
-    /// Read and decoded batch by batch as training reaches them, within the memory budget.
-    Stream,
-}
-
-impl Loader {
-    /// Whether a data set of `decoded` bytes is streamed under a budget of `memory` bytes.
-    pub fn streams(self, decoded: u64, memory: u64) -> bool {
-        match self {
-            Loader::Auto => decoded > memory,
-            Loader::Resident => false,
-            Loader::Stream => true,
+impl LoadOptions {
+    /// The options of `data`, with the attempt's loader and the memory the data may take.
+    pub fn of(data: &DataSettings, loader: Loader, memory: u64) -> LoadOptions {
+        LoadOptions {
+            format: data.format,
+            image_size: data.image_size,
+            max_bad: data.max_bad,
+            loader,
+            memory,
         }
     }
 }
-
-impl std::str::FromStr for Loader {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Loader::Auto),
-            "resident" => Ok(Loader::Resident),
-            "stream" => Ok(Loader::Stream),
-            _ => Err(format!("unknown loader '{s}'; use auto, resident or stream")),
-        }
-    }
-}
-
-/// The default share of undecodable images skipped (`--max-bad-images`): one in a thousand.
-pub const MAX_BAD_IMAGES: f64 = 0.001;
-
-/// The default memory budget of the data (`--data-memory`): 2 GiB.
-pub const DATA_MEMORY: u64 = 2 << 30;
 
 impl Default for LoadOptions {
     fn default() -> Self {
@@ -128,44 +51,42 @@ fn has(dir: &Path, names: &[&str]) -> bool {
     names.iter().any(|n| dir.join(n).is_file())
 }
 
-impl DataFormat {
-    /// The format of `path`, from what it holds.
-    pub fn detect(path: &Path) -> Result<DataFormat, DataError> {
-        let unknown = || DataError::Unknown { path: path.to_owned() };
-        if path.is_file() {
-            return match path.extension().and_then(|e| e.to_str()) {
-                Some("npz") => Ok(DataFormat::Npy),
-                Some("safetensors") => Ok(DataFormat::Safetensors),
-                _ => Err(unknown()),
-            };
-        }
-        if has(path, &["train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"]) {
-            Ok(DataFormat::Idx)
-        } else if has(path, &["data_batch_1.bin", "cifar-10-batches-bin/data_batch_1.bin"]) {
-            Ok(DataFormat::Cifar10)
-        } else if has(path, &["x_train.npy"]) {
-            Ok(DataFormat::Npy)
-        } else if super::webdataset::detect(path) {
-            Ok(DataFormat::WebDataset)
-        } else if path.join("train").is_dir() {
-            Ok(DataFormat::Images)
-        } else if path.is_dir() {
-            Err(unknown())
-        } else {
-            // Neither file nor folder: the IDX loader's message says how to get the default data.
-            Ok(DataFormat::Idx)
-        }
+/// The format of `path`, from what it holds.
+pub fn detect(path: &Path) -> Result<DataFormat, DataError> {
+    let unknown = || DataError::Unknown { path: path.to_owned() };
+    if path.is_file() {
+        return match path.extension().and_then(|e| e.to_str()) {
+            Some("npz") => Ok(DataFormat::Npy),
+            Some("safetensors") => Ok(DataFormat::Safetensors),
+            _ => Err(unknown()),
+        };
     }
+    if has(path, &["train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"]) {
+        Ok(DataFormat::Idx)
+    } else if has(path, &["data_batch_1.bin", "cifar-10-batches-bin/data_batch_1.bin"]) {
+        Ok(DataFormat::Cifar10)
+    } else if has(path, &["x_train.npy"]) {
+        Ok(DataFormat::Npy)
+    } else if super::webdataset::detect(path) {
+        Ok(DataFormat::WebDataset)
+    } else if path.join("train").is_dir() {
+        Ok(DataFormat::Images)
+    } else if path.is_dir() {
+        Err(unknown())
+    } else {
+        // Neither file nor folder: the IDX loader's message says how to get the default data.
+        Ok(DataFormat::Idx)
+    }
+}
 
-    /// Loads `path` in this format.
-    pub fn load(self, path: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
-        match self {
-            DataFormat::Idx => super::idx_set::load(path, options),
-            DataFormat::Cifar10 => super::cifar::load(path, options),
-            DataFormat::Images => super::folder::load(path, options),
-            DataFormat::WebDataset => super::webdataset::load(path, options),
-            DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, self, options),
-        }
+/// Loads `path` in this format.
+pub fn load(format: DataFormat, path: &Path, options: LoadOptions) -> Result<Dataset, DataError> {
+    match format {
+        DataFormat::Idx => super::idx_set::load(path, options),
+        DataFormat::Cifar10 => super::cifar::load(path, options),
+        DataFormat::Images => super::folder::load(path, options),
+        DataFormat::WebDataset => super::webdataset::load(path, options),
+        DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, format, options),
     }
 }
 

@@ -9,11 +9,10 @@ pub mod format;
 pub mod idx;
 mod idx_set;
 mod index_cache;
-pub mod settings;
 pub mod stream;
 mod webdataset;
 
 pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASSES};
+pub use format::DataSettings;
 pub use format::{DataFormat, LoadOptions, Loader};
 pub use idx::{IdxArray, IdxError};
-pub use settings::DataSettings;

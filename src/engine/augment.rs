@@ -6,62 +6,11 @@
 //! sample's draw is a pure function of (seed, epoch, sample index), so it depends neither on
 //! the replica count nor on thread timing, and a resumed run draws what a straight one does.
 
-use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use super::shard::mix_seed;
 
-/// Which augmentations training applies (`--augment`, `--crop-padding`, `--hflip`).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct Augment {
-    /// `RandomCrop` with this zero padding (absent: no crop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub crop_padding: Option<u32>,
-    /// `RandomHorizontalFlip(p=0.5)`.
-    #[serde(default)]
-    pub hflip: bool,
-    /// `RandomResizedCrop` to the image size, in the streaming loader's threads (evaluation:
-    /// resize + centre crop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resized_crop: Option<super::resized_crop::ResizedCrop>,
-}
-
-/// A named set of augmentations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Preset {
-    /// None: today's results stay.
-    None,
-    /// The CIFAR recipe: pad 4, random crop, horizontal flip.
-    Cifar,
-    /// The ImageNet recipe: random-resized crop + flip; evaluation resize + centre crop.
-    Imagenet,
-}
-
-impl std::str::FromStr for Preset {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "none" => Ok(Preset::None),
-            "cifar" => Ok(Preset::Cifar),
-            "imagenet" => Ok(Preset::Imagenet),
-            _ => Err(format!("unknown augmentation '{s}'; use none, cifar or imagenet")),
-        }
-    }
-}
-
-impl Preset {
-    pub fn augment(self) -> Augment {
-        match self {
-            Preset::None => Augment::default(),
-            Preset::Cifar => Augment { crop_padding: Some(4), hflip: true, resized_crop: None },
-            Preset::Imagenet => {
-                Augment { crop_padding: None, hflip: true, resized_crop: Some(Default::default()) }
-            }
-        }
-    }
-}
+pub use dpt_protocol::augment::{Augment, Preset};
 
 /// One sample's draw: the crop's top-left corner in the padded image, and the flip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,100 +20,65 @@ pub struct Draw {
     pub flip: bool,
 }
 
-impl Augment {
-    pub fn is_none(&self) -> bool {
-        self.crop_padding.is_none() && !self.hflip && self.resized_crop.is_none()
-    }
-
-    /// Whether the device applies anything (the random-resized crop is the loader's).
-    pub fn on_device(&self) -> bool {
-        self.crop_padding.is_some() || self.hflip
-    }
-
-    /// The augmentations in words (`random crop (padding 4) + horizontal flip`).
-    pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(c) = self.resized_crop {
-            parts.push(format!(
-                "random-resized crop (scale {}-{}, ratio {:.3}-{:.3})",
-                c.scale.0, c.scale.1, c.ratio.0, c.ratio.1
-            ));
-        }
-        if let Some(p) = self.crop_padding {
-            parts.push(format!("random crop (padding {p})"));
-        }
-        if self.hflip {
-            parts.push("horizontal flip".to_owned());
-        }
-        if parts.is_empty() {
-            "none".to_owned()
-        } else {
-            parts.join(" + ")
-        }
-    }
-
-    /// The draw for `sample` in `epoch` of a run seeded `seed`.
-    pub fn draw(&self, seed: u64, epoch: usize, sample: i64) -> Draw {
-        // A stream of its own: the shuffles and dropout use other derivations of the seed.
-        let r = mix_seed(mix_seed(seed ^ 0x6175_676d_656e_7421, epoch as u64), sample as u64);
-        let span = u64::from(self.crop_padding.unwrap_or(0)) * 2 + 1;
-        Draw {
-            top: ((r & 0xffff_ffff) % span) as i64,
-            left: ((r >> 32 & 0xffff) % span) as i64,
-            flip: self.hflip && (r >> 48) & 1 == 1,
-        }
-    }
-
-    /// Augments `raw` (`[n, C, H, W]`, stored values) with one draw per sample; returns the
-    /// batch at its own size.
-    pub fn apply(&self, raw: &Tensor, draws: &[Draw]) -> Tensor {
-        let [n, _, h, w] = raw.size()[..] else { return raw.shallow_clone() };
-        let device = raw.device();
-        let pad = i64::from(self.crop_padding.unwrap_or(0));
-        let padded = if pad > 0 { raw.constant_pad_nd([pad, pad, pad, pad]) } else { raw.shallow_clone() };
-        let column = |v: Vec<i64>| Tensor::from_slice(&v).to_device(device).view([n, 1]);
-        let tops = column(draws.iter().map(|d| d.top).collect());
-        let lefts = column(draws.iter().map(|d| d.left).collect());
-        let flips = column(draws.iter().map(|d| i64::from(d.flip)).collect());
-        let along = |len: i64| Tensor::arange(len, (Kind::Int64, device)).view([1, len]);
-        let rows = &tops + along(h);
-        // A flipped crop reads its columns right to left.
-        let forward = along(w);
-        let backward = forward.flip([1]);
-        let cols = &lefts + (&flips * &backward + (flips.ones_like() - &flips) * &forward);
-        let samples = Tensor::arange(n, (Kind::Int64, device)).view([n, 1, 1]);
-        // [n, H', W', C] indexed by (sample, row, column) gives [n, H, W, C].
-        padded
-            .permute([0, 2, 3, 1])
-            .index(&[Some(samples), Some(rows.view([n, h, 1])), Some(cols.view([n, 1, w]))])
-            .permute([0, 3, 1, 2])
-            // Laid out as the batch came (NCHW): the network sees the layout unaugmented and
-            // streamed batches have, so its kernels (and their sums' order) are the same.
-            .contiguous()
+/// The draw for `sample` in `epoch` of a run seeded `seed`.
+pub fn draw(augment: &Augment, seed: u64, epoch: usize, sample: i64) -> Draw {
+    // A stream of its own: the shuffles and dropout use other derivations of the seed.
+    let r = mix_seed(mix_seed(seed ^ 0x6175_676d_656e_7421, epoch as u64), sample as u64);
+    let span = u64::from(augment.crop_padding.unwrap_or(0)) * 2 + 1;
+    Draw {
+        top: ((r & 0xffff_ffff) % span) as i64,
+        left: ((r >> 32 & 0xffff) % span) as i64,
+        flip: augment.hflip && (r >> 48) & 1 == 1,
     }
 }
 
-impl Augment {
-    /// One sample's crop and flip on the host, as `apply` does on the device: `raw` and `out`
-    /// planar `[C, H, W]` bytes of one shape (the streaming loader's decode threads call this).
-    pub fn apply_one(&self, draw: Draw, raw: &[u8], out: &mut [u8], (h, w): (usize, usize)) {
-        let pad = self.crop_padding.unwrap_or(0) as i64;
-        let (hi, wi) = (h as i64, w as i64);
-        for (plane_in, plane_out) in raw.chunks_exact(h * w).zip(out.chunks_exact_mut(h * w)) {
-            for y in 0..hi {
-                let r = y + draw.top - pad;
-                let row_out = &mut plane_out[(y * wi) as usize..((y + 1) * wi) as usize];
-                if !(0..hi).contains(&r) {
-                    row_out.fill(0);
-                    continue;
-                }
-                let row_in = &plane_in[(r * wi) as usize..((r + 1) * wi) as usize];
-                for (x, v) in row_out.iter_mut().enumerate() {
-                    // A flipped crop reads its columns right to left.
-                    let x = if draw.flip { wi - 1 - x as i64 } else { x as i64 };
-                    let c = x + draw.left - pad;
-                    *v = if (0..wi).contains(&c) { row_in[c as usize] } else { 0 };
-                }
+/// Augments `raw` (`[n, C, H, W]`, stored values) with one draw per sample; returns the
+/// batch at its own size.
+pub fn apply(augment: &Augment, raw: &Tensor, draws: &[Draw]) -> Tensor {
+    let [n, _, h, w] = raw.size()[..] else { return raw.shallow_clone() };
+    let device = raw.device();
+    let pad = i64::from(augment.crop_padding.unwrap_or(0));
+    let padded = if pad > 0 { raw.constant_pad_nd([pad, pad, pad, pad]) } else { raw.shallow_clone() };
+    let column = |v: Vec<i64>| Tensor::from_slice(&v).to_device(device).view([n, 1]);
+    let tops = column(draws.iter().map(|d| d.top).collect());
+    let lefts = column(draws.iter().map(|d| d.left).collect());
+    let flips = column(draws.iter().map(|d| i64::from(d.flip)).collect());
+    let along = |len: i64| Tensor::arange(len, (Kind::Int64, device)).view([1, len]);
+    let rows = &tops + along(h);
+    // A flipped crop reads its columns right to left.
+    let forward = along(w);
+    let backward = forward.flip([1]);
+    let cols = &lefts + (&flips * &backward + (flips.ones_like() - &flips) * &forward);
+    let samples = Tensor::arange(n, (Kind::Int64, device)).view([n, 1, 1]);
+    // [n, H', W', C] indexed by (sample, row, column) gives [n, H, W, C].
+    padded
+        .permute([0, 2, 3, 1])
+        .index(&[Some(samples), Some(rows.view([n, h, 1])), Some(cols.view([n, 1, w]))])
+        .permute([0, 3, 1, 2])
+        // Laid out as the batch came (NCHW): the network sees the layout unaugmented and
+        // streamed batches have, so its kernels (and their sums' order) are the same.
+        .contiguous()
+}
+
+/// One sample's crop and flip on the host, as `apply` does on the device: `raw` and `out`
+/// planar `[C, H, W]` bytes of one shape (the streaming loader's decode threads call this).
+pub fn apply_one(augment: &Augment, draw: Draw, raw: &[u8], out: &mut [u8], (h, w): (usize, usize)) {
+    let pad = augment.crop_padding.unwrap_or(0) as i64;
+    let (hi, wi) = (h as i64, w as i64);
+    for (plane_in, plane_out) in raw.chunks_exact(h * w).zip(out.chunks_exact_mut(h * w)) {
+        for y in 0..hi {
+            let r = y + draw.top - pad;
+            let row_out = &mut plane_out[(y * wi) as usize..((y + 1) * wi) as usize];
+            if !(0..hi).contains(&r) {
+                row_out.fill(0);
+                continue;
+            }
+            let row_in = &plane_in[(r * wi) as usize..((r + 1) * wi) as usize];
+            for (x, v) in row_out.iter_mut().enumerate() {
+                // A flipped crop reads its columns right to left.
+                let x = if draw.flip { wi - 1 - x as i64 } else { x as i64 };
+                let c = x + draw.left - pad;
+                *v = if (0..wi).contains(&c) { row_in[c as usize] } else { 0 };
             }
         }
     }
@@ -172,7 +86,7 @@ impl Augment {
 
 /// The draws for the samples `ids` (indices into the training set) in `epoch`.
 pub fn draws(augment: &Augment, seed: u64, epoch: usize, ids: &[i64]) -> Vec<Draw> {
-    ids.iter().map(|&i| augment.draw(seed, epoch, i)).collect()
+    ids.iter().map(|&i| draw(augment, seed, epoch, i)).collect()
 }
 
 #[cfg(test)]
@@ -185,7 +99,7 @@ mod tests {
         let raw = Tensor::from_slice(&[1u8, 2, 3, 4, 5, 6]).view([1, 1, 2, 3]);
         let a = Augment { crop_padding: Some(1), hflip: true, resized_crop: None };
         let at = |top, left, flip| {
-            let out = a.apply(&raw, &[Draw { top, left, flip }]);
+            let out = apply(&a, &raw, &[Draw { top, left, flip }]);
             Vec::<u8>::try_from(out.contiguous().view([-1])).expect("u8")
         };
         assert_eq!(at(1, 1, false), [1, 2, 3, 4, 5, 6], "the centre crop is the image");
@@ -201,9 +115,9 @@ mod tests {
         let batch = Tensor::from_slice(&raw).view([1, 2, 3, 4]);
         for (top, left, flip) in [(0, 0, false), (2, 2, false), (4, 3, true), (1, 0, true), (3, 4, false)] {
             let d = Draw { top, left, flip };
-            let device: Vec<u8> = Vec::try_from(a.apply(&batch, &[d]).contiguous().view([-1])).unwrap();
+            let device: Vec<u8> = Vec::try_from(apply(&a, &batch, &[d]).contiguous().view([-1])).unwrap();
             let mut host = vec![9u8; raw.len()];
-            a.apply_one(d, &raw, &mut host, (3, 4));
+            apply_one(&a, d, &raw, &mut host, (3, 4));
             assert_eq!(host, device, "{d:?}");
         }
     }
@@ -214,19 +128,19 @@ mod tests {
         let mut seen = [[false; 9]; 2];
         let mut flips = 0;
         for s in 0..2000 {
-            let d = a.draw(7, 3, s);
+            let d = draw(&a, 7, 3, s);
             seen[0][d.top as usize] = true;
             seen[1][d.left as usize] = true;
             flips += usize::from(d.flip);
         }
         assert!(seen.iter().flatten().all(|&b| b), "0..=8 in both directions");
         assert!((900..1100).contains(&flips), "about half flipped: {flips}");
-        assert_eq!(a.draw(7, 3, 11), a.draw(7, 3, 11));
+        assert_eq!(draw(&a, 7, 3, 11), draw(&a, 7, 3, 11));
         assert_ne!(
-            (0..20).map(|s| a.draw(7, 3, s)).collect::<Vec<_>>(),
-            (0..20).map(|s| a.draw(7, 4, s)).collect::<Vec<_>>()
+            (0..20).map(|s| draw(&a, 7, 3, s)).collect::<Vec<_>>(),
+            (0..20).map(|s| draw(&a, 7, 4, s)).collect::<Vec<_>>()
         );
         let none = Preset::None.augment();
-        assert!(none.is_none() && none.draw(7, 3, 1) == Draw { top: 0, left: 0, flip: false });
+        assert!(none.is_none() && draw(&none, 7, 3, 1) == Draw { top: 0, left: 0, flip: false });
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tch::{Device, Kind, Tensor};
 
-use super::augment::Augment;
+use super::augment::{self, Augment};
 use super::loader::{Job, Loader};
 use super::resident::{Normalizer, Resident};
 use super::tally::LoaderTally;
@@ -153,6 +153,6 @@ impl Batches {
             return self.normalizer.apply(&raw);
         }
         let draws = super::augment::draws(&self.augment, self.seed, epoch, ids);
-        self.normalizer.apply(&self.augment.apply(&raw, &draws))
+        self.normalizer.apply(&augment::apply(&self.augment, &raw, &draws))
     }
 }

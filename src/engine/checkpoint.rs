@@ -18,8 +18,7 @@ use crate::model::ModelKind;
 
 pub use super::checkpoint_state::CheckpointState;
 
-/// The checkpoint's file name inside a run directory.
-pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
+pub use dpt_protocol::run_dir::CHECKPOINT_FILE;
 const STATE_KEY: &str = "__state__";
 
 /// A checkpoint that cannot be written or used.

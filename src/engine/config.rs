@@ -12,8 +12,8 @@ use crate::model::script::ScriptModel;
 use crate::model::{Builder, ModelKind, Normalization, Precision};
 use crate::settings::Settings;
 
-pub use super::config_error::ConfigError;
 pub use super::policies::{OnNan, SavePolicy};
+pub use dpt_protocol::config_error::{check_lr, ConfigError};
 
 /// The tensors of `model` (a built-in, or the TorchScript `script`), by name and shape.
 pub fn model_specs(model: ModelKind, script: Option<&ScriptModel>) -> Builder {
@@ -24,7 +24,7 @@ pub fn model_specs(model: ModelKind, script: Option<&ScriptModel>) -> Builder {
             b.buffers = s.buffers.clone();
         }
         None => {
-            let _ = model.build(&mut b);
+            let _ = crate::model::build(model, &mut b);
         }
     }
     b
@@ -46,15 +46,6 @@ pub fn bf16_problem(
             .map(|(major, minor)| ConfigError::Bf16Unsupported { device: d.to_string(), major, minor }),
         DeviceId::Cpu => None,
     })
-}
-
-/// Checks a learning rate given on the command line or at run time.
-pub fn check_lr(lr: f64) -> Result<f64, ConfigError> {
-    if lr.is_finite() && lr > 0.0 {
-        Ok(lr)
-    } else {
-        Err(ConfigError::BadLr(lr))
-    }
 }
 
 /// Everything a run needs besides the data: its settings, what the run derives from them, and

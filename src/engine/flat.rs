@@ -149,7 +149,7 @@ mod tests {
     #[test]
     fn channels_last_round_trips_through_logical_order() {
         let mut b = Builder::default();
-        ModelKind::Lenet.build(&mut b);
+        crate::model::build(ModelKind::Lenet, &mut b);
         let logical = Tensor::arange(b.param_count(), (Kind::Float, Device::Cpu));
         for cl in [false, true] {
             let f = FlatTensors::zeros(&b.params, Device::Cpu, false, cl);

@@ -14,9 +14,9 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use rayon::prelude::*;
 use tch::{Device, Tensor};
 
-use super::augment::Augment;
+use super::augment::{self, Augment};
 use super::config::TrainConfig;
-use super::resized_crop::ResizedCrop;
+use super::resized_crop;
 use super::tally::LoaderTally;
 use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
@@ -321,8 +321,8 @@ fn decode_one(
     slot: &mut [u8],
 ) -> Result<(), SampleError> {
     let fit = |size: (u32, u32)| match (&decoding.augment.resized_crop, epoch) {
-        (Some(crop), Some(epoch)) => crop.region(decoding.seed, epoch, id as i64, size),
-        (Some(_), None) => ResizedCrop::evaluation(shape.1),
+        (Some(crop), Some(epoch)) => resized_crop::region(crop, decoding.seed, epoch, id as i64, size),
+        (Some(_), None) => resized_crop::evaluation(shape.1),
         (None, _) => Fit::Whole { resize: stored.resize },
     };
     let Some(epoch) = epoch.filter(|_| decoding.augment.on_device()) else {
@@ -332,7 +332,7 @@ fn decode_one(
     // CPU replica's compute thread costs more than decoding the image).
     let mut fitted = vec![0u8; slot.len()];
     stored.sample_into(id, shape, fit, &mut fitted)?;
-    let draw = decoding.augment.draw(decoding.seed, epoch, id as i64);
-    decoding.augment.apply_one(draw, &fitted, slot, (shape.1 as usize, shape.2 as usize));
+    let draw = augment::draw(&decoding.augment, decoding.seed, epoch, id as i64);
+    augment::apply_one(&decoding.augment, draw, &fitted, slot, (shape.1 as usize, shape.2 as usize));
     Ok(())
 }

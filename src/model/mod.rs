@@ -10,150 +10,22 @@ mod mnist_net;
 mod resnet;
 pub mod script;
 
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 pub use lenet::Lenet;
 pub use mnist_net::MnistNet;
 pub use resnet::Resnet18;
 
-/// The models dpt-tui trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ModelKind {
-    /// d2l's from-scratch LeNet variant (seed 001).
-    Lenet,
-    /// d2l's ResNet-18 for 1x28x28 inputs (seed 002).
-    Resnet18,
-    /// The PyTorch MNIST example network (seed 004).
-    MnistNet,
-    /// A user's TorchScript file (`--model PATH`; see `script`).
-    #[serde(rename = "torchscript")]
-    Script,
-}
+pub use dpt_protocol::model::{Defaults, LossKind, ModelKind, Normalization, Precision};
 
-impl std::str::FromStr for ModelKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        [ModelKind::Lenet, ModelKind::Resnet18, ModelKind::MnistNet]
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown model '{s}'; use lenet, resnet18 or mnist-net"))
-    }
-}
-
-impl std::fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The hyper-parameters a model is trained with unless flags say otherwise.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Defaults {
-    pub lr: f64,
-    pub momentum: f64,
-    pub batch_size: usize,
-    pub epochs: usize,
-}
-
-/// How stored values become the network's input: `(x / 255 - mean) / std` for bytes, `(x -
-/// mean) / std` for floats; one value for every channel, or one per channel. Runs record it
-/// (start records, checkpoints) as `{mean, std}`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Normalization {
-    pub mean: Vec<f64>,
-    pub std: Vec<f64>,
-}
-
-impl Normalization {
-    /// The same mean and std for every channel.
-    pub fn uniform(mean: f64, std: f64) -> Normalization {
-        Normalization { mean: vec![mean], std: vec![std] }
-    }
-}
-
-/// The training loss of a model (both summed over the shard).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LossKind {
-    /// Cross-entropy on logits.
-    CrossEntropy,
-    /// Negative log-likelihood on log-probabilities.
-    Nll,
-}
-
-impl std::str::FromStr for LossKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cross-entropy" => Ok(LossKind::CrossEntropy),
-            "nll" => Ok(LossKind::Nll),
-            _ => Err(format!("unknown loss '{s}'; use cross-entropy or nll")),
-        }
-    }
-}
-
-impl ModelKind {
-    /// The name used on the command line and in files.
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelKind::Lenet => "lenet",
-            ModelKind::Resnet18 => "resnet18",
-            ModelKind::MnistNet => "mnist-net",
-            ModelKind::Script => "torchscript",
-        }
-    }
-
-    /// The reference programs' hyper-parameters (d2l's seed documents).
-    pub fn defaults(self) -> Defaults {
-        match self {
-            ModelKind::Lenet => Defaults { lr: 0.2, momentum: 0.0, batch_size: 256, epochs: 10 },
-            ModelKind::Resnet18 => Defaults { lr: 0.1, momentum: 0.0, batch_size: 256, epochs: 10 },
-            ModelKind::MnistNet => Defaults { lr: 0.01, momentum: 0.5, batch_size: 64, epochs: 10 },
-            // A user's network: torch.optim.SGD's usual starting point for small CNNs.
-            ModelKind::Script => Defaults { lr: 0.05, momentum: 0.9, batch_size: 128, epochs: 10 },
-        }
-    }
-
-    /// Input normalization: d2l's models take x/255, seed 004 normalizes with MNIST's statistics.
-    pub fn normalization(self) -> Normalization {
-        match self {
-            ModelKind::Lenet | ModelKind::Resnet18 | ModelKind::Script => Normalization::uniform(0.0, 1.0),
-            ModelKind::MnistNet => Normalization::uniform(0.1307, 0.3081),
-        }
-    }
-
-    /// Whether convolution weights and activations should be channels-last by default: measured
-    /// per model (BENCHMARKS.md). LeNet's 20→50 convolution runs about 1.4× faster so on one CPU
-    /// thread; the MNIST net's 1→10→20 convolutions run slower; cuDNN prefers it for ResNet-18.
-    pub fn prefers_channels_last(self, on_gpu: bool) -> bool {
-        match self {
-            ModelKind::Lenet => true,
-            ModelKind::Resnet18 => on_gpu,
-            ModelKind::MnistNet | ModelKind::Script => false,
-        }
-    }
-
-    /// The loss the seed trains with.
-    pub fn loss(self) -> LossKind {
-        match self {
-            ModelKind::MnistNet => LossKind::Nll,
-            ModelKind::Lenet | ModelKind::Resnet18 | ModelKind::Script => LossKind::CrossEntropy,
-        }
-    }
-
-    /// Declares a built-in model's tensors into `builder` and returns its forward pass; `None`
-    /// for a TorchScript model, whose tensors come from its file (`script::ScriptModel`).
-    pub fn build(self, builder: &mut Builder) -> Option<Box<dyn Network>> {
-        match self {
-            ModelKind::Lenet => Some(Box::new(Lenet::new(builder))),
-            ModelKind::Resnet18 => Some(Box::new(Resnet18::new(builder))),
-            ModelKind::MnistNet => Some(Box::new(MnistNet::new(builder))),
-            ModelKind::Script => None,
-        }
+/// Declares a built-in model's tensors into `builder` and returns its forward pass; `None`
+/// for a TorchScript model, whose tensors come from its file (`script::ScriptModel`).
+pub fn build(model: ModelKind, builder: &mut Builder) -> Option<Box<dyn Network>> {
+    match model {
+        ModelKind::Lenet => Some(Box::new(Lenet::new(builder))),
+        ModelKind::Resnet18 => Some(Box::new(Resnet18::new(builder))),
+        ModelKind::MnistNet => Some(Box::new(MnistNet::new(builder))),
+        ModelKind::Script => None,
     }
 }
 
@@ -227,50 +99,12 @@ impl Builder {
     }
 }
 
-/// The number format of the forward and backward passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    /// Everything in f32 (convolutions use TF32 on GPUs that have it, libtorch's default).
-    F32,
-    /// Autocast-style mixed precision: convolutions and matrix products in bfloat16, the loss,
-    /// the master weights, the gradients and the update in f32.
-    Bf16,
-    /// The same with float16, for GPUs without bfloat16 (V100, T4): its narrow range needs
-    /// loss scaling (`--loss-scale dynamic`, on by default with it).
-    F16,
-}
-
-impl Precision {
-    /// The flag's word for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::Bf16 => "bf16",
-            Precision::F16 => "f16",
-        }
-    }
-
-    /// The format convolutions and matrix products compute in.
-    pub fn compute_kind(self) -> Kind {
-        match self {
-            Precision::F32 => Kind::Float,
-            Precision::Bf16 => Kind::BFloat16,
-            Precision::F16 => Kind::Half,
-        }
-    }
-}
-
-impl std::str::FromStr for Precision {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "f32" => Ok(Precision::F32),
-            "bf16" => Ok(Precision::Bf16),
-            "f16" => Ok(Precision::F16),
-            _ => Err(format!("unknown precision '{s}'; use f32, bf16 or f16")),
-        }
+/// The format convolutions and matrix products compute in.
+pub fn compute_kind(precision: Precision) -> Kind {
+    match precision {
+        Precision::F32 => Kind::Float,
+        Precision::Bf16 => Kind::BFloat16,
+        Precision::F16 => Kind::Half,
     }
 }
 
@@ -288,7 +122,7 @@ impl Forward<'_> {
     pub fn cast(&self, t: &Tensor) -> Tensor {
         match self.precision {
             Precision::F32 => t.shallow_clone(),
-            low => t.to_kind(low.compute_kind()),
+            low => t.to_kind(compute_kind(low)),
         }
     }
 

@@ -11,7 +11,7 @@ use super::input;
 use super::model_inputs::{builtin_fits, normalization, sample_inputs};
 use crate::cli::Args;
 use crate::Failure;
-use dpt_tui::data::Dataset;
+use dpt_tui::data::{Dataset, LoadOptions};
 use dpt_tui::dist::World;
 use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
@@ -189,7 +189,7 @@ pub fn prepare(
     // A theme typo is bad input even where no dashboard opens (yet).
     super::theme(args)?;
     let (d, p) = (&cfg.settings.data, &cfg.settings.placement);
-    let mut data = Dataset::load_with(&d.path, d.load_options(p.loader, p.data_memory)).map_err(input)?;
+    let mut data = Dataset::load_with(&d.path, LoadOptions::of(d, p.loader, p.data_memory)).map_err(input)?;
     super::data_flags::warn_skipped(&data.skipped);
     super::data_flags::streams_as_asked(&cfg, &data).map_err(input)?;
     builtin_fits(cfg.model(), &data)?;

@@ -97,7 +97,7 @@ pub fn join(args: &Args, asked: &Settings, launch: &Launch, devices: &[DeviceId]
         DistBackend::Auto => Backend::Gloo,
     };
     let device = match (backend, devices.first()) {
-        (Backend::Nccl, Some(d)) => d.to_tch(),
+        (Backend::Nccl, Some(d)) => dpt_tui::engine::device::tch_device(*d),
         _ => tch::Device::Cpu,
     };
     if let tch::Device::Cuda(i) = device {

@@ -91,19 +91,19 @@ pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> R
     let end = dashboard::run(source, &watch.messages, dashboard_options(args, theme))
         .map_err(failed("the dashboard failed"))?;
     let dir = run_dir.display();
-    if end.app.detached || end.hangup {
+    if end.app.viewer.detached || end.hangup {
         println!("detached; training goes on. attach with: dpt-tui attach {dir}");
         return Ok(0);
     }
-    let stopped_early = end.app.summary.as_ref().is_some_and(|s| s.reason != FinishReason::Completed);
-    if let Some(summary) = end.app.summary {
+    let stopped_early = end.app.run.summary.as_ref().is_some_and(|s| s.reason != FinishReason::Completed);
+    if let Some(summary) = end.app.run.summary {
         HeadlessPrinter::default().print(&Record::Summary(Box::new(summary)), &mut std::io::stdout());
     }
     println!("run directory: {dir}");
     if stopped_early && end.interrupted.is_none() {
         println!("resume with: dpt-tui --resume {dir}");
     }
-    if end.app.state == RunState::Disconnected {
+    if end.app.run.state == RunState::Disconnected {
         if client::is_live(run_dir) {
             println!("lost the connection to the job; it goes on. attach with: dpt-tui attach {dir}");
             return Ok(0);
@@ -114,7 +114,7 @@ pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> R
             run_dir.join("server.log").display()
         )));
     }
-    if let Some(message) = end.app.failure {
+    if let Some(message) = end.app.run.failure {
         println!("{}", super::resume_from_checkpoint(run_dir));
         return Err(Failure::Run(anyhow!("training failed: {message}")));
     }

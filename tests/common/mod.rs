@@ -20,7 +20,6 @@ pub fn subset(train: usize, test: usize) -> Arc<Dataset> {
 }
 
 pub mod pty;
-pub mod screens;
 
 /// The weights a run saved (`model.safetensors`), sorted by name.
 pub fn weights(run: &std::path::Path) -> Vec<(String, tch::Tensor)> {

@@ -44,7 +44,7 @@ impl WorkerPool {
             let (tx, rx) = unbounded();
             let setup = WorkerSetup {
                 replica,
-                device: device.to_tch(),
+                device: crate::engine::device::tch_device(*device),
                 model: cfg.model(),
                 script: cfg.kit.script.clone(),
                 loss: cfg.settings.loss(),

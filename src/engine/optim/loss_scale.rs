@@ -18,32 +18,7 @@ use tch::Tensor;
 const GROWTH: f32 = 2.0;
 const BACKOFF: f32 = 0.5;
 
-/// `--loss-scale dynamic` and its settings.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct LossScaling {
-    /// The first scale (`init_scale`, 65536 by default).
-    pub init: f32,
-    /// Clean steps in a row before the scale doubles (`growth_interval`, 2000 by default).
-    pub growth_interval: u32,
-}
-
-impl Default for LossScaling {
-    fn default() -> Self {
-        LossScaling { init: 65536.0, growth_interval: 2000 }
-    }
-}
-
-impl LossScaling {
-    /// Whether the settings can run: a finite positive first scale, a non-zero interval.
-    pub fn valid(&self) -> bool {
-        self.init.is_finite() && self.init > 0.0 && self.growth_interval > 0
-    }
-
-    /// The settings in words.
-    pub fn describe(&self) -> String {
-        format!("dynamic loss scale from {}, doubled after {} clean steps", self.init, self.growth_interval)
-    }
-}
+pub use dpt_protocol::optim::loss_scale::LossScaling;
 
 /// The scaler's state: what a checkpoint keeps so that a resumed run scales as a straight one.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

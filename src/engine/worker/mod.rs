@@ -143,7 +143,8 @@ impl Worker {
             tch::set_num_threads(setup.threads as i32);
         }
         let mut builder = Builder::default();
-        let mut net: Box<dyn Network> = match (&setup.script, setup.model.build(&mut builder)) {
+        let mut net: Box<dyn Network> = match (&setup.script, crate::model::build(setup.model, &mut builder))
+        {
             (_, Some(net)) => net,
             (Some(script), None) => {
                 builder = crate::engine::config::model_specs(setup.model, Some(script));

@@ -1,0 +1,14 @@
+//! dpt-tui's front ends, built on the protocol package only (no libtorch): the terminal
+//! dashboard, the headless log, alerts, the PNG/SVG report of a run, the signals a job and its
+//! viewers answer, and the socket a job serves its viewers on (both ends).
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod alert;
+pub mod dashboard;
+pub mod headless;
+pub mod remote;
+pub mod report;
+pub mod signals;
+
+use dpt_protocol::{atomic, config_error, model, monitor, optim, record, run_dir, Control, DeviceId};

@@ -1,0 +1,187 @@
+//! The training process's socket: owner-only (a 0600 socket in a 0700 folder), peers of
+//! another user refused, no network listener. Each viewer gets a reader and a writer thread,
+//! both ending when it disconnects.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::Duration;
+
+use super::hub::{Hub, HubMsg};
+use super::protocol::{decode, encode, version_error, ClientMsg, ServerMsg, VERSION};
+use super::registry::{self, my_uid, ServerInfo};
+use crate::atomic;
+use crate::Control;
+use crossbeam_channel::{never, select, unbounded, Sender};
+
+/// The file in a run directory that names its server.
+pub const SERVER_FILE: &str = "server.json";
+/// Messages a viewer may fall behind by before it is dropped.
+const VIEWER_BUFFER: usize = 4096;
+
+/// The user id of the process at the other end of `stream` (SO_PEERCRED).
+pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(stream)?.uid.as_raw())
+}
+
+/// A job being served: where, and how to stop announcing it.
+pub struct Served {
+    pub info: ServerInfo,
+}
+
+impl Served {
+    /// Removes the socket, the registry entry and `server.json` (the job is ending).
+    pub fn withdraw(&self) {
+        let _ = std::fs::remove_file(&self.info.socket);
+        let _ = std::fs::remove_file(self.info.entry_path());
+        let _ = std::fs::remove_file(self.info.run_dir.join(SERVER_FILE));
+    }
+}
+
+/// Starts listening for viewers of the run in `run_dir` (absolute): controls go to `controls`,
+/// history and live data come from `hub`. What dead jobs left in the registry is removed
+/// first.
+pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Result<Served> {
+    let _ = registry::prune();
+    let path = registry::socket_dir()?.join(registry::socket_name(run_dir));
+    if path.exists() {
+        if UnixStream::connect(&path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is being served already", run_dir.display()),
+            ));
+        }
+        std::fs::remove_file(&path)?;
+    }
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let info = ServerInfo {
+        pid: std::process::id(),
+        socket: path.clone(),
+        version: VERSION,
+        run_dir: run_dir.to_owned(),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    };
+    let json = serde_json::to_string_pretty(&info).expect("server info serializes");
+    atomic::write_bytes(&run_dir.join(SERVER_FILE), json.as_bytes())?;
+    atomic::write_bytes(&info.entry_path(), json.as_bytes())?;
+    std::thread::Builder::new().name("dpt-server".into()).spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let (hub, controls) = (hub.clone(), controls.clone());
+            // A viewer that cannot get a thread is simply not served.
+            let _ = std::thread::Builder::new()
+                .name("dpt-viewer".into())
+                .spawn(move || viewer(stream, hub, controls));
+        }
+    })?;
+    Ok(Served { info })
+}
+
+fn send_line(stream: &mut UnixStream, msg: &ServerMsg) -> std::io::Result<()> {
+    let mut line = encode(msg);
+    line.push('\n');
+    stream.write_all(line.as_bytes())
+}
+
+/// Serves one viewer: the handshake, then its commands on this thread and the stream of run
+/// data on a writer thread.
+fn viewer(mut stream: UnixStream, hub: Hub, controls: Sender<Control>) {
+    if peer_uid(&stream).ok() != Some(my_uid()) {
+        let _ = send_line(
+            &mut stream,
+            &ServerMsg::Error { message: "permission denied: the run belongs to another user".into() },
+        );
+        return;
+    }
+    let Ok(read_half) = stream.try_clone() else { return };
+    let mut lines = BufReader::new(read_half).lines();
+    // A peer that never says hello does not hold a thread forever.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let read_only =
+        match lines.next().map(|l| l.map_err(|e| e.to_string()).and_then(|l| decode::<ClientMsg>(&l))) {
+            Some(Ok(ClientMsg::Hello { version, read_only })) => {
+                if let Some(message) = version_error(version) {
+                    let _ = send_line(&mut stream, &ServerMsg::Error { message });
+                    return;
+                }
+                read_only
+            }
+            Some(Ok(_)) => {
+                let _ = send_line(&mut stream, &ServerMsg::Error { message: "say hello first".into() });
+                return;
+            }
+            Some(Err(message)) => {
+                let _ = send_line(&mut stream, &ServerMsg::Error { message });
+                return;
+            }
+            None => return,
+        };
+    let _ = stream.set_read_timeout(None);
+    let Some((snapshot, updates)) = hub.subscribe(VIEWER_BUFFER) else {
+        let _ = send_line(&mut stream, &ServerMsg::Error { message: "the run has ended".into() });
+        return;
+    };
+    if send_line(&mut stream, &ServerMsg::Welcome { version: VERSION, snapshot: Box::new(snapshot) }).is_err()
+    {
+        return;
+    }
+    let (replies, reply_rx) = unbounded::<ServerMsg>();
+    let Ok(mut out) = stream.try_clone() else { return };
+    let writer = std::thread::Builder::new().name("dpt-viewer-out".into()).spawn(move || {
+        let mut updates = updates;
+        loop {
+            let msg = select! {
+                recv(updates) -> m => match m {
+                    Ok(HubMsg::Record(record)) => ServerMsg::Record { record },
+                    Ok(HubMsg::Monitor(msg)) => ServerMsg::Monitor { msg },
+                    Err(_) => {
+                        // The run ended (or this viewer fell behind): say no more.
+                        updates = never();
+                        if reply_rx.is_empty() {
+                            break;
+                        }
+                        continue;
+                    }
+                },
+                recv(reply_rx) -> m => match m {
+                    Ok(m) => m,
+                    // The viewer's reader ended: it has gone.
+                    Err(_) => break,
+                },
+            };
+            if send_line(&mut out, &msg).is_err() {
+                break;
+            }
+        }
+        let _ = out.shutdown(std::net::Shutdown::Both);
+    });
+    for line in lines {
+        let Ok(line) = line else { break };
+        let reply = match decode::<ClientMsg>(&line) {
+            Ok(ClientMsg::Control { id, control }) => {
+                if read_only {
+                    ServerMsg::Reply { id, ok: false, error: Some("this viewer attached read-only".into()) }
+                } else if controls.send(control).is_ok() {
+                    ServerMsg::Reply { id, ok: true, error: None }
+                } else {
+                    ServerMsg::Reply { id, ok: false, error: Some("the run has ended".into()) }
+                }
+            }
+            Ok(ClientMsg::Hello { .. }) => ServerMsg::Error { message: "hello twice".into() },
+            // A bad line is answered and ignored; the viewer and the run go on.
+            Err(message) => ServerMsg::Error { message },
+        };
+        if replies.send(reply).is_err() {
+            break;
+        }
+    }
+    drop(replies);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    if let Ok(w) = writer {
+        let _ = w.join();
+    }
+}

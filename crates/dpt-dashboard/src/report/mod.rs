@@ -1,0 +1,82 @@
+//! `dpt-tui show RUN --png FILE` / `--svg FILE`: the run's curves as a picture for a report.
+//!
+//! Drawn once as SVG with `plotters` (loss and accuracy against epochs, lr-change and pause
+//! marks, the run's name, model, devices and final test accuracy in the title); the PNG is that
+//! SVG rendered by `resvg` with DejaVu Sans, which is embedded in the binary, so a picture looks
+//! the same on every machine and needs no system font.
+
+mod chart;
+
+use std::path::Path;
+
+use thiserror::Error;
+
+use crate::atomic;
+use crate::record::curves::Curves;
+use crate::record::Record;
+
+/// The picture's size in pixels.
+pub const SIZE: (u32, u32) = (960, 640);
+
+/// DejaVu Sans 2.37 (assets/fonts/dejavu: licence and provenance).
+static FONT: &[u8] = include_bytes!("../../../../assets/fonts/dejavu/DejaVuSans.ttf");
+
+/// The picture's file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Png,
+    Svg,
+}
+
+/// Why no picture was written.
+#[derive(Debug, Error)]
+pub enum ReportError {
+    #[error("the run has no recorded steps or epochs yet; nothing to plot")]
+    Empty,
+    #[error("cannot draw the chart: {0}")]
+    Draw(String),
+    #[error("cannot render the chart as PNG: {0}")]
+    Render(String),
+    #[error("cannot write {path}")]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+}
+
+/// The run's curves as an SVG document.
+pub fn svg(records: &[Record], run_name: &str) -> Result<String, ReportError> {
+    let curves = Curves::of(records);
+    if curves.is_empty() {
+        return Err(ReportError::Empty);
+    }
+    let title = chart::title(records, run_name);
+    chart::draw(&curves, &title).map_err(ReportError::Draw)
+}
+
+/// An SVG document rendered to PNG bytes with the embedded font.
+pub fn png(svg: &str) -> Result<Vec<u8>, ReportError> {
+    let mut opt = resvg::usvg::Options::default();
+    opt.fontdb_mut().load_font_data(FONT.to_vec());
+    opt.fontdb_mut().set_sans_serif_family("DejaVu Sans");
+    opt.font_family = "DejaVu Sans".into();
+    let tree = resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| ReportError::Render(e.to_string()))?;
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(SIZE.0, SIZE.1)
+        .ok_or_else(|| ReportError::Render("no pixmap".into()))?;
+    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap.encode_png().map_err(|e| ReportError::Render(e.to_string()))
+}
+
+/// Draws the curves of the run in `run_dir` (its `records`) into `path`, written atomically.
+pub fn write(records: &[Record], run_dir: &Path, path: &Path, format: Format) -> Result<(), ReportError> {
+    let name = run_dir
+        .file_name()
+        .map_or_else(|| run_dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let svg = svg(records, &name)?;
+    let bytes = match format {
+        Format::Svg => svg.into_bytes(),
+        Format::Png => png(&svg)?,
+    };
+    atomic::write_bytes(path, &bytes).map_err(|cause| ReportError::Write { path: path.to_owned(), cause })
+}

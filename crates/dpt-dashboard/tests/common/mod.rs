@@ -1,0 +1,4 @@
+//! What the dashboard tests share.
+#![allow(dead_code)]
+
+pub mod screens;

@@ -1,0 +1,122 @@
+//! The dashboard's screens as snapshots (`tests/snapshots/`), so a layout regression fails: a
+//! running, a paused, a finished and a failed run, and one whose final save failed, at 80×24
+//! and 120×40; d2l's view with smoothing, a straggler, and the side-by-side curves at 200×50. The fixtures are fixed (clock, timings, samples), so nothing needs filtering.
+//! After a deliberate change of the layout, review with `cargo insta review` (or rerun with
+//! `INSTA_UPDATE=always`) and commit the new snapshots.
+
+mod common;
+
+use dpt_dashboard::dashboard::app::App;
+use dpt_protocol::model::ModelKind;
+use dpt_protocol::record::{Change, Summary};
+use dpt_protocol::record::{FinishReason, Record};
+use dpt_protocol::DeviceId;
+
+use common::screens::{running_app, screen, step};
+use dpt_dashboard::dashboard::curves::CurveView;
+use dpt_protocol::record::{ReplicaTiming, StepTiming};
+
+fn paused() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
+    app.on_event(&Record::Event(Change::LrChanged { from: 0.2, to: 0.1, global_step: 570 }));
+    app
+}
+
+fn finished() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Summary(Box::new(Summary {
+        val_acc: None,
+        model: ModelKind::Lenet,
+        devices: vec![DeviceId::Cpu, DeviceId::Cpu],
+        test_acc: Some(0.8),
+        sec_per_epoch: Some(11.5),
+        samples_per_sec: 5100.0,
+        epochs_done: 2,
+        global_steps: 570,
+        reason: FinishReason::Completed,
+        peak_rss_mib: None,
+    })));
+    app
+}
+
+fn failed() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Event(Change::Failed {
+        replica: Some(1),
+        device: Some("cpu".into()),
+        message: "replica 1 on cpu failed: injected fault".into(),
+    }));
+    app
+}
+
+fn not_saved() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Event(Change::SaveFailed {
+        path: "/scratch/run/model.safetensors".into(),
+        message: "No space left on device (os error 28)".into(),
+        advice: "paused with the weights in memory: free some space and press s to retry, or S to save into another folder; q gives up".into(),
+    }));
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
+    app
+}
+
+/// d2l's view (train loss, train and test accuracy on one plot), smoothed with weight 0.9.
+fn smoothed_d2l() -> App {
+    let mut app = running_app();
+    app.curves.settings.view = CurveView::D2l;
+    app.curves.settings.smoothing = 2;
+    app
+}
+
+/// Replica 1 takes twice the median: marked slow, and the coordinator's event in the log.
+fn straggler() -> App {
+    let mut app = running_app();
+    let Record::Step(mut s) = step(3, 150, 0.6, 0.7, 0.2) else { unreachable!() };
+    s.timing = StepTiming { data: 0.001, compute: 0.090, allreduce: 0.002, update: 0.001 };
+    s.replicas =
+        vec![ReplicaTiming { data: 0.001, compute: 0.040 }, ReplicaTiming { data: 0.001, compute: 0.090 }];
+    app.on_event(&Record::Step(s));
+    app.on_event(&Record::Event(Change::Straggler {
+        replica: 1,
+        device: "cpu".into(),
+        step_ms: 91.0,
+        median_ms: 66.0,
+        global_step: 620,
+    }));
+    app
+}
+
+macro_rules! screens {
+    ($($name:ident: $app:expr),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let app = $app;
+            insta::assert_snapshot!(concat!(stringify!($name), "_80x24"), screen(&app, 80, 24, false));
+            insta::assert_snapshot!(concat!(stringify!($name), "_120x40"), screen(&app, 120, 40, false));
+        }
+    )*};
+}
+
+screens! {
+    running: running_app(),
+    paused_after_an_lr_change: paused(),
+    finished_run: finished(),
+    failed_run: failed(),
+    final_save_failed: not_saved(),
+    smoothed_d2l_view: smoothed_d2l(),
+    straggler_marked: straggler(),
+    gpus_with_their_story: common::screens::gpu_app(),
+}
+
+#[test]
+fn wide_terminals_show_loss_and_accuracy_side_by_side() {
+    for (name, app) in
+        [("running", running_app()), ("smoothed_d2l_view", smoothed_d2l()), ("straggler_marked", straggler())]
+    {
+        let shot = screen(&app, 200, 50, false);
+        insta::assert_snapshot!(format!("{name}_200x50"), shot);
+    }
+    let wide = screen(&running_app(), 200, 50, false);
+    assert!(wide.contains("loss ·") && wide.contains("accuracy ·"), "both panels:\n{wide}");
+}

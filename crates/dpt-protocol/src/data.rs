@@ -1,0 +1,132 @@
+//! What data a run trains on: the data part of the settings tree (`crate::settings`), its
+//! formats and loaders by name. Reading the data is the engine's (`data`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// What a run trains on and how it reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DataSettings {
+    /// `--data`, absolute once resolved.
+    pub path: PathBuf,
+    /// `--data-format` (absent: detected).
+    pub format: Option<DataFormat>,
+    /// `--image-size H,W`.
+    pub image_size: Option<(u32, u32)>,
+    pub train_limit: Option<usize>,
+    pub test_limit: Option<usize>,
+    pub val_fraction: Option<f64>,
+    /// `--max-bad-images`: the share of undecodable images skipped rather than refused.
+    pub max_bad: f64,
+}
+
+impl Default for DataSettings {
+    fn default() -> Self {
+        DataSettings {
+            path: PathBuf::from(DEFAULT_DATA_DIR),
+            format: None,
+            image_size: None,
+            train_limit: None,
+            test_limit: None,
+            val_fraction: None,
+            max_bad: MAX_BAD_IMAGES,
+        }
+    }
+}
+
+/// Where the data is looked for when neither `--data` nor `$DPT_DATA` says.
+pub const DEFAULT_DATA_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+/// The data set formats dpt-tui reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataFormat {
+    /// MNIST-style IDX files (`train-images-idx3-ubyte[.gz]` …).
+    Idx,
+    /// CIFAR-10's binary batches (`data_batch_1.bin` … `test_batch.bin`).
+    Cifar10,
+    /// `train/<class>/*.png|jpg` and `test/<class>/*`.
+    Images,
+    /// `x_train`, `y_train`, `x_test`, `y_test` in a `.npz` file or as `.npy` files in a folder.
+    Npy,
+    /// The same four arrays in a `.safetensors` file.
+    Safetensors,
+    /// WebDataset tar shards: `train/*.tar` with `val/` or `test/` shards.
+    WebDataset,
+}
+
+impl std::str::FromStr for DataFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "idx" => Ok(DataFormat::Idx),
+            "cifar10" => Ok(DataFormat::Cifar10),
+            "images" => Ok(DataFormat::Images),
+            "npy" | "npz" => Ok(DataFormat::Npy),
+            "safetensors" => Ok(DataFormat::Safetensors),
+            "webdataset" => Ok(DataFormat::WebDataset),
+            _ => Err(format!(
+                "unknown data format '{s}'; use idx, cifar10, images, npz, safetensors or webdataset"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for DataFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DataFormat::Idx => "idx",
+            DataFormat::Cifar10 => "cifar10",
+            DataFormat::Images => "images",
+            DataFormat::Npy => "npz",
+            DataFormat::Safetensors => "safetensors",
+            DataFormat::WebDataset => "webdataset",
+        })
+    }
+}
+
+/// How the training data reaches the replicas (`--loader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Loader {
+    /// Resident when the decoded images fit the memory budget, else streamed.
+    #[default]
+    Auto,
+    /// Decoded once, held in memory and on every replica's device.
+    Resident,
+    /// Read and decoded batch by batch as training reaches them, within the memory budget.
+    Stream,
+}
+
+impl Loader {
+    /// Whether a data set of `decoded` bytes is streamed under a budget of `memory` bytes.
+    pub fn streams(self, decoded: u64, memory: u64) -> bool {
+        match self {
+            Loader::Auto => decoded > memory,
+            Loader::Resident => false,
+            Loader::Stream => true,
+        }
+    }
+}
+
+impl std::str::FromStr for Loader {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Loader::Auto),
+            "resident" => Ok(Loader::Resident),
+            "stream" => Ok(Loader::Stream),
+            _ => Err(format!("unknown loader '{s}'; use auto, resident or stream")),
+        }
+    }
+}
+
+/// The default share of undecodable images skipped (`--max-bad-images`): one in a thousand.
+pub const MAX_BAD_IMAGES: f64 = 0.001;
+
+/// The default memory budget of the data (`--data-memory`): 2 GiB.
+pub const DATA_MEMORY: u64 = 2 << 30;

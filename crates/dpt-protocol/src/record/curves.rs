@@ -1,0 +1,240 @@
+//! The record folded into curves: points against fractional epochs, as d2l's Animator plots
+//! them, and the marks where the lr changed or training paused. The dashboard, `show` and the
+//! picture all draw these.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Change, Record};
+
+/// Points a series keeps before its older half is thinned (plenty for a screen or a picture).
+pub const POINT_BUDGET: usize = 4096;
+
+/// Why a vertical mark is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MarkKind {
+    LrChange,
+    Pause,
+}
+
+/// The series of one run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Curves {
+    pub train_loss: Vec<(f64, f64)>,
+    pub train_acc: Vec<(f64, f64)>,
+    pub test_loss: Vec<(f64, f64)>,
+    pub test_acc: Vec<(f64, f64)>,
+    pub lr: Vec<(f64, f64)>,
+    /// The lr the schedule plans for the whole run (rescaled from where the live key changed it).
+    pub lr_plan: Vec<(f64, f64)>,
+    /// The mean gradient's global norm per report window.
+    pub grad_norm: Vec<(f64, f64)>,
+    /// The test accuracy of the weights' moving average (`--ema`).
+    pub ema_test_acc: Vec<(f64, f64)>,
+    pub marks: Vec<(f64, MarkKind)>,
+    /// The x of the latest point: epochs done, with the current epoch's fraction.
+    pub x: f64,
+    /// The run's planned epochs (the x axis reaches at least this far).
+    pub epochs: usize,
+}
+
+/// `epoch` (1-based) and `step` of `steps` as a fractional epoch count.
+pub fn fractional_epoch(epoch: usize, step: usize, steps: usize) -> f64 {
+    (epoch as f64 - 1.0) + step as f64 / steps.max(1) as f64
+}
+
+/// Keeps every other point of the older half once `points` exceeds the budget.
+fn thin(points: &mut Vec<(f64, f64)>) {
+    if points.len() > POINT_BUDGET {
+        let older = points.len() / 2;
+        let mut i = 0;
+        points.retain(|_| {
+            i += 1;
+            i > older || i % 2 == 0
+        });
+    }
+}
+
+impl Curves {
+    /// The curves of a whole record.
+    pub fn of(records: &[Record]) -> Curves {
+        let mut c = Curves::default();
+        for r in records {
+            c.apply(r);
+        }
+        c
+    }
+
+    /// Folds one record in.
+    pub fn apply(&mut self, record: &Record) {
+        match record {
+            Record::Start(info) => {
+                self.epochs = self.epochs.max(info.epochs());
+                self.lr_plan = planned_lr(info);
+            }
+            Record::Step(s) => {
+                let x = fractional_epoch(s.epoch, s.step, s.steps_per_epoch);
+                self.x = x;
+                if let Some(g) = s.grad_norm {
+                    self.grad_norm.push((x, g));
+                    thin(&mut self.grad_norm);
+                }
+                for (series, y) in
+                    [(&mut self.train_loss, s.loss), (&mut self.train_acc, s.acc), (&mut self.lr, s.lr)]
+                {
+                    series.push((x, y));
+                    thin(series);
+                }
+            }
+            Record::Epoch(e) => {
+                let x = e.epoch as f64;
+                self.x = self.x.max(x);
+                self.test_loss.push((x, e.test_loss));
+                self.test_acc.push((x, e.test_acc));
+                if let Some(a) = e.ema_test_acc {
+                    self.ema_test_acc.push((x, a));
+                }
+            }
+            Record::Event(Change::LrChanged { from, to, .. }) => {
+                // A change applies from the next step on, and scales the rest of the plan.
+                self.marks.push((self.x, MarkKind::LrChange));
+                self.lr.push((self.x, *to));
+                if *from > 0.0 {
+                    let x = self.x;
+                    self.lr_plan.iter_mut().filter(|(px, _)| *px > x).for_each(|(_, y)| *y *= to / from);
+                }
+            }
+            Record::Event(Change::Paused { .. }) => self.marks.push((self.x, MarkKind::Pause)),
+            Record::Event(_) | Record::Summary(_) => {}
+        }
+    }
+
+    /// Whether there is anything to draw.
+    pub fn is_empty(&self) -> bool {
+        self.train_loss.is_empty() && self.test_loss.is_empty()
+    }
+}
+
+/// Points the planned lr curve has at most.
+const PLAN_POINTS: usize = 400;
+
+/// The lr the run's schedule plans, as points at the x where each step's report would be (none
+/// for a record without a schedule).
+fn planned_lr(info: &super::RunInfo) -> Vec<(f64, f64)> {
+    let s = &info.settings;
+    // A constant rate plans the line the lr curve draws anyway.
+    if s.schedule == Default::default() {
+        return Vec::new();
+    }
+    let schedule = &s.schedule;
+    let spe = info.steps_per_epoch.max(1);
+    let total = spe * info.epochs();
+    let base = s.base_lr();
+    let plan = crate::optim::schedule::LrPlan {
+        base,
+        schedule: schedule.clone(),
+        total,
+        steps_per_epoch: spe,
+        scale: info.lr_scale.unwrap_or(1.0),
+    };
+    let every = total.div_ceil(PLAN_POINTS).max(1);
+    (0..total)
+        .filter(|t| t % every == 0 || t + 1 == total)
+        .map(|t| ((t + 1) as f64 / spe as f64, plan.at(t)))
+        .collect()
+}
+
+/// The x range to show: the whole run (at least up to its epochs) or the last `window` epochs.
+pub fn x_range(curves: &Curves, recent: Option<f64>) -> (f64, f64) {
+    let epochs = curves.epochs as f64;
+    match recent {
+        Some(w) => {
+            let hi = curves.x.max(w.min(epochs)).max(1e-9);
+            ((hi - w).max(0.0), hi)
+        }
+        None => (0.0, epochs.max(curves.x).max(1.0)),
+    }
+}
+
+/// The smallest and largest y of `series` within `x`, padded a little; `None` if empty.
+pub fn y_range(series: &[&[(f64, f64)]], x: (f64, f64), log: bool) -> Option<(f64, f64)> {
+    let ys = series
+        .iter()
+        .flat_map(|s| s.iter())
+        .filter(|(px, py)| *px >= x.0 - 1e-9 && *px <= x.1 + 1e-9 && py.is_finite() && (!log || *py > 0.0))
+        .map(|(_, y)| if log { y.log10() } else { *y });
+    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    if !lo.is_finite() {
+        return None;
+    }
+    let pad = ((hi - lo) * 0.05).max(if log { 0.02 } else { 1e-3 * hi.abs().max(1e-3) });
+    Some((lo - pad, hi + pad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_and_windows() {
+        assert_eq!(fractional_epoch(1, 50, 200), 0.25);
+        assert_eq!(fractional_epoch(3, 200, 200), 3.0);
+        let c = Curves { x: 4.5, epochs: 10, ..Curves::default() };
+        assert_eq!(x_range(&c, None), (0.0, 10.0));
+        assert_eq!(x_range(&c, Some(2.0)), (2.5, 4.5));
+        let early = Curves { x: 0.5, epochs: 10, ..Curves::default() };
+        assert_eq!(x_range(&early, Some(2.0)), (0.0, 2.0));
+    }
+
+    #[test]
+    fn y_range_filters_and_pads() {
+        let a = [(0.5, 2.0), (1.0, 1.0), (9.0, 100.0)];
+        let (lo, hi) = y_range(&[&a], (0.0, 2.0), false).unwrap();
+        assert!(lo < 1.0 && lo > 0.9 && hi > 2.0 && hi < 2.1, "{lo} {hi}");
+        let (lo, hi) = y_range(&[&a], (0.0, 10.0), true).unwrap();
+        assert!(lo < 0.0 && hi > 2.0);
+        assert!(y_range(&[&a], (20.0, 30.0), false).is_none());
+    }
+
+    #[test]
+    fn the_planned_lr_follows_the_schedule_and_the_live_key_rescales_its_rest() {
+        use crate::optim::schedule::{Schedule, Shape};
+        use crate::optim::OptimConfig;
+        let mut info = crate::record::compare::tests::info(0.1, 32, 0);
+        (info.settings.recipe.epochs, info.steps_per_epoch) = (2, 10);
+        info.settings.optimizer = OptimConfig::sgd(0.1, 0.0, 0.0);
+        info.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 4, min_lr: 0.0, gamma: 0.1 };
+        let mut c = Curves::default();
+        c.apply(&Record::Start(Box::new(info)));
+        assert_eq!(c.lr_plan.len(), 20);
+        assert_eq!(c.lr_plan[0], (0.1, 0.1 / 4.0), "warm-up: the first step's lr at its report");
+        assert!((c.lr_plan[3].1 - 0.1).abs() < 1e-12);
+        assert!(c.lr_plan.windows(2).skip(4).all(|w| w[1].1 < w[0].1), "then cosine down");
+        c.x = 1.0;
+        let before = c.lr_plan[15].1;
+        c.apply(&Record::Event(Change::LrChanged { from: 0.05, to: 0.025, global_step: 10 }));
+        assert!((c.lr_plan[15].1 - before / 2.0).abs() < 1e-12);
+        assert_eq!(
+            c.lr_plan[5].1,
+            crate::optim::schedule::Schedule {
+                shape: Shape::Cosine,
+                warmup_steps: 4,
+                min_lr: 0.0,
+                gamma: 0.1
+            }
+            .lr_at(0.1, 5, 20, 10),
+            "the past stays as planned"
+        );
+    }
+
+    #[test]
+    fn series_stay_within_the_budget_in_order() {
+        let mut v = Vec::new();
+        for i in 0..(POINT_BUDGET * 10) {
+            v.push((i as f64, 0.0));
+            thin(&mut v);
+        }
+        assert!(v.len() <= POINT_BUDGET);
+        assert!(v.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(v.last().unwrap().0, (POINT_BUDGET * 10 - 1) as f64);
+    }
+}

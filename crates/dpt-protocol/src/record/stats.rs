@@ -1,0 +1,334 @@
+//! The figures a run reports: its settings at start, each report window, each epoch and the
+//! final summary. Plain data, no tensors.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ModelKind;
+use crate::settings::Settings;
+use crate::DeviceId;
+
+/// Static facts about a run, recorded once when training starts (again after a resume): its
+/// settings tree as resolved, and what the run found or decided at start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "super::run_info_wire::RunInfoWire", into = "super::run_info_wire::RunInfoWire")]
+pub struct RunInfo {
+    pub model: ModelKind,
+    /// One entry per replica, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
+    pub devices: Vec<DeviceId>,
+    pub param_count: i64,
+    pub steps_per_epoch: usize,
+    /// The learning rate in force when the run (re)started.
+    pub lr: f64,
+    /// The live lr key's scale on the schedule when the run (re)started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_scale: Option<f64>,
+    pub train_samples: usize,
+    pub test_samples: usize,
+    /// The validation split's samples (`--val-fraction`): the epochs' test figures are then
+    /// its, and the test set is evaluated once at the end (a `tested` event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_samples: Option<usize>,
+    /// Training-time augmentation in words (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub augment: Option<String>,
+    /// `val` when the test figures are the data set's own `val/` folder's (it has no `test/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_split: Option<String>,
+    /// Intra-op threads each CPU replica uses.
+    pub cpu_threads_per_replica: usize,
+    /// The global step a resumed run continues from.
+    #[serde(default)]
+    pub resumed_at: Option<usize>,
+    /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
+    #[serde(default)]
+    pub started_unix: Option<f64>,
+    /// How this process sums its replicas' gradients (`nccl over 2 GPUs`, `copies through
+    /// cpu`), and across processes (`+ gloo across 2 ranks`).
+    #[serde(default)]
+    pub allreduce: String,
+    /// What the step timings were measured with (`host clock, every step`, `CUDA events, one
+    /// step in 10`).
+    #[serde(default)]
+    pub timing: String,
+    /// The data set: what was loaded, the image shape and the classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// The input normalization, `(x - mean) / std` per channel on the `[0, 1]` scale: what a
+    /// user applies to use the trained model elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<Normalization>,
+    /// Why this attempt of the run continues an earlier one (absent: a start, or `--resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Restart>,
+    /// The processes of a multi-process run (absent for one process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<WorldInfo>,
+    /// The run's settings, as resolved (records of earlier versions: rebuilt from the settings
+    /// they listed).
+    pub settings: Settings,
+}
+
+impl Default for RunInfo {
+    /// The default model's run on no device, before anything is known.
+    fn default() -> Self {
+        RunInfo {
+            model: ModelKind::Lenet,
+            devices: Vec::new(),
+            param_count: 0,
+            steps_per_epoch: 0,
+            lr: Settings::default().optimizer.lr,
+            lr_scale: None,
+            train_samples: 0,
+            test_samples: 0,
+            val_samples: None,
+            augment: None,
+            test_split: None,
+            cpu_threads_per_replica: 1,
+            resumed_at: None,
+            started_unix: None,
+            allreduce: String::new(),
+            timing: String::new(),
+            data: None,
+            normalize: None,
+            restart: None,
+            world: None,
+            settings: Settings::default(),
+        }
+    }
+}
+
+/// The same command run again on a run directory that holds the run: by torchrun's restarts,
+/// Slurm's requeue, or a person or script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restart {
+    /// `torchrun`, `slurm` or `the same command`.
+    pub by: String,
+    /// `TORCHELASTIC_RESTART_COUNT` or `SLURM_RESTART_COUNT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+}
+
+impl RunInfo {
+    /// Epochs the run trains.
+    pub fn epochs(&self) -> usize {
+        self.settings.recipe.epochs
+    }
+
+    /// The learning rate in words: the rate, its scaling with the batch and its schedule
+    /// (`lr 0.2 (0.1 × batch 512 / 256), cosine, 100 warm-up steps, min lr 0`).
+    pub fn lr_label(&self) -> String {
+        let s = &self.settings;
+        let tuned = s.optimizer.lr;
+        let mut label = match s.recipe.lr_batch_ref {
+            Some(r) => format!("lr {} ({tuned} × batch {} / {r})", s.base_lr(), s.recipe.batch_size),
+            None => format!("lr {tuned}"),
+        };
+        if s.schedule != Default::default() {
+            label += &format!(", {}", s.schedule.describe());
+        }
+        label
+    }
+
+    /// The optimizer in words, with the per-step options.
+    pub fn optimizer_label(&self) -> String {
+        let (s, r) = (&self.settings, &self.settings.recipe);
+        let mut label = s.optimizer.describe();
+        if let Some(c) = r.clip_grad_norm {
+            label += &format!(", gradient norm clipped at {c}");
+        }
+        if r.label_smoothing > 0.0 {
+            label += &format!(", label smoothing {}", r.label_smoothing);
+        }
+        if let Some(d) = r.ema {
+            label += &format!(", weights' EMA {d}");
+        }
+        if r.accumulate > 1 {
+            label += &format!(", {} micro-batches per step", r.accumulate);
+        }
+        if let Some(l) = s.precision.loss_scaling() {
+            label += &format!(", {}", l.describe());
+        }
+        label
+    }
+
+    /// The model as screens and pictures name it: the built-in's name, or the TorchScript
+    /// file's name.
+    pub fn model_label(&self) -> String {
+        match self.settings.model.name.file() {
+            Some(file) => file
+                .file_name()
+                .map_or_else(|| file.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            None => self.model.name().to_owned(),
+        }
+    }
+}
+
+pub use crate::model::Normalization;
+
+/// The processes of a multi-process run, as rank 0 records them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorldInfo {
+    /// This process's rank.
+    pub rank: usize,
+    /// `gloo` or `nccl`.
+    pub backend: String,
+    /// Host of each rank.
+    pub hosts: Vec<String>,
+    /// Replicas of each rank; the step records time them all, numbered rank by rank.
+    pub replicas: Vec<usize>,
+    /// Each rank's devices, one per replica.
+    #[serde(default)]
+    pub devices: Vec<Vec<crate::DeviceId>>,
+}
+
+/// Where a step's time went, in seconds, averaged over the steps of a report window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTiming {
+    /// Gathering and normalizing the batch on the device (slowest replica).
+    pub data: f64,
+    /// Forward and backward pass (slowest replica).
+    pub compute: f64,
+    /// Summing the gradients over the replicas and handing the sum back.
+    pub allreduce: f64,
+    /// The SGD update of every replica and the BatchNorm statistics broadcast.
+    pub update: f64,
+}
+
+impl StepTiming {
+    /// Total step time.
+    pub fn total(&self) -> f64 {
+        self.data + self.compute + self.allreduce + self.update
+    }
+}
+
+/// One replica's share of the work in a report window (seconds per step, averaged).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaTiming {
+    pub data: f64,
+    pub compute: f64,
+}
+
+/// Training statistics over the steps since the previous report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStats {
+    /// 1-based epoch.
+    pub epoch: usize,
+    /// 1-based step within the epoch (the last step of the window).
+    pub step: usize,
+    pub steps_per_epoch: usize,
+    /// Steps done since the run began.
+    pub global_step: usize,
+    /// Mean training loss per sample over the window.
+    pub loss: f64,
+    /// Training accuracy over the window.
+    pub acc: f64,
+    pub lr: f64,
+    pub samples_per_sec: f64,
+    pub timing: StepTiming,
+    pub replicas: Vec<ReplicaTiming>,
+    /// The mean gradient's global L2 norm, averaged over the window's steps (before clipping).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f64>,
+    /// The dynamic loss scale at the window's end (`--loss-scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// The window's steps skipped because their scaled gradient overflowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_steps: Option<usize>,
+    /// How many of the window's steps were timed (none in a window of warm-up steps, whose
+    /// timings are then zeros to be ignored); absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_steps: Option<usize>,
+    /// The streaming loader over the window (streamed data only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loader: Option<LoaderStats>,
+    /// The share of this process's gradient buckets, the last left out, whose reduction started
+    /// while a backward pass of the step was still running (bucketed reduction of two buckets
+    /// or more; `--bucket-cap-mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlapped: Option<f64>,
+}
+
+/// How the streaming loader kept up over a window: whether batches were ready when the
+/// replicas asked, and how fast its threads decode.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LoaderStats {
+    /// Batches ready in a replica's queue when it asked for the next, on average (0: the
+    /// replica waited for its loader).
+    pub ready: f64,
+    /// The queue's depth (`--prefetch`, as the memory budget allows).
+    pub depth: usize,
+    /// Images decoded per second of a loader's time decoding, over the window.
+    pub images_per_sec: f64,
+}
+
+/// End-of-epoch statistics, with test metrics computed over all replicas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochStats {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub train_acc: f64,
+    pub test_loss: f64,
+    pub test_acc: f64,
+    /// Training time of the epoch (evaluation excluded, pauses excluded).
+    pub epoch_seconds: f64,
+    pub eval_seconds: f64,
+    pub samples_per_sec: f64,
+    pub lr: f64,
+    /// The test figures of the weights' moving average (`--ema`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema_test_acc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema_test_loss: Option<f64>,
+    /// The share of test samples whose label is among the model's 5 highest outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top5_acc: Option<f64>,
+    /// Each class's test accuracy (`null` for a class without samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_class_acc: Option<Vec<Option<f64>>>,
+    /// Test counts by label (rows) and prediction (columns), up to [`CONFUSION_MAX_CLASSES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confusion: Option<Vec<Vec<u64>>>,
+}
+
+/// The most classes whose confusion counts an epoch record holds (a line of the record stays
+/// small; per-class accuracy is recorded for any count).
+pub const CONFUSION_MAX_CLASSES: usize = 100;
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// Every epoch ran.
+    Completed,
+    /// A stop was asked for (the dashboard, a signal).
+    Stopped,
+    /// The configured step limit was reached.
+    StepLimit,
+    /// The loss stopped being finite and `--on-nan stop` ended the run.
+    Diverged,
+    /// `--early-stop`: the metric stopped improving.
+    EarlyStopped,
+    /// The preemption signal arrived (on any rank): checkpointed, to be run again.
+    Preempted,
+}
+
+/// The run's result, as the seed prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub model: ModelKind,
+    pub devices: Vec<DeviceId>,
+    /// Test accuracy after the last full epoch, if one finished.
+    pub test_acc: Option<f64>,
+    /// With a validation split: its last accuracy (`test_acc` is then the test set's, at the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_acc: Option<f64>,
+    pub sec_per_epoch: Option<f64>,
+    pub samples_per_sec: f64,
+    pub epochs_done: usize,
+    pub global_steps: usize,
+    pub reason: FinishReason,
+    /// The most resident host memory the process held, in MiB (Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mib: Option<f64>,
+}
