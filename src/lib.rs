@@ -4,10 +4,13 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod data;
+pub mod device;
 pub mod dist;
 pub mod engine;
+pub mod input;
 pub mod model;
 pub mod monitor;
+pub mod persist;
 pub use dpt_dashboard::{alert, dashboard, headless, remote, report, signals};
 pub use dpt_protocol::{atomic, error_chain, record, root_cause, run_dir, settings, string_form};
 /// The OS calls the standard library lacks, from the one crate allowed `unsafe`.

@@ -7,8 +7,8 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use dpt_tui::engine::augment::{self, draws, Preset};
-use dpt_tui::engine::resized_crop;
+use dpt_tui::input::augment::{self, draws, Preset};
+use dpt_tui::input::resized_crop;
 use tch::Tensor;
 
 #[test]
@@ -19,7 +19,7 @@ fn the_cifar_crop_and_flip_equal_torchvisions_own_on_the_same_draws() {
     let ids: Vec<i64> = (0..N as i64).collect();
     let drawn = draws(&augment, 3, 2, &ids);
     assert!(drawn.iter().any(|d| d.flip) && drawn.iter().any(|d| !d.flip));
-    let raw = dpt_tui::engine::resident::Resident::upload(&data.train, tch::Device::Cpu).images;
+    let raw = dpt_tui::input::resident::Resident::upload(&data.train, tch::Device::Cpu).images;
     let ours: Vec<u8> =
         Vec::try_from(augment::apply(&augment, &raw, &drawn).contiguous().view([-1])).unwrap();
     let spec: Vec<[i64; 3]> = drawn.iter().map(|d| [d.top, d.left, i64::from(d.flip)]).collect();
@@ -128,7 +128,7 @@ fn byte_difference(ours: &[u8], theirs: &serde_json::Value) -> (f64, u8) {
 #[test]
 fn the_random_resized_crop_draws_torchvisions_regions_and_resizes_as_pil_does() {
     use dpt_tui::data::stream::{fit_into, Fit};
-    use dpt_tui::engine::resized_crop::ResizedCrop;
+    use dpt_tui::input::resized_crop::ResizedCrop;
     use rand::{Rng, SeedableRng};
     let crop = ResizedCrop::new();
     // Sizes from square to ones so narrow that every try fails and the fallback decides.

@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use dpt_tui::engine::checkpoint::Checkpoint;
+use dpt_tui::persist::checkpoint::Checkpoint;
 
 #[test]
 fn out_of_memory_says_what_ran_out_and_keeps_the_last_checkpoint() {

@@ -4,10 +4,10 @@
 mod common;
 
 use dpt_tui::engine::best::BestMetric;
-use dpt_tui::engine::checkpoint::Checkpoint;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{DeviceId, Engine, FinishReason, TrainConfig};
 use dpt_tui::model::ModelKind;
+use dpt_tui::persist::checkpoint::Checkpoint;
 use dpt_tui::record::{Change, Record};
 
 #[test]

@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;
 
-use dpt_tui::engine::checkpoint::Checkpoint;
 use dpt_tui::engine::optim::loss_scale::LossScaling;
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
 use dpt_tui::engine::{DeviceId, Engine, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
+use dpt_tui::persist::checkpoint::Checkpoint;
 
 /// Training images, all in one batch.
 const N: usize = 64;
@@ -392,7 +392,7 @@ fn init_from_loads_weights_by_name_and_names_what_it_could_not() {
     let target = Arc::new(ScriptModel::read(&common::make_model("few-classes", 1, dir.path())).unwrap());
     let mut cfg = config(&target, OptimConfig::sgd(0.1, 0.0, 0.0), 2);
     cfg.settings.placement.max_steps = Some(0);
-    cfg.kit.init_from = Some(Box::new(dpt_tui::engine::init_from::InitFrom::read(&first).unwrap()));
+    cfg.kit.init_from = Some(Box::new(dpt_tui::persist::init_from::InitFrom::read(&first).unwrap()));
     let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
     let report = engine
         .events()

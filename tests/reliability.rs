@@ -6,13 +6,13 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dpt_tui::engine::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 use dpt_tui::engine::faults::Faults;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{
     Control, DeviceId, Engine, EngineError, FinishReason, OnNan, Outcome, Record, Resume, TrainConfig,
 };
 use dpt_tui::model::ModelKind;
+use dpt_tui::persist::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 use dpt_tui::record::Change;
 
 /// 600 samples in batches of 100: 6 steps an epoch.

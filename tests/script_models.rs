@@ -9,11 +9,11 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use dpt_tui::engine::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
+use dpt_tui::persist::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 
 fn read(path: &Path) -> Arc<ScriptModel> {
     Arc::new(ScriptModel::read(path).expect("a good model reads"))

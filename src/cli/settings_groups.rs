@@ -7,12 +7,12 @@ use serde::Serialize;
 use super::settings_args::not_set;
 use super::values::{parse, parse_betas, parse_bytes, parse_normalize, parse_on_off, parse_size};
 use dpt_tui::data::{DataFormat, Loader};
-use dpt_tui::engine::augment::Preset;
 use dpt_tui::engine::best::BestMetric;
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;
 use dpt_tui::engine::optim::schedule::Shape;
 use dpt_tui::engine::optim::OptimizerKind;
 use dpt_tui::engine::OnNan;
+use dpt_tui::input::augment::Preset;
 use dpt_tui::model::{LossKind, Normalization, Precision};
 use dpt_tui::settings::{DistBackend, ModelChoice};
 

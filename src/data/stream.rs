@@ -1,7 +1,7 @@
 //! A data set read from storage while it trains (`--loader stream`): the index of where each
 //! sample's encoded bytes lie (a file, or a member of a tar shard), kept compact so a folder of
 //! millions of images costs tens of bytes per sample, and the decoding of one sample into its
-//! slot of a batch. The pixels are never all in memory; the loader (`engine::loader`) decodes
+//! slot of a batch. The pixels are never all in memory; the loader (`input::loader`) decodes
 //! the samples of each batch as training reaches them.
 
 use std::collections::HashMap;

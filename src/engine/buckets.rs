@@ -113,7 +113,8 @@ impl Readiness {
     }
 
     /// Whether every bucket has been launched.
-    pub fn all_launched(&self) -> bool {
+    #[cfg(test)]
+    fn all_launched(&self) -> bool {
         self.next == self.reported.len()
     }
 

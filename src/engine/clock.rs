@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tch::Device;
 
-use super::gpu_wait::{WaitError, Waiting};
+use crate::device::gpu_wait::{WaitError, Waiting};
 use crate::dist::c10d::{C10dError, CudaEvent};
 
 /// A GPU times one step in this many (the others run without any wait for the host).

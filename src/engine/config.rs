@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::device::DeviceId;
 use super::faults::Faults;
 use super::optim::schedule::LrPlan;
-use super::resume::Resume;
+use crate::device::DeviceId;
 use crate::model::script::ScriptModel;
 use crate::model::{Builder, ModelKind, Normalization, Precision};
+use crate::persist::resume::Resume;
 use crate::settings::Settings;
 
 pub use super::policies::{OnNan, SavePolicy};
@@ -61,7 +61,7 @@ pub struct TrainConfig {
     /// Intra-op threads of each CPU replica.
     pub cpu_threads: usize,
     /// The streaming loader's queue depth and decode threads (streamed data only).
-    pub loader: super::loader::LoaderConfig,
+    pub loader: crate::input::loader::LoaderConfig,
     /// What a non-finite loss does (the setting, else by whether a dashboard may watch).
     pub on_nan: OnNan,
     pub save_policy: SavePolicy,
@@ -82,7 +82,7 @@ pub struct RunKit {
     /// Continue from a checkpoint.
     pub resume: Option<Box<Resume>>,
     /// Weights to start from (`model.init_from`), loaded by name.
-    pub init_from: Option<Box<super::init_from::InitFrom>>,
+    pub init_from: Option<Box<crate::persist::init_from::InitFrom>>,
     /// Test-only fault injection.
     pub faults: Faults,
 }
@@ -123,7 +123,7 @@ impl TrainConfig {
     }
 
     /// The training augmentation.
-    pub fn augment(&self) -> super::augment::Augment {
+    pub fn augment(&self) -> crate::input::augment::Augment {
         self.settings.recipe.augmentation()
     }
 

@@ -2,37 +2,21 @@
 //! crossbeam channels between them, events out and controls in.
 
 pub mod allreduce;
-pub mod augment;
-mod batches;
 pub mod best;
-pub mod buckets;
-pub mod checkpoint;
-mod checkpoint_state;
+pub(crate) mod buckets;
 pub mod clock;
-pub mod config;
-pub mod coordinator;
-pub mod device;
-pub mod driver;
-pub mod evaluation;
+pub(crate) mod config;
+pub(crate) mod coordinator;
+pub(crate) mod evaluation;
 pub mod faults;
 pub mod flat;
-pub mod gpu_wait;
 mod grad_sink;
-pub mod init_from;
-pub mod loader;
-pub mod loss;
-pub mod oom;
+pub(crate) mod loss;
 pub mod optim;
-pub mod resident;
-pub mod resized_crop;
-pub mod resume;
-pub mod shard;
-pub mod tally;
-pub mod tensor_file;
-pub mod visible;
+pub(crate) mod tally;
 pub mod worker;
-pub mod worker_messages;
-pub mod worker_thread;
+pub(crate) mod worker_messages;
+pub(crate) mod worker_thread;
 
 pub use dpt_protocol::control as events;
 pub use dpt_protocol::{checkpoint_every, config_error, policies};
@@ -45,12 +29,12 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use tch::Tensor;
 use thiserror::Error;
 
+pub use crate::device::{DeviceError, DeviceId};
+use crate::persist::checkpoint::CheckpointError;
+pub use crate::persist::resume::Resume;
 pub use crate::record::{FinishReason, Record, Summary};
-use checkpoint::CheckpointError;
 pub use config::{ConfigError, OnNan, RunKit, SavePolicy, TrainConfig};
-pub use device::{DeviceError, DeviceId};
 pub use events::Control;
-pub use resume::Resume;
 
 use crate::data::Dataset;
 use crate::dist::c10d::OwnRng;
@@ -91,7 +75,7 @@ pub enum EngineError {
     #[error("the NCCL allreduce between this process's GPUs failed: {0}; rerun with NCCL_DEBUG=INFO, or run 'dpt-tui doctor'")]
     Nccl(String),
     #[error(transparent)]
-    GpuWait(#[from] gpu_wait::WaitError),
+    GpuWait(#[from] crate::device::gpu_wait::WaitError),
     /// A GPU ran out of memory (the line says what ran out and the way out).
     #[error("{0}")]
     OutOfMemory(String),

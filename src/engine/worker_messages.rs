@@ -18,13 +18,13 @@ pub enum WorkerError {
     #[error(transparent)]
     Shim(#[from] crate::dist::c10d::C10dError),
     #[error(transparent)]
-    GpuWait(#[from] super::gpu_wait::WaitError),
+    GpuWait(#[from] crate::device::gpu_wait::WaitError),
     #[error("a step before the first epoch")]
     NoEpoch,
     #[error("a TorchScript run without its model")]
     NoScript,
     #[error(transparent)]
-    Load(#[from] super::loader::LoadError),
+    Load(#[from] crate::input::loader::LoadError),
     #[error("cannot start the loader thread: {0}")]
     LoaderThread(String),
     #[error("the coordinator is gone")]

@@ -12,12 +12,12 @@ use super::model_inputs::{builtin_fits, normalization, sample_inputs};
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::data::{Dataset, LoadOptions};
+use dpt_tui::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::dist::World;
-use dpt_tui::engine::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
-use dpt_tui::engine::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
+use dpt_tui::persist::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::remote::runs::absolute;
 use dpt_tui::run_dir::{create_run_dir, default_run_dir};
 use dpt_tui::settings::{ConfigFile, Layers, Settings};
@@ -44,7 +44,7 @@ fn config_file(args: &Args) -> Result<Option<ConfigFile>, Failure> {
 struct Settled {
     settings: Settings,
     script: Option<ScriptModel>,
-    init_from: Option<Box<dpt_tui::engine::init_from::InitFrom>>,
+    init_from: Option<Box<dpt_tui::persist::init_from::InitFrom>>,
 }
 
 /// Resolves and checks the settings over `state`'s, and reads what they name.
@@ -67,7 +67,7 @@ fn settle(args: &Args, state: Option<&CheckpointState>) -> Result<Settled, Failu
         }
         // A continued run's weights are its checkpoint's.
         (Some(_), Some(_)) | (None, _) => None,
-        (Some(path), None) => Some(Box::new(dpt_tui::engine::init_from::InitFrom::read(path).map_err(input)?)),
+        (Some(path), None) => Some(Box::new(dpt_tui::persist::init_from::InitFrom::read(path).map_err(input)?)),
     };
     Ok(Settled { settings, script, init_from })
 }

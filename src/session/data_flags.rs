@@ -3,8 +3,8 @@
 
 use anyhow::anyhow;
 use dpt_tui::data::{Dataset, Loader};
-use dpt_tui::engine::loader::LoaderConfig;
 use dpt_tui::engine::TrainConfig;
+use dpt_tui::input::loader::LoaderConfig;
 
 /// `bytes` in binary units: `160.0 KiB`, `8.0 MiB`, `2.0 GiB`.
 fn binary_size(bytes: u64) -> String {

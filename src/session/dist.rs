@@ -9,10 +9,10 @@ use anyhow::anyhow;
 use super::input;
 use crate::cli::Args;
 use crate::Failure;
+use dpt_tui::device::{resolve_devices, resolve_devices_for_rank, Machine};
 use dpt_tui::dist::c10d::Backend;
 use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
 use dpt_tui::dist::{DistError, World};
-use dpt_tui::engine::device::{resolve_devices, resolve_devices_for_rank, Machine};
 use dpt_tui::engine::DeviceId;
 use dpt_tui::settings::{DistBackend, Settings};
 
@@ -97,7 +97,7 @@ pub fn join(args: &Args, asked: &Settings, launch: &Launch, devices: &[DeviceId]
         DistBackend::Auto => Backend::Gloo,
     };
     let device = match (backend, devices.first()) {
-        (Backend::Nccl, Some(d)) => dpt_tui::engine::device::tch_device(*d),
+        (Backend::Nccl, Some(d)) => dpt_tui::device::tch_device(*d),
         _ => tch::Device::Cpu,
     };
     if let tch::Device::Cuda(i) = device {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dpt_tui::data::{Dataset, Split};
+use dpt_tui::device::driver::TORCH_BUILD;
+use dpt_tui::device::{Machine, AUTO_CPU_REPLICAS};
 use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
-use dpt_tui::engine::device::{Machine, AUTO_CPU_REPLICAS};
-use dpt_tui::engine::driver::TORCH_BUILD;
 use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::monitor::nvml::Gpus;
@@ -136,7 +136,7 @@ fn process_pair(backend: &str) -> Result<String, String> {
             return Err(format!(
                 "the two ranks did not finish within {} s; {}",
                 PAIR_DEADLINE.as_secs(),
-                dpt_tui::engine::gpu_wait::NCCL_HANG_ADVICE
+                dpt_tui::device::gpu_wait::NCCL_HANG_ADVICE
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -158,7 +158,7 @@ fn process_pair(backend: &str) -> Result<String, String> {
 /// NCCL across the local GPUs: 256 MB per GPU, with its bus bandwidth; on a helper thread, given
 /// up after [`PAIR_DEADLINE`] (the machine this check exists for is the one where NCCL hangs).
 fn nccl_local(gpus: usize) -> Result<String, String> {
-    let waiting = dpt_tui::engine::gpu_wait::Waiting {
+    let waiting = dpt_tui::device::gpu_wait::Waiting {
         phase: "NCCL's allreduce across the local GPUs".into(),
         device: (0..gpus).map(|i| format!("cuda:{i}")).collect::<Vec<_>>().join(","),
         timeout: PAIR_DEADLINE,
@@ -188,11 +188,11 @@ pub fn run() -> u8 {
     let nvml = Gpus::open();
     // The driver first: on today's fleets the likeliest problem, and it explains the rest.
     let census = nvml.as_ref().ok().map(|g| (g.census().1, g.cuda_driver_version()));
-    let verdict = dpt_tui::engine::driver::verdict(
+    let verdict = dpt_tui::device::driver::verdict(
         census.as_ref().and_then(|(d, _)| d.as_deref()).or(nvml.is_ok().then_some("of unknown version")),
         census.as_ref().and_then(|(_, c)| *c),
         TORCH_BUILD,
-        dpt_tui::engine::driver::torch_cuda(),
+        dpt_tui::device::driver::torch_cuda(),
     );
     println!("{} {}", if verdict.ok { "ok  " } else { "FAIL" }, verdict.line);
     if let Some(fix) = &verdict.fix {
@@ -203,7 +203,7 @@ pub fn run() -> u8 {
     print_fact("dpt-tui", env!("CARGO_PKG_VERSION"));
     print_fact("host", &dpt_tui::dist::world::hostname());
     print_fact("CPU cores", &machine.cores.to_string());
-    let cuda = dpt_tui::engine::driver::torch_cuda()
+    let cuda = dpt_tui::device::driver::torch_cuda()
         .map_or("CPU-only build".to_owned(), |c| format!("CUDA {c} build"));
     print_fact("libtorch", &format!("torch {TORCH_BUILD} ({cuda})"));
     match &nvml {

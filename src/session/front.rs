@@ -12,7 +12,7 @@ use super::{dashboard_options, failed, theme, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::dashboard::{self, app::RunState, theme::Theme};
-use dpt_tui::engine::device::Machine;
+use dpt_tui::device::Machine;
 use dpt_tui::engine::FinishReason;
 use dpt_tui::headless::HeadlessPrinter;
 use dpt_tui::record::Record;

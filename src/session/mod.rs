@@ -23,7 +23,7 @@ use anyhow::Context;
 use crate::cli::{Args, Command};
 use crate::Failure;
 use dpt_tui::dashboard::{self, theme::Theme};
-use dpt_tui::engine::device::Machine;
+use dpt_tui::device::Machine;
 use dpt_tui::signals::SignalWatch;
 
 /// Bad input: exit 2.
@@ -80,7 +80,7 @@ fn dashboard_options(args: &Args, theme: Theme) -> dashboard::Options {
 
 /// What to tell a user whose run ended early: how to resume it, if a checkpoint exists.
 fn resume_from_checkpoint(run_dir: &std::path::Path) -> String {
-    if dpt_tui::engine::checkpoint::checkpoint_path(run_dir).is_file() {
+    if dpt_tui::persist::checkpoint::checkpoint_path(run_dir).is_file() {
         format!("resume with: dpt-tui --resume {} (from the last checkpoint)", run_dir.display())
     } else {
         format!("no checkpoint was written in {}; nothing to resume", run_dir.display())

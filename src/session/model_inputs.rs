@@ -7,8 +7,8 @@ use anyhow::anyhow;
 use super::input;
 use crate::Failure;
 use dpt_tui::data::Dataset;
-use dpt_tui::engine::resident::{Normalizer, Resident};
 use dpt_tui::engine::TrainConfig;
+use dpt_tui::input::resident::{Normalizer, Resident};
 use dpt_tui::model::{ModelKind, Normalization};
 
 /// The normalization of a run: `--normalize`, else the resumed run's own (a value of the run,

@@ -14,7 +14,7 @@ use super::input;
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::dist::World;
-use dpt_tui::engine::checkpoint::{checkpoint_path, CheckpointState};
+use dpt_tui::persist::checkpoint::{checkpoint_path, CheckpointState};
 use dpt_tui::record::stats::Restart;
 use dpt_tui::settings::{differences, Settings};
 

@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dpt_tui::data::{Dataset, LoadOptions, Loader as LoaderChoice};
-use dpt_tui::engine::augment::Preset;
-use dpt_tui::engine::loader::{Decoding, Job, Loader};
-use dpt_tui::engine::shard::{epoch_order, replica_rows};
 use dpt_tui::engine::TrainConfig;
+use dpt_tui::input::augment::Preset;
+use dpt_tui::input::loader::{Decoding, Job, Loader};
+use dpt_tui::input::shard::{epoch_order, replica_rows};
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())

@@ -1,5 +1,5 @@
 //! Which augmentations training applies (`--augment`, `--crop-padding`, `--hflip`), by name
-//! and by part; the engine draws and applies them (`engine::augment`, `engine::resized_crop`).
+//! and by part; the engine draws and applies them (`input::augment`, `input::resized_crop`).
 
 use serde::{Deserialize, Serialize};
 

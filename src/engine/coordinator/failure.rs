@@ -18,7 +18,7 @@ impl Coordinator {
             EngineError::Nccl(message) => (None, None, message.clone()),
             _ => return e,
         };
-        let Some(report) = crate::engine::oom::parse(&message) else { return e };
+        let Some(report) = crate::device::oom::parse(&message) else { return e };
         let cfg = &self.cfg;
         let device = device.or_else(|| replica.and_then(|r| cfg.devices.get(r)).map(ToString::to_string));
         let device = device.unwrap_or_else(|| "a GPU".to_owned());
@@ -27,7 +27,7 @@ impl Coordinator {
             .persist
             .save_dir
             .as_ref()
-            .map(|d| d.join(crate::engine::checkpoint::CHECKPOINT_FILE))
+            .map(|d| d.join(crate::persist::checkpoint::CHECKPOINT_FILE))
             .filter(|p| p.is_file())
             .map(|p| p.display().to_string());
         let ampere = |i: usize| crate::dist::c10d::cuda_identity(i).is_ok_and(|id| id.major >= 8);
@@ -41,7 +41,7 @@ impl Coordinator {
                 cfg.settings.precision.format == crate::model::Precision::F32 && cfg.kit.script.is_none()
             })
             .map(|i| if ampere(i) { "bf16" } else { "f16" });
-        let context = crate::engine::oom::OomContext {
+        let context = crate::device::oom::OomContext {
             device: &device,
             replica,
             per_replica: cfg.settings.recipe.batch_size.div_ceil(self.replica_span().1),
@@ -49,7 +49,7 @@ impl Coordinator {
             checkpoint,
             half,
         };
-        EngineError::OutOfMemory(crate::engine::oom::explain(&report, &context))
+        EngineError::OutOfMemory(crate::device::oom::explain(&report, &context))
     }
 
     /// Makes the first GPU of the run this thread's device before it touches any (the timing

@@ -26,13 +26,13 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
-pub use crate::engine::shard::{epoch_order, mix_seed};
-use crate::engine::shard::{replica_rows, step_rows};
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::ToWorker;
 use crate::engine::{EngineError, Outcome};
+pub use crate::input::shard::{epoch_order, mix_seed};
+use crate::input::shard::{replica_rows, step_rows};
 use crate::record::{Change, EpochStats, FinishReason, Record, Summary};
-pub use persist::{EMA_WEIGHTS_FILE, WEIGHTS_FILE};
+pub use persist::WEIGHTS_FILE;
 pub use pool::WorkerPool;
 pub use replicas::{ModelLayout, Replicas};
 

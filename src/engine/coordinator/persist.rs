@@ -7,12 +7,12 @@ use tch::Tensor;
 
 use super::writer::{keep_newest, CheckpointWriter, Job, Written};
 use super::Coordinator;
-use crate::engine::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHECKPOINT_FILE};
 use crate::engine::config::SavePolicy;
 use crate::engine::events::Control;
-use crate::engine::tensor_file;
 use crate::engine::EngineError;
 use crate::model::script::ScriptModel;
+use crate::persist::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHECKPOINT_FILE};
+use crate::persist::tensor_file;
 use crate::record::Change;
 
 /// The weights' file name inside a run directory.

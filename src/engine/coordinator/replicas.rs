@@ -5,15 +5,15 @@
 use tch::{Device, Tensor};
 
 use crate::dist::World;
-use crate::engine::checkpoint::NamedTensors;
 use crate::engine::flat::Layout;
 use crate::engine::optim::ema::Ema;
 use crate::engine::optim::loss_scale::LossScaler;
 use crate::engine::optim::{OptimConfig, OptimizerState};
-use crate::engine::resume::Resume;
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
 use crate::model::TensorSpec;
+use crate::persist::checkpoint::NamedTensors;
+use crate::persist::resume::Resume;
 
 /// Names and layouts of the model's tensors in the flat buffers.
 pub struct ModelLayout {

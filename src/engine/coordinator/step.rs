@@ -8,18 +8,18 @@ use std::time::Duration;
 use tch::Tensor;
 
 use super::{mix_seed, Coordinator, SLOW_WORK_FACTOR};
+use crate::device::gpu_wait::WaitError;
 use crate::dist::c10d::ReduceOp;
 use crate::dist::c10d::{nccl_local_allreduce, set_thread_device};
 use crate::dist::World;
 use crate::engine::allreduce::LocalReduce;
 use crate::engine::clock::{self, PhaseClock};
 use crate::engine::evaluation::Evaluation;
-use crate::engine::gpu_wait::WaitError;
 use crate::engine::optim::loss_scale::LossScaler;
-use crate::engine::shard::shards;
 use crate::engine::tally::Window;
 use crate::engine::worker::{FromWorker, ToWorker};
 use crate::engine::EngineError;
+use crate::input::shard::shards;
 use crate::record::{Change, Record};
 
 /// Makes a report window global: training figures summed over the ranks, each replica's

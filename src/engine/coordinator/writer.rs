@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
-use crate::engine::checkpoint::{Checkpoint, CheckpointError};
+use crate::persist::checkpoint::{Checkpoint, CheckpointError};
 
 /// A checkpoint to write at `path`, keeping the `keep` newest under `checkpoints/`.
 pub struct Job {

@@ -13,18 +13,18 @@ use tch::{Device, Kind, Tensor};
 
 pub use super::worker_thread::{in_worker_thread, panic_message, WORKER_THREAD_PREFIX};
 
-use super::batches::{Batch, Batches};
 use super::buckets::Buckets;
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::grad_sink::GradSink;
-use super::loader::Decoding;
 use super::loss::summed_loss;
-use super::shard::{mix_seed, shards};
 use super::tally::Tally;
 use crate::data::Dataset;
 use crate::dist::c10d::OwnRng;
+use crate::input::batches::{Batch, Batches};
+use crate::input::loader::Decoding;
+use crate::input::shard::{mix_seed, shards};
 use crate::model::script::{ScriptModel, ScriptNet};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision};
 

@@ -1,4 +1,11 @@
-//! The `--devices` specification: which devices the replicas run on.
+//! The devices replicas run on: the `--devices` specification resolved against the machine, and
+//! what touches a GPU before and around training (the driver check, what CUDA devices a process
+//! sees, waits with a deadline, out-of-memory in words).
+
+pub mod driver;
+pub mod gpu_wait;
+pub(crate) mod oom;
+pub(crate) mod visible;
 
 pub use dpt_protocol::device::{DeviceError, DeviceId};
 
@@ -86,7 +93,7 @@ impl Machine {
         }
         let uuids = crate::monitor::nvml::Gpus::open().map(|g| g.uuids()).unwrap_or_default();
         let var = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-        match super::visible::visible_count(var.as_deref(), &uuids) {
+        match self::visible::visible_count(var.as_deref(), &uuids) {
             Some(cuda_devices) => Machine {
                 cuda_devices,
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -5,12 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::augment::{Augment, Preset};
-use super::best::BestKeeper;
-use super::optim::loss_scale::LossScaler;
-use super::optim::schedule::Schedule;
-use super::optim::OptimConfig;
-use super::tally::Tally;
+use crate::engine::best::BestKeeper;
+use crate::engine::optim::loss_scale::LossScaler;
+use crate::engine::optim::schedule::Schedule;
+use crate::engine::optim::OptimConfig;
+use crate::engine::tally::Tally;
+use crate::input::augment::{Augment, Preset};
 use crate::model::{ModelKind, Normalization};
 use crate::settings::{ModelChoice, Settings};
 

@@ -4,7 +4,7 @@
 use tch::Tensor;
 
 use super::checkpoint::{Checkpoint, CheckpointError, CheckpointState};
-use super::config::model_specs;
+use crate::engine::config::model_specs;
 use crate::model::script::ScriptModel;
 use crate::model::ModelKind;
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use tch::{Kind, Tensor};
 use thiserror::Error;
 
-use super::optim::OptimizerKind;
+use crate::engine::optim::OptimizerKind;
 use crate::model::ModelKind;
 
 pub use super::checkpoint_state::CheckpointState;

@@ -15,11 +15,11 @@ use rayon::prelude::*;
 use tch::{Device, Tensor};
 
 use super::augment::{self, Augment};
-use super::config::TrainConfig;
 use super::resized_crop;
-use super::tally::LoaderTally;
 use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
+use crate::engine::config::TrainConfig;
+use crate::engine::tally::LoaderTally;
 
 /// Why a batch could not be made.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -131,7 +131,7 @@ impl Decoding {
         }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(cfg.loader.decode_threads.max(1))
-            .thread_name(|i| format!("{}{i}", super::worker_thread::DECODE_THREAD_PREFIX))
+            .thread_name(|i| format!("{}{i}", crate::engine::worker_thread::DECODE_THREAD_PREFIX))
             .build()
             .map_err(std::io::Error::other)?;
         let total = data.train.len() + data.test.len() + data.val.as_ref().map_or(0, Split::len);
@@ -278,7 +278,9 @@ fn decode_batch(
                 // A decoder that panics on a malformed file fails that image, not the run.
                 let decode = || decode_one(decoding, stored, id as usize, shape, epoch, slot);
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
-                    Err(SampleError::DecoderPanicked(super::worker_thread::panic_message(panic.as_ref())))
+                    Err(SampleError::DecoderPanicked(crate::engine::worker_thread::panic_message(
+                        panic.as_ref(),
+                    )))
                 })
             })
             .collect()

@@ -10,15 +10,15 @@ use tch::{Device, Kind, Tensor};
 use super::augment::{self, Augment};
 use super::loader::{Job, Loader};
 use super::resident::{Normalizer, Resident};
-use super::tally::LoaderTally;
-use super::worker::{WorkerError, WorkerSetup};
+use crate::engine::tally::LoaderTally;
+use crate::engine::worker::{WorkerError, WorkerSetup};
 
 /// Samples per forward pass when evaluating resident data.
 const EVAL_BATCH: usize = 1000;
 
 /// A batch on the device: the network's inputs and labels, the images left out because they
 /// did not decode, what taking it from the streaming loader told.
-pub(super) struct Batch {
+pub(crate) struct Batch {
     pub x: Tensor,
     pub y: Tensor,
     pub bad: Vec<String>,
@@ -33,7 +33,7 @@ enum Source {
 }
 
 /// One worker's batches.
-pub(super) struct Batches {
+pub(crate) struct Batches {
     device: Device,
     source: Source,
     /// The epoch in progress and its order on the host (the augmentation's draws).
