@@ -30,19 +30,6 @@ pub enum Preset {
     Imagenet,
 }
 
-impl std::str::FromStr for Preset {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "none" => Ok(Preset::None),
-            "cifar" => Ok(Preset::Cifar),
-            "imagenet" => Ok(Preset::Imagenet),
-            _ => Err(format!("unknown augmentation '{s}'; use none, cifar or imagenet")),
-        }
-    }
-}
-
 impl Preset {
     pub fn augment(self) -> Augment {
         match self {
@@ -113,3 +100,5 @@ impl ResizedCrop {
         ResizedCrop { scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) }
     }
 }
+
+crate::names!(Preset, "augmentation", { None => "none", Cifar => "cifar", Imagenet => "imagenet" });

@@ -14,26 +14,7 @@ pub enum BestMetric {
     ValLoss,
 }
 
-impl std::str::FromStr for BestMetric {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "val_acc" | "test_acc" | "acc" => Ok(BestMetric::ValAcc),
-            "val_loss" | "test_loss" | "loss" => Ok(BestMetric::ValLoss),
-            _ => Err(format!("unknown metric '{s}'; use val_acc or val_loss")),
-        }
-    }
-}
-
 impl BestMetric {
-    pub fn name(self) -> &'static str {
-        match self {
-            BestMetric::ValAcc => "val_acc",
-            BestMetric::ValLoss => "val_loss",
-        }
-    }
-
     /// The metric of an evaluation's mean loss and accuracy.
     pub fn of(self, loss: f64, acc: f64) -> f64 {
         match self {
@@ -50,3 +31,8 @@ impl BestMetric {
         }
     }
 }
+
+crate::names!(BestMetric, "metric", {
+    ValAcc => "val_acc" | "test_acc" | "acc",
+    ValLoss => "val_loss" | "test_loss" | "loss",
+});

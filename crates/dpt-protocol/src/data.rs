@@ -57,37 +57,6 @@ pub enum DataFormat {
     WebDataset,
 }
 
-impl std::str::FromStr for DataFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "idx" => Ok(DataFormat::Idx),
-            "cifar10" => Ok(DataFormat::Cifar10),
-            "images" => Ok(DataFormat::Images),
-            "npy" | "npz" => Ok(DataFormat::Npy),
-            "safetensors" => Ok(DataFormat::Safetensors),
-            "webdataset" => Ok(DataFormat::WebDataset),
-            _ => Err(format!(
-                "unknown data format '{s}'; use idx, cifar10, images, npz, safetensors or webdataset"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for DataFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DataFormat::Idx => "idx",
-            DataFormat::Cifar10 => "cifar10",
-            DataFormat::Images => "images",
-            DataFormat::Npy => "npz",
-            DataFormat::Safetensors => "safetensors",
-            DataFormat::WebDataset => "webdataset",
-        })
-    }
-}
-
 /// How the training data reaches the replicas (`--loader`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -112,21 +81,19 @@ impl Loader {
     }
 }
 
-impl std::str::FromStr for Loader {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Loader::Auto),
-            "resident" => Ok(Loader::Resident),
-            "stream" => Ok(Loader::Stream),
-            _ => Err(format!("unknown loader '{s}'; use auto, resident or stream")),
-        }
-    }
-}
-
 /// The default share of undecodable images skipped (`--max-bad-images`): one in a thousand.
 pub const MAX_BAD_IMAGES: f64 = 0.001;
 
 /// The default memory budget of the data (`--data-memory`): 2 GiB.
 pub const DATA_MEMORY: u64 = 2 << 30;
+
+crate::names!(DataFormat, "data format", {
+    Idx => "idx",
+    Cifar10 => "cifar10",
+    Images => "images",
+    Npy => "npz" | "npy",
+    Safetensors => "safetensors",
+    WebDataset => "webdataset",
+});
+
+crate::names!(Loader, "loader", { Auto => "auto", Resident => "resident", Stream => "stream" });

@@ -24,6 +24,49 @@ pub mod settings;
 pub use control::Control;
 pub use device::DeviceId;
 
+/// Gives a plain enum its one table of names: `name()` (the word the command line and files
+/// use), `Display` writing it, and a `FromStr` taking it (and any aliases after `|`) that refuses
+/// other words naming the choices (`unknown optimizer 'x'; use sgd, adam or adamw`).
+#[macro_export]
+macro_rules! names {
+    ($t:ident, $what:literal, { $($v:ident => $n:literal $(| $alias:literal)*),+ $(,)? }) => {
+        impl $t {
+            /// The word the command line and files use.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($t::$v => $n),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($n $(| $alias)* => Ok($t::$v),)+
+                    _ => Err(format!("unknown {} '{s}'; use {}", $what, $crate::one_of(&[$($n),+]))),
+                }
+            }
+        }
+    };
+}
+
+/// Choices in words: `a`, `a or b`, `a, b or c`.
+pub fn one_of(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// Gives a type whose `Display` and `FromStr` are each other's inverse the `String` conversions
 /// serde's `into` and `try_from` attributes use, so files write it as the command line does.
 #[macro_export]
@@ -68,4 +111,28 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::data::{DataFormat, Loader};
+    use crate::optim::OptimizerKind;
+
+    #[test]
+    fn a_name_table_reads_back_what_it_writes_and_names_the_choices() {
+        for kind in [OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW] {
+            assert_eq!(kind.to_string().parse::<OptimizerKind>(), Ok(kind));
+        }
+        assert_eq!("npy".parse::<DataFormat>(), Ok(DataFormat::Npy), "an alias");
+        assert_eq!(DataFormat::Npy.name(), "npz", "written by its first name");
+        assert_eq!(
+            "lbfgs".parse::<OptimizerKind>(),
+            Err("unknown optimizer 'lbfgs'; use sgd, adam or adamw".to_owned())
+        );
+        assert_eq!(
+            "disk".parse::<Loader>(),
+            Err("unknown loader 'disk'; use auto, resident or stream".to_owned())
+        );
+        assert_eq!(crate::one_of(&["a"]), "a");
+    }
 }

@@ -70,18 +70,6 @@ pub enum LossKind {
     Nll,
 }
 
-impl std::str::FromStr for LossKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cross-entropy" => Ok(LossKind::CrossEntropy),
-            "nll" => Ok(LossKind::Nll),
-            _ => Err(format!("unknown loss '{s}'; use cross-entropy or nll")),
-        }
-    }
-}
-
 impl ModelKind {
     /// The name used on the command line and in files.
     pub fn name(self) -> &'static str {
@@ -146,26 +134,6 @@ pub enum Precision {
     F16,
 }
 
-impl Precision {
-    /// The flag's word for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::Bf16 => "bf16",
-            Precision::F16 => "f16",
-        }
-    }
-}
+crate::names!(LossKind, "loss", { CrossEntropy => "cross-entropy", Nll => "nll" });
 
-impl std::str::FromStr for Precision {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "f32" => Ok(Precision::F32),
-            "bf16" => Ok(Precision::Bf16),
-            "f16" => Ok(Precision::F16),
-            _ => Err(format!("unknown precision '{s}'; use f32, bf16 or f16")),
-        }
-    }
-}
+crate::names!(Precision, "precision", { F32 => "f32", Bf16 => "bf16", F16 => "f16" });

@@ -17,19 +17,6 @@ pub enum OnNan {
     Ignore,
 }
 
-impl std::str::FromStr for OnNan {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "pause" => Ok(OnNan::Pause),
-            "stop" => Ok(OnNan::Stop),
-            "ignore" => Ok(OnNan::Ignore),
-            _ => Err(format!("unknown policy '{s}'; use pause, stop or ignore")),
-        }
-    }
-}
-
 /// What to do when the final save (the weights and checkpoint written when a run ends or
 /// stops) fails, e.g. on a full disk. The weights are in memory until the process ends; the run
 /// never ends as if done without them on disk.
@@ -41,3 +28,5 @@ pub enum SavePolicy {
     /// Try again `tries` more times, `every` apart, then fail the run (headless).
     Retry { tries: u32, every: Duration },
 }
+
+crate::names!(OnNan, "policy", { Pause => "pause", Stop => "stop", Ignore => "ignore" });

@@ -29,7 +29,7 @@ use crate::engine::events::Control;
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::ToWorker;
 use crate::engine::{EngineError, Outcome};
-pub use crate::input::shard::{epoch_order, mix_seed};
+pub use crate::input::shard::epoch_order;
 use crate::input::shard::{replica_rows, step_rows};
 use crate::record::{Change, EpochStats, FinishReason, Record, Summary};
 pub use persist::WEIGHTS_FILE;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tch::Tensor;
 
-use super::{mix_seed, Coordinator, SLOW_WORK_FACTOR};
+use super::{Coordinator, SLOW_WORK_FACTOR};
 use crate::device::gpu_wait::WaitError;
 use crate::dist::c10d::ReduceOp;
 use crate::dist::c10d::{nccl_local_allreduce, set_thread_device};
@@ -43,6 +43,40 @@ fn sum_over_ranks(world: &World, w: &mut Window) -> Result<(), EngineError> {
 /// The error for a failed timing event on the first replica's device (named only on failure).
 fn clock_failure(device: crate::engine::DeviceId) -> impl Fn(crate::dist::c10d::C10dError) -> EngineError {
     move |e| EngineError::Coordinator { replica: Some(0), device: Some(device.to_string()), message: e.0 }
+}
+
+/// The phase clock through one step (taken from the reporter, given back by `read`), its
+/// failures said as the engine's.
+struct StepClock {
+    clock: PhaseClock,
+    device: crate::engine::DeviceId,
+}
+
+impl StepClock {
+    fn start(
+        slot: &mut Option<PhaseClock>,
+        device: crate::engine::DeviceId,
+        timed: bool,
+    ) -> Result<StepClock, EngineError> {
+        let mut clock = slot.take().ok_or(EngineError::WorkersGone)?;
+        clock.start(timed).map_err(clock_failure(device))?;
+        Ok(StepClock { clock, device })
+    }
+
+    /// Ends a phase.
+    fn mark(&mut self) -> Result<(), EngineError> {
+        self.clock.mark().map_err(clock_failure(self.device))
+    }
+
+    /// The phases' seconds of a timed step; the clock goes back to `slot`.
+    fn read(self, slot: &mut Option<PhaseClock>) -> Result<Option<Vec<f64>>, EngineError> {
+        let phases = self.clock.read().map_err(|e| match e {
+            WaitError::Cuda(c) => clock_failure(self.device)(c),
+            expired => EngineError::GpuWait(expired),
+        });
+        *slot = Some(self.clock);
+        phases
+    }
 }
 
 impl Coordinator {
@@ -113,103 +147,70 @@ impl Coordinator {
 
     /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
     pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
-        let (seed, global_step) = (self.cfg().settings.recipe.seed, self.steps.global_step);
-        // The global batch is split over every replica of every process; ours are a slice.
-        let (offset, total) = self.replica_span();
-        let parts = shards(len, total);
-        let timed = clock::sampled(self.cfg().has_gpu(), global_step - self.steps.first_step);
-        self.pool.broadcast(|i| ToWorker::Step {
-            start: start + parts[offset + i].0,
-            len: parts[offset + i].1,
-            global_step,
-            dropout_seed: mix_seed(mix_seed(seed, global_step as u64), (offset + i) as u64 + 1) as i64,
-            timed,
-            loss_factor: self.update.scaler.map(|s| s.loss_factor(len)),
-        })?;
-        let (mut data_max, mut compute_max) = (0.0f64, 0.0f64);
+        let timed = self.dispatch(start, len)?;
         // With buckets, their reduction starts while the backward passes run.
         let step = self.gather_step()?;
-        self.report.window.buckets.0 += step.early;
-        self.report.window.buckets.1 += step.buckets;
-        for reply in step.replies {
-            if let FromWorker::StepDone { replica, timing, bad, loader } = reply {
-                self.name_bad_images(bad);
-                if let Some(l) = loader {
-                    self.report.window.loader.add(l);
-                }
-                if let Some((data, compute)) = timing {
-                    data_max = data_max.max(data);
-                    compute_max = compute_max.max(compute);
-                    let r = &mut self.report.window.replicas[offset + replica];
-                    r.data += data;
-                    r.compute += compute;
-                }
-            }
-        }
-        let clock_error = clock_failure(self.cfg().devices[0]);
-        let mut clock = self.report.clock.take().ok_or(EngineError::WorkersGone)?;
-        clock.start(timed).map_err(&clock_error)?;
+        let (slowest, bad) = self.report.take_replies(step.replies, self.replica_span().0);
+        self.name_bad_images(bad);
+        let device = self.cfg().devices[0];
+        let mut clock = StepClock::start(&mut self.report.clock, device, timed)?;
         // Only the trainable parameters' gradients travel (a frozen backbone's are zero). With
         // buckets, this phase is what the backward passes did not hide.
         let holders = self.finish_reduce(step.in_flight)?;
-        clock.mark().map_err(&clock_error)?;
-        // GradScaler's step: unscale, skip the update when the gradient overflowed.
-        let clean = self.update.scaler.is_none_or(|s| self.update.replicas.unscale(&holders, &s, len));
-        if let Some(s) = &mut self.update.scaler {
-            s.update(clean);
-        }
-        self.steps.step_lr();
+        self.report.window.buckets.0 += step.early;
+        self.report.window.buckets.1 += step.buckets;
+        clock.mark()?;
+        self.update(&holders, len)?;
+        clock.mark()?;
+        let phases = clock.read(&mut self.report.clock)?;
+        self.report.count_step(slowest, phases);
+        self.steps.global_step += 1;
+        self.check_replicas()
+    }
+
+    /// Sends every replica its part of the step; whether the step's phases are timed.
+    fn dispatch(&mut self, start: usize, len: usize) -> Result<bool, EngineError> {
+        let global_step = self.steps.global_step;
+        let timed = clock::sampled(self.cfg().has_gpu(), global_step - self.steps.first_step);
+        let ours = self.cfg().devices.len();
+        let parts =
+            self.steps.assignments(self.cfg().settings.recipe.seed, (start, len), self.replica_span(), ours);
+        let loss_factor = self.update.scaler.map(|s| s.loss_factor(len));
+        self.pool.broadcast(|i| ToWorker::Step {
+            start: parts[i].start,
+            len: parts[i].len,
+            global_step,
+            dropout_seed: parts[i].dropout_seed,
+            timed,
+            loss_factor,
+        })?;
+        Ok(timed)
+    }
+
+    /// The update of a `len`-sample step from the reduced gradient: GradScaler's check, the
+    /// step's lr, the optimizer's update of every replica (or the step skipped), BatchNorm
+    /// statistics shared, the EMA.
+    fn update(&mut self, holders: &[usize], len: usize) -> Result<(), EngineError> {
+        let clean = self.update.unscale(holders, len);
+        let lr = self.steps.step_lr();
         if clean {
-            self.apply_update(&holders, len, global_step);
+            let (clip, fault) =
+                (self.cfg.settings.recipe.clip_grad_norm, self.cfg.kit.faults.coordinator_panic);
+            let norm = self.update.apply(holders, (len, lr, self.steps.global_step), clip, fault);
+            self.report.add_grad_norm(&norm);
         } else {
             self.report.window.skipped += 1;
         }
         self.update.replicas.share_buffers(self.exchange.world.as_deref())?;
         self.update.replicas.update_ema();
-        clock.mark().map_err(&clock_error)?;
-        let phases = clock.read().map_err(|e| match e {
-            WaitError::Cuda(c) => clock_error(c),
-            expired => EngineError::GpuWait(expired),
-        })?;
-        self.report.clock = Some(clock);
-        self.steps.global_step += 1;
-        let w = &mut self.report.window;
-        w.steps += 1;
-        if let Some(p) = phases {
-            w.timed += 1;
-            w.timing.data += data_max;
-            w.timing.compute += compute_max;
-            w.timing.allreduce += p[0];
-            w.timing.update += p[1];
-        }
-        if self.cfg().settings.placement.check_replicas {
-            self.check_replicas()?;
-        }
         Ok(())
     }
 
-    /// Clips the reduced gradient (noting its norm) and updates every replica from it.
-    fn apply_update(&mut self, holders: &[usize], len: usize, global_step: usize) {
-        let norm = self.update.replicas.grad_norm(holders, len, self.cfg.settings.recipe.clip_grad_norm);
-        let _ = self
-            .report
-            .grad_norms
-            .get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double))
-            .g_add_(&norm);
-        // The optimizer counts the steps it took (Adam's bias correction), not skipped ones.
-        let taken = (global_step + 1) as u64 - self.update.scaler.map_or(0, |s| s.skipped);
-        let inject = self.cfg().kit.faults.coordinator_panic;
-        for (i, &holder) in holders.iter().enumerate() {
-            self.update.touching = Some(i);
-            if inject == Some((i, global_step)) {
-                panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
-            }
-            self.update.replicas.update(i, holder, self.steps.lr, len, taken);
-        }
-        self.update.touching = None;
-    }
-
+    /// With `placement.check_replicas`, that every replica still equals replica 0.
     fn check_replicas(&self) -> Result<(), EngineError> {
+        if !self.cfg().settings.placement.check_replicas {
+            return Ok(());
+        }
         match self.update.replicas.first_diverged() {
             Some(replica) => Err(EngineError::ReplicasDiverged { replica, step: self.steps.global_step }),
             None => Ok(()),
@@ -260,16 +261,10 @@ impl Coordinator {
     /// Says once per replica when it runs slower than the others (see `record::straggler`).
     fn note_stragglers(&mut self, stats: &crate::record::StepStats) {
         let times: Vec<f64> = stats.replicas.iter().map(|r| r.data + r.compute).collect();
-        let Some(median) = crate::record::straggler::median(&times) else { return };
-        for replica in crate::record::straggler::stragglers(&times) {
-            if self.report.straggled.len() < times.len() {
-                self.report.straggled.resize(times.len(), false);
-            }
-            if std::mem::replace(&mut self.report.straggled[replica], true) {
-                continue;
-            }
+        let Some((median, new)) = self.report.new_stragglers(&times) else { return };
+        for replica in new {
             let device = self.replica_device(replica);
-            self.emit(crate::record::Change::Straggler {
+            self.emit(Change::Straggler {
                 replica,
                 device,
                 step_ms: times[replica] * 1e3,

@@ -2,6 +2,15 @@
 //! plan, scaled by the live lr key, restored on a resume.
 
 use crate::engine::optim::schedule::LrPlan;
+use crate::input::shard::{mix_seed, shards};
+
+/// One replica's part of a step: its rows of the epoch order and its dropout seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Assignment {
+    pub(super) start: usize,
+    pub(super) len: usize,
+    pub(super) dropout_seed: i64,
+}
 
 pub(super) struct StepPlan {
     /// The learning rate of the step that runs next.
@@ -43,6 +52,27 @@ impl StepPlan {
         Some((std::mem::replace(&mut self.lr, to), to))
     }
 
+    /// What each of `ours` replicas trains on in the step over rows `start..start + len` of the
+    /// epoch order: the global batch split over all `total` replicas of every process (sizes
+    /// differing by at most one), ours the slice from `offset`; each replica's dropout stream a
+    /// function of (seed, step, global replica) only.
+    pub(super) fn assignments(
+        &self,
+        seed: u64,
+        (start, len): (usize, usize),
+        (offset, total): (usize, usize),
+        ours: usize,
+    ) -> Vec<Assignment> {
+        let parts = shards(len, total);
+        (offset..offset + ours)
+            .map(|r| Assignment {
+                start: start + parts[r].0,
+                len: parts[r].1,
+                dropout_seed: mix_seed(mix_seed(seed, self.global_step as u64), r as u64 + 1) as i64,
+            })
+            .collect()
+    }
+
     /// The rate of the step about to run, by the plan.
     pub(super) fn step_lr(&mut self) -> f64 {
         self.lr = self.plan.at(self.global_step);
@@ -74,6 +104,22 @@ mod tests {
         let mut resumed = cosine();
         resumed.restore(6, s.plan.scale);
         assert_eq!((resumed.lr, resumed.first_step), (halved, 6));
+    }
+
+    #[test]
+    fn a_step_splits_the_global_batch_over_every_process_and_seeds_by_global_replica() {
+        let mut s = cosine();
+        s.global_step = 7;
+        // 10 rows from row 20 over 4 replicas in all; this process holds replicas 2 and 3.
+        let ours = s.assignments(5, (20, 10), (2, 4), 2);
+        let all = s.assignments(5, (20, 10), (0, 4), 4);
+        assert_eq!(ours, all[2..], "a rank's slice is the whole plan's");
+        assert_eq!(all.iter().map(|a| a.len).collect::<Vec<_>>(), [3, 3, 2, 2]);
+        assert_eq!(all.iter().map(|a| a.start).collect::<Vec<_>>(), [20, 23, 26, 28]);
+        let seeds: std::collections::HashSet<i64> = all.iter().map(|a| a.dropout_seed).collect();
+        assert_eq!(seeds.len(), 4, "each replica its own dropout stream");
+        s.global_step = 8;
+        assert_ne!(s.assignments(5, (20, 10), (0, 4), 4)[0].dropout_seed, all[0].dropout_seed);
     }
 
     #[test]

@@ -27,33 +27,6 @@ impl OptimizerKind {
             OptimizerKind::Adam | OptimizerKind::AdamW => &["exp_avg", "exp_avg_sq"],
         }
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            OptimizerKind::Sgd => "sgd",
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::AdamW => "adamw",
-        }
-    }
-}
-
-impl std::fmt::Display for OptimizerKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for OptimizerKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sgd" => Ok(OptimizerKind::Sgd),
-            "adam" => Ok(OptimizerKind::Adam),
-            "adamw" => Ok(OptimizerKind::AdamW),
-            _ => Err(format!("unknown optimizer '{s}'; use sgd, adam or adamw")),
-        }
-    }
 }
 
 /// A run's optimizer and its hyper-parameters (the lr here is the base of the schedule).
@@ -124,3 +97,5 @@ impl OptimConfig {
         self.kind == OptimizerKind::Sgd || self.decay_all || dims >= 2
     }
 }
+
+crate::names!(OptimizerKind, "optimizer", { Sgd => "sgd", Adam => "adam", AdamW => "adamw" });

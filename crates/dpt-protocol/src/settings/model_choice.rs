@@ -81,15 +81,4 @@ pub enum DistBackend {
     Nccl,
 }
 
-impl std::str::FromStr for DistBackend {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(DistBackend::Auto),
-            "gloo" => Ok(DistBackend::Gloo),
-            "nccl" => Ok(DistBackend::Nccl),
-            _ => Err(format!("unknown backend '{s}'; use auto, gloo or nccl")),
-        }
-    }
-}
+crate::names!(DistBackend, "backend", { Auto => "auto", Gloo => "gloo", Nccl => "nccl" });
