@@ -300,6 +300,34 @@ fn a_job_that_cannot_serve_viewers_fails_at_start_with_the_reason() {
 }
 
 #[test]
+fn data_a_background_job_refuses_is_named_and_leaves_no_run_directory() {
+    // The front checks the settings and claims the run directory; the job loads the data, once.
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let missing = tmp.path().join("no-such-data");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--detach", "--data", missing.to_str().unwrap(), "--devices", "cpu"])
+        .args(["--run-dir", run.to_str().unwrap()])
+        .env("XDG_RUNTIME_DIR", tmp.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no-such-data") && !err.contains("dpt-tui: dpt-tui:"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!run.exists(), "the directory made for the run is gone again");
+    // A setting the front can judge is refused before the run directory exists.
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--detach", "--data", common::subset_dir().to_str().unwrap(), "--lr", "-1"])
+        .args(["--run-dir", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lr"));
+    assert!(!run.exists());
+}
+
+#[test]
 fn a_detached_job_is_listed_and_attached_from_any_directory() {
     // A registry of our own, so other tests' jobs do not count as "the most recent".
     let runtime = tempfile::tempdir().unwrap();

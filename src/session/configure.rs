@@ -1,5 +1,6 @@
 //! Flags (and a checkpoint being resumed) into a checked training configuration, the data and
-//! the run directory: everything that can be bad input is behind [`prepare`].
+//! the run directory: everything that can be bad input is behind [`prepare`] (the dashboard
+//! front's share, before its job loads the data, behind [`prepare_front`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -182,18 +183,56 @@ pub fn prepare(
 ) -> Result<Prepared, Failure> {
     // The same command again on a run directory holding the run continues it.
     let args = &*super::restart::resolve(args, world.as_ref())?;
-    let mut cfg = configure(args, machine, interactive, devices, world.as_ref())?;
+    let mut cfg = settle_run(args, machine, interactive, devices, world.as_ref())?;
+    let data = load_data(&mut cfg, machine, world.as_ref())?;
+    let leader = world.as_ref().is_none_or(|w| w.rank == 0);
+    cfg.kit.world = world.map(Box::new);
+    if !leader {
+        // Rank 0 owns the run directory; the other ranks keep a log (their output) only.
+        return Ok(Prepared { cfg, data, run_dir: None, resumed_from: None });
+    }
+    let (run_dir, resumed_from) = claim_run_dir(args, &cfg)?;
+    Ok(Prepared { cfg, data, run_dir: Some(run_dir), resumed_from })
+}
+
+/// What the dashboard front checks before it starts the job: every setting, the checkpoint and
+/// the model, and the run directory claimed (created, or continued); the data is the job's to
+/// load, once. The run directory, absolute.
+pub fn prepare_front(args: &Args, machine: Machine, devices: Vec<DeviceId>) -> Result<PathBuf, Failure> {
+    let args = &*super::restart::resolve(args, None)?;
+    let cfg = settle_run(args, machine, true, devices, None)?;
+    Ok(claim_run_dir(args, &cfg)?.0)
+}
+
+/// The run's configuration from the settings, the checkpoint being continued and the model.
+fn settle_run(
+    args: &Args,
+    machine: Machine,
+    interactive: bool,
+    devices: Vec<DeviceId>,
+    world: Option<&World>,
+) -> Result<TrainConfig, Failure> {
+    let mut cfg = configure(args, machine, interactive, devices, world)?;
     if args.continuing {
         cfg.restart = Some(super::restart::restart_by(|k| std::env::var(k).ok()));
     }
     // A theme typo is bad input even where no dashboard opens (yet).
     super::theme(args)?;
+    if machine.cuda_probed {
+        cfg.validate_devices().map_err(input)?;
+    }
+    Ok(cfg)
+}
+
+/// Loads the data, limited and split as the settings say, and checks the configuration
+/// against it (what it derives from the data is set here: normalization, the loader).
+fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> Result<Dataset, Failure> {
     let (d, p) = (&cfg.settings.data, &cfg.settings.placement);
     let mut data = Dataset::load_with(&d.path, LoadOptions::of(d, p.loader, p.data_memory)).map_err(input)?;
     super::data_flags::warn_skipped(&data.skipped);
-    super::data_flags::streams_as_asked(&cfg, &data).map_err(input)?;
+    super::data_flags::streams_as_asked(cfg, &data).map_err(input)?;
     builtin_fits(cfg.model(), &data)?;
-    cfg.normalization = normalization(&cfg, &data)?;
+    cfg.normalization = normalization(cfg, &data)?;
     if let Some(n) = cfg.settings.data.train_limit {
         data.train.truncate(n);
     }
@@ -212,25 +251,23 @@ pub fn prepare(
         data.carve_val(f, cfg.settings.recipe.seed);
     }
     cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
-    let replicas = world.as_ref().map_or(cfg.devices.len(), World::total_replicas);
-    cfg.loader = super::data_flags::loader_config(&cfg, &data, (replicas, machine.cores)).map_err(input)?;
+    let replicas = world.map_or(cfg.devices.len(), World::total_replicas);
+    cfg.loader = super::data_flags::loader_config(cfg, &data, (replicas, machine.cores)).map_err(input)?;
     if let Some(script) = cfg.kit.script.as_mut() {
         // Bad models are refused here, before the run directory exists.
         let (sample, max_label) = sample_inputs(&data, &cfg.normalization);
         Arc::make_mut(script).check(&sample, max_label).map_err(input)?;
     }
-    if machine.cuda_probed {
-        cfg.validate_devices().map_err(input)?;
-    }
-    if let Some(w) = &world {
+    if let Some(w) = world {
         same_data_everywhere(w, data.train.len(), data.test.len())?;
     }
-    let leader = world.as_ref().is_none_or(|w| w.rank == 0);
-    cfg.kit.world = world.map(Box::new);
-    if !leader {
-        // Rank 0 owns the run directory; the other ranks keep a log (their output) only.
-        return Ok(Prepared { cfg, data, run_dir: None, resumed_from: None });
-    }
+    Ok(data)
+}
+
+/// Rank 0's run directory: created, or the one being continued (the continuation checked
+/// against the run's settings), with the run's `config.toml` written. The run directory and the
+/// one of the checkpoint being resumed, absolute.
+fn claim_run_dir(args: &Args, cfg: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>), Failure> {
     // A resumed run continues in its own directory unless told otherwise.
     let resumed_dir = args.resume.as_ref().and_then(|p| {
         checkpoint_path(p).parent().map(|d| {
@@ -261,12 +298,7 @@ pub fn prepare(
     super::config_file::write(&run_dir, &cfg.settings).map_err(|e| {
         input(anyhow!("cannot write {}: {e}", run_dir.join(super::config_file::CONFIG_FILE).display()))
     })?;
-    Ok(Prepared {
-        cfg,
-        data,
-        run_dir: Some(absolute(&run_dir)),
-        resumed_from: resumed_dir.map(|d| absolute(&d)),
-    })
+    Ok((absolute(&run_dir), resumed_dir.map(|d| absolute(&d))))
 }
 
 /// Every rank must train on the same number of samples (the same data, the same limits).

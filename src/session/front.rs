@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use super::configure::prepare;
+use super::configure::prepare_front;
 use super::{dashboard_options, failed, theme, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
@@ -31,10 +31,10 @@ pub fn run(
 ) -> Result<u8, Failure> {
     let theme = theme(args)?;
     let devices = super::dist::devices(asked, machine, None)?;
-    let prepared = prepare(args, machine, true, devices, None)?;
-    let run_dir = prepared.run_dir.clone().expect("a run alone owns its run directory");
-    // The job loads the data again; this process needs none of it.
-    drop(prepared);
+    // A directory this front makes is removed again if the job refuses its input.
+    let fresh = args.resume.is_none() && args.run_dir.as_ref().is_none_or(|d| !d.exists());
+    // The job loads the data (once); this process needs none of it.
+    let run_dir = prepare_front(args, machine, devices)?;
     let log_path = run_dir.join("server.log");
     let log = std::fs::File::create(&log_path).map_err(failed("cannot create server.log"))?;
     let exe = std::env::current_exe().map_err(failed("cannot find the dpt-tui executable"))?;
@@ -55,9 +55,17 @@ pub fn run(
         }
         if let Ok(Some(status)) = child.try_wait() {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
-            let e = anyhow!("the background job exited ({status}): {last}");
-            return Err(if status.code() == Some(2) { Failure::Input(e) } else { Failure::Run(e) });
+            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let last = last.strip_prefix("dpt-tui: ").unwrap_or(last).to_owned();
+            if status.code() == Some(2) {
+                // Refused input (the data, most often): nothing was trained, so a directory
+                // made for this run goes again.
+                if fresh {
+                    remove_unused(&run_dir);
+                }
+                return Err(Failure::Input(anyhow!("{last}")));
+            }
+            return Err(Failure::Run(anyhow!("the background job exited ({status}): {last}")));
         }
         if Instant::now() > deadline {
             return Err(Failure::Run(anyhow!(
@@ -73,6 +81,15 @@ pub fn run(
         return Ok(0);
     }
     view_job(&run_dir, false, args, theme)
+}
+
+/// Removes a run directory that holds only what the front and a refused job wrote.
+fn remove_unused(run_dir: &Path) {
+    for file in ["server.log", super::config_file::CONFIG_FILE] {
+        let _ = std::fs::remove_file(run_dir.join(file));
+    }
+    // Only if nothing else is in it.
+    let _ = std::fs::remove_dir(run_dir);
 }
 
 /// The dashboard on the job of `run_dir`, and the exit status that follows.
