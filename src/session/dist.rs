@@ -51,30 +51,11 @@ pub fn failure(e: DistError) -> Failure {
     }
 }
 
-/// What every rank must agree on: the settings the command asks for (its file and flags),
-/// less what may differ between ranks (the data's path, which may be a node's own copy, and
-/// the placement but for what decides the collectives each rank starts: the buckets, the
-/// report cadence, the run's step limit and the replica check), with this build's version.
+/// What every rank must agree on: the settings the command asks for (its file and flags) less
+/// each rank's own (`settings::agreement`), with this build's version, the world's size and
+/// whether it resumes.
 fn agreement(args: &Args, asked: &Settings, world_size: usize) -> serde_json::Value {
-    let mut tree = serde_json::to_value(asked).expect("settings serialize");
-    if let Some(data) = tree.get_mut("data").and_then(serde_json::Value::as_object_mut) {
-        data.remove("path");
-    }
-    // Files are named as given, not where each node keeps its copy.
-    let model = &asked.model;
-    if let Some(file) = model.name.file() {
-        tree["model"]["name"] = file.file_name().map(|n| n.to_string_lossy().into_owned()).into();
-    }
-    tree["model"]["init_from"] = model.init_from.is_some().into();
-    let p = &asked.placement;
-    tree["placement"] = serde_json::json!({
-        "bucket_cap_mb": p.bucket_cap_mb,
-        "log_every": p.log_every,
-        "max_steps": p.max_steps,
-        "check_replicas": p.check_replicas,
-    });
-    // Keyed `section.key`, so a rank that differs is told which setting.
-    let mut all = dpt_tui::settings::flat(&tree);
+    let mut all = dpt_tui::settings::agreement::shared(asked);
     all.insert("version".into(), env!("CARGO_PKG_VERSION").into());
     all.insert("world_size".into(), world_size.into());
     all.insert("resume".into(), args.resume.is_some().into());

@@ -4,6 +4,7 @@
 //! is; `validate.rs` refuses what cannot train. Live resources (a process group, a TorchScript
 //! module, resume tensors) are not settings and travel apart, in the engine's run kit.
 
+pub mod agreement;
 mod model_choice;
 mod resolve;
 mod validate;
