@@ -92,6 +92,37 @@ fn ascii_and_monochrome_in_a_real_terminal() {
 }
 
 #[test]
+fn a_finished_job_is_reaped_while_its_dashboard_stays_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let flags = ["--devices", "cpu", "--epochs", "1", "--train-limit", "256", "--test-limit", "128"];
+    let mut tui = common::train_in_pty(&run, &flags, 100, 30, &[]);
+    tui.wait_for("FINISHED", WAIT);
+    // The dashboard stays open on the summary; its job (the front's child) must be reaped, not
+    // left a zombie until the dashboard closes.
+    let children = || -> Vec<String> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", tui.pid())).unwrap();
+        let listed = tasks.filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).ok());
+        listed.flat_map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>()).collect()
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let left = children();
+        if left.is_empty() {
+            break;
+        }
+        let states: Vec<String> = left
+            .iter()
+            .map(|c| std::fs::read_to_string(format!("/proc/{c}/stat")).unwrap_or_default())
+            .collect();
+        assert!(std::time::Instant::now() < deadline, "the finished job lingers: {states:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    tui.send("q");
+    assert!(tui.wait_exit(WAIT).success());
+}
+
+#[test]
 fn detach_with_d_and_attach_again() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");

@@ -325,6 +325,41 @@ fn data_a_background_job_refuses_is_named_and_leaves_no_run_directory() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--lr"));
     assert!(!run.exists());
+    // A finished run whose continuation is refused keeps its config.toml and its log.
+    let data = common::subset_dir();
+    let first = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--detach", "--data", data.to_str().unwrap(), "--devices", "cpu", "--epochs", "1"])
+        .args(["--train-limit", "256", "--test-limit", "128", "--run-dir", run.to_str().unwrap()])
+        .env("XDG_RUNTIME_DIR", tmp.path())
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    common::wait_for_summary(&run, WAIT);
+    // The job is gone once it no longer serves (its server.json removed on the way out).
+    let deadline = Instant::now() + WAIT;
+    while run.join("server.json").exists() {
+        assert!(Instant::now() < deadline, "the finished job still serves");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = std::fs::read(run.join("config.toml")).unwrap();
+    let log = std::fs::read_to_string(run.join("server.log")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args([
+            "--detach",
+            "--resume",
+            run.to_str().unwrap(),
+            "--data",
+            missing.to_str().unwrap(),
+            "--epochs",
+            "2",
+        ])
+        .env("XDG_RUNTIME_DIR", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(run.join("config.toml")).unwrap(), config, "the run's settings stay");
+    let after = std::fs::read_to_string(run.join("server.log")).unwrap();
+    assert!(after.starts_with(&log) && after.len() > log.len(), "the log grows:\n{after}");
 }
 
 #[test]

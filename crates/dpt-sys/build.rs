@@ -47,6 +47,9 @@ fn compile_shim(lib: &Path) {
         .include(include.join("torch/csrc/api/include"))
         // libtorch's headers are not ours to warn about.
         .warnings(false)
+        // Without DWARF of libtorch's headers (most of the objects and of their build time); a
+        // crash in a shim is named by its message, caught at the boundary.
+        .debug(false)
         .flag_if_supported("-Wno-unused-parameter")
         .file("csrc/c10d_shim.cpp")
         .file("csrc/jit_shim.cpp")

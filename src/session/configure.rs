@@ -191,7 +191,7 @@ pub fn prepare(
         // Rank 0 owns the run directory; the other ranks keep a log (their output) only.
         return Ok(Prepared { cfg, data, run_dir: None, resumed_from: None });
     }
-    let (run_dir, resumed_from) = claim_run_dir(args, &cfg)?;
+    let (run_dir, resumed_from) = claim_run_dir(args, &cfg, true)?;
     Ok(Prepared { cfg, data, run_dir: Some(run_dir), resumed_from })
 }
 
@@ -201,7 +201,9 @@ pub fn prepare(
 pub fn prepare_front(args: &Args, machine: Machine, devices: Vec<DeviceId>) -> Result<PathBuf, Failure> {
     let args = &*super::restart::resolve(args, None)?;
     let cfg = settle_run(args, machine, true, devices, None)?;
-    Ok(claim_run_dir(args, &cfg)?.0)
+    // config.toml is the job's to write, once it has taken the data: a refused continuation
+    // leaves the run's own.
+    Ok(claim_run_dir(args, &cfg, false)?.0)
 }
 
 /// The run's configuration from the settings, the checkpoint being continued and the model.
@@ -254,7 +256,8 @@ fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> 
     let replicas = world.map_or(cfg.devices.len(), World::total_replicas);
     cfg.loader = super::data_flags::loader_config(cfg, &data, (replicas, machine.cores)).map_err(input)?;
     if let Some(script) = cfg.kit.script.as_mut() {
-        // Bad models are refused here, before the run directory exists.
+        // Bad models are refused here, before the run directory exists (the dashboard front's
+        // job: after its front claimed it, which then removes a directory it made).
         let (sample, max_label) = sample_inputs(&data, &cfg.normalization);
         Arc::make_mut(script).check(&sample, max_label).map_err(input)?;
     }
@@ -265,9 +268,13 @@ fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> 
 }
 
 /// Rank 0's run directory: created, or the one being continued (the continuation checked
-/// against the run's settings), with the run's `config.toml` written. The run directory and the
+/// against the run's settings), with the run's `config.toml` written if `write_config`. The run directory and the
 /// one of the checkpoint being resumed, absolute.
-fn claim_run_dir(args: &Args, cfg: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>), Failure> {
+fn claim_run_dir(
+    args: &Args,
+    cfg: &TrainConfig,
+    write_config: bool,
+) -> Result<(PathBuf, Option<PathBuf>), Failure> {
     // A resumed run continues in its own directory unless told otherwise.
     let resumed_dir = args.resume.as_ref().and_then(|p| {
         checkpoint_path(p).parent().map(|d| {
@@ -294,6 +301,9 @@ fn claim_run_dir(args: &Args, cfg: &TrainConfig) -> Result<(PathBuf, Option<Path
     };
     if let Some(r) = cfg.kit.resume.as_ref().filter(|_| args.continuing) {
         super::restart::check_same_settings(&run_dir, &r.state, &cfg.settings)?;
+    }
+    if !write_config {
+        return Ok((absolute(&run_dir), resumed_dir.map(|d| absolute(&d))));
     }
     super::config_file::write(&run_dir, &cfg.settings).map_err(|e| {
         input(anyhow!("cannot write {}: {e}", run_dir.join(super::config_file::CONFIG_FILE).display()))

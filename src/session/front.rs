@@ -36,7 +36,13 @@ pub fn run(
     // The job loads the data (once); this process needs none of it.
     let run_dir = prepare_front(args, machine, devices)?;
     let log_path = run_dir.join("server.log");
-    let log = std::fs::File::create(&log_path).map_err(failed("cannot create server.log"))?;
+    // Appended to: a continued run keeps its earlier attempts' output, also when this one is
+    // refused.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(failed("cannot open server.log"))?;
     let exe = std::env::current_exe().map_err(failed("cannot find the dpt-tui executable"))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(std::env::args_os().skip(1).filter(|a| a != "--detach")).arg("--serve");
@@ -80,16 +86,29 @@ pub fn run(
         println!("attach with: dpt-tui attach {}", run_dir.display());
         return Ok(0);
     }
+    // The job ends while the dashboard may stay open on its summary: reap it then, so it does
+    // not linger as a zombie until the dashboard closes.
+    std::thread::Builder::new()
+        .name("dpt-reaper".into())
+        .spawn(move || {
+            let _ = child.wait();
+        })
+        .map_err(failed("cannot start the job's reaper thread"))?;
     view_job(&run_dir, false, args, theme)
 }
 
-/// Removes a run directory that holds only what the front and a refused job wrote.
+/// Removes a run directory this front made when it holds nothing but the job's log (and its
+/// config.toml); anything else in it stays, log included.
 fn remove_unused(run_dir: &Path) {
-    for file in ["server.log", super::config_file::CONFIG_FILE] {
-        let _ = std::fs::remove_file(run_dir.join(file));
+    let ours = ["server.log", super::config_file::CONFIG_FILE];
+    let Ok(entries) = std::fs::read_dir(run_dir) else { return };
+    let names: Vec<std::ffi::OsString> = entries.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+    if names.iter().all(|n| ours.iter().any(|o| n == o)) {
+        for file in ours {
+            let _ = std::fs::remove_file(run_dir.join(file));
+        }
+        let _ = std::fs::remove_dir(run_dir);
     }
-    // Only if nothing else is in it.
-    let _ = std::fs::remove_dir(run_dir);
 }
 
 /// The dashboard on the job of `run_dir`, and the exit status that follows.

@@ -49,6 +49,36 @@ pub fn nice_step(span: f64, max: usize) -> f64 {
 
 type Series<'a> = (&'a str, &'a [(f64, f64)], RGBColor);
 
+/// The corner of the plot the legend covers the fewest points in: a box about the legend's
+/// size (a third of the width, two fifths of the height) in each corner, upper right first on
+/// a tie. Accuracy rises into the upper right, where a loss legend belongs.
+fn legend_corner(
+    series: &[&[(f64, f64)]],
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> SeriesLabelPosition {
+    let (w, h) = ((x1 - x0).max(f64::MIN_POSITIVE), (y1 - y0).max(f64::MIN_POSITIVE));
+    let covered = |right: bool, upper: bool| {
+        let points = series.iter().flat_map(|s| s.iter()).filter(|(x, y)| x.is_finite() && y.is_finite());
+        points
+            .filter(|(x, y)| {
+                let (fx, fy) = ((x - x0) / w, (y - y0) / h);
+                (if right { fx >= 2.0 / 3.0 } else { fx <= 1.0 / 3.0 })
+                    && (if upper { fy >= 0.6 } else { fy <= 0.4 })
+            })
+            .count()
+    };
+    [
+        (SeriesLabelPosition::UpperRight, true, true),
+        (SeriesLabelPosition::LowerRight, true, false),
+        (SeriesLabelPosition::UpperLeft, false, true),
+        (SeriesLabelPosition::LowerLeft, false, false),
+    ]
+    .into_iter()
+    .min_by_key(|(_, right, upper)| covered(*right, *upper))
+    .map_or(SeriesLabelPosition::UpperRight, |(p, _, _)| p)
+}
+
 fn panel(
     area: &DrawingArea<SVGBackend, Shift>,
     curves: &Curves,
@@ -118,7 +148,7 @@ fn panel(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(legend_corner(&slices, (0.0, x_end), (y0, y1)))
         .label_font((FONT, 14))
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
@@ -156,7 +186,20 @@ pub fn draw(curves: &Curves, title: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::nice_step;
+    use super::{legend_corner, nice_step};
+    use plotters::prelude::SeriesLabelPosition;
+
+    #[test]
+    fn the_legend_goes_where_the_curves_are_not() {
+        let rising: Vec<(f64, f64)> = (0..=10).map(|e| (f64::from(e), 0.5 + 0.045 * f64::from(e))).collect();
+        let falling: Vec<(f64, f64)> = rising.iter().map(|&(x, y)| (x, 1.5 - y)).collect();
+        let at = |s: &[(f64, f64)]| legend_corner(&[s], (0.0, 10.0), (0.4, 1.0));
+        assert!(
+            matches!(at(&rising), SeriesLabelPosition::LowerRight),
+            "accuracy rises into the upper right"
+        );
+        assert!(matches!(at(&falling), SeriesLabelPosition::UpperRight), "a loss leaves it free");
+    }
 
     #[test]
     fn steps_are_one_two_five() {
