@@ -213,6 +213,38 @@ fn webdataset_shards_read_back_in_order_and_train() {
 }
 
 #[test]
+fn a_shard_cut_short_is_named_as_such_with_where_and_whether_the_rest_is_whole() {
+    let data = subset(300, 60);
+    let tmp = tempfile::tempdir().unwrap();
+    common::write_shards(&tmp.path().join("train"), &data.train, 100);
+    common::write_shards(&tmp.path().join("test"), &data.test, 60);
+    let shard = tmp.path().join("train/shard-0001.tar");
+    let whole = std::fs::read(&shard).unwrap();
+    // Where the 19th member's bytes end (an image: a few hundred bytes).
+    let mut archive = tar::Archive::new(std::io::Cursor::new(whole.clone()));
+    let entry = archive.entries().unwrap().nth(18).unwrap().unwrap();
+    let end = (entry.raw_file_position() + entry.size()) as usize;
+    let name = entry.path().unwrap().to_string_lossy().into_owned();
+    assert!(name.ends_with(".png") && entry.size() > 20, "{name}");
+    drop(archive);
+    // Cut inside that member's bytes, then right after its padded bytes (no archive end).
+    for (len, at) in [
+        (end - 10, format!("inside member '{name}'")),
+        (end.div_ceil(512) * 512, format!("right after member '{name}'")),
+    ] {
+        std::fs::write(&shard, &whole[..len]).unwrap();
+        let e = Dataset::load(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("shard-0001.tar is cut short") && e.contains(&at), "{e}");
+        assert!(
+            e.contains("the other 2 of 3 shards of its split read whole") && !e.contains("has no .cls"),
+            "{e}"
+        );
+    }
+    std::fs::write(&shard, &whole).unwrap();
+    assert_eq!(Dataset::load(tmp.path()).unwrap().train.len(), 300, "the whole shard reads again");
+}
+
+#[test]
 fn bad_image_folders_name_the_file_or_class() {
     let data = subset(20, 10);
     let dir = tempfile::tempdir().unwrap();

@@ -40,6 +40,8 @@ pub enum DataError {
     UnknownClass { path: PathBuf, class: String, known: Vec<String> },
     #[error("{path} does not decode as an image ({why}); remove or replace it")]
     Decode { path: PathBuf, why: String },
+    #[error("{path} is cut short (a failed copy?): the file ends at byte {has}, {at}; the other {whole} of {shards} shards of its split read whole: copy it again, or move it out of the folder to train on the others without its samples")]
+    ShardCut { path: PathBuf, at: String, has: u64, whole: usize, shards: usize },
     #[error("{path} is {found_h}x{found_w} but the first image is {h}x{w}; make every image the same size, or pass --image-size H,W to resize them")]
     MixedSizes { path: PathBuf, found_h: u32, found_w: u32, h: u32, w: u32 },
     #[error("{count} of {total} images do not decode, more than the {allowed} allowed (--max-bad-images {fraction}); the first: {first}: {why}")]

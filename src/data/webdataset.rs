@@ -43,20 +43,33 @@ struct Pieces {
 /// The samples of one split's shards, in order.
 fn read_split(split_dir: &Path, progress: &mut Progress) -> Result<Labelled, DataError> {
     let mut out = Vec::new();
-    for shard in shards(split_dir)? {
+    let all = shards(split_dir)?;
+    let mut cut: Vec<(PathBuf, String, u64)> = Vec::new();
+    for shard in &all {
         let before = out.len();
         let bad = |why: String| DataError::Decode { path: shard.clone(), why };
-        let file = std::fs::File::open(&shard).map_err(|e| bad(e.to_string()))?;
+        let file = std::fs::File::open(shard).map_err(|e| bad(e.to_string()))?;
+        let has = file.metadata().map_err(|e| bad(e.to_string()))?.len();
         let mut archive = tar::Archive::new(file);
+        // Where the last member's bytes end: a whole shard goes on past it with the archive's
+        // end (two zero blocks), a copy cut short does not.
+        let mut last: Option<(String, u64)> = None;
         let mut order: Vec<String> = Vec::new();
         let mut samples: HashMap<String, Pieces> = HashMap::new();
         // Headers only: the members' bytes are skipped by seeking, not read.
         for entry in archive.entries_with_seek().map_err(|e| bad(e.to_string()))? {
-            let mut entry = entry.map_err(|e| bad(format!("not a readable tar file ({e})")))?;
+            let entry = match entry {
+                Ok(entry) => entry,
+                // A header the file ends inside of: the shard is cut short there.
+                Err(_) if last.as_ref().is_some_and(|(_, end)| has < end + 1024) => break,
+                Err(e) => return Err(bad(format!("not a readable tar file ({e})"))),
+            };
+            let mut entry = entry;
+            let path = entry.path().map_err(|e| bad(e.to_string()))?.to_string_lossy().into_owned();
+            last = Some((path.clone(), entry.raw_file_position() + entry.size()));
             if !entry.header().entry_type().is_file() {
                 continue;
             }
-            let path = entry.path().map_err(|e| bad(e.to_string()))?.to_string_lossy().into_owned();
             let (dir, name) = path.rsplit_once('/').map_or(("", path.as_str()), |(d, n)| (d, n));
             let Some((stem, ext)) = name.split_once('.') else { continue };
             let key = if dir.is_empty() { stem.to_owned() } else { format!("{dir}/{stem}") };
@@ -84,6 +97,16 @@ fn read_split(split_dir: &Path, progress: &mut Progress) -> Result<Labelled, Dat
                 _ => {}
             }
         }
+        // A member's bytes past the file's end, or no room left for the archive's end.
+        if let Some((member, end)) = last.filter(|(_, end)| has < end.div_ceil(512) * 512 + 1024) {
+            let at = if has < end {
+                format!("inside member '{member}', which needs {end}")
+            } else {
+                format!("right after member '{member}', without the archive's end")
+            };
+            cut.push((shard.clone(), at, has));
+            continue;
+        }
         for key in order {
             let pieces = samples.remove(&key).unwrap_or_default();
             let missing = |what: &str| bad(format!("sample '{key}' has no {what}"));
@@ -93,7 +116,12 @@ fn read_split(split_dir: &Path, progress: &mut Progress) -> Result<Labelled, Dat
         }
         progress.add(out.len() - before);
     }
-    Ok(out)
+    // Every shard is read first, so the message says whether the rest can train.
+    let whole = all.len() - cut.len();
+    match cut.into_iter().next() {
+        Some((path, at, has)) => Err(DataError::ShardCut { path, at, has, whole, shards: all.len() }),
+        None => Ok(out),
+    }
 }
 
 /// Loads `dir/train/*.tar` with `dir/val/*.tar`, `dir/test/*.tar` or both, as `options` say.
