@@ -13,7 +13,7 @@ use dpt_protocol::record::Summary;
 use dpt_protocol::record::{FinishReason, Record};
 use dpt_protocol::{Control, DeviceId};
 
-use common::screens::{code, info, key, running_app, screen};
+use common::screens::{code, info, key, running_app, screen, step};
 
 #[test]
 fn pause_toggles_and_follows_the_engine() {
@@ -61,6 +61,11 @@ fn lr_keys_and_prompt() {
     app.on_event(&Record::Event(Change::LrChanged { from: 0.2, to: 0.05, global_step: 571 }));
     assert_eq!(app.run.lr, Some(0.05));
     assert_eq!(app.on_key(key('+')), vec![Control::SetLr { lr: 0.1 }]);
+    // A schedule lowers the rate step by step: the status line and the keys follow it, so `+`
+    // doubles the rate the run trains at, not the base rate it started from.
+    app.on_event(&step(3, 150, 0.5, 0.7, 0.0125));
+    assert!(screen(&app, 120, 40, false).contains("lr 0.0125"), "the scheduled rate is shown");
+    assert_eq!(app.on_key(key('+')), vec![Control::SetLr { lr: 0.025 }]);
 }
 
 #[test]

@@ -178,6 +178,8 @@ impl App {
                     d.on_step(s);
                 }
                 self.run.global_step = s.global_step;
+                // The rate the schedule reached, which `+`, `-` and the status line start from.
+                self.run.lr = Some(s.lr);
                 self.run.last_step = Some((**s).clone());
             }
             Record::Epoch(e) => {
