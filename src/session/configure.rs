@@ -126,9 +126,10 @@ fn settle_with_resume(args: &Args, world: Option<&World>) -> Result<(Settled, Op
     Ok((settled, resume))
 }
 
-/// The configuration the flags (and a checkpoint being resumed) ask for. `interactive`: a
-/// dashboard watches (or may attach), so a diverging loss or a failed final save pauses and
-/// waits for the user instead of ending the run.
+/// The configuration the flags (and a checkpoint being resumed or continued) ask for, with the
+/// model, checked as far as it can be without the data. `interactive`: a dashboard watches (or
+/// may attach), so a diverging loss or a failed final save pauses and waits for the user
+/// instead of ending the run.
 fn configure(
     args: &Args,
     machine: Machine,
@@ -159,6 +160,14 @@ fn configure(
         cfg.kit.faults = spec.parse().map_err(|e: String| input(anyhow!("DPT_INJECT_FAULT: {e}")))?;
     }
     cfg.validate_settings().map_err(input)?;
+    if args.continuing {
+        cfg.restart = Some(super::restart::restart_by(|k| std::env::var(k).ok()));
+    }
+    // A theme typo is bad input even where no dashboard opens (yet).
+    super::theme(args)?;
+    if machine.cuda_probed {
+        cfg.validate_devices().map_err(input)?;
+    }
     Ok(cfg)
 }
 
@@ -183,7 +192,7 @@ pub fn prepare(
 ) -> Result<Prepared, Failure> {
     // The same command again on a run directory holding the run continues it.
     let args = &*super::restart::resolve(args, world.as_ref())?;
-    let mut cfg = settle_run(args, machine, interactive, devices, world.as_ref())?;
+    let mut cfg = configure(args, machine, interactive, devices, world.as_ref())?;
     let data = load_data(&mut cfg, machine, world.as_ref())?;
     let leader = world.as_ref().is_none_or(|w| w.rank == 0);
     cfg.kit.world = world.map(Box::new);
@@ -200,30 +209,10 @@ pub fn prepare(
 /// load, once. The run directory, absolute.
 pub fn prepare_front(args: &Args, machine: Machine, devices: Vec<DeviceId>) -> Result<PathBuf, Failure> {
     let args = &*super::restart::resolve(args, None)?;
-    let cfg = settle_run(args, machine, true, devices, None)?;
+    let cfg = configure(args, machine, true, devices, None)?;
     // config.toml is the job's to write, once it has taken the data: a refused continuation
     // leaves the run's own.
     Ok(claim_run_dir(args, &cfg, false)?.0)
-}
-
-/// The run's configuration from the settings, the checkpoint being continued and the model.
-fn settle_run(
-    args: &Args,
-    machine: Machine,
-    interactive: bool,
-    devices: Vec<DeviceId>,
-    world: Option<&World>,
-) -> Result<TrainConfig, Failure> {
-    let mut cfg = configure(args, machine, interactive, devices, world)?;
-    if args.continuing {
-        cfg.restart = Some(super::restart::restart_by(|k| std::env::var(k).ok()));
-    }
-    // A theme typo is bad input even where no dashboard opens (yet).
-    super::theme(args)?;
-    if machine.cuda_probed {
-        cfg.validate_devices().map_err(input)?;
-    }
-    Ok(cfg)
 }
 
 /// Loads the data, limited and split as the settings say, and checks the configuration
