@@ -114,6 +114,27 @@ fn two_processes_end_with_the_weights_of_one_with_as_many_replicas() {
 }
 
 #[test]
+fn a_gpt_on_token_data_trains_on_two_processes_as_on_one_with_as_many_replicas() {
+    use common::tokens::{make_gpt, token_dir};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = token_dir(tmp.path(), 5000);
+    let gpt = make_gpt("script", tmp.path());
+    let args: Vec<String> = ["--model", gpt.to_str().unwrap(), "--data", data.to_str().unwrap()]
+        .into_iter()
+        .chain(["--block-size", "16", "--steps", "6", "--eval-every", "3", "--batch-size", "8"])
+        .chain(["--optimizer", "adamw", "--lr", "3e-3", "--headless"])
+        .map(String::from)
+        .collect();
+    // Each rank reads only its own windows: the same windows in the same order as one process.
+    let two = run_world_with(tmp.path(), "two", 2, "cpu:1", args.clone());
+    let one = tmp.path().join("one");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(&args).args(["--devices", "cpu:2"]).arg("--run-dir").arg(&one);
+    ok(&c.output().unwrap());
+    assert_eq!(rel_diff(&common::weights(&two), &common::weights(&one)), 0.0);
+}
+
+#[test]
 fn resnet18_batchnorm_statistics_come_from_replica_0_of_rank_0() {
     let tmp = tempfile::tempdir().unwrap();
     let extra = ["--model", "resnet18", "--max-steps", "2", "--lr", "0.05"];

@@ -17,7 +17,7 @@ fn a_dropout_of_zero_draws_no_random_numbers_after_the_profiling_runs() {
     let inputs: Vec<&Tensor> = params.iter().collect();
     let x = Tensor::ones([4, 1, 28, 28], (Kind::Float, Device::Cpu));
     let step = || {
-        let loss = module.forward(&x).unwrap().sum(Kind::Float);
+        let loss = module.forward(&[&x]).unwrap()[0].sum(Kind::Float);
         Tensor::run_backward(&[loss], &inputs, false, false);
     };
     // TorchScript's profiling executor optimizes a graph after its first runs.

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::settings_args::not_set;
 use super::values::{parse, parse_betas, parse_bytes, parse_normalize, parse_on_off, parse_size};
+use dpt_tui::data::tokens::TokenDtype;
 use dpt_tui::data::{DataFormat, Loader};
 use dpt_tui::engine::best::BestMetric;
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;
@@ -47,7 +48,7 @@ pub struct DataArgs {
     #[arg(id = "data.path", value_name = "PATH", long = "data", env = "DPT_DATA")]
     pub path: Option<PathBuf>,
     /// The format of --data when it cannot be told from the files: idx, cifar10, images, npz,
-    /// safetensors, webdataset.
+    /// safetensors, webdataset, tokens (train.bin and val.bin, nanoGPT's layout).
     #[arg(id = "data.format", value_name = "FORMAT", long = "data-format", value_parser = parse::<DataFormat>)]
     pub format: Option<DataFormat>,
     /// Resize every image of an image folder to H,W pixels (otherwise they must all have one
@@ -69,6 +70,14 @@ pub struct DataArgs {
     /// error naming the first.
     #[arg(id = "data.max_bad", long = "max-bad-images", value_name = "F")]
     pub max_bad: Option<f64>,
+    /// Token data: the width of a token in train.bin and val.bin, u16 (nanoGPT's, vocabularies
+    /// up to 65,536) or u32.
+    #[arg(id = "data.token_dtype", long = "token-dtype", value_name = "u16|u32", value_parser = parse::<TokenDtype>)]
+    pub token_dtype: Option<TokenDtype>,
+    /// Token data: the tokens the model sees at once (at most its context length); each sample
+    /// is a window of T + 1 tokens at a random offset, its targets the inputs one token later.
+    #[arg(id = "data.block_size", long = "block-size", value_name = "T")]
+    pub block_size: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
@@ -130,6 +139,17 @@ pub struct RecipeArgs {
     /// Epochs to train [default: the model's, 10].
     #[arg(id = "recipe.epochs", value_name = "EPOCHS", long = "epochs")]
     pub epochs: Option<usize>,
+    /// Token data: the run's length in optimizer steps (token data has no epochs; schedules,
+    /// checkpoints and progress count steps).
+    #[arg(id = "recipe.steps", long = "steps", value_name = "N")]
+    pub steps: Option<usize>,
+    /// Token data: evaluate the validation windows every M steps [default: a tenth of --steps].
+    #[arg(id = "recipe.eval_every", long = "eval-every", value_name = "M")]
+    pub eval_every: Option<usize>,
+    /// Token data: batches of validation windows (of --eval-batch-size, else --batch-size) each
+    /// evaluation reads, the same windows every time.
+    #[arg(id = "recipe.eval_batches", long = "eval-batches", value_name = "K")]
+    pub eval_batches: Option<usize>,
     /// Global batch size, split over the replicas [default: the model's].
     #[arg(id = "recipe.batch_size", value_name = "BATCH_SIZE", long = "batch-size")]
     pub batch_size: Option<usize>,

@@ -61,6 +61,14 @@ pub enum DataError {
     ArrayType { path: PathBuf, name: String, dtype: String },
     #[error("{path}: {images} holds {n_images} samples but {labels} holds {n_labels} labels")]
     ArrayCounts { path: PathBuf, images: String, n_images: usize, labels: String, n_labels: usize },
+    #[error("{path}: {bytes} bytes is not a whole number of {dtype} tokens; a token file holds little-endian token ids (--token-dtype u16 or u32): was it written with another dtype, or cut short?")]
+    TokenLength { path: PathBuf, bytes: u64, dtype: &'static str },
+    #[error("token data in {dir} needs --block-size T: the tokens the model sees at once (at most its context length)")]
+    NoBlockSize { dir: PathBuf },
+    #[error("no {file} in {dir}; token data is a folder with train.bin and val.bin (nanoGPT's prepare.py writes them)")]
+    TokensMissing { dir: PathBuf, file: String },
+    #[error("{path} holds {tokens} tokens, too few for one window of --block-size {block} and its next token; use a smaller --block-size")]
+    BlockTooLong { path: PathBuf, tokens: u64, block: usize },
     #[error("the training images are {train:?} but the test images are {test:?} (in {path}); both splits must have one shape")]
     SplitShapes { path: PathBuf, train: Vec<i64>, test: Vec<i64> },
 }
@@ -74,6 +82,8 @@ pub enum Pixels {
     /// Not in memory: where each sample's encoded image is, decoded to bytes as training
     /// reaches it (`--loader stream`).
     Streamed(super::stream::Streamed),
+    /// Windows of a token file, read as training reaches them (their targets with them).
+    Tokens(super::tokens::TokenWindows),
 }
 
 impl Pixels {
@@ -82,7 +92,7 @@ impl Pixels {
         match self {
             Pixels::Bytes(v) => v.len(),
             Pixels::Floats(v) => v.len(),
-            Pixels::Streamed(_) => 0,
+            Pixels::Streamed(_) | Pixels::Tokens(_) => 0,
         }
     }
 
@@ -97,6 +107,7 @@ impl Pixels {
             Pixels::Bytes(v) => v.truncate(n * per),
             Pixels::Floats(v) => v.truncate(n * per),
             Pixels::Streamed(s) => s.entries.truncate(n),
+            Pixels::Tokens(w) => w.count = w.count.min(n),
         }
     }
 
@@ -110,6 +121,10 @@ impl Pixels {
                 indices.iter().flat_map(|&i| v[i * per..(i + 1) * per].iter().copied()).collect(),
             ),
             Pixels::Streamed(s) => Pixels::Streamed(s.select(indices)),
+            // Windows are drawn, not stored: a selection is as many windows.
+            Pixels::Tokens(w) => {
+                Pixels::Tokens(super::tokens::TokenWindows { count: indices.len(), ..w.clone() })
+            }
         }
     }
 
@@ -118,7 +133,7 @@ impl Pixels {
     pub fn unit(&self) -> f64 {
         match self {
             Pixels::Bytes(_) | Pixels::Streamed(_) => 1.0 / 255.0,
-            Pixels::Floats(_) => 1.0,
+            Pixels::Floats(_) | Pixels::Tokens(_) => 1.0,
         }
     }
 
@@ -144,14 +159,17 @@ impl Split {
         Split { images: Pixels::Bytes(images), labels, channels: 1, rows, cols }
     }
 
-    /// Number of samples.
+    /// Number of samples (of token data: windows).
     pub fn len(&self) -> usize {
-        self.labels.len()
+        match &self.images {
+            Pixels::Tokens(w) => w.count,
+            _ => self.labels.len(),
+        }
     }
 
     /// Whether the split holds no sample.
     pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
+        self.len() == 0
     }
 
     /// Values per sample.
@@ -173,7 +191,7 @@ impl Split {
     pub fn select(&self, indices: &[usize]) -> Split {
         Split {
             images: self.images.select(indices, self.sample_len()),
-            labels: indices.iter().map(|&i| self.labels[i]).collect(),
+            labels: indices.iter().filter_map(|&i| self.labels.get(i).copied()).collect(),
             ..*self
         }
     }
@@ -293,7 +311,7 @@ impl Dataset {
         match &s.images {
             Pixels::Bytes(v) => v.iter().enumerate().for_each(|(i, &b)| add(i, f64::from(b) / 255.0)),
             Pixels::Floats(v) => v.iter().enumerate().for_each(|(i, &f)| add(i, f64::from(f))),
-            Pixels::Streamed(_) => {}
+            Pixels::Streamed(_) | Pixels::Tokens(_) => {}
         }
         let n = (s.len() * plane).max(1) as f64;
         let mean: Vec<f64> = sum.iter().map(|x| x / n).collect();

@@ -20,6 +20,8 @@ pub struct LoadOptions {
     pub loader: Loader,
     /// The host memory the data may take, in bytes (`--data-memory`).
     pub memory: u64,
+    /// How token data is cut into windows (`None`: the settings ask for none yet).
+    pub tokens: Option<super::tokens::TokenLayout>,
 }
 
 impl LoadOptions {
@@ -31,6 +33,7 @@ impl LoadOptions {
             max_bad: data.max_bad,
             loader,
             memory,
+            tokens: None,
         }
     }
 }
@@ -43,6 +46,7 @@ impl Default for LoadOptions {
             max_bad: MAX_BAD_IMAGES,
             loader: Loader::Auto,
             memory: DATA_MEMORY,
+            tokens: None,
         }
     }
 }
@@ -65,6 +69,8 @@ pub fn detect(path: &Path) -> Result<DataFormat, DataError> {
         Ok(DataFormat::Idx)
     } else if has(path, &["data_batch_1.bin", "cifar-10-batches-bin/data_batch_1.bin"]) {
         Ok(DataFormat::Cifar10)
+    } else if super::tokens::detect(path) {
+        Ok(DataFormat::Tokens)
     } else if has(path, &["x_train.npy"]) {
         Ok(DataFormat::Npy)
     } else if super::webdataset::detect(path) {
@@ -87,6 +93,7 @@ pub fn load(format: DataFormat, path: &Path, options: LoadOptions) -> Result<Dat
         DataFormat::Images => super::folder::load(path, options),
         DataFormat::WebDataset => super::webdataset::load(path, options),
         DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, format, options),
+        DataFormat::Tokens => super::tokens::load(path, options.tokens),
     }
 }
 

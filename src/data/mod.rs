@@ -10,6 +10,7 @@ pub mod idx;
 mod idx_set;
 mod index_cache;
 pub mod stream;
+pub mod tokens;
 mod webdataset;
 
 pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASSES};

@@ -8,7 +8,7 @@ use super::faults::Faults;
 use super::optim::schedule::LrPlan;
 use crate::device::DeviceId;
 use crate::model::script::ScriptModel;
-use crate::model::{Builder, ModelKind, Normalization, Precision};
+use crate::model::{Builder, ModelKind, Normalization, Precision, Task};
 use crate::persist::resume::Resume;
 use crate::settings::Settings;
 
@@ -122,6 +122,12 @@ impl TrainConfig {
         self.settings.model_kind()
     }
 
+    /// What the model is trained to do: a TorchScript model's, found by its check; the
+    /// built-in models classify.
+    pub fn task(&self) -> Task {
+        self.kit.script.as_ref().map_or(Task::Classify, |s| s.task)
+    }
+
     /// The training augmentation.
     pub fn augment(&self) -> crate::input::augment::Augment {
         self.settings.recipe.augmentation()
@@ -157,7 +163,7 @@ impl TrainConfig {
         LrPlan {
             base: self.base_lr(),
             schedule: self.settings.schedule.clone(),
-            total: steps_per_epoch * self.settings.recipe.epochs,
+            total: self.settings.recipe.steps.unwrap_or(steps_per_epoch * self.settings.recipe.epochs),
             steps_per_epoch,
             scale: 1.0,
         }

@@ -1,8 +1,56 @@
-//! The training loss as the workers sum it over a batch.
+//! The training loss as the workers sum it over a batch, whatever the task: class labels,
+//! token targets, or the model's own loss.
 
 use tch::{Kind, Reduction, Tensor};
 
-use crate::model::LossKind;
+use crate::model::{Forward, ForwardError, LossKind, Network, Task};
+
+/// How a worker turns a batch into its summed loss.
+#[derive(Debug, Clone, Copy)]
+pub struct Objective {
+    pub task: Task,
+    pub kind: LossKind,
+}
+
+/// A batch's summed loss and, for class labels, its correct predictions.
+pub struct Scored {
+    pub loss: Tensor,
+    pub outputs: Option<Tensor>,
+}
+
+impl Objective {
+    /// The loss of `net` on `x` against `y` summed over the batch's items (samples, or token
+    /// windows), so that the coordinator's division by the global batch gives the mean over
+    /// the whole batch as one process would: class labels summed; token targets `[n, T]`
+    /// summed over the tokens and divided by `T` (every window has `T` tokens, so weighting by
+    /// items is weighting by tokens); a model's own loss (its mean over its `n` items) times
+    /// `n`. `smoothing` as `F.cross_entropy(label_smoothing=)`.
+    pub fn score(
+        &self,
+        net: &dyn Network,
+        (params, buffers): (&[Tensor], &[Tensor]),
+        (x, y): (&Tensor, &Tensor),
+        ctx: &Forward,
+        smoothing: f64,
+    ) -> Result<Scored, ForwardError> {
+        let n = x.size().first().copied().unwrap_or(0);
+        match self.task {
+            Task::Classify => {
+                let out = net.forward(params, buffers, x, ctx)?;
+                Ok(Scored { loss: summed_loss(self.kind, &out, y, smoothing), outputs: Some(out) })
+            }
+            Task::Tokens => {
+                let out = net.forward(params, buffers, x, ctx)?;
+                let (vocab, t) =
+                    (out.size().last().copied().unwrap_or(1), y.size().last().copied().unwrap_or(1));
+                let flat = out.reshape([-1, vocab]);
+                let loss = summed_loss(self.kind, &flat, &y.reshape([-1]), smoothing) / t as f64;
+                Ok(Scored { loss, outputs: None })
+            }
+            Task::ModelLoss => Ok(Scored { loss: net.forward_loss(x, y, ctx)? * n as f64, outputs: None }),
+        }
+    }
+}
 
 /// The loss summed over the batch; `smoothing` as `F.cross_entropy(label_smoothing=)` (for a
 /// model that outputs log-probabilities, the same mix of the target's term and the mean over

@@ -150,7 +150,10 @@ impl Engine {
             }
         }
         // The evaluation's class count: the data's, or the model's outputs where more.
-        let classes = data.classes.max(cfg.kit.script.as_ref().map_or(10, |s| s.classes as usize));
+        let classes = match cfg.task().has_classes() {
+            true => data.classes.max(cfg.kit.script.as_ref().map_or(10, |s| s.classes as usize)),
+            false => 0,
+        };
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let buckets = cfg.bucket_bytes(world.is_some());
@@ -160,9 +163,12 @@ impl Engine {
             test_len: data.test.len(),
             val_len: data.val.as_ref().map(|v| v.len()),
             test_is_val: data.test_is_val,
-            data: {
-                let [c, h, w] = data.train.sample_shape();
-                format!("{}, {c}x{h}x{w}, {} classes", data.source, data.classes)
+            data: match &data.train.images {
+                crate::data::Pixels::Tokens(_) => data.source.clone(),
+                _ => {
+                    let [c, h, w] = data.train.sample_shape();
+                    format!("{}, {c}x{h}x{w}, {} classes", data.source, data.classes)
+                }
             },
             classes,
             init_report,

@@ -25,6 +25,9 @@ pub enum WorkerError {
     NoScript,
     #[error(transparent)]
     Load(#[from] crate::input::loader::LoadError),
+    /// A token window could not be read.
+    #[error(transparent)]
+    Data(#[from] Box<crate::data::DataError>),
     #[error("cannot start the loader thread: {0}")]
     LoaderThread(String),
     #[error("the coordinator is gone")]

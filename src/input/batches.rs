@@ -10,6 +10,8 @@ use tch::{Device, Kind, Tensor};
 use super::augment::{self, Augment};
 use super::loader::{Job, Loader};
 use super::resident::{Normalizer, Resident};
+use crate::data::tokens::TokenWindows;
+use crate::data::Pixels;
 use crate::engine::tally::LoaderTally;
 use crate::engine::worker::{WorkerError, WorkerSetup};
 
@@ -30,6 +32,8 @@ enum Source {
     Resident { train: Resident, test: Resident, val: Option<Resident>, order: Option<Tensor> },
     /// Decoded batch by batch by the replica's loader thread.
     Streamed(Loader),
+    /// Windows of token files, read as the steps reach them.
+    Tokens { train: TokenWindows, test: TokenWindows },
 }
 
 /// One worker's batches.
@@ -48,13 +52,17 @@ pub(crate) struct Batches {
 impl Batches {
     /// The splits uploaded to the replica's device, or its loader thread started.
     pub fn new(setup: &WorkerSetup) -> Result<Batches, WorkerError> {
-        let (source, eval_batch) = match &setup.loader {
-            Some(decoding) => {
+        let (source, eval_batch) = match (&setup.loader, &setup.data.train.images, &setup.data.test.images) {
+            (_, Pixels::Tokens(train), Pixels::Tokens(test)) => (
+                Source::Tokens { train: train.clone(), test: test.clone() },
+                setup.eval_batch.unwrap_or(EVAL_BATCH),
+            ),
+            (Some(decoding), ..) => {
                 let loader = Loader::start(Arc::clone(decoding), setup.replica, setup.device)
                     .map_err(|e| WorkerError::LoaderThread(e.to_string()))?;
                 (Source::Streamed(loader), decoding.eval_batch)
             }
-            None => (
+            (None, ..) => (
                 Source::Resident {
                     train: Resident::upload(&setup.data.train, setup.device),
                     test: Resident::upload(&setup.data.test, setup.device),
@@ -95,6 +103,8 @@ impl Batches {
             Source::Resident { order: on_device, .. } => {
                 *on_device = Some(Tensor::from_slice(order.as_slice()).to_device(self.device));
             }
+            // A window's offset is drawn from its place in the run, not from the order.
+            Source::Tokens { .. } => {}
         }
         self.epoch = (epoch, order);
         Ok(())
@@ -114,7 +124,22 @@ impl Batches {
             }
             // Augmented by the loader's threads already.
             Source::Streamed(loader) => self.upload(loader.next_at(start)?),
+            // Row r of period e is window e·count + r of the run: global step s's k-th window
+            // is window s·batch + k, whichever replica reads it.
+            Source::Tokens { train, .. } => {
+                let first = (*epoch * train.count + start) as u64;
+                self.tokens(train, first..first + len as u64)
+            }
         }
+    }
+
+    /// Token windows `indices` of `windows` on the device: inputs and targets, `[n, T]` int64.
+    fn tokens(&self, windows: &TokenWindows, indices: std::ops::Range<u64>) -> Result<Batch, WorkerError> {
+        let n = indices.end.saturating_sub(indices.start) as i64;
+        let (x, y) = windows.read(indices).map_err(Box::new)?;
+        let shape = [n, windows.block as i64];
+        let on_device = |v: Vec<i64>| Tensor::from_slice(&v).view(shape).to_device(self.device);
+        Ok(Batch { x: on_device(x), y: on_device(y), bad: Vec::new(), loader: None })
     }
 
     /// Starts an evaluation of rows `start..start + len` of the validation split (`val`) or the
@@ -137,6 +162,8 @@ impl Batches {
                 Ok(Batch { x, y: set.labels.narrow(0, at, n), bad: Vec::new(), loader: None })
             }
             Source::Streamed(loader) => self.upload(loader.next_at(offset)?),
+            // The evaluated windows are the same every evaluation: window r is row r.
+            Source::Tokens { test, .. } => self.tokens(test, offset as u64..(offset + n) as u64),
         }
     }
 

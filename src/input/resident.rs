@@ -28,7 +28,7 @@ impl Resident {
         let images = match &split.images {
             Pixels::Bytes(v) => Tensor::from_slice(v),
             Pixels::Floats(v) => Tensor::from_slice(v),
-            Pixels::Streamed(_) => Tensor::zeros([0], (tch::Kind::Uint8, Device::Cpu)),
+            Pixels::Streamed(_) | Pixels::Tokens(_) => Tensor::zeros([0], (tch::Kind::Uint8, Device::Cpu)),
         };
         Resident {
             images: images.view([n, c, h, w]).to_device(device),

@@ -16,7 +16,7 @@ pub use lenet::Lenet;
 pub use mnist_net::MnistNet;
 pub use resnet::Resnet18;
 
-pub use dpt_protocol::model::{Defaults, LossKind, ModelKind, Normalization, Precision};
+pub use dpt_protocol::model::{Defaults, LossKind, ModelKind, Normalization, Precision, Task};
 
 /// Declares a built-in model's tensors into `builder` and returns its forward pass; `None`
 /// for a TorchScript model, whose tensors come from its file (`script::ScriptModel`).
@@ -157,6 +157,9 @@ pub enum ForwardError {
     /// The user's TorchScript model raised (its message summed up by the shim).
     #[error("the model's forward failed: {0}")]
     Script(#[from] crate::dist::c10d::C10dError),
+    /// A built-in model was asked for its own loss.
+    #[error("the model computes no loss of its own")]
+    NoOwnLoss,
 }
 
 pub trait Network: Send {
@@ -168,6 +171,12 @@ pub trait Network: Send {
         x: &Tensor,
         ctx: &Forward,
     ) -> Result<Tensor, ForwardError>;
+
+    /// The loss a model that takes the targets computes itself (`forward(x, y)`, its last
+    /// output), the mean over its batch; only such a model (a TorchScript file) has one.
+    fn forward_loss(&self, _x: &Tensor, _y: &Tensor, _ctx: &Forward) -> Result<Tensor, ForwardError> {
+        Err(ForwardError::NoOwnLoss)
+    }
 
     /// A network that holds its own tensors (a TorchScript module) moves them onto the flat
     /// buffers' views here, and returns the tensors its forward pass differentiates against.

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 use thiserror::Error;
 
-use super::{Forward, Init, Network, TensorSpec};
+use super::{Forward, Init, Network, Task, TensorSpec};
 use crate::dist::c10d::jit::ScriptModule;
 use crate::dist::c10d::C10dError;
 
@@ -31,10 +31,20 @@ pub enum ScriptError {
     NotFloat { path: PathBuf, name: String, kind: Kind },
     #[error("{path}: forward failed on one sample of shape {shape:?}: {why}")]
     Forward { path: PathBuf, shape: Vec<i64>, why: String },
+    #[error("{path}: forward failed on two token windows of --block-size {block}: {why}; a block longer than the model's context (its position embedding) fails so, as does a token id beyond its vocabulary")]
+    TokenForward { path: PathBuf, block: i64, why: String },
     #[error("{path}: forward returned shape {got:?} for a batch of {n}; it must return [N, classes] (logits, or log-probabilities with --loss nll)")]
     OutputShape { path: PathBuf, got: Vec<i64>, n: i64 },
     #[error("{path} predicts {classes} classes but the data's labels go up to {max_label}; the last layer needs at least {} outputs", max_label + 1)]
     TooFewClasses { path: PathBuf, classes: i64, max_label: i64 },
+    #[error("{path}: forward returned logits over {vocab} tokens but the data holds token {max_token}; the model's vocabulary must cover the data's (or the data was made with another tokenizer)")]
+    TooSmallVocab { path: PathBuf, vocab: i64, max_token: i64 },
+    #[error("{path}: forward takes {inputs} inputs; it takes one (the inputs: dpt-tui computes the loss) or two (inputs and targets: the model returns its loss)")]
+    Inputs { path: PathBuf, inputs: usize },
+    #[error("{path}: forward(inputs, targets) returned {got}; a model given targets returns its loss, a scalar tensor, or a tuple or list whose last element is the scalar loss")]
+    NotALoss { path: PathBuf, got: String },
+    #[error("{path}: forward returned shape {got:?} for inputs {inputs:?}; a one-input model returns [N, classes] logits for class labels, or [N, T, vocab] logits for [N, T] token targets")]
+    TokenShape { path: PathBuf, got: Vec<i64>, inputs: Vec<i64> },
 }
 
 /// What the engine needs to know of a TorchScript model, read once from the file: the tensors
@@ -52,6 +62,11 @@ pub struct ScriptModel {
     /// Whether the code draws random numbers (dropout): each replica then draws from a stream
     /// seeded per step and replica, as the built-in models do.
     pub random: bool,
+    /// The inputs `forward` takes: 1 (the inputs), or 2 (inputs and targets; the model
+    /// returns its loss).
+    pub inputs: usize,
+    /// What the model is trained to do, found by [`ScriptModel::check`].
+    pub task: Task,
 }
 
 impl std::fmt::Debug for ScriptModel {
@@ -62,8 +77,19 @@ impl std::fmt::Debug for ScriptModel {
             .field("buffers", &self.buffers.len())
             .field("classes", &self.classes)
             .field("random", &self.random)
+            .field("inputs", &self.inputs)
+            .field("task", &self.task)
             .finish_non_exhaustive()
     }
+}
+
+/// What a model is checked against before the run starts: two samples' inputs (normalized
+/// images `[n, C, H, W]`, or token windows `[n, T]`), their targets (labels `[n]`, or tokens
+/// `[n, T]`), and the largest target of the data (label or token id).
+pub struct SampleInputs {
+    pub x: Tensor,
+    pub y: Tensor,
+    pub max_target: i64,
 }
 
 fn specs_and_values(named: &[(String, Tensor)]) -> (Vec<TensorSpec>, Vec<f32>) {
@@ -102,6 +128,10 @@ impl ScriptModel {
         }
         let buffers = float_buffers(&module).map_err(|e| not_script(e.0))?;
         let random = module.uses_randomness().map_err(|e| not_script(e.0))?;
+        let inputs = module.forward_inputs().map_err(|e| not_script(e.0))?;
+        if !(1..=2).contains(&inputs) {
+            return Err(ScriptError::Inputs { path: path.to_owned(), inputs });
+        }
         let (params, initial_params) = specs_and_values(&params);
         let (buffers, initial_buffers) = specs_and_values(&buffers);
         Ok(ScriptModel {
@@ -112,31 +142,59 @@ impl ScriptModel {
             initial_buffers,
             classes: 0,
             random,
+            inputs,
+            task: Task::Classify,
         })
     }
 
-    /// Runs the forward pass once, in evaluation mode, on `sample` (normalized inputs
-    /// `[n, C, H, W]` of the data set) and checks the output against the labels (the largest
-    /// is `max_label`); records the number of classes.
-    pub fn check(&mut self, sample: &Tensor, max_label: i64) -> Result<(), ScriptError> {
+    /// Runs the forward pass once, in evaluation mode, on `sample` (two samples of the data:
+    /// normalized images or token windows, and their targets) and checks what it returns
+    /// against the targets; records the task and the number of classes (or tokens).
+    pub fn check(&mut self, sample: &SampleInputs) -> Result<(), ScriptError> {
         let path = self.path.clone();
-        let forward_error =
-            |why: String| ScriptError::Forward { path: path.clone(), shape: sample.size(), why };
+        let x = &sample.x;
+        let tokens = sample.y.dim() == 2;
+        let forward_error = |why: String| match tokens {
+            true => ScriptError::TokenForward { path: path.clone(), block: x.size()[1], why },
+            false => ScriptError::Forward { path: path.clone(), shape: x.size(), why },
+        };
         let module = ScriptModule::load(&self.path, Device::Cpu).map_err(|e| forward_error(e.0))?;
         module.set_train(false).map_err(|e| forward_error(e.0))?;
-        let out = {
+        let inputs: Vec<&Tensor> = if self.inputs == 2 { vec![x, &sample.y] } else { vec![x] };
+        let outs = {
             let _guard = tch::no_grad_guard();
-            module.forward(sample).map_err(|e| forward_error(e.0))?
+            module.forward(&inputs).map_err(|e| forward_error(e.0))?
         };
-        let n = sample.size().first().copied().unwrap_or(1);
-        let classes = match out.size().as_slice() {
-            [rows, classes] if *rows == n => *classes,
-            got => return Err(ScriptError::OutputShape { path, got: got.to_vec(), n }),
-        };
-        if classes <= max_label {
-            return Err(ScriptError::TooFewClasses { path, classes, max_label });
+        if self.inputs == 2 {
+            let got = match outs.last() {
+                Some(loss) if loss.numel() == 1 && loss.is_floating_point() => {
+                    (self.task, self.classes) = (Task::ModelLoss, 0);
+                    return Ok(());
+                }
+                Some(t) => format!("a last output of shape {:?} ({:?})", t.size(), t.kind()),
+                None => "nothing".to_owned(),
+            };
+            return Err(ScriptError::NotALoss { path, got });
         }
-        self.classes = classes;
+        let out = outs.first().ok_or_else(|| forward_error("it returned an empty tuple".into()))?;
+        let n = x.size().first().copied().unwrap_or(1);
+        let max = sample.max_target;
+        match (out.size().as_slice(), sample.y.size().as_slice()) {
+            ([rows, classes], [_]) if *rows == n => {
+                if *classes <= max {
+                    return Err(ScriptError::TooFewClasses { path, classes: *classes, max_label: max });
+                }
+                (self.task, self.classes) = (Task::Classify, *classes);
+            }
+            ([rows, t, vocab], [_, ty]) if *rows == n && t == ty => {
+                if *vocab <= max {
+                    return Err(ScriptError::TooSmallVocab { path, vocab: *vocab, max_token: max });
+                }
+                (self.task, self.classes) = (Task::Tokens, *vocab);
+            }
+            (got, [_]) => return Err(ScriptError::OutputShape { path, got: got.to_vec(), n }),
+            (got, _) => return Err(ScriptError::TokenShape { path, got: got.to_vec(), inputs: x.size() }),
+        }
         Ok(())
     }
 
@@ -173,6 +231,16 @@ pub struct ScriptNet {
 }
 
 impl ScriptNet {
+    fn mode(&self, train: bool) -> Result<(), C10dError> {
+        if self.training.get() != Some(train) {
+            self.module.set_train(train)?;
+            self.training.set(Some(train));
+        }
+        Ok(())
+    }
+}
+
+impl ScriptNet {
     /// Loads `model`'s file on `device`.
     pub fn load(model: &ScriptModel, device: Device) -> Result<ScriptNet, C10dError> {
         let module = ScriptModule::load(&model.path, device)?;
@@ -193,11 +261,18 @@ impl Network for ScriptNet {
         x: &Tensor,
         ctx: &Forward,
     ) -> Result<Tensor, super::ForwardError> {
-        if self.training.get() != Some(ctx.train) {
-            self.module.set_train(ctx.train)?;
-            self.training.set(Some(ctx.train));
-        }
-        Ok(self.module.forward(x)?.to_kind(Kind::Float))
+        self.mode(ctx.train)?;
+        let out = self.module.forward(&[x])?.into_iter().next();
+        Ok(out.ok_or_else(|| C10dError("forward returned an empty tuple".into()))?.to_kind(Kind::Float))
+    }
+
+    fn forward_loss(&self, x: &Tensor, y: &Tensor, ctx: &Forward) -> Result<Tensor, super::ForwardError> {
+        self.mode(ctx.train)?;
+        let loss = self.module.forward(&[x, y])?.pop();
+        Ok(loss
+            .ok_or_else(|| C10dError("forward returned an empty tuple".into()))?
+            .to_kind(Kind::Float)
+            .reshape([]))
     }
 
     fn adopt(&mut self, params: &[Tensor], buffers: &[Tensor]) -> Option<Vec<Tensor>> {

@@ -219,8 +219,13 @@ pub fn prepare_front(args: &Args, machine: Machine, devices: Vec<DeviceId>) -> R
 /// against it (what it derives from the data is set here: normalization, the loader).
 fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> Result<Dataset, Failure> {
     let (d, p) = (&cfg.settings.data, &cfg.settings.placement);
-    let mut data = Dataset::load_with(&d.path, LoadOptions::of(d, p.loader, p.data_memory)).map_err(input)?;
+    let options = LoadOptions {
+        tokens: super::data_flags::token_layout(cfg),
+        ..LoadOptions::of(d, p.loader, p.data_memory)
+    };
+    let mut data = Dataset::load_with(&d.path, options).map_err(input)?;
     super::data_flags::warn_skipped(&data.skipped);
+    super::data_flags::fits_token_data(cfg, &data).map_err(input)?;
     super::data_flags::streams_as_asked(cfg, &data).map_err(input)?;
     builtin_fits(cfg.model(), &data)?;
     cfg.normalization = normalization(cfg, &data)?;
@@ -247,8 +252,14 @@ fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> 
     if let Some(script) = cfg.kit.script.as_mut() {
         // Bad models are refused here, before the run directory exists (the dashboard front's
         // job: after its front claimed it, which then removes a directory it made).
-        let (sample, max_label) = sample_inputs(&data, &cfg.normalization);
-        Arc::make_mut(script).check(&sample, max_label).map_err(input)?;
+        let sample = sample_inputs(&data, &cfg.normalization).map_err(input)?;
+        Arc::make_mut(script).check(&sample).map_err(input)?;
+        if script.task == dpt_tui::model::Task::ModelLoss && cfg.settings.recipe.label_smoothing > 0.0 {
+            return Err(input(anyhow!(
+                "{} computes its own loss (forward takes the targets), so --label-smoothing cannot apply: drop it, or smooth inside the model",
+                script.file_name()
+            )));
+        }
     }
     if let Some(w) = world {
         same_data_everywhere(w, data.train.len(), data.test.len())?;

@@ -2,6 +2,7 @@
 //! loader's depth and threads, and the images left out because they do not decode.
 
 use anyhow::anyhow;
+use dpt_tui::data::tokens::TokenLayout;
 use dpt_tui::data::{Dataset, Loader};
 use dpt_tui::engine::TrainConfig;
 use dpt_tui::input::loader::LoaderConfig;
@@ -20,6 +21,10 @@ fn binary_size(bytes: u64) -> String {
 /// uncompressed IDX files stream (the other formats are read whole), and the random-resized crop needs images of their own size: a folder or
 /// shards, streamed.
 pub fn streams_as_asked(cfg: &TrainConfig, data: &Dataset) -> anyhow::Result<()> {
+    if matches!(data.train.images, dpt_tui::data::Pixels::Tokens(_)) {
+        // Windows are read where they lie, whatever the loader.
+        return Ok(());
+    }
     let images = match &data.train.images {
         dpt_tui::data::Pixels::Streamed(s) => s.raw.is_none(),
         _ => false,
@@ -70,6 +75,47 @@ pub fn loader_config(
         decode_threads,
         eval_batch: p.eval_batch_size.map_or(per_replica.max(1), std::num::NonZeroUsize::get),
     })
+}
+
+/// How token data is cut for this run (`None` without `--block-size`, which token data then
+/// asks for): a training period's windows (`--eval-every` steps of `--batch-size`), the
+/// evaluated windows (`--eval-batches` evaluation batches), and the seed.
+pub fn token_layout(cfg: &TrainConfig) -> Option<TokenLayout> {
+    let (d, r) = (&cfg.settings.data, &cfg.settings.recipe);
+    let (every, _) = r.eval_periods(r.steps.unwrap_or(0));
+    let eval_batch = cfg.settings.placement.eval_batch_size.map_or(r.batch_size, std::num::NonZeroUsize::get);
+    d.block_size.map(|block| TokenLayout {
+        dtype: d.token_dtype,
+        block,
+        train_windows: every * r.batch_size,
+        val_windows: r.eval_batches * eval_batch,
+        seed: r.seed,
+    })
+}
+
+/// Token data is measured in steps and image data in epochs; the recipe's image settings do
+/// not apply to tokens.
+pub fn fits_token_data(cfg: &TrainConfig, data: &Dataset) -> anyhow::Result<()> {
+    let tokens = matches!(data.train.images, dpt_tui::data::Pixels::Tokens(_));
+    let r = &cfg.settings.recipe;
+    let d = &cfg.settings.data;
+    match tokens {
+        false if r.steps.is_some() || r.eval_every.is_some() => Err(anyhow!(
+            "--steps and --eval-every measure token-data runs; {} is image data, which runs --epochs",
+            data.source
+        )),
+        false if d.block_size.is_some() => {
+            Err(anyhow!("--block-size cuts token data into windows; {} is image data: drop it", data.source))
+        }
+        true if r.steps.is_none() => Err(anyhow!(
+            "token data has no epochs: give the run's length in optimizer steps with --steps N (and --eval-every M)"
+        )),
+        true if !cfg.augment().is_none() => Err(anyhow!("--augment, --crop-padding and --hflip are for images; drop them for token data")),
+        true if d.val_fraction.is_some() || d.train_limit.is_some() || d.test_limit.is_some() => Err(anyhow!(
+            "token data draws its windows from train.bin and evaluates windows of val.bin: drop --val-fraction, --train-limit and --test-limit (--eval-batches sets the evaluated windows)"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Says which images were left out because they do not decode (the first ten, then a count).

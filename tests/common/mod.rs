@@ -173,3 +173,54 @@ pub fn rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64
     }
     diff / scale.max(1e-12)
 }
+
+/// Token data and the small GPT of `tests/scripts/gpt.py` (vocabulary 64, block 16).
+pub mod tokens {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use super::{python, script};
+
+    pub const VOCAB: usize = 64;
+    pub const BLOCK: usize = 16;
+
+    pub fn make_gpt(kind: &str, dir: &Path) -> PathBuf {
+        let out = dir.join(format!("gpt-{kind}.pt"));
+        let status = Command::new(python())
+            .arg(script("gpt.py"))
+            .args(["make", out.to_str().unwrap(), &VOCAB.to_string(), &BLOCK.to_string(), kind])
+            .status()
+            .expect("the virtualenv's python runs (bash .ci/setup)");
+        assert!(status.success(), "gpt.py make {kind}");
+        out
+    }
+
+    pub fn write_tokens(path: &Path, tokens: &[u16]) {
+        std::fs::write(path, tokens.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    }
+
+    /// A token folder: `train.bin` of `train` tokens, `val.bin` of 200, each from a stream with a
+    /// pattern to learn: random tokens below 32, each followed by itself plus 32 (so half the
+    /// tokens follow from the one before, and a model that learns it halves its loss).
+    pub fn token_dir(dir: &Path, train: usize) -> PathBuf {
+        let data = dir.join("tokens");
+        std::fs::create_dir_all(&data).unwrap();
+        let stream = |n: usize, seed: u64| -> Vec<u16> {
+            let mut x = seed;
+            let mut draw = move || {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((x >> 33) % (VOCAB as u64 / 2)) as u16
+            };
+            (0..n.div_ceil(2))
+                .flat_map(|_| {
+                    let r = draw();
+                    [r, r + VOCAB as u16 / 2]
+                })
+                .take(n)
+                .collect()
+        };
+        write_tokens(&data.join("train.bin"), &stream(train, 1));
+        write_tokens(&data.join("val.bin"), &stream(200, 2));
+        data
+    }
+}

@@ -20,6 +20,11 @@ pub struct DataSettings {
     pub val_fraction: Option<f64>,
     /// `--max-bad-images`: the share of undecodable images skipped rather than refused.
     pub max_bad: f64,
+    /// `--token-dtype`: how token data stores a token.
+    pub token_dtype: TokenDtype,
+    /// `--block-size T`: the tokens a window of token data feeds the model (its targets are
+    /// the same tokens one later).
+    pub block_size: Option<usize>,
 }
 
 impl Default for DataSettings {
@@ -32,6 +37,8 @@ impl Default for DataSettings {
             test_limit: None,
             val_fraction: None,
             max_bad: MAX_BAD_IMAGES,
+            token_dtype: TokenDtype::U16,
+            block_size: None,
         }
     }
 }
@@ -55,7 +62,30 @@ pub enum DataFormat {
     Safetensors,
     /// WebDataset tar shards: `train/*.tar` with `val/` or `test/` shards.
     WebDataset,
+    /// Token files in nanoGPT's layout: `train.bin` and `val.bin`, little-endian token ids.
+    Tokens,
 }
+
+/// How token data stores one token: nanoGPT's uint16 (vocabularies up to 65,536), or uint32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenDtype {
+    #[default]
+    U16,
+    U32,
+}
+
+impl TokenDtype {
+    /// Bytes per token.
+    pub fn bytes(self) -> usize {
+        match self {
+            TokenDtype::U16 => 2,
+            TokenDtype::U32 => 4,
+        }
+    }
+}
+
+crate::names!(TokenDtype, "token dtype", { U16 => "u16" | "uint16", U32 => "u32" | "uint32" });
 
 /// How the training data reaches the replicas (`--loader`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -94,6 +124,7 @@ crate::names!(DataFormat, "data format", {
     Npy => "npz" | "npy",
     Safetensors => "safetensors",
     WebDataset => "webdataset",
+    Tokens => "tokens",
 });
 
 crate::names!(Loader, "loader", { Auto => "auto", Resident => "resident", Stream => "stream" });

@@ -60,6 +60,28 @@ impl Normalization {
     }
 }
 
+/// What a run's model is trained to do: found from the model and the data before the run
+/// starts, recorded in the start record, and what decides the loss and the measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Task {
+    /// `[N, classes]` outputs against class labels: loss, accuracy, top-5, confusion counts.
+    #[default]
+    Classify,
+    /// `[N, T, vocab]` outputs against `[N, T]` token targets: token-level cross-entropy, loss
+    /// and perplexity.
+    Tokens,
+    /// `forward(inputs, targets)` returns the loss itself (its last output): the loss only.
+    ModelLoss,
+}
+
+impl Task {
+    /// Whether the run counts correct predictions (accuracy, top-5, confusion).
+    pub fn has_classes(self) -> bool {
+        self == Task::Classify
+    }
+}
+
 /// The training loss of a model (both summed over the shard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -69,7 +69,8 @@ void dpt_jit_free(dpt_module* module);
 size_t dpt_jit_named(dpt_module* module, int buffers, char*** names, dpt_tensor*** tensors, char** err);
 void dpt_free_array(void* array);
 int dpt_jit_set_train(dpt_module* module, int on, char** err);
-dpt_tensor* dpt_jit_forward(dpt_module* module, dpt_tensor* x, char** err);
+size_t dpt_jit_forward(dpt_module* module, dpt_tensor* const* inputs, size_t n, dpt_tensor*** outputs, char** err);
+int dpt_jit_forward_inputs(dpt_module* module, char** err);
 int dpt_jit_save(dpt_module* module, const char* path, char** err);
 int dpt_jit_uses_randomness(dpt_module* module, char** err);
 

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 // `device` is the replica's: loading and every forward run with it as the current device, as
@@ -31,12 +32,17 @@ static dpt_module* load_module(const char* path, int cuda_index) {
   return new dpt_module{torch::jit::load(path, device), device};
 }
 
-// Copies the names and tensors of `list` into malloc'ed arrays the caller owns.
+// Copies the names and tensors of `list` into malloc'ed arrays the caller owns. A tensor held
+// under two names (GPT-2's embedding tied to its output head) is listed once, under its first
+// name, as Python's `named_parameters()` lists it: one tensor to store, reduce and update.
 template <typename List>
 static size_t export_named(const List& list, char*** names, at::Tensor*** tensors) {
   std::vector<std::pair<std::string, at::Tensor>> items;
+  std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& item : list) {
-    items.emplace_back(item.name, item.value);
+    if (seen.insert(item.value.unsafeGetTensorImpl()).second) {
+      items.emplace_back(item.name, item.value);
+    }
   }
   size_t n = items.size();
   *names = static_cast<char**>(std::malloc(sizeof(char*) * (n == 0 ? 1 : n)));
@@ -60,13 +66,46 @@ struct EagerLike {
   ~EagerLike() { torch::jit::setGraphExecutorOptimize(before); }
 };
 
-static at::Tensor* forward(dpt_module* module, at::Tensor* x) {
+// Runs `forward` on `n` inputs; a tensor output is one tensor, a tuple or list of tensors each of
+// its elements in order (nanoGPT's `(logits, loss)`), into a malloc'ed array the caller owns.
+static size_t forward(dpt_module* module, at::Tensor* const* inputs, size_t n, at::Tensor*** outputs) {
   c10::OptionalDeviceGuard guard(cuda_only(module->device));
   EagerLike eager;
-  std::vector<c10::IValue> inputs{*x};
-  c10::IValue out = module->m.forward(inputs);
-  TORCH_CHECK(out.isTensor(), "forward returned a ", out.tagKind(), ", not a tensor");
-  return new at::Tensor(out.toTensor());
+  std::vector<c10::IValue> args;
+  for (size_t i = 0; i < n; ++i) {
+    args.emplace_back(*inputs[i]);
+  }
+  c10::IValue out = module->m.forward(args);
+  std::vector<at::Tensor> tensors;
+  if (out.isTensor()) {
+    tensors.push_back(out.toTensor());
+  } else if (out.isTuple() || out.isList()) {
+    std::vector<c10::IValue> items;
+    if (out.isTuple()) {
+      items = out.toTupleRef().elements().vec();
+    } else {
+      items = out.toListRef().vec();
+    }
+    for (const auto& item : items) {
+      TORCH_CHECK(item.isTensor(), "forward returned a ", out.tagKind(), " holding a ", item.tagKind(),
+                  "; it must return a tensor, or a tuple or list of tensors");
+      tensors.push_back(item.toTensor());
+    }
+  } else {
+    TORCH_CHECK(false, "forward returned a ", out.tagKind(), "; it must return a tensor, or a tuple or list of tensors");
+  }
+  size_t k = tensors.size();
+  *outputs = static_cast<at::Tensor**>(std::malloc(sizeof(at::Tensor*) * (k == 0 ? 1 : k)));
+  for (size_t i = 0; i < k; ++i) {
+    (*outputs)[i] = new at::Tensor(tensors[i]);
+  }
+  return k;
+}
+
+// The number of inputs `forward` takes besides `self`.
+static int forward_inputs(dpt_module* module) {
+  const auto& schema = module->m.get_method("forward").function().getSchema();
+  return static_cast<int>(schema.arguments().size()) - 1;
 }
 
 static int uses_randomness(dpt_module* module) {
@@ -111,8 +150,12 @@ int dpt_jit_set_train(dpt_module* module, int on, char** err) {
   })
 }
 
-at::Tensor* dpt_jit_forward(dpt_module* module, at::Tensor* x, char** err) {
-  DPT_GUARD(err, nullptr, { return forward(module, x); })
+size_t dpt_jit_forward(dpt_module* module, at::Tensor* const* inputs, size_t n, at::Tensor*** outputs, char** err) {
+  DPT_GUARD(err, 0, { return forward(module, inputs, n, outputs); })
+}
+
+int dpt_jit_forward_inputs(dpt_module* module, char** err) {
+  DPT_GUARD(err, -1, { return forward_inputs(module); })
 }
 
 int dpt_jit_save(dpt_module* module, const char* path, char** err) {

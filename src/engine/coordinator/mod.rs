@@ -104,7 +104,12 @@ impl Coordinator {
                 save_dir: p.cfg.run_dir.clone(),
                 writer: None,
                 last_checkpoint: std::time::Instant::now(),
-                best: crate::engine::best::BestKeeper::new(b.metric, b.keep, b.early_stop),
+                // A run without classes has its loss to judge by, not an accuracy.
+                best: crate::engine::best::BestKeeper::new(
+                    if p.facts.classes > 0 { b.metric } else { crate::engine::best::BestMetric::ValLoss },
+                    b.keep,
+                    b.early_stop,
+                ),
             },
             exchange: reduce::Exchange { world: p.world, reduction: reduce::Reduction::plan(&p.cfg.devices) },
             flow: flow::Flow::default(),
@@ -204,8 +209,9 @@ impl Coordinator {
                 }
                 let (start, len) =
                     step_rows(step, self.cfg().settings.recipe.batch_size, self.facts.train_len);
-                let last = step + 1 == steps_per_epoch;
                 self.train_step(start, len)?;
+                let run_done = self.cfg().settings.recipe.steps.is_some_and(|n| self.steps.global_step >= n);
+                let last = step + 1 == steps_per_epoch || run_done;
                 if last || (step + 1) % self.cfg().settings.placement.log_every == 0 {
                     self.report(epoch + 1, step + 1, steps_per_epoch)?;
                 }
@@ -214,6 +220,10 @@ impl Coordinator {
                     None,
                     ((step + 1) / steps_per_epoch + epoch, (step + 1) % steps_per_epoch),
                 );
+                if run_done {
+                    // A run measured in steps: its last evaluation period may be shorter.
+                    break;
+                }
             }
             self.end_epoch(epoch)?;
             position = (epoch + 1, 0);
@@ -301,12 +311,14 @@ impl Coordinator {
             ema_test_acc: ema.map(|t| t.accuracy()),
             ema_test_loss: ema.map(|t| t.mean_loss()),
             top5_acc: evaluation.top5_acc(),
-            per_class_acc: Some(evaluation.per_class_acc()),
+            per_class_acc: (evaluation.classes > 0).then(|| evaluation.per_class_acc()),
             // Rows of columns: at most 100 classes, so a line of the record stays small.
-            confusion: (evaluation.classes <= crate::record::stats::CONFUSION_MAX_CLASSES)
+            confusion: (evaluation.classes > 0
+                && evaluation.classes <= crate::record::stats::CONFUSION_MAX_CLASSES)
                 .then(|| evaluation.matrix()),
         };
-        self.report.done.last_test_acc = Some(stats.test_acc);
+        // A run without classes has no accuracy to report (its records carry the loss).
+        self.report.done.last_test_acc = (self.facts.classes > 0).then_some(stats.test_acc);
         self.report.done.epochs += 1;
         self.report.done.tally.add(train);
         self.emit(Record::Epoch(Box::new(stats)));

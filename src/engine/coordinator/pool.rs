@@ -48,6 +48,7 @@ impl WorkerPool {
                 model: cfg.model(),
                 script: cfg.kit.script.clone(),
                 loss: cfg.settings.loss(),
+                task: cfg.task(),
                 recipe: cfg.settings.recipe.clone(),
                 eval_batch: cfg.settings.placement.eval_batch_size.map(std::num::NonZeroUsize::get),
                 normalization: cfg.normalization.clone(),

@@ -10,6 +10,7 @@ impl Coordinator {
         let cfg = self.cfg();
         RunInfo {
             model: cfg.model(),
+            task: cfg.task(),
             devices: cfg.devices.clone(),
             param_count: self.update.replicas.param_count(),
             steps_per_epoch,

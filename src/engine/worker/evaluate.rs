@@ -32,13 +32,11 @@ impl Worker {
             if x.size()[0] == 0 {
                 continue;
             }
-            let out = self.net.forward(
-                &self.params.views,
-                &self.buffers.views,
-                &x,
-                &Forward { train: false, masks: &[], precision: self.precision },
-            )?;
-            let _ = loss.f_add_(&self.loss(&out, &y, 0.0))?;
+            let ctx = Forward { train: false, masks: &[], precision: self.precision };
+            let scored = self.score(&x, &y, &ctx, 0.0)?;
+            let _ = loss.f_add_(&scored.loss)?;
+            // Accuracy, top-5 and the confusion counts are for class labels.
+            let Some(out) = scored.outputs else { continue };
             let predicted = out.argmax(-1, false);
             let _ = correct.f_add_(&predicted.eq_tensor(&y).sum(Kind::Int64))?;
             let classes = out.size().last().copied().unwrap_or(1);

@@ -18,7 +18,7 @@ use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::grad_sink::GradSink;
-use super::loss::summed_loss;
+use super::loss::{Objective, Scored};
 use super::tally::Tally;
 use crate::data::Dataset;
 use crate::dist::c10d::OwnRng;
@@ -26,7 +26,7 @@ use crate::input::batches::{Batch, Batches};
 use crate::input::loader::Decoding;
 use crate::input::shard::{mix_seed, shards};
 use crate::model::script::{ScriptModel, ScriptNet};
-use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision};
+use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision, Task};
 
 pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError};
 
@@ -37,6 +37,8 @@ pub struct WorkerSetup {
     pub model: ModelKind,
     pub script: Option<Arc<ScriptModel>>,
     pub loss: LossKind,
+    /// What the model is trained to do (a TorchScript model's, found by its check).
+    pub task: Task,
     /// The recipe: label smoothing, micro-batches per step, augmentation and its seed.
     pub recipe: crate::settings::Recipe,
     /// Samples per evaluation batch of resident data, when set (streamed data: the loader's).
@@ -62,7 +64,7 @@ struct Worker {
     replica: usize,
     device: Device,
     net: Box<dyn Network>,
-    loss: LossKind,
+    objective: Objective,
     label_smoothing: f64,
     accumulate: usize,
     params: FlatTensors,
@@ -185,7 +187,7 @@ impl Worker {
             replica: setup.replica,
             device: setup.device,
             net,
-            loss: setup.loss,
+            objective: Objective { task: setup.task, kind: setup.loss },
             label_smoothing: setup.recipe.label_smoothing,
             accumulate: setup.recipe.accumulate.max(1),
             batches,
@@ -221,8 +223,10 @@ impl Worker {
         }
     }
 
-    fn loss(&self, out: &Tensor, y: &Tensor, smoothing: f64) -> Tensor {
-        summed_loss(self.loss, out, y, smoothing)
+    /// The summed loss of the batch `(x, y)` (and the outputs, for class labels).
+    fn score(&self, x: &Tensor, y: &Tensor, ctx: &Forward, smoothing: f64) -> Result<Scored, WorkerError> {
+        let tensors = (self.params.views.as_slice(), self.buffers.views.as_slice());
+        Ok(self.objective.score(self.net.as_ref(), tensors, (x, y), ctx, smoothing)?)
     }
 
     fn dropout_masks(&self, n: i64, seed: i64) -> Result<Vec<Tensor>, WorkerError> {
@@ -298,15 +302,10 @@ impl Worker {
                     }
                     false => None,
                 };
-                let out = self.net.forward(
-                    &self.params.views,
-                    &self.buffers.views,
-                    &x,
-                    &Forward { train: true, masks: &micro_masks, precision: self.precision },
-                );
+                let ctx = Forward { train: true, masks: &micro_masks, precision: self.precision };
+                let scored = self.score(&x, &y, &ctx, self.label_smoothing);
                 drop(rng);
-                let out = out?;
-                let mut loss = self.loss(&out, &y, self.label_smoothing);
+                let Scored { mut loss, outputs } = scored?;
                 if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
                     loss = loss.g_mul_scalar(f64::NAN);
                 }
@@ -325,7 +324,9 @@ impl Worker {
                     }
                 }
                 let _ = self.loss_sum.f_add_(&loss.detach())?;
-                let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))?;
+                if let Some(out) = outputs {
+                    let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))?;
+                }
             }
             self.samples += len as f64;
         }

@@ -17,6 +17,9 @@ use crate::DeviceId;
 #[derive(Serialize, Deserialize)]
 pub(super) struct RunInfoWire {
     model: ModelKind,
+    /// Absent in the records of versions before language models: they classified.
+    #[serde(default)]
+    task: crate::model::Task,
     devices: Vec<DeviceId>,
     param_count: i64,
     steps_per_epoch: usize,
@@ -139,6 +142,7 @@ impl From<RunInfo> for RunInfoWire {
         RunInfoWire {
             earlier: Earlier::from(&i.settings),
             model: i.model,
+            task: i.task,
             devices: i.devices,
             param_count: i.param_count,
             steps_per_epoch: i.steps_per_epoch,
@@ -171,6 +175,7 @@ impl From<RunInfoWire> for RunInfo {
         };
         RunInfo {
             model: w.model,
+            task: w.task,
             devices: w.devices,
             param_count: w.param_count,
             steps_per_epoch: w.steps_per_epoch,

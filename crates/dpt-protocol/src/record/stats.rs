@@ -13,6 +13,8 @@ use crate::DeviceId;
 #[serde(from = "super::run_info_wire::RunInfoWire", into = "super::run_info_wire::RunInfoWire")]
 pub struct RunInfo {
     pub model: ModelKind,
+    /// What the model is trained to do: runs without classes report no accuracy.
+    pub task: crate::model::Task,
     /// One entry per replica, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
     pub devices: Vec<DeviceId>,
     pub param_count: i64,
@@ -73,6 +75,7 @@ impl Default for RunInfo {
     fn default() -> Self {
         RunInfo {
             model: ModelKind::Lenet,
+            task: crate::model::Task::Classify,
             devices: Vec::new(),
             param_count: 0,
             steps_per_epoch: 0,

@@ -54,6 +54,13 @@ pub fn device_list<T: std::fmt::Display>(items: &[T]) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Narrator {
     epochs: usize,
+    /// The run's length in steps and the steps between evaluations, for a run measured in
+    /// steps (token data).
+    steps: Option<(usize, usize)>,
+    /// Tokens per sample (token data's block), for tokens/s.
+    block: Option<usize>,
+    /// Whether the run counts correct predictions (else it reports the loss alone).
+    classes: bool,
     /// Whether each epoch evaluates a validation split (else the test set).
     val: bool,
 }
@@ -65,6 +72,10 @@ impl Narrator {
         match record {
             Record::Start(i) => {
                 self.epochs = i.epochs();
+                let r = &i.settings.recipe;
+                self.steps = r.steps.map(|n| (n, r.eval_periods(n).0));
+                self.block = i.settings.data.block_size;
+                self.classes = i.task.has_classes();
                 self.val = i.val_samples.is_some() || i.test_split.as_deref() == Some("val");
                 info(start_line(i))
             }
@@ -72,15 +83,16 @@ impl Narrator {
                 level: Level::Info,
                 progress: true,
                 text: format!(
-                    "epoch {}/{} step {:>4}/{}  loss {:.4}  acc {:.3}  lr {}  {:.1} samples/s  {}",
-                    s.epoch,
-                    self.epochs,
-                    s.step,
-                    s.steps_per_epoch,
+                    "{}  loss {:.4}{}  lr {}  {:.1} samples/s{}  {}",
+                    match self.steps {
+                        Some((n, _)) => format!("step {:>5}/{n}", s.global_step),
+                        None => format!("epoch {}/{} step {:>4}/{}", s.epoch, self.epochs, s.step, s.steps_per_epoch),
+                    },
                     s.loss,
-                    s.acc,
+                    if self.classes { format!("  acc {:.3}", s.acc) } else { String::new() },
                     s.lr,
                     s.samples_per_sec,
+                    self.block.map_or(String::new(), |t| format!("  {:.0} tokens/s", s.samples_per_sec * t as f64)),
                     if s.timed_steps == Some(0) {
                         "step not timed (warm-up)".to_owned()
                     } else {
@@ -98,6 +110,16 @@ impl Narrator {
                     + &s.loader.map_or(String::new(), |l| format!("  loader {}", loader(&l)))
                     + &s.overlapped.map_or(String::new(), |o| format!("  overlap {:.0}%", o * 100.0)),
             }),
+            Record::Epoch(e) if !self.classes => info(format!(
+                "{} done: train loss {:.4}, {set} loss {:.4}, {set} perplexity {:.2}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
+                match self.steps {
+                    Some((n, every)) => format!("step {}/{n}", (e.epoch * every).min(n)),
+                    None => format!("epoch {}/{}", e.epoch, self.epochs),
+                },
+                e.train_loss, e.test_loss, e.test_loss.exp(),
+                e.epoch_seconds, e.eval_seconds, e.samples_per_sec,
+                set = if self.val { "val" } else { "test" }
+            )),
             Record::Epoch(e) => info(format!(
                 "epoch {}/{} done: train loss {:.4}, train acc {:.3}, {set} loss {:.4}, {set} acc {:.3}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
                 e.epoch, self.epochs, e.train_loss, e.train_acc, e.test_loss, e.test_acc,
@@ -107,6 +129,13 @@ impl Narrator {
                 set = if self.val { "val" } else { "test" }
             )),
             Record::Event(c) => Some(change_line(c)),
+            Record::Summary(s) if !self.classes => info(format!(
+                "{} steps on {}\nspeed: {:.1} samples/sec{}",
+                s.global_steps,
+                device_list(&s.devices),
+                s.samples_per_sec,
+                s.peak_rss_mib.map_or(String::new(), |m| format!("\npeak host memory: {m:.0} MiB"))
+            )),
             Record::Summary(s) => {
                 let acc = s.test_acc.map_or("n/a".to_owned(), |a| format!("{a:.3}"));
                 let spe = s.sec_per_epoch.map_or("n/a".to_owned(), |t| format!("{t:.1}"));
@@ -213,26 +242,41 @@ fn start_line(info: &RunInfo) -> String {
             w.hosts.join(", ")
         )
     });
+    let r = &info.settings.recipe;
+    let length = match r.steps {
+        Some(n) => format!(
+            "{n} steps (an evaluation every {}), batch {} windows of {} tokens",
+            r.eval_periods(n).0,
+            r.batch_size,
+            info.settings.data.block_size.unwrap_or(0)
+        ),
+        None => format!("{} epochs x {} steps, batch {}", info.epochs(), info.steps_per_epoch, r.batch_size),
+    };
+    let samples = match r.steps {
+        Some(_) => format!("{} val windows", info.test_samples),
+        None => format!(
+            "{} train / {}{} test samples",
+            info.train_samples,
+            info.val_samples.map_or(String::new(), |v| format!("{v} val / ")),
+            info.test_samples
+        ),
+    };
     format!(
-        "{restart}{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {} epochs x {} steps, batch {}, {}, {}, {} train / {}{} test samples",
+        "{restart}{world}training {} ({} parameters) on {} ({} replica(s), {} CPU thread(s) each), {length}, {}, {}, {samples}",
         info.settings.model.name.file().map_or_else(|| info.model.name().to_owned(), |f| format!("{} (TorchScript)", f.display())),
         thousands(info.param_count),
         device_list(&info.devices),
         info.devices.len(),
         info.cpu_threads_per_replica,
-        info.epochs(),
-        info.steps_per_epoch,
-        info.settings.recipe.batch_size,
         info.lr_label(),
         info.optimizer_label(),
-        info.train_samples,
-        info.val_samples.map_or(String::new(), |v| format!("{v} val / ")),
-        info.test_samples
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
         + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }
         + &info.data.as_ref().map_or(String::new(), |d| format!("; data: {d}"))
         + &info.augment.as_ref().map_or(String::new(), |a| format!(", augmented: {a}"))
-        + &info.normalize.as_ref().map_or(String::new(), |n| format!(", normalized (x - {:?}) / {:?}", n.mean, n.std))
+        + &info.normalize.as_ref().filter(|_| r.steps.is_none()).map_or(String::new(), |n| {
+            format!(", normalized (x - {:?}) / {:?}", n.mean, n.std)
+        })
 }
 
 /// A window's loss scale, with the steps it skipped (`1024, 1 step skipped`).

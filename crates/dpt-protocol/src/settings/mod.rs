@@ -65,6 +65,12 @@ pub struct ModelSettings {
 #[serde(default)]
 pub struct Recipe {
     pub epochs: usize,
+    /// The run's length in optimizer steps: token data has no epochs.
+    pub steps: Option<usize>,
+    /// Token data: evaluate the validation windows every this many steps.
+    pub eval_every: Option<usize>,
+    /// Token data: batches of validation windows each evaluation reads (the same each time).
+    pub eval_batches: usize,
     /// The global batch of one optimizer step, split over the replicas.
     pub batch_size: usize,
     /// Seed of the initialization, the shuffles, the augmentation and the dropout streams.
@@ -92,6 +98,9 @@ impl Default for Recipe {
         let d = ModelKind::Lenet.defaults();
         Recipe {
             epochs: d.epochs,
+            steps: None,
+            eval_every: None,
+            eval_batches: DEFAULT_EVAL_BATCHES,
             batch_size: d.batch_size,
             seed: 0,
             lr_batch_ref: None,
@@ -106,7 +115,20 @@ impl Default for Recipe {
     }
 }
 
+/// Batches of validation windows a token-data evaluation reads unless `--eval-batches` says.
+pub const DEFAULT_EVAL_BATCHES: usize = 20;
+
+/// Evaluations a token-data run makes over its steps unless `--eval-every` says.
+pub const DEFAULT_EVALUATIONS: usize = 10;
+
 impl Recipe {
+    /// Token data: the steps between two evaluations (`--eval-every`, else a tenth of the run),
+    /// and the evaluations of the run (the last may come after fewer steps).
+    pub fn eval_periods(&self, steps: usize) -> (usize, usize) {
+        let every = self.eval_every.unwrap_or(steps.div_ceil(DEFAULT_EVALUATIONS)).clamp(1, steps.max(1));
+        (every, steps.div_ceil(every))
+    }
+
     /// The augmentation the recipe asks for: the preset, refined.
     pub fn augmentation(&self) -> Augment {
         let mut a = self.augment.unwrap_or(Preset::None).augment();

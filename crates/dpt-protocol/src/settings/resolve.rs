@@ -131,6 +131,13 @@ impl Layers<'_> {
             *path = std::path::absolute(&*path).unwrap_or_else(|_| path.clone());
         }
         fit_to_augmentation(&mut s)?;
+        if let Some(steps) = s.recipe.steps {
+            if at(&asked, "recipe", "epochs").is_some() && at(&asked, "recipe", "steps").is_some() {
+                return Err(SettingsError::StepsAndEpochs);
+            }
+            // A run measured in steps is cut into evaluation periods, the engine's epochs.
+            s.recipe.epochs = s.recipe.eval_periods(steps).1;
+        }
         Ok(s)
     }
 }

@@ -52,6 +52,10 @@ pub enum SettingsError {
     BadMaxBad(f64),
     #[error("--val-fraction must be a fraction between 0 and 1 such as 0.1, got {0}")]
     BadValFraction(f64),
+    #[error("--{0} must be at least 1")]
+    ZeroCount(&'static str),
+    #[error("--steps is the length of a token-data run, which has no epochs: drop --epochs")]
+    StepsAndEpochs,
     #[error(
         "--loss-scale-init and --loss-scale-interval set up loss scaling, which is off: add --loss-scale on"
     )]
@@ -112,6 +116,15 @@ impl Settings {
         }
         if self.checkpoints.keep == 0 {
             return Err(E::ZeroKeepCheckpoints);
+        }
+        let counts = [
+            ("steps", r.steps),
+            ("eval-every", r.eval_every),
+            ("eval-batches", Some(r.eval_batches)),
+            ("block-size", self.data.block_size),
+        ];
+        if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
+            return Err(E::ZeroCount(flag));
         }
         self.placement.validate()?;
         let secs = self.checkpoints.save_retry_secs;

@@ -27,7 +27,14 @@ extern "C" {
     fn dpt_free_array(a: *mut c_void);
     fn dpt_free_string(s: *mut c_char);
     fn dpt_jit_set_train(m: *mut RawModule, on: i32, err: *mut *mut c_char) -> i32;
-    fn dpt_jit_forward(m: *mut RawModule, x: *mut CTensor, err: *mut *mut c_char) -> *mut CTensor;
+    fn dpt_jit_forward(
+        m: *mut RawModule,
+        inputs: *const *mut CTensor,
+        n: usize,
+        outputs: *mut *mut *mut CTensor,
+        err: *mut *mut c_char,
+    ) -> usize;
+    fn dpt_jit_forward_inputs(m: *mut RawModule, err: *mut *mut c_char) -> i32;
     fn dpt_jit_save(m: *mut RawModule, path: *const c_char, err: *mut *mut c_char) -> i32;
     fn dpt_jit_uses_randomness(m: *mut RawModule, err: *mut *mut c_char) -> i32;
 }
@@ -99,14 +106,31 @@ impl ScriptModule {
         call(|err| unsafe { dpt_jit_set_train(self.0.as_ptr(), i32::from(on), err) }).map(drop)
     }
 
-    /// `forward(x)`, which must return one tensor.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor, C10dError> {
-        let mut input = x.shallow_clone();
-        // SAFETY: live handle and tensor; the shim returns a new owned tensor handle.
-        let out = call(|err| unsafe { dpt_jit_forward(self.0.as_ptr(), input.as_mut_ptr(), err) })?;
-        let out = non_null(out, "forward")?;
-        // SAFETY: a fresh heap tensor handle, ours.
-        Ok(unsafe { Tensor::from_ptr(out.as_ptr()) })
+    /// `forward(inputs...)`: the tensor it returns, or each tensor of the tuple or list it
+    /// returns, in order.
+    pub fn forward(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, C10dError> {
+        let mut own: Vec<Tensor> = inputs.iter().map(|t| t.shallow_clone()).collect();
+        let raw: Vec<*mut CTensor> = own.iter_mut().map(|t| t.as_mut_ptr()).collect();
+        let mut outputs: *mut *mut CTensor = std::ptr::null_mut();
+        // SAFETY: live handle; `raw` holds `own.len()` live tensor handles for the call; on
+        // success the shim fills a malloc'ed array of `n` new tensor handles we now own.
+        let n = call(|err| unsafe {
+            dpt_jit_forward(self.0.as_ptr(), raw.as_ptr(), raw.len(), &mut outputs, err)
+        })?;
+        let out = (0..n)
+            // SAFETY: entries 0..n are fresh heap tensor handles, each taken over once.
+            .map(|i| unsafe { Tensor::from_ptr(*outputs.add(i)) })
+            .collect();
+        // SAFETY: the array itself was malloc'ed by the shim.
+        unsafe { dpt_free_array(outputs.cast()) };
+        Ok(out)
+    }
+
+    /// How many inputs `forward` takes (its schema's arguments besides `self`).
+    pub fn forward_inputs(&self) -> Result<usize, C10dError> {
+        // SAFETY: live handle.
+        let n = call(|err| unsafe { dpt_jit_forward_inputs(self.0.as_ptr(), err) })?;
+        usize::try_from(n).map_err(|_| C10dError("forward's schema could not be read".into()))
     }
 
     /// Writes the module (code and current weights) to `path`, loadable with `torch.jit.load`.

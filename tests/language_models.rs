@@ -1,0 +1,250 @@
+//! Language models on token data: a small GPT written in the tests (`tests/scripts/gpt.py`,
+//! nanoGPT's architecture with the head tied to the embedding) trained on token files in
+//! nanoGPT's layout. Against PyTorch's own loop (AdamW, warm-up and cosine, clipping) on a
+//! corpus of one window; scripted and traced exports and a logits-only model; two replicas equal
+//! to one; a stopped run resumed exactly; the command line end to end; bad input refused.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use dpt_tui::data::tokens::{TokenDtype, TokenLayout};
+use dpt_tui::data::{DataFormat, Dataset, LoadOptions, Pixels};
+use dpt_tui::engine::optim::schedule::{Schedule, Shape};
+use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
+use dpt_tui::engine::{DeviceId, Engine, Outcome, Resume, TrainConfig};
+use dpt_tui::model::script::{SampleInputs, ScriptModel};
+use dpt_tui::model::{ModelKind, Task};
+use dpt_tui::persist::checkpoint::{Checkpoint, CHECKPOINT_FILE};
+
+use common::tokens::{make_gpt, token_dir, write_tokens, BLOCK, VOCAB};
+
+fn load(dir: &Path, batch: usize, every: usize, seed: u64) -> Arc<Dataset> {
+    let layout = TokenLayout {
+        dtype: TokenDtype::U16,
+        block: BLOCK,
+        train_windows: every * batch,
+        val_windows: 2 * batch,
+        seed,
+    };
+    let options =
+        LoadOptions { format: Some(DataFormat::Tokens), tokens: Some(layout), ..LoadOptions::default() };
+    Arc::new(Dataset::load_with(dir, options).expect("token data loads"))
+}
+
+/// The model read and checked against two windows of the data.
+fn model(path: &Path, data: &Dataset) -> Arc<ScriptModel> {
+    let mut m = ScriptModel::read(path).expect("the GPT reads");
+    let Pixels::Tokens(w) = &data.train.images else { panic!("token data") };
+    let (x, y) = w.read(0..2).unwrap();
+    let max_target = x.iter().chain(&y).copied().max().unwrap();
+    let shape = [2, BLOCK as i64];
+    let sample = SampleInputs {
+        x: tch::Tensor::from_slice(&x).view(shape),
+        y: tch::Tensor::from_slice(&y).view(shape),
+        max_target,
+    };
+    m.check(&sample).expect("the GPT takes the windows");
+    Arc::new(m)
+}
+
+/// AdamW as nanoGPT's recipe: warm-up 2 steps, cosine to 1e-3, clipping at 1.
+fn config(
+    model: &Arc<ScriptModel>,
+    replicas: usize,
+    batch: usize,
+    steps: usize,
+    every: usize,
+) -> TrainConfig {
+    let mut cfg = TrainConfig::for_script(Arc::clone(model), vec![DeviceId::Cpu; replicas]);
+    let r = &mut cfg.settings.recipe;
+    (r.batch_size, r.steps, r.eval_every, r.clip_grad_norm) = (batch, Some(steps), Some(every), Some(1.0));
+    r.epochs = r.eval_periods(steps).1;
+    let mut optim = OptimConfig::sgd(1e-2, 0.0, 0.1);
+    (optim.kind, optim.betas, optim.eps) = (OptimizerKind::AdamW, (0.9, 0.95), 1e-8);
+    cfg.settings.optimizer = optim;
+    cfg.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-3, gamma: 0.1 };
+    cfg.normalization = dpt_tui::model::Normalization::uniform(0.0, 1.0);
+    cfg
+}
+
+fn train(cfg: TrainConfig, data: Arc<Dataset>) -> Outcome {
+    let engine = Engine::start(cfg, data).expect("engine starts");
+    for _ in engine.events().iter() {}
+    engine.join().expect("training succeeds")
+}
+
+/// PyTorch's own loop on the same file, its final parameters by name.
+fn reference(model: &Path, data: &Path, batch: usize, steps: usize) -> HashMap<String, Vec<f64>> {
+    let spec = serde_json::json!({
+        "lr": 1e-2, "min_lr": 1e-3, "warmup": 2, "weight_decay": 0.1,
+        "betas": [0.9, 0.95], "eps": 1e-8, "clip": 1.0,
+    });
+    let out = Command::new(common::python())
+        .arg(common::script("gpt.py"))
+        .args(["reference", model.to_str().unwrap(), data.to_str().unwrap()])
+        .args([BLOCK.to_string(), batch.to_string(), steps.to_string(), spec.to_string()])
+        .output()
+        .expect("the virtualenv's python runs");
+    assert!(out.status.success(), "gpt.py reference: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON parameters")
+}
+
+/// The largest difference from PyTorch's parameters, relative to the largest move PyTorch made.
+fn relative_error(ours: &Outcome, theirs: &HashMap<String, Vec<f64>>, start: &ScriptModel) -> f64 {
+    let (mut offset, mut worst, mut moved) = (0, 0.0f64, 0.0f64);
+    for spec in &start.params {
+        let n = spec.numel() as usize;
+        let initial = &start.initial_params[offset..offset + n];
+        offset += n;
+        let (_, t) = ours.final_params.iter().find(|(name, _)| *name == spec.name).expect("trained tensor");
+        let ours: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();
+        for ((a, b), i) in ours.iter().zip(&theirs[&spec.name]).zip(initial) {
+            worst = worst.max((f64::from(*a) - b).abs());
+            moved = moved.max((b - f64::from(*i)).abs());
+        }
+    }
+    assert!(moved > 1e-3, "PyTorch's steps moved the weights");
+    worst / moved
+}
+
+#[test]
+fn a_scripted_and_a_traced_gpt_end_with_pytorchs_own_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    // A corpus of one window: every window drawn is the file itself.
+    let data_dir = dir.path().join("one");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let tokens: Vec<u16> = (0..=BLOCK as u16).map(|i| (i * 7 + 3) % VOCAB as u16).collect();
+    write_tokens(&data_dir.join("train.bin"), &tokens);
+    write_tokens(&data_dir.join("val.bin"), &tokens);
+    let (batch, steps) = (4, 8);
+    let data = load(&data_dir, batch, 4, 0);
+    for kind in ["script", "trace"] {
+        let path = make_gpt(kind, dir.path());
+        let m = model(&path, &data);
+        assert_eq!(m.task, Task::ModelLoss, "{kind}: forward(idx, targets) returns its loss");
+        assert_eq!(m.inputs, 2);
+        // The head is the embedding: one tensor, under the name Python gives it.
+        assert!(m.params.iter().any(|p| p.name == "wte.weight"));
+        assert!(!m.params.iter().any(|p| p.name == "lm_head.weight"), "{kind}: the tied head is stored once");
+        let theirs = reference(&path, &data_dir, batch, steps);
+        assert_eq!(theirs.len(), m.params.len(), "PyTorch lists the same tensors");
+        for replicas in [1, 2] {
+            let ours = train(config(&m, replicas, batch, steps, 4), Arc::clone(&data));
+            assert_eq!(ours.summary.global_steps, steps);
+            let e = relative_error(&ours, &theirs, &m);
+            assert!(e < 1e-4, "{kind}, {replicas} replicas: {e} from PyTorch's loop");
+        }
+    }
+}
+
+#[test]
+fn a_logits_only_gpt_gets_the_token_loss_and_equals_the_model_computed_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = token_dir(dir.path(), 2000);
+    let data = load(&data_dir, 8, 3, 5);
+    let own = model(&make_gpt("script", dir.path()), &data);
+    let logits = model(&make_gpt("logits", dir.path()), &data);
+    assert_eq!(logits.task, Task::Tokens);
+    assert_eq!(logits.classes, VOCAB as i64);
+    let a = train(config(&own, 2, 8, 6, 3), Arc::clone(&data));
+    let b = train(config(&logits, 2, 8, 6, 3), Arc::clone(&data));
+    // The same weights under other names (the logits-only wrapper nests the GPT as `gpt.`).
+    let by_name: HashMap<String, Vec<f32>> = b
+        .final_params
+        .iter()
+        .map(|(n, t)| (n.trim_start_matches("gpt.").to_owned(), Vec::try_from(&t.reshape([-1])).unwrap()))
+        .collect();
+    let mut worst = 0.0f32;
+    for (name, t) in &a.final_params {
+        let mine: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();
+        for (x, y) in mine.iter().zip(&by_name[name]) {
+            worst = worst.max((x - y).abs());
+        }
+    }
+    assert!(worst < 1e-5, "token cross-entropy by dpt-tui and by the model differ by {worst}");
+}
+
+#[test]
+fn two_replicas_equal_one_and_a_stopped_run_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = token_dir(dir.path(), 5000);
+    let data = load(&data_dir, 8, 4, 9);
+    let m = model(&make_gpt("script", dir.path()), &data);
+    let one = train(config(&m, 1, 8, 10, 4), Arc::clone(&data));
+    let two = train(config(&m, 2, 8, 10, 4), Arc::clone(&data));
+    let d = common::max_relative_difference(&one, &two);
+    assert!(d < 1e-4, "two replicas differ from one by {d}");
+    // Stopped after 6 of 10 steps (inside the second evaluation period), then resumed.
+    let run = tempfile::tempdir().unwrap();
+    let with_dir = || {
+        let mut cfg = config(&m, 2, 8, 10, 4);
+        cfg.run_dir = Some(run.path().to_owned());
+        cfg
+    };
+    let mut first = with_dir();
+    first.settings.placement.max_steps = Some(6);
+    train(first, Arc::clone(&data));
+    let ckpt = Checkpoint::read(run.path()).unwrap();
+    assert_eq!(ckpt.state.global_step, 6);
+    let mut resumed = with_dir();
+    let path = run.path().join(CHECKPOINT_FILE);
+    resumed.kit.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&m), &path).unwrap()));
+    let resumed = train(resumed, Arc::clone(&data));
+    assert_eq!(resumed.summary.global_steps, 10);
+    assert_eq!(
+        common::max_relative_difference(&two, &resumed),
+        0.0,
+        "the windows after the stop are the same"
+    );
+}
+
+fn dpt(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("--headless").args(args).output().unwrap()
+}
+
+#[test]
+fn the_command_line_trains_a_gpt_whose_val_loss_falls_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = token_dir(dir.path(), 20_000);
+    let gpt = make_gpt("script", dir.path());
+    let run = dir.path().join("run");
+    let (data, gpt_s, run_s) = (data_dir.to_str().unwrap(), gpt.to_str().unwrap(), run.to_str().unwrap());
+    let common_args = ["--model", gpt_s, "--data", data, "--batch-size", "16", "--optimizer", "adamw"];
+    let train_args = ["--block-size", "16", "--steps", "150", "--eval-every", "50", "--lr", "1e-2"];
+    let out = dpt(&[&common_args[..], &train_args, &["--run-dir", run_s, "--devices", "cpu:2"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
+    let evals: Vec<f64> =
+        records.iter().filter(|r| r["kind"] == "epoch").map(|r| r["test_loss"].as_f64().unwrap()).collect();
+    assert_eq!(evals.len(), 3, "an evaluation every 50 of 150 steps: {evals:?}");
+    let start = (VOCAB as f64).ln();
+    // Half the tokens follow from the one before: a model that learns it halves its loss
+    // (ln 32 / 2 ≈ 0.42 · ln 64 at best).
+    assert!(evals[2] < 0.6 * start, "val loss {evals:?} against ln {VOCAB} = {start}");
+    let summary = records.last().unwrap();
+    assert_eq!(summary["global_steps"], 150);
+    assert!(summary["test_acc"].is_null(), "no accuracy for a run without classes: {summary}");
+    assert!(stdout.contains("val perplexity"), "{stdout}");
+    assert!(!stdout.contains(" acc "), "no accuracy in the lines: {stdout}");
+    // Bad input: one line, exit 2, nothing written.
+    let refused = |extra: &[&str], says: &str| {
+        let bad = dir.path().join("bad-run");
+        let out = dpt(&[&common_args[..], extra, &["--run-dir", bad.to_str().unwrap()][..]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert!(!bad.join("checkpoint.safetensors").exists());
+    };
+    refused(&["--block-size", "16"], "--steps N");
+    refused(&["--steps", "10"], "--block-size T");
+    refused(
+        &["--steps", "10", "--block-size", "40"],
+        "forward failed on two token windows of --block-size 40",
+    );
+    refused(&["--steps", "10", "--block-size", "16", "--epochs", "3"], "drop --epochs");
+}

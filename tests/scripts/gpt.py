@@ -1,0 +1,147 @@
+"""A small GPT for dpt-tui's language-model tests, and PyTorch's own training loop for it.
+
+`python gpt.py make OUT.pt VOCAB BLOCK script|trace|logits`
+    Writes the model: nanoGPT's architecture (token and position embeddings, pre-LayerNorm
+    blocks of causal self-attention through scaled_dot_product_attention and a GELU MLP, a final
+    LayerNorm, the output head tied to the token embedding), 2 layers, 2 heads, 32 wide, no
+    dropout, seeded. `script`: torch.jit.script of forward(idx, targets) -> (logits, loss);
+    `trace`: torch.jit.trace of the same on an example batch (how nanoGPT's own model.py, which
+    does not script, is exported); `logits`: forward(idx) -> logits only, scripted (dpt-tui
+    computes the token loss).
+
+`python gpt.py reference MODEL.pt DATA_DIR BLOCK BATCH STEPS SPEC_JSON`
+    Trains MODEL.pt on DATA_DIR/train.bin (uint16 tokens) as nanoGPT's train.py does, on a file
+    of exactly BLOCK + 1 tokens (every window is the one window, so the order of windows cannot
+    matter): AdamW (decay on 2-D tensors only, as nanoGPT's configure_optimizers), a linear
+    warm-up then cosine to min_lr (as LinearLR then CosineAnnealingLR), clip_grad_norm_. SPEC_JSON: {"lr", "min_lr", "warmup",
+    "weight_decay", "betas", "eps", "clip"}. Prints the final parameters as JSON.
+"""
+import json
+import math
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        # Without bias, as nanoGPT's bias=False: the keys' bias has no gradient in exact
+        # arithmetic (softmax ignores what it adds to every key's score), so Adam would turn its
+        # rounding noise into full-size steps and no two programs could agree on it.
+        self.c_attn = nn.Linear(width, 3 * width, bias=False)
+        self.c_proj = nn.Linear(width, width)
+        self.ln_2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.proj = nn.Linear(4 * width, width)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.proj(F.gelu(self.fc(self.ln_2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab: int, block: int, width: int = 32, layers: int = 2, heads: int = 2):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(block, width)
+        self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.wte.weight = self.lm_head.weight
+
+    def logits(self, idx):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+
+class LogitsOnly(nn.Module):
+    def __init__(self, gpt: Gpt):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, idx):
+        return self.gpt.logits(idx)
+
+
+def make(out, vocab, block, kind):
+    torch.manual_seed(0)
+    gpt = Gpt(vocab, block).eval()
+    if kind == "script":
+        module = torch.jit.script(gpt)
+    elif kind == "trace":
+        idx = torch.randint(0, vocab, (2, block))
+        module = torch.jit.trace(gpt, (idx, idx))
+    elif kind == "logits":
+        module = torch.jit.script(LogitsOnly(gpt))
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+    module.save(out)
+
+
+def lr_at(step, steps, spec):
+    """Linear warm-up over `warmup` steps (LinearLR(start_factor=1/W, total_iters=W-1)), then
+    cosine to min_lr over the rest (CosineAnnealingLR(T_max=T-W, eta_min=min_lr))."""
+    w = spec["warmup"]
+    if step < w:
+        return spec["lr"] * (step + 1) / w
+    ratio = min(1.0, (step - w) / max(1, steps - w))
+    return spec["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (spec["lr"] - spec["min_lr"])
+
+
+def reference(model, data, block, batch, steps, spec):
+    torch.set_num_threads(1)
+    net = torch.jit.load(model)
+    net.train()
+    tokens = torch.from_numpy(np.fromfile(f"{data}/train.bin", dtype=np.uint16).astype(np.int64))
+    assert len(tokens) == block + 1, "a corpus of one window"
+    x = tokens[:block].repeat(batch, 1)
+    y = tokens[1:].repeat(batch, 1)
+    named = [(k, p) for k, p in net.named_parameters() if p.requires_grad]
+    decay = [p for _, p in named if p.dim() >= 2]
+    rest = [p for _, p in named if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": spec["weight_decay"]}, {"params": rest, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=spec["lr"], betas=tuple(spec["betas"]), eps=spec["eps"])
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, spec)
+        opt.zero_grad(set_to_none=True)
+        _, loss = net(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in named], spec["clip"])
+        opt.step()
+    print(json.dumps({k: p.detach().flatten().tolist() for k, p in net.named_parameters()}))
+
+
+def main():
+    if sys.argv[1] == "make":
+        make(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif sys.argv[1] == "reference":
+        block, batch, steps = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+        reference(sys.argv[2], sys.argv[3], block, batch, steps, json.loads(sys.argv[7]))
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
