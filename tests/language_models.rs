@@ -248,3 +248,62 @@ fn the_command_line_trains_a_gpt_whose_val_loss_falls_and_refuses_bad_input() {
     );
     refused(&["--steps", "10", "--block-size", "16", "--epochs", "3"], "drop --epochs");
 }
+
+#[test]
+fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::create_dir_all(&text).unwrap();
+    let verse = "the cat sat on the mat. the dog lay on the log. ";
+    std::fs::write(text.join("a.txt"), verse.repeat(300)).unwrap();
+    let gpt = dir.path().join("gpt256.pt");
+    let made = Command::new(common::python())
+        .arg(common::script("gpt.py"))
+        .args(["make", gpt.to_str().unwrap(), "256", &BLOCK.to_string(), "script"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let cache = dir.path().join("cache");
+    let run = |model: &Path, name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+            .args(["--headless", "--model", model.to_str().unwrap(), "--data", text.to_str().unwrap()])
+            .args(["--block-size", "16", "--steps", "150", "--eval-every", "75", "--batch-size", "16"])
+            .args(["--optimizer", "adamw", "--lr", "1e-2", "--devices", "cpu:2"])
+            .arg("--run-dir")
+            .arg(dir.path().join(name))
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .unwrap()
+    };
+    let out = run(&gpt, "run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let records = common::wait_for_summary(&dir.path().join("run"), std::time::Duration::from_secs(5));
+    let evals: Vec<f64> =
+        records.iter().filter(|r| r["kind"] == "epoch").map(|r| r["test_loss"].as_f64().unwrap()).collect();
+    assert!(evals[1] < 0.5 * 256f64.ln(), "val loss {evals:?} against ln 256");
+    let start = records[0]["data"].as_str().unwrap().to_owned();
+    assert!(start.contains("bytes of the .txt files"), "{start}");
+    // Tokenized once: the cache holds the bytes as nanoGPT's uint16 files, 90 % for training.
+    let bins: Vec<_> = walk(&cache).into_iter().filter(|p| p.ends_with("train.bin")).collect();
+    assert_eq!(bins.len(), 1, "{bins:?}");
+    assert_eq!(std::fs::metadata(&bins[0]).unwrap().len(), (verse.len() * 300 * 9 / 10 * 2) as u64);
+    // A model whose vocabulary does not cover bytes is refused before anything is written.
+    let small = make_gpt("script", dir.path());
+    let out = run(&small, "small");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a token id beyond its vocabulary"), "{stderr}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -48,7 +48,8 @@ pub struct DataArgs {
     #[arg(id = "data.path", value_name = "PATH", long = "data", env = "DPT_DATA")]
     pub path: Option<PathBuf>,
     /// The format of --data when it cannot be told from the files: idx, cifar10, images, npz,
-    /// safetensors, webdataset, tokens (train.bin and val.bin, nanoGPT's layout).
+    /// safetensors, webdataset, tokens (train.bin and val.bin, nanoGPT's layout), text (a
+    /// folder of .txt files, tokenized as bytes once and cached).
     #[arg(id = "data.format", value_name = "FORMAT", long = "data-format", value_parser = parse::<DataFormat>)]
     pub format: Option<DataFormat>,
     /// Resize every image of an image folder to H,W pixels (otherwise they must all have one

@@ -26,7 +26,7 @@ pub enum DataError {
     ImageSize { path: PathBuf, rows: usize, cols: usize },
     #[error("{path}: label {label} at index {index} is outside 0..{max}; the file is corrupt, download or reinstall it")]
     LabelOutOfRange { path: PathBuf, index: usize, label: i64, max: i64 },
-    #[error("cannot tell what {path} holds; --data takes a folder of IDX files (train-images-idx3-ubyte[.gz] ...), of CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin), an image folder (train/<class>/*.png|jpg and test/<class>/*), a .npz or .safetensors file, or a folder of x_train.npy, y_train.npy, x_test.npy, y_test.npy; --data-format names the format")]
+    #[error("cannot tell what {path} holds; --data takes a folder of IDX files (train-images-idx3-ubyte[.gz] ...), of CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin), an image folder (train/<class>/*.png|jpg and test/<class>/*), a .npz or .safetensors file, a folder of x_train.npy, y_train.npy, x_test.npy, y_test.npy, token files (train.bin, val.bin) or .txt files; --data-format names the format")]
     Unknown { path: PathBuf },
     #[error("cannot read {path}: {why}")]
     Read { path: PathBuf, why: String },
@@ -65,6 +65,10 @@ pub enum DataError {
     TokenLength { path: PathBuf, bytes: u64, dtype: &'static str },
     #[error("token data in {dir} needs --block-size T: the tokens the model sees at once (at most its context length)")]
     NoBlockSize { dir: PathBuf },
+    #[error(
+        "the .txt files in {dir} hold {bytes} bytes, too few to split into training and validation text"
+    )]
+    TextTooShort { dir: PathBuf, bytes: u64 },
     #[error("no {file} in {dir}; token data is a folder with train.bin and val.bin (nanoGPT's prepare.py writes them)")]
     TokensMissing { dir: PathBuf, file: String },
     #[error("{path} holds {tokens} tokens, too few for one window of --block-size {block} and its next token; use a smaller --block-size")]

@@ -71,6 +71,8 @@ pub fn detect(path: &Path) -> Result<DataFormat, DataError> {
         Ok(DataFormat::Cifar10)
     } else if super::tokens::detect(path) {
         Ok(DataFormat::Tokens)
+    } else if super::text::detect(path) {
+        Ok(DataFormat::Text)
     } else if has(path, &["x_train.npy"]) {
         Ok(DataFormat::Npy)
     } else if super::webdataset::detect(path) {
@@ -94,6 +96,20 @@ pub fn load(format: DataFormat, path: &Path, options: LoadOptions) -> Result<Dat
         DataFormat::WebDataset => super::webdataset::load(path, options),
         DataFormat::Npy | DataFormat::Safetensors => super::arrays::load(path, format, options),
         DataFormat::Tokens => super::tokens::load(path, options.tokens),
+        DataFormat::Text => {
+            let layout = options.tokens.ok_or(DataError::NoBlockSize { dir: path.to_owned() })?;
+            let cache = super::text::tokenized(path)?;
+            // Bytes are the tokens: the cache holds them as uint16, whatever --token-dtype says.
+            let layout = super::tokens::TokenLayout { dtype: super::tokens::TokenDtype::U16, ..layout };
+            let mut data = super::tokens::load(&cache, Some(layout))?;
+            data.source = format!(
+                "bytes of the .txt files in {} (90/10 split, tokens cached in {}), windows of {}",
+                path.display(),
+                cache.display(),
+                layout.block
+            );
+            Ok(data)
+        }
     }
 }
 

@@ -29,16 +29,21 @@ const HEADER: &str = "dpt-tui index 1";
 /// The fewest images whose listing is cached.
 pub const CACHED_FROM: usize = 20_000;
 
-/// Where the cache files live.
-fn cache_dir() -> Option<PathBuf> {
+/// dpt-tui's cache folder: `$XDG_CACHE_HOME/dpt-tui`, else `~/.cache/dpt-tui`.
+pub(super) fn cache_base() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("dpt-tui").join("index"))
+    Some(base.join("dpt-tui"))
+}
+
+/// Where the cache files live.
+fn cache_dir() -> Option<PathBuf> {
+    Some(cache_base()?.join("index"))
 }
 
 /// FNV-1a: a hash that stays the same from one build to the next (names the cache files).
-fn fnv(text: &str) -> u64 {
+pub(super) fn fnv(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 

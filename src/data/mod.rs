@@ -10,6 +10,7 @@ pub mod idx;
 mod idx_set;
 mod index_cache;
 pub mod stream;
+pub mod text;
 pub mod tokens;
 mod webdataset;
 

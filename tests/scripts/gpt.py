@@ -1,10 +1,10 @@
 """A small GPT for dpt-tui's language-model tests, and PyTorch's own training loop for it.
 
-`python gpt.py make OUT.pt VOCAB BLOCK script|trace|logits`
+`python gpt.py make OUT.pt VOCAB BLOCK script|trace|logits [WIDTH LAYERS HEADS]`
     Writes the model: nanoGPT's architecture (token and position embeddings, pre-LayerNorm
     blocks of causal self-attention through scaled_dot_product_attention and a GELU MLP, a final
-    LayerNorm, the output head tied to the token embedding), 2 layers, 2 heads, 32 wide, no
-    dropout, seeded. `script`: torch.jit.script of forward(idx, targets) -> (logits, loss);
+    LayerNorm, the output head tied to the token embedding), 2 layers, 2 heads, 32 wide unless
+    told, no dropout, seeded. `script`: torch.jit.script of forward(idx, targets) -> (logits, loss);
     `trace`: torch.jit.trace of the same on an example batch (how nanoGPT's own model.py, which
     does not script, is exported); `logits`: forward(idx) -> logits only, scripted (dpt-tui
     computes the token loss).
@@ -84,9 +84,9 @@ class LogitsOnly(nn.Module):
         return self.gpt.logits(idx)
 
 
-def make(out, vocab, block, kind):
+def make(out, vocab, block, kind, width=32, layers=2, heads=2):
     torch.manual_seed(0)
-    gpt = Gpt(vocab, block).eval()
+    gpt = Gpt(vocab, block, width, layers, heads).eval()
     if kind == "script":
         module = torch.jit.script(gpt)
     elif kind == "trace":
@@ -135,7 +135,7 @@ def reference(model, data, block, batch, steps, spec):
 
 def main():
     if sys.argv[1] == "make":
-        make(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        make(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], *map(int, sys.argv[6:9]))
     elif sys.argv[1] == "reference":
         block, batch, steps = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
         reference(sys.argv[2], sys.argv[3], block, batch, steps, json.loads(sys.argv[7]))

@@ -64,6 +64,8 @@ pub enum DataFormat {
     WebDataset,
     /// Token files in nanoGPT's layout: `train.bin` and `val.bin`, little-endian token ids.
     Tokens,
+    /// A folder of `.txt` files, tokenized as bytes once into a cached `train.bin`/`val.bin`.
+    Text,
 }
 
 /// How token data stores one token: nanoGPT's uint16 (vocabularies up to 65,536), or uint32.
@@ -125,6 +127,7 @@ crate::names!(DataFormat, "data format", {
     Safetensors => "safetensors",
     WebDataset => "webdataset",
     Tokens => "tokens",
+    Text => "text",
 });
 
 crate::names!(Loader, "loader", { Auto => "auto", Resident => "resident", Stream => "stream" });

@@ -59,7 +59,7 @@ impl RunPanel {
     pub fn eta(&self) -> Option<f64> {
         let info = self.info.as_ref()?;
         let step = self.last_step.as_ref()?;
-        let total = info.epochs() * info.steps_per_epoch;
+        let total = info.settings.recipe.steps.unwrap_or(info.epochs() * info.steps_per_epoch);
         let left_steps = total.saturating_sub(step.global_step) as f64;
         let samples_per_step = info.train_samples as f64 / info.steps_per_epoch.max(1) as f64;
         (step.samples_per_sec > 0.0).then(|| left_steps * samples_per_step / step.samples_per_sec)

@@ -35,6 +35,9 @@ pub struct Curves {
     pub x: f64,
     /// The run's planned epochs (the x axis reaches at least this far).
     pub epochs: usize,
+    /// The run counts no classes (a language model, a model's own loss): its accuracy curves
+    /// stay empty and perplexity (`exp` of the loss) takes their place.
+    pub no_classes: bool,
 }
 
 /// `epoch` (1-based) and `step` of `steps` as a fractional epoch count.
@@ -69,6 +72,7 @@ impl Curves {
         match record {
             Record::Start(info) => {
                 self.epochs = self.epochs.max(info.epochs());
+                self.no_classes = !info.task.has_classes();
                 self.lr_plan = planned_lr(info);
             }
             Record::Step(s) => {
@@ -78,18 +82,22 @@ impl Curves {
                     self.grad_norm.push((x, g));
                     thin(&mut self.grad_norm);
                 }
-                for (series, y) in
-                    [(&mut self.train_loss, s.loss), (&mut self.train_acc, s.acc), (&mut self.lr, s.lr)]
-                {
+                for (series, y) in [(&mut self.train_loss, s.loss), (&mut self.lr, s.lr)] {
                     series.push((x, y));
                     thin(series);
+                }
+                if !self.no_classes {
+                    self.train_acc.push((x, s.acc));
+                    thin(&mut self.train_acc);
                 }
             }
             Record::Epoch(e) => {
                 let x = e.epoch as f64;
                 self.x = self.x.max(x);
                 self.test_loss.push((x, e.test_loss));
-                self.test_acc.push((x, e.test_acc));
+                if !self.no_classes {
+                    self.test_acc.push((x, e.test_acc));
+                }
                 if let Some(a) = e.ema_test_acc {
                     self.ema_test_acc.push((x, a));
                 }
@@ -106,6 +114,11 @@ impl Curves {
             Record::Event(Change::Paused { .. }) => self.marks.push((self.x, MarkKind::Pause)),
             Record::Event(_) | Record::Summary(_) => {}
         }
+    }
+
+    /// Perplexity, `exp` of each loss point (train, then test).
+    pub fn perplexity(&self) -> [Vec<(f64, f64)>; 2] {
+        [&self.train_loss, &self.test_loss].map(|s| s.iter().map(|&(x, y)| (x, y.exp())).collect())
     }
 
     /// Whether there is anything to draw.

@@ -1,6 +1,7 @@
-//! The curve panel: train loss, train accuracy and test accuracy (with the weights' EMA), or
-//! the lr over its planned schedule, or the gradient norm, against epochs, with a legend and the
-//! marks where the lr changed or training paused.
+//! The curve panel: train loss, train accuracy and test accuracy (with the weights' EMA; for a
+//! run without classes, perplexity), or the lr over its planned schedule, or the gradient norm,
+//! against epochs (evaluation periods of a run measured in steps), with a legend and the marks
+//! where the lr changed or training paused.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Color;
@@ -17,6 +18,9 @@ use crate::record::smooth::ema;
 
 /// A series with its legend name and colour.
 type Named<'a> = (&'static str, &'a [(f64, f64)], Color);
+
+/// A run's train and test perplexity curves.
+type Perplexity = [Vec<(f64, f64)>; 2];
 
 /// Terminals at least this wide show loss and accuracy side by side.
 pub const SIDE_BY_SIDE_WIDTH: u16 = 160;
@@ -45,15 +49,22 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     };
     let weight = s.smoothing_weight();
     let smoothing = if weight > 0.0 { format!(" {} smooth {weight}", look.sep()) } else { String::new() };
-    let title =
-        format!("{}{} {} {window}{smoothing}", view.title(), if log { " (log)" } else { "" }, look.sep());
+    let name = if c.no_classes && view == CurveView::Accuracy { "perplexity" } else { view.title() };
+    let title = format!("{name}{} {} {window}{smoothing}", if log { " (log)" } else { "" }, look.sep());
     let block = look.panel(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.height < 3 {
         return;
     }
+    let ppl = c.perplexity();
     let series: Vec<Named> = match view {
+        CurveView::D2l if c.no_classes => {
+            vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
+        }
+        CurveView::Accuracy if c.no_classes => {
+            vec![("train ppl", &ppl[0], t.train_acc), ("test ppl", &ppl[1], t.test_acc)]
+        }
         CurveView::Loss => {
             vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
         }
@@ -91,6 +102,20 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
             view_series(&b.curves, view).into_iter().map(move |p| (p, color))
         })
         .collect();
+    let baseline_ppl: Vec<(Perplexity, Color)> = match view {
+        CurveView::Accuracy => app
+            .curves
+            .baselines
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.curves.no_classes)
+            .map(|(i, b)| (b.curves.perplexity(), super::compare::baseline_color(look, i)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut baseline_series = baseline_series;
+    baseline_series
+        .extend(baseline_ppl.iter().flat_map(|(p, color)| p.iter().map(|s| (s.as_slice(), *color))));
     for (i, b) in app.curves.baselines.iter().enumerate() {
         legend.push(Span::styled(format!(" {marker} "), t.fg(super::compare::baseline_color(look, i))));
         legend.push(Span::styled(format!("{} ", b.name), t.fg(t.dim)));

@@ -60,24 +60,30 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     if let Some(problem) = &app.run.save_problem {
         items.push(item("", problem.clone(), t.fg(t.error).add_modifier(Modifier::BOLD)));
     }
+    items.extend([item(
+        "",
+        match &info.world {
+            Some(w) => format!(
+                "{} on {} ranks, {} replicas",
+                info.model_label(),
+                w.hosts.len(),
+                w.replicas.iter().sum::<usize>()
+            ),
+            None => {
+                format!("{} on {}", info.model_label(), crate::record::text::device_list(&info.devices))
+            }
+        },
+        text.add_modifier(Modifier::BOLD),
+    )]);
+    match info.settings.recipe.steps {
+        // A run measured in steps (token data) counts them, not epochs.
+        Some(n) => items.push(item("step", format!("{}/{n}", app.run.global_step), text)),
+        None => items.extend([
+            item("epoch", format!("{epoch}/{}", info.epochs()), text),
+            item("step", format!("{step}/{}", info.steps_per_epoch), text),
+        ]),
+    }
     items.extend([
-        item(
-            "",
-            match &info.world {
-                Some(w) => format!(
-                    "{} on {} ranks, {} replicas",
-                    info.model_label(),
-                    w.hosts.len(),
-                    w.replicas.iter().sum::<usize>()
-                ),
-                None => {
-                    format!("{} on {}", info.model_label(), crate::record::text::device_list(&info.devices))
-                }
-            },
-            text.add_modifier(Modifier::BOLD),
-        ),
-        item("epoch", format!("{epoch}/{}", info.epochs()), text),
-        item("step", format!("{step}/{}", info.steps_per_epoch), text),
         item("lr", app.run.lr.map_or_else(dash, |v| format!("{v}")), t.fg(t.lr).add_modifier(Modifier::BOLD)),
         match info.settings.optimizer {
             o if o.kind != crate::optim::OptimizerKind::Sgd => item("optimizer", o.kind.to_string(), text),
@@ -100,18 +106,42 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
             app.run.last_step.as_ref().map_or_else(dash, |s| format!("{:.0}", s.samples_per_sec)),
             text,
         ),
-        item("sec/epoch", app.run.sec_per_epoch().map_or_else(dash, |v| format!("{v:.1}")), text),
+    ]);
+    match info.settings.data.block_size.filter(|_| info.settings.recipe.steps.is_some()) {
+        Some(t) => items.push(item(
+            "tokens/s",
+            app.run.last_step.as_ref().map_or_else(dash, |s| format!("{:.0}", s.samples_per_sec * t as f64)),
+            text,
+        )),
+        None => items.push(item(
+            "sec/epoch",
+            app.run.sec_per_epoch().map_or_else(dash, |v| format!("{v:.1}")),
+            text,
+        )),
+    }
+    items.extend([
         item("elapsed", hms(app.run.elapsed), text),
         item(
             "ETA",
             if app.run.state.is_over() { dash() } else { app.run.eta().map_or_else(dash, hms) },
             text,
         ),
-        item(
-            "test acc",
-            app.run.last_epoch.as_ref().map_or_else(dash, |e| format!("{:.3}", e.test_acc)),
-            t.fg(t.test_acc),
-        ),
+        match info.task.has_classes() {
+            true => item(
+                "test acc",
+                app.run.last_epoch.as_ref().map_or_else(dash, |e| format!("{:.3}", e.test_acc)),
+                t.fg(t.test_acc),
+            ),
+            // A run without classes: the evaluated loss and its perplexity.
+            false => item(
+                "val loss",
+                app.run
+                    .last_epoch
+                    .as_ref()
+                    .map_or_else(dash, |e| format!("{:.3} (ppl {:.1})", e.test_loss, e.test_loss.exp())),
+                t.fg(t.test_loss),
+            ),
+        },
     ]);
     {
         if let Some(s) = &app.run.last_step {
