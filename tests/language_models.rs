@@ -93,24 +93,6 @@ fn reference(model: &Path, data: &Path, batch: usize, steps: usize) -> HashMap<S
     serde_json::from_slice(&out.stdout).expect("JSON parameters")
 }
 
-/// The largest difference from PyTorch's parameters, relative to the largest move PyTorch made.
-fn relative_error(ours: &Outcome, theirs: &HashMap<String, Vec<f64>>, start: &ScriptModel) -> f64 {
-    let (mut offset, mut worst, mut moved) = (0, 0.0f64, 0.0f64);
-    for spec in &start.params {
-        let n = spec.numel() as usize;
-        let initial = &start.initial_params[offset..offset + n];
-        offset += n;
-        let (_, t) = ours.final_params.iter().find(|(name, _)| *name == spec.name).expect("trained tensor");
-        let ours: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();
-        for ((a, b), i) in ours.iter().zip(&theirs[&spec.name]).zip(initial) {
-            worst = worst.max((f64::from(*a) - b).abs());
-            moved = moved.max((b - f64::from(*i)).abs());
-        }
-    }
-    assert!(moved > 1e-3, "PyTorch's steps moved the weights");
-    worst / moved
-}
-
 #[test]
 fn a_scripted_and_a_traced_gpt_end_with_pytorchs_own_weights() {
     let dir = tempfile::tempdir().unwrap();
@@ -135,7 +117,7 @@ fn a_scripted_and_a_traced_gpt_end_with_pytorchs_own_weights() {
         for replicas in [1, 2] {
             let ours = train(config(&m, replicas, batch, steps, 4), Arc::clone(&data));
             assert_eq!(ours.summary.global_steps, steps);
-            let e = relative_error(&ours, &theirs, &m);
+            let e = common::relative_error(&ours, &theirs, &m);
             assert!(e < 1e-4, "{kind}, {replicas} replicas: {e} from PyTorch's loop");
         }
     }

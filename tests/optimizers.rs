@@ -84,27 +84,6 @@ fn reference(model: &std::path::Path, recipe: Recipe) -> HashMap<String, Vec<f64
     serde_json::from_slice(&out.stdout).expect("JSON parameters")
 }
 
-/// The largest difference between dpt-tui's parameters and PyTorch's, relative to the largest
-/// parameter change PyTorch made (so a wrong update cannot hide behind the initial weights).
-fn relative_error(ours: &Outcome, theirs: &HashMap<String, Vec<f64>>, start: &ScriptModel) -> f64 {
-    let mut offset = 0;
-    let (mut worst_diff, mut largest_move) = (0.0f64, 0.0f64);
-    for spec in &start.params {
-        let n = spec.numel() as usize;
-        let initial = &start.initial_params[offset..offset + n];
-        offset += n;
-        let (_, t) = ours.final_params.iter().find(|(name, _)| *name == spec.name).expect("trained tensor");
-        let ours: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();
-        let theirs = &theirs[&spec.name];
-        for ((a, b), i) in ours.iter().zip(theirs).zip(initial) {
-            worst_diff = worst_diff.max((*a as f64 - b).abs());
-            largest_move = largest_move.max((b - *i as f64).abs());
-        }
-    }
-    assert!(largest_move > 1e-4, "PyTorch's steps moved the weights");
-    worst_diff / largest_move
-}
-
 fn check(recipe: impl Into<Recipe>) -> Vec<Outcome> {
     check_model("mlp", recipe)
 }
@@ -129,7 +108,7 @@ fn check_model(kind: &str, recipe: impl Into<Recipe>) -> Vec<Outcome> {
         cfg.settings.recipe.label_smoothing = recipe.label_smoothing;
         cfg.settings.recipe.accumulate = recipe.accumulate;
         let ours = train(cfg);
-        let e = relative_error(&ours, &theirs, &model);
+        let e = common::relative_error(&ours, &theirs, &model);
         eprintln!("{what}, {replicas} replica(s): {e:.2e} from PyTorch");
         assert!(e < 1e-4, "{what} on {replicas} replica(s) is {e} away from PyTorch's");
         outcomes.push(ours);
@@ -276,7 +255,7 @@ fn dynamic_loss_scaling_skips_an_overflowing_step_and_rescales_as_grad_scaler_do
     let theirs = reference(&path, recipe);
     for replicas in [1, 2] {
         let (ours, windows) = train_scaled(&model, recipe, replicas);
-        let e = relative_error(&ours, &theirs, &model);
+        let e = common::relative_error(&ours, &theirs, &model);
         eprintln!("loss scaling, {replicas} replica(s): {e:.2e} from PyTorch");
         assert!(e < 1e-4, "loss scaling on {replicas} replica(s) is {e} away from PyTorch's");
         let scales: Vec<f64> = windows.iter().map(|w| w.0).collect();

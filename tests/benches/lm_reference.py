@@ -4,8 +4,8 @@ windows of a uint16 token file drawn as nanoGPT's get_batch draws them, AdamW, o
 
 `python lm_reference.py DATA_DIR VOCAB BLOCK WIDTH LAYERS HEADS BATCH STEPS THREADS`
 
-Prints one JSON line: {"tokens_per_sec", "samples_per_sec", "final_loss"}, timed over the steps
-after the first 3 (warm-up), as dpt-tui times its own.
+Prints one JSON line: {"tokens_per_sec", "samples_per_sec", "final_loss"}, timed over every
+step, the first ones included, as dpt-tui's summary record times its own.
 """
 import json
 import os
@@ -17,9 +17,6 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 from gpt import Gpt  # noqa: E402
-
-WARMUP = 3
-
 
 def main():
     data = sys.argv[1]
@@ -33,10 +30,8 @@ def main():
     rest = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95))
-    start = None
-    for step in range(steps):
-        if step == WARMUP:
-            start = time.perf_counter()
+    start = time.perf_counter()
+    for _ in range(steps):
         ix = torch.randint(len(tokens) - block, (batch,))
         x = torch.stack([torch.from_numpy(tokens[i : i + block].astype(np.int64)) for i in ix])
         y = torch.stack([torch.from_numpy(tokens[i + 1 : i + 1 + block].astype(np.int64)) for i in ix])
@@ -46,7 +41,7 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     seconds = time.perf_counter() - start
-    samples = batch * (steps - WARMUP) / seconds
+    samples = batch * steps / seconds
     print(json.dumps({"tokens_per_sec": samples * block, "samples_per_sec": samples, "final_loss": loss.item()}))
 
 

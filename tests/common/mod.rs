@@ -174,6 +174,31 @@ pub fn rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64
     diff / scale.max(1e-12)
 }
 
+/// The largest difference between dpt-tui's parameters and PyTorch's, relative to the largest
+/// parameter change PyTorch made (so a wrong update cannot hide behind the initial weights).
+pub fn relative_error(
+    ours: &dpt_tui::engine::Outcome,
+    theirs: &std::collections::HashMap<String, Vec<f64>>,
+    start: &dpt_tui::model::script::ScriptModel,
+) -> f64 {
+    let mut offset = 0;
+    let (mut worst_diff, mut largest_move) = (0.0f64, 0.0f64);
+    for spec in &start.params {
+        let n = spec.numel() as usize;
+        let initial = &start.initial_params[offset..offset + n];
+        offset += n;
+        let (_, t) = ours.final_params.iter().find(|(name, _)| *name == spec.name).expect("trained tensor");
+        let ours: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();
+        let theirs = &theirs[&spec.name];
+        for ((a, b), i) in ours.iter().zip(theirs).zip(initial) {
+            worst_diff = worst_diff.max((*a as f64 - b).abs());
+            largest_move = largest_move.max((b - *i as f64).abs());
+        }
+    }
+    assert!(largest_move > 1e-4, "PyTorch's steps moved the weights");
+    worst_diff / largest_move
+}
+
 /// Token data and the small GPT of `tests/scripts/gpt.py` (vocabulary 64, block 16).
 pub mod tokens {
     use std::path::{Path, PathBuf};
