@@ -263,6 +263,17 @@ fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
     let evals: Vec<f64> =
         records.iter().filter(|r| r["kind"] == "epoch").map(|r| r["test_loss"].as_f64().unwrap()).collect();
     assert!(evals[1] < 0.5 * 256f64.ln(), "val loss {evals:?} against ln 256");
+    // After each evaluation, a continuation of the first 16 bytes of the validation text.
+    let samples: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "sampled").collect();
+    assert_eq!(samples.len(), 2, "one sample per evaluation: {records:?}");
+    assert_eq!(samples[1]["prompt"], "the cat sat on t");
+    let text = samples[1]["text"].as_str().unwrap();
+    assert!(text.len() >= 100 && text.contains("the"), "the model writes its text's words: {text:?}");
+    let again = run(&gpt, "again");
+    assert!(again.status.success());
+    let repeated = common::wait_for_summary(&dir.path().join("again"), std::time::Duration::from_secs(5));
+    let text_again = repeated.iter().rev().find(|r| r["event"] == "sampled").unwrap()["text"].clone();
+    assert_eq!(text_again, samples[1]["text"], "the draws are seeded: the same run samples the same text");
     let start = records[0]["data"].as_str().unwrap().to_owned();
     assert!(start.contains("bytes of the .txt files"), "{start}");
     // Tokenized once: the cache holds the bytes as nanoGPT's uint16 files, 90 % for training.

@@ -151,6 +151,11 @@ pub struct RecipeArgs {
     /// evaluation reads, the same windows every time.
     #[arg(id = "recipe.eval_batches", long = "eval-batches", value_name = "K")]
     pub eval_batches: Option<usize>,
+    /// Byte-tokenized text: after each evaluation, sample this many tokens continuing a fixed
+    /// prompt (the first 16 bytes of the validation text; temperature 0.8, top-k 40), shown in
+    /// the log and the record; 0 turns it off.
+    #[arg(id = "recipe.sample_tokens", long = "sample-tokens", value_name = "N")]
+    pub sample_tokens: Option<usize>,
     /// Global batch size, split over the replicas [default: the model's].
     #[arg(id = "recipe.batch_size", value_name = "BATCH_SIZE", long = "batch-size")]
     pub batch_size: Option<usize>,

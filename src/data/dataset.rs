@@ -234,12 +234,24 @@ pub struct Dataset {
     pub source: String,
     /// Labels go from 0 to `classes - 1`.
     pub classes: usize,
+    /// Token data whose tokens are the bytes of text (a folder of `.txt` files): a model's
+    /// samples decode to text.
+    pub text: bool,
 }
 
 impl Dataset {
     /// A training and a test split as loaded: no validation split carved yet, nothing left out.
     pub fn of(train: Split, test: Split, source: String, classes: usize) -> Dataset {
-        Dataset { train, test, val: None, test_is_val: false, skipped: Vec::new(), source, classes }
+        Dataset {
+            train,
+            test,
+            val: None,
+            test_is_val: false,
+            skipped: Vec::new(),
+            source,
+            classes,
+            text: false,
+        }
     }
 
     /// Moves `fraction` of the training samples (at least one) into a validation split: the

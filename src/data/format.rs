@@ -102,6 +102,7 @@ pub fn load(format: DataFormat, path: &Path, options: LoadOptions) -> Result<Dat
             // Bytes are the tokens: the cache holds them as uint16, whatever --token-dtype says.
             let layout = super::tokens::TokenLayout { dtype: super::tokens::TokenDtype::U16, ..layout };
             let mut data = super::tokens::load(&cache, Some(layout))?;
+            data.text = true;
             data.source = format!(
                 "bytes of the .txt files in {} (90/10 split, tokens cached in {}), windows of {}",
                 path.display(),

@@ -172,6 +172,7 @@ impl Engine {
             },
             classes,
             init_report,
+            sample_prompt: sample_prompt(&cfg, &data)?,
         };
         let coordinator = Coordinator::new(CoordinatorParts {
             world,
@@ -214,6 +215,24 @@ impl Engine {
     }
 }
 
+/// Tokens of the validation text the samples continue.
+const PROMPT_TOKENS: usize = 16;
+
+/// The prompt of a language model trained on text (`None` for any other run): the first
+/// [`PROMPT_TOKENS`] tokens of the validation text, and the block the model sees at once.
+fn sample_prompt(
+    cfg: &TrainConfig,
+    data: &Dataset,
+) -> Result<Option<coordinator::sample::Prompt>, StartError> {
+    let crate::data::Pixels::Tokens(val) = &data.test.images else { return Ok(None) };
+    if !data.text || cfg.task().has_classes() || cfg.settings.recipe.sample_tokens == 0 {
+        return Ok(None);
+    }
+    let n = PROMPT_TOKENS.min(val.block);
+    let prompt = val.file.read(0, n).map_err(|e| StartError::Data(Box::new(e)))?;
+    Ok(Some(coordinator::sample::Prompt { tokens: Arc::new(prompt), context: val.block }))
+}
+
 /// Why an engine did not start.
 #[derive(Debug, Error)]
 pub enum StartError {
@@ -223,4 +242,6 @@ pub enum StartError {
     Engine(#[from] EngineError),
     #[error("cannot seed the initial weights: {0}")]
     Seed(#[from] crate::dist::c10d::C10dError),
+    #[error(transparent)]
+    Data(Box<crate::data::DataError>),
 }

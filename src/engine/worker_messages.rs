@@ -64,6 +64,9 @@ pub enum ToWorker {
     Report,
     /// Evaluate rows `start..start + len` of the validation split (`val`) or the test set.
     Evaluate { start: usize, len: usize, val: bool },
+    /// Continue `prompt` by `tokens` sampled tokens (none: reply at once), the model seeing at
+    /// most `context` tokens, drawn from `seed`.
+    Sample { prompt: Arc<Vec<i64>>, tokens: usize, context: usize, seed: i64 },
     /// Leave the thread.
     Shutdown,
 }
@@ -104,6 +107,8 @@ pub enum FromWorker {
     /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the
     /// confusion counts (row: the label, column: the prediction; `classes` × `classes`).
     Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64>, bad: Vec<String> },
+    /// The sampled continuation (empty where none was asked for).
+    Sampled { replica: usize, tokens: Vec<i64> },
     /// The worker failed and has left.
     Failed { replica: usize, error: WorkerError },
 }
@@ -117,6 +122,7 @@ impl FromWorker {
             | FromWorker::BucketReady { replica, .. }
             | FromWorker::Sums { replica, .. }
             | FromWorker::Evaluated { replica, .. }
+            | FromWorker::Sampled { replica, .. }
             | FromWorker::Failed { replica, .. } => *replica,
         }
     }

@@ -178,6 +178,19 @@ pub trait Network: Send {
         Err(ForwardError::NoOwnLoss)
     }
 
+    /// The logits of a model that takes the targets (its first output, the targets `y` given
+    /// only for the model's sake); a one-input model's forward pass otherwise.
+    fn forward_logits(
+        &self,
+        params: &[Tensor],
+        buffers: &[Tensor],
+        x: &Tensor,
+        _y: &Tensor,
+        ctx: &Forward,
+    ) -> Result<Tensor, ForwardError> {
+        self.forward(params, buffers, x, ctx)
+    }
+
     /// A network that holds its own tensors (a TorchScript module) moves them onto the flat
     /// buffers' views here, and returns the tensors its forward pass differentiates against.
     fn adopt(&mut self, _params: &[Tensor], _buffers: &[Tensor]) -> Option<Vec<Tensor>> {

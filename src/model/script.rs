@@ -227,6 +227,8 @@ pub struct ScriptNet {
     params: Vec<Tensor>,
     buffers: Vec<Tensor>,
     random: bool,
+    /// `forward` takes the targets too.
+    takes_targets: bool,
     training: std::cell::Cell<Option<bool>>,
 }
 
@@ -249,7 +251,14 @@ impl ScriptNet {
         if params.len() != model.params.len() || buffers.len() != model.buffers.len() {
             return Err(C10dError(format!("{} changed while loading", model.path.display())));
         }
-        Ok(ScriptNet { module, params, buffers, random: model.random, training: std::cell::Cell::new(None) })
+        Ok(ScriptNet {
+            module,
+            params,
+            buffers,
+            random: model.random,
+            takes_targets: model.inputs == 2,
+            training: std::cell::Cell::new(None),
+        })
     }
 }
 
@@ -264,6 +273,22 @@ impl Network for ScriptNet {
         self.mode(ctx.train)?;
         let out = self.module.forward(&[x])?.into_iter().next();
         Ok(out.ok_or_else(|| C10dError("forward returned an empty tuple".into()))?.to_kind(Kind::Float))
+    }
+
+    fn forward_logits(
+        &self,
+        params: &[Tensor],
+        buffers: &[Tensor],
+        x: &Tensor,
+        y: &Tensor,
+        ctx: &Forward,
+    ) -> Result<Tensor, super::ForwardError> {
+        if !self.takes_targets {
+            return self.forward(params, buffers, x, ctx);
+        }
+        self.mode(ctx.train)?;
+        let logits = self.module.forward(&[x, y])?.into_iter().next();
+        Ok(logits.ok_or_else(|| C10dError("forward returned an empty tuple".into()))?.to_kind(Kind::Float))
     }
 
     fn forward_loss(&self, x: &Tensor, y: &Tensor, ctx: &Forward) -> Result<Tensor, super::ForwardError> {

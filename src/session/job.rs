@@ -39,6 +39,7 @@ fn start_failure(e: StartError) -> Failure {
         StartError::Engine(EngineError::Dist(e)) => super::dist::failure(e),
         StartError::Engine(e) => Failure::Run(e.into()),
         StartError::Seed(e) => Failure::Run(e.into()),
+        StartError::Data(e) => input(*e),
     }
 }
 

@@ -14,6 +14,7 @@ mod reduce;
 pub mod replicas;
 mod reporter;
 mod run_info;
+pub mod sample;
 mod step;
 mod step_plan;
 mod update;
@@ -65,6 +66,9 @@ pub struct RunFacts {
     pub classes: usize,
     /// What `--init-from` loaded, said once the run starts.
     pub init_report: Option<Change>,
+    /// A language model on text: the prompt each evaluation's sample continues, and the
+    /// tokens the model sees at once.
+    pub sample_prompt: Option<sample::Prompt>,
 }
 
 /// The coordinator's channels: records out, controls in.
@@ -322,6 +326,7 @@ impl Coordinator {
         self.report.done.epochs += 1;
         self.report.done.tally.add(train);
         self.emit(Record::Epoch(Box::new(stats)));
+        self.sample_text()?;
         self.choose_best(epoch + 1, test.mean_loss(), test.accuracy());
         Ok(())
     }

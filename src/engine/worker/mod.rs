@@ -4,6 +4,7 @@
 //! coordinator is in `worker_messages.rs`.
 
 mod evaluate;
+mod sample;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -114,6 +115,9 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                 }
                 ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
                 ToWorker::Evaluate { start, len, val } => worker.evaluate(start, len, val)?,
+                ToWorker::Sample { prompt, tokens, context, seed } => {
+                    FromWorker::Sampled { replica, tokens: worker.sample(&prompt, tokens, context, seed)? }
+                }
                 ToWorker::Shutdown => break,
             };
             if replies.send(reply).is_err() {

@@ -224,6 +224,7 @@ impl App {
             | Change::BestKept { .. }
             | Change::Tested { .. }
             | Change::EarlyStopped { .. }
+            | Change::Sampled { .. }
             | Change::Straggler { .. } => {}
         }
     }

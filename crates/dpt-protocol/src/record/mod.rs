@@ -89,6 +89,9 @@ pub enum Change {
     SaveFailed { path: String, message: String, advice: String },
     /// The run failed; `replica` names the failing replica when one did.
     Failed { replica: Option<usize>, device: Option<String>, message: String },
+    /// A language model's continuation of the fixed prompt after an evaluation (`--sample-tokens`),
+    /// the prompt included, decoded.
+    Sampled { global_step: usize, prompt: String, text: String },
     /// A replica's steps (data + forward/backward) ran slower than the replicas' median by
     /// more than `straggler::MARGIN` over a report window; said once per replica and run.
     Straggler { replica: usize, device: String, step_ms: f64, median_ms: f64, global_step: usize },

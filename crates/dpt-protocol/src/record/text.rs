@@ -213,6 +213,9 @@ fn change_line(c: &Change) -> Line {
             (Level::Error, format!("cannot save {path}: {message}; the weights are kept in memory; {advice}"))
         }
         Change::Failed { message, .. } => (Level::Error, format!("training failed: {message}")),
+        Change::Sampled { global_step, prompt, text } => {
+            (Level::Info, format!("sample at step {global_step}: {prompt:?} → {text:?}"))
+        }
         Change::Straggler { replica, device, step_ms, median_ms, global_step } => (
             Level::Warn,
             format!(

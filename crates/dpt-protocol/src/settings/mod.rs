@@ -71,6 +71,8 @@ pub struct Recipe {
     pub eval_every: Option<usize>,
     /// Token data: batches of validation windows each evaluation reads (the same each time).
     pub eval_batches: usize,
+    /// Byte-tokenized text: tokens of a continuation sampled after each evaluation (0: none).
+    pub sample_tokens: usize,
     /// The global batch of one optimizer step, split over the replicas.
     pub batch_size: usize,
     /// Seed of the initialization, the shuffles, the augmentation and the dropout streams.
@@ -101,6 +103,7 @@ impl Default for Recipe {
             steps: None,
             eval_every: None,
             eval_batches: DEFAULT_EVAL_BATCHES,
+            sample_tokens: DEFAULT_SAMPLE_TOKENS,
             batch_size: d.batch_size,
             seed: 0,
             lr_batch_ref: None,
@@ -117,6 +120,9 @@ impl Default for Recipe {
 
 /// Batches of validation windows a token-data evaluation reads unless `--eval-batches` says.
 pub const DEFAULT_EVAL_BATCHES: usize = 20;
+
+/// Tokens sampled after each evaluation of byte-tokenized text unless `--sample-tokens` says.
+pub const DEFAULT_SAMPLE_TOKENS: usize = 100;
 
 /// Evaluations a token-data run makes over its steps unless `--eval-every` says.
 pub const DEFAULT_EVALUATIONS: usize = 10;
