@@ -211,6 +211,10 @@ fn the_command_line_trains_a_gpt_whose_val_loss_falls_and_refuses_bad_input() {
     let summary = records.last().unwrap();
     assert_eq!(summary["global_steps"], 150);
     assert!(summary["test_acc"].is_null(), "no accuracy for a run without classes: {summary}");
+    assert_eq!(summary["val_loss"].as_f64(), Some(evals[2]), "the summary carries the last val loss");
+    assert!((summary["perplexity"].as_f64().unwrap() - evals[2].exp()).abs() < 1e-9);
+    let tokens = summary["tokens_per_sec"].as_f64().unwrap();
+    assert!((tokens - 16.0 * summary["samples_per_sec"].as_f64().unwrap()).abs() < 1e-6 * tokens);
     assert!(stdout.contains("val perplexity"), "{stdout}");
     assert!(!stdout.contains(" acc "), "no accuracy in the lines: {stdout}");
     // Bad input: one line, exit 2, nothing written.

@@ -236,6 +236,9 @@ mod tests {
             global_steps: 10,
             reason: FinishReason::Completed,
             peak_rss_mib: None,
+            val_loss: None,
+            perplexity: None,
+            tokens_per_sec: None,
         };
         let done = a.on_record(&Record::Summary(Box::new(summary.clone()))).unwrap();
         assert_eq!(done.kind, AlertKind::Finished);

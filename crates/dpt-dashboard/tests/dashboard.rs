@@ -104,6 +104,9 @@ fn help_overlay_save_views_and_quit() {
         global_steps: 600,
         reason: FinishReason::Stopped,
         peak_rss_mib: None,
+        val_loss: None,
+        perplexity: None,
+        tokens_per_sec: None,
     })));
     assert!(app.viewer.quit);
 }
@@ -344,6 +347,9 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
         global_steps: 235,
         reason: FinishReason::Completed,
         peak_rss_mib: None,
+        val_loss: None,
+        perplexity: None,
+        tokens_per_sec: None,
     };
     recorded(
         &root.path().join("slow-lr"),

@@ -36,6 +36,9 @@ fn finished() -> App {
         global_steps: 570,
         reason: FinishReason::Completed,
         peak_rss_mib: None,
+        val_loss: None,
+        perplexity: None,
+        tokens_per_sec: None,
     })));
     app
 }

@@ -175,6 +175,7 @@ impl Coordinator {
                 epochs: s.epochs_done,
                 tally: Tally { samples: s.samples_done, seconds: s.train_seconds, ..Tally::default() },
                 last_test_acc: s.last_test_acc,
+                last_test_loss: None,
             };
         }
         let info = self.run_info(steps_per_epoch);
@@ -286,6 +287,12 @@ impl Coordinator {
             global_steps: self.steps.global_step,
             reason,
             peak_rss_mib: crate::sys::peak_resident_bytes().map(|b| b as f64 / f64::from(1 << 20)),
+            val_loss: self.report.done.last_test_loss.filter(|_| self.facts.classes == 0),
+            perplexity: self.report.done.last_test_loss.filter(|_| self.facts.classes == 0).map(f64::exp),
+            tokens_per_sec: match (self.cfg().settings.recipe.steps, self.cfg().settings.data.block_size) {
+                (Some(_), Some(t)) => Some(all.throughput() * t as f64),
+                _ => None,
+            },
         }
     }
 
@@ -323,6 +330,7 @@ impl Coordinator {
         };
         // A run without classes has no accuracy to report (its records carry the loss).
         self.report.done.last_test_acc = (self.facts.classes > 0).then_some(stats.test_acc);
+        self.report.done.last_test_loss = Some(stats.test_loss);
         self.report.done.epochs += 1;
         self.report.done.tally.add(train);
         self.emit(Record::Epoch(Box::new(stats)));

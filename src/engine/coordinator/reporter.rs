@@ -13,6 +13,8 @@ pub(super) struct Done {
     /// Training figures of the finished epochs (seconds: training time).
     pub(super) tally: Tally,
     pub(super) last_test_acc: Option<f64>,
+    /// The last evaluated loss (of this attempt: a continued run evaluates again at its end).
+    pub(super) last_test_loss: Option<f64>,
 }
 
 /// The slowest replica's input wait and compute in a timed step, in seconds.

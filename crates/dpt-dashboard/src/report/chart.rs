@@ -1,4 +1,5 @@
-//! The chart itself: two panels (loss; accuracy) against epochs, with readable ticks (1-2-5
+//! The chart itself: two panels (loss; accuracy, or perplexity for a run without classes)
+//! against epochs (evaluation periods of a run measured in steps), with readable ticks (1-2-5
 //! steps on y, whole epochs on x), a legend per panel and the lr-change and pause marks.
 
 use plotters::coord::Shift;
@@ -26,6 +27,20 @@ pub fn title(records: &[Record], run_name: &str) -> String {
     if let Some(i) = info {
         let devices: Vec<String> = i.devices.iter().map(ToString::to_string).collect();
         t.push_str(&format!(" — {} on [{}]", i.model_label(), devices.join(", ")));
+    }
+    if let (Some(i), Some(e)) = (info.filter(|i| !i.task.has_classes()), last_epoch) {
+        // A run without classes: its evaluated loss and perplexity, after its steps.
+        let r = &i.settings.recipe;
+        let done = match r.steps {
+            Some(n) => format!("step {}", (e.epoch * r.eval_periods(n).0).min(n)),
+            None => format!("epoch {}", e.epoch),
+        };
+        t.push_str(&format!(
+            " — val loss {:.3} (perplexity {:.2}) at {done}",
+            e.test_loss,
+            e.test_loss.exp()
+        ));
+        return t;
     }
     match (summary.and_then(|s| s.test_acc), last_epoch) {
         (_, Some(e)) => t.push_str(&format!(
@@ -172,13 +187,15 @@ pub fn draw(curves: &Curves, title: &str) -> Result<String, String> {
             &[("train loss", &curves.train_loss, TRAIN_LOSS), ("test loss", &curves.test_loss, TEST_LOSS)],
             x_max,
         )?;
-        panel(
-            &bottom,
-            curves,
-            "accuracy",
-            &[("train acc", &curves.train_acc, TRAIN_ACC), ("test acc", &curves.test_acc, TEST_ACC)],
-            x_max,
-        )?;
+        let ppl = curves.perplexity();
+        let (name, below): (&str, [Series; 2]) = match curves.no_classes {
+            true => ("perplexity", [("train ppl", &ppl[0], TRAIN_ACC), ("test ppl", &ppl[1], TEST_ACC)]),
+            false => (
+                "accuracy",
+                [("train acc", &curves.train_acc, TRAIN_ACC), ("test acc", &curves.test_acc, TEST_ACC)],
+            ),
+        };
+        panel(&bottom, curves, name, &below, x_max)?;
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(out)
@@ -188,6 +205,35 @@ pub fn draw(curves: &Curves, title: &str) -> Result<String, String> {
 mod tests {
     use super::{legend_corner, nice_step};
     use plotters::prelude::SeriesLabelPosition;
+
+    #[test]
+    fn a_run_without_classes_is_titled_by_its_loss_and_drawn_with_perplexity() {
+        use crate::record::{curves::Curves, EpochStats, Record, RunInfo};
+        let mut info = RunInfo { task: crate::model::Task::ModelLoss, ..RunInfo::default() };
+        let r = &mut info.settings.recipe;
+        (r.steps, r.eval_every, r.epochs) = (Some(150), Some(50), 3);
+        let epoch = EpochStats {
+            epoch: 2,
+            train_loss: 1.6,
+            train_acc: 0.0,
+            test_loss: 1.5,
+            test_acc: 0.0,
+            epoch_seconds: 1.0,
+            eval_seconds: 0.1,
+            samples_per_sec: 100.0,
+            lr: 1e-3,
+            ema_test_acc: None,
+            ema_test_loss: None,
+            top5_acc: None,
+            per_class_acc: None,
+            confusion: None,
+        };
+        let records = vec![Record::Start(Box::new(info)), Record::Epoch(Box::new(epoch))];
+        let title = super::title(&records, "run");
+        assert!(title.ends_with("val loss 1.500 (perplexity 4.48) at step 100"), "{title}");
+        let svg = super::draw(&Curves::of(&records), &title).unwrap();
+        assert!(svg.contains("perplexity") && !svg.contains("test acc"), "the lower panel is perplexity");
+    }
 
     #[test]
     fn the_legend_goes_where_the_curves_are_not() {

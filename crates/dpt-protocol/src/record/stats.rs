@@ -334,4 +334,12 @@ pub struct Summary {
     /// The most resident host memory the process held, in MiB (Linux).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_mib: Option<f64>,
+    /// A run without classes: its last evaluated loss, and that loss's perplexity (`exp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_loss: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perplexity: Option<f64>,
+    /// Token data: `samples_per_sec` × the block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_sec: Option<f64>,
 }
