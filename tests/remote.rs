@@ -20,15 +20,33 @@ const WAIT: Duration = Duration::from_secs(60);
 struct Job {
     run: PathBuf,
     pid: u32,
+    /// The job's own `XDG_RUNTIME_DIR`, where it has one (`Job::start_private`).
+    xdg: Option<PathBuf>,
     _tmp: tempfile::TempDir,
 }
 
 impl Job {
     fn start(epochs: &str) -> Job {
+        Job::start_with(epochs, false)
+    }
+
+    /// A job whose socket lives in a registry of its own: no other test's job, which prunes
+    /// the registry as it starts, can remove it.
+    fn start_private(epochs: &str) -> Job {
+        Job::start_with(epochs, true)
+    }
+
+    fn start_with(epochs: &str, private: bool) -> Job {
         let tmp = tempfile::tempdir().unwrap();
         let run = tmp.path().join("run");
+        let xdg = private.then(|| tmp.path().join("xdg"));
         let data = common::subset_dir();
-        let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        let mut front = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        if let Some(x) = &xdg {
+            std::fs::create_dir_all(x).unwrap();
+            front.env("XDG_RUNTIME_DIR", x);
+        }
+        let out = front
             .args([
                 "--detach",
                 "--data",
@@ -58,7 +76,16 @@ impl Job {
             .lines()
             .find_map(|l| l.strip_prefix("training in the background (pid ")?.split(')').next()?.parse().ok())
             .expect("the job's pid");
-        Job { run, pid, _tmp: tmp }
+        Job { run, pid, xdg, _tmp: tmp }
+    }
+
+    /// A command of dpt-tui with this job's registry.
+    fn command(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        if let Some(x) = &self.xdg {
+            c.env("XDG_RUNTIME_DIR", x);
+        }
+        c
     }
 
     fn count(&self, what: &str) -> usize {
@@ -238,18 +265,14 @@ fn ls_show_png_and_a_dead_job() {
     assert!(tui.wait_exit(WAIT).success());
 
     // A job killed hard leaves a stale socket: `ls` says dead and cleans it; attach explains.
-    let job = Job::start("1000");
+    let job = Job::start_private("1000");
     let socket = server_info(&job.run).unwrap().socket;
     let _ = Command::new("kill").args(["-9", &job.pid.to_string()]).status();
     let deadline = Instant::now() + WAIT;
     while Path::new(&format!("/proc/{}", job.pid)).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .arg("ls")
-        .arg(job.run.parent().unwrap())
-        .output()
-        .unwrap();
+    let ls = job.command().arg("ls").arg(job.run.parent().unwrap()).output().unwrap();
     assert!(
         String::from_utf8_lossy(&ls.stdout).lines().any(|l| l.starts_with("dead")),
         "{}",
@@ -262,15 +285,11 @@ fn ls_show_png_and_a_dead_job() {
         "{}",
         String::from_utf8_lossy(&ls.stdout)
     );
-    let pruned = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["ls", "--prune"])
-        .arg(job.run.parent().unwrap())
-        .output()
-        .unwrap();
+    let pruned = job.command().args(["ls", "--prune"]).arg(job.run.parent().unwrap()).output().unwrap();
     assert!(pruned.status.success());
     assert!(!socket.exists(), "ls --prune removed the stale socket");
     assert!(!job.run.join("server.json").exists(), "and the dead job's server.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("attach").arg(&job.run).output().unwrap();
+    let out = job.command().arg("attach").arg(&job.run).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is not running (dead)"),
@@ -383,7 +402,7 @@ fn a_detached_job_is_listed_and_attached_from_any_directory() {
     let run = PathBuf::from(hint);
     assert!(run.is_absolute() && run.starts_with(started_in.path().canonicalize().unwrap()), "{stdout}");
     let pid = server_info(&run).expect("server.json").pid;
-    let _stop = Job { run: run.clone(), pid, _tmp: tempfile::tempdir().unwrap() };
+    let _stop = Job { run: run.clone(), pid, xdg: None, _tmp: tempfile::tempdir().unwrap() };
 
     // From elsewhere: `ls` lists the running job with its absolute path.
     let elsewhere = tempfile::tempdir().unwrap();
