@@ -273,6 +273,14 @@ fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
     assert_eq!(samples[1]["prompt"], "the cat sat on t");
     let text = samples[1]["text"].as_str().unwrap();
     assert!(text.len() >= 100 && text.contains("the"), "the model writes its text's words: {text:?}");
+    // `ls` counts its steps and names its best val loss (no accuracy).
+    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("ls").arg(dir.path()).output().unwrap();
+    let listing = String::from_utf8_lossy(&ls.stdout);
+    let best = evals.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(
+        listing.lines().any(|l| l.contains("150/150 steps") && l.contains(&format!("loss {best:.3}"))),
+        "{listing}"
+    );
     let again = run(&gpt, "again");
     assert!(again.status.success());
     let repeated = common::wait_for_summary(&dir.path().join("again"), std::time::Duration::from_secs(5));

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::failed;
 use crate::Failure;
+use dpt_tui::record::compare::Best;
 use dpt_tui::remote::{registry, runs};
 
 pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
@@ -21,18 +22,22 @@ pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
     if listing.runs.is_empty() {
         println!("no running jobs, and no runs in {}", runs::absolute(dir).display());
     } else {
-        println!("{:<10} {:<10} {:<18} {:>9} {:>9}  RUN", "STATE", "MODEL", "DEVICES", "EPOCHS", "BEST ACC");
+        println!("{:<10} {:<12} {:<18} {:>15} {:>10}  RUN", "STATE", "MODEL", "DEVICES", "PROGRESS", "BEST");
         for r in &listing.runs {
             let state =
                 if r.resumable { format!("{}*", r.state.label()) } else { r.state.label().to_owned() };
-            let acc = r.best_test_acc.map_or("-".to_owned(), |a| format!("{a:.3}"));
+            // Accuracy, or "loss 1.234" for a run without classes.
+            let acc = r.best.map_or("-".to_owned(), |b| b.cell(matches!(b, Best::ValLoss(_))));
             let devices: Vec<String> = r.devices.iter().map(ToString::to_string).collect();
             println!(
-                "{:<10} {:<10} {:<18} {:>9} {:>9}  {}",
+                "{:<10} {:<12} {:<18} {:>15} {:>10}  {}",
                 state,
                 r.model.map_or("?", |m| m.name()),
                 devices.join(","),
-                format!("{}/{}", r.epochs_done, r.epochs),
+                match r.steps {
+                    Some((done, n)) => format!("{done}/{n} steps"),
+                    None => format!("{}/{} epochs", r.epochs_done, r.epochs),
+                },
                 acc,
                 r.path.display()
             );

@@ -216,6 +216,9 @@ impl App {
                 self.run.state = RunState::Failed;
                 self.run.failure = Some(message.clone());
             }
+            Change::Sampled { global_step, prompt, text } => {
+                self.run.sample = Some((*global_step, prompt.clone(), text.clone()))
+            }
             Change::Resumed { .. }
             | Change::Checkpointed { .. }
             | Change::Refused { .. }
@@ -224,7 +227,6 @@ impl App {
             | Change::BestKept { .. }
             | Change::Tested { .. }
             | Change::EarlyStopped { .. }
-            | Change::Sampled { .. }
             | Change::Straggler { .. } => {}
         }
     }

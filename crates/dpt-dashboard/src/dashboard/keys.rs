@@ -4,6 +4,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::app::{App, Overlay, PromptKind, RunState};
+use super::log::Level;
 use crate::Control;
 
 /// What a key does.
@@ -187,10 +188,12 @@ pub fn help() -> impl Iterator<Item = (&'static str, &'static str)> {
     KEYS.iter().filter(|b| !b.keys.is_empty()).map(|b| (b.keys, b.help))
 }
 
-/// The footer's (keys, label) for a run that is `over`, in a `compact` layout or not.
-pub fn footer(over: bool, compact: bool) -> Vec<(&'static str, &'static str)> {
+/// The footer's (keys, label) for a run that is `over`, in a `compact` layout or not; the
+/// by-class key only for a run that counts `classes`.
+pub fn footer(over: bool, compact: bool, classes: bool) -> Vec<(&'static str, &'static str)> {
     KEYS.iter()
         .filter(|b| if over { b.when_over } else { !compact || b.compact })
+        .filter(|b| classes || b.action != Action::ByClass)
         .filter_map(|b| b.footer)
         .collect()
 }
@@ -297,6 +300,10 @@ impl App {
             }
             Action::Help => {
                 self.overlay = Some(Overlay::Help);
+                none()
+            }
+            Action::ByClass if self.curves.data.no_classes => {
+                self.note(Level::Info, "a run without classes has no per-class view");
                 none()
             }
             Action::ByClass => {

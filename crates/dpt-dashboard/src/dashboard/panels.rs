@@ -28,6 +28,8 @@ pub struct RunPanel {
     pub save_problem: Option<String>,
     /// Seconds since training started, pauses included (set by `App::tick`).
     pub elapsed: f64,
+    /// The latest continuation a language model sampled: step, prompt, text.
+    pub sample: Option<(usize, String, String)>,
 }
 
 impl Default for RunPanel {
@@ -44,6 +46,7 @@ impl Default for RunPanel {
             failure: None,
             save_problem: None,
             elapsed: 0.0,
+            sample: None,
         }
     }
 }

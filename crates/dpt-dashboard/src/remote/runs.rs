@@ -47,7 +47,9 @@ pub struct RunEntry {
     pub devices: Vec<DeviceId>,
     pub epochs_done: usize,
     pub epochs: usize,
-    pub best_test_acc: Option<f64>,
+    /// A run measured in steps: the last step recorded and the run's length.
+    pub steps: Option<(usize, usize)>,
+    pub best: Option<crate::record::compare::Best>,
     /// Seconds since the Unix epoch of the last record, for ordering.
     pub modified: u64,
 }
@@ -72,8 +74,6 @@ pub fn inspect(dir: &Path) -> Option<RunEntry> {
     let info = records.iter().rev().find_map(|r| if let Record::Start(i) = r { Some(i) } else { None });
     let epochs = || records.iter().filter_map(|r| if let Record::Epoch(e) = r { Some(e) } else { None });
     let epochs_done = epochs().map(|e| e.epoch).max().unwrap_or(0);
-    let best_test_acc =
-        epochs().map(|e| e.test_acc).fold(None, |best: Option<f64>, a| Some(best.map_or(a, |b| b.max(a))));
     let summary =
         current.iter().rev().find_map(|r| if let Record::Summary(s) = r { Some(s.reason) } else { None });
     let failed = current.iter().any(|r| matches!(r, Record::Event(Change::Failed { .. })));
@@ -94,7 +94,17 @@ pub fn inspect(dir: &Path) -> Option<RunEntry> {
         devices: info.map_or(Vec::new(), |i| i.devices.clone()),
         epochs_done,
         epochs: info.map_or(0, |i| i.epochs()),
-        best_test_acc,
+        steps: info.and_then(|i| i.settings.recipe.steps).map(|n| {
+            let last = records.iter().rev().find_map(|r| {
+                if let Record::Step(s) = r {
+                    Some(s.global_step)
+                } else {
+                    None
+                }
+            });
+            (last.unwrap_or(0), n)
+        }),
+        best: crate::record::compare::Best::of(records),
         modified,
     })
 }

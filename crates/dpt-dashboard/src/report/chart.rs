@@ -1,6 +1,6 @@
 //! The chart itself: two panels (loss; accuracy, or perplexity for a run without classes)
-//! against epochs (evaluation periods of a run measured in steps), with readable ticks (1-2-5
-//! steps on y, whole epochs on x), a legend per panel and the lr-change and pause marks.
+//! against epochs, or steps for a run measured in steps, with readable ticks (1-2-5 steps on y,
+//! whole epochs or round step counts on x), a legend per panel and the lr-change and pause marks.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -103,7 +103,9 @@ fn panel(
 ) -> Result<(), String> {
     let slices: Vec<&[(f64, f64)]> = series.iter().map(|s| s.1).collect();
     let Some((lo, hi)) = y_range(&slices, (0.0, x_max), false) else { return Ok(()) };
-    let x_step = nice_step(x_max, 10).max(1.0);
+    // Ticks on whole epochs, or on round step counts for a run measured in steps.
+    let (unit, per_x) = curves.x_unit();
+    let x_step = nice_step(x_max * per_x, 10).max(1.0) / per_x;
     let y_step = nice_step(hi - lo, 6);
     // Ticks fall on multiples of the step: the axis starts and ends on one.
     let (y0, y1) = ((lo / y_step).floor() * y_step, (hi / y_step).ceil() * y_step);
@@ -119,8 +121,8 @@ fn panel(
     let decimals = (-y_step.log10().floor()).max(0.0) as usize;
     chart
         .configure_mesh()
-        .x_desc("epoch")
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_desc(unit)
+        .x_label_formatter(&|x| format!("{:.0}", x * per_x))
         .y_label_formatter(&|y| format!("{y:.decimals$}"))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 15))
@@ -209,7 +211,8 @@ mod tests {
     #[test]
     fn a_run_without_classes_is_titled_by_its_loss_and_drawn_with_perplexity() {
         use crate::record::{curves::Curves, EpochStats, Record, RunInfo};
-        let mut info = RunInfo { task: crate::model::Task::ModelLoss, ..RunInfo::default() };
+        let mut info =
+            RunInfo { task: crate::model::Task::ModelLoss, steps_per_epoch: 50, ..RunInfo::default() };
         let r = &mut info.settings.recipe;
         (r.steps, r.eval_every, r.epochs) = (Some(150), Some(50), 3);
         let epoch = EpochStats {
@@ -233,6 +236,10 @@ mod tests {
         assert!(title.ends_with("val loss 1.500 (perplexity 4.48) at step 100"), "{title}");
         let svg = super::draw(&Curves::of(&records), &title).unwrap();
         assert!(svg.contains("perplexity") && !svg.contains("test acc"), "the lower panel is perplexity");
+        // The x axis counts steps (3 evaluation periods of 50, ticks every 20), not periods.
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        assert!(texts.contains(&"step") && !texts.contains(&"epoch"), "x is labelled in steps");
+        assert!(texts.contains(&"100") && texts.contains(&"140"), "tick labels in steps");
     }
 
     #[test]

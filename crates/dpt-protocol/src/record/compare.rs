@@ -12,7 +12,49 @@ pub struct Baseline {
     pub name: String,
     pub curves: Curves,
     pub info: Option<RunInfo>,
-    pub best_test_acc: Option<f64>,
+    pub best: Option<Best>,
+}
+
+/// A run's best evaluation: a classifier's highest test accuracy, or the lowest val loss of a
+/// run without classes (whose accuracy is not measured).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Best {
+    TestAcc(f64),
+    ValLoss(f64),
+}
+
+impl Best {
+    /// The best evaluation in `records` (`None` before the first).
+    pub fn of(records: &[Record]) -> Option<Best> {
+        Best::of_curves(&Curves::of(records))
+    }
+
+    /// The best evaluation of a run's curves.
+    pub fn of_curves(c: &Curves) -> Option<Best> {
+        let values = |s: &[(f64, f64)]| s.iter().map(|p| p.1).filter(|v| v.is_finite()).collect::<Vec<_>>();
+        match c.no_classes {
+            false => values(&c.test_acc).into_iter().reduce(f64::max).map(Best::TestAcc),
+            true => values(&c.test_loss).into_iter().reduce(f64::min).map(Best::ValLoss),
+        }
+    }
+
+    /// What is measured: `best test acc` or `best val loss`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Best::TestAcc(_) => "best test acc",
+            Best::ValLoss(_) => "best val loss",
+        }
+    }
+
+    /// The value alone (`0.842`), or named where runs of both kinds are side by side
+    /// (`acc 0.842`, `loss 1.234`).
+    pub fn cell(self, named: bool) -> String {
+        match (self, named) {
+            (Best::TestAcc(a), false) | (Best::ValLoss(a), false) => format!("{a:.3}"),
+            (Best::TestAcc(a), true) => format!("acc {a:.3}"),
+            (Best::ValLoss(l), true) => format!("loss {l:.3}"),
+        }
+    }
 }
 
 impl Baseline {
@@ -23,11 +65,8 @@ impl Baseline {
                 .iter()
                 .rev()
                 .find_map(|r| if let Record::Start(i) = r { Some((**i).clone()) } else { None });
-        let best_test_acc = records
-            .iter()
-            .filter_map(|r| if let Record::Epoch(e) = r { Some(e.test_acc) } else { None })
-            .fold(None, |best: Option<f64>, a| Some(best.map_or(a, |b| b.max(a))));
-        Baseline { name: name.into(), curves: Curves::of(records), info, best_test_acc }
+        let curves = Curves::of(records);
+        Baseline { name: name.into(), best: Best::of_curves(&curves), curves, info }
     }
 }
 
@@ -101,5 +140,28 @@ pub(crate) mod tests {
         assert!(differing(&[Some(&a), Some(&a)]).is_empty());
         let rows = differing(&[Some(&a), None]);
         assert!(rows.iter().any(|(l, v)| *l == "model" && v[1] == "?"));
+    }
+
+    #[test]
+    fn the_best_is_the_highest_accuracy_or_without_classes_the_lowest_val_loss() {
+        use crate::record::EpochStats;
+        let evaluations = [(2.0, 0.5), (1.2, 0.7), (1.5, 0.6)].map(|(test_loss, test_acc)| {
+            Record::Epoch(Box::new(EpochStats { test_loss, test_acc, ..Default::default() }))
+        });
+        let classifier = info(0.1, 32, 0);
+        let language_model = RunInfo { task: crate::model::Task::Tokens, ..info(0.1, 32, 0) };
+        let run = |start: RunInfo| {
+            let mut r = vec![Record::Start(Box::new(start))];
+            r.extend(evaluations.iter().cloned());
+            r
+        };
+        assert_eq!(Best::of(&run(classifier)), Some(Best::TestAcc(0.7)));
+        assert_eq!(Best::of(&run(language_model.clone())), Some(Best::ValLoss(1.2)));
+        assert_eq!(Best::of(&run(language_model)[..1]), None, "nothing evaluated yet");
+        assert_eq!(Best::ValLoss(1.2).label(), "best val loss");
+        assert_eq!(
+            (Best::TestAcc(0.7).cell(false), Best::ValLoss(1.2).cell(true)),
+            ("0.700".into(), "loss 1.200".into())
+        );
     }
 }

@@ -38,6 +38,10 @@ pub struct Curves {
     /// The run counts no classes (a language model, a model's own loss): its accuracy curves
     /// stay empty and perplexity (`exp` of the loss) takes their place.
     pub no_classes: bool,
+    /// A run measured in steps (`--steps`): the steps in one unit of x (its evaluation
+    /// period), so that axes count steps; `None` for a run measured in epochs.
+    #[serde(default)]
+    pub steps_per_x: Option<usize>,
 }
 
 /// `epoch` (1-based) and `step` of `steps` as a fractional epoch count.
@@ -73,6 +77,7 @@ impl Curves {
             Record::Start(info) => {
                 self.epochs = self.epochs.max(info.epochs());
                 self.no_classes = !info.task.has_classes();
+                self.steps_per_x = info.settings.recipe.steps.map(|_| info.steps_per_epoch.max(1));
                 self.lr_plan = planned_lr(info);
             }
             Record::Step(s) => {
@@ -119,6 +124,15 @@ impl Curves {
     /// Perplexity, `exp` of each loss point (train, then test).
     pub fn perplexity(&self) -> [Vec<(f64, f64)>; 2] {
         [&self.train_loss, &self.test_loss].map(|s| s.iter().map(|&(x, y)| (x, y.exp())).collect())
+    }
+
+    /// What x counts and how many of it one unit of x is: steps for a run measured in steps,
+    /// epochs otherwise.
+    pub fn x_unit(&self) -> (&'static str, f64) {
+        match self.steps_per_x {
+            Some(n) => ("step", n as f64),
+            None => ("epoch", 1.0),
+        }
     }
 
     /// Whether there is anything to draw.

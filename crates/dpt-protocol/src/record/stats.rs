@@ -266,7 +266,7 @@ pub struct LoaderStats {
 }
 
 /// End-of-epoch statistics, with test metrics computed over all replicas.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EpochStats {
     pub epoch: usize,
     pub train_loss: f64,

@@ -40,6 +40,25 @@ pub fn thousands(n: i64) -> String {
     }
 }
 
+/// A learning rate as people write it: 4 significant digits, no trailing zeros (`0.001`,
+/// `0.0009999`, `3e-6`), the exponent form below 1e-4.
+pub fn lr_text(lr: f64) -> String {
+    if lr == 0.0 || !lr.is_finite() {
+        return format!("{lr}");
+    }
+    if (1e-4..1e4).contains(&lr.abs()) {
+        let decimals = (3 - lr.abs().log10().floor() as i32).max(0) as usize;
+        let s = format!("{lr:.decimals$}");
+        let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.') } else { &s };
+        return s.to_owned();
+    }
+    let s = format!("{lr:.3e}");
+    let (mantissa, exponent) = s.split_once('e').unwrap_or((&s, "0"));
+    let mantissa =
+        if mantissa.contains('.') { mantissa.trim_end_matches('0').trim_end_matches('.') } else { mantissa };
+    format!("{mantissa}e{exponent}")
+}
+
 fn ms(seconds: f64) -> String {
     format!("{:.1}", seconds * 1e3)
 }
@@ -90,7 +109,7 @@ impl Narrator {
                     },
                     s.loss,
                     if self.classes { format!("  acc {:.3}", s.acc) } else { String::new() },
-                    s.lr,
+                    lr_text(s.lr),
                     s.samples_per_sec,
                     self.block.map_or(String::new(), |t| format!("  {:.0} tokens/s", s.samples_per_sec * t as f64)),
                     if s.timed_steps == Some(0) {
@@ -160,7 +179,7 @@ pub fn loader(l: &super::LoaderStats) -> String {
 fn change_line(c: &Change) -> Line {
     let (level, text) = match c {
         Change::LrChanged { from, to, global_step } => {
-            (Level::Info, format!("lr {from} -> {to} at step {global_step}"))
+            (Level::Info, format!("lr {} -> {} at step {global_step}", lr_text(*from), lr_text(*to)))
         }
         Change::Paused { global_step } => (Level::Info, format!("paused at step {global_step}")),
         Change::Resumed { global_step } => (Level::Info, format!("resumed at step {global_step}")),
@@ -302,6 +321,21 @@ mod tests {
         assert_eq!(loader(&l), "1.8/2 ready, 3250 img/s decoding");
         let starved = crate::record::LoaderStats { ready: 0.2, ..l };
         assert!(loader(&starved).ends_with("(replicas wait for data)"));
+    }
+
+    #[test]
+    fn learning_rates_read_as_written() {
+        for (lr, text) in [
+            (0.001, "0.001"),
+            (0.0009998741276738751, "0.0009999"),
+            (0.1, "0.1"),
+            (3e-6, "3e-6"),
+            (5.126150373813143e-8, "5.126e-8"),
+            (2.5, "2.5"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(lr_text(lr), text);
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use ratatui::Frame;
 
 use super::Look;
 use crate::dashboard::app::App;
-use crate::record::compare::differing;
+use crate::record::compare::{differing, Best};
 
 /// The colour of baseline `i` (the current run keeps the theme's curve colours).
 pub fn baseline_color(look: &Look, i: usize) -> Color {
@@ -19,7 +19,7 @@ pub fn baseline_color(look: &Look, i: usize) -> Color {
 }
 
 /// The table's lines: a header naming the runs, then one row per differing setting, then the
-/// best test accuracy of each.
+/// best evaluation of each (test accuracy, or val loss for runs without classes).
 pub fn table_lines(app: &App, look: &Look, cell: usize) -> Vec<Line<'static>> {
     let t = look.theme;
     let fit = |s: &str| {
@@ -43,17 +43,18 @@ pub fn table_lines(app: &App, look: &Look, cell: usize) -> Vec<Line<'static>> {
         row.extend(values.iter().map(|v| Span::styled(fit(v), t.fg(t.text))));
         lines.push(Line::from(row));
     }
-    let best = app
-        .curves
-        .data
-        .test_acc
-        .iter()
-        .map(|p| p.1)
-        .fold(None, |m: Option<f64>, a| Some(m.map_or(a, |b| b.max(a))));
-    let acc = |a: Option<f64>| a.map_or("-".to_owned(), |a| format!("{a:.3}"));
-    let mut row =
-        vec![Span::styled(fit("best test acc"), t.fg(t.dim)), Span::styled(fit(&acc(best)), t.fg(t.text))];
-    row.extend(app.curves.baselines.iter().map(|b| Span::styled(fit(&acc(b.best_test_acc)), t.fg(t.text))));
+    // Each run's best evaluation: accuracy, or the val loss of runs without classes (named in
+    // each cell where both kinds are compared).
+    let own_best = Best::of_curves(&app.curves.data);
+    let bests: Vec<Option<Best>> =
+        std::iter::once(own_best).chain(app.curves.baselines.iter().map(|b| b.best)).collect();
+    let labels: Vec<&str> = bests.iter().flatten().map(|b| b.label()).collect();
+    let mixed = labels.windows(2).any(|w| w[0] != w[1]);
+    let label = if mixed { "best" } else { labels.first().copied().unwrap_or("best test acc") };
+    let mut row = vec![Span::styled(fit(label), t.fg(t.dim))];
+    row.extend(
+        bests.iter().map(|b| Span::styled(fit(&b.map_or("-".to_owned(), |b| b.cell(mixed))), t.fg(t.text))),
+    );
     lines.push(Line::from(row));
     lines
 }

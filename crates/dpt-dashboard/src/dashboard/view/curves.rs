@@ -43,8 +43,9 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     let c = &app.curves.data;
     let s = app.curves.settings;
     let log = s.log_loss && view == CurveView::Loss;
+    let (unit, per_x) = c.x_unit();
     let window = match s.recent {
-        Some(w) => format!("last {w} epochs"),
+        Some(w) => format!("last {} {unit}s", w * per_x),
         None => "whole run".to_owned(),
     };
     let weight = s.smoothing_weight();
@@ -159,7 +160,16 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     }
     lines
         .extend(series.iter().zip(&smoothed).map(|((_, _, color), points)| Series { points, color: *color }));
-    let plot = Plot { series: lines, x, y, log_y: log, marks, ascii: look.ascii, axis_style: t.fg(t.dim) };
+    let plot = Plot {
+        series: lines,
+        x,
+        x_scale: per_x,
+        y,
+        log_y: log,
+        marks,
+        ascii: look.ascii,
+        axis_style: t.fg(t.dim),
+    };
     plot.render(plot_area, frame.buffer_mut());
 }
 

@@ -7,6 +7,7 @@ mod devices;
 mod log;
 mod overlay;
 pub mod plot;
+mod sample;
 mod status;
 
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
@@ -87,7 +88,16 @@ pub fn draw(frame: &mut Frame, app: &App, look: &Look) {
     let [curve_area, device_area] =
         Layout::horizontal([Constraint::Min(30), Constraint::Length(device_width)]).areas(main_area);
     status::draw(frame, status_area, app, look, compact);
-    curves::draw(frame, curve_area, app, look);
+    // A language model's latest sample goes under the curves, when they keep room to be read.
+    let sample_height = sample::rows(compact) + 2;
+    if app.run.sample.is_some() && curve_area.height >= 10 + sample_height {
+        let [curves, sample] =
+            Layout::vertical([Constraint::Min(10), Constraint::Length(sample_height)]).areas(curve_area);
+        curves::draw(frame, curves, app, look);
+        sample::draw(frame, sample, app, look);
+    } else {
+        curves::draw(frame, curve_area, app, look);
+    }
     // A finished run (or `show`) compared with baselines: the table in place of the devices.
     if !app.curves.baselines.is_empty() && (app.run.state.is_over() || !app.viewer.steerable) {
         compare::draw(frame, device_area, app, look);
@@ -109,7 +119,7 @@ fn too_small(frame: &mut Frame, area: Rect, look: &Look) {
 }
 
 fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
-    let keys = crate::dashboard::keys::footer(app.run.state.is_over(), compact);
+    let keys = crate::dashboard::keys::footer(app.run.state.is_over(), compact, !app.curves.data.no_classes);
     let theme = look.theme;
     let mut spans = Vec::new();
     // Keys that do not fit are left out, never cut; the help key (last) always shows.

@@ -16,6 +16,9 @@ pub struct Series<'a> {
 pub struct Plot<'a> {
     pub series: Vec<Series<'a>>,
     pub x: (f64, f64),
+    /// What one unit of x is labelled as (the steps in an evaluation period for a run
+    /// measured in steps; 1 for epochs).
+    pub x_scale: f64,
     pub y: (f64, f64),
     pub log_y: bool,
     pub marks: Vec<(f64, Color)>,
@@ -99,9 +102,12 @@ impl Widget for Plot<'_> {
             buf.set_string(x, plot.y + row, label, self.axis_style);
         }
         let label_row = plot.y + plot.height + 1;
-        let left = tick_label(x0, x1 - x0);
-        let mid = tick_label((x0 + x1) / 2.0, x1 - x0);
-        let right = tick_label(x1, x1 - x0);
+        let x_label = |v: f64| {
+            let (v, span) = (v * self.x_scale, (x1 - x0) * self.x_scale);
+            // Steps are whole numbers.
+            tick_label(if self.x_scale > 1.0 { v.round() } else { v }, span)
+        };
+        let (left, mid, right) = (x_label(x0), x_label((x0 + x1) / 2.0), x_label(x1));
         buf.set_string(plot.x, label_row, &left, self.axis_style);
         let mid_x = plot.x + plot.width / 2 - (mid.len() as u16) / 2;
         if mid_x > plot.x + left.len() as u16 + 1 {

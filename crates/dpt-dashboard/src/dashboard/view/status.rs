@@ -84,7 +84,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
         ]),
     }
     items.extend([
-        item("lr", app.run.lr.map_or_else(dash, |v| format!("{v}")), t.fg(t.lr).add_modifier(Modifier::BOLD)),
+        item(
+            "lr",
+            app.run.lr.map_or_else(dash, crate::record::text::lr_text),
+            t.fg(t.lr).add_modifier(Modifier::BOLD),
+        ),
         match info.settings.optimizer {
             o if o.kind != crate::optim::OptimizerKind::Sgd => item("optimizer", o.kind.to_string(), text),
             o => item("momentum", format!("{}", o.momentum), text),
