@@ -79,6 +79,10 @@ pub struct DataArgs {
     /// is a window of T + 1 tokens at a random offset, its targets the inputs one token later.
     #[arg(id = "data.block_size", long = "block-size", value_name = "T")]
     pub block_size: Option<usize>,
+    /// Text: a Hugging Face tokenizer.json that turns the .txt files into tokens, once (cached);
+    /// without it, the folder's own tokenizer.json, else the text's bytes (a vocabulary of 256).
+    #[arg(id = "data.tokenizer", long = "tokenizer", value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]

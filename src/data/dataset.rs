@@ -66,9 +66,13 @@ pub enum DataError {
     #[error("token data in {dir} needs --block-size T: the tokens the model sees at once (at most its context length)")]
     NoBlockSize { dir: PathBuf },
     #[error(
-        "the .txt files in {dir} hold {bytes} bytes, too few to split into training and validation text"
+        "the .txt files in {dir} make {tokens} tokens, too few to split into training and validation text"
     )]
-    TextTooShort { dir: PathBuf, bytes: u64 },
+    TextTooShort { dir: PathBuf, tokens: u64 },
+    #[error("{path}: token id {id} (at token {offset}) is beyond the model's vocabulary of {vocab}; tokenize the data for this model (or check --token-dtype), or give the model a larger vocabulary")]
+    TokenBeyondVocab { path: PathBuf, id: u32, offset: u64, vocab: i64 },
+    #[error("{path}: {why}; give --tokenizer a Hugging Face tokenizer.json (tokenizer.save() writes one), or leave it out to train on the text's bytes")]
+    Tokenizer { path: PathBuf, why: String },
     #[error("no {file} in {dir}; token data is a folder with train.bin and val.bin (nanoGPT's prepare.py writes them)")]
     TokensMissing { dir: PathBuf, file: String },
     #[error("{path} holds {tokens} tokens, too few for one window of --block-size {block} and its next token; use a smaller --block-size")]
@@ -234,9 +238,9 @@ pub struct Dataset {
     pub source: String,
     /// Labels go from 0 to `classes - 1`.
     pub classes: usize,
-    /// Token data whose tokens are the bytes of text (a folder of `.txt` files): a model's
-    /// samples decode to text.
-    pub text: bool,
+    /// Token data made from text (a folder of `.txt` files): how a model's samples decode to
+    /// text.
+    pub text: Option<std::sync::Arc<super::codec::TextCodec>>,
 }
 
 impl Dataset {
@@ -250,7 +254,7 @@ impl Dataset {
             skipped: Vec::new(),
             source,
             classes,
-            text: false,
+            text: None,
         }
     }
 

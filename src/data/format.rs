@@ -10,7 +10,7 @@ pub use dpt_protocol::data::{DataFormat, DataSettings, Loader, DATA_MEMORY, MAX_
 /// How to load a data set: its format (detected when `None`) and, for image folders and
 /// shards, the size every image is resized to and the share of undecodable images left out
 /// rather than refused.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoadOptions {
     pub format: Option<DataFormat>,
     pub image_size: Option<(u32, u32)>,
@@ -22,6 +22,8 @@ pub struct LoadOptions {
     pub memory: u64,
     /// How token data is cut into windows (`None`: the settings ask for none yet).
     pub tokens: Option<super::tokens::TokenLayout>,
+    /// `--tokenizer`: the tokenizer.json that turns text into tokens.
+    pub tokenizer: Option<std::path::PathBuf>,
 }
 
 impl LoadOptions {
@@ -34,6 +36,7 @@ impl LoadOptions {
             loader,
             memory,
             tokens: None,
+            tokenizer: data.tokenizer.clone(),
         }
     }
 }
@@ -47,6 +50,7 @@ impl Default for LoadOptions {
             loader: Loader::Auto,
             memory: DATA_MEMORY,
             tokens: None,
+            tokenizer: None,
         }
     }
 }
@@ -98,17 +102,19 @@ pub fn load(format: DataFormat, path: &Path, options: LoadOptions) -> Result<Dat
         DataFormat::Tokens => super::tokens::load(path, options.tokens),
         DataFormat::Text => {
             let layout = options.tokens.ok_or(DataError::NoBlockSize { dir: path.to_owned() })?;
-            let cache = super::text::tokenized(path)?;
-            // Bytes are the tokens: the cache holds them as uint16, whatever --token-dtype says.
-            let layout = super::tokens::TokenLayout { dtype: super::tokens::TokenDtype::U16, ..layout };
+            let codec = super::codec::TextCodec::open(path, options.tokenizer.as_deref())?;
+            let cache = super::text::tokenized(path, &codec)?;
+            // The cache holds the tokens as wide as the vocabulary needs, whatever --token-dtype says.
+            let layout = super::tokens::TokenLayout { dtype: codec.dtype(), ..layout };
             let mut data = super::tokens::load(&cache, Some(layout))?;
-            data.text = true;
             data.source = format!(
-                "bytes of the .txt files in {} (90/10 split, tokens cached in {}), windows of {}",
+                "the .txt files in {} as {} (90/10 split, cached in {}), windows of {}",
                 path.display(),
+                codec.describe(),
                 cache.display(),
                 layout.block
             );
+            data.text = Some(std::sync::Arc::new(codec));
             Ok(data)
         }
     }

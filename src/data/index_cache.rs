@@ -43,8 +43,10 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 /// FNV-1a: a hash that stays the same from one build to the next (names the cache files).
-pub(super) fn fnv(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+pub(super) fn fnv(data: impl AsRef<[u8]>) -> u64 {
+    data.as_ref()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// What the listing of `dir` depends on: the split folders and their entries, by name, kind,
@@ -82,7 +84,7 @@ pub(super) fn cached(
 ) -> Result<(Listing, bool), DataError> {
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
     let print = fingerprint(&dir, kind);
-    let file = cache_dir().map(|c| c.join(format!("{:016x}.tsv", fnv(&format!("{kind} {}", dir.display())))));
+    let file = cache_dir().map(|c| c.join(format!("{:016x}.tsv", fnv(format!("{kind} {}", dir.display())))));
     if let Some(listing) = file.as_deref().and_then(|f| read(f, &print)) {
         return Ok((listing, true));
     }

@@ -3,6 +3,7 @@
 
 mod arrays;
 mod cifar;
+pub mod codec;
 pub mod dataset;
 mod folder;
 pub mod format;
@@ -11,6 +12,7 @@ mod idx_set;
 mod index_cache;
 pub mod stream;
 pub mod text;
+pub mod token_scan;
 pub mod tokens;
 mod webdataset;
 

@@ -1,17 +1,19 @@
-//! A folder of `.txt` files as token data: its bytes are the tokens (a vocabulary of 256), the
-//! files read in name order, the first 90 % of all bytes for training and the rest for
-//! validation (as nanoGPT's character-level prepare scripts split). Tokenized once into
-//! `train.bin` and `val.bin` (uint16, nanoGPT's layout) under
-//! `$XDG_CACHE_HOME/dpt-tui/tokens/<hash>/` (else `~/.cache/...`), valid while the files keep
-//! their names, sizes and modification times; the data folder itself is only read.
+//! A folder of `.txt` files as token data: its bytes are the tokens (a vocabulary of 256), or a
+//! tokenizer's ids (`codec`), the files read in name order, the first 90 % of all tokens for
+//! training and the rest for validation (as nanoGPT's prepare scripts split). Tokenized once into
+//! `train.bin` and `val.bin` (nanoGPT's layout; uint16, or uint32 for a vocabulary beyond
+//! 65,536) under `$XDG_CACHE_HOME/dpt-tui/tokens/<hash>/` (else `~/.cache/...`), valid while the
+//! files keep their names, sizes and modification times and the tokenizer its content; the data
+//! folder itself is only read.
 
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::codec::{cut, TextCodec};
 use super::dataset::DataError;
 
-/// The share of the bytes that trains; the rest validates.
+/// The share of the tokens that trains; the rest validates.
 const TRAIN_SHARE: f64 = 0.9;
 
 /// The `.txt` files of `dir`, in name order.
@@ -32,24 +34,30 @@ pub fn detect(dir: &Path) -> bool {
     !super::tokens::detect(dir) && !text_files(dir).is_empty()
 }
 
-/// The folder holding `dir`'s text as `train.bin` and `val.bin`: the cached one if its files
-/// are unchanged, else made now (the progress said on stderr).
-pub fn tokenized(dir: &Path) -> Result<PathBuf, DataError> {
+/// The folder holding `dir`'s text as `train.bin` and `val.bin` in `codec`'s tokens: the
+/// cached one if its files and the tokenizer are unchanged, else made now (the progress said on
+/// stderr).
+pub fn tokenized(dir: &Path, codec: &TextCodec) -> Result<PathBuf, DataError> {
     let base = super::index_cache::cache_base().ok_or_else(|| DataError::Read {
         path: dir.to_owned(),
         why: "no $HOME or $XDG_CACHE_HOME to cache its tokens in".into(),
     })?;
-    tokenized_in(dir, &base)
+    tokenized_in(dir, codec, &base)
 }
 
+/// Bytes of text a tokenizer is given at once (cut where it would split anyway, [`cut`]).
+const PIECE: usize = 1 << 20;
+/// Pieces encoded together, in parallel.
+const BATCH: usize = 8;
+
 /// [`tokenized`] with the cache under `base`.
-fn tokenized_in(dir: &Path, base: &Path) -> Result<PathBuf, DataError> {
+pub fn tokenized_in(dir: &Path, codec: &TextCodec, base: &Path) -> Result<PathBuf, DataError> {
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
     let files = text_files(&dir);
     if files.is_empty() {
         return Err(DataError::Unknown { path: dir });
     }
-    let mut print = format!("dpt-tui text bytes 1 {}\n", dir.display());
+    let mut print = format!("dpt-tui text 2 {} {}\n", codec.key(), dir.display());
     let mut total = 0u64;
     for f in &files {
         let m = std::fs::metadata(f).map_err(|e| DataError::Read { path: f.clone(), why: e.to_string() })?;
@@ -66,32 +74,58 @@ fn tokenized_in(dir: &Path, base: &Path) -> Result<PathBuf, DataError> {
     std::fs::create_dir_all(&cache).map_err(cache_error)?;
     // A partial earlier attempt is written over; the stamp, written last, marks a whole one.
     let _ = std::fs::remove_file(&stamp_file);
-    let split_at = (total as f64 * TRAIN_SHARE) as u64;
-    if split_at == 0 || split_at == total {
-        return Err(DataError::TextTooShort { dir, bytes: total });
-    }
-    let mut train = BufWriter::new(std::fs::File::create(cache.join("train.bin")).map_err(cache_error)?);
-    let mut val = BufWriter::new(std::fs::File::create(cache.join("val.bin")).map_err(cache_error)?);
-    let (mut done, started, mut said) = (0u64, Instant::now(), Instant::now());
-    let mut buf = vec![0u8; 1 << 20];
+    // Every token goes to train.bin first; the last tenth then moves to val.bin.
+    let train_path = cache.join("train.bin");
+    let open =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&train_path);
+    let mut train = BufWriter::new(open.map_err(cache_error)?);
+    let width = codec.dtype().bytes();
+    let (mut read, mut tokens, started, mut said) = (0u64, 0u64, Instant::now(), Instant::now());
+    let mut write = |ids: &[u32], out: &mut BufWriter<std::fs::File>| -> Result<(), DataError> {
+        for &id in ids {
+            let bytes = id.to_le_bytes();
+            out.write_all(&bytes[..width]).map_err(cache_error)?;
+        }
+        tokens += ids.len() as u64;
+        Ok(())
+    };
+    let mut buf = vec![0u8; PIECE];
     for f in &files {
         let read_error = |e: std::io::Error| DataError::Read { path: f.clone(), why: e.to_string() };
+        let encode_error = |why: String| DataError::Tokenizer { path: f.clone(), why };
         let mut file = std::fs::File::open(f).map_err(read_error)?;
+        let mut pending: Vec<u8> = Vec::new();
         loop {
             let n = file.read(&mut buf).map_err(read_error)?;
+            pending.extend_from_slice(&buf[..n]);
+            read += n as u64;
+            // Whole pieces (a batch of them encoded in parallel) while the file goes on; the
+            // rest once it has ended.
+            if pending.len() >= BATCH * PIECE || n == 0 {
+                let mut ends = Vec::new();
+                let mut at = 0;
+                while at < pending.len() {
+                    let end = at + cut(&pending[at..], PIECE);
+                    if end == pending.len() && n != 0 {
+                        break;
+                    }
+                    ends.push((at, end));
+                    at = end;
+                }
+                let pieces: Vec<&[u8]> = ends.iter().map(|&(a, b)| &pending[a..b]).collect();
+                for ids in codec.encode(&pieces).map_err(encode_error)? {
+                    write(&ids, &mut train)?;
+                }
+                pending.drain(..at);
+            }
             if n == 0 {
                 break;
-            }
-            for &b in &buf[..n] {
-                let out = if done < split_at { &mut train } else { &mut val };
-                out.write_all(&u16::from(b).to_le_bytes()).map_err(cache_error)?;
-                done += 1;
             }
             if said.elapsed() > Duration::from_secs(2) {
                 eprintln!(
                     "dpt-tui: tokenizing {}: {:.0}% of {} bytes",
                     dir.display(),
-                    100.0 * done as f64 / total as f64,
+                    100.0 * read as f64 / total.max(1) as f64,
                     total
                 );
                 said = Instant::now();
@@ -99,11 +133,25 @@ fn tokenized_in(dir: &Path, base: &Path) -> Result<PathBuf, DataError> {
         }
     }
     train.flush().map_err(cache_error)?;
-    val.flush().map_err(cache_error)?;
+    let mut train = train.into_inner().map_err(|e| cache_error(e.into_error()))?;
+    let split_at = (tokens as f64 * TRAIN_SHARE) as u64;
+    if split_at == 0 || split_at == tokens {
+        return Err(DataError::TextTooShort { dir, tokens });
+    }
+    train.seek(SeekFrom::Start(split_at * width as u64)).map_err(cache_error)?;
+    let mut val = std::fs::File::create(cache.join("val.bin")).map_err(cache_error)?;
+    std::io::copy(&mut train, &mut val).map_err(cache_error)?;
+    train.set_len(split_at * width as u64).map_err(cache_error)?;
     drop((train, val));
     dpt_protocol::atomic::write_bytes(&stamp_file, print.as_bytes()).map_err(cache_error)?;
     if started.elapsed() > Duration::from_secs(2) {
-        eprintln!("dpt-tui: tokenized {} bytes of {} into {}", total, dir.display(), cache.display());
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "dpt-tui: tokenized {total} bytes of {} into {tokens} tokens in {seconds:.1} s ({:.1} MB/s), cached in {}",
+            dir.display(),
+            total as f64 / seconds / 1e6,
+            cache.display()
+        );
     }
     Ok(cache)
 }
@@ -119,7 +167,7 @@ mod tests {
         std::fs::write(dir.path().join("b.txt"), "klmnopqrst").unwrap();
         std::fs::write(dir.path().join("a.txt"), "abcdefghij").unwrap();
         assert!(detect(dir.path()));
-        let cache = tokenized_in(dir.path(), home.path()).unwrap();
+        let cache = tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap();
         let read = |name: &str| -> Vec<u16> {
             std::fs::read(cache.join(name))
                 .unwrap()
@@ -130,8 +178,16 @@ mod tests {
         let all: Vec<u16> = "abcdefghijklmnopqrst".bytes().map(u16::from).collect();
         assert_eq!(read("train.bin"), all[..18], "files in name order, 90 % for training");
         assert_eq!(read("val.bin"), all[18..]);
-        assert_eq!(tokenized_in(dir.path(), home.path()).unwrap(), cache, "the same files: the same cache");
+        assert_eq!(
+            tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap(),
+            cache,
+            "the same files: the same cache"
+        );
         std::fs::write(dir.path().join("c.txt"), "uvwxyz0123").unwrap();
-        assert_ne!(tokenized_in(dir.path(), home.path()).unwrap(), cache, "another file: tokenized again");
+        assert_ne!(
+            tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap(),
+            cache,
+            "another file: tokenized again"
+        );
     }
 }

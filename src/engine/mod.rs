@@ -225,12 +225,17 @@ fn sample_prompt(
     data: &Dataset,
 ) -> Result<Option<coordinator::sample::Prompt>, StartError> {
     let crate::data::Pixels::Tokens(val) = &data.test.images else { return Ok(None) };
-    if !data.text || cfg.task().has_classes() || cfg.settings.recipe.sample_tokens == 0 {
+    let Some(codec) = data.text.as_ref() else { return Ok(None) };
+    if cfg.task().has_classes() || cfg.settings.recipe.sample_tokens == 0 {
         return Ok(None);
     }
     let n = PROMPT_TOKENS.min(val.block);
     let prompt = val.file.read(0, n).map_err(|e| StartError::Data(Box::new(e)))?;
-    Ok(Some(coordinator::sample::Prompt { tokens: Arc::new(prompt), context: val.block }))
+    Ok(Some(coordinator::sample::Prompt {
+        tokens: Arc::new(prompt),
+        context: val.block,
+        codec: Arc::clone(codec),
+    }))
 }
 
 /// Why an engine did not start.

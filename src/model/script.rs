@@ -67,6 +67,9 @@ pub struct ScriptModel {
     pub inputs: usize,
     /// What the model is trained to do, found by [`ScriptModel::check`].
     pub task: Task,
+    /// The token ids a language model's output covers (the last dimension of its `[n, T, V]`
+    /// logits), found by [`ScriptModel::check`]; `None` for a model that shows none.
+    pub vocab: Option<i64>,
 }
 
 impl std::fmt::Debug for ScriptModel {
@@ -79,6 +82,7 @@ impl std::fmt::Debug for ScriptModel {
             .field("random", &self.random)
             .field("inputs", &self.inputs)
             .field("task", &self.task)
+            .field("vocab", &self.vocab)
             .finish_non_exhaustive()
     }
 }
@@ -141,6 +145,7 @@ impl ScriptModel {
             initial_params,
             initial_buffers,
             classes: 0,
+            vocab: None,
             random,
             inputs,
             task: Task::Classify,
@@ -169,6 +174,13 @@ impl ScriptModel {
             let got = match outs.last() {
                 Some(loss) if loss.numel() == 1 && loss.is_floating_point() => {
                     (self.task, self.classes) = (Task::ModelLoss, 0);
+                    // Logits `[n, T, V]` among the outputs (nanoGPT's `(logits, loss)`) give
+                    // the vocabulary the token files are checked against.
+                    let shape = x.size();
+                    self.vocab = outs.iter().find_map(|t| match t.size().as_slice() {
+                        [n, t, v] if tokens && [*n, *t] == shape[..] => Some(*v),
+                        _ => None,
+                    });
                     return Ok(());
                 }
                 Some(t) => format!("a last output of shape {:?} ({:?})", t.size(), t.kind()),
@@ -190,7 +202,7 @@ impl ScriptModel {
                 if *vocab <= max {
                     return Err(ScriptError::TooSmallVocab { path, vocab: *vocab, max_token: max });
                 }
-                (self.task, self.classes) = (Task::Tokens, *vocab);
+                (self.task, self.classes, self.vocab) = (Task::Tokens, *vocab, Some(*vocab));
             }
             (got, [_]) => return Err(ScriptError::OutputShape { path, got: got.to_vec(), n }),
             (got, _) => return Err(ScriptError::TokenShape { path, got: got.to_vec(), inputs: x.size() }),

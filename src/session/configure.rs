@@ -254,6 +254,14 @@ fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> 
         // job: after its front claimed it, which then removes a directory it made).
         let sample = sample_inputs(&data, &cfg.normalization).map_err(input)?;
         Arc::make_mut(script).check(&sample).map_err(input)?;
+        if let Some(vocab) = script.vocab {
+            // Every token of both files within the model's vocabulary, before step 0.
+            for split in [&data.train, &data.test] {
+                if let dpt_tui::data::Pixels::Tokens(w) = &split.images {
+                    dpt_tui::data::token_scan::within(&w.file, vocab).map_err(input)?;
+                }
+            }
+        }
         if script.task == dpt_tui::model::Task::ModelLoss && cfg.settings.recipe.label_smoothing > 0.0 {
             return Err(input(anyhow!(
                 "{} computes its own loss (forward takes the targets), so --label-smoothing cannot apply: drop it, or smooth inside the model",

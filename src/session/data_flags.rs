@@ -104,6 +104,10 @@ pub fn fits_token_data(cfg: &TrainConfig, data: &Dataset) -> anyhow::Result<()> 
             "--steps and --eval-every measure token-data runs; {} is image data, which runs --epochs",
             data.source
         )),
+        _ if d.tokenizer.is_some() && data.text.is_none() => Err(anyhow!(
+            "--tokenizer turns a folder of .txt files into tokens; {} is not text: drop it",
+            data.source
+        )),
         false if d.block_size.is_some() => {
             Err(anyhow!("--block-size cuts token data into windows; {} is image data: drop it", data.source))
         }

@@ -25,6 +25,10 @@ pub struct DataSettings {
     /// `--block-size T`: the tokens a window of token data feeds the model (its targets are
     /// the same tokens one later).
     pub block_size: Option<usize>,
+    /// `--tokenizer FILE`: the Hugging Face `tokenizer.json` that turns a folder of `.txt` files
+    /// into tokens (absent: the folder's own `tokenizer.json`, else the text's bytes); absolute
+    /// once resolved.
+    pub tokenizer: Option<PathBuf>,
 }
 
 impl Default for DataSettings {
@@ -39,6 +43,7 @@ impl Default for DataSettings {
             max_bad: MAX_BAD_IMAGES,
             token_dtype: TokenDtype::U16,
             block_size: None,
+            tokenizer: None,
         }
     }
 }

@@ -1,19 +1,23 @@
 //! After each evaluation of a language model on text, a short continuation of a fixed prompt,
-//! sampled by replica 0 (every replica holds the same weights) and decoded from bytes.
+//! sampled by replica 0 (every replica holds the same weights) and decoded as the text was
+//! encoded (bytes, or its tokenizer).
 
 use std::sync::Arc;
 
 use super::Coordinator;
+use crate::data::codec::TextCodec;
 use crate::engine::worker::{FromWorker, ToWorker};
 use crate::engine::EngineError;
 use crate::input::shard::mix_seed;
 use crate::record::Change;
 
-/// What each sample continues: the prompt's tokens, and the tokens the model sees at once.
+/// What each sample continues: the prompt's tokens, the tokens the model sees at once, and
+/// how tokens read as text.
 #[derive(Debug, Clone)]
 pub struct Prompt {
     pub tokens: Arc<Vec<i64>>,
     pub context: usize,
+    pub codec: Arc<TextCodec>,
 }
 
 impl Coordinator {
@@ -21,7 +25,7 @@ impl Coordinator {
     /// them; the draws are seeded by the run's seed and the step, so a run samples the same text.
     pub(super) fn sample_text(&mut self) -> Result<(), EngineError> {
         let count = self.cfg().settings.recipe.sample_tokens;
-        let Some(Prompt { tokens: prompt, context }) = self.facts.sample_prompt.clone() else {
+        let Some(Prompt { tokens: prompt, context, codec }) = self.facts.sample_prompt.clone() else {
             return Ok(());
         };
         if count == 0 || self.exchange.world.as_ref().is_some_and(|w| w.rank != 0) {
@@ -41,11 +45,8 @@ impl Coordinator {
             _ => None,
         });
         if let Some(sampled) = sampled.filter(|t| !t.is_empty()) {
-            let bytes = |t: &[i64]| -> String {
-                String::from_utf8_lossy(&t.iter().map(|&b| b.clamp(0, 255) as u8).collect::<Vec<u8>>())
-                    .into_owned()
-            };
-            self.emit(Change::Sampled { global_step, prompt: bytes(&prompt), text: bytes(&sampled) });
+            let (prompt, text) = (codec.decode(&prompt), codec.decode(&sampled));
+            self.emit(Change::Sampled { global_step, prompt, text });
         }
         Ok(())
     }

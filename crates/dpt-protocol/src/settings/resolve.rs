@@ -127,7 +127,7 @@ impl Layers<'_> {
         if let ModelChoice::File(path) = &mut s.model.name {
             *path = std::path::absolute(&*path).unwrap_or_else(|_| path.clone());
         }
-        if let Some(path) = &mut s.model.init_from {
+        for path in [&mut s.model.init_from, &mut s.data.tokenizer].into_iter().flatten() {
             *path = std::path::absolute(&*path).unwrap_or_else(|_| path.clone());
         }
         fit_to_augmentation(&mut s)?;

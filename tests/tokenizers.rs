@@ -1,0 +1,185 @@
+//! Text through a Hugging Face tokenizer.json: the cached token files equal what Hugging Face's
+//! own Python library makes of the same files (`tests/scripts/tokenizer.py`), also for a file
+//! long enough to be encoded in pieces; a GPT trains on them from the command line, samples text
+//! decoded by the tokenizer, and finds the folder's own tokenizer.json; a broken tokenizer and
+//! token ids beyond the model's vocabulary are refused in one line before anything is written.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dpt_tui::data::codec::TextCodec;
+use dpt_tui::data::text::tokenized_in;
+
+use common::tokens::{make_gpt, token_dir, write_tokens, BLOCK, VOCAB};
+
+/// The byte-level BPE's vocabulary in these tests.
+const TOKENIZER_VOCAB: usize = 320;
+
+fn tokenizer_py(args: &[&str]) {
+    let status =
+        Command::new(common::python()).arg(common::script("tokenizer.py")).args(args).status().unwrap();
+    assert!(status.success(), "tokenizer.py {args:?} (bash .ci/setup installs the tokenizers package)");
+}
+
+/// A byte-level BPE trained on `files`, saved as `out`.
+fn train_tokenizer(out: &Path, files: &[PathBuf]) {
+    let mut args = vec!["train".to_owned(), out.display().to_string(), TOKENIZER_VOCAB.to_string()];
+    args.extend(files.iter().map(|f| f.display().to_string()));
+    tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+/// Lines of words from a fixed stream, with what a tokenizer's pre-tokenizer treats apart:
+/// leading and doubled spaces, blank lines, tabs, punctuation, digits and non-ASCII letters.
+fn prose(bytes: usize, seed: u64) -> String {
+    const WORDS: [&str; 16] = [
+        "the", "cat", "sat", "on", "mat", "and", "dog's", "log", "naïve", "café", "日本", "1999", "--",
+        "it's", "Über", "x",
+    ];
+    let mut x = seed;
+    let mut draw = move |n: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let mut text = String::new();
+    while text.len() < bytes {
+        let line: Vec<&str> = (0..1 + draw(12)).map(|_| WORDS[draw(16) as usize]).collect();
+        match draw(10) {
+            0 => text.push_str(&format!("  {}\n", line.join(" "))),
+            1 => text.push_str(&format!("{}.\n\n", line.join("  "))),
+            2 => text.push_str(&format!("{}\t\n", line.join(" "))),
+            _ => text.push_str(&format!("{}.\n", line.join(" "))),
+        }
+    }
+    text
+}
+
+#[test]
+fn the_cache_holds_what_hugging_faces_own_library_makes_of_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::create_dir_all(&text).unwrap();
+    // 2.5 MiB: encoded in pieces of about 1 MiB, cut where the tokenizer splits anyway.
+    let files = [text.join("a.txt"), text.join("b.txt")];
+    std::fs::write(&files[0], prose(5 << 19, 1)).unwrap();
+    std::fs::write(&files[1], prose(20_000, 2)).unwrap();
+    let tok = dir.path().join("bpe.json");
+    train_tokenizer(&tok, &files);
+    let (ref_train, ref_val) = (dir.path().join("ref-train.bin"), dir.path().join("ref-val.bin"));
+    let mut args = vec!["encode".to_owned()];
+    args.extend([&tok, &ref_train, &ref_val].map(|p| p.display().to_string()));
+    args.extend(files.iter().map(|f| f.display().to_string()));
+    tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let codec = TextCodec::open(&text, Some(&tok)).unwrap();
+    // The trainer stops early when no pair is left to merge.
+    assert!((258..=TOKENIZER_VOCAB).contains(&codec.vocab_size()), "{}", codec.vocab_size());
+    let cache = tokenized_in(&text, &codec, &dir.path().join("cache")).unwrap();
+    for (ours, theirs) in [("train.bin", &ref_train), ("val.bin", &ref_val)] {
+        let (a, b) = (std::fs::read(cache.join(ours)).unwrap(), std::fs::read(theirs).unwrap());
+        assert!(b.len() > 100_000, "a real amount of tokens: {}", b.len());
+        let first = a.iter().zip(&b).position(|(x, y)| x != y);
+        assert!(a == b, "{ours}: {} bytes against {}, first difference at byte {first:?}", a.len(), b.len());
+    }
+    // The tokenizer decodes its ids back to the text.
+    let ids: Vec<i64> = std::fs::read(&ref_train).unwrap()[..400]
+        .chunks(2)
+        .map(|b| i64::from(u16::from_le_bytes([b[0], b[1]])))
+        .collect();
+    let start = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(start.starts_with(&codec.decode(&ids)), "{:?}", codec.decode(&ids));
+    // Bytes are the other codec: another cache.
+    assert_ne!(tokenized_in(&text, &TextCodec::Bytes, &dir.path().join("cache")).unwrap(), cache);
+}
+
+fn dpt(args: &[&str], cache: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .arg("--headless")
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_gpt_trains_on_tokenized_text_samples_through_the_tokenizer_and_bad_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::create_dir_all(&text).unwrap();
+    let verse = "the cat sat on the mat. the dog lay on the log.\n";
+    std::fs::write(text.join("a.txt"), verse.repeat(300)).unwrap();
+    let tok = dir.path().join("bpe.json");
+    train_tokenizer(&tok, &[text.join("a.txt")]);
+    let gpt = dir.path().join("gpt320.pt");
+    let made = Command::new(common::python())
+        .arg(common::script("gpt.py"))
+        .args(["make", gpt.to_str().unwrap(), &TOKENIZER_VOCAB.to_string(), &BLOCK.to_string(), "script"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let cache = dir.path().join("cache");
+    let (gpt_s, text_s, tok_s) = (gpt.to_str().unwrap(), text.to_str().unwrap(), tok.to_str().unwrap());
+    let train = ["--block-size", "16", "--steps", "120", "--eval-every", "60", "--batch-size", "16"];
+    let recipe = ["--optimizer", "adamw", "--lr", "1e-2", "--devices", "cpu:2"];
+    let run = dir.path().join("run");
+    let args = [&["--model", gpt_s, "--data", text_s, "--tokenizer", tok_s][..], &train, &recipe];
+    let out = dpt(&[&args.concat()[..], &["--run-dir", run.to_str().unwrap()]].concat(), &cache);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
+    assert!(records[0]["data"].as_str().unwrap().contains("tokens of"), "{}", records[0]["data"]);
+    let evals: Vec<f64> =
+        records.iter().filter(|r| r["kind"] == "epoch").map(|r| r["test_loss"].as_f64().unwrap()).collect();
+    assert!(evals[1] < 0.5 * (TOKENIZER_VOCAB as f64).ln(), "val loss {evals:?}");
+    let sample = records.iter().rev().find(|r| r["event"] == "sampled").expect("a sample");
+    let (prompt, text_out) = (sample["prompt"].as_str().unwrap(), sample["text"].as_str().unwrap());
+    assert!(verse.repeat(2).contains(prompt), "the prompt decodes to the validation text: {prompt:?}");
+    assert!(text_out.contains(" the "), "the continuation decodes to words: {text_out:?}");
+
+    // The folder's own tokenizer.json is used without the flag.
+    std::fs::copy(&tok, text.join("tokenizer.json")).unwrap();
+    let own = dir.path().join("own");
+    let short = ["--block-size", "16", "--steps", "4", "--eval-every", "4", "--batch-size", "16"];
+    let out = dpt(
+        &[&["--model", gpt_s, "--data", text_s][..], &short, &["--run-dir", own.to_str().unwrap()]].concat(),
+        &cache,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let records = common::wait_for_summary(&own, std::time::Duration::from_secs(5));
+    assert!(records[0]["data"].as_str().unwrap().contains("tokenizer.json"), "{}", records[0]["data"]);
+
+    // Refused in one line, exit 2, before a run directory is made.
+    let refused = |args: &[&str], says: &str| {
+        let bad = dir.path().join("bad");
+        let out = dpt(&[args, &["--run-dir", bad.to_str().unwrap()][..]].concat(), &cache);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says) && stderr.trim().lines().count() == 1, "{args:?}: {stderr}");
+        assert!(!bad.exists(), "nothing written for {args:?}");
+    };
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\"model\": 3}").unwrap();
+    refused(
+        &[&["--model", gpt_s, "--data", text_s, "--tokenizer", broken.to_str().unwrap()][..], &short]
+            .concat(),
+        "give --tokenizer a Hugging Face tokenizer.json",
+    );
+    let tokens = token_dir(dir.path(), 20_000);
+    refused(
+        &[&["--model", gpt_s, "--data", tokens.to_str().unwrap(), "--tokenizer", tok_s][..], &short].concat(),
+        "is not text: drop it",
+    );
+    // One token id beyond a 64-token model's vocabulary, far into train.bin: found by the scan.
+    let mut ids: Vec<u16> = std::fs::read(tokens.join("train.bin"))
+        .unwrap()
+        .chunks(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    ids[17_321] = VOCAB as u16;
+    write_tokens(&tokens.join("train.bin"), &ids);
+    let small = make_gpt("script", dir.path());
+    refused(
+        &[&["--model", small.to_str().unwrap(), "--data", tokens.to_str().unwrap()][..], &short].concat(),
+        &format!("token id {VOCAB} (at token 17321) is beyond the model's vocabulary of {VOCAB}"),
+    );
+}
