@@ -1,7 +1,9 @@
 //! Arrays: `x_train`, `y_train`, `x_test`, `y_test` in a NumPy `.npz` file, as `.npy` files in
 //! a folder, or in a `.safetensors` file. Images are `[N, H, W]` (one channel), `[N, C, H, W]`
 //! or `[N, H, W, C]` (C of 1, 3 or 4, as NumPy and Keras data sets store them), uint8 (kept as
-//! bytes) or float32/float64 (kept as floats); labels are `[N]` or `[N, 1]` integers.
+//! bytes) or float32/float64 (kept as floats); labels are `[N]` or `[N, 1]` integers (class
+//! ids), and any other `y` (floats of any shape, integers of several values per sample) holds
+//! targets for a model that computes its own loss (`super::targets`).
 
 use std::path::Path;
 
@@ -10,6 +12,7 @@ use npyz::{NpyFile, TypeChar};
 use super::dataset::{DataError, Dataset, Pixels, Split};
 use super::format::{DataFormat, LoadOptions};
 use super::stream::{RowSplit, Rows};
+use super::targets::{TargetValues, Targets};
 
 /// An array as read, before it becomes images or labels.
 enum Values {
@@ -235,20 +238,41 @@ fn labels(a: Array, path: &Path) -> Result<Vec<i64>, DataError> {
     }
 }
 
+/// Whether `a` holds class ids: integers, `[N]` or `[N, 1]`.
+fn holds_labels(a: &Array) -> bool {
+    matches!(a.shape.as_slice(), [_] | [_, 1]) && !matches!(a.values, Values::Floats(_))
+}
+
+/// `a` as targets that are not class ids: floats of any shape, integers of more than one
+/// value per sample.
+fn targets(a: Array) -> Targets {
+    let shape = a.shape.iter().skip(1).map(|&d| d as i64).collect();
+    let values = match a.values {
+        Values::Floats(v) => TargetValues::Floats(v),
+        Values::Ints(v) => TargetValues::Ints(v),
+        Values::Bytes(v) => TargetValues::Ints(v.into_iter().map(i64::from).collect()),
+    };
+    Targets { values, shape }
+}
+
 fn split(x: Array, y: Array, path: &Path) -> Result<Split, DataError> {
     let (xn, yn) = (x.name.clone(), y.name.clone());
     let (images, n, channels, rows, cols) = images(x, path)?;
-    let labels = labels(y, path)?;
-    if labels.len() != n {
+    let (labels, targets) = match holds_labels(&y) {
+        true => (labels(y, path)?, None),
+        false => (Vec::new(), Some(targets(y))),
+    };
+    let count = targets.as_ref().map_or(labels.len(), Targets::len);
+    if count != n {
         return Err(DataError::ArrayCounts {
             path: path.to_owned(),
             images: xn,
             n_images: n,
             labels: yn,
-            n_labels: labels.len(),
+            n_labels: count,
         });
     }
-    Ok(Split { images, labels, channels, rows, cols })
+    Ok(Split { images, labels, channels, rows, cols, targets })
 }
 
 /// A reader that counts the bytes read through it (where an `.npy` file's data begins).
@@ -312,7 +336,12 @@ fn streamed_npy_dir(dir: &Path, options: LoadOptions) -> Result<Option<Dataset>,
             .map_err(|e| DataError::Read { path: label_path.clone(), why: e.to_string() })?;
         let npy = NpyFile::new(bytes.as_slice())
             .map_err(|e| DataError::Read { path: label_path.clone(), why: e.to_string() })?;
-        let labels = labels(npy_values(npy, &label_path, y)?, dir)?;
+        let y_values = npy_values(npy, &label_path, y)?;
+        if !holds_labels(&y_values) {
+            // Targets that are not class ids load with the images, in memory.
+            return Ok(None);
+        }
+        let labels = labels(y_values, dir)?;
         if labels.len() != n {
             return Err(DataError::ArrayCounts {
                 path: dir.to_owned(),
@@ -350,5 +379,9 @@ pub fn load(path: &Path, format: DataFormat, options: LoadOptions) -> Result<Dat
     let train = split(xtr, ytr, path)?;
     let test = split(xte, yte, path)?;
     let kind = if format == DataFormat::Safetensors { "safetensors" } else { "NumPy" };
-    super::format::finish(train, test, format!("{kind} arrays in {}", path.display()), path)
+    let targets = train.targets.as_ref().map_or(String::new(), |t| {
+        let kind = if matches!(t.values, TargetValues::Floats(_)) { "float" } else { "integer" };
+        format!(" ({kind} targets of shape {:?} per sample)", t.shape)
+    });
+    super::format::finish(train, test, format!("{kind} arrays in {}{targets}", path.display()), path)
 }

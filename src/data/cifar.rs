@@ -38,7 +38,7 @@ fn read_batches(dir: &Path, files: &[String]) -> Result<Split, DataError> {
             images.extend_from_slice(&record[1..]);
         }
     }
-    Ok(Split { images: Pixels::Bytes(images), labels, channels: 3, rows: SIDE, cols: SIDE })
+    Ok(Split { images: Pixels::Bytes(images), labels, channels: 3, rows: SIDE, cols: SIDE, targets: None })
 }
 
 /// The batches' records left in their files: each image's row found by its place, the labels

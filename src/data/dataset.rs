@@ -155,23 +155,26 @@ impl Pixels {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Split {
     pub images: Pixels,
+    /// Class ids, one per sample (empty where `targets` holds the samples' targets).
     pub labels: Vec<i64>,
     pub channels: usize,
     pub rows: usize,
     pub cols: usize,
+    /// Targets that are not class ids (`None`: the labels are the targets).
+    pub targets: Option<super::targets::Targets>,
 }
 
 impl Split {
     /// A split of single-channel byte images (the IDX layout).
     pub fn gray(images: Vec<u8>, labels: Vec<i64>, rows: usize, cols: usize) -> Split {
-        Split { images: Pixels::Bytes(images), labels, channels: 1, rows, cols }
+        Split { images: Pixels::Bytes(images), labels, channels: 1, rows, cols, targets: None }
     }
 
     /// Number of samples (of token data: windows).
     pub fn len(&self) -> usize {
         match &self.images {
             Pixels::Tokens(w) => w.count,
-            _ => self.labels.len(),
+            _ => self.targets.as_ref().map_or(self.labels.len(), super::targets::Targets::len),
         }
     }
 
@@ -200,6 +203,7 @@ impl Split {
         Split {
             images: self.images.select(indices, self.sample_len()),
             labels: indices.iter().filter_map(|&i| self.labels.get(i).copied()).collect(),
+            targets: self.targets.as_ref().map(|t| t.select(indices)),
             ..*self
         }
     }
@@ -217,6 +221,9 @@ impl Split {
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.len());
         self.labels.truncate(n);
+        if let Some(t) = &mut self.targets {
+            t.truncate(n);
+        }
         self.images.truncate(n, self.sample_len());
     }
 }

@@ -126,8 +126,14 @@ fn read_split(
             .map_err(|why| DataError::Decode { path: source.name(), why: why.to_string() })?;
         labels.push(*label);
     }
-    let split =
-        Split { images: Pixels::Bytes(images), labels, channels: 3, rows: h as usize, cols: w as usize };
+    let split = Split {
+        images: Pixels::Bytes(images),
+        labels,
+        channels: 3,
+        rows: h as usize,
+        cols: w as usize,
+        targets: None,
+    };
     Ok((split, gray))
 }
 

@@ -11,6 +11,7 @@ pub mod idx;
 mod idx_set;
 mod index_cache;
 pub mod stream;
+pub mod targets;
 pub mod text;
 pub mod token_scan;
 pub mod tokens;

@@ -174,7 +174,7 @@ impl Streamed {
                 labels.push(label);
             }
         }
-        Split { images: Pixels::Bytes(images), labels, ..*split }
+        Split { images: Pixels::Bytes(images), labels, targets: split.targets.clone(), ..*split }
     }
 
     /// The samples at `indices`, in that order.
@@ -218,6 +218,7 @@ impl Rows {
             channels,
             rows,
             cols,
+            targets: None,
         })
     }
 }
@@ -266,9 +267,17 @@ pub(super) fn index(
             channels,
             rows,
             cols,
+            targets: None,
         })
     });
-    let empty = || Split { images: Pixels::Bytes(Vec::new()), labels: Vec::new(), channels, rows, cols };
+    let empty = || Split {
+        images: Pixels::Bytes(Vec::new()),
+        labels: Vec::new(),
+        channels,
+        rows,
+        cols,
+        targets: None,
+    };
     (train.unwrap_or_else(empty), test.unwrap_or_else(empty), val)
 }
 

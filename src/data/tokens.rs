@@ -136,6 +136,7 @@ pub fn load(dir: &Path, layout: Option<TokenLayout>) -> Result<Dataset, DataErro
             channels: 1,
             rows: 1,
             cols: layout.block,
+            targets: None,
         })
     };
     let train = split("train.bin", layout.train_windows, TRAIN_STREAM)?;

@@ -6,7 +6,8 @@ use tch::{Device, Kind, Tensor};
 use crate::data::{Pixels, Split};
 use crate::model::Normalization;
 
-/// One split on the device: images `[n, C, H, W]` and int64 labels.
+/// One split on the device: images `[n, C, H, W]` and int64 labels (or the split's targets,
+/// `[n, …]`).
 pub struct Resident {
     pub images: Tensor,
     pub labels: Tensor,
@@ -32,7 +33,10 @@ impl Resident {
         };
         Resident {
             images: images.view([n, c, h, w]).to_device(device),
-            labels: Tensor::from_slice(&split.labels).to_device(device),
+            labels: match &split.targets {
+                Some(t) => t.tensor().to_device(device),
+                None => Tensor::from_slice(&split.labels).to_device(device),
+            },
         }
     }
 }
@@ -63,9 +67,11 @@ impl Normalizer {
         Normalizer::Channels { scale: column(&scale), shift: column(&shift) }
     }
 
-    /// The network's input for `raw` stored values.
+    /// The network's input for `raw` stored values, a new tensor: `raw` is left as it is
+    /// (float data would otherwise be normalized in place, `to_kind` returning the tensor
+    /// itself, and an evaluated view of a resident split normalized again at every evaluation).
     pub fn apply(&self, raw: &Tensor) -> Tensor {
-        let mut x = raw.to_kind(Kind::Float);
+        let mut x = raw.to_dtype(Kind::Float, false, true);
         match self {
             Normalizer::Scalar { scale, shift } => {
                 let _ = x.g_mul_scalar_(*scale);
@@ -98,8 +104,13 @@ mod tests {
         }
         let one = Normalization { mean: vec![1.0], std: vec![2.0] };
         let raw = Tensor::from_slice(&[3.0f32, 5.0]).view([1, 1, 1, 2]);
-        let x = Normalizer::new(&one, 1.0, 1, Device::Cpu).apply(&raw);
+        let normalizer = Normalizer::new(&one, 1.0, 1, Device::Cpu);
+        let x = normalizer.apply(&raw);
         assert_eq!(Vec::<f32>::try_from(x.reshape([-1])).unwrap(), vec![1.0, 2.0]);
+        // Float data stays as stored: a second evaluation of the same view gets the same input.
+        let again = normalizer.apply(&raw.narrow(0, 0, 1));
+        assert_eq!(Vec::<f32>::try_from(again.reshape([-1])).unwrap(), vec![1.0, 2.0]);
+        assert_eq!(Vec::<f32>::try_from(raw.reshape([-1])).unwrap(), vec![3.0, 5.0]);
         assert!(matches!(Normalizer::new(&one, 1.0, 3, Device::Cpu), Normalizer::Scalar { .. }));
     }
 }

@@ -158,7 +158,7 @@ impl ScriptModel {
     pub fn check(&mut self, sample: &SampleInputs) -> Result<(), ScriptError> {
         let path = self.path.clone();
         let x = &sample.x;
-        let tokens = sample.y.dim() == 2;
+        let tokens = x.dim() == 2 && sample.y.dim() == 2;
         let forward_error = |why: String| match tokens {
             true => ScriptError::TokenForward { path: path.clone(), block: x.size()[1], why },
             false => ScriptError::Forward { path: path.clone(), shape: x.size(), why },

@@ -252,6 +252,14 @@ fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> 
     if let Some(script) = cfg.kit.script.as_mut() {
         // Bad models are refused here, before the run directory exists (the dashboard front's
         // job: after its front claimed it, which then removes a directory it made).
+        if let Some(t) = data.train.targets.as_ref().filter(|_| script.inputs != 2) {
+            return Err(input(anyhow!(
+                "{} holds targets of shape {:?} per sample, not class ids: {}'s forward must take them and return its loss (forward(inputs, targets))",
+                data.source,
+                t.shape,
+                script.file_name()
+            )));
+        }
         let sample = sample_inputs(&data, &cfg.normalization).map_err(input)?;
         Arc::make_mut(script).check(&sample).map_err(input)?;
         if let Some(vocab) = script.vocab {

@@ -43,6 +43,14 @@ pub fn normalization(cfg: &TrainConfig, data: &Dataset) -> Result<Normalization,
 /// The built-in models take (Fashion-)MNIST: 1×28×28 images, 10 classes.
 pub fn builtin_fits(model: ModelKind, data: &Dataset) -> Result<(), Failure> {
     let shape = data.train.sample_shape();
+    if let Some(t) = data.train.targets.as_ref().filter(|_| model != ModelKind::Script) {
+        return Err(input(anyhow!(
+            "{} holds targets of shape {:?} per sample, not class ids, and {} is a classifier: train a model of your own that computes its loss with --model FILE.pt (forward(inputs, targets))",
+            data.source,
+            t.shape,
+            model.name()
+        )));
+    }
     if model == ModelKind::Script || (shape == [1, 28, 28] && data.classes <= 10) {
         return Ok(());
     }
@@ -85,5 +93,6 @@ pub fn sample_inputs(data: &Dataset, norm: &Normalization) -> Result<SampleInput
     let raw = Resident::upload(&first, tch::Device::Cpu).images;
     let normalizer = Normalizer::new(norm, first.images.unit(), first.channels, tch::Device::Cpu);
     let max_target = data.train.labels.iter().copied().max().unwrap_or(0);
-    Ok(SampleInputs { x: normalizer.apply(&raw), y: Tensor::from_slice(&first.labels), max_target })
+    let y = first.targets.as_ref().map_or_else(|| Tensor::from_slice(&first.labels), |t| t.tensor());
+    Ok(SampleInputs { x: normalizer.apply(&raw), y, max_target })
 }

@@ -288,7 +288,12 @@ impl Coordinator {
             reason,
             peak_rss_mib: crate::sys::peak_resident_bytes().map(|b| b as f64 / f64::from(1 << 20)),
             val_loss: self.report.done.last_test_loss.filter(|_| self.facts.classes == 0),
-            perplexity: self.report.done.last_test_loss.filter(|_| self.facts.classes == 0).map(f64::exp),
+            perplexity: self
+                .report
+                .done
+                .last_test_loss
+                .filter(|_| self.facts.classes == 0 && self.cfg().settings.data.block_size.is_some())
+                .map(f64::exp),
             tokens_per_sec: match (self.cfg().settings.recipe.steps, self.cfg().settings.data.block_size) {
                 (Some(_), Some(t)) => Some(all.throughput() * t as f64),
                 _ => None,

@@ -35,11 +35,12 @@ pub fn title(records: &[Record], run_name: &str) -> String {
             Some(n) => format!("step {}", (e.epoch * r.eval_periods(n).0).min(n)),
             None => format!("epoch {}", e.epoch),
         };
-        t.push_str(&format!(
-            " — val loss {:.3} (perplexity {:.2}) at {done}",
-            e.test_loss,
-            e.test_loss.exp()
-        ));
+        let ppl = if i.has_perplexity() {
+            format!(" (perplexity {:.2})", e.test_loss.exp())
+        } else {
+            String::new()
+        };
+        t.push_str(&format!(" — val loss {:.3}{ppl} at {done}", e.test_loss));
         return t;
     }
     match (summary.and_then(|s| s.test_acc), last_epoch) {
@@ -190,11 +191,15 @@ pub fn draw(curves: &Curves, title: &str) -> Result<String, String> {
             x_max,
         )?;
         let ppl = curves.perplexity();
-        let (name, below): (&str, [Series; 2]) = match curves.no_classes {
-            true => ("perplexity", [("train ppl", &ppl[0], TRAIN_ACC), ("test ppl", &ppl[1], TEST_ACC)]),
-            false => (
+        let (name, below): (&str, Vec<Series>) = match (curves.no_classes, curves.has_perplexity) {
+            (true, true) => {
+                ("perplexity", vec![("train ppl", &ppl[0], TRAIN_ACC), ("test ppl", &ppl[1], TEST_ACC)])
+            }
+            // A regression's or a segmentation's loss has no perplexity: the evaluated loss alone.
+            (true, false) => ("test loss", vec![("test loss", &curves.test_loss, TEST_LOSS)]),
+            (false, _) => (
                 "accuracy",
-                [("train acc", &curves.train_acc, TRAIN_ACC), ("test acc", &curves.test_acc, TEST_ACC)],
+                vec![("train acc", &curves.train_acc, TRAIN_ACC), ("test acc", &curves.test_acc, TEST_ACC)],
             ),
         };
         panel(&bottom, curves, name, &below, x_max)?;
@@ -215,6 +220,7 @@ mod tests {
             RunInfo { task: crate::model::Task::ModelLoss, steps_per_epoch: 50, ..RunInfo::default() };
         let r = &mut info.settings.recipe;
         (r.steps, r.eval_every, r.epochs) = (Some(150), Some(50), 3);
+        info.settings.data.block_size = Some(64);
         let epoch = EpochStats {
             epoch: 2,
             train_loss: 1.6,

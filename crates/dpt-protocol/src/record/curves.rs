@@ -42,6 +42,10 @@ pub struct Curves {
     /// period), so that axes count steps; `None` for a run measured in epochs.
     #[serde(default)]
     pub steps_per_x: Option<usize>,
+    /// The run's loss has a perplexity (a language model): its curves take the accuracy's
+    /// place; a run without classes that is not one shows its loss there.
+    #[serde(default)]
+    pub has_perplexity: bool,
 }
 
 /// `epoch` (1-based) and `step` of `steps` as a fractional epoch count.
@@ -78,6 +82,7 @@ impl Curves {
                 self.epochs = self.epochs.max(info.epochs());
                 self.no_classes = !info.task.has_classes();
                 self.steps_per_x = info.settings.recipe.steps.map(|_| info.steps_per_epoch.max(1));
+                self.has_perplexity = info.has_perplexity();
                 self.lr_plan = planned_lr(info);
             }
             Record::Step(s) => {

@@ -117,6 +117,12 @@ impl RunInfo {
         self.settings.recipe.epochs
     }
 
+    /// Whether the run's loss has a perplexity: a language model on token data (a regression's
+    /// or a segmentation's loss is reported as it is).
+    pub fn has_perplexity(&self) -> bool {
+        !self.task.has_classes() && self.settings.data.block_size.is_some()
+    }
+
     /// The learning rate in words: the rate, its scaling with the batch and its schedule
     /// (`lr 0.2 (0.1 × batch 512 / 256), cosine, 100 warm-up steps, min lr 0`).
     pub fn lr_label(&self) -> String {

@@ -130,12 +130,16 @@ impl Narrator {
                     + &s.overlapped.map_or(String::new(), |o| format!("  overlap {:.0}%", o * 100.0)),
             }),
             Record::Epoch(e) if !self.classes => info(format!(
-                "{} done: train loss {:.4}, {set} loss {:.4}, {set} perplexity {:.2}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
+                "{} done: train loss {:.4}, {set} loss {:.4}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
                 match self.steps {
                     Some((n, every)) => format!("step {}/{n}", (e.epoch * every).min(n)),
                     None => format!("epoch {}/{}", e.epoch, self.epochs),
                 },
-                e.train_loss, e.test_loss, e.test_loss.exp(),
+                e.train_loss, e.test_loss,
+                match self.block {
+                    Some(_) => format!(", {set} perplexity {:.2}", e.test_loss.exp(), set = if self.val { "val" } else { "test" }),
+                    None => String::new(),
+                },
                 e.epoch_seconds, e.eval_seconds, e.samples_per_sec,
                 set = if self.val { "val" } else { "test" }
             )),

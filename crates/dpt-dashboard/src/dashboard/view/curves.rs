@@ -50,7 +50,11 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     };
     let weight = s.smoothing_weight();
     let smoothing = if weight > 0.0 { format!(" {} smooth {weight}", look.sep()) } else { String::new() };
-    let name = if c.no_classes && view == CurveView::Accuracy { "perplexity" } else { view.title() };
+    let name = match (c.no_classes && view == CurveView::Accuracy, c.has_perplexity) {
+        (true, true) => "perplexity",
+        (true, false) => "loss",
+        (false, _) => view.title(),
+    };
     let title = format!("{name}{} {} {window}{smoothing}", if log { " (log)" } else { "" }, look.sep());
     let block = look.panel(title);
     let inner = block.inner(area);
@@ -63,8 +67,12 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         CurveView::D2l if c.no_classes => {
             vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
         }
-        CurveView::Accuracy if c.no_classes => {
+        CurveView::Accuracy if c.no_classes && c.has_perplexity => {
             vec![("train ppl", &ppl[0], t.train_acc), ("test ppl", &ppl[1], t.test_acc)]
+        }
+        // A regression's or a segmentation's loss has no perplexity: the loss again.
+        CurveView::Accuracy if c.no_classes => {
+            vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
         }
         CurveView::Loss => {
             vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
@@ -109,7 +117,7 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
             .baselines
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.curves.no_classes)
+            .filter(|(_, b)| b.curves.no_classes && b.curves.has_perplexity)
             .map(|(i, b)| (b.curves.perplexity(), super::compare::baseline_color(look, i)))
             .collect(),
         _ => Vec::new(),

@@ -139,10 +139,10 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
             // A run without classes: the evaluated loss and its perplexity.
             false => item(
                 "val loss",
-                app.run
-                    .last_epoch
-                    .as_ref()
-                    .map_or_else(dash, |e| format!("{:.3} (ppl {:.1})", e.test_loss, e.test_loss.exp())),
+                app.run.last_epoch.as_ref().map_or_else(dash, |e| match info.has_perplexity() {
+                    true => format!("{:.3} (ppl {:.1})", e.test_loss, e.test_loss.exp()),
+                    false => format!("{:.3}", e.test_loss),
+                }),
                 t.fg(t.test_loss),
             ),
         },
