@@ -364,9 +364,20 @@ fn bad_arrays_say_what_is_wrong() {
     npy(&dir.path().join("y_test.npy"), &[5], &te.labels);
     let e = Dataset::load(dir.path()).unwrap_err();
     assert!(matches!(e, DataError::ArrayCounts { n_images: 10, n_labels: 9, .. }), "{e}");
+    // Float labels are not class ids: targets for a model that computes its own loss (its
+    // check refuses a classifier them), both splits kept whole.
     npy(&dir.path().join("y_train.npy"), &[10], &tr.labels.iter().map(|&l| l as f32).collect::<Vec<_>>());
     let e = Dataset::load(dir.path()).unwrap_err();
-    assert!(matches!(e, DataError::ArrayType { .. }), "{e}");
+    assert!(
+        e.to_string().contains("y_train holds float targets of shape [] per sample but y_test class ids"),
+        "{e}"
+    );
+    npy(&dir.path().join("y_test.npy"), &[5], &te.labels.iter().map(|&l| l as f32).collect::<Vec<_>>());
+    let d = Dataset::load(dir.path()).unwrap();
+    let targets = d.train.targets.as_ref().expect("float targets");
+    assert_eq!((targets.len(), targets.shape.len(), d.train.len(), d.test.len()), (10, 0, 10, 5));
+    assert!(d.source.contains("(float targets of shape [] per sample)"), "{}", d.source);
+    npy(&dir.path().join("y_test.npy"), &[5], &te.labels);
     npy(&dir.path().join("y_train.npy"), &[10], &tr.labels.iter().map(|&l| l - 1).collect::<Vec<_>>());
     let e = Dataset::load(dir.path()).unwrap_err();
     assert!(matches!(e, DataError::LabelOutOfRange { label: -1, .. }), "{e}");

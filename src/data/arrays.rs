@@ -378,10 +378,18 @@ pub fn load(path: &Path, format: DataFormat, options: LoadOptions) -> Result<Dat
     let (xtr, ytr, xte, yte) = (next()?, next()?, next()?, next()?);
     let train = split(xtr, ytr, path)?;
     let test = split(xte, yte, path)?;
+    let target_kind = |s: &Split| match &s.targets {
+        None => "class ids".to_owned(),
+        Some(t) => {
+            let kind = if matches!(t.values, TargetValues::Floats(_)) { "float" } else { "integer" };
+            format!("{kind} targets of shape {:?} per sample", t.shape)
+        }
+    };
+    if target_kind(&train) != target_kind(&test) {
+        let (train, test) = (target_kind(&train), target_kind(&test));
+        return Err(DataError::TargetKinds { path: path.to_owned(), train, test });
+    }
     let kind = if format == DataFormat::Safetensors { "safetensors" } else { "NumPy" };
-    let targets = train.targets.as_ref().map_or(String::new(), |t| {
-        let kind = if matches!(t.values, TargetValues::Floats(_)) { "float" } else { "integer" };
-        format!(" ({kind} targets of shape {:?} per sample)", t.shape)
-    });
+    let targets = if train.targets.is_some() { format!(" ({})", target_kind(&train)) } else { String::new() };
     super::format::finish(train, test, format!("{kind} arrays in {}{targets}", path.display()), path)
 }

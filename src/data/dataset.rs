@@ -69,6 +69,8 @@ pub enum DataError {
         "the .txt files in {dir} make {tokens} tokens, too few to split into training and validation text"
     )]
     TextTooShort { dir: PathBuf, tokens: u64 },
+    #[error("{path}: y_train holds {train} but y_test {test}; both must be class ids ([N] or [N, 1] integers) or targets of one shape and type")]
+    TargetKinds { path: PathBuf, train: String, test: String },
     #[error("{path}: token id {id} (at token {offset}) is beyond the model's vocabulary of {vocab}; tokenize the data for this model (or check --token-dtype), or give the model a larger vocabulary")]
     TokenBeyondVocab { path: PathBuf, id: u32, offset: u64, vocab: i64 },
     #[error("{path}: {why}; give --tokenizer a Hugging Face tokenizer.json (tokenizer.save() writes one), or leave it out to train on the text's bytes")]

@@ -133,13 +133,16 @@ impl Batches {
         }
     }
 
-    /// Token windows `indices` of `windows` on the device: inputs and targets, `[n, T]` int64.
+    /// Token windows `indices` of `windows` on the device: inputs and targets, `[n, T]` int64,
+    /// in one copy from page-locked memory that does not block the replica (nanoGPT's
+    /// `get_batch`: `pin_memory()`, then `to(device, non_blocking=True)`).
     fn tokens(&self, windows: &TokenWindows, indices: std::ops::Range<u64>) -> Result<Batch, WorkerError> {
         let n = indices.end.saturating_sub(indices.start) as i64;
-        let (x, y) = windows.read(indices).map_err(Box::new)?;
-        let shape = [n, windows.block as i64];
-        let on_device = |v: Vec<i64>| Tensor::from_slice(&v).view(shape).to_device(self.device);
-        Ok(Batch { x: on_device(x), y: on_device(y), bad: Vec::new(), loader: None })
+        let (mut both, y) = windows.read(indices).map_err(Box::new)?;
+        both.extend(y);
+        let host = super::pinned(Tensor::from_slice(&both).view([2, n, windows.block as i64]), self.device);
+        let both = host.to_device_(self.device, Kind::Int64, true, false);
+        Ok(Batch { x: both.get(0), y: both.get(1), bad: Vec::new(), loader: None })
     }
 
     /// Starts an evaluation of rows `start..start + len` of the validation split (`val`) or the

@@ -302,13 +302,10 @@ fn decode_batch(
     let bad = failed.iter().map(|(path, why)| format!("{}: {why}", path.display())).collect();
     buffer.truncate(kept.len() * per);
     let (c, h, w) = (shape.0 as i64, shape.1 as i64, shape.2 as i64);
-    let mut images = Tensor::from_slice(&buffer).view([kept.len() as i64, c, h, w]);
-    let mut labels = Tensor::from_slice(&kept.iter().map(|&i| split.labels[i as usize]).collect::<Vec<_>>());
-    if device.is_cuda() {
-        // Page-locked, so the replica's copy runs without blocking (DataLoader's pin_memory).
-        images = images.pin_memory(device);
-        labels = labels.pin_memory(device);
-    }
+    // Page-locked for a GPU, so the replica's copy runs without blocking.
+    let images = super::pinned(Tensor::from_slice(&buffer).view([kept.len() as i64, c, h, w]), device);
+    let labels = Tensor::from_slice(&kept.iter().map(|&i| split.labels[i as usize]).collect::<Vec<_>>());
+    let labels = super::pinned(labels, device);
     let tally = LoaderTally { taken: 1, ready: 0, images: ids.len(), seconds: began.elapsed().as_secs_f64() };
     Ok(Batch { generation: 0, start: 0, images, labels, ids: kept, bad, tally })
 }
