@@ -45,8 +45,10 @@ impl Worker {
             let (c, counts) = confusion.get_or_insert_with(|| {
                 (classes, Tensor::zeros([classes * classes], (Kind::Int64, self.device)))
             });
+            // Counted in place on the device: `bincount` would read the cells' min and max to the
+            // host first, two device syncs per batch on a GPU.
             let cells = (&y * *c + &predicted).clamp(0, *c * *c - 1);
-            let _ = counts.f_add_(&cells.bincount::<Tensor>(None, *c * *c))?;
+            let _ = counts.f_index_add_(0, &cells, &cells.ones_like())?;
         }
         let confusion = match confusion {
             Some((_, counts)) => {
