@@ -39,10 +39,15 @@ pub fn apply(augment: &Augment, raw: &Tensor, draws: &[Draw]) -> Tensor {
     let device = raw.device();
     let pad = i64::from(augment.crop_padding.unwrap_or(0));
     let padded = if pad > 0 { raw.constant_pad_nd([pad, pad, pad, pad]) } else { raw.shallow_clone() };
-    let column = |v: Vec<i64>| Tensor::from_slice(&v).to_device(device).view([n, 1]);
-    let tops = column(draws.iter().map(|d| d.top).collect());
-    let lefts = column(draws.iter().map(|d| d.left).collect());
-    let flips = column(draws.iter().map(|d| i64::from(d.flip)).collect());
+    // The three columns in one copy from page-locked memory, which does not block (a blocking
+    // copy from pageable memory would drain the device's stream every step).
+    let host: Vec<i64> = [|d: &Draw| d.top, |d: &Draw| d.left, |d: &Draw| i64::from(d.flip)]
+        .iter()
+        .flat_map(|f| draws.iter().map(f))
+        .collect();
+    let host = super::pinned(Tensor::from_slice(&host).view([3, n, 1]), device);
+    let columns = host.to_device_(device, Kind::Int64, true, false);
+    let (tops, lefts, flips) = (columns.get(0), columns.get(1), columns.get(2));
     let along = |len: i64| Tensor::arange(len, (Kind::Int64, device)).view([1, len]);
     let rows = &tops + along(h);
     // A flipped crop reads its columns right to left.
