@@ -4,7 +4,10 @@
 //! before dpt-tui can say which rank failed. dpt-tui sets 2 (`CleanUpOnly`): the watchdog
 //! aborts the communicators and the failed collective returns an error, which the coordinator
 //! turns into the same one line naming the rank as under Gloo. A value the user set (either
-//! spelling) is kept. Set once at the start of `main`, before any thread exists.
+//! spelling) is kept, except torchrun's own: its agent gives every worker `1` unless the
+//! variable was set (`local_elastic_agent.py`), so a `1` under torchrun (`TORCHELASTIC_RUN_ID`
+//! set) is the launcher's default, and replaced. Set once at the start of `main`, before any
+//! thread exists.
 
 use std::sync::OnceLock;
 
@@ -14,11 +17,18 @@ const LEGACY: &str = "NCCL_ASYNC_ERROR_HANDLING";
 /// `CleanUpOnly`: abort the communicators, report the error, keep the process.
 pub const CLEAN_UP_ONLY: &str = "2";
 
+/// The value torchrun's agent gives its workers when the variable is unset.
+const TORCHRUN_DEFAULT: &str = "1";
+
 static SET_BY_US: OnceLock<bool> = OnceLock::new();
 
 /// What to set given the environment `get` reads: nothing when the user chose a mode.
 pub fn to_set(get: impl Fn(&str) -> Option<String>) -> Option<(&'static str, &'static str)> {
-    let chosen = [ASYNC_ERROR_HANDLING, LEGACY].iter().any(|k| get(k).is_some_and(|v| !v.trim().is_empty()));
+    let value = |k: &str| get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    let launchers = get("TORCHELASTIC_RUN_ID").is_some()
+        && value(LEGACY).is_none()
+        && value(ASYNC_ERROR_HANDLING).as_deref() == Some(TORCHRUN_DEFAULT);
+    let chosen = [ASYNC_ERROR_HANDLING, LEGACY].iter().any(|k| value(k).is_some()) && !launchers;
     (!chosen).then_some((ASYNC_ERROR_HANDLING, CLEAN_UP_ONLY))
 }
 
@@ -61,5 +71,12 @@ mod tests {
             to_set(env(&[("TORCH_NCCL_ASYNC_ERROR_HANDLING", "")])),
             Some(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2"))
         );
+        // Under torchrun, its agent's 1 is the launcher's default, not the user's choice.
+        const TORCHRUN: &[(&str, &str)] =
+            &[("TORCHELASTIC_RUN_ID", "none"), ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")];
+        assert_eq!(to_set(env(TORCHRUN)), Some(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")));
+        const CHOSEN: &[(&str, &str)] =
+            &[("TORCHELASTIC_RUN_ID", "none"), ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")];
+        assert_eq!(to_set(env(CHOSEN)), None, "another value under torchrun is the user's");
     }
 }
