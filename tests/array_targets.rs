@@ -61,6 +61,7 @@ fn float_targets_train_as_pytorchs_loop_and_a_classifier_is_refused_them() {
     assert!(summary["val_loss"].as_f64().unwrap() < 0.1, "{summary}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("perplexity") && !stdout.contains(" acc "), "{stdout}");
+    assert!(!stdout.contains("classes"), "no classes counted for targets: {stdout}");
 
     // A built-in classifier, and a one-input model, are refused the targets in one line.
     for (model, says) in [

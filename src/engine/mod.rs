@@ -165,6 +165,11 @@ impl Engine {
             test_is_val: data.test_is_val,
             data: match &data.train.images {
                 crate::data::Pixels::Tokens(_) => data.source.clone(),
+                // Targets that are not class ids are described by the source; no classes to count.
+                _ if data.train.targets.is_some() => {
+                    let [c, h, w] = data.train.sample_shape();
+                    format!("{}, {c}x{h}x{w}", data.source)
+                }
                 _ => {
                     let [c, h, w] = data.train.sample_shape();
                     format!("{}, {c}x{h}x{w}, {} classes", data.source, data.classes)

@@ -37,18 +37,12 @@ fn language_model_app() -> App {
             app.on_event(&Record::Epoch(Box::new(EpochStats {
                 epoch: 1,
                 train_loss: 3.4,
-                train_acc: 0.0,
                 test_loss: 3.25,
-                test_acc: 0.0,
                 epoch_seconds: 10.0,
                 eval_seconds: 0.5,
                 samples_per_sec: 400.0,
                 lr: 1e-3,
-                ema_test_acc: None,
-                ema_test_loss: None,
-                top5_acc: None,
-                per_class_acc: None,
-                confusion: None,
+                ..EpochStats::default()
             })));
         }
     }

@@ -224,18 +224,12 @@ mod tests {
         let epoch = EpochStats {
             epoch: 2,
             train_loss: 1.6,
-            train_acc: 0.0,
             test_loss: 1.5,
-            test_acc: 0.0,
             epoch_seconds: 1.0,
             eval_seconds: 0.1,
             samples_per_sec: 100.0,
             lr: 1e-3,
-            ema_test_acc: None,
-            ema_test_loss: None,
-            top5_acc: None,
-            per_class_acc: None,
-            confusion: None,
+            ..EpochStats::default()
         };
         let records = vec![Record::Start(Box::new(info)), Record::Epoch(Box::new(epoch))];
         let title = super::title(&records, "run");
