@@ -81,6 +81,10 @@ pub enum Command {
         /// Write the curves to this SVG file instead of opening the dashboard.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
+        /// Say what limited the run's steps and what to change, instead of opening the
+        /// dashboard.
+        #[arg(long, conflicts_with_all = ["png", "svg"])]
+        why: bool,
     },
 }
 

@@ -83,12 +83,14 @@ impl LoaderTally {
         self.seconds += t.seconds;
     }
 
-    /// The window's figures, for a queue `depth` deep (none when nothing was taken).
-    pub fn stats(&self, depth: usize) -> Option<crate::record::LoaderStats> {
+    /// The window's figures, for a queue `depth` deep decoding on `threads` threads (none when
+    /// nothing was taken).
+    pub fn stats(&self, depth: usize, threads: usize) -> Option<crate::record::LoaderStats> {
         (self.taken > 0).then(|| crate::record::LoaderStats {
             ready: self.ready as f64 / self.taken as f64,
             depth,
             images_per_sec: self.images as f64 / self.seconds.max(1e-9),
+            threads: Some(threads),
         })
     }
 }
@@ -167,6 +169,7 @@ impl Window {
             timed_steps: Some(self.timed),
             loader: None,
             overlapped: (self.buckets.1 > 0).then(|| self.buckets.0 as f64 / self.buckets.1 as f64),
+            bottleneck: None,
         }
     }
 }

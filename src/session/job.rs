@@ -79,9 +79,9 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
     }
     let watch = watch_signals(args)?;
     let engine = Engine::start(cfg, Arc::new(data)).map_err(start_failure)?;
-    let (records, recorder) =
-        spawn_recorder(engine.events().clone(), metrics).map_err(failed("cannot start the recorder"))?;
     let (monitor_tx, monitor_rx) = unbounded();
+    let recorder = spawn_recorder(engine.events().clone(), monitor_rx, metrics)
+        .map_err(failed("cannot start the recorder"))?;
     let (stop_monitor, monitor_stop) = crossbeam_channel::bounded::<()>(0);
     let period = Duration::from_millis(args.sample_ms);
     let collector = match side {
@@ -94,7 +94,7 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
     let monitor = monitor::spawn(&devices, period, monitor_tx, monitor_stop)
         .map_err(failed("cannot start the device monitor"))?;
     let (hub, hub_thread) =
-        Hub::spawn(history, records, monitor_rx).map_err(failed("cannot start the hub"))?;
+        Hub::spawn(history, recorder.records, recorder.readings).map_err(failed("cannot start the hub"))?;
     let controls = engine.controls();
     // For a headless run, viewers are a convenience: without a socket it still trains. A
     // background job exists to be attached to: without one it stops and says why.
@@ -139,7 +139,7 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
         headless_loop(&printed, HubMsg::record, &watch.messages, &controls, &mut printer, &mut interrupted);
     drop(controls);
     let outcome = engine.join();
-    let write_error = recorder.join().ok().flatten();
+    let write_error = recorder.thread.join().ok().flatten();
     let _ = hub_thread.join();
     if let Some(n) = notifier {
         // The last alert (the finish) is started before the job exits.

@@ -10,6 +10,7 @@ use super::{dashboard_options, failed, input, theme, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::dashboard;
+use dpt_tui::record::bottleneck::Account;
 use dpt_tui::record::compare::Baseline;
 use dpt_tui::record::history::History;
 use dpt_tui::remote::protocol::Snapshot;
@@ -23,6 +24,32 @@ fn read(run: &Path) -> Result<(std::path::PathBuf, History), Failure> {
         input(anyhow::Error::new(e).context(format!("{} is not a run directory", run_dir.display())))
     })?;
     Ok((run_dir, history))
+}
+
+/// `dpt-tui show RUN --why`: what limited the run's steps, how its report windows were judged,
+/// and the last window's verdict.
+pub fn why(all: &[PathBuf]) -> Result<u8, Failure> {
+    let [one] = all else {
+        return Err(input(anyhow!("--why explains one run; name one run directory")));
+    };
+    let (run_dir, history) = read(one)?;
+    let account = Account::of(history.records());
+    let Some(run) = &account.run else {
+        return Err(input(anyhow!(
+            "{} has no timed steps yet: its verdict comes with its first report window after the warm-up",
+            run_dir.display()
+        )));
+    };
+    println!("{}", run_dir.display());
+    println!("bottleneck over {} timed steps: {}", account.timed_steps, run.line());
+    let judged: usize = account.windows.iter().map(|(_, n)| n).sum();
+    let counts: Vec<String> =
+        account.windows.iter().map(|(cause, n)| format!("{} {n}", cause.label())).collect();
+    println!("report windows ({judged}): {}", counts.join(", "));
+    if let Some((step, last)) = &account.last {
+        println!("last window (step {step}): {}", last.line());
+    }
+    Ok(0)
 }
 
 pub fn run(all: &[PathBuf], png: Option<&Path>, svg: Option<&Path>, args: &Args) -> Result<u8, Failure> {

@@ -239,6 +239,7 @@ mod tests {
             val_loss: None,
             perplexity: None,
             tokens_per_sec: None,
+            bottleneck: None,
         };
         let done = a.on_record(&Record::Summary(Box::new(summary.clone()))).unwrap();
         assert_eq!(done.kind, AlertKind::Finished);

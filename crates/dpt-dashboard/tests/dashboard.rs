@@ -107,6 +107,7 @@ fn help_overlay_save_views_and_quit() {
         val_loss: None,
         perplexity: None,
         tokens_per_sec: None,
+        bottleneck: None,
     })));
     assert!(app.viewer.quit);
 }
@@ -350,6 +351,7 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
         val_loss: None,
         perplexity: None,
         tokens_per_sec: None,
+        bottleneck: None,
     };
     recorded(
         &root.path().join("slow-lr"),
@@ -417,11 +419,21 @@ fn c_shows_the_last_evaluation_by_class() {
 fn a_starved_streaming_loader_is_flagged_in_the_status() {
     let mut app = running_app();
     let Record::Step(mut s) = common::screens::step(1, 100, 0.5, 0.8, 0.1) else { unreachable!() };
-    s.loader = Some(dpt_protocol::record::LoaderStats { ready: 0.1, depth: 2, images_per_sec: 812.0 });
+    s.loader = Some(dpt_protocol::record::LoaderStats {
+        ready: 0.1,
+        depth: 2,
+        images_per_sec: 812.0,
+        threads: None,
+    });
     app.on_event(&Record::Step(s.clone()));
     let text = screen(&app, 140, 40, false);
     assert!(text.contains("loader 0.1/2 ready, 812 img/s decoding (replicas wait for data)"), "{text}");
-    s.loader = Some(dpt_protocol::record::LoaderStats { ready: 1.9, depth: 2, images_per_sec: 3100.0 });
+    s.loader = Some(dpt_protocol::record::LoaderStats {
+        ready: 1.9,
+        depth: 2,
+        images_per_sec: 3100.0,
+        threads: None,
+    });
     app.on_event(&Record::Step(s));
     let text = screen(&app, 140, 40, false);
     assert!(text.contains("loader 1.9/2 ready, 3100 img/s decoding") && !text.contains("wait for data"));

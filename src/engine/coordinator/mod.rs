@@ -298,6 +298,7 @@ impl Coordinator {
                 (Some(_), Some(t)) => Some(all.throughput() * t as f64),
                 _ => None,
             },
+            bottleneck: None,
         }
     }
 

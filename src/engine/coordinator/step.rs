@@ -237,7 +237,7 @@ impl Coordinator {
             world.mark_progress(self.steps.global_step);
         }
         let mut stats = w.stats(epoch, step, steps_per_epoch, self.steps.global_step, self.steps.lr);
-        stats.loader = w.loader.stats(self.cfg().loader.prefetch);
+        stats.loader = w.loader.stats(self.cfg().loader.prefetch, self.cfg().loader.decode_threads);
         if let Some(sum) = self.report.grad_norms.take() {
             // Every rank reduced the same gradients: the norm is already global.
             stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);

@@ -55,6 +55,7 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
         timed_steps: None,
         loader: None,
         overlapped: None,
+        bottleneck: None,
     }))
 }
 

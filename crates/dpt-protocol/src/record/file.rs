@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use thiserror::Error;
 
+use super::bottleneck::Diagnosis;
 use super::Record;
+use crate::monitor::MonitorMsg;
 
 /// The record's file name inside a run directory.
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -82,27 +84,51 @@ pub fn read_records(dir: &Path) -> Result<Vec<Record>, RecordFileError> {
     Ok(out)
 }
 
+/// The recorder's output: the records as written, the device readings passed on, and the
+/// thread, which returns the first write error, if any, after the records end.
+pub struct Recorder {
+    pub records: crossbeam_channel::Receiver<Record>,
+    pub readings: crossbeam_channel::Receiver<MonitorMsg>,
+    pub thread: std::thread::JoinHandle<Option<RecordFileError>>,
+}
+
 /// Starts the `dpt-recorder` thread: every record is appended to `metrics.jsonl` and then
-/// forwarded, unchanged, to the returned receiver (the hub), so the file never depends on how
-/// fast a screen is. The thread returns the first write error, if any, after the stream ends.
+/// forwarded to [`Recorder::records`] (the hub), so the file never depends on how fast a
+/// screen is. Each report window and the summary get their verdict on what limits the step
+/// (see [`super::bottleneck`]) from the device `readings`, which pass on unchanged.
 pub fn spawn_recorder(
     records: crossbeam_channel::Receiver<Record>,
+    readings: crossbeam_channel::Receiver<MonitorMsg>,
     mut writer: MetricsWriter,
-) -> std::io::Result<(crossbeam_channel::Receiver<Record>, std::thread::JoinHandle<Option<RecordFileError>>)>
-{
+) -> std::io::Result<Recorder> {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let handle = std::thread::Builder::new().name("dpt-recorder".into()).spawn(move || {
+    let (readings_tx, readings_rx) = crossbeam_channel::unbounded();
+    let thread = std::thread::Builder::new().name("dpt-recorder".into()).spawn(move || {
         let mut first_error = None;
-        for record in records {
-            if let Err(e) = writer.write(&record) {
-                first_error.get_or_insert(e);
+        let mut diagnosis = Diagnosis::default();
+        let mut readings = readings;
+        loop {
+            crossbeam_channel::select! {
+                recv(records) -> record => {
+                    let Ok(mut record) = record else { return first_error };
+                    diagnosis.judge(&mut record);
+                    if let Err(e) = writer.write(&record) {
+                        first_error.get_or_insert(e);
+                    }
+                    // The consumer may have left; keep recording.
+                    let _ = tx.send(record);
+                }
+                recv(readings) -> msg => match msg {
+                    Ok(msg) => {
+                        diagnosis.read(&msg);
+                        let _ = readings_tx.send(msg);
+                    }
+                    Err(_) => readings = crossbeam_channel::never(),
+                },
             }
-            // The consumer may have left; keep recording.
-            let _ = tx.send(record);
         }
-        first_error
     })?;
-    Ok((rx, handle))
+    Ok(Recorder { records: rx, readings: readings_rx, thread })
 }
 
 #[cfg(test)]
@@ -134,5 +160,63 @@ mod tests {
         )
         .unwrap();
         assert_eq!(read_records(dir.path()).unwrap(), records);
+    }
+
+    #[test]
+    fn the_recorder_gives_windows_and_the_summary_their_verdict_and_passes_readings_on() {
+        use crate::monitor::{DeviceSample, MonitorMsg};
+        use crate::record::{ReplicaTiming, StepStats, StepTiming, Summary};
+        let dir = tempfile::tempdir().unwrap();
+        let (records_tx, records) = crossbeam_channel::unbounded();
+        let (readings_tx, readings) = crossbeam_channel::unbounded();
+        let recorder = spawn_recorder(records, readings, MetricsWriter::create(dir.path()).unwrap()).unwrap();
+        let reading =
+            MonitorMsg::Samples(vec![DeviceSample::unavailable(crate::DeviceId::Cuda(0), "n/a".into())]);
+        readings_tx.send(reading.clone()).unwrap();
+        assert_eq!(recorder.readings.recv().unwrap(), reading, "readings pass on unchanged");
+        let info = crate::record::RunInfo { devices: vec![crate::DeviceId::Cpu], ..Default::default() };
+        let step = |data: f64| StepStats {
+            timing: StepTiming { data, compute: 0.01, allreduce: 0.0, update: 0.0 },
+            replicas: vec![ReplicaTiming { data, compute: 0.01 }],
+            timed_steps: Some(5),
+            ..StepStats::default()
+        };
+        records_tx.send(Record::Start(Box::new(info))).unwrap();
+        records_tx.send(Record::Step(Box::new(step(0.03)))).unwrap();
+        records_tx.send(Record::Step(Box::new(step(0.0)))).unwrap();
+        let summary = Summary {
+            model: crate::model::ModelKind::Lenet,
+            devices: vec![crate::DeviceId::Cpu],
+            test_acc: None,
+            val_acc: None,
+            sec_per_epoch: None,
+            samples_per_sec: 1.0,
+            epochs_done: 1,
+            global_steps: 10,
+            reason: crate::record::FinishReason::Completed,
+            peak_rss_mib: None,
+            val_loss: None,
+            perplexity: None,
+            tokens_per_sec: None,
+            bottleneck: None,
+        };
+        records_tx.send(Record::Summary(Box::new(summary))).unwrap();
+        drop(records_tx);
+        assert!(recorder.thread.join().unwrap().is_none());
+        let written = read_records(dir.path()).unwrap();
+        let causes: Vec<_> = written
+            .iter()
+            .filter_map(|r| match r {
+                Record::Step(s) => Some(s.bottleneck.as_ref().map(|b| b.cause)),
+                Record::Summary(s) => Some(s.bottleneck.as_ref().map(|b| b.cause)),
+                _ => None,
+            })
+            .collect();
+        use crate::record::bottleneck::Cause;
+        // 75 % waiting, then none, then over the run 60 % waiting: input-bound.
+        assert_eq!(causes, [Some(Cause::Input), Some(Cause::Compute), Some(Cause::Input)]);
+        assert_eq!(written.iter().filter(|r| matches!(r, Record::Step(_))).count(), 2);
+        let forwarded: Vec<Record> = recorder.records.iter().collect();
+        assert_eq!(forwarded, written, "the hub gets what was written");
     }
 }

@@ -138,6 +138,7 @@ mod tests {
             timed_steps: None,
             loader: None,
             overlapped: None,
+            bottleneck: None,
         }))
     }
 

@@ -18,6 +18,7 @@
 //! Records after a `restored` event supersede those of a higher `global_step` before it (see
 //! [`history::History`]).
 
+pub mod bottleneck;
 pub mod compare;
 pub mod curves;
 pub mod file;

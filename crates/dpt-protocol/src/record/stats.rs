@@ -218,7 +218,7 @@ pub struct ReplicaTiming {
 }
 
 /// Training statistics over the steps since the previous report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepStats {
     /// 1-based epoch.
     pub epoch: usize,
@@ -256,6 +256,10 @@ pub struct StepStats {
     /// or more; `--bucket-cap-mb`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlapped: Option<f64>,
+    /// What limits the window's steps, and what to change (absent for a window of warm-up
+    /// steps, and in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck: Option<super::bottleneck::Bottleneck>,
 }
 
 /// How the streaming loader kept up over a window: whether batches were ready when the
@@ -269,6 +273,9 @@ pub struct LoaderStats {
     pub depth: usize,
     /// Images decoded per second of a loader's time decoding, over the window.
     pub images_per_sec: f64,
+    /// The process's decode threads, shared by its replicas' loaders (absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
 }
 
 /// End-of-epoch statistics, with test metrics computed over all replicas.
@@ -348,4 +355,7 @@ pub struct Summary {
     /// Token data: `samples_per_sec` × the block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_sec: Option<f64>,
+    /// What limited the run's steps over all its timed steps, and what to change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck: Option<super::bottleneck::Bottleneck>,
 }

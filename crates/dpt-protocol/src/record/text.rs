@@ -82,6 +82,8 @@ pub struct Narrator {
     classes: bool,
     /// Whether each epoch evaluates a validation split (else the test set).
     val: bool,
+    /// The cause of the last verdict said: a window's verdict is said when its cause changes.
+    cause: Option<super::bottleneck::Cause>,
 }
 
 impl Narrator {
@@ -127,7 +129,14 @@ impl Narrator {
                 ) + &s.grad_norm.map_or(String::new(), |g| format!("  grad norm {g:.3}"))
                     + &if s.loss_scale.is_some() { format!("  loss scale {}", loss_scale(s)) } else { String::new() }
                     + &s.loader.map_or(String::new(), |l| format!("  loader {}", loader(&l)))
-                    + &s.overlapped.map_or(String::new(), |o| format!("  overlap {:.0}%", o * 100.0)),
+                    + &s.overlapped.map_or(String::new(), |o| format!("  overlap {:.0}%", o * 100.0))
+                    + &match &s.bottleneck {
+                        Some(b) if self.cause != Some(b.cause) => {
+                            self.cause = Some(b.cause);
+                            format!("\nbottleneck: {}", b.line())
+                        }
+                        _ => String::new(),
+                    },
             }),
             Record::Epoch(e) if !self.classes => info(format!(
                 "{} done: train loss {:.4}, {set} loss {:.4}{}, {:.1} sec (+{:.1} eval), {:.1} samples/sec",
@@ -153,24 +162,31 @@ impl Narrator {
             )),
             Record::Event(c) => Some(change_line(c)),
             Record::Summary(s) if !self.classes => info(format!(
-                "{} steps on {}\nspeed: {:.1} samples/sec{}",
+                "{} steps on {}\nspeed: {:.1} samples/sec{}{}",
                 s.global_steps,
                 device_list(&s.devices),
                 s.samples_per_sec,
-                s.peak_rss_mib.map_or(String::new(), |m| format!("\npeak host memory: {m:.0} MiB"))
+                s.peak_rss_mib.map_or(String::new(), |m| format!("\npeak host memory: {m:.0} MiB")),
+                summary_verdict(s)
             )),
             Record::Summary(s) => {
                 let acc = s.test_acc.map_or("n/a".to_owned(), |a| format!("{a:.3}"));
                 let spe = s.sec_per_epoch.map_or("n/a".to_owned(), |t| format!("{t:.1}"));
                 let memory = s.peak_rss_mib.map_or(String::new(), |m| format!("\npeak host memory: {m:.0} MiB"));
                 info(format!(
-                    "test acc: {acc}, {spe} sec/epoch on {}\nspeed: {:.1} samples/sec{memory}",
+                    "test acc: {acc}, {spe} sec/epoch on {}\nspeed: {:.1} samples/sec{memory}{}",
                     device_list(&s.devices),
-                    s.samples_per_sec
+                    s.samples_per_sec,
+                    summary_verdict(s)
                 ))
             }
         }
     }
+}
+
+/// The run's verdict as the summary's last line (`bottleneck: input-bound: …`).
+fn summary_verdict(s: &super::Summary) -> String {
+    s.bottleneck.as_ref().map_or(String::new(), |b| format!("\nbottleneck: {}", b.line()))
 }
 
 /// The streaming loader's figures in words: `1.8/2 ready, 3250 img/s` (`waiting` when the
@@ -321,7 +337,7 @@ mod tests {
 
     #[test]
     fn the_loader_says_when_the_replicas_wait() {
-        let l = crate::record::LoaderStats { ready: 1.75, depth: 2, images_per_sec: 3250.4 };
+        let l = crate::record::LoaderStats { ready: 1.75, depth: 2, images_per_sec: 3250.4, threads: None };
         assert_eq!(loader(&l), "1.8/2 ready, 3250 img/s decoding");
         let starved = crate::record::LoaderStats { ready: 0.2, ..l };
         assert!(loader(&starved).ends_with("(replicas wait for data)"));

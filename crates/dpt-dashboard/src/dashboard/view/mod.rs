@@ -78,7 +78,7 @@ pub fn draw(frame: &mut Frame, app: &App, look: &Look) {
     let compact = area.width < 100 || area.height < 30;
     let log_rows = if compact { 5 } else { 8 };
     let [status_area, main_area, log_area, footer_area] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(3 + status::verdict_rows(app, area.width)),
         Constraint::Min(8),
         Constraint::Length(log_rows),
         Constraint::Length(1),

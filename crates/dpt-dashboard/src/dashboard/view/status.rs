@@ -1,12 +1,15 @@
 //! The status lines: state, model, devices, progress, speed, time, lr, momentum (or the
 //! optimizer, when not SGD) and batch. The items flow over the lines the layout gives, so
-//! nothing is cut at 80 columns.
+//! nothing is cut at 80 columns. Under them, the last report window's verdict on what limits
+//! the step.
 
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
+use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
+
+use crate::record::bottleneck::{Bottleneck, Cause};
 
 use super::{hms, Look};
 use crate::dashboard::app::{App, RunState};
@@ -24,7 +27,51 @@ impl Item {
     }
 }
 
+/// The verdict's label.
+const WHY: &str = "  bottleneck ";
+
+/// The last report window's verdict, when it has one.
+fn verdict(app: &App) -> Option<&Bottleneck> {
+    app.run.last_step.as_ref()?.bottleneck.as_ref()
+}
+
+/// The rows the verdict takes at `width` columns under the status items: one, two when it
+/// does not fit one, none without a verdict.
+pub fn verdict_rows(app: &App, width: u16) -> u16 {
+    verdict(app).map_or(0, |b| {
+        let len = WHY.len() + b.line().chars().count();
+        if len <= usize::from(width) {
+            1
+        } else {
+            2
+        }
+    })
+}
+
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
+    let rows = verdict_rows(app, area.width);
+    let [area, why] = Layout::vertical([Constraint::Min(1), Constraint::Length(rows)]).areas(area);
+    if let Some(b) = verdict(app) {
+        draw_verdict(frame, why, b, look);
+    }
+    draw_items(frame, area, app, look, compact);
+}
+
+/// `bottleneck input-bound: replicas wait …: raise --decode-threads`, its cause in the warning
+/// colour (the good case, compute, in the finished one).
+fn draw_verdict(frame: &mut Frame, area: Rect, b: &Bottleneck, look: &Look) {
+    let t = look.theme;
+    let colour = if b.cause == Cause::Compute { t.finished } else { t.warning };
+    let cause = if t.monochrome { t.highlight() } else { t.fg(colour) }.add_modifier(Modifier::BOLD);
+    let line = Line::from(vec![
+        Span::styled(WHY, t.fg(t.dim)),
+        Span::styled(b.cause.label(), cause),
+        Span::styled(format!(": {}: {}", b.finding, b.advice), t.fg(t.text)),
+    ]);
+    frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: false }), area);
+}
+
+fn draw_items(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
     let t = look.theme;
     let state_color = match app.run.state {
         RunState::Starting | RunState::Running => t.running,

@@ -1,0 +1,203 @@
+//! Each rule on constructed measurements: the cause it names, the share, and the line.
+
+use super::*;
+use crate::monitor::gpu::GpuDetail;
+use crate::record::stats::WorldInfo;
+use crate::record::{LoaderStats, ReplicaTiming, StepTiming};
+
+fn split(data: f64, compute: f64, allreduce: f64, update: f64) -> StepTiming {
+    StepTiming { data, compute, allreduce, update }
+}
+
+/// A step of `timing` on replicas of `(data, compute)` each.
+fn step(timing: StepTiming, replicas: &[(f64, f64)]) -> StepStats {
+    StepStats {
+        timing,
+        replicas: replicas.iter().map(|&(data, compute)| ReplicaTiming { data, compute }).collect(),
+        timed_steps: Some(10),
+        ..StepStats::default()
+    }
+}
+
+fn on(devices: &[DeviceId]) -> RunInfo {
+    RunInfo { devices: devices.to_vec(), ..RunInfo::default() }
+}
+
+fn gpu(i: usize, util: f64, detail: GpuDetail) -> DeviceSample {
+    DeviceSample {
+        util_pct: Some(util),
+        mem_used: Some(10 << 30),
+        mem_total: Some(80 << 30),
+        source: SampleSource::Nvml,
+        gpu: Some(Box::new(detail)),
+        ..DeviceSample::unavailable(DeviceId::Cuda(i), String::new())
+    }
+}
+
+fn judge(info: &RunInfo, step: &StepStats, devices: &[DeviceSample]) -> Bottleneck {
+    verdict(&Evidence { info, step, devices }).expect("a verdict")
+}
+
+const CPU2: [DeviceId; 2] = [DeviceId::Cpu, DeviceId::Cpu];
+const GPU2: [DeviceId; 2] = [DeviceId::Cuda(0), DeviceId::Cuda(1)];
+
+#[test]
+fn the_table_is_ordered_by_tier() {
+    assert!(RULES.windows(2).all(|w| w[0].tier <= w[1].tier));
+    assert_eq!(
+        RULES.last().map(|r| r.cause),
+        Some(Cause::Compute),
+        "compute is the verdict when nothing else shows"
+    );
+}
+
+#[test]
+fn a_window_of_warm_up_steps_has_no_verdict() {
+    let s = StepStats { timed_steps: Some(0), ..step(split(0.1, 0.1, 0.0, 0.0), &[(0.1, 0.1)]) };
+    assert_eq!(verdict(&Evidence { info: &on(&CPU2), step: &s, devices: &[] }), None);
+}
+
+#[test]
+fn a_starved_loader_is_input_bound() {
+    let mut s = step(split(0.041, 0.05, 0.004, 0.005), &[(0.041, 0.05), (0.040, 0.05)]);
+    s.loader = Some(LoaderStats { ready: 0.3, depth: 2, images_per_sec: 1900.0, threads: Some(2) });
+    let b = judge(&on(&CPU2), &s, &[]);
+    assert_eq!((b.cause, (b.share * 100.0).round()), (Cause::Input, 41.0));
+    assert_eq!(
+        b.line(),
+        "input-bound: replicas wait for data 41% of the step (loader 0.3/2 ready, 1,900 img/s on 2 decode threads): raise --decode-threads or store the images smaller"
+    );
+}
+
+#[test]
+fn a_large_allreduce_over_gloo_on_gpus_asks_for_nccl() {
+    let mut info = on(&GPU2);
+    info.world = Some(WorldInfo {
+        rank: 0,
+        backend: "gloo".into(),
+        hosts: vec!["a".into(), "b".into()],
+        replicas: vec![1, 1],
+        devices: vec![vec![DeviceId::Cuda(0)], vec![DeviceId::Cuda(0)]],
+    });
+    let s = step(split(0.002, 0.058, 0.038, 0.002), &[(0.002, 0.058), (0.002, 0.057)]);
+    let b = judge(&info, &s, &[]);
+    assert_eq!(b.cause, Cause::Communication);
+    assert_eq!(
+        b.line(),
+        "communication-bound: the allreduce takes 38% of the step over Gloo across 2 ranks: use NCCL (--dist-backend nccl): Gloo copies every gradient through the host"
+    );
+    // On CPUs, two processes on one host: fewer processes per host.
+    info.world.as_mut().unwrap().hosts = vec!["a".into(), "a".into()];
+    info.world.as_mut().unwrap().devices = vec![vec![DeviceId::Cpu], vec![DeviceId::Cpu]];
+    let b = judge(&info, &s, &[]);
+    assert!(b.advice.starts_with("2 processes per host"), "{}", b.advice);
+}
+
+#[test]
+fn a_slow_replica_is_a_straggler_named_with_its_throttling() {
+    let s = step(
+        split(0.001, 0.069, 0.02, 0.001),
+        &[(0.001, 0.049), (0.001, 0.05), (0.001, 0.049), (0.001, 0.069)],
+    );
+    let info = on(&[DeviceId::Cuda(0), DeviceId::Cuda(1), DeviceId::Cuda(2), DeviceId::Cuda(3)]);
+    let brake = GpuDetail { throttle: Some(vec!["power brake (HW)".into()]), ..GpuDetail::default() };
+    let devices: Vec<_> =
+        (0..4).map(|i| gpu(i, 99.0, if i == 3 { brake.clone() } else { GpuDetail::default() })).collect();
+    let b = judge(&info, &s, &devices);
+    assert_eq!(
+        b.cause,
+        Cause::Straggler,
+        "the straggler comes before the allreduce it inflates: {}",
+        b.line()
+    );
+    assert_eq!(
+        b.finding,
+        "cuda:3 is 40% slower than the median, throttled (power brake (HW)); the other replicas wait for it 22% of the step"
+    );
+    // Within the margin, nobody straggles.
+    let even = step(split(0.001, 0.05, 0.002, 0.001), &[(0.001, 0.049), (0.001, 0.05)]);
+    assert_eq!(judge(&on(&GPU2), &even, &[]).cause, Cause::Compute);
+}
+
+#[test]
+fn a_slow_rank_is_named_with_its_host() {
+    let mut info = on(&[DeviceId::Cpu]);
+    info.world = Some(WorldInfo {
+        rank: 0,
+        backend: "gloo".into(),
+        hosts: vec!["a1".into(), "b7".into()],
+        replicas: vec![1, 1],
+        devices: vec![vec![DeviceId::Cpu], vec![DeviceId::Cpu]],
+    });
+    // Rank 0 waits for rank 1 in its allreduce.
+    let s = step(split(0.001, 0.105, 0.06, 0.002), &[(0.001, 0.049), (0.001, 0.105)]);
+    let b = judge(&info, &s, &[]);
+    assert_eq!(
+        b.line(),
+        "straggler: rank 1 (host b7) computes 2.1x longer than rank 0; the other ranks wait for it 33% of the step: see what else runs on b7 (its cores or GPU are shared: dpt-tui doctor there), or leave rank 1 out"
+    );
+}
+
+#[test]
+fn held_clocks_are_throttled_and_a_full_device_is_memory() {
+    let s = step(split(0.001, 0.09, 0.005, 0.004), &[(0.001, 0.09), (0.001, 0.09)]);
+    let hot = GpuDetail {
+        throttle: Some(vec!["thermal (HW)".into()]),
+        sm_clock_mhz: Some(1230),
+        ..GpuDetail::default()
+    };
+    let b = judge(&on(&GPU2), &s, &[gpu(0, 99.0, hot), gpu(1, 99.0, GpuDetail::default())]);
+    assert_eq!(b.cause, Cause::Throttled);
+    assert_eq!(
+        b.finding,
+        "cuda:0 held down (thermal (HW)) at 1230 MHz while forward and backward take 90% of the step"
+    );
+    // The power cap alone is a loaded GPU's normal state.
+    let capped = GpuDetail { throttle: Some(vec!["power cap".into()]), ..GpuDetail::default() };
+    let mut full = gpu(1, 99.0, GpuDetail::default());
+    full.mem_used = Some(79 << 30);
+    let b = judge(&on(&GPU2), &s, &[gpu(0, 99.0, capped), full]);
+    assert_eq!(b.cause, Cause::Memory);
+    assert_eq!(b.finding, "cuda:1 holds 79.0 of 80.0 GiB (99%)");
+}
+
+#[test]
+fn a_long_update_is_host_bound_and_an_idle_gpu_too() {
+    let s = step(split(0.001, 0.02, 0.001, 0.012), &[(0.001, 0.02), (0.001, 0.02)]);
+    let b = judge(&on(&CPU2), &s, &[]);
+    assert_eq!((b.cause, b.finding.as_str()), (Cause::Host, "the update takes 35% of the step"));
+    assert!(b.advice.contains("2 replicas in turn"), "{}", b.advice);
+    let s = step(split(0.001, 0.09, 0.005, 0.004), &[(0.001, 0.09), (0.001, 0.09)]);
+    let b = judge(&on(&GPU2), &s, &[gpu(0, 30.0, GpuDetail::default()), gpu(1, 40.0, GpuDetail::default())]);
+    assert_eq!(b.cause, Cause::Host);
+    assert_eq!(b.finding, "GPUs 35% busy while forward and backward take 90% of the step");
+}
+
+#[test]
+fn a_busy_step_is_compute_bound_said_as_the_good_case() {
+    let s = step(split(0.001, 0.096, 0.002, 0.001), &[(0.001, 0.096), (0.001, 0.095)]);
+    let b = judge(&on(&GPU2), &s, &[gpu(0, 99.0, GpuDetail::default()), gpu(1, 99.0, GpuDetail::default())]);
+    assert_eq!(b.line(), "compute-bound: 96% of the step in forward and backward, GPUs 99% busy: the good case; --precision bf16 does more per second on GPUs that have it");
+    let b = judge(&on(&CPU2), &s, &[]);
+    assert_eq!(
+        b.line(),
+        "compute-bound: 96% of the step in forward and backward: the good case: the devices are the limit"
+    );
+}
+
+#[test]
+fn the_run_split_weighs_windows_by_their_timed_steps() {
+    let mut run = RunSplit::default();
+    assert!(run.stats().is_none());
+    let mut a = step(split(0.3, 0.1, 0.0, 0.0), &[(0.3, 0.1)]);
+    a.timed_steps = Some(30);
+    let mut b = step(split(0.1, 0.1, 0.0, 0.0), &[(0.1, 0.1)]);
+    b.timed_steps = Some(10);
+    b.loader = Some(LoaderStats { ready: 1.0, depth: 2, images_per_sec: 100.0, threads: Some(1) });
+    run.add(&a);
+    run.add(&b);
+    run.add(&StepStats { timed_steps: Some(0), ..step(split(9.0, 9.0, 9.0, 9.0), &[(9.0, 9.0)]) });
+    let s = run.stats().unwrap();
+    assert!((s.timing.data - 0.25).abs() < 1e-12 && (s.replicas[0].data - 0.25).abs() < 1e-12, "{s:?}");
+    assert_eq!((s.timed_steps, s.loader.map(|l| l.ready)), (Some(40), Some(1.0)));
+}
