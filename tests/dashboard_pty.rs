@@ -1,5 +1,6 @@
 //! End to end: the real binary in a pseudo-terminal on the shipped subset. Pause, set the lr
-//! through the prompt, resume, quit; the screen and metrics.jsonl must show each of them.
+//! through the prompt, resume, quit; the screen and metrics.jsonl must show each of them. The
+//! status panel says what limits the step.
 
 mod common;
 
@@ -177,5 +178,26 @@ fn show_draws_a_second_run_under_the_first_with_what_differs() {
     assert!(row.contains("0.1") && row.contains("0.4"), "{row}");
     assert!(screen.contains("best test acc"), "{screen}");
     tui.send("q");
+    assert!(tui.wait_exit(WAIT).success());
+}
+
+#[test]
+fn the_status_panel_says_what_limits_the_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut tui = common::train_in_pty(
+        &run,
+        &["--devices", "cpu:2", "--epochs", "500", "--log-every", "2", "--sample-ms", "200"],
+        120,
+        40,
+        &[("DPT_INJECT_FAULT", "slow-replica=1@40")],
+    );
+    let screen = tui.wait_for("bottleneck straggler: replica 1 (cpu) is ", WAIT);
+    let line = screen.lines().find(|l| l.contains("bottleneck straggler")).unwrap();
+    assert!(line.contains("slower than replica 0 (cpu)"), "{screen}");
+    assert!(screen.contains("the other replicas wait for it"), "{screen}");
+    tui.send("q");
+    tui.wait_for("Stop after the current step and save the weights?", WAIT);
+    tui.send("y");
     assert!(tui.wait_exit(WAIT).success());
 }

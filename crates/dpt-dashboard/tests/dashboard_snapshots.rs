@@ -14,6 +14,7 @@ use dpt_protocol::DeviceId;
 
 use common::screens::{running_app, screen, step};
 use dpt_dashboard::dashboard::curves::CurveView;
+use dpt_protocol::record::bottleneck::{Bottleneck, Cause};
 use dpt_protocol::record::{ReplicaTiming, StepTiming};
 
 fn paused() -> App {
@@ -39,6 +40,7 @@ fn finished() -> App {
         val_loss: None,
         perplexity: None,
         tokens_per_sec: None,
+        bottleneck: None,
     })));
     app
 }
@@ -90,6 +92,22 @@ fn straggler() -> App {
     app
 }
 
+/// A window judged input-bound: the verdict under the status items, wrapped.
+fn input_bound() -> App {
+    let mut app = running_app();
+    let Record::Step(mut s) = step(3, 150, 0.6, 0.7, 0.2) else { unreachable!() };
+    s.bottleneck = Some(Bottleneck {
+        cause: Cause::Input,
+        share: 0.41,
+        finding:
+            "replicas wait for data 41% of the step (loader 0.3/2 ready, 1,900 img/s on 2 decode threads)"
+                .into(),
+        advice: "raise --decode-threads or store the images smaller".into(),
+    });
+    app.on_event(&Record::Step(s));
+    app
+}
+
 macro_rules! screens {
     ($($name:ident: $app:expr),* $(,)?) => {$(
         #[test]
@@ -109,6 +127,7 @@ screens! {
     final_save_failed: not_saved(),
     smoothed_d2l_view: smoothed_d2l(),
     straggler_marked: straggler(),
+    bottleneck_said: input_bound(),
     gpus_with_their_story: common::screens::gpu_app(),
 }
 

@@ -27,6 +27,18 @@ pub fn stragglers(step_secs: &[f64]) -> Vec<usize> {
     (0..step_secs.len()).filter(|&i| step_secs[i] > m * (1.0 + MARGIN)).collect()
 }
 
+/// The slowest of `step_secs` and the median of the others, when it is slower than that median
+/// by more than [`MARGIN`]: the one the others wait for, as the bottleneck verdict names it.
+/// Measured against the others alone, one slow replica of two counts at 1.3 times the other
+/// (against the median of all it would need nearly twice).
+pub fn slowest(step_secs: &[f64]) -> Option<(usize, f64)> {
+    let worst = (0..step_secs.len()).max_by(|&a, &b| step_secs[a].total_cmp(&step_secs[b]))?;
+    let others: Vec<f64> =
+        step_secs.iter().enumerate().filter(|(i, _)| *i != worst).map(|(_, t)| *t).collect();
+    let typical = median(&others).filter(|m| *m > 0.0)?;
+    (step_secs[worst] > typical * (1.0 + MARGIN)).then_some((worst, typical))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +53,9 @@ mod tests {
         assert!(stragglers(&[0.0, 0.0]).is_empty());
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[]), None);
+        assert_eq!(slowest(&[0.010, 0.014]), Some((1, 0.010)), "against the other alone");
+        assert_eq!(slowest(&[0.010, 0.012, 0.020, 0.011]), Some((2, 0.011)));
+        assert_eq!(slowest(&[0.010, 0.012]), None);
+        assert_eq!(slowest(&[0.010]), None);
     }
 }

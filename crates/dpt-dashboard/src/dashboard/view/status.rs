@@ -6,7 +6,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Paragraph, Wrap};
+use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use crate::record::bottleneck::{Bottleneck, Cause};
@@ -28,24 +28,44 @@ impl Item {
 }
 
 /// The verdict's label.
-const WHY: &str = "  bottleneck ";
+const WHY: &str = "  bottleneck";
 
 /// The last report window's verdict, when it has one.
 fn verdict(app: &App) -> Option<&Bottleneck> {
     app.run.last_step.as_ref()?.bottleneck.as_ref()
 }
 
-/// The rows the verdict takes at `width` columns under the status items: one, two when it
-/// does not fit one, none without a verdict.
-pub fn verdict_rows(app: &App, width: u16) -> u16 {
-    verdict(app).map_or(0, |b| {
-        let len = WHY.len() + b.line().chars().count();
-        if len <= usize::from(width) {
-            1
+/// The verdict's text cut into rows of `width` columns at spaces, at most `most` of them (the
+/// last ending in `…` when it does not fit), each row after the first indented.
+fn verdict_text(b: &Bottleneck, width: u16, most: usize) -> Vec<String> {
+    let width = usize::from(width).max(WHY.len() + 8);
+    let mut rows = vec![WHY.to_owned()];
+    for word in b.line().split(' ') {
+        let row = rows.last_mut().expect("a row");
+        let len = row.chars().count();
+        if len + word.chars().count() + usize::from(!row.ends_with(' ')) <= width {
+            if !row.ends_with(' ') {
+                row.push(' ');
+            }
+            row.push_str(word);
+        } else if rows.len() == most {
+            let row = rows.last_mut().expect("a row");
+            let kept: String = row.chars().take(width - 1).collect();
+            *row = kept + "…";
+            return rows;
         } else {
-            2
+            rows.push(format!("    {word}"));
         }
-    })
+    }
+    rows
+}
+
+/// The most rows the verdict takes: its advice fits at 80 columns.
+const VERDICT_ROWS: usize = 3;
+
+/// The rows the verdict takes at `width` columns under the status items (none without one).
+pub fn verdict_rows(app: &App, width: u16) -> u16 {
+    verdict(app).map_or(0, |b| verdict_text(b, width, VERDICT_ROWS).len() as u16)
 }
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
@@ -63,12 +83,21 @@ fn draw_verdict(frame: &mut Frame, area: Rect, b: &Bottleneck, look: &Look) {
     let t = look.theme;
     let colour = if b.cause == Cause::Compute { t.finished } else { t.warning };
     let cause = if t.monochrome { t.highlight() } else { t.fg(colour) }.add_modifier(Modifier::BOLD);
-    let line = Line::from(vec![
-        Span::styled(WHY, t.fg(t.dim)),
-        Span::styled(b.cause.label(), cause),
-        Span::styled(format!(": {}: {}", b.finding, b.advice), t.fg(t.text)),
-    ]);
-    frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: false }), area);
+    let label = b.cause.label();
+    let lines: Vec<Line> = verdict_text(b, area.width, VERDICT_ROWS)
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| match (i, row.strip_prefix(WHY).and_then(|r| r.strip_prefix(' '))) {
+            (0, Some(rest)) if rest.starts_with(label) => Line::from(vec![
+                Span::styled(WHY, t.fg(t.dim)),
+                Span::raw(" "),
+                Span::styled(label, cause),
+                Span::styled(rest[label.len()..].to_owned(), t.fg(t.text)),
+            ]),
+            _ => Line::styled(row, t.fg(t.text)),
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines), area);
 }
 
 fn draw_items(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {

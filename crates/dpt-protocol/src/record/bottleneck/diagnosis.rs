@@ -98,7 +98,7 @@ impl Account {
                 .zip(replay.run.stats())
                 .and_then(|(info, step)| verdict(&Evidence { info, step: &step, devices: &[] }));
         }
-        account.windows.sort_by(|a, b| b.1.cmp(&a.1));
+        account.windows.sort_by_key(|w| std::cmp::Reverse(w.1));
         account
     }
 }

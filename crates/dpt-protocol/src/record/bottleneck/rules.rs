@@ -48,21 +48,19 @@ fn slowing_reasons(e: &Evidence, replica: usize) -> Vec<String> {
     reasons.into_iter().flatten().filter(|r| SLOWING.contains(&r.as_str())).collect()
 }
 
-/// The slowest replica (one process) or rank (several), when the others wait for it
-/// [`STRAGGLER_WAIT`] of the step and it is a straggler by [`straggler::stragglers`].
+/// The slowest replica (one process) or rank (several), when it is slower than the others by
+/// [`straggler::slowest`] and they wait for it [`STRAGGLER_WAIT`] of the step or more.
 fn straggler(e: &Evidence) -> Option<Finding> {
     let ranks = e.ranks() > 1;
     let times = if ranks { e.rank_times() } else { e.replica_times() };
-    let worst = straggler::stragglers(&times).into_iter().max_by(|&a, &b| times[a].total_cmp(&times[b]))?;
-    let others: Vec<f64> = times.iter().enumerate().filter(|(i, _)| *i != worst).map(|(_, t)| *t).collect();
-    let typical = straggler::median(&others).filter(|m| *m > 0.0)?;
+    let (worst, typical) = straggler::slowest(&times)?;
     let wait = e.share(times[worst] - typical);
     if wait < STRAGGLER_WAIT {
         return None;
     }
     if ranks {
-        let than = match others.len() {
-            1 => format!("rank {}", usize::from(worst == 0)),
+        let than = match times.len() {
+            2 => format!("rank {}", usize::from(worst == 0)),
             _ => "the other ranks' median".to_owned(),
         };
         let host = e.info.world.as_ref().and_then(|w| w.hosts.get(worst)).map_or("its host", String::as_str);
@@ -83,10 +81,14 @@ fn straggler(e: &Evidence) -> Option<Finding> {
     let throttled =
         if reasons.is_empty() { String::new() } else { format!(", throttled ({})", reasons.join(", ")) };
     let name = e.replica_name(worst);
+    let than = match times.len() {
+        2 => e.replica_name(usize::from(worst == 0)),
+        _ => "the others' median".to_owned(),
+    };
     Some(Finding {
         share: wait,
         finding: format!(
-            "{name} is {:.0}% slower than the median{throttled}; the other replicas wait for it {} of the step",
+            "{name} is {:.0}% slower than {than}{throttled}; the other replicas wait for it {} of the step",
             (times[worst] / typical - 1.0) * 100.0,
             pct(wait)
         ),

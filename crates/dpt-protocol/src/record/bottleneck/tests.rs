@@ -3,7 +3,7 @@
 use super::*;
 use crate::monitor::gpu::GpuDetail;
 use crate::record::stats::WorldInfo;
-use crate::record::{LoaderStats, ReplicaTiming, StepTiming};
+use crate::record::{LoaderStats, Record, ReplicaTiming, StepTiming};
 
 fn split(data: f64, compute: f64, allreduce: f64, update: f64) -> StepTiming {
     StepTiming { data, compute, allreduce, update }
@@ -112,7 +112,7 @@ fn a_slow_replica_is_a_straggler_named_with_its_throttling() {
     );
     assert_eq!(
         b.finding,
-        "cuda:3 is 40% slower than the median, throttled (power brake (HW)); the other replicas wait for it 22% of the step"
+        "cuda:3 is 40% slower than the others' median, throttled (power brake (HW)); the other replicas wait for it 22% of the step"
     );
     // Within the margin, nobody straggles.
     let even = step(split(0.001, 0.05, 0.002, 0.001), &[(0.001, 0.049), (0.001, 0.05)]);
@@ -200,4 +200,27 @@ fn the_run_split_weighs_windows_by_their_timed_steps() {
     let s = run.stats().unwrap();
     assert!((s.timing.data - 0.25).abs() < 1e-12 && (s.replicas[0].data - 0.25).abs() < 1e-12, "{s:?}");
     assert_eq!((s.timed_steps, s.loader.map(|l| l.ready)), (Some(40), Some(1.0)));
+}
+
+#[test]
+fn an_account_keeps_recorded_verdicts_and_judges_an_older_record_from_its_split() {
+    let input = step(split(0.05, 0.05, 0.0, 0.0), &[(0.05, 0.05)]);
+    let busy = step(split(0.001, 0.09, 0.0, 0.0), &[(0.001, 0.09)]);
+    let recorded =
+        Bottleneck { cause: Cause::Throttled, share: 0.9, finding: "f".into(), advice: "a".into() };
+    let held = StepStats { global_step: 30, bottleneck: Some(recorded.clone()), ..busy.clone() };
+    let records = [
+        Record::Step(Box::new(busy.clone())), // before the last start: another attempt's
+        Record::Start(Box::new(on(&[DeviceId::Cpu]))),
+        Record::Step(Box::new(StepStats { global_step: 10, ..input.clone() })),
+        Record::Step(Box::new(StepStats { global_step: 20, ..input })),
+        Record::Step(Box::new(held)),
+    ];
+    let a = Account::of(&records);
+    assert_eq!(a.windows, vec![(Cause::Input, 2), (Cause::Throttled, 1)]);
+    assert_eq!(a.last, Some((30, recorded)), "a recorded verdict saw the devices: kept");
+    assert_eq!(a.timed_steps, 30);
+    // No summary: the run is judged from its split so far (2 of 3 windows half waiting).
+    assert_eq!(a.run.map(|b| b.cause), Some(Cause::Input));
+    assert_eq!(Account::of(&[]).run, None);
 }
