@@ -32,11 +32,7 @@ fn text(out: &Output) -> String {
 
 /// The summary's verdict, after checking that every timed report window has one.
 fn verdict(run: &Path) -> Value {
-    let records: Vec<Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = common::records(run);
     for step in records.iter().filter(|r| r["kind"] == "step") {
         let timed = step["timed_steps"].as_u64().unwrap_or(0) > 0;
         assert_eq!(step.get("bottleneck").is_some(), timed, "a verdict for each timed window: {step}");

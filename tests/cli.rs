@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -19,13 +18,7 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-fn records(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
-        .collect()
-}
+use common::records;
 
 fn has_numbers(record: &Value, keys: &[&str]) {
     for k in keys {

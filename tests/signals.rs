@@ -9,15 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
-
-fn records(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use common::records;
 
 /// Starts a long headless run, waits for its first progress line, sends the signals in turn.
 fn interrupt(run: &Path, signals: &[&str]) -> (Option<i32>, String) {

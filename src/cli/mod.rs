@@ -85,6 +85,9 @@ pub enum Command {
         /// dashboard.
         #[arg(long, conflicts_with_all = ["png", "svg"])]
         why: bool,
+        /// Write TensorBoard event files into RUN/tensorboard/ for a run recorded without them.
+        #[arg(long, conflicts_with_all = ["png", "svg", "why"])]
+        tensorboard: bool,
     },
 }
 

@@ -22,6 +22,7 @@ use dpt_tui::headless::HeadlessPrinter;
 use dpt_tui::monitor;
 use dpt_tui::record::file::{spawn_recorder, MetricsWriter};
 use dpt_tui::record::history::History;
+use dpt_tui::record::tensorboard::TensorBoard;
 use dpt_tui::record::{Change, Record};
 use dpt_tui::remote::hub::{Hub, HubMsg};
 use dpt_tui::remote::{registry, server};
@@ -80,7 +81,7 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
     let watch = watch_signals(args)?;
     let engine = Engine::start(cfg, Arc::new(data)).map_err(start_failure)?;
     let (monitor_tx, monitor_rx) = unbounded();
-    let recorder = spawn_recorder(engine.events().clone(), monitor_rx, metrics)
+    let recorder = spawn_recorder(engine.events().clone(), monitor_rx, metrics, tensorboard(&run_dir))
         .map_err(failed("cannot start the recorder"))?;
     let (stop_monitor, monitor_stop) = crossbeam_channel::bounded::<()>(0);
     let period = Duration::from_millis(args.sample_ms);
@@ -183,6 +184,21 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
             Ok(0)
         }
         _ => Ok(0),
+    }
+}
+
+/// The run's TensorBoard event file for this attempt; without one (a read-only folder) the run
+/// trains and says so.
+fn tensorboard(run_dir: &std::path::Path) -> Option<TensorBoard> {
+    match TensorBoard::create(run_dir, dpt_tui::unix_now(), &dpt_tui::dist::world::hostname()) {
+        Ok(tb) => Some(tb),
+        Err(e) => {
+            eprintln!(
+                "dpt-tui: warning: no TensorBoard event file in {}/tensorboard ({e})",
+                run_dir.display()
+            );
+            None
+        }
     }
 }
 

@@ -41,8 +41,9 @@ pub fn run(args: Args) -> Result<u8, Failure> {
     match args.command.clone() {
         Some(Command::Attach { run, read_only }) => return attach::run(run.as_deref(), read_only, &args),
         Some(Command::Ls { dir, prune }) => return ls::run(&dir, prune),
-        Some(Command::Show { runs, png: _, svg: _, why: true }) => return show::why(&runs),
-        Some(Command::Show { runs, png, svg, why: false }) => {
+        Some(Command::Show { runs, why: true, .. }) => return show::why(&runs),
+        Some(Command::Show { runs, tensorboard: true, .. }) => return show::tensorboard(&runs),
+        Some(Command::Show { runs, png, svg, .. }) => {
             return show::run(&runs, png.as_deref(), svg.as_deref(), &args)
         }
         Some(Command::Doctor { peer: Some(peer) }) => return Ok(doctor::peer(&peer)),

@@ -12,7 +12,9 @@ use crate::Failure;
 use dpt_tui::dashboard;
 use dpt_tui::record::bottleneck::Account;
 use dpt_tui::record::compare::Baseline;
+use dpt_tui::record::file::read_timed_records;
 use dpt_tui::record::history::History;
+use dpt_tui::record::tensorboard::{TensorBoard, TENSORBOARD_DIR};
 use dpt_tui::remote::protocol::Snapshot;
 use dpt_tui::remote::runs;
 use dpt_tui::report::{self, Format};
@@ -49,6 +51,44 @@ pub fn why(all: &[PathBuf]) -> Result<u8, Failure> {
     if let Some((step, last)) = &account.last {
         println!("last window (step {step}): {}", last.line());
     }
+    Ok(0)
+}
+
+/// `dpt-tui show RUN --tensorboard`: TensorBoard event files for a run recorded before runs
+/// wrote them (or without them); the file is removed again when writing it fails.
+pub fn tensorboard(all: &[PathBuf]) -> Result<u8, Failure> {
+    let [one] = all else {
+        return Err(input(anyhow!("--tensorboard writes one run's event files; name one run directory")));
+    };
+    let run_dir = runs::resolve(one);
+    let records = read_timed_records(&run_dir).map_err(|e| {
+        input(anyhow::Error::new(e).context(format!("{} is not a run directory", run_dir.display())))
+    })?;
+    if records.is_empty() {
+        return Err(input(anyhow!("{}/metrics.jsonl holds no records yet", run_dir.display())));
+    }
+    let dir = run_dir.join(TENSORBOARD_DIR);
+    let held = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().contains("tfevents")))
+        .unwrap_or(false);
+    if held {
+        return Err(input(anyhow!(
+            "{} already holds event files; remove the folder to write them again",
+            dir.display()
+        )));
+    }
+    let first = records.iter().find_map(|(_, t)| *t).unwrap_or_else(dpt_tui::unix_now);
+    let mut tb = TensorBoard::create(&run_dir, first, &dpt_tui::dist::world::hostname())
+        .map_err(failed("cannot write the event file"))?;
+    for (record, time) in &records {
+        if let Err(e) = tb.take(record, &[], time.unwrap_or(first)) {
+            let _ = std::fs::remove_file(tb.path());
+            return Err(Failure::Run(
+                anyhow::Error::new(e).context(format!("cannot write {}", tb.path().display())),
+            ));
+        }
+    }
+    println!("wrote {}", tb.path().display());
     Ok(0)
 }
 

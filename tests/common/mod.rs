@@ -37,6 +37,15 @@ pub fn kill(pid: u32, signal: &str) {
 
 /// The records of `run/metrics.jsonl` once its last record is the run's summary (a background
 /// job writes it after the test's own process has gone); panics after `timeout`.
+/// The records of `run`'s metrics.jsonl, every line one.
+pub fn records(run: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 pub fn wait_for_summary(run: &std::path::Path, timeout: std::time::Duration) -> Vec<serde_json::Value> {
     let deadline = std::time::Instant::now() + timeout;
     loop {

@@ -11,4 +11,6 @@ pub mod remote;
 pub mod report;
 pub mod signals;
 
-use dpt_protocol::{atomic, config_error, model, monitor, optim, record, run_dir, Control, DeviceId};
+use dpt_protocol::{
+    atomic, config_error, model, monitor, optim, record, run_dir, unix_now, Control, DeviceId,
+};

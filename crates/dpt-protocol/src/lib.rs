@@ -24,6 +24,11 @@ pub mod settings;
 pub use control::Control;
 pub use device::DeviceId;
 
+/// Seconds since the Unix epoch, now (0 on a clock set before it).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// Gives a plain enum its one table of names: `name()` (the word the command line and files
 /// use), `Display` writing it, and a `FromStr` taking it (and any aliases after `|`) that refuses
 /// other words naming the choices (`unknown optimizer 'x'; use sgd, adam or adamw`).

@@ -23,10 +23,7 @@ impl Coordinator {
             augment: (!cfg.augment().is_none()).then(|| cfg.augment().describe()),
             cpu_threads_per_replica: cfg.cpu_threads,
             resumed_at: cfg.kit.resume.as_ref().map(|r| r.state.global_step),
-            started_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_secs_f64()),
+            started_unix: Some(crate::unix_now()),
             allreduce: self.exchange.reduction.describe(&cfg.devices, self.exchange.world.as_deref()),
             restart: cfg.restart.clone(),
             data: Some(self.facts.data.clone()),

@@ -29,7 +29,7 @@ pub use keys::{help, KEYS};
 use crate::monitor::MonitorMsg;
 use crate::remote::protocol::Snapshot;
 use crate::signals::SignalMsg;
-use crate::{record::Record, Control};
+use crate::{record::Record, unix_now, Control};
 use app::App;
 use theme::Theme;
 use view::Look;
@@ -122,11 +122,6 @@ fn ring_bell() {
     use std::io::Write;
     let mut out = std::io::stdout();
     let _ = out.write_all(b"\x07").and_then(|()| out.flush());
-}
-
-/// Seconds since the Unix epoch, now.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Runs the dashboard until the user leaves (after the run ends, after a confirmed stop, or by

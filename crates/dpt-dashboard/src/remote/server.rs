@@ -61,9 +61,7 @@ pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Re
         socket: path.clone(),
         version: VERSION,
         run_dir: run_dir.to_owned(),
-        started_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
+        started_unix: crate::unix_now(),
     };
     let json = serde_json::to_string_pretty(&info).expect("server info serializes");
     atomic::write_bytes(&run_dir.join(SERVER_FILE), json.as_bytes())?;

@@ -9,6 +9,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::bottleneck::Diagnosis;
+use super::tensorboard::TensorBoard;
 use super::Record;
 use crate::monitor::MonitorMsg;
 
@@ -68,20 +69,35 @@ impl MetricsWriter {
     }
 }
 
-/// The records of `dir/metrics.jsonl`, in order. A line that is not a record this version
-/// knows (a kind added later, a line cut short by a crash) is skipped.
-pub fn read_records(dir: &Path) -> Result<Vec<Record>, RecordFileError> {
+/// What `parse` makes of each line of `dir/metrics.jsonl` it can read, in order.
+fn read_lines<T>(dir: &Path, parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, RecordFileError> {
     let path = dir.join(METRICS_FILE);
     let err = |cause| RecordFileError::Read { path: path.clone(), cause };
     let file = File::open(&path).map_err(err)?;
     let mut out = Vec::new();
     for line in BufReader::new(file).lines() {
-        let line = line.map_err(err)?;
-        if let Ok(record) = serde_json::from_str::<Record>(&line) {
-            out.push(record);
-        }
+        out.extend(parse(&line.map_err(err)?));
     }
     Ok(out)
+}
+
+/// The records of `dir/metrics.jsonl`, in order. A line that is not a record this version
+/// knows (a kind added later, a line cut short by a crash) is skipped.
+pub fn read_records(dir: &Path) -> Result<Vec<Record>, RecordFileError> {
+    read_lines(dir, |line| serde_json::from_str::<Record>(line).ok())
+}
+
+/// The records of `dir/metrics.jsonl` with the time each was written (seconds since the Unix
+/// epoch, when the line has one), skipping lines as [`read_records`] does.
+pub fn read_timed_records(dir: &Path) -> Result<Vec<(Record, Option<f64>)>, RecordFileError> {
+    read_lines(dir, |line| {
+        let value = serde_json::from_str::<serde_json::Value>(line).ok()?;
+        let time = value["time"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.timestamp_micros() as f64 / 1e6);
+        Some((serde_json::from_value::<Record>(value).ok()?, time))
+    })
 }
 
 /// The recorder's output: the records as written, the device readings passed on, and the
@@ -96,10 +112,13 @@ pub struct Recorder {
 /// forwarded to [`Recorder::records`] (the hub), so the file never depends on how fast a
 /// screen is. Each report window and the summary get their verdict on what limits the step
 /// (see [`super::bottleneck`]) from the device `readings`, which pass on unchanged.
+/// `tensorboard`, when given, gets every record too (see [`super::tensorboard`]); its first
+/// failure is reported as the metrics' would be, and it is written no more.
 pub fn spawn_recorder(
     records: crossbeam_channel::Receiver<Record>,
     readings: crossbeam_channel::Receiver<MonitorMsg>,
     mut writer: MetricsWriter,
+    mut tensorboard: Option<TensorBoard>,
 ) -> std::io::Result<Recorder> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let (readings_tx, readings_rx) = crossbeam_channel::unbounded();
@@ -114,6 +133,12 @@ pub fn spawn_recorder(
                     diagnosis.judge(&mut record);
                     if let Err(e) = writer.write(&record) {
                         first_error.get_or_insert(e);
+                    }
+                    if let Some(tb) = &mut tensorboard {
+                        if let Err(cause) = tb.take(&record, diagnosis.devices(), crate::unix_now()) {
+                            first_error.get_or_insert(RecordFileError::Write { path: tb.path().to_owned(), cause });
+                            tensorboard = None;
+                        }
                     }
                     // The consumer may have left; keep recording.
                     let _ = tx.send(record);
@@ -169,7 +194,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (records_tx, records) = crossbeam_channel::unbounded();
         let (readings_tx, readings) = crossbeam_channel::unbounded();
-        let recorder = spawn_recorder(records, readings, MetricsWriter::create(dir.path()).unwrap()).unwrap();
+        let recorder =
+            spawn_recorder(records, readings, MetricsWriter::create(dir.path()).unwrap(), None).unwrap();
         let reading =
             MonitorMsg::Samples(vec![DeviceSample::unavailable(crate::DeviceId::Cuda(0), "n/a".into())]);
         readings_tx.send(reading.clone()).unwrap();

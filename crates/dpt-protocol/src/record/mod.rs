@@ -27,6 +27,7 @@ mod run_info_wire;
 pub mod smooth;
 pub mod stats;
 pub mod straggler;
+pub mod tensorboard;
 pub mod text;
 
 use serde::{Deserialize, Serialize};

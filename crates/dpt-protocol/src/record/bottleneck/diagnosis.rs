@@ -26,6 +26,11 @@ impl Diagnosis {
         }
     }
 
+    /// Every device's latest reading.
+    pub fn devices(&self) -> &[DeviceSample] {
+        &self.devices
+    }
+
     /// Gives a report window its verdict, and the summary the run's; a start begins the
     /// attempt's split anew.
     pub fn judge(&mut self, record: &mut Record) {
