@@ -52,6 +52,9 @@ fn headless_run_prints_progress_and_writes_the_schema() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("lenet (129,068 parameters) on [cpu, cpu]"), "{stdout}");
+    // The limits take samples spread over each split, and the data line says what they cover.
+    assert!(stdout.contains("(--train-limit 600 of 2,000 spread evenly: 10 of 10 classes)"), "{stdout}");
+    assert!(stdout.contains("(--test-limit 200 of 500 spread evenly: 10 of 10 classes)"), "{stdout}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("epoch 1/2 step")).count(), 3, "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("epoch 2/2 done: train loss")), "{stdout}");
     let acc_line = stdout.lines().find(|l| l.starts_with("test acc: ")).expect("summary line");

@@ -56,10 +56,10 @@ pub struct DataArgs {
     /// size).
     #[arg(id = "data.image_size", long = "image-size", value_name = "H,W", value_parser = parse_size)]
     pub image_size: Option<(u32, u32)>,
-    /// Use only the first N training samples.
+    /// Use only N training samples, spread evenly over the set (every class of a folder kept).
     #[arg(id = "data.train_limit", long = "train-limit", value_name = "N")]
     pub train_limit: Option<usize>,
-    /// Use only the first N test samples.
+    /// Use only N test samples, spread evenly over the set.
     #[arg(id = "data.test_limit", long = "test-limit", value_name = "N")]
     pub test_limit: Option<usize>,
     /// Carve this fraction of the training set (chosen by --seed) into a validation split,

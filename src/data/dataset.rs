@@ -219,6 +219,30 @@ impl Split {
         }
     }
 
+    /// Keeps `n` samples spread evenly over the split (sample `⌊i·len/n⌋` for each `i < n`; all
+    /// of them when `n` is larger), so a split stored class by class (an image folder, shards)
+    /// keeps every class. Token windows are drawn anywhere in the file: the first `n` are kept.
+    pub fn limit(&mut self, n: usize) {
+        let len = self.len();
+        if n >= len {
+            return;
+        }
+        if matches!(self.images, Pixels::Tokens(_)) {
+            self.truncate(n);
+            return;
+        }
+        let picked: Vec<usize> = (0..n).map(|i| (i as u128 * len as u128 / n as u128) as usize).collect();
+        *self = self.select(&picked);
+    }
+
+    /// How many distinct classes the labels hold.
+    pub fn classes_present(&self) -> usize {
+        let mut seen: Vec<i64> = self.labels.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.len()
+    }
+
     /// Keeps the first `n` samples (all of them when `n` is larger).
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.len());
@@ -377,5 +401,22 @@ mod tests {
         assert_eq!(all, (0..20).collect::<Vec<_>>());
         let Pixels::Bytes(px) = &val.images else { panic!("bytes") };
         assert!(val.labels.iter().enumerate().all(|(k, l)| px[k * 4] as i64 == *l));
+    }
+
+    #[test]
+    fn a_limit_spreads_over_a_class_ordered_split_and_keeps_every_class() {
+        // 10 classes of 60 samples each, stored class by class (an image folder's order).
+        let labels: Vec<i64> = (0..600).map(|i| i / 60).collect();
+        let images: Vec<u8> = (0..600u32).map(|i| (i % 251) as u8).collect();
+        let mut split = Split::gray(images, labels, 1, 1);
+        assert_eq!(split.head(192).classes_present(), 4, "the first 192 hold 4 classes");
+        split.limit(192);
+        assert_eq!((split.len(), split.classes_present()), (192, 10));
+        // Sample i of the 192 is sample ⌊i·600/192⌋, pixels with their labels.
+        let Pixels::Bytes(px) = &split.images else { panic!("bytes") };
+        assert_eq!(&px[..4], &[0, 3, 6, 9]);
+        assert_eq!(split.labels[191], 9);
+        split.limit(1000);
+        assert_eq!(split.len(), 192, "a limit above the count keeps all");
     }
 }

@@ -12,13 +12,14 @@ use super::input;
 use super::model_inputs::{builtin_fits, normalization, sample_inputs};
 use crate::cli::Args;
 use crate::Failure;
-use dpt_tui::data::{Dataset, LoadOptions};
+use dpt_tui::data::{Dataset, LoadOptions, Pixels, Split};
 use dpt_tui::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::dist::World;
 use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::persist::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
+use dpt_tui::record::text::thousands;
 use dpt_tui::remote::runs::absolute;
 use dpt_tui::run_dir::{create_run_dir, default_run_dir};
 use dpt_tui::settings::{ConfigFile, Layers, Settings};
@@ -215,6 +216,23 @@ pub fn prepare_front(args: &Args, machine: Machine, devices: Vec<DeviceId>) -> R
     Ok(claim_run_dir(args, &cfg, false)?.0)
 }
 
+/// Keeps `n` samples of `split` spread evenly over it (`flag`'s limit); what that leaves of a
+/// labelled split, for the data line: spread, a class-ordered folder keeps the classes its
+/// first `n` would lose.
+fn limit(split: &mut Split, n: usize, classes: usize, flag: &str) -> String {
+    let len = split.len();
+    split.limit(n);
+    if n >= len || split.targets.is_some() || matches!(split.images, Pixels::Tokens(_)) {
+        return String::new();
+    }
+    format!(
+        " ({flag} {} of {} spread evenly: {} of {classes} classes)",
+        thousands(n as i64),
+        thousands(len as i64),
+        split.classes_present()
+    )
+}
+
 /// Loads the data, limited and split as the settings say, and checks the configuration
 /// against it (what it derives from the data is set here: normalization, the loader).
 fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> Result<Dataset, Failure> {
@@ -229,11 +247,12 @@ fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> 
     super::data_flags::streams_as_asked(cfg, &data).map_err(input)?;
     builtin_fits(cfg.model(), &data)?;
     cfg.normalization = normalization(cfg, &data)?;
+    let classes = data.classes;
     if let Some(n) = cfg.settings.data.train_limit {
-        data.train.truncate(n);
+        data.source += &limit(&mut data.train, n, classes, "--train-limit");
     }
     if let Some(n) = cfg.settings.data.test_limit {
-        data.test.truncate(n);
+        data.source += &limit(&mut data.test, n, classes, "--test-limit");
     }
     if let Some(f) = cfg.settings.data.val_fraction {
         if data.val.is_some() || data.test_is_val {

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_seed import read_idx  # noqa: E402
+from pytorch_seed import load  # noqa: E402
 from torchvision_models import build  # noqa: E402
 
 
@@ -26,8 +26,9 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    x = read_idx(f"{data}/train-images-idx3-ubyte.gz")[:n].unsqueeze(1).float() / 255
-    y = read_idx(f"{data}/train-labels-idx1-ubyte.gz")[:n].long()
+    # The samples dpt-tui's --train-limit keeps.
+    x, y = load(data, "train", n)
+    x = x.float() / 255
     x = (x - x.mean()) / x.std()
     sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(TensorDataset(x, y), batch_size=batch // world, sampler=sampler)

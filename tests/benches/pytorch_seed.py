@@ -33,8 +33,12 @@ def read_idx(path):
 
 
 def load(data_dir, prefix, limit):
-    x = read_idx(f"{data_dir}/{prefix}-images-idx3-ubyte.gz")[:limit]
-    y = read_idx(f"{data_dir}/{prefix}-labels-idx1-ubyte.gz")[:limit].long()
+    x = read_idx(f"{data_dir}/{prefix}-images-idx3-ubyte.gz")
+    y = read_idx(f"{data_dir}/{prefix}-labels-idx1-ubyte.gz").long()
+    if limit is not None and limit < len(y):
+        # The samples dpt-tui's --train-limit/--test-limit keep: spread evenly over the set.
+        picked = torch.tensor([i * len(y) // limit for i in range(limit)])
+        x, y = x[picked], y[picked]
     return x.unsqueeze(1), y
 
 
