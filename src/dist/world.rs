@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 use thiserror::Error;
 
+use super::arrival::{self, check_settings, Arrival};
+use super::backend_choice::Choice;
 use super::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
 use super::launch::Launch;
+use crate::settings::DistBackend;
 
 /// Floats per allreduce bucket (25 MB, DDP's default bucket size): a large model's gradients go
 /// out as several messages in flight at once instead of one that must finish whole.
@@ -24,6 +26,8 @@ pub enum DistError {
     Missing { missing: Vec<usize>, world: usize, seconds: f64, addr: String },
     #[error("rank {rank} ({host}) was started with other settings: {field} is {theirs} there, {ours} on rank 0; start every rank with the same flags and data")]
     Mismatch { rank: usize, host: String, field: String, theirs: String, ours: String },
+    #[error("{ranks} share {gpu}, and NCCL needs a GPU per rank: use --dist-backend auto (Gloo there) or start one rank per GPU")]
+    SharedGpu { ranks: String, gpu: String },
     #[error("{0}")]
     Lost(String),
     #[error(transparent)]
@@ -33,19 +37,14 @@ pub enum DistError {
 impl DistError {
     /// Whether this is bad input (exit 2) rather than a failure during the run (exit 1).
     pub fn is_input(&self) -> bool {
-        matches!(self, DistError::Connect { .. } | DistError::Missing { .. } | DistError::Mismatch { .. })
+        matches!(
+            self,
+            DistError::Connect { .. }
+                | DistError::Missing { .. }
+                | DistError::Mismatch { .. }
+                | DistError::SharedGpu { .. }
+        )
     }
-}
-
-/// What each rank says when it arrives.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Arrival {
-    host: String,
-    replicas: usize,
-    #[serde(default)]
-    devices: Vec<crate::engine::DeviceId>,
-    /// The settings every rank must share, as a JSON object.
-    settings: serde_json::Value,
 }
 
 /// This machine's host name.
@@ -60,6 +59,8 @@ pub struct World {
     pub rank: usize,
     pub size: usize,
     pub backend: Backend,
+    /// Why the backend is not the one GPUs would get (ranks sharing a GPU use Gloo).
+    pub backend_note: Option<String>,
     pub timeout: Duration,
     /// Replicas (devices) of each rank, in rank order.
     pub replicas: Vec<usize>,
@@ -90,11 +91,11 @@ impl std::fmt::Debug for World {
 
 impl World {
     /// Meets the other ranks: connects to (rank 0: hosts) the store, checks in, waits for every
-    /// rank up to `timeout`, compares `settings`, then forms the process group.
+    /// rank up to `timeout`, compares `settings`, chooses the backend for `asked` from every
+    /// rank's devices, then forms the process group.
     pub fn join(
         launch: &Launch,
-        backend: Backend,
-        device: Device,
+        asked: DistBackend,
         local_devices: &[crate::engine::DeviceId],
         settings: serde_json::Value,
         timeout: Duration,
@@ -113,12 +114,7 @@ impl World {
                 }
             })?;
         let store = root.prefixed(&format!("dpt/attempt-{}/", launch.attempt))?;
-        let me = Arrival {
-            host: hostname(),
-            replicas: local_devices.len(),
-            devices: local_devices.to_vec(),
-            settings,
-        };
+        let me = Arrival::of(hostname(), local_devices, settings);
         let json = serde_json::to_vec(&me).expect("arrivals serialize");
         store.set(&format!("arrived/{rank}"), &json)?;
         let keys: Vec<String> = (0..size).map(|r| format!("arrived/{r}")).collect();
@@ -138,10 +134,19 @@ impl World {
         // Nobody leaves (closing rank 0's store) before everyone has read every check-in, so a
         // mismatch is reported by every rank alike.
         barrier(&store, "read", size, timeout)?;
-        if let Err(e) = check_settings(&arrivals) {
-            leave_store(&store, server, size, timeout);
-            return Err(e);
-        }
+        let choice = check_settings(&arrivals).and_then(|()| arrival::backend(asked, &arrivals));
+        let Choice { backend, note: backend_note } = match choice {
+            Ok(choice) => choice,
+            Err(e) => {
+                leave_store(&store, server, size, timeout);
+                return Err(e);
+            }
+        };
+        // Where small tensors of the collectives live: this rank's GPU for NCCL.
+        let device = match (backend, local_devices.first()) {
+            (Backend::Nccl, Some(d)) => crate::device::tch_device(*d),
+            _ => Device::Cpu,
+        };
         let group = Group::new(backend, &store.prefixed("pg/")?, rank, size, timeout)?;
         let values = match values_apart(backend) {
             true => Some(Group::new(Backend::Gloo, &store.prefixed("values/")?, rank, size, timeout)?),
@@ -151,6 +156,7 @@ impl World {
             rank,
             size,
             backend,
+            backend_note,
             timeout,
             replicas: arrivals.iter().map(|a| a.replicas).collect(),
             devices: arrivals.iter().map(|a| a.devices.clone()).collect(),
@@ -302,12 +308,25 @@ impl World {
             .zip(&refs)
             .filter(|(_, k)| !self.store.check(&[k]).unwrap_or(true))
             .map(|(&r, _)| match self.store.check(&[&format!("progress/{r}")]) {
-                Ok(true) => {
-                    format!("rank {r} ({}, last seen at step {})", self.hosts[r], last_step(r).unwrap_or(0))
-                }
+                Ok(true) => match last_step(r) {
+                    Some(step) => format!("rank {r} ({}, last seen at step {step})", self.hosts[r]),
+                    None => format!("rank {r} ({})", self.hosts[r]),
+                },
                 _ => format!("rank {r} ({})", self.hosts[r]),
             })
             .collect();
+        // The store lives in rank 0's process: it stays until every rank that saw the failure
+        // has read what it needs, so all of them name the silent rank alike.
+        let _ = self.store.set(&format!("named/{}", self.rank), b"");
+        if self.rank == 0 {
+            let seen: Vec<String> = others
+                .iter()
+                .zip(&refs)
+                .filter(|(_, k)| self.store.check(&[k]).unwrap_or(false))
+                .map(|(r, _)| format!("named/{r}"))
+                .collect();
+            let _ = self.store.wait(&seen.iter().map(String::as_str).collect::<Vec<_>>(), OBSERVE);
+        }
         if silent.is_empty() {
             DistError::Lost(format!("a collective with the other ranks failed: {}", e.0))
         } else {
@@ -340,26 +359,6 @@ fn barrier(store: &Store, name: &str, size: usize, timeout: Duration) -> Result<
     Ok(())
 }
 
-fn check_settings(arrivals: &[Arrival]) -> Result<(), DistError> {
-    let ours = &arrivals[0].settings;
-    for (rank, a) in arrivals.iter().enumerate().skip(1) {
-        if let (Some(o), Some(t)) = (ours.as_object(), a.settings.as_object()) {
-            for (field, value) in o {
-                let theirs = t.get(field).cloned().unwrap_or(serde_json::Value::Null);
-                if &theirs != value {
-                    return Err(DistError::Mismatch {
-                        rank,
-                        host: a.host.clone(),
-                        field: field.clone(),
-                        theirs: theirs.to_string(),
-                        ours: value.to_string(),
-                    });
-                }
-            }
-        }
-    }
-    Ok(())
-}
 /// Whether the host waits for a collective it does not read: with Gloo (the work is the
 /// host's), not with NCCL (the stream waits).
 fn host_waits(backend: Backend) -> bool {

@@ -10,7 +10,6 @@ use super::input;
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::device::{resolve_devices, resolve_devices_for_rank, Machine};
-use dpt_tui::dist::c10d::Backend;
 use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
 use dpt_tui::dist::{DistError, World};
 use dpt_tui::engine::DeviceId;
@@ -65,29 +64,21 @@ fn agreement(args: &Args, asked: &Settings, world_size: usize) -> serde_json::Va
 /// Joins the other ranks.
 pub fn join(args: &Args, asked: &Settings, launch: &Launch, devices: &[DeviceId]) -> Result<World, Failure> {
     let gpus = devices.iter().all(|d| matches!(d, DeviceId::Cuda(_)));
-    let backend = match asked.placement.dist_backend {
-        DistBackend::Gloo => Backend::Gloo,
-        DistBackend::Nccl if !gpus => {
-            return Err(input(anyhow!(
-                "--dist-backend nccl needs GPU devices, and this rank has {}; use --dist-backend gloo",
-                devices.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
-            )))
-        }
-        DistBackend::Nccl => Backend::Nccl,
-        DistBackend::Auto if gpus => Backend::Nccl,
-        DistBackend::Auto => Backend::Gloo,
-    };
-    let device = match (backend, devices.first()) {
-        (Backend::Nccl, Some(d)) => dpt_tui::device::tch_device(*d),
-        _ => tch::Device::Cpu,
-    };
-    if let tch::Device::Cuda(i) = device {
+    let backend = asked.placement.dist_backend;
+    if backend == DistBackend::Nccl && !gpus {
+        return Err(input(anyhow!(
+            "--dist-backend nccl needs GPU devices, and this rank has {}; use --dist-backend gloo",
+            devices.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+        )));
+    }
+    // The backend is chosen at the rendezvous, from every rank's devices.
+    let first_gpu = devices.first().filter(|_| gpus && backend != DistBackend::Gloo);
+    if let Some(tch::Device::Cuda(i)) = first_gpu.map(|d| dpt_tui::device::tch_device(*d)) {
         // Before the process group exists, as DDP scripts call torch.cuda.set_device(local_rank):
         // NCCL's set-up and the broadcasts then make no context on another GPU.
         dpt_tui::dist::c10d::set_thread_device(i)
             .map_err(|e| Failure::Run(anyhow!("cannot use cuda:{i}: {}", e.0)))?;
     }
     let timeout = Duration::from_secs_f64(asked.placement.dist_timeout);
-    World::join(launch, backend, device, devices, agreement(args, asked, launch.world_size), timeout)
-        .map_err(failure)
+    World::join(launch, backend, devices, agreement(args, asked, launch.world_size), timeout).map_err(failure)
 }

@@ -50,7 +50,8 @@ impl Reduction {
     pub fn describe(&self, devices: &[DeviceId], world: Option<&crate::dist::World>) -> String {
         let local = self.local.describe(devices);
         let across = world.map_or(String::new(), |w| {
-            format!(" + {} across {} ranks", format!("{:?}", w.backend).to_lowercase(), w.size)
+            let why = w.backend_note.as_ref().map_or(String::new(), |n| format!(" ({n})"));
+            format!(" + {} across {} ranks{why}", format!("{:?}", w.backend).to_lowercase(), w.size)
         });
         let when = match &self.buckets {
             Some(b) if b.len() == 1 => ", 1 bucket (nothing to overlap)".to_owned(),

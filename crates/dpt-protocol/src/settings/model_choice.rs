@@ -74,7 +74,7 @@ crate::string_form!(ModelChoice);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DistBackend {
-    /// NCCL when this process's devices are GPUs, else Gloo.
+    /// NCCL when every rank trains on GPUs of its own, else Gloo (chosen at the rendezvous).
     #[default]
     Auto,
     Gloo,
