@@ -33,17 +33,26 @@ fn main() -> ExitCode {
     let matches = cli::command().get_matches_from(argv);
     let args = <cli::Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     install_panic_hook();
-    match session::run(args) {
-        Ok(code) => ExitCode::from(code),
+    let code = match session::run(args) {
+        Ok(code) => code,
         Err(Failure::Input(e)) => {
             eprintln!("dpt-tui: {e:#}");
-            ExitCode::from(2)
+            2
         }
         Err(Failure::Run(e)) => {
             eprintln!("dpt-tui: {e:#}");
-            ExitCode::from(1)
+            1
         }
+    };
+    if dpt_tui::device::gpu_wait::abandoned() {
+        // A helper thread is still inside NCCL's set-up: leave without the destructors that
+        // would wait for it, once everything said is out.
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        dpt_tui::sys::exit_at_once(code);
     }
+    ExitCode::from(code)
 }
 
 /// A worker's panic is caught at its thread boundary and reported once, as a failed run, so the

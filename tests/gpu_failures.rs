@@ -1,5 +1,6 @@
 //! GPU failures a CPU can stand in for: running out of memory is said in one line with the way
-//! out, and the last checkpoint is kept.
+//! out, and the last checkpoint is kept; a set-up that never returns fails at its deadline and
+//! the process leaves (with `_exit`, past the thread still inside it).
 
 mod common;
 
@@ -40,4 +41,26 @@ fn out_of_memory_says_what_ran_out_and_keeps_the_last_checkpoint() {
     // The checkpoint of epoch 1 (4 steps) is intact.
     let ckpt = Checkpoint::read(&run).unwrap();
     assert_eq!(ckpt.state.global_step, 4);
+}
+
+#[test]
+fn a_set_up_that_never_returns_fails_at_the_deadline_and_the_process_leaves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let started = std::time::Instant::now();
+    // The helper thread stays inside the set-up, as in NCCL on a machine with PCIe ACS on.
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--step-timeout", "2"])
+        .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+        .env("DPT_INJECT_FAULT", "setup-hang")
+        .output()
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "one line, written before leaving: {stderr}");
+    assert!(stderr.contains("NCCL's communicator set-up on cpu,cpu did not finish within 2 s"), "{stderr}");
+    assert!(stderr.contains("NCCL_P2P_DISABLE=1"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to resume"), "{out:?}");
+    assert!(waited < std::time::Duration::from_secs(30), "it left after the deadline: {waited:?}");
 }

@@ -5,6 +5,7 @@
 //! only block (the first NCCL allreduce, which makes the communicators) on a helper thread it
 //! stops waiting for; either way the failure names the phase and the device and says what helps.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -14,6 +15,17 @@ use crate::dist::c10d::{C10dError, CudaEvent};
 /// NCCL's own advice for a set-up that hangs (its troubleshooting guide, "PCI Access Control
 /// Services").
 pub const NCCL_HANG_ADVICE: &str = "if NCCL's peer-to-peer set-up hangs (PCIe ACS on, some VMs), rerun with NCCL_P2P_DISABLE=1 and ask for ACS to be disabled (NCCL troubleshooting guide); 'dpt-tui doctor' checks this machine";
+
+/// Set once a helper thread is left behind inside a call that did not return (see
+/// [`Waiting::run`]).
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a helper thread was left inside CUDA or NCCL: the process must then leave with
+/// `_exit` once its last line is written, since a normal exit runs libtorch's and NCCL's
+/// static destructors, which can block on the call that thread is still in.
+pub fn abandoned() -> bool {
+    ABANDONED.load(Ordering::SeqCst)
+}
 
 /// A GPU wait that failed.
 #[derive(Debug, Error)]
@@ -78,7 +90,7 @@ impl Waiting {
 
     /// Runs `call` (which may block inside CUDA or NCCL with no deadline of its own) on a helper
     /// thread named `name`, and waits for it until the timeout. On expiry the thread is left
-    /// behind: it ends with the process, which fails with the error.
+    /// behind ([`abandoned`] says so): it ends with the process, which fails with the error.
     pub fn run<T: Send + 'static>(
         &self,
         name: &str,
@@ -91,7 +103,10 @@ impl Waiting {
                 let _ = tx.send(call());
             })
             .map_err(|e| C10dError(format!("cannot start a thread: {e}")))?;
-        rx.recv_timeout(self.timeout).map_err(|_| self.expired())
+        rx.recv_timeout(self.timeout).map_err(|_| {
+            ABANDONED.store(true, Ordering::SeqCst);
+            self.expired()
+        })
     }
 }
 
@@ -160,6 +175,7 @@ mod tests {
         let (_keep, never) = crossbeam_channel::bounded::<()>(0);
         let e = waiting(50).run("dpt-test-blocked", move || never.recv()).expect_err("blocks");
         assert!(matches!(e, WaitError::Expired { .. }));
+        assert!(abandoned(), "the process must leave with _exit");
         assert_eq!(waiting(10_000).run("dpt-test-quick", || 7).unwrap(), 7);
     }
 }

@@ -8,7 +8,9 @@
 //! `slow-replica=R@MS` (replica R takes MS milliseconds longer over every step, as a throttled
 //! or shared device would), `worker-oom=R@S` (replica R fails at step S with the text of
 //! PyTorch's CUDA allocator running out of memory), `grad-overflow=R@S` (replica R's scaled
-//! loss becomes infinite at step S, as an fp16 overflow would make it; repeatable).
+//! loss becomes infinite at step S, as an fp16 overflow would make it; repeatable),
+//! `setup-hang` (the communicator set-up before step 0 never returns, as NCCL's peer-to-peer
+//! set-up on a machine with PCIe ACS on; on any device).
 
 use std::str::FromStr;
 
@@ -27,6 +29,8 @@ pub struct Faults {
     pub worker_oom: Option<(usize, usize)>,
     /// Replica R's gradient overflows at step S, for each listed pair.
     pub grad_overflow: Vec<(usize, usize)>,
+    /// The communicator set-up never returns.
+    pub setup_hang: bool,
 }
 
 /// The CUDA caching allocator's message for an allocation it cannot make (torch 2.11's
@@ -58,6 +62,7 @@ impl FromStr for Faults {
                     f.nan_loss_from = Some(v.parse().map_err(|_| format!("bad step '{v}'"))?)
                 }
                 None if item == "checkpoint-write" => f.checkpoint_write = true,
+                None if item == "setup-hang" => f.setup_hang = true,
                 _ => return Err(format!("unknown fault '{item}'")),
             }
         }

@@ -22,3 +22,11 @@ pub fn in_new_session(cmd: &mut std::process::Command) {
         });
     }
 }
+
+/// Ends the process at once with `code`, as `_exit` does: no atexit handlers, no static
+/// destructors (libtorch's and NCCL's would block on a thread still inside NCCL). Write and
+/// flush what must be said first.
+pub fn exit_at_once(code: u8) -> ! {
+    // SAFETY: _exit takes any status and does not return; it touches no Rust state.
+    unsafe { libc::_exit(i32::from(code)) }
+}

@@ -117,6 +117,8 @@ impl Coordinator {
             let devices: Vec<tch::Device> =
                 groups.iter().map(|g| self.update.replicas.grads[g[0]].device()).collect();
             self.set_up_nccl(devices)?;
+        } else if self.cfg.kit.faults.setup_hang {
+            self.set_up_nccl(Vec::new())?;
         }
         Ok(())
     }
@@ -127,7 +129,14 @@ impl Coordinator {
     fn set_up_nccl(&self, devices: Vec<tch::Device>) -> Result<(), EngineError> {
         let names: Vec<String> = self.cfg.devices.iter().map(ToString::to_string).collect();
         let waiting = clock::waiting("NCCL's communicator set-up", names.join(","), self.cfg.step_timeout());
+        let hang = self.cfg.kit.faults.setup_hang;
         let result = waiting.run("dpt-nccl-setup", move || {
+            if hang {
+                // Never returns: park wakes spuriously at most.
+                loop {
+                    std::thread::park();
+                }
+            }
             if let Some(tch::Device::Cuda(i)) = devices.first() {
                 set_thread_device(*i)?;
             }
