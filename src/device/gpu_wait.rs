@@ -110,6 +110,51 @@ impl Waiting {
     }
 }
 
+/// A deadline on a call that must stay on its own thread (one made through the process group,
+/// which that thread holds): a watchdog thread acts if the call has not returned by then.
+/// Nothing cancels a call inside NCCL, so the action the run takes is to say why and leave (see
+/// [`Watchdog::leave_on_expiry`]). Dropping the watchdog disarms it.
+pub struct Watchdog {
+    done: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Arms a watchdog for `waiting`: past its timeout, `on_expiry` gets the error's line.
+    pub fn arm(
+        waiting: &Waiting,
+        on_expiry: impl FnOnce(String) + Send + 'static,
+    ) -> std::io::Result<Watchdog> {
+        let (done, disarmed) = crossbeam_channel::bounded::<()>(0);
+        let (line, timeout) = (waiting.expired().to_string(), waiting.timeout);
+        let thread = std::thread::Builder::new().name("dpt-watchdog".into()).spawn(move || {
+            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = disarmed.recv_timeout(timeout) {
+                on_expiry(line);
+            }
+        })?;
+        Ok(Watchdog { done: Some(done), thread: Some(thread) })
+    }
+
+    /// The run's action on expiry: the line on stderr, as the binary writes a failure, then
+    /// `_exit(1)` past the thread still inside the call.
+    pub fn leave_on_expiry(line: String) {
+        use std::io::Write;
+        eprintln!("dpt-tui: {line}");
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        crate::sys::exit_at_once(1);
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +213,19 @@ mod tests {
             }
         }
         assert!(matches!(waiting(1000).poll(&Broken), Err(WaitError::Cuda(_))));
+    }
+
+    #[test]
+    fn a_watchdog_acts_on_a_call_that_overruns_and_not_on_one_that_returns() {
+        let (said, heard) = crossbeam_channel::unbounded();
+        let quick = Watchdog::arm(&waiting(10_000), move |line| said.send(line).unwrap()).unwrap();
+        drop(quick);
+        assert!(heard.try_recv().is_err(), "disarmed in time: nothing said");
+        let (said, heard) = crossbeam_channel::unbounded();
+        let slow = Watchdog::arm(&waiting(20), move |line| said.send(line).unwrap()).unwrap();
+        let line = heard.recv_timeout(Duration::from_secs(10)).expect("the watchdog acts");
+        assert!(line.starts_with("the allreduce and update on cuda:3 did not finish within 0 s"), "{line}");
+        drop(slow);
     }
 
     #[test]

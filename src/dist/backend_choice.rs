@@ -3,9 +3,15 @@
 //! its own, Gloo otherwise. Two ranks on one GPU (`torchrun --nproc-per-node 2` on a one-GPU
 //! machine) cannot use NCCL, which refuses a communicator whose ranks share a device ("invalid
 //! usage"): under `--dist-backend auto` they use Gloo and the start record says why; with
-//! `nccl` asked for, the run is refused naming the ranks, the GPU and the fix.
+//! `nccl` asked for, the run is refused naming the ranks, the GPU and the fix. NCCL's
+//! communicator is then made at once, under a deadline.
 
-use super::c10d::Backend;
+use std::time::Duration;
+
+use tch::{Device, Kind, Tensor};
+
+use super::c10d::{Backend, Group};
+use super::world::DistError;
 use crate::engine::DeviceId;
 use crate::settings::DistBackend;
 
@@ -87,6 +93,35 @@ pub fn choose(asked: DistBackend, ranks: &[RankDevices]) -> Result<Choice, Share
             }),
         },
     }
+}
+
+/// Makes NCCL's communicator now, with one element broadcast and the device synchronized (as
+/// `init_process_group(device_id=…)` does eagerly), under a watchdog of `timeout`: made lazily
+/// inside the first real collective, a set-up that hangs (PCIe ACS on, some VMs, a wrong
+/// `NCCL_SOCKET_IFNAME`) would freeze the run before step 0 without a line.
+pub(super) fn connect_nccl(
+    group: &Group,
+    device: Device,
+    size: usize,
+    timeout: Duration,
+) -> Result<(), DistError> {
+    let waiting = crate::device::gpu_wait::Waiting {
+        phase: format!("NCCL's communicator set-up across {size} ranks"),
+        device: match device {
+            Device::Cuda(i) => format!("cuda:{i}"),
+            _ => "cpu".to_owned(),
+        },
+        timeout,
+    };
+    let _watch =
+        crate::device::gpu_wait::Watchdog::arm(&waiting, crate::device::gpu_wait::Watchdog::leave_on_expiry)
+            .map_err(|e| DistError::Lost(format!("cannot start a thread: {e}")))?;
+    let mut one = [Tensor::ones([1], (Kind::Float, device))];
+    group.broadcast(&mut one, 0)?.wait_on_stream()?;
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

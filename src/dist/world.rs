@@ -148,6 +148,9 @@ impl World {
             _ => Device::Cpu,
         };
         let group = Group::new(backend, &store.prefixed("pg/")?, rank, size, timeout)?;
+        if backend == Backend::Nccl {
+            super::backend_choice::connect_nccl(&group, device, size, timeout)?;
+        }
         let values = match values_apart(backend) {
             true => Some(Group::new(Backend::Gloo, &store.prefixed("values/")?, rank, size, timeout)?),
             false => None,
