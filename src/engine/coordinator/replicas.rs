@@ -176,12 +176,14 @@ impl Replicas {
     /// Unscales the reduced gradient in every buffer `holders` names; says whether it is
     /// finite (read from the first: every holder carries the same sum).
     pub fn unscale(&mut self, holders: &[usize], scaler: &LossScaler, batch: usize) -> bool {
+        let mut first = None;
         for (i, &h) in holders.iter().enumerate() {
             if !holders[..i].contains(&h) {
-                scaler.unscale(&mut self.grads[h], batch);
+                let found_inf = scaler.unscale(&mut self.grads[h], batch);
+                first.get_or_insert(found_inf);
             }
         }
-        holders.first().is_none_or(|&h| LossScaler::all_finite(&self.grads[h]))
+        first.is_none_or(|found_inf| LossScaler::finite(&found_inf))
     }
 
     /// Copies replica 0's BatchNorm statistics (the global replica 0's, across processes) to

@@ -56,18 +56,26 @@ impl LossScaler {
     }
 
     /// Turns the reduced gradient `grad` of a step of `batch` samples back into the summed
-    /// gradient the optimizer takes, on the device.
-    pub fn unscale(&self, grad: &mut Tensor, batch: usize) {
+    /// gradient the optimizer takes, on the device, and checks it in the same pass, with
+    /// GradScaler's own kernel (`_amp_foreach_non_finite_check_and_unscale_`). Returns its
+    /// `found_inf`: one element, 1 when a value was not finite; reading it is the step's one
+    /// device sync, as `GradScaler.step` reads it (no full-size bool tensor).
+    pub fn unscale(&self, grad: &mut Tensor, batch: usize) -> Tensor {
         let _guard = tch::no_grad_guard();
-        // GradScaler multiplies by the f32 of the scale's reciprocal computed in double.
+        // GradScaler multiplies by the f32 of the scale's reciprocal computed in double; the
+        // batch's factor joins it in f32, as a scalar multiplication would.
         let inv = (1.0 / f64::from(self.scale)) as f32;
-        let _ = grad.g_mul_scalar_(f64::from(inv) * batch.max(1) as f64);
+        let factor = (f64::from(inv) * batch.max(1) as f64) as f32;
+        let inv_scale = Tensor::from_slice(&[factor]).to_device(grad.device());
+        let mut found_inf = Tensor::zeros([1], (tch::Kind::Float, grad.device()));
+        grad.internal_amp_non_finite_check_and_unscale(&mut found_inf, &inv_scale);
+        found_inf
     }
 
-    /// Whether every element of `grad` is finite (one device sync, as `GradScaler.step` reads
-    /// `found_inf`).
-    pub fn all_finite(grad: &Tensor) -> bool {
-        bool::try_from(grad.isfinite().all()).unwrap_or(false)
+    /// Whether an unscaled gradient was finite, from the `found_inf` [`LossScaler::unscale`]
+    /// returned.
+    pub fn finite(found_inf: &Tensor) -> bool {
+        found_inf.double_value(&[0]) == 0.0
     }
 
     /// `_amp_update_scale_`: after a step whose gradient was finite (`clean`) or not.
@@ -118,12 +126,19 @@ mod tests {
     fn unscaling_gives_back_the_summed_gradient_and_finds_overflow() {
         let s = LossScaler::new(LossScaling { init: 65536.0, growth_interval: 2000 });
         let mut g = Tensor::from_slice(&[65536.0f32 * 0.5 / 4.0, -65536.0 / 4.0]);
-        s.unscale(&mut g, 4);
-        assert!(LossScaler::all_finite(&g));
+        assert!(LossScaler::finite(&s.unscale(&mut g, 4)));
         assert_eq!(Vec::<f32>::try_from(&g).unwrap(), [0.5, -1.0]);
         let mut bad = Tensor::from_slice(&[1.0f32, f32::INFINITY]);
-        s.unscale(&mut bad, 4);
-        assert!(!LossScaler::all_finite(&bad));
+        assert!(!LossScaler::finite(&s.unscale(&mut bad, 4)));
+        let mut nan = Tensor::from_slice(&[f32::NAN, 1.0]);
+        assert!(!LossScaler::finite(&s.unscale(&mut nan, 4)));
+        // The same bits as a scalar multiplication by the f32 factor (the kernel's arithmetic).
+        let odd = LossScaler::new(LossScaling { init: 3.0, growth_interval: 2 });
+        let values = Tensor::from_slice(&[0.1f32, 7.3, -2.9e-3]);
+        let mut fused = values.copy();
+        assert!(LossScaler::finite(&odd.unscale(&mut fused, 5)));
+        let factor = ((1.0 / 3.0f64) as f32 as f64 * 5.0) as f32;
+        assert!(fused.equal(&(&values * f64::from(factor))));
         assert!((s.loss_factor(4) - 16384.0).abs() < 1e-9);
     }
 }
