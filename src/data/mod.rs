@@ -10,6 +10,7 @@ pub mod format;
 pub mod idx;
 mod idx_set;
 mod index_cache;
+mod split;
 pub mod stream;
 pub mod targets;
 pub mod text;
