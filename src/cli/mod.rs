@@ -131,6 +131,16 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
 
+    /// With --resume: continue at this learning rate, the rest of the schedule scaled to it
+    /// (as the lr key and a rewind do).
+    #[arg(long, value_name = "LR", requires = "resume")]
+    pub resume_lr: Option<f64>,
+
+    /// With --resume: skip the next N batches of data after the checkpoint's place (past the
+    /// batches of a loss spike, as a rewind with skip does).
+    #[arg(long, value_name = "N", requires = "resume")]
+    pub skip_batches: Option<usize>,
+
     /// The signal a scheduler sends before preempting the job (Slurm: `--signal=USR1@120`):
     /// every rank checkpoints at the next step boundary and exits with status 75; the same
     /// command then continues the run. USR1, USR2, TERM or INT.

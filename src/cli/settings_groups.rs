@@ -272,6 +272,14 @@ pub struct CheckpointArgs {
     /// Headless: seconds between two tries of a failed final save.
     #[arg(id = "checkpoints.save_retry_secs", long = "save-retry-secs", value_name = "SECS")]
     pub save_retry_secs: Option<f64>,
+    /// Take a rewind point (the state a checkpoint holds, copied to host memory) every N
+    /// steps (`200steps`), epochs or so much time (`10m`) [default: 200steps].
+    #[arg(id = "checkpoints.snapshot_every", long = "snapshot-every", value_name = "Nsteps|10m", value_parser = parse::<CheckpointEvery>)]
+    pub snapshot_every: Option<CheckpointEvery>,
+    /// Keep the K newest rewind points in host memory (`r` in the dashboard goes back to
+    /// one; 0: none) [default: 3].
+    #[arg(id = "checkpoints.snapshots", long = "snapshots", value_name = "K")]
+    pub snapshots: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]

@@ -31,7 +31,7 @@ use thiserror::Error;
 
 pub use crate::device::{DeviceError, DeviceId};
 use crate::persist::checkpoint::CheckpointError;
-pub use crate::persist::resume::Resume;
+pub use crate::persist::resume::{Continuation, Resume};
 pub use crate::record::{FinishReason, Record, Summary};
 pub use config::{ConfigError, OnNan, RunKit, SavePolicy, TrainConfig};
 pub use events::Control;
@@ -119,6 +119,22 @@ impl Engine {
             tch::Cuda::cudnn_set_benchmark(true);
         }
         let builder = cfg.specs();
+        let numel =
+            |specs: &[crate::model::TensorSpec]| specs.iter().map(crate::model::TensorSpec::numel).sum();
+        let each = coordinator::point_bytes(
+            numel(&builder.params),
+            numel(&builder.buffers),
+            cfg.settings.optimizer.kind.slots().len(),
+            cfg.settings.recipe.ema.is_some(),
+        );
+        let ranks_here =
+            world.as_ref().map_or(1, |w| w.hosts.iter().filter(|h| **h == w.hosts[w.rank]).count());
+        let snapshot_bytes = coordinator::check_point_memory(
+            cfg.settings.checkpoints.snapshots,
+            each,
+            ranks_here,
+            crate::sys::available_memory_bytes(),
+        )?;
         let (mut initial_params, mut initial_buffers) = match (&cfg.kit.resume, &cfg.kit.script) {
             (Some(r), _) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
             (None, Some(s)) => {
@@ -178,6 +194,7 @@ impl Engine {
             classes,
             init_report,
             sample_prompt: sample_prompt(&cfg, &data)?,
+            snapshot_bytes,
         };
         let coordinator = Coordinator::new(CoordinatorParts {
             world,

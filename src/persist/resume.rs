@@ -17,6 +17,16 @@ pub struct Resume {
     pub buffers: Tensor,
     /// The weights' moving average, parameters then buffers (flat, logical order).
     pub ema: Option<(Tensor, Tensor)>,
+    /// How the run goes on from the checkpoint (`--resume-lr`, `--skip-batches`).
+    pub then: Continuation,
+}
+
+/// What changes where a run goes on from a checkpoint or a rewind point: the learning rate from
+/// there (the rest of the schedule scaled to it) and the batches of data skipped after it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Continuation {
+    pub lr: Option<f64>,
+    pub skip: usize,
 }
 
 impl std::fmt::Debug for Resume {
@@ -65,6 +75,7 @@ impl Resume {
             buffers: Checkpoint::flat(&ckpt.buffers, &b.buffers, path)?,
             ema,
             state: ckpt.state,
+            then: Continuation::default(),
         })
     }
 
@@ -87,6 +98,13 @@ impl Resume {
             .map(|s| ((*s).to_owned(), zeros(&b.params)))
             .collect();
         let ema = state.settings.recipe.ema.map(|_| (zeros(&b.params), zeros(&b.buffers)));
-        Resume { params: zeros(&b.params), optimizer, buffers: zeros(&b.buffers), ema, state }
+        Resume {
+            params: zeros(&b.params),
+            optimizer,
+            buffers: zeros(&b.buffers),
+            ema,
+            state,
+            then: Continuation::default(),
+        }
     }
 }

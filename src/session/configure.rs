@@ -16,7 +16,7 @@ use dpt_tui::data::{Dataset, LoadOptions, Pixels, Split};
 use dpt_tui::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::dist::World;
 use dpt_tui::engine::DeviceId;
-use dpt_tui::engine::{OnNan, Resume, SavePolicy, TrainConfig};
+use dpt_tui::engine::{Continuation, OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::persist::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
 use dpt_tui::record::text::thousands;
@@ -115,6 +115,16 @@ fn settle_with_resume(args: &Args, world: Option<&World>) -> Result<(Settled, Op
     } else {
         (settle(args, None)?, None)
     };
+    if let Some(r) = resume.as_mut() {
+        let lr = args
+            .resume_lr
+            .map(|lr| {
+                dpt_tui::engine::config_error::check_lr(lr)
+                    .map_err(|_| input(anyhow!("--resume-lr must be a positive finite number, got {lr}")))
+            })
+            .transpose()?;
+        r.then = Continuation { lr, skip: args.skip_batches.unwrap_or(0) };
+    }
     if let (Some(w), Some(r)) = (world, resume.as_mut()) {
         let slots = r.optimizer.iter_mut().map(|(_, t)| t);
         let ema = r.ema.iter_mut().flat_map(|(p, b)| [p, b]);

@@ -26,4 +26,7 @@ pub enum Control {
     /// The job is being preempted: stop as [`Control::Stop`] does, on every rank, and end the
     /// run as preempted (the process then exits with the requeue status).
     Preempt,
+    /// Go back to the rewind point taken before step `global_step`, continue with `lr` (absent:
+    /// the rate the schedule has there) and, with `skip`, past the batches trained on since.
+    Rewind { global_step: usize, lr: Option<f64>, skip: bool },
 }

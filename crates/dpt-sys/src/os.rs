@@ -11,6 +11,14 @@ pub fn peak_resident_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The host memory available to new allocations without swapping (`MemAvailable`), in bytes.
+pub fn available_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Makes the child `cmd` starts leave this terminal's session (setsid), so closing the terminal
 /// or losing the SSH connection does not signal it.
 pub fn in_new_session(cmd: &mut std::process::Command) {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
+use super::rewind::Plan;
 use super::Coordinator;
 use crate::dist::c10d::ReduceOp;
 use crate::engine::config::{check_lr, OnNan};
@@ -21,10 +22,12 @@ const HEARTBEAT: Duration = Duration::from_millis(500);
 const RETRY_ADVICE: &str = "free some space and press s to try again, or S to save into another folder";
 
 impl Coordinator {
-    /// Applies every pending control; while paused, waits for the next one (no busy loop). In
-    /// a multi-process run the ranks then agree, so every rank takes the same decision at the
-    /// same step: rank 0's lr and pause, a stop or divergence from any rank.
-    pub(super) fn poll_controls(&mut self) -> Result<(), EngineError> {
+    /// Applies every pending control at the boundary before `position`; while paused, waits
+    /// for the next one (no busy loop). In a multi-process run the ranks then agree, so every
+    /// rank takes the same decision at the same step: rank 0's lr, pause, rewind point and
+    /// rewind, a stop or divergence from any rank.
+    pub(super) fn poll_controls(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
+        self.points.due = self.point_due(position);
         loop {
             while let Ok(c) = self.channels.controls.try_recv() {
                 self.apply(c);
@@ -57,21 +60,34 @@ impl Coordinator {
     }
 
     /// One decision for every rank (an allreduce of a few numbers, maximum taken): rank 0's
-    /// scale of the lr schedule, its pause, anyone's stop, divergence or preemption.
+    /// scale of the lr schedule, its pause, its rewind point and rewind, anyone's stop,
+    /// divergence or preemption.
     fn agree(&mut self) -> Result<(), EngineError> {
         let Some(w) = &self.exchange.world else { return Ok(()) };
         let leader = w.rank == 0;
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        let ours = |x: f64| if leader { x } else { f64::NEG_INFINITY };
+        let plan = self.points.pending.filter(|_| leader);
         let mut v = [
-            if leader { self.steps.plan.scale } else { f64::NEG_INFINITY },
+            ours(self.steps.plan.scale),
             flag(leader && self.flow.is_paused()),
             flag(self.flow.stopping().is_some()),
             flag(self.flow.diverged()),
             flag(self.flow.stopping() == Some(FinishReason::Preempted)),
+            flag(leader && self.points.due),
+            plan.map_or(f64::NEG_INFINITY, |p| p.global_step as f64),
+            plan.and_then(|p| p.lr).unwrap_or(f64::NEG_INFINITY),
+            flag(plan.is_some_and(|p| p.skip)),
         ];
         w.allreduce_values(&mut v, ReduceOp::Max)?;
         let global_step = self.steps.global_step;
         if !leader {
+            self.points.due = v[5] > 0.0;
+            self.points.pending = (v[6] >= 0.0).then(|| Plan {
+                global_step: v[6] as usize,
+                lr: (v[7] > 0.0).then_some(v[7]),
+                skip: v[8] > 0.0,
+            });
             if let Some((from, to)) = self.steps.follow_scale(v[0]) {
                 self.emit(Change::LrChanged { from, to, global_step });
             }
@@ -142,6 +158,7 @@ impl Coordinator {
                 self.flow.end(FinishReason::Stopped);
             }
             Control::Preempt => self.preempt(),
+            Control::Rewind { global_step, lr, skip } => self.ask_rewind(Plan { global_step, lr, skip }),
         }
     }
 

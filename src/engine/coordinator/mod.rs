@@ -13,25 +13,24 @@ pub mod pool;
 mod reduce;
 pub mod replicas;
 mod reporter;
+mod rewind;
+pub use rewind::{check_point_memory, point_bytes};
 mod run_info;
+mod run_loop;
 pub mod sample;
 mod step;
 mod step_plan;
 mod update;
 mod writer;
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
-use crate::engine::tally::{Tally, Window};
-use crate::engine::worker::ToWorker;
+use crate::engine::tally::Tally;
 use crate::engine::{EngineError, Outcome};
-pub use crate::input::shard::epoch_order;
-use crate::input::shard::{replica_rows, step_rows};
 use crate::record::{Change, EpochStats, FinishReason, Record, Summary};
 pub use persist::WEIGHTS_FILE;
 pub use pool::WorkerPool;
@@ -69,6 +68,8 @@ pub struct RunFacts {
     /// A language model on text: the prompt each evaluation's sample continues, and the
     /// tokens the model sees at once.
     pub sample_prompt: Option<sample::Prompt>,
+    /// Host memory the rewind points take when all are kept.
+    pub snapshot_bytes: Option<u64>,
 }
 
 /// The coordinator's channels: records out, controls in.
@@ -94,6 +95,8 @@ pub struct Coordinator {
     /// Where and when weights and checkpoints are written, and the best kept.
     persist: persistence::Persistence,
     flow: flow::Flow,
+    /// The rewind points kept and what the next boundary does with them.
+    points: rewind::Points,
 }
 
 impl Coordinator {
@@ -117,6 +120,7 @@ impl Coordinator {
             },
             exchange: reduce::Exchange { world: p.world, reduction: reduce::Reduction::plan(&p.cfg.devices) },
             flow: flow::Flow::default(),
+            points: rewind::Points::default(),
             channels: Channels { events: p.events, controls: p.controls },
             cfg: p.cfg,
             facts: p.facts,
@@ -159,85 +163,27 @@ impl Coordinator {
     }
 
     fn train(&mut self) -> Result<Outcome, EngineError> {
-        let k = self.replica_span().1;
-        let steps_per_epoch = self.cfg().steps_per_epoch(self.facts.train_len);
-        let (mut start_epoch, mut start_step, mut partial) = (0, 0, Tally::default());
-        let restored = self.cfg.kit.resume.as_ref().map(|r| r.state.clone());
-        if let Some(s) = &restored {
-            (start_epoch, start_step, partial) = (s.epoch, s.step, s.partial_epoch);
-            self.steps.restore(s.global_step, s.lr_scale);
-            if let Some(b) = &s.best {
-                let (keep, patience, metric) =
-                    (self.persist.best.keep, self.persist.best.patience, self.persist.best.metric);
-                self.persist.best = crate::engine::best::BestKeeper { keep, patience, metric, ..b.clone() };
-            }
-            self.report.done = reporter::Done {
-                epochs: s.epochs_done,
-                tally: Tally { samples: s.samples_done, seconds: s.train_seconds, ..Tally::default() },
-                last_test_acc: s.last_test_acc,
-                last_test_loss: None,
-            };
+        let restored = self.cfg.kit.resume.as_ref().map(|r| (r.state.clone(), r.then));
+        if let Some((s, _)) = &restored {
+            self.take_counters(s);
         }
-        let info = self.run_info(steps_per_epoch);
+        let info = self.run_info(self.cfg().steps_per_epoch(self.facts.train_len));
         self.emit(Record::Start(Box::new(info)));
         if let Some(report) = self.facts.init_report.take() {
             self.emit(report);
         }
-        if let Some(s) = restored {
+        let mut start = ((0, 0), Tally::default());
+        if let Some((s, then)) = restored {
             self.emit(Change::Restored { epoch: s.epoch, step: s.step, global_step: s.global_step });
+            start = self.go_on(&s, then);
         }
-        let mut reason = FinishReason::Completed;
-        let mut position = (start_epoch, start_step);
-        'epochs: for epoch in start_epoch..self.cfg().settings.recipe.epochs {
-            let order = Arc::new(epoch_order(self.cfg().settings.recipe.seed, epoch, self.facts.train_len));
-            let first = if epoch == start_epoch { start_step } else { 0 };
-            let (offset, total) = self.replica_span();
-            let rows = (self.cfg().settings.recipe.batch_size, self.facts.train_len);
-            self.pool.broadcast(|i| ToWorker::Epoch {
-                order: Arc::clone(&order),
-                epoch,
-                steps: replica_rows(first, steps_per_epoch, rows, (offset + i, total)),
-            })?;
-            self.report.epoch =
-                if epoch == start_epoch { Window::resuming(k, partial) } else { Window::new(k) };
-            self.report.window = Window::new(k);
-            for step in first..steps_per_epoch {
-                position = (epoch, step);
-                self.poll_controls()?;
-                if let Some(why) = self.flow.stopping() {
-                    reason = why;
-                    break 'epochs;
-                }
-                if self.cfg().settings.placement.max_steps.is_some_and(|m| self.steps.global_step >= m) {
-                    reason = FinishReason::StepLimit;
-                    break 'epochs;
-                }
-                let (start, len) =
-                    step_rows(step, self.cfg().settings.recipe.batch_size, self.facts.train_len);
-                self.train_step(start, len)?;
-                let run_done = self.cfg().settings.recipe.steps.is_some_and(|n| self.steps.global_step >= n);
-                let last = step + 1 == steps_per_epoch || run_done;
-                if last || (step + 1) % self.cfg().settings.placement.log_every == 0 {
-                    self.report(epoch + 1, step + 1, steps_per_epoch)?;
-                }
-                self.note_written(false);
-                self.checkpoint_if_due(
-                    None,
-                    ((step + 1) / steps_per_epoch + epoch, (step + 1) % steps_per_epoch),
-                );
-                if run_done {
-                    // A run measured in steps: its last evaluation period may be shorter.
-                    break;
-                }
+        let (mut reason, position) = loop {
+            match self.epochs_from(start.0, start.1)? {
+                run_loop::Leg::Ended { reason, position } => break (reason, position),
+                run_loop::Leg::Rewind { plan, now } => start = self.rewind(plan, now)?,
             }
-            self.end_epoch(epoch)?;
-            position = (epoch + 1, 0);
-            self.checkpoint_if_due(Some(epoch + 1), position);
-            if self.flow.early_stopped() {
-                reason = FinishReason::EarlyStopped;
-                break 'epochs;
-            }
-        }
+        };
+        let steps_per_epoch = self.cfg().steps_per_epoch(self.facts.train_len);
         if self.flow.diverged() {
             // A loss found non-finite at the very last report ends the loop as if completed.
             reason = FinishReason::Diverged;

@@ -160,7 +160,7 @@ impl Coordinator {
         let every = self.cfg().settings.checkpoints.every;
         // A step-or-time checkpoint due on an epoch's last step waits for its evaluation.
         let last_of_epoch = epoch_end.is_none() && position.1 == 0;
-        let finished = position.0 >= self.cfg().settings.recipe.epochs;
+        let finished = self.finished(position);
         if last_of_epoch
             || finished
             || !every.due(self.steps.global_step, epoch_end, self.persist.last_checkpoint.elapsed())
@@ -260,7 +260,7 @@ impl Coordinator {
                             }
                         }
                         Control::Stop | Control::Preempt => return Err(failure),
-                        Control::Pause | Control::SetLr { .. } => {
+                        Control::Pause | Control::SetLr { .. } | Control::Rewind { .. } => {
                             self.emit(Change::Refused {
                                 reason: "training is over; save the weights first (s)".into(),
                             });
@@ -322,7 +322,7 @@ impl Coordinator {
     }
 
     /// A checkpoint that continues at `position`, its tensors copied to the host.
-    fn checkpoint_at(&self, position: (usize, usize)) -> Checkpoint {
+    pub(super) fn checkpoint_at(&self, position: (usize, usize)) -> Checkpoint {
         let cfg = self.cfg();
         let partial = if position.1 == 0 { Default::default() } else { self.report.epoch.now() };
         let state = CheckpointState {

@@ -121,6 +121,20 @@ impl Replicas {
         }
     }
 
+    /// Puts a checkpoint's (or a rewind point's) tensors in every replica: the weights, the
+    /// buffers, the optimizer state and the moving average.
+    pub fn load(&mut self, r: &Resume) {
+        for (p, b) in self.params.iter().zip(&self.buffers) {
+            self.layout.params.load_logical(p, &r.params);
+            self.layout.buffers.load_logical(b, &r.buffers);
+        }
+        self.restore_optimizer(r);
+        if let Some(ema) = &self.ema {
+            let decay = ema.decay;
+            self.start_ema(decay, r.ema.as_ref());
+        }
+    }
+
     /// Restores every replica's optimizer state from a checkpoint.
     pub fn restore_optimizer(&self, resume: &Resume) {
         for state in &self.optim {

@@ -36,6 +36,8 @@ pub(super) struct Reporter {
     pub(super) grad_norms: Option<tch::Tensor>,
     /// `--on-nan ignore` warned once.
     pub(super) nan_warned: bool,
+    /// The train loss of the last report.
+    pub(super) last_loss: Option<f64>,
 }
 
 impl Reporter {
@@ -49,6 +51,7 @@ impl Reporter {
             clock: None,
             grad_norms: None,
             nan_warned: false,
+            last_loss: None,
         }
     }
 }

@@ -102,13 +102,7 @@ impl Coordinator {
             self.update.replicas.restore_optimizer(r);
         }
         self.exchange.reduction.runs = self.update.replicas.trainable_runs();
-        self.update.scaler = self.cfg.settings.precision.loss_scaling().map(|cfg| {
-            let saved = self.cfg.kit.resume.as_ref().and_then(|r| r.state.loss_scaler);
-            saved.map_or_else(
-                || LossScaler::new(cfg),
-                |s| LossScaler { init: cfg.init, growth_interval: cfg.growth_interval, ..s },
-            )
-        });
+        self.update.scaler = self.loss_scaler(self.cfg.kit.resume.as_ref().and_then(|r| r.state.loss_scaler));
         if let Some(decay) = self.cfg.settings.recipe.ema {
             let saved = self.cfg.kit.resume.as_ref().and_then(|r| r.ema.as_ref());
             self.update.replicas.start_ema(decay, saved);
@@ -121,6 +115,16 @@ impl Coordinator {
             self.set_up_nccl(Vec::new())?;
         }
         Ok(())
+    }
+
+    /// The dynamic loss scaler the settings ask for, continuing `saved` (a checkpoint's).
+    pub(super) fn loss_scaler(&self, saved: Option<LossScaler>) -> Option<LossScaler> {
+        self.cfg.settings.precision.loss_scaling().map(|cfg| {
+            saved.map_or_else(
+                || LossScaler::new(cfg),
+                |s| LossScaler { init: cfg.init, growth_interval: cfg.growth_interval, ..s },
+            )
+        })
     }
 
     /// Makes NCCL's communicators between `devices` (what the first allreduce would do, and
@@ -260,6 +264,7 @@ impl Coordinator {
         }
         self.report.epoch.add(w.tally);
         let finite = stats.loss.is_finite();
+        self.report.last_loss = Some(stats.loss);
         self.emit(Record::Step(Box::new(stats)));
         if !finite {
             self.on_nan();

@@ -171,6 +171,7 @@ impl App {
                 } else if self.devices.panels.is_empty() {
                     self.devices.panels = panels(&info.devices);
                 }
+                self.run.points.keep = info.settings.checkpoints.snapshots;
                 self.run.info = Some((**info).clone());
             }
             Record::Step(s) => {
@@ -228,6 +229,11 @@ impl App {
             | Change::Tested { .. }
             | Change::EarlyStopped { .. }
             | Change::Straggler { .. } => {}
+            Change::Snapshot { .. } => self.run.points.on_change(change),
+            Change::Rewound { to, .. } => {
+                self.run.points.on_change(change);
+                self.run.global_step = *to;
+            }
         }
     }
 

@@ -12,6 +12,7 @@ pub mod devices;
 mod keys;
 pub mod log;
 pub mod panels;
+pub mod rewind;
 pub mod terminal;
 pub mod theme;
 pub mod view;

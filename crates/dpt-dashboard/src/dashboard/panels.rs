@@ -30,6 +30,8 @@ pub struct RunPanel {
     pub elapsed: f64,
     /// The latest continuation a language model sampled: step, prompt, text.
     pub sample: Option<(usize, String, String)>,
+    /// The rewind points the engine keeps (`r`).
+    pub points: super::rewind::Points,
 }
 
 impl Default for RunPanel {
@@ -47,6 +49,7 @@ impl Default for RunPanel {
             save_problem: None,
             elapsed: 0.0,
             sample: None,
+            points: Default::default(),
         }
     }
 }

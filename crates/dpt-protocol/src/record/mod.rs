@@ -97,6 +97,14 @@ pub enum Change {
     /// A replica's steps (data + forward/backward) ran slower than the replicas' median by
     /// more than `straggler::MARGIN` over a report window; said once per replica and run.
     Straggler { replica: usize, device: String, step_ms: f64, median_ms: f64, global_step: usize },
+    /// A rewind point was taken before step `global_step`: the state a checkpoint continuing
+    /// at 0-based `epoch` and `step` holds, copied to host memory (`--snapshot-every`). `loss`
+    /// is the train loss of the last report before it; `unix` when it was taken.
+    Snapshot { global_step: usize, epoch: usize, step: usize, loss: Option<f64>, lr: f64, unix: f64 },
+    /// The run went back from step `from` to the rewind point at step `to` (at 0-based
+    /// `epoch` and `step` of the data), continues with `lr`, and skipped the `skipped`
+    /// batches after that point.
+    Rewound { from: usize, to: usize, epoch: usize, step: usize, lr: f64, skipped: usize },
 }
 
 impl Change {
@@ -110,7 +118,9 @@ impl Change {
             | Change::Preempted { global_step }
             | Change::Saved { global_step, .. }
             | Change::Checkpointed { global_step, .. }
-            | Change::Restored { global_step, .. } => Some(*global_step),
+            | Change::Restored { global_step, .. }
+            | Change::Snapshot { global_step, .. } => Some(*global_step),
+            Change::Rewound { to, .. } => Some(*to),
             _ => None,
         }
     }

@@ -39,6 +39,8 @@ pub(super) struct RunInfoWire {
     resumed_at: Option<usize>,
     #[serde(default)]
     started_unix: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    snapshot_bytes: Option<u64>,
     #[serde(default)]
     allreduce: String,
     #[serde(default)]
@@ -156,6 +158,7 @@ impl From<RunInfo> for RunInfoWire {
             cpu_threads_per_replica: i.cpu_threads_per_replica,
             resumed_at: i.resumed_at,
             started_unix: i.started_unix,
+            snapshot_bytes: i.snapshot_bytes,
             allreduce: i.allreduce,
             timing: i.timing,
             data: i.data,
@@ -189,6 +192,7 @@ impl From<RunInfoWire> for RunInfo {
             cpu_threads_per_replica: w.cpu_threads_per_replica,
             resumed_at: w.resumed_at,
             started_unix: w.started_unix,
+            snapshot_bytes: w.snapshot_bytes,
             allreduce: w.allreduce,
             timing: w.timing,
             data: w.data,

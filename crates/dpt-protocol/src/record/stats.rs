@@ -44,6 +44,9 @@ pub struct RunInfo {
     /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
     #[serde(default)]
     pub started_unix: Option<f64>,
+    /// Host memory the rewind points take when all `--snapshots` are kept (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_bytes: Option<u64>,
     /// How this process sums its replicas' gradients (`nccl over 2 GPUs`, `copies through
     /// cpu`), and across processes (`+ gloo across 2 ranks`).
     #[serde(default)]
@@ -89,6 +92,7 @@ impl Default for RunInfo {
             cpu_threads_per_replica: 1,
             resumed_at: None,
             started_unix: None,
+            snapshot_bytes: None,
             allreduce: String::new(),
             timing: String::new(),
             data: None,

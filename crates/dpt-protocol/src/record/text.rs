@@ -262,6 +262,11 @@ fn change_line(c: &Change) -> Line {
                 100.0 * (step_ms / median_ms - 1.0)
             ),
         ),
+        Change::Snapshot { global_step, .. } => (Level::Info, format!("rewind point at step {global_step}")),
+        Change::Rewound { from, to, lr, skipped, .. } => (
+            Level::Warn,
+            format!("rewound from step {from} to step {to}: lr {}, {skipped} batch(es) skipped", lr_text(*lr)),
+        ),
     };
     Line { level, text, progress: false }
 }

@@ -216,6 +216,10 @@ pub struct Checkpoints {
     pub save_retries: u32,
     /// Headless: seconds between two tries.
     pub save_retry_secs: f64,
+    /// How often a rewind point (a host copy of what a checkpoint holds) is taken.
+    pub snapshot_every: CheckpointEvery,
+    /// Rewind points kept in host memory, the newest (0: none).
+    pub snapshots: usize,
 }
 
 impl Default for Checkpoints {
@@ -226,6 +230,8 @@ impl Default for Checkpoints {
             on_nan: None,
             save_retries: 6,
             save_retry_secs: 10.0,
+            snapshot_every: CheckpointEvery::Steps(200),
+            snapshots: 3,
         }
     }
 }

@@ -1,0 +1,184 @@
+//! Rewind points as the dashboard knows them (the run's `snapshot` and `rewound` records) and
+//! the `r` picker: choose a point, the lr to go on with (half the current one offered), and
+//! whether to skip the batches trained on since. A pause for a loss that is not finite offers
+//! the newest point straight away.
+
+use crossterm::event::KeyCode;
+
+use crate::record::Change;
+use crate::Control;
+
+/// A rewind point of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub global_step: usize,
+    /// The train loss of the last report before it.
+    pub loss: Option<f64>,
+    pub lr: f64,
+    /// When it was taken (seconds since 1970).
+    pub unix: f64,
+}
+
+/// The points the engine keeps, as its records tell them (oldest first).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Points {
+    pub kept: Vec<Point>,
+    /// How many the engine keeps (`--snapshots`).
+    pub keep: usize,
+}
+
+impl Points {
+    pub fn on_change(&mut self, change: &Change) {
+        match change {
+            Change::Snapshot { global_step, loss, lr, unix, .. } => {
+                self.kept.retain(|p| p.global_step != *global_step);
+                self.kept.push(Point { global_step: *global_step, loss: *loss, lr: *lr, unix: *unix });
+                let extra = self.kept.len().saturating_sub(self.keep.max(1));
+                self.kept.drain(..extra);
+            }
+            // The points after it belong to the abandoned branch.
+            Change::Rewound { to, .. } => self.kept.retain(|p| p.global_step <= *to),
+            _ => {}
+        }
+    }
+}
+
+/// Where the picker is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Picker {
+    /// Choosing a point (`cursor` into the points, the newest last).
+    Choose { cursor: usize },
+    /// The lr to go on with from the point at `step`.
+    Lr { step: usize, input: String, error: Option<String> },
+    /// Whether to skip the batches since the point.
+    Skip { step: usize, lr: f64 },
+    /// After a loss that is not finite: go back to the newest point with half the lr, skipping.
+    Offer { step: usize, lr: f64 },
+}
+
+/// `lr` as the prompt offers it (shortest form that reads back the same).
+pub fn lr_input(lr: f64) -> String {
+    format!("{lr}")
+}
+
+impl Picker {
+    /// The picker on a key: itself moved on (`None`: closed) and the control to send.
+    pub fn key(
+        self,
+        code: KeyCode,
+        points: &Points,
+        lr_now: Option<f64>,
+    ) -> (Option<Picker>, Option<Control>) {
+        let half = |p: &Point| lr_now.unwrap_or(p.lr) / 2.0;
+        match self {
+            Picker::Choose { cursor } => match code {
+                KeyCode::Up | KeyCode::Char('k') => {
+                    (Some(Picker::Choose { cursor: cursor.saturating_sub(1) }), None)
+                }
+                KeyCode::Down | KeyCode::Char('j') => {
+                    let last = points.kept.len().saturating_sub(1);
+                    (Some(Picker::Choose { cursor: (cursor + 1).min(last) }), None)
+                }
+                KeyCode::Enter => match points.kept.get(cursor) {
+                    Some(p) => (
+                        Some(Picker::Lr { step: p.global_step, input: lr_input(half(p)), error: None }),
+                        None,
+                    ),
+                    None => (None, None),
+                },
+                KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('r') => (None, None),
+                _ => (Some(Picker::Choose { cursor }), None),
+            },
+            Picker::Lr { step, mut input, error } => match code {
+                KeyCode::Esc => (None, None),
+                KeyCode::Enter => {
+                    match input.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0) {
+                        Some(lr) => (Some(Picker::Skip { step, lr }), None),
+                        None => {
+                            let error = Some(format!("'{}' is not a positive finite number", input.trim()));
+                            (Some(Picker::Lr { step, input, error }), None)
+                        }
+                    }
+                }
+                KeyCode::Backspace => {
+                    input.pop();
+                    (Some(Picker::Lr { step, input, error: None }), None)
+                }
+                KeyCode::Char(c) if input.len() < 32 && (c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
+                    input.push(c);
+                    (Some(Picker::Lr { step, input, error: None }), None)
+                }
+                _ => (Some(Picker::Lr { step, input, error }), None),
+            },
+            Picker::Skip { step, lr } | Picker::Offer { step, lr } => {
+                let rewind = |skip| Some(Control::Rewind { global_step: step, lr: Some(lr), skip });
+                match (code, &self) {
+                    (KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter, _) => (None, rewind(true)),
+                    (KeyCode::Char('n') | KeyCode::Char('N'), Picker::Skip { .. }) => (None, rewind(false)),
+                    (KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc, _) => (None, None),
+                    _ => (Some(self), None),
+                }
+            }
+        }
+    }
+
+    /// The offer after a loss that is not finite: the newest point, half the lr.
+    pub fn offer(points: &Points, lr_now: Option<f64>) -> Option<Picker> {
+        let p = points.kept.last()?;
+        Some(Picker::Offer { step: p.global_step, lr: lr_now.unwrap_or(p.lr) / 2.0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(step: usize) -> Change {
+        Change::Snapshot { global_step: step, epoch: 0, step, loss: Some(1.0), lr: 0.1, unix: 0.0 }
+    }
+
+    fn points() -> Points {
+        let mut p = Points { keep: 3, ..Points::default() };
+        for s in [0, 10, 20, 30] {
+            p.on_change(&snapshot(s));
+        }
+        p
+    }
+
+    #[test]
+    fn the_newest_points_are_kept_and_a_rewind_drops_the_abandoned_ones() {
+        let mut p = points();
+        assert_eq!(p.kept.iter().map(|p| p.global_step).collect::<Vec<_>>(), [10, 20, 30]);
+        p.on_change(&Change::Rewound { from: 35, to: 20, epoch: 0, step: 20, lr: 0.05, skipped: 0 });
+        assert_eq!(p.kept.iter().map(|p| p.global_step).collect::<Vec<_>>(), [10, 20]);
+    }
+
+    #[test]
+    fn choose_a_point_take_half_the_lr_and_skip() {
+        let p = points();
+        let (next, sent) = Picker::Choose { cursor: 2 }.key(KeyCode::Up, &p, Some(0.2));
+        assert_eq!((next.clone(), sent), (Some(Picker::Choose { cursor: 1 }), None));
+        let (next, _) = next.unwrap().key(KeyCode::Enter, &p, Some(0.2));
+        assert_eq!(next, Some(Picker::Lr { step: 20, input: "0.1".into(), error: None }));
+        let (next, _) = next.unwrap().key(KeyCode::Backspace, &p, Some(0.2));
+        let (next, _) = next.unwrap().key(KeyCode::Char('5'), &p, Some(0.2));
+        let (next, _) = next.unwrap().key(KeyCode::Enter, &p, Some(0.2));
+        assert_eq!(next, Some(Picker::Skip { step: 20, lr: 0.5 }));
+        let (next, sent) = next.unwrap().key(KeyCode::Char('n'), &p, Some(0.2));
+        assert_eq!(next, None);
+        assert_eq!(sent, Some(Control::Rewind { global_step: 20, lr: Some(0.5), skip: false }));
+    }
+
+    #[test]
+    fn a_bad_lr_is_said_and_the_offer_skips() {
+        let p = points();
+        let lr = Picker::Lr { step: 10, input: "-1".into(), error: None };
+        let (next, sent) = lr.key(KeyCode::Enter, &p, None);
+        assert!(matches!(next, Some(Picker::Lr { error: Some(_), .. })) && sent.is_none());
+        let offer = Picker::offer(&p, Some(0.4)).unwrap();
+        assert_eq!(offer, Picker::Offer { step: 30, lr: 0.2 });
+        assert_eq!(offer.clone().key(KeyCode::Esc, &p, None), (None, None));
+        let (_, sent) = offer.key(KeyCode::Char('y'), &p, None);
+        assert_eq!(sent, Some(Control::Rewind { global_step: 30, lr: Some(0.2), skip: true }));
+    }
+}

@@ -1,0 +1,120 @@
+//! Rewind: a run that goes back to a rewind point, with a new lr and the batches since skipped,
+//! ends with the very weights of a run resumed from the checkpoint of that step with the same
+//! lr and skip. One process here (the engine's own API); two processes in `distributed.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use dpt_tui::engine::checkpoint_every::CheckpointEvery;
+use dpt_tui::engine::{Continuation, Control, DeviceId, Engine, Record, Resume, TrainConfig};
+use dpt_tui::model::ModelKind;
+use dpt_tui::persist::checkpoint::Checkpoint;
+use dpt_tui::record::Change;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Receives records until one matches `want`, returning it and everything before it.
+fn until(records: &Receiver<Record>, want: impl Fn(&Record) -> bool) -> (Record, Vec<Record>) {
+    let mut before = Vec::new();
+    loop {
+        let r = records.recv_timeout(WAIT).expect("the run goes on");
+        assert!(!matches!(r, Record::Event(Change::Failed { .. })), "run failed: {r:?}");
+        if want(&r) {
+            return (r, before);
+        }
+        before.push(r);
+    }
+}
+
+/// Two CPU replicas of LeNet, 8 steps an epoch for 3 epochs, a rewind point and a kept
+/// checkpoint every 4 steps.
+fn config(dir: &std::path::Path) -> TrainConfig {
+    let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
+    cfg.settings.recipe.epochs = 3;
+    cfg.settings.recipe.batch_size = 64;
+    cfg.settings.placement.log_every = 1;
+    cfg.settings.checkpoints.every = CheckpointEvery::Steps(4);
+    cfg.settings.checkpoints.keep = 20;
+    cfg.settings.checkpoints.snapshot_every = CheckpointEvery::Steps(4);
+    cfg.settings.checkpoints.snapshots = 3;
+    cfg.run_dir = Some(dir.to_owned());
+    cfg
+}
+
+/// [`config`], its steps 50 ms slower (replica 0 waits), so that a pause lands within a step
+/// or two of where it is asked.
+fn slowed(dir: &std::path::Path) -> TrainConfig {
+    let mut cfg = config(dir);
+    cfg.kit.faults.slow_replica = Some((0, 50));
+    cfg
+}
+
+fn bits(named: &[(String, tch::Tensor)]) -> Vec<(String, Vec<u32>)> {
+    named
+        .iter()
+        .map(|(n, t)| {
+            let v: Vec<f32> = t.flatten(0, -1).try_into().unwrap();
+            (n.clone(), v.into_iter().map(f32::to_bits).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_skip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset(512, 100);
+    let engine = Engine::start(slowed(tmp.path()), data.clone()).unwrap();
+    let records = engine.events().clone();
+    let controls = engine.controls();
+
+    // Pause in the second epoch, after the points at steps 4, 8 and 12 (the one at 0 dropped).
+    let (_, mut before) = until(&records, |r| matches!(r, Record::Step(s) if s.global_step >= 13));
+    controls.send(Control::Pause).unwrap();
+    let (paused, more) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    before.extend(more);
+    let Record::Event(Change::Paused { global_step: at }) = paused else { unreachable!() };
+    let points: Vec<usize> = before
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(Change::Snapshot { global_step, .. }) => Some(*global_step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(&points[..4], [0, 4, 8, 12], "a point every 4 steps: {points:?}");
+
+    // A step without a point is refused, naming the points kept.
+    controls.send(Control::Rewind { global_step: 6, lr: Some(0.05), skip: true }).unwrap();
+    let (refused, _) = until(&records, |r| matches!(r, Record::Event(Change::Refused { .. })));
+    let Record::Event(Change::Refused { reason }) = refused else { unreachable!() };
+    assert!(reason.contains("no rewind point at step 6") && reason.contains("8, 12"), "{reason}");
+
+    controls.send(Control::Rewind { global_step: 8, lr: Some(0.05), skip: true }).unwrap();
+    let (rewound, _) = until(&records, |r| matches!(r, Record::Event(Change::Rewound { .. })));
+    let Record::Event(Change::Rewound { from, to, lr, skipped, epoch, step }) = rewound else {
+        unreachable!()
+    };
+    assert_eq!((from, to, lr, epoch, step), (at, 8, 0.05, 1, 0));
+    assert_eq!(skipped, at - 8, "the batches from the point to the pause");
+    let (next, _) = until(&records, |r| matches!(r, Record::Step(_)));
+    let Record::Step(next) = next else { unreachable!() };
+    assert_eq!((next.global_step, next.lr), (9, 0.05), "the run goes on from the point");
+    let outcome = engine.join().unwrap();
+    assert_eq!(outcome.summary.global_steps, 24 - skipped, "the skipped batches are not trained on");
+    let rewound = bits(&outcome.final_params);
+
+    // The same from the checkpoint kept at step 8, resumed with the lr and the skip.
+    let other = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("checkpoints").join("step-000000008.safetensors");
+    let mut cfg = config(other.path());
+    let resume = Resume::new(Checkpoint::read(&path).unwrap(), ModelKind::Lenet, None, &path).unwrap();
+    cfg.kit.resume =
+        Some(Box::new(Resume { then: Continuation { lr: Some(0.05), skip: skipped }, ..resume }));
+    let resumed = Engine::start(cfg, data).unwrap().join().unwrap();
+    assert_eq!(resumed.summary.global_steps, outcome.summary.global_steps);
+    assert_eq!(bits(&resumed.final_params), rewound, "bit-identical weights");
+
+    // And without the skip, going back trains the same batches again, at the new lr.
+    assert_ne!(skipped, 0);
+}
