@@ -108,6 +108,58 @@ fn input_bound() -> App {
     app
 }
 
+/// A rewind point at `global_step` of the running fixture (235 steps an epoch), taken
+/// `age` seconds before the screen's clock.
+fn point(global_step: usize, age: f64) -> Record {
+    Record::Event(Change::Snapshot {
+        global_step,
+        epoch: global_step / 235,
+        step: global_step % 235,
+        loss: Some(2.3 / (1.0 + global_step as f64 / 235.0)),
+        lr: 0.2,
+        // The fixture starts at 1,000 s and is 83 s in.
+        unix: 1083.0 - age,
+    })
+}
+
+/// Three rewind points kept, and `r` pressed: the list with step, age, train loss and lr.
+fn rewind_listed() -> App {
+    let mut app = running_app();
+    app.run.info.as_mut().unwrap().started_unix = Some(1000.0);
+    for (g, age) in [(300, 61.0), (400, 40.0), (500, 19.5)] {
+        app.on_event(&point(g, age));
+    }
+    app.on_key(common::screens::key('r'));
+    app
+}
+
+/// Gone back from step 570 to the point at 300, the batches since trained again: the branch
+/// after 300 dimmed, the new one on top, the rewind marked.
+fn rewound() -> App {
+    let mut app = running_app();
+    app.on_event(&point(300, 60.0));
+    let rewind = Change::Rewound { from: 570, to: 300, epoch: 1, step: 65, lr: 0.1, skipped: 0 };
+    app.on_event(&Record::Event(Change::LrChanged { from: 0.2, to: 0.1, global_step: 300 }));
+    app.on_event(&Record::Event(rewind));
+    for s in [100, 150, 200] {
+        app.on_event(&step(2, s, 1.0 - s as f64 / 1000.0, 0.7, 0.1));
+    }
+    app
+}
+
+/// The loss stopped being finite and the run paused: the newest point offered at half the lr.
+fn nan_offered() -> App {
+    let mut app = running_app();
+    app.on_event(&point(500, 20.0));
+    let message = format!(
+        "{} at step 570: paused; the last good checkpoint is in the run directory",
+        dpt_dashboard::alert::NOT_FINITE
+    );
+    app.on_event(&Record::Event(Change::Warning { message }));
+    app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
+    app
+}
+
 macro_rules! screens {
     ($($name:ident: $app:expr),* $(,)?) => {$(
         #[test]
@@ -129,6 +181,9 @@ screens! {
     straggler_marked: straggler(),
     bottleneck_said: input_bound(),
     gpus_with_their_story: common::screens::gpu_app(),
+    rewind_points_listed: rewind_listed(),
+    rewound_branch_dimmed: rewound(),
+    nan_rewind_offered: nan_offered(),
 }
 
 #[test]

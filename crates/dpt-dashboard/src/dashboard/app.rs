@@ -55,6 +55,8 @@ pub enum Overlay {
     ConfirmQuit,
     /// The last evaluation by class: accuracy and confusion counts (`c`).
     Classes,
+    /// Going back to a rewind point (`r`, or offered after a loss that is not finite).
+    Rewind(super::rewind::Picker),
     /// The recorded runs beside this one, to overlay as baselines (`b`).
     Baselines {
         entries: Vec<std::path::PathBuf>,
@@ -219,6 +221,16 @@ impl App {
             }
             Change::Sampled { global_step, prompt, text } => {
                 self.run.sample = Some((*global_step, prompt.clone(), text.clone()))
+            }
+            // The NaN pause: offer the newest rewind point, at half the lr.
+            Change::Warning { message }
+                if message.starts_with(crate::alert::NOT_FINITE)
+                    && message.contains("paused")
+                    && self.viewer.steerable
+                    && self.overlay.is_none() =>
+            {
+                self.overlay =
+                    super::rewind::Picker::offer(&self.run.points, self.run.lr).map(Overlay::Rewind);
             }
             Change::Resumed { .. }
             | Change::Checkpointed { .. }

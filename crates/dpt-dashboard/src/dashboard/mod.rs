@@ -6,6 +6,7 @@
 //! frame rate are independent and an idle dashboard costs nothing but the wake-ups.
 
 pub mod app;
+mod bindings;
 pub mod compare;
 pub mod curves;
 pub mod devices;

@@ -17,6 +17,8 @@ pub struct Point {
     pub lr: f64,
     /// When it was taken (seconds since 1970).
     pub unix: f64,
+    /// Where the data stood: 0-based epoch and step.
+    pub position: (usize, usize),
 }
 
 /// The points the engine keeps, as its records tell them (oldest first).
@@ -30,9 +32,15 @@ pub struct Points {
 impl Points {
     pub fn on_change(&mut self, change: &Change) {
         match change {
-            Change::Snapshot { global_step, loss, lr, unix, .. } => {
+            Change::Snapshot { global_step, epoch, step, loss, lr, unix } => {
                 self.kept.retain(|p| p.global_step != *global_step);
-                self.kept.push(Point { global_step: *global_step, loss: *loss, lr: *lr, unix: *unix });
+                self.kept.push(Point {
+                    global_step: *global_step,
+                    loss: *loss,
+                    lr: *lr,
+                    unix: *unix,
+                    position: (*epoch, *step),
+                });
                 let extra = self.kept.len().saturating_sub(self.keep.max(1));
                 self.kept.drain(..extra);
             }
@@ -40,6 +48,15 @@ impl Points {
             Change::Rewound { to, .. } => self.kept.retain(|p| p.global_step <= *to),
             _ => {}
         }
+    }
+}
+
+impl Point {
+    /// The batches trained on since this point, the data now at `last` (a step record).
+    pub fn batches_since(&self, last: Option<&crate::record::StepStats>) -> usize {
+        let Some(s) = last else { return 0 };
+        let spe = s.steps_per_epoch.max(1);
+        ((s.epoch.max(1) - 1) * spe + s.step).saturating_sub(self.position.0 * spe + self.position.1)
     }
 }
 

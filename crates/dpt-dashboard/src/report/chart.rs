@@ -1,6 +1,7 @@
 //! The chart itself: two panels (loss; accuracy, or perplexity for a run without classes)
 //! against epochs, or steps for a run measured in steps, with readable ticks (1-2-5 steps on y,
-//! whole epochs or round step counts on x), a legend per panel and the lr-change and pause marks.
+//! whole epochs or round step counts on x), a legend per panel and the lr-change, pause and
+//! rewind marks, the branches a rewind abandoned drawn faint.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -15,6 +16,9 @@ const TRAIN_ACC: RGBColor = RGBColor(20, 130, 40);
 const TEST_ACC: RGBColor = RGBColor(120, 40, 170);
 const LR_MARK: RGBColor = RGBColor(60, 100, 220);
 const PAUSE_MARK: RGBColor = RGBColor(150, 150, 150);
+const REWIND_MARK: RGBColor = RGBColor(230, 150, 0);
+/// A branch a rewind abandoned, drawn faint under the run's own curves.
+const ABANDONED: RGBColor = RGBColor(200, 200, 200);
 const FONT: &str = "sans-serif";
 
 /// "RUN — model on [devices] — test acc 0.842 after 10 epochs".
@@ -65,6 +69,9 @@ pub fn nice_step(span: f64, max: usize) -> f64 {
 
 type Series<'a> = (&'a str, &'a [(f64, f64)], RGBColor);
 
+/// A panel's series, and the points of the branches a rewind abandoned (drawn faint).
+type PanelSeries<'a> = (&'a [Series<'a>], &'a [&'a [(f64, f64)]]);
+
 /// The corner of the plot the legend covers the fewest points in: a box about the legend's
 /// size (a third of the width, two fifths of the height) in each corner, upper right first on
 /// a tie. Accuracy rises into the upper right, where a loss legend belongs.
@@ -99,10 +106,11 @@ fn panel(
     area: &DrawingArea<SVGBackend, Shift>,
     curves: &Curves,
     caption: &str,
-    series: &[Series],
+    (series, abandoned): PanelSeries,
     x_max: f64,
 ) -> Result<(), String> {
-    let slices: Vec<&[(f64, f64)]> = series.iter().map(|s| s.1).collect();
+    let mut slices: Vec<&[(f64, f64)]> = series.iter().map(|s| s.1).collect();
+    slices.extend(abandoned.iter().copied());
     let Some((lo, hi)) = y_range(&slices, (0.0, x_max), false) else { return Ok(()) };
     // Ticks on whole epochs, or on round step counts for a run measured in steps.
     let (unit, per_x) = curves.x_unit();
@@ -131,9 +139,11 @@ fn panel(
         .bold_line_style(RGBColor(225, 225, 225))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (kind, color, name) in
-        [(MarkKind::LrChange, LR_MARK, "lr change"), (MarkKind::Pause, PAUSE_MARK, "pause")]
-    {
+    for (kind, color, name) in [
+        (MarkKind::LrChange, LR_MARK, "lr change"),
+        (MarkKind::Pause, PAUSE_MARK, "pause"),
+        (MarkKind::Rewind, REWIND_MARK, "rewind"),
+    ] {
         let xs: Vec<f64> = curves.marks.iter().filter(|(_, k)| *k == kind).map(|(x, _)| *x).collect();
         if xs.is_empty() {
             continue;
@@ -146,8 +156,21 @@ fn panel(
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y - 6), (x, y + 6)], color.stroke_width(2)));
     }
-    for (name, points, color) in series {
+    let faint: Vec<Series> = abandoned.iter().map(|p| ("abandoned", *p, ABANDONED)).collect();
+    for (i, (name, points, color)) in faint.iter().chain(series).enumerate() {
         let color = *color;
+        if i < faint.len() {
+            let finite = points.iter().copied().filter(|(_, y)| y.is_finite());
+            let drawn = chart
+                .draw_series(LineSeries::new(finite, color.stroke_width(2)))
+                .map_err(|e| e.to_string())?;
+            if i == 0 {
+                drawn
+                    .label(*name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
+            }
+            continue;
+        }
         let finite: Vec<(f64, f64)> = points.iter().copied().filter(|(_, y)| y.is_finite()).collect();
         let style = color.stroke_width(2);
         if finite.len() == 1 {
@@ -183,14 +206,21 @@ pub fn draw(curves: &Curves, title: &str) -> Result<String, String> {
         let root = root.titled(title, (FONT, 20)).map_err(|e| e.to_string())?;
         let (top, bottom) = root.split_vertically(SIZE.1 as i32 / 2 - 16);
         let x_max = (curves.epochs as f64).max(curves.x).max(1.0);
-        panel(
-            &top,
-            curves,
-            "loss",
-            &[("train loss", &curves.train_loss, TRAIN_LOSS), ("test loss", &curves.test_loss, TEST_LOSS)],
-            x_max,
-        )?;
+        let loss = [
+            ("train loss", &curves.train_loss[..], TRAIN_LOSS),
+            ("test loss", &curves.test_loss[..], TEST_LOSS),
+        ];
+        let abandoned_loss: Vec<&[(f64, f64)]> =
+            curves.abandoned.iter().flat_map(|b| [&b.train_loss[..], &b.test_loss[..]]).collect();
+        panel(&top, curves, "loss", (&loss, &abandoned_loss), x_max)?;
         let ppl = curves.perplexity();
+        let abandoned_ppl: Vec<[Vec<(f64, f64)>; 2]> =
+            curves.abandoned.iter().map(Curves::perplexity).collect();
+        let abandoned_below: Vec<&[(f64, f64)]> = match (curves.no_classes, curves.has_perplexity) {
+            (true, true) => abandoned_ppl.iter().flat_map(|p| p.iter().map(Vec::as_slice)).collect(),
+            (true, false) => curves.abandoned.iter().map(|b| &b.test_loss[..]).collect(),
+            (false, _) => curves.abandoned.iter().flat_map(|b| [&b.train_acc[..], &b.test_acc[..]]).collect(),
+        };
         let (name, below): (&str, Vec<Series>) = match (curves.no_classes, curves.has_perplexity) {
             (true, true) => {
                 ("perplexity", vec![("train ppl", &ppl[0], TRAIN_ACC), ("test ppl", &ppl[1], TEST_ACC)])
@@ -202,7 +232,7 @@ pub fn draw(curves: &Curves, title: &str) -> Result<String, String> {
                 vec![("train acc", &curves.train_acc, TRAIN_ACC), ("test acc", &curves.test_acc, TEST_ACC)],
             ),
         };
-        panel(&bottom, curves, name, &below, x_max)?;
+        panel(&bottom, curves, name, (&below, &abandoned_below), x_max)?;
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(out)

@@ -14,6 +14,8 @@ pub const POINT_BUDGET: usize = 4096;
 pub enum MarkKind {
     LrChange,
     Pause,
+    /// Where a rewind went back to.
+    Rewind,
 }
 
 /// The series of one run.
@@ -46,6 +48,13 @@ pub struct Curves {
     /// place; a run without classes that is not one shows its loss there.
     #[serde(default)]
     pub has_perplexity: bool,
+    /// The branches a rewind abandoned, oldest first: the loss and accuracy curves from the
+    /// rewind point to where the run went back (drawn dimmed under the run's own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abandoned: Vec<Curves>,
+    /// Steps in an epoch (a rewind's position in x).
+    #[serde(default)]
+    pub steps_per_epoch: usize,
 }
 
 /// `epoch` (1-based) and `step` of `steps` as a fractional epoch count.
@@ -84,6 +93,7 @@ impl Curves {
                 self.steps_per_x = info.settings.recipe.steps.map(|_| info.steps_per_epoch.max(1));
                 self.has_perplexity = info.has_perplexity();
                 self.lr_plan = planned_lr(info);
+                self.steps_per_epoch = info.steps_per_epoch.max(1);
             }
             Record::Step(s) => {
                 let x = fractional_epoch(s.epoch, s.step, s.steps_per_epoch);
@@ -122,7 +132,37 @@ impl Curves {
                 }
             }
             Record::Event(Change::Paused { .. }) => self.marks.push((self.x, MarkKind::Pause)),
+            Record::Event(Change::Rewound { epoch, step, skipped, .. }) => {
+                let spe = self.steps_per_epoch.max(1) as f64;
+                let at = *epoch as f64 + *step as f64 / spe;
+                self.abandon_after(at);
+                self.marks.push((at, MarkKind::Rewind));
+                // The run goes on from the point, past the batches it skipped.
+                self.x = at + *skipped as f64 / spe;
+            }
             Record::Event(_) | Record::Summary(_) => {}
+        }
+    }
+
+    /// Moves the loss and accuracy points after `x` into an abandoned branch, and drops the
+    /// other curves' (the lr, the gradient norm, the moving average) after it.
+    fn abandon_after(&mut self, x: f64) {
+        let after = |series: &mut Vec<(f64, f64)>| {
+            let cut = series.iter().position(|(px, _)| *px > x + 1e-9).unwrap_or(series.len());
+            series.split_off(cut)
+        };
+        let branch = Curves {
+            train_loss: after(&mut self.train_loss),
+            train_acc: after(&mut self.train_acc),
+            test_loss: after(&mut self.test_loss),
+            test_acc: after(&mut self.test_acc),
+            ..Curves::default()
+        };
+        for series in [&mut self.lr, &mut self.grad_norm, &mut self.ema_test_acc] {
+            after(series);
+        }
+        if !branch.is_empty() {
+            self.abandoned.push(branch);
         }
     }
 
@@ -256,6 +296,38 @@ mod tests {
             .lr_at(0.1, 5, 20, 10),
             "the past stays as planned"
         );
+    }
+
+    #[test]
+    fn a_rewind_moves_the_points_after_its_point_into_a_dimmed_branch() {
+        let mut info = crate::record::compare::tests::info(0.1, 32, 0);
+        info.steps_per_epoch = 10;
+        let mut c = Curves::default();
+        c.apply(&Record::Start(Box::new(info)));
+        for g in 1..=14 {
+            let s = crate::record::StepStats {
+                epoch: (g - 1) / 10 + 1,
+                step: (g - 1) % 10 + 1,
+                steps_per_epoch: 10,
+                global_step: g,
+                loss: g as f64,
+                lr: 0.1,
+                ..Default::default()
+            };
+            c.apply(&Record::Step(Box::new(s)));
+        }
+        // Back to step 8 (epoch 0, step 8) from step 14, skipping the 6 batches since.
+        let rewound = Change::Rewound { from: 14, to: 8, epoch: 0, step: 8, lr: 0.05, skipped: 6 };
+        c.apply(&Record::Event(rewound));
+        assert_eq!(c.train_loss.last(), Some(&(0.8, 8.0)), "the kept branch ends at the point");
+        let branch = &c.abandoned[0];
+        assert_eq!(
+            branch.train_loss.iter().map(|p| p.1).collect::<Vec<_>>(),
+            [9.0, 10.0, 11.0, 12.0, 13.0, 14.0]
+        );
+        assert!(c.lr.iter().all(|(x, _)| *x <= 0.8 + 1e-9), "the lr after the point is dropped");
+        assert!(c.marks.contains(&(0.8, MarkKind::Rewind)));
+        assert!((c.x - 1.4).abs() < 1e-12, "the run goes on past the skipped batches");
     }
 
     #[test]

@@ -137,6 +137,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_loss_that_is_not_finite_reads_back_as_nan() {
+        let step = StepStats { loss: f64::NAN, epoch: 2, ..StepStats::default() };
+        let line = serde_json::to_string(&Record::Step(Box::new(step))).unwrap();
+        assert!(line.contains(r#""loss":null"#), "{line}");
+        let Record::Step(back) = serde_json::from_str::<Record>(&line).unwrap() else { panic!("{line}") };
+        assert!(back.loss.is_nan() && back.epoch == 2);
+    }
+
+    #[test]
     fn lines_are_tagged_by_kind_and_event() {
         let r = Record::Event(Change::Paused { global_step: 3 });
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();

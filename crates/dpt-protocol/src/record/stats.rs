@@ -7,6 +7,12 @@ use crate::model::ModelKind;
 use crate::settings::Settings;
 use crate::DeviceId;
 
+/// A number JSON wrote as `null` (it has no NaN or infinity) read back as NaN, so that the
+/// record of a loss that stopped being finite reaches viewers and readers.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
 /// Static facts about a run, recorded once when training starts (again after a resume): its
 /// settings tree as resolved, and what the run found or decided at start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -231,7 +237,8 @@ pub struct StepStats {
     pub steps_per_epoch: usize,
     /// Steps done since the run began.
     pub global_step: usize,
-    /// Mean training loss per sample over the window.
+    /// Mean training loss per sample over the window (NaN when not finite: written `null`).
+    #[serde(deserialize_with = "nan_if_null")]
     pub loss: f64,
     /// Training accuracy over the window.
     pub acc: f64,
@@ -286,8 +293,10 @@ pub struct LoaderStats {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EpochStats {
     pub epoch: usize,
+    #[serde(deserialize_with = "nan_if_null")]
     pub train_loss: f64,
     pub train_acc: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub test_loss: f64,
     pub test_acc: f64,
     /// Training time of the epoch (evaluation excluded, pauses excluded).

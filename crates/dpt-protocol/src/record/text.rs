@@ -160,6 +160,8 @@ impl Narrator {
                 e.epoch_seconds, e.eval_seconds, e.samples_per_sec,
                 set = if self.val { "val" } else { "test" }
             )),
+            // A rewind point is listed by the `r` key, not in the log (one every few hundred steps).
+            Record::Event(Change::Snapshot { .. }) => None,
             Record::Event(c) => Some(change_line(c)),
             Record::Summary(s) if !self.classes => info(format!(
                 "{} steps on {}\nspeed: {:.1} samples/sec{}{}",

@@ -1,7 +1,8 @@
 //! The curve panel: train loss, train accuracy and test accuracy (with the weights' EMA; for a
 //! run without classes, perplexity), or the lr over its planned schedule, or the gradient norm,
 //! against epochs (evaluation periods of a run measured in steps), with a legend and the marks
-//! where the lr changed or training paused.
+//! where the lr changed, training paused or a rewind went back to (the branch it abandoned
+//! dimmed).
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Color;
@@ -129,7 +130,41 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         legend.push(Span::styled(format!(" {marker} "), t.fg(super::compare::baseline_color(look, i))));
         legend.push(Span::styled(format!("{} ", b.name), t.fg(t.dim)));
     }
+    // The branches a rewind abandoned, dimmed under the run's own curves.
+    let abandoned_ppl: Vec<Perplexity> = match view {
+        CurveView::Accuracy if c.no_classes && c.has_perplexity => {
+            c.abandoned.iter().map(Curves::perplexity).collect()
+        }
+        _ => Vec::new(),
+    };
+    let abandoned: Vec<&[(f64, f64)]> = match view {
+        CurveView::Accuracy if c.no_classes && c.has_perplexity => {
+            abandoned_ppl.iter().flat_map(|p| p.iter().map(Vec::as_slice)).collect()
+        }
+        CurveView::Accuracy if c.no_classes => {
+            c.abandoned.iter().flat_map(|b| [b.train_loss.as_slice(), b.test_loss.as_slice()]).collect()
+        }
+        _ => c.abandoned.iter().flat_map(|b| view_series(b, view)).collect(),
+    };
+    // A baseline's abandoned branches, dimmed too.
+    let abandoned: Vec<&[(f64, f64)]> = abandoned
+        .into_iter()
+        .chain(
+            app.curves
+                .baselines
+                .iter()
+                .flat_map(|b| b.curves.abandoned.iter().flat_map(|a| view_series(a, view))),
+        )
+        .collect();
+    if abandoned.iter().any(|s| !s.is_empty()) {
+        legend.push(Span::styled(format!(" {marker} "), t.fg(t.dim)));
+        legend.push(Span::styled("abandoned ", t.fg(t.dim)));
+    }
     let mark = if look.ascii { ":" } else { "┊" };
+    if c.marks.iter().any(|(_, k)| *k == MarkKind::Rewind) {
+        legend.push(Span::styled(format!(" {mark}"), t.fg(t.warning)));
+        legend.push(Span::styled(" rewind", t.fg(t.dim)));
+    }
     legend.push(Span::styled(format!(" {mark}"), t.fg(t.lr_mark)));
     legend.push(Span::styled(" lr change ", t.fg(t.dim)));
     legend.push(Span::styled(mark.to_string(), t.fg(t.pause_mark)));
@@ -140,6 +175,7 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     let x = x_range(c, s.recent);
     let mut slices: Vec<&[(f64, f64)]> = series.iter().map(|(_, p, _)| *p).collect();
     slices.extend(baseline_series.iter().map(|(p, _)| *p));
+    slices.extend(abandoned.iter().copied());
     let Some(y) = y_range(&slices, x, log) else {
         let msg = Paragraph::new(Span::styled(
             "  no data yet: the first report comes after --log-every steps",
@@ -151,18 +187,30 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     let marks = c
         .marks
         .iter()
-        .map(|(mx, kind)| (*mx, if *kind == MarkKind::Pause { t.pause_mark } else { t.lr_mark }))
+        .map(|(mx, kind)| {
+            let color = match kind {
+                MarkKind::Pause => t.pause_mark,
+                MarkKind::LrChange => t.lr_mark,
+                MarkKind::Rewind => t.warning,
+            };
+            (*mx, color)
+        })
         .collect();
     // With smoothing, each raw curve is drawn faint first and its smoothed curve over it.
     let smoothed: Vec<std::borrow::Cow<[(f64, f64)]>> =
         series.iter().map(|(_, p, _)| ema(p, weight)).collect();
     let smoothed_baselines: Vec<std::borrow::Cow<[(f64, f64)]>> =
         baseline_series.iter().map(|(p, _)| ema(p, weight)).collect();
-    let mut lines: Vec<Series> = baseline_series
-        .iter()
-        .zip(&smoothed_baselines)
-        .map(|((_, color), points)| Series { points, color: *color })
-        .collect();
+    let smoothed_abandoned: Vec<std::borrow::Cow<[(f64, f64)]>> =
+        abandoned.iter().map(|p| ema(p, weight)).collect();
+    let mut lines: Vec<Series> =
+        smoothed_abandoned.iter().map(|points| Series { points, color: t.dim }).collect();
+    lines.extend(
+        baseline_series
+            .iter()
+            .zip(&smoothed_baselines)
+            .map(|((_, color), points)| Series { points, color: *color }),
+    );
     if weight > 0.0 {
         lines.extend(series.iter().map(|(_, points, _)| Series { points, color: t.dim }));
     }

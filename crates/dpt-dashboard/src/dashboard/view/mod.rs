@@ -7,6 +7,7 @@ mod devices;
 mod log;
 mod overlay;
 pub mod plot;
+mod rewind;
 mod sample;
 mod status;
 

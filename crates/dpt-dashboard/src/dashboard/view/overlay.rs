@@ -1,5 +1,5 @@
 //! Windows over the dashboard: the key help, the lr and folder prompts, the quit confirmation,
-//! the last evaluation by class.
+//! the last evaluation by class, the rewind picker (`rewind.rs`).
 
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -94,6 +94,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
             ("compare with recorded runs", lines, 96)
         }
         Overlay::Classes => ("by class", class_lines(app, look), 84),
+        Overlay::Rewind(picker) => super::rewind::lines(app, look, picker),
         Overlay::ConfirmQuit => (
             "stop training?",
             vec![
