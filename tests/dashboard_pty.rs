@@ -74,6 +74,41 @@ fn pause_set_lr_and_quit_in_a_real_terminal() {
 }
 
 #[test]
+fn rewind_with_r_in_a_real_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let flags = ["--devices", "cpu:2", "--epochs", "500", "--log-every", "2", "--snapshot-every", "4steps"];
+    let mut tui = common::train_in_pty(&run, &flags, 100, 30, &[]);
+    tui.wait_for("RUNNING", WAIT);
+    tui.wait_for("train loss", WAIT);
+    // Pause, so that the points listed stay the points kept.
+    tui.send("p");
+    tui.wait_for("PAUSED", WAIT);
+    tui.send("r");
+    tui.wait_for("go back to:", WAIT);
+    // The oldest of the points, the half lr offered, and the batches since skipped.
+    tui.send("\x1b[A\x1b[A\r");
+    tui.wait_for("half offered", WAIT);
+    tui.send("\r");
+    tui.wait_for("since then?", WAIT);
+    tui.send("y");
+    let screen = tui.wait_for("rewound from step", WAIT);
+    assert!(screen.contains("lr 0.1"), "the half lr:\n{screen}");
+    tui.wait_for("RUNNING", WAIT);
+    tui.send("q");
+    tui.wait_for("Stop after the current step", WAIT);
+    tui.send("y");
+    assert!(tui.wait_exit(WAIT).success());
+    let records = common::records(&run);
+    let rewound = records.iter().find(|r| r["event"] == "rewound").expect("a rewound record");
+    assert_eq!(rewound["lr"], 0.1);
+    assert!(rewound["skipped"].as_u64().unwrap() > 0, "{rewound}");
+    let to = rewound["to"].as_u64().unwrap();
+    let next = records.iter().skip_while(|r| r["event"] != "rewound").find(|r| r["kind"] == "step").unwrap();
+    assert!(next["global_step"].as_u64().unwrap() > to && next["lr"] == 0.1, "{next}");
+}
+
+#[test]
 fn ascii_and_monochrome_in_a_real_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");

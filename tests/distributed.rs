@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, ok, rel_diff};
+use common::{free_port, ok, rank, rel_diff};
 use dpt_tui::engine::Control;
 use dpt_tui::record::{Change, Record};
 use tch::Tensor;
@@ -38,17 +38,6 @@ fn training(extra: &[&str]) -> Vec<String> {
             .collect();
     v.extend(extra.iter().map(|s| (*s).to_owned()));
     v
-}
-
-/// Rank `rank` of `world` on localhost:`port`.
-fn rank(rank: usize, world: usize, port: u16, args: &[String]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(args)
-        .args(["--rank", &rank.to_string(), "--world-size", &world.to_string()])
-        .args(["--master-addr", "127.0.0.1", "--master-port", &port.to_string()])
-        .env("LOCAL_WORLD_SIZE", world.to_string())
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
-    c
 }
 
 /// The tensors of `file` in `run`, by name.

@@ -1,6 +1,7 @@
 //! Rewind: a run that goes back to a rewind point, with a new lr and the batches since skipped,
 //! ends with the very weights of a run resumed from the checkpoint of that step with the same
-//! lr and skip. One process here (the engine's own API); two processes in `distributed.rs`.
+//! lr and skip: on one process (the engine's own API) and on two (the binary, steered from
+//! an attached viewer, as the dashboard steers it).
 
 mod common;
 
@@ -117,4 +118,107 @@ fn a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_skip() {
 
     // And without the skip, going back trains the same batches again, at the new lr.
     assert_ne!(skipped, 0);
+}
+
+/// The flags of the two-process runs: 6 steps an epoch for 4 epochs, a rewind point and a
+/// kept checkpoint every 2 steps, one CPU replica per rank.
+fn two_rank_flags(extra: &[&str]) -> Vec<String> {
+    let data = common::subset_dir();
+    let mut v: Vec<String> = [
+        "--data",
+        data.to_str().unwrap(),
+        "--train-limit",
+        "600",
+        "--test-limit",
+        "200",
+        "--batch-size",
+        "100",
+        "--epochs",
+        "4",
+        "--log-every",
+        "1",
+        "--momentum",
+        "0.9",
+        "--headless",
+        "--devices",
+        "cpu:1",
+        "--snapshot-every",
+        "2steps",
+        "--checkpoint-every",
+        "2steps",
+        "--keep-checkpoints",
+        "20",
+        "--dist-timeout",
+        "60",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    v.extend(extra.iter().map(|s| (*s).to_owned()));
+    v
+}
+
+/// Starts two ranks with `args` and `env`, rank 0 into `run`.
+fn two_ranks(args: &[String], run: &std::path::Path, env: &[(&str, &str)]) -> Vec<std::process::Child> {
+    let port = common::free_port();
+    (0..2)
+        .map(|r| {
+            let mut c = common::rank(r, 2, port, args);
+            c.envs(env.iter().copied());
+            if r == 0 {
+                c.arg("--run-dir").arg(run);
+            }
+            c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn on_two_processes_a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_skip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // 100 ms more a step on each rank, so that the pause lands where it is asked.
+    let ranks = two_ranks(&two_rank_flags(&[]), &run, &[("DPT_INJECT_FAULT", "slow-replica=0@100")]);
+    let deadline = std::time::Instant::now() + WAIT;
+    while dpt_tui::remote::client::server_info(&run).is_none() {
+        assert!(std::time::Instant::now() < deadline, "rank 0 serves its socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let viewer = dpt_tui::remote::client::attach(&run, false).unwrap();
+    let (_, mut seen) = until(&viewer.records, |r| matches!(r, Record::Step(s) if s.global_step >= 9));
+    viewer.controls.send(Control::Pause).unwrap();
+    let (_, more) = until(&viewer.records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    seen.extend(more);
+    let points: Vec<usize> = seen
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(Change::Snapshot { global_step, .. }) => Some(*global_step),
+            _ => None,
+        })
+        .collect();
+    // The middle one of the three kept.
+    let to = points[points.len() - 2];
+    viewer.controls.send(Control::Rewind { global_step: to, lr: Some(0.05), skip: true }).unwrap();
+    let (rewound, _) = until(&viewer.records, |r| matches!(r, Record::Event(Change::Rewound { .. })));
+    let Record::Event(Change::Rewound { to: back, skipped, .. }) = rewound else { unreachable!() };
+    assert_eq!(back, to);
+    assert!(skipped >= 2, "{skipped}");
+    let outputs: Vec<String> =
+        ranks.into_iter().map(|c| common::ok(&c.wait_with_output().unwrap())).collect();
+    assert!(outputs[1].contains("rewound from step"), "rank 1 went back too:\n{}", outputs[1]);
+
+    // Both ranks resumed from the checkpoint kept at that step, with the lr and the skip.
+    let path = run.join("checkpoints").join(format!("step-{to:09}.safetensors"));
+    let other = tmp.path().join("resumed");
+    let skip = skipped.to_string();
+    let resume = ["--resume", path.to_str().unwrap(), "--resume-lr", "0.05", "--skip-batches", &skip];
+    for c in two_ranks(&two_rank_flags(&resume), &other, &[]) {
+        common::ok(&c.wait_with_output().unwrap());
+    }
+    let read = |dir: &std::path::Path| {
+        let mut w = tch::Tensor::read_safetensors(dir.join("model.safetensors")).unwrap();
+        w.sort_by(|a, b| a.0.cmp(&b.0));
+        bits(&w)
+    };
+    assert_eq!(read(&other), read(&run), "bit-identical weights");
 }

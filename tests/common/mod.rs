@@ -164,6 +164,17 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Rank `rank` of `world` of the binary on localhost:`port`, with `args`.
+pub fn rank(rank: usize, world: usize, port: u16, args: &[String]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.args(args)
+        .args(["--rank", &rank.to_string(), "--world-size", &world.to_string()])
+        .args(["--master-addr", "127.0.0.1", "--master-port", &port.to_string()])
+        .env("LOCAL_WORLD_SIZE", world.to_string())
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    c
+}
+
 /// A finished command's stdout and stderr; fails the test, showing them, when it failed.
 pub fn ok(out: &std::process::Output) -> String {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
