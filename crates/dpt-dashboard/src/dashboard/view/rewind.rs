@@ -87,10 +87,7 @@ pub fn lines(app: &App, look: &Look, picker: &Picker) -> (&'static str, Vec<Line
             let m = since(find(*step));
             let lines = vec![
                 Line::from(Span::styled(
-                    format!(
-                        "back to step {step} with lr {}: skip the {m} batch(es) trained on since?",
-                        lr(*to)
-                    ),
+                    format!("back to step {step} at lr {}: skip the {m} batch(es) since then?", lr(*to)),
                     t.fg(t.text),
                 )),
                 Line::from(vec![
