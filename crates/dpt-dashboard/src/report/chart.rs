@@ -159,32 +159,26 @@ fn panel(
     let faint: Vec<Series> = abandoned.iter().map(|p| ("abandoned", *p, ABANDONED)).collect();
     for (i, (name, points, color)) in faint.iter().chain(series).enumerate() {
         let color = *color;
-        if i < faint.len() {
-            let finite = points.iter().copied().filter(|(_, y)| y.is_finite());
-            let drawn = chart
-                .draw_series(LineSeries::new(finite, color.stroke_width(2)))
-                .map_err(|e| e.to_string())?;
-            if i == 0 {
+        // A point that is not finite (a loss that stopped being finite, the batches a rewind
+        // skipped) breaks the line.
+        let runs: Vec<&[(f64, f64)]> =
+            points.split(|(_, y)| !y.is_finite()).filter(|r| !r.is_empty()).collect();
+        let lone = runs.len() == 1 && runs[0].len() == 1;
+        // The abandoned branches are named once; every other series once.
+        let mut named = i > 0 && i < faint.len();
+        for run in runs {
+            let drawn = if lone {
+                chart.draw_series(run.iter().map(|p| Circle::new(*p, 4, color.filled())))
+            } else {
+                chart.draw_series(LineSeries::new(run.iter().copied(), color.stroke_width(2)))
+            }
+            .map_err(|e| e.to_string())?;
+            if !named {
                 drawn
                     .label(*name)
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
+                named = true;
             }
-            continue;
-        }
-        let finite: Vec<(f64, f64)> = points.iter().copied().filter(|(_, y)| y.is_finite()).collect();
-        let style = color.stroke_width(2);
-        if finite.len() == 1 {
-            chart
-                .draw_series(finite.iter().map(|p| Circle::new(*p, 4, color.filled())))
-                .map_err(|e| e.to_string())?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
-        } else {
-            chart
-                .draw_series(LineSeries::new(finite, style))
-                .map_err(|e| e.to_string())?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
         }
     }
     chart

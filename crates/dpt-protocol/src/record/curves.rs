@@ -137,6 +137,18 @@ impl Curves {
                 let at = *epoch as f64 + *step as f64 / spe;
                 self.abandon_after(at);
                 self.marks.push((at, MarkKind::Rewind));
+                if *skipped > 0 {
+                    // The skipped batches are a gap in the curves, not a line across them.
+                    for series in
+                        [&mut self.train_loss, &mut self.test_loss, &mut self.lr, &mut self.grad_norm]
+                    {
+                        series.push((at, f64::NAN));
+                    }
+                    if !self.no_classes {
+                        self.train_acc.push((at, f64::NAN));
+                        self.test_acc.push((at, f64::NAN));
+                    }
+                }
                 // The run goes on from the point, past the batches it skipped.
                 self.x = at + *skipped as f64 / spe;
             }
@@ -319,7 +331,7 @@ mod tests {
         // Back to step 8 (epoch 0, step 8) from step 14, skipping the 6 batches since.
         let rewound = Change::Rewound { from: 14, to: 8, epoch: 0, step: 8, lr: 0.05, skipped: 6 };
         c.apply(&Record::Event(rewound));
-        assert_eq!(c.train_loss.last(), Some(&(0.8, 8.0)), "the kept branch ends at the point");
+        assert_eq!(c.train_loss[c.train_loss.len() - 2], (0.8, 8.0), "the kept branch ends at the point");
         let branch = &c.abandoned[0];
         assert_eq!(
             branch.train_loss.iter().map(|p| p.1).collect::<Vec<_>>(),
@@ -328,6 +340,7 @@ mod tests {
         assert!(c.lr.iter().all(|(x, _)| *x <= 0.8 + 1e-9), "the lr after the point is dropped");
         assert!(c.marks.contains(&(0.8, MarkKind::Rewind)));
         assert!((c.x - 1.4).abs() < 1e-12, "the run goes on past the skipped batches");
+        assert!(c.train_loss.last().unwrap().1.is_nan(), "the skipped batches are a gap");
     }
 
     #[test]
