@@ -15,7 +15,7 @@ fn warm_up_windows_carry_no_timings_and_later_windows_do() {
     cfg.settings.recipe.epochs = 1;
     cfg.settings.placement.log_every = 1;
     // Replica 1 is slow on every step: it must be named once, from a timed window only.
-    cfg.kit.faults = "slow-replica=1@30".parse().unwrap();
+    cfg.kit.faults = "slow-replica=1@80".parse().unwrap();
     let engine = Engine::start(cfg, common::subset(256, 32)).unwrap();
     let (mut steps, mut stragglers, mut timing) = (Vec::new(), Vec::new(), String::new());
     for r in engine.events().iter() {
@@ -37,7 +37,8 @@ fn warm_up_windows_carry_no_timings_and_later_windows_do() {
     for s in &steps[WARMUP_STEPS..] {
         assert_eq!(s.timed_steps, Some(1), "step {}", s.global_step);
         let step = |r: usize| s.replicas[r].data + s.replicas[r].compute;
-        assert!(step(1) > step(0) + 0.02, "replica 1 is the slow one");
+        // Half the injected 80 ms: room for the other replica to be held up by the machine.
+        assert!(step(1) > step(0) + 0.04, "replica 1 is the slow one: {} against {}", step(1), step(0));
     }
     assert_eq!(stragglers, vec![WARMUP_STEPS + 1], "named once, at the first timed window");
 }

@@ -30,7 +30,7 @@ const HEADER: &str = "dpt-tui index 1";
 pub const CACHED_FROM: usize = 20_000;
 
 /// dpt-tui's cache folder: `$XDG_CACHE_HOME/dpt-tui`, else `~/.cache/dpt-tui`.
-pub(super) fn cache_base() -> Option<PathBuf> {
+pub fn cache_base() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
@@ -43,7 +43,7 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 /// FNV-1a: a hash that stays the same from one build to the next (names the cache files).
-pub(super) fn fnv(data: impl AsRef<[u8]>) -> u64 {
+pub fn fnv(data: impl AsRef<[u8]>) -> u64 {
     data.as_ref()
         .iter()
         .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))

@@ -22,3 +22,4 @@ pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASS
 pub use format::DataSettings;
 pub use format::{DataFormat, LoadOptions, Loader};
 pub use idx::{IdxArray, IdxError};
+pub use index_cache::{cache_base, fnv};

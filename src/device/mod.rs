@@ -1,7 +1,8 @@
 //! The devices replicas run on: the `--devices` specification resolved against the machine, and
 //! what touches a GPU before and around training (the driver check, what CUDA devices a process
-//! sees, waits with a deadline, out-of-memory in words).
+//! sees, waits with a deadline, out-of-memory in words, the bus bandwidth doctor measured).
 
+pub mod bus;
 pub mod driver;
 pub mod gpu_wait;
 pub(crate) mod oom;

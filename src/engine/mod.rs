@@ -195,6 +195,7 @@ impl Engine {
             init_report,
             sample_prompt: sample_prompt(&cfg, &data)?,
             snapshot_bytes,
+            bus_bandwidth: crate::device::bus::measured_for(&cfg.devices),
         };
         let coordinator = Coordinator::new(CoordinatorParts {
             world,

@@ -180,8 +180,17 @@ fn nccl_local(gpus: usize) -> Result<String, String> {
         .map_err(|e| e.to_string())??;
     let numel: i64 = 64 << 20;
     let bytes = numel as f64 * 4.0;
-    let busbw = 2.0 * (gpus as f64 - 1.0) / gpus as f64 * bytes / secs / 1e9;
-    Ok(format!("256 MB per GPU in {:.1} ms, bus bandwidth {busbw:.0} GB/s (measured now)", secs * 1e3))
+    let busbw = dpt_tui::record::bottleneck::bus_gbs(bytes, gpus, secs);
+    // Kept for the runs on these GPUs, whose communication verdict weighs their own against it.
+    let uuids: Option<Vec<String>> =
+        (0..gpus).map(|i| dpt_tui::dist::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
+    let bus = dpt_tui::record::bottleneck::MeasuredBus { gbs: busbw, unix: dpt_tui::unix_now() };
+    let kept = match (uuids, dpt_tui::data::cache_base()) {
+        (Some(uuids), Some(cache)) => dpt_tui::device::bus::save(&cache, &uuids, bus).is_ok(),
+        _ => false,
+    };
+    let note = if kept { "measured now; the runs on these GPUs compare with it" } else { "measured now" };
+    Ok(format!("256 MB per GPU in {:.1} ms, bus bandwidth {busbw:.0} GB/s ({note})", secs * 1e3))
 }
 
 pub fn run() -> u8 {

@@ -70,6 +70,8 @@ pub struct RunFacts {
     pub sample_prompt: Option<sample::Prompt>,
     /// Host memory the rewind points take when all are kept.
     pub snapshot_bytes: Option<u64>,
+    /// The allreduce bus bandwidth doctor measured across this run's GPUs.
+    pub bus_bandwidth: Option<crate::record::bottleneck::MeasuredBus>,
 }
 
 /// The coordinator's channels: records out, controls in.

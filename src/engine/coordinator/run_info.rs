@@ -25,6 +25,7 @@ impl Coordinator {
             resumed_at: cfg.kit.resume.as_ref().map(|r| r.state.global_step),
             started_unix: Some(crate::unix_now()),
             snapshot_bytes: self.facts.snapshot_bytes,
+            bus_bandwidth: self.facts.bus_bandwidth,
             allreduce: self.exchange.reduction.describe(&cfg.devices, self.exchange.world.as_deref()),
             restart: cfg.restart.clone(),
             data: Some(self.facts.data.clone()),

@@ -41,6 +41,8 @@ pub(super) struct RunInfoWire {
     started_unix: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     snapshot_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bus_bandwidth: Option<super::bottleneck::MeasuredBus>,
     #[serde(default)]
     allreduce: String,
     #[serde(default)]
@@ -159,6 +161,7 @@ impl From<RunInfo> for RunInfoWire {
             resumed_at: i.resumed_at,
             started_unix: i.started_unix,
             snapshot_bytes: i.snapshot_bytes,
+            bus_bandwidth: i.bus_bandwidth,
             allreduce: i.allreduce,
             timing: i.timing,
             data: i.data,
@@ -193,6 +196,7 @@ impl From<RunInfoWire> for RunInfo {
             resumed_at: w.resumed_at,
             started_unix: w.started_unix,
             snapshot_bytes: w.snapshot_bytes,
+            bus_bandwidth: w.bus_bandwidth,
             allreduce: w.allreduce,
             timing: w.timing,
             data: w.data,

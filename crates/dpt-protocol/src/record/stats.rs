@@ -53,6 +53,9 @@ pub struct RunInfo {
     /// Host memory the rewind points take when all `--snapshots` are kept (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_bytes: Option<u64>,
+    /// The allreduce bus bandwidth `dpt-tui doctor` measured across this run's GPUs, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_bandwidth: Option<super::bottleneck::MeasuredBus>,
     /// How this process sums its replicas' gradients (`nccl over 2 GPUs`, `copies through
     /// cpu`), and across processes (`+ gloo across 2 ranks`).
     #[serde(default)]
@@ -99,6 +102,7 @@ impl Default for RunInfo {
             resumed_at: None,
             started_unix: None,
             snapshot_bytes: None,
+            bus_bandwidth: None,
             allreduce: String::new(),
             timing: String::new(),
             data: None,

@@ -17,6 +17,22 @@ pub use diagnosis::{Account, Diagnosis};
 pub use rules::{Rule, RULES};
 pub use run::RunSplit;
 
+/// NCCL's allreduce bus bandwidth `dpt-tui doctor` measured across the run's GPUs (the same
+/// set, by UUID): what the communication verdict compares the run's own allreduce with.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredBus {
+    /// Bus bandwidth in GB/s (NCCL's tests' definition: `2(n-1)/n × bytes / time`).
+    pub gbs: f64,
+    /// When doctor measured it (seconds since 1970).
+    pub unix: f64,
+}
+
+/// The bus bandwidth an allreduce of `bytes` over `n` GPUs in `seconds` reaches, GB/s.
+pub fn bus_gbs(bytes: f64, n: usize, seconds: f64) -> f64 {
+    let n = n.max(1) as f64;
+    2.0 * (n - 1.0) / n * bytes / seconds.max(f64::MIN_POSITIVE) / 1e9
+}
+
 /// What limits the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

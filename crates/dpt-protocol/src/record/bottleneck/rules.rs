@@ -11,6 +11,7 @@ use crate::model::Precision;
 use crate::record::straggler;
 use crate::record::text::thousands;
 use crate::settings::DistBackend;
+use crate::DeviceId;
 
 /// One row of the table.
 pub struct Rule {
@@ -210,7 +211,52 @@ fn communication(e: &Evidence) -> Option<Finding> {
     } else {
         "sum less often: --accumulate N reduces once per N micro-batches".to_owned()
     };
-    Some(Finding { share, finding: format!("the allreduce takes {} of the step {over}", pct(share)), advice })
+    let mut finding = format!("the allreduce takes {} of the step {over}", pct(share));
+    let mut advice = advice;
+    if let Some((reached, measured)) = bus_against_doctor(e) {
+        finding += &format!(
+            " at {reached:.0} GB/s bus bandwidth, against {:.0} GB/s doctor measured on these GPUs",
+            measured.gbs
+        );
+        if reached >= BUS_NEAR_LIMIT * measured.gbs {
+            advice = "the GPUs' link is the limit: sum less often with --accumulate N, or train a larger batch per step".to_owned();
+        }
+    }
+    if let Some(pcie) = pcie_text(e) {
+        finding += &format!(" ({pcie})");
+    }
+    Some(Finding { share, finding, advice })
+}
+
+/// The share of doctor's measured bus bandwidth from which the link, not the way the
+/// gradients are sent, limits the allreduce.
+pub const BUS_NEAR_LIMIT: f64 = 0.7;
+
+/// The bus bandwidth this process's allreduce reaches (its fp32 gradients over its GPUs, in
+/// the step's allreduce time), beside the one doctor measured on the same GPUs; one process
+/// on several GPUs only (doctor measures them in one process).
+fn bus_against_doctor(e: &Evidence) -> Option<(f64, super::MeasuredBus)> {
+    let measured = e.info.bus_bandwidth?;
+    let mut gpus: Vec<&DeviceId> = e.info.devices.iter().filter(|d| matches!(d, DeviceId::Cuda(_))).collect();
+    gpus.sort_by_key(|d| d.to_string());
+    gpus.dedup();
+    if e.info.world.is_some() || gpus.len() < 2 || e.step.timing.allreduce <= 0.0 {
+        return None;
+    }
+    let bytes = e.info.param_count as f64 * 4.0;
+    Some((super::bus_gbs(bytes, gpus.len(), e.step.timing.allreduce), measured))
+}
+
+/// The PCIe traffic of the first replica's GPU in its latest reading, in words.
+fn pcie_text(e: &Evidence) -> Option<String> {
+    let gpu = e.replica_sample(0)?.gpu.as_ref()?;
+    let (tx, rx) = (gpu.pcie_tx_kbs?, gpu.pcie_rx_kbs?);
+    Some(format!(
+        "PCIe {:.1} GB/s out, {:.1} GB/s in on {}",
+        f64::from(tx) / 1e6,
+        f64::from(rx) / 1e6,
+        e.replica_name(0)
+    ))
 }
 
 fn backend_name(backend: &str) -> String {

@@ -94,6 +94,34 @@ fn a_large_allreduce_over_gloo_on_gpus_asks_for_nccl() {
 }
 
 #[test]
+fn an_allreduce_on_gpus_is_weighed_against_doctors_bus_bandwidth_and_its_pcie_named() {
+    // 25 M parameters (100 MB of fp32 gradients) over 2 GPUs in 10 ms: 10 GB/s of bus bandwidth.
+    let mut info = RunInfo { param_count: 25_000_000, ..on(&GPU2) };
+    info.bus_bandwidth = Some(MeasuredBus { gbs: 100.0, unix: 0.0 });
+    let s = step(split(0.001, 0.02, 0.01, 0.001), &[(0.001, 0.02), (0.001, 0.02)]);
+    let pcie =
+        GpuDetail { pcie_tx_kbs: Some(9_000_000), pcie_rx_kbs: Some(8_500_000), ..GpuDetail::default() };
+    let devices = [gpu(0, 90.0, pcie), gpu(1, 90.0, GpuDetail::default())];
+    let b = judge(&info, &s, &devices);
+    assert_eq!(b.cause, Cause::Communication);
+    assert!((bus_gbs(100e6, 2, 0.01) - 10.0).abs() < 1e-9);
+    assert!(
+        b.finding.contains("at 10 GB/s bus bandwidth, against 100 GB/s doctor measured on these GPUs")
+            && b.finding.contains("PCIe 9.0 GB/s out, 8.5 GB/s in on cuda:0"),
+        "{}",
+        b.finding
+    );
+    assert!(!b.advice.contains("link is the limit"), "far below the link: the way it is sent: {}", b.advice);
+    // At 80 % of what doctor measured, the link itself is the limit.
+    info.bus_bandwidth = Some(MeasuredBus { gbs: 12.5, unix: 0.0 });
+    let b = judge(&info, &s, &devices);
+    assert!(b.advice.contains("the GPUs' link is the limit"), "{}", b.advice);
+    // Without doctor's figure, the verdict stands on its own.
+    info.bus_bandwidth = None;
+    assert!(!judge(&info, &s, &devices).finding.contains("doctor"));
+}
+
+#[test]
 fn a_slow_replica_is_a_straggler_named_with_its_throttling() {
     let s = step(
         split(0.001, 0.069, 0.02, 0.001),
