@@ -21,6 +21,10 @@ pub enum Failure {
 }
 
 fn main() -> ExitCode {
+    if let Err(line) = dpt_tui::device::libtorch::check_this_process() {
+        eprintln!("dpt-tui: {line}");
+        return ExitCode::from(2);
+    }
     // Before any thread exists: the environment NCCL's process groups read.
     dpt_tui::dist::nccl_env::apply();
     let argv = match session::config_file::expand(std::env::args_os().collect()) {

@@ -268,3 +268,40 @@ fn doctor_checks_this_machine() {
     let first = stdout.lines().next().unwrap_or("");
     assert!(first.starts_with("ok   ") && first.contains("driver"), "{first}");
 }
+
+/// A torch of another version than the build's taken at run time (here through
+/// `LD_LIBRARY_PATH`, which the binary's RUNPATH yields to: the same libraries, hard-linked
+/// into a folder whose `version.py` says 2.11.9) is said in one line with exit 2.
+#[test]
+fn a_libtorch_of_another_version_is_said_in_one_line() {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let real = dpt_tui::device::libtorch::loaded_dir(&maps).expect("the test maps libtorch");
+    let tmp = tempfile::tempdir().unwrap();
+    let lib = tmp.path().join("torch").join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    for entry in std::fs::read_dir(&real).unwrap() {
+        let from = entry.unwrap().path();
+        if from.is_file() && std::fs::hard_link(&from, lib.join(from.file_name().unwrap())).is_err() {
+            eprintln!("skipped: cannot hard-link {} into {}", from.display(), tmp.path().display());
+            return;
+        }
+    }
+    // Its own RUNPATH finds CUDA's libraries beside torch (`$ORIGIN/../../nvidia/…`).
+    let site = real.parent().and_then(|t| t.parent()).unwrap();
+    for entry in std::fs::read_dir(site).unwrap() {
+        let from = entry.unwrap().path();
+        if from.file_name().is_some_and(|n| n != "torch") {
+            std::os::unix::fs::symlink(&from, tmp.path().join(from.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(tmp.path().join("torch").join("version.py"), "__version__ = '2.11.9+cu130'\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .arg("--help")
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("but loads torch 2.11.9+cu130") && err.contains("bash .ci/setup"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -57,10 +57,12 @@ fn compile_shim(lib: &Path) {
         .file("csrc/rng_shim.cpp");
     let cuda = nvidia_include(torch, "cu13").or_else(|| nvidia_include(torch, "cuda_runtime"));
     let nccl = nvidia_include(torch, "nccl");
-    match (cuda, nccl) {
-        (Some(cuda), Some(nccl))
-            if cuda.join("crt/host_config.h").exists() && cuda.join("nv/target").exists() =>
-        {
+    // A user's own torch (`.ci/env.sh`): CUDA's crt/ and nv/ headers come from dpt-tui's cache.
+    println!("cargo:rerun-if-env-changed=DPT_CUDA_HEADERS");
+    let extra = std::env::var_os("DPT_CUDA_HEADERS").map(|d| PathBuf::from(d).join("nvidia/cu13/include"));
+    let has = |file: &str| cuda.iter().chain(extra.iter()).any(|d| d.join(file).exists());
+    match (cuda.clone(), nccl) {
+        (Some(cuda), Some(nccl)) if has("crt/host_config.h") && has("nv/target") => {
             build
                 .define("USE_C10D_NCCL", None)
                 .define("USE_CUDA", None)
@@ -68,6 +70,9 @@ fn compile_shim(lib: &Path) {
                 .include(cuda)
                 .include(nccl)
                 .file("csrc/c10d_nccl.cpp");
+            if let Some(extra) = extra.filter(|d| d.is_dir()) {
+                build.include(extra);
+            }
         }
         _ => {
             println!(
