@@ -52,6 +52,21 @@ fn slowed(dir: &std::path::Path) -> TrainConfig {
     cfg
 }
 
+/// The run of [`config`] resumed from the checkpoint `run` kept at step 8, at lr 0.05, `skip`
+/// batches skipped.
+fn resumed_from_step_8(
+    run: &std::path::Path,
+    skip: usize,
+    data: std::sync::Arc<dpt_tui::data::Dataset>,
+) -> dpt_tui::engine::Outcome {
+    let other = tempfile::tempdir().unwrap();
+    let path = run.join("checkpoints").join("step-000000008.safetensors");
+    let mut cfg = config(other.path());
+    let resume = Resume::new(Checkpoint::read(&path).unwrap(), ModelKind::Lenet, None, &path).unwrap();
+    cfg.kit.resume = Some(Box::new(Resume { then: Continuation { lr: Some(0.05), skip }, ..resume }));
+    Engine::start(cfg, data).unwrap().join().unwrap()
+}
+
 fn bits(named: &[(String, tch::Tensor)]) -> Vec<(String, Vec<u32>)> {
     named
         .iter()
@@ -106,18 +121,39 @@ fn a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_skip() {
     let rewound = bits(&outcome.final_params);
 
     // The same from the checkpoint kept at step 8, resumed with the lr and the skip.
-    let other = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("checkpoints").join("step-000000008.safetensors");
-    let mut cfg = config(other.path());
-    let resume = Resume::new(Checkpoint::read(&path).unwrap(), ModelKind::Lenet, None, &path).unwrap();
-    cfg.kit.resume =
-        Some(Box::new(Resume { then: Continuation { lr: Some(0.05), skip: skipped }, ..resume }));
-    let resumed = Engine::start(cfg, data).unwrap().join().unwrap();
+    let resumed = resumed_from_step_8(tmp.path(), skipped, data);
     assert_eq!(resumed.summary.global_steps, outcome.summary.global_steps);
     assert_eq!(bits(&resumed.final_params), rewound, "bit-identical weights");
 
     // And without the skip, going back trains the same batches again, at the new lr.
     assert_ne!(skipped, 0);
+}
+
+#[test]
+fn a_checkpoint_kept_on_disk_is_a_rewind_point_of_a_one_process_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset(512, 100);
+    let mut cfg = slowed(tmp.path());
+    cfg.settings.checkpoints.snapshots = 0;
+    let engine = Engine::start(cfg, data.clone()).unwrap();
+    let (records, controls) = (engine.events().clone(), engine.controls());
+    until(&records, |r| matches!(r, Record::Step(s) if s.global_step >= 13));
+    controls.send(Control::Pause).unwrap();
+    let (paused, _) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let Record::Event(Change::Paused { global_step: at }) = paused else { unreachable!() };
+    controls.send(Control::Rewind { global_step: 6, lr: None, skip: false }).unwrap();
+    let (refused, _) = until(&records, |r| matches!(r, Record::Event(Change::Refused { .. })));
+    let Record::Event(Change::Refused { reason }) = refused else { unreachable!() };
+    // Step 12's may still be on its way to the disk (the checkpoint thread writes it).
+    assert!(reason.contains("the points are at steps 4, 8"), "the checkpoints on disk: {reason}");
+    controls.send(Control::Rewind { global_step: 8, lr: Some(0.05), skip: true }).unwrap();
+    let (rewound, _) = until(&records, |r| matches!(r, Record::Event(Change::Rewound { .. })));
+    let Record::Event(Change::Rewound { to, skipped, .. }) = rewound else { unreachable!() };
+    assert_eq!((to, skipped), (8, at - 8));
+    let outcome = engine.join().unwrap();
+
+    let resumed = resumed_from_step_8(tmp.path(), skipped, data);
+    assert_eq!(bits(&resumed.final_params), bits(&outcome.final_params), "bit-identical weights");
 }
 
 /// The flags of the two-process runs: 6 steps an epoch for 4 epochs, a rewind point and a

@@ -1,6 +1,7 @@
 //! Rewind points and going back to one. A point is what a checkpoint continuing at a step
 //! boundary holds (`checkpoint_at`), copied to host memory every `--snapshot-every`, the newest
-//! `--snapshots` kept. A rewind restores one into every replica and goes on exactly as a
+//! `--snapshots` kept; in a one-process run the checkpoints kept on disk (`--keep-checkpoints`)
+//! are points too. A rewind restores one into every replica and goes on exactly as a
 //! `--resume` of the same checkpoint with `--resume-lr` and `--skip-batches` does: both end in
 //! [`Coordinator::go_on`]. Across processes rank 0 decides when a point is taken and where to
 //! go back, and every rank does it at the same boundary (`controls.rs`, the agreement).
@@ -32,11 +33,13 @@ pub(super) struct Points {
     pub(super) due: bool,
     /// Go back at this boundary (agreed across processes).
     pub(super) pending: Option<Plan>,
+    /// The checkpoint kept on disk that the pending rewind goes back to, read when asked.
+    from_disk: Option<Resume>,
 }
 
 impl Default for Points {
     fn default() -> Self {
-        Points { kept: VecDeque::new(), last: Instant::now(), due: false, pending: None }
+        Points { kept: VecDeque::new(), last: Instant::now(), due: false, pending: None, from_disk: None }
     }
 }
 
@@ -125,7 +128,24 @@ impl Coordinator {
             return;
         }
         if self.points.at(plan.global_step).is_none() {
-            let steps = self.points.steps();
+            match self.read_disk_point(plan.global_step) {
+                Ok(point) => self.points.from_disk = point,
+                Err(e) => {
+                    let reason = format!(
+                        "cannot rewind to the checkpoint of step {}: {}",
+                        plan.global_step,
+                        crate::error_chain(&e)
+                    );
+                    self.emit(Change::Refused { reason });
+                    return;
+                }
+            }
+        }
+        if self.points.at(plan.global_step).is_none() && self.points.from_disk.is_none() {
+            let mut steps = self.points.steps();
+            steps.extend(self.disk_steps());
+            steps.sort_unstable();
+            steps.dedup();
             let reason = if steps.is_empty() {
                 "no rewind point is kept yet (--snapshot-every, --snapshots)".to_owned()
             } else {
@@ -154,7 +174,8 @@ impl Coordinator {
         now: (usize, usize),
     ) -> Result<((usize, usize), Tally), EngineError> {
         let from = self.steps.global_step;
-        let Some(point) = self.points.at(plan.global_step) else {
+        let on_disk = self.points.from_disk.take().filter(|r| r.state.global_step == plan.global_step);
+        let Some(point) = self.points.at(plan.global_step).or(on_disk.as_ref()) else {
             return Err(EngineError::Coordinator {
                 replica: None,
                 device: None,
@@ -181,6 +202,36 @@ impl Coordinator {
             skipped: skip,
         });
         Ok((position, partial))
+    }
+
+    /// The checkpoint kept on disk for step `global_step` (`--keep-checkpoints`), a rewind point
+    /// of a one-process run (the other ranks of a multi-process run have no run directory).
+    fn disk_point(&self, global_step: usize) -> Option<std::path::PathBuf> {
+        let dir = self.persist.save_dir.as_ref().filter(|_| self.exchange.world.is_none())?;
+        let path = dir.join("checkpoints").join(format!("step-{global_step:09}.safetensors"));
+        path.is_file().then_some(path)
+    }
+
+    /// The steps of the checkpoints kept on disk that are rewind points.
+    fn disk_steps(&self) -> Vec<usize> {
+        let Some(dir) = self.persist.save_dir.as_ref().filter(|_| self.exchange.world.is_none()) else {
+            return Vec::new();
+        };
+        let names = std::fs::read_dir(dir.join("checkpoints")).into_iter().flatten().flatten();
+        names
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_prefix("step-")?.strip_suffix(".safetensors")?.parse().ok()
+            })
+            .collect()
+    }
+
+    /// The checkpoint kept on disk for `global_step`, read as a resume reads it.
+    fn read_disk_point(&self, global_step: usize) -> Result<Option<Resume>, EngineError> {
+        let Some(path) = self.disk_point(global_step) else { return Ok(None) };
+        let ckpt = crate::persist::checkpoint::Checkpoint::read(&path)?;
+        let model = self.cfg().settings.model_kind();
+        Ok(Some(Resume::new(ckpt, model, self.cfg().kit.script.as_deref(), &path)?))
     }
 
     /// Takes a checkpoint's counters: steps, the lr's live scale, the best kept, the epochs

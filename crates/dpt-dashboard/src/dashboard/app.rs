@@ -174,6 +174,9 @@ impl App {
                     self.devices.panels = panels(&info.devices);
                 }
                 self.run.points.keep = info.settings.checkpoints.snapshots;
+                // A one-process run's checkpoints kept on disk are points too.
+                self.run.points.keep_on_disk =
+                    if info.world.is_none() { info.settings.checkpoints.keep } else { 0 };
                 self.run.info = Some((**info).clone());
             }
             Record::Step(s) => {
@@ -233,7 +236,6 @@ impl App {
                     super::rewind::Picker::offer(&self.run.points, self.run.lr).map(Overlay::Rewind);
             }
             Change::Resumed { .. }
-            | Change::Checkpointed { .. }
             | Change::Refused { .. }
             | Change::Warning { .. }
             | Change::InitFrom { .. }
@@ -242,6 +244,7 @@ impl App {
             | Change::EarlyStopped { .. }
             | Change::Straggler { .. } => {}
             Change::Snapshot { .. } => self.run.points.on_change(change),
+            Change::Checkpointed { .. } => self.run.points.on_change(change),
             Change::Rewound { to, .. } => {
                 self.run.points.on_change(change);
                 self.run.global_step = *to;

@@ -114,7 +114,7 @@ impl App {
                 self.overlay = Some(Overlay::ConfirmQuit);
                 none()
             }
-            Action::Rewind if steering && self.run.points.kept.is_empty() => {
+            Action::Rewind if steering && self.run.points.all().is_empty() => {
                 self.note(
                     Level::Info,
                     "no rewind point yet: one is taken every --snapshot-every (--snapshots K keeps K)",
@@ -122,7 +122,7 @@ impl App {
                 none()
             }
             Action::Rewind if steering => {
-                let cursor = self.run.points.kept.len() - 1;
+                let cursor = self.run.points.all().len() - 1;
                 self.overlay = Some(Overlay::Rewind(super::rewind::Picker::Choose { cursor }));
                 none()
             }

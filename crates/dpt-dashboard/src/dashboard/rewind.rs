@@ -15,10 +15,12 @@ pub struct Point {
     /// The train loss of the last report before it.
     pub loss: Option<f64>,
     pub lr: f64,
-    /// When it was taken (seconds since 1970).
-    pub unix: f64,
-    /// Where the data stood: 0-based epoch and step.
-    pub position: (usize, usize),
+    /// When it was taken (seconds since 1970); unknown for a checkpoint on disk.
+    pub unix: Option<f64>,
+    /// Where the data stood: 0-based epoch and step (unknown for a checkpoint on disk).
+    pub position: Option<(usize, usize)>,
+    /// A checkpoint kept on disk (`--keep-checkpoints`) rather than one in memory.
+    pub on_disk: bool,
 }
 
 /// The points the engine keeps, as its records tell them (oldest first).
@@ -27,6 +29,11 @@ pub struct Points {
     pub kept: Vec<Point>,
     /// How many the engine keeps (`--snapshots`).
     pub keep: usize,
+    /// The checkpoints kept on disk that are points too (one process, `--keep-checkpoints` K
+    /// above 1: the newest K), by step.
+    pub disk: Vec<usize>,
+    /// How many checkpoints are kept on disk as points (0: none are points).
+    pub keep_on_disk: usize,
 }
 
 impl Points {
@@ -38,16 +45,49 @@ impl Points {
                     global_step: *global_step,
                     loss: *loss,
                     lr: *lr,
-                    unix: *unix,
-                    position: (*epoch, *step),
+                    unix: Some(*unix),
+                    position: Some((*epoch, *step)),
+                    on_disk: false,
                 });
                 let extra = self.kept.len().saturating_sub(self.keep.max(1));
                 self.kept.drain(..extra);
             }
-            // The points after it belong to the abandoned branch.
-            Change::Rewound { to, .. } => self.kept.retain(|p| p.global_step <= *to),
+            Change::Checkpointed { global_step, .. } if self.keep_on_disk > 1 => {
+                self.disk.retain(|s| s != global_step);
+                self.disk.push(*global_step);
+                self.disk.sort_unstable();
+                let extra = self.disk.len().saturating_sub(self.keep_on_disk);
+                self.disk.drain(..extra);
+            }
+            // The points after it belong to the abandoned branch (a checkpoint on disk is
+            // written over when the new branch reaches its step).
+            Change::Rewound { to, .. } => {
+                self.kept.retain(|p| p.global_step <= *to);
+                self.disk.retain(|s| s <= to);
+            }
             _ => {}
         }
+    }
+
+    /// Every point to go back to, oldest first: those in memory, and the checkpoints on disk
+    /// at steps without one.
+    pub fn all(&self) -> Vec<Point> {
+        let mut all = self.kept.clone();
+        for &s in &self.disk {
+            if !all.iter().any(|p| p.global_step == s) {
+                let point = Point {
+                    global_step: s,
+                    loss: None,
+                    lr: f64::NAN,
+                    unix: None,
+                    position: None,
+                    on_disk: true,
+                };
+                all.push(point);
+            }
+        }
+        all.sort_by_key(|p| p.global_step);
+        all
     }
 }
 
@@ -56,7 +96,11 @@ impl Point {
     pub fn batches_since(&self, last: Option<&crate::record::StepStats>) -> usize {
         let Some(s) = last else { return 0 };
         let spe = s.steps_per_epoch.max(1);
-        ((s.epoch.max(1) - 1) * spe + s.step).saturating_sub(self.position.0 * spe + self.position.1)
+        match self.position {
+            Some((epoch, step)) => ((s.epoch.max(1) - 1) * spe + s.step).saturating_sub(epoch * spe + step),
+            // A checkpoint on disk: counted in steps (the same unless an earlier rewind skipped).
+            None => s.global_step.saturating_sub(self.global_step),
+        }
     }
 }
 
@@ -93,10 +137,10 @@ impl Picker {
                     (Some(Picker::Choose { cursor: cursor.saturating_sub(1) }), None)
                 }
                 KeyCode::Down | KeyCode::Char('j') => {
-                    let last = points.kept.len().saturating_sub(1);
+                    let last = points.all().len().saturating_sub(1);
                     (Some(Picker::Choose { cursor: (cursor + 1).min(last) }), None)
                 }
-                KeyCode::Enter => match points.kept.get(cursor) {
+                KeyCode::Enter => match points.all().get(cursor) {
                     Some(p) => (
                         Some(Picker::Lr { step: p.global_step, input: lr_input(half(p)), error: None }),
                         None,
@@ -141,7 +185,7 @@ impl Picker {
 
     /// The offer after a loss that is not finite: the newest point, half the lr.
     pub fn offer(points: &Points, lr_now: Option<f64>) -> Option<Picker> {
-        let p = points.kept.last()?;
+        let p = points.all().pop()?;
         Some(Picker::Offer { step: p.global_step, lr: lr_now.unwrap_or(p.lr) / 2.0 })
     }
 }
@@ -172,7 +216,14 @@ mod tests {
 
     #[test]
     fn choose_a_point_take_half_the_lr_and_skip() {
-        let p = points();
+        let mut p = points();
+        // Checkpoints on disk at 25 (listed) and 30 (in memory too: listed once).
+        p.keep_on_disk = 5;
+        for s in [25, 30] {
+            p.on_change(&Change::Checkpointed { path: "c".into(), global_step: s });
+        }
+        let all: Vec<(usize, bool)> = p.all().iter().map(|p| (p.global_step, p.on_disk)).collect();
+        assert_eq!(all, [(10, false), (20, false), (25, true), (30, false)]);
         let (next, sent) = Picker::Choose { cursor: 2 }.key(KeyCode::Up, &p, Some(0.2));
         assert_eq!((next.clone(), sent), (Some(Picker::Choose { cursor: 1 }), None));
         let (next, _) = next.unwrap().key(KeyCode::Enter, &p, Some(0.2));

@@ -22,7 +22,7 @@ fn age(seconds: f64) -> String {
 /// The window's title, lines and width.
 pub fn lines(app: &App, look: &Look, picker: &Picker) -> (&'static str, Vec<Line<'static>>, u16) {
     let t = look.theme;
-    let points = &app.run.points.kept;
+    let points = &app.run.points.all();
     let find = |step: usize| points.iter().find(|p| p.global_step == step);
     let since = |p: Option<&Point>| p.map_or(0, |p| p.batches_since(app.run.last_step.as_ref()));
     let lr = |v: f64| crate::record::text::lr_text(v);
@@ -43,9 +43,13 @@ pub fn lines(app: &App, look: &Look, picker: &Picker) -> (&'static str, Vec<Line
                 let text = format!(
                     "  {:>9}  {:>8}  {:>10}  {:>9}",
                     p.global_step,
-                    now.map_or("-".to_owned(), |n| age(n - p.unix)),
+                    match (now, p.unix) {
+                        (Some(n), Some(t)) => age(n - t),
+                        _ if p.on_disk => "on disk".to_owned(),
+                        _ => "-".to_owned(),
+                    },
                     p.loss.map_or("-".to_owned(), |l| format!("{l:.4}")),
-                    lr(p.lr)
+                    if p.lr.is_finite() { lr(p.lr) } else { "-".to_owned() }
                 );
                 let style =
                     if i == *cursor { t.fg(t.text).add_modifier(Modifier::REVERSED) } else { t.fg(t.text) };
