@@ -11,34 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, ok, rank, rel_diff};
+use common::{free_port, ok, rank, rel_diff, training};
 use dpt_tui::engine::Control;
 use dpt_tui::record::{Change, Record};
 use tch::Tensor;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-fn training(extra: &[&str]) -> Vec<String> {
-    let data = common::subset_dir();
-    let mut v: Vec<String> =
-        ["--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "200"]
-            .into_iter()
-            .chain([
-                "--batch-size",
-                "100",
-                "--log-every",
-                "2",
-                "--momentum",
-                "0.9",
-                "--weight-decay",
-                "0.001",
-                "--headless",
-            ])
-            .map(String::from)
-            .collect();
-    v.extend(extra.iter().map(|s| (*s).to_owned()));
-    v
-}
 
 /// The tensors of `file` in `run`, by name.
 fn tensors(run: &Path, file: &str) -> Vec<(String, Tensor)> {

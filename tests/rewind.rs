@@ -157,41 +157,12 @@ fn a_checkpoint_kept_on_disk_is_a_rewind_point_of_a_one_process_run() {
 }
 
 /// The flags of the two-process runs: 6 steps an epoch for 4 epochs, a rewind point and a
-/// kept checkpoint every 2 steps, one CPU replica per rank.
+/// kept checkpoint every 2 steps, one CPU replica per rank, `extra`.
 fn two_rank_flags(extra: &[&str]) -> Vec<String> {
-    let data = common::subset_dir();
-    let mut v: Vec<String> = [
-        "--data",
-        data.to_str().unwrap(),
-        "--train-limit",
-        "600",
-        "--test-limit",
-        "200",
-        "--batch-size",
-        "100",
-        "--epochs",
-        "4",
-        "--log-every",
-        "1",
-        "--momentum",
-        "0.9",
-        "--headless",
-        "--devices",
-        "cpu:1",
-        "--snapshot-every",
-        "2steps",
-        "--checkpoint-every",
-        "2steps",
-        "--keep-checkpoints",
-        "20",
-        "--dist-timeout",
-        "60",
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
-    v.extend(extra.iter().map(|s| (*s).to_owned()));
-    v
+    let mut flags: Vec<&str> = vec!["--epochs", "4", "--devices", "cpu:1", "--dist-timeout", "60"];
+    flags.extend(["--snapshot-every", "2steps", "--checkpoint-every", "2steps", "--keep-checkpoints", "20"]);
+    flags.extend(extra);
+    common::training(&flags)
 }
 
 /// Starts two ranks with `args` and `env`, rank 0 into `run`.

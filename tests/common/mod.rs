@@ -164,6 +164,30 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// The binary's flags for a short headless run on 600 images of the shipped subset (batches of
+/// 100, momentum 0.9, weight decay 0.001, a report every 2 steps), then `extra`.
+pub fn training(extra: &[&str]) -> Vec<String> {
+    let data = subset_dir();
+    let mut v: Vec<String> =
+        ["--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "200"]
+            .into_iter()
+            .chain([
+                "--batch-size",
+                "100",
+                "--log-every",
+                "2",
+                "--momentum",
+                "0.9",
+                "--weight-decay",
+                "0.001",
+                "--headless",
+            ])
+            .map(String::from)
+            .collect();
+    v.extend(extra.iter().map(|s| (*s).to_owned()));
+    v
+}
+
 /// Rank `rank` of `world` of the binary on localhost:`port`, with `args`.
 pub fn rank(rank: usize, world: usize, port: u16, args: &[String]) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
