@@ -116,6 +116,26 @@ fn a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_skip() {
     let (next, _) = until(&records, |r| matches!(r, Record::Step(_)));
     let Record::Step(next) = next else { unreachable!() };
     assert_eq!((next.global_step, next.lr), (9, 0.05), "the run goes on from the point");
+
+    // A save asked for now writes the data's place, ahead of the global step by the skip.
+    controls.send(Control::Pause).unwrap();
+    let (paused, _) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let Record::Event(Change::Paused { global_step: now }) = paused else { unreachable!() };
+    let elsewhere = tempfile::tempdir().unwrap();
+    controls.send(Control::SaveTo { dir: elsewhere.path().to_owned() }).unwrap();
+    until(
+        &records,
+        |r| matches!(r, Record::Event(Change::Checkpointed { path, .. }) if path.contains(elsewhere.path().to_str().unwrap())),
+    );
+    let saved = Checkpoint::read(&elsewhere.path().join("checkpoint.safetensors")).unwrap().state;
+    assert_eq!(saved.global_step, now);
+    assert_eq!(
+        saved.epoch * 8 + saved.step,
+        now + skipped,
+        "the data's place: {:?}",
+        (saved.epoch, saved.step)
+    );
+    controls.send(Control::Resume).unwrap();
     let outcome = engine.join().unwrap();
     assert_eq!(outcome.summary.global_steps, 24 - skipped, "the skipped batches are not trained on");
     let rewound = bits(&outcome.final_params);

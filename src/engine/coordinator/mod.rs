@@ -99,6 +99,9 @@ pub struct Coordinator {
     flow: flow::Flow,
     /// The rewind points kept and what the next boundary does with them.
     points: rewind::Points,
+    /// The (epoch, step) of the data that trains next (a save asked for between steps writes
+    /// it into the checkpoint).
+    data_at: (usize, usize),
 }
 
 impl Coordinator {
@@ -123,6 +126,7 @@ impl Coordinator {
             exchange: reduce::Exchange { world: p.world, reduction: reduce::Reduction::plan(&p.cfg.devices) },
             flow: flow::Flow::default(),
             points: rewind::Points::default(),
+            data_at: (0, 0),
             channels: Channels { events: p.events, controls: p.controls },
             cfg: p.cfg,
             facts: p.facts,

@@ -36,10 +36,10 @@ fn save_script(script: &ScriptModel, named: &[(String, Tensor)], path: &Path) ->
 }
 
 impl Coordinator {
-    /// The (epoch, step) that runs next, from the global step.
+    /// The (epoch, step) of the data that trains next: the loop's place, which a rewind's skip
+    /// puts ahead of the global step's.
     pub(super) fn position_now(&self) -> (usize, usize) {
-        let spe = self.cfg().steps_per_epoch(self.facts.train_len);
-        (self.steps.global_step / spe, self.steps.global_step % spe)
+        self.data_at
     }
 
     fn params_finite(&self) -> bool {

@@ -51,6 +51,7 @@ impl Coordinator {
             self.report.window = Window::new(k);
             for step in first..steps_per_epoch {
                 position = (epoch, step);
+                self.data_at = position;
                 self.poll_controls(position)?;
                 if let Some(plan) = self.points.pending.take() {
                     return Ok(Leg::Rewind { plan, now: position });
