@@ -13,8 +13,9 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-/// One timed run at a time: a verdict measured while another test's run shares the cores would
-/// be of that sharing.
+/// One test at a time, its preparation included (writing JPEGs, tracing a model): a verdict
+/// measured while another test works on the cores would be of that sharing (a CI run named
+/// `compute` where the straggler test's rank 0 shared its core with another test's encoding).
 static TURN: Mutex<()> = Mutex::new(());
 
 fn dpt(run: &Path, flags: &[&str]) -> Command {
@@ -71,12 +72,12 @@ fn write_noise_folder(dir: &Path, n: usize) {
 
 #[test]
 fn one_decode_thread_for_a_tiny_model_is_input_bound() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let folder = tmp.path().join("jpeg");
     write_noise_folder(&folder, 640);
     let model = common::make_model("pooled", 3, tmp.path());
     let run = tmp.path().join("run");
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let flags =
         ["--model", model.to_str().unwrap(), "--data", folder.to_str().unwrap(), "--loader", "stream"];
     let out = dpt(&run, &flags)
@@ -105,10 +106,10 @@ fn one_decode_thread_for_a_tiny_model_is_input_bound() {
 
 #[test]
 fn an_injected_slow_replica_is_the_straggler() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let data = common::subset_dir();
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let out = dpt(&run, &["--data", data.to_str().unwrap(), "--devices", "cpu:2", "--log-every", "2"])
         .env("DPT_INJECT_FAULT", "slow-replica=1@40")
         .output()
@@ -169,11 +170,11 @@ fn two_ranks(run: &Path, flags: &[&str], pin: Option<[&str; 2]>) -> Vec<String> 
 
 #[test]
 fn two_processes_of_a_small_model_are_communication_bound() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let model = common::make_model("mlp", 1, tmp.path());
     let run = tmp.path().join("run");
     let data = common::subset_dir();
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let flags = [
         "--model",
         model.to_str().unwrap(),
@@ -194,13 +195,13 @@ fn two_processes_of_a_small_model_are_communication_bound() {
 
 #[test]
 fn a_rank_sharing_its_core_with_a_busy_process_is_named_as_the_straggler() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     if std::thread::available_parallelism().map_or(0, |n| n.get()) < 2 {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let data = common::subset_dir();
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     // Rank 0 has core 0 to itself; rank 1 shares core 1 with a busy loop.
     let mut busy =
         Command::new("taskset").args(["-c", "1", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
