@@ -243,12 +243,7 @@ fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
     let verse = "the cat sat on the mat. the dog lay on the log. ";
     std::fs::write(text.join("a.txt"), verse.repeat(300)).unwrap();
     let gpt = dir.path().join("gpt256.pt");
-    let made = Command::new(common::python())
-        .arg(common::script("gpt.py"))
-        .args(["make", gpt.to_str().unwrap(), "256", &BLOCK.to_string(), "script"])
-        .status()
-        .unwrap();
-    assert!(made.success());
+    common::made_by_python(&gpt, "gpt.py", &["make", common::OUT, "256", &BLOCK.to_string(), "script"]);
     let cache = dir.path().join("cache");
     let run = |model: &Path, name: &str| {
         Command::new(env!("CARGO_BIN_EXE_dpt-tui"))

@@ -105,14 +105,40 @@ pub fn script(name: &str) -> PathBuf {
 /// channels into `dir`, named `<kind><channels>.pt`.
 pub fn make_model(kind: &str, channels: usize, dir: &std::path::Path) -> PathBuf {
     let out = dir.join(format!("{kind}{channels}.pt"));
-    let status = std::process::Command::new(python())
-        .arg(script("make_model.py"))
-        .args([kind, out.to_str().unwrap(), &channels.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("the virtualenv's python runs (bash .ci/setup)");
-    assert!(status.success(), "make_model.py {kind}");
+    made_by_python(&out, "make_model.py", &[kind, OUT, &channels.to_string()]);
     out
+}
+
+/// Where [`made_by_python`] puts the output file among its arguments.
+pub const OUT: &str = "{out}";
+
+/// Writes `out` with `tests/scripts/<name> ARGS` ([`OUT`] in `args` standing for the file),
+/// once per test build: the scripts seed what they draw, so the same script and arguments make
+/// the same file, and a later test (of this binary or another) copies it from
+/// `target/tmp/fixtures` instead of starting Python and torch again (about 2.5 s of CPU each).
+pub fn made_by_python(out: &std::path::Path, name: &str, args: &[&str]) {
+    let code = std::fs::read(script(name)).expect("the script reads");
+    let key = dpt_tui::data::fnv([code.as_slice(), python().as_bytes(), args.join("\0").as_bytes()].concat());
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+    let kept = cache.join(format!("{key:016x}-{}", out.file_name().unwrap().to_string_lossy()));
+    if !kept.exists() {
+        std::fs::create_dir_all(&cache).unwrap();
+        // Written under a name of this thread's own, then renamed: tests of one binary asking
+        // for the same file at once each make it, and the one kept is whole.
+        let part =
+            cache.join(format!("{key:016x}.{}.{:?}.part", std::process::id(), std::thread::current().id()));
+        let args: Vec<&str> =
+            args.iter().map(|a| if *a == OUT { part.to_str().unwrap() } else { a }).collect();
+        let status = std::process::Command::new(python())
+            .arg(script(name))
+            .args(&args)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("the virtualenv's python runs (bash .ci/setup)");
+        assert!(status.success(), "{name} {args:?}");
+        std::fs::rename(&part, &kept).unwrap();
+    }
+    std::fs::copy(&kept, out).unwrap();
 }
 
 /// Writes `split` (1x28x28 bytes) as WebDataset shards of `per_shard` samples into `dir`:
@@ -246,21 +272,15 @@ pub fn relative_error(
 /// Token data and the small GPT of `tests/scripts/gpt.py` (vocabulary 64, block 16).
 pub mod tokens {
     use std::path::{Path, PathBuf};
-    use std::process::Command;
 
-    use super::{python, script};
+    use super::{made_by_python, OUT};
 
     pub const VOCAB: usize = 64;
     pub const BLOCK: usize = 16;
 
     pub fn make_gpt(kind: &str, dir: &Path) -> PathBuf {
         let out = dir.join(format!("gpt-{kind}.pt"));
-        let status = Command::new(python())
-            .arg(script("gpt.py"))
-            .args(["make", out.to_str().unwrap(), &VOCAB.to_string(), &BLOCK.to_string(), kind])
-            .status()
-            .expect("the virtualenv's python runs (bash .ci/setup)");
-        assert!(status.success(), "gpt.py make {kind}");
+        made_by_python(&out, "gpt.py", &["make", OUT, &VOCAB.to_string(), &BLOCK.to_string(), kind]);
         out
     }
 
