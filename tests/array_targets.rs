@@ -9,12 +9,8 @@ use std::path::Path;
 use std::process::Command;
 
 fn make(dir: &Path, kind: &str) {
-    let status = Command::new(common::python())
-        .arg(common::script("array_targets.py"))
-        .args(["make", dir.to_str().unwrap(), kind])
-        .status()
-        .unwrap();
-    assert!(status.success(), "array_targets.py make {kind}");
+    let made = common::run_script("array_targets.py", &["make", dir.to_str().unwrap(), kind]);
+    assert!(made.status.success(), "array_targets.py make {kind}: {}", String::from_utf8_lossy(&made.stderr));
 }
 
 fn dpt(dir: &Path, run: &str, extra: &[&str]) -> std::process::Output {
@@ -38,11 +34,8 @@ fn float_targets_train_as_pytorchs_loop_and_a_classifier_is_refused_them() {
     let args = ["--model", model.to_str().unwrap(), "--batch-size", "64", "--epochs", "5", "--lr", "0.1"];
     let out = dpt(dir.path(), "run", &[&args[..], &["--normalize", "0,1"]].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let reference = Command::new(common::python())
-        .arg(common::script("array_targets.py"))
-        .args(["reference", dir.path().to_str().unwrap(), "5", "0.1"])
-        .output()
-        .unwrap();
+    let reference =
+        common::run_script("array_targets.py", &["reference", dir.path().to_str().unwrap(), "5", "0.1"]);
     assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
     let theirs: std::collections::HashMap<String, Vec<f64>> =
         serde_json::from_slice(&reference.stdout).unwrap();
@@ -69,11 +62,8 @@ fn float_targets_train_as_pytorchs_loop_and_a_classifier_is_refused_them() {
         (dir.path().join("one.pt").to_str().unwrap(), "forward must take them"),
     ] {
         if model.ends_with("one.pt") {
-            let made = Command::new(common::python())
-                .arg(common::script("array_targets.py"))
-                .args(["one", model])
-                .status();
-            assert!(made.unwrap().success());
+            let made = common::run_script("array_targets.py", &["one", model]);
+            assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
         }
         let out = dpt(dir.path(), "refused", &["--model", model, "--batch-size", "64", "--epochs", "1"]);
         let stderr = String::from_utf8_lossy(&out.stderr);

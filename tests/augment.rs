@@ -23,12 +23,11 @@ fn the_cifar_crop_and_flip_equal_torchvisions_own_on_the_same_draws() {
     let ours: Vec<u8> =
         Vec::try_from(augment::apply(&augment, &raw, &drawn).contiguous().view([-1])).unwrap();
     let spec: Vec<[i64; 3]> = drawn.iter().map(|d| [d.top, d.left, i64::from(d.flip)]).collect();
-    let out = Command::new(common::python())
-        .arg(common::script("augment_reference.py"))
-        .arg(common::subset_dir())
-        .args([N.to_string(), "4".to_owned(), serde_json::to_string(&spec).unwrap()])
-        .output()
-        .expect("the virtualenv's python runs (bash .ci/setup)");
+    let data = common::subset_dir().to_string_lossy().into_owned();
+    let out = common::run_script(
+        "augment_reference.py",
+        &[data, N.to_string(), "4".to_owned(), serde_json::to_string(&spec).unwrap()],
+    );
     assert!(out.status.success(), "augment_reference.py: {}", String::from_utf8_lossy(&out.stderr));
     let theirs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let theirs: Vec<u8> = serde_json::from_value(theirs["bytes"].clone()).unwrap();
@@ -97,12 +96,10 @@ fn augmentation_draws_per_sample_whatever_the_replicas_and_a_resume_continues_it
 
 /// Runs `resized_crop_reference.py` on `cases` (images in `folder`).
 fn torchvision_resized_crop(cases: &serde_json::Value, folder: &Path) -> serde_json::Value {
-    let out = Command::new(common::python())
-        .arg(common::script("resized_crop_reference.py"))
-        .arg(cases.to_string())
-        .arg(folder)
-        .output()
-        .expect("the virtualenv's python runs (bash .ci/setup)");
+    let out = common::run_script(
+        "resized_crop_reference.py",
+        &[std::ffi::OsStr::new(&cases.to_string()), folder.as_ref()],
+    );
     assert!(out.status.success(), "resized_crop_reference.py: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -83,12 +83,10 @@ fn reference(model: &Path, data: &Path, batch: usize, steps: usize) -> HashMap<S
         "lr": 1e-2, "min_lr": 1e-3, "warmup": 2, "weight_decay": 0.1,
         "betas": [0.9, 0.95], "eps": 1e-8, "clip": 1.0,
     });
-    let out = Command::new(common::python())
-        .arg(common::script("gpt.py"))
-        .args(["reference", model.to_str().unwrap(), data.to_str().unwrap()])
-        .args([BLOCK.to_string(), batch.to_string(), steps.to_string(), spec.to_string()])
-        .output()
-        .expect("the virtualenv's python runs");
+    let (model, data) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let (block, batch, steps) = (BLOCK.to_string(), batch.to_string(), steps.to_string());
+    let out =
+        common::run_script("gpt.py", &["reference", model, data, &block, &batch, &steps, &spec.to_string()]);
     assert!(out.status.success(), "gpt.py reference: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("JSON parameters")
 }

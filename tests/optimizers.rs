@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::Arc;
 
 use dpt_tui::engine::optim::loss_scale::LossScaling;
@@ -73,13 +72,12 @@ fn reference(model: &std::path::Path, recipe: Recipe) -> HashMap<String, Vec<f64
         "loss_scale": recipe.loss_scale.map(|(l, _)| serde_json::json!({"init": l.init, "interval": l.growth_interval})),
         "overflow_at": recipe.loss_scale.map(|(_, s)| vec![s]).unwrap_or_default(),
     });
-    let out = Command::new(common::python())
-        .arg(common::script("optim_reference.py"))
-        .arg(model)
-        .arg(common::subset_dir())
-        .args([N.to_string(), STEPS.to_string(), spec.to_string()])
-        .output()
-        .expect("the virtualenv's python runs (bash .ci/setup)");
+    let data = common::subset_dir();
+    let (model, data) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let out = common::run_script(
+        "optim_reference.py",
+        &[model, data, &N.to_string(), &STEPS.to_string(), &spec.to_string()],
+    );
     assert!(out.status.success(), "optim_reference.py: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("JSON parameters")
 }

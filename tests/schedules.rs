@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
@@ -19,11 +17,7 @@ fn pytorch(shape: &str, lr: f64, warmup: usize, min_lr: f64, milestones: &[usize
         "shape": shape, "lr": lr, "warmup": warmup, "total": TOTAL, "min_lr": min_lr,
         "gamma": 0.1, "milestones": milestones, "steps_per_epoch": PER_EPOCH,
     });
-    let out = Command::new(common::python())
-        .arg(common::script("schedule_reference.py"))
-        .arg(spec.to_string())
-        .output()
-        .expect("the virtualenv's python runs (bash .ci/setup)");
+    let out = common::run_script("schedule_reference.py", &[spec.to_string()]);
     assert!(out.status.success(), "schedule_reference.py: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }

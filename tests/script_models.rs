@@ -123,13 +123,9 @@ fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
     let norm = &records[0]["normalize"];
     let (mean, std) = (norm["mean"][0].as_f64().unwrap(), norm["std"][0].as_f64().unwrap());
     assert!(mean > 0.1 && std > 0.1, "Fashion-MNIST's own statistics: {norm}");
-    let eval = Command::new(common::python())
-        .arg(common::script("evaluate.py"))
-        .args([run.join("model.pt").to_str().unwrap(), common::subset_dir().to_str().unwrap()])
-        .args([mean.to_string(), std.to_string()])
-        .stderr(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let (model, data) = (run.join("model.pt"), common::subset_dir());
+    let (model, data) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let eval = common::run_script("evaluate.py", &[model, data, &mean.to_string(), &std.to_string()]);
     assert!(eval.status.success());
     let line = String::from_utf8_lossy(&eval.stdout);
     let python: serde_json::Value = serde_json::from_str(line.trim()).unwrap();

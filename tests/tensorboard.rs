@@ -12,11 +12,7 @@ use serde_json::Value;
 
 /// What TensorBoard's reader finds in `dir`.
 fn read_back(dir: &Path) -> Value {
-    let out = Command::new(common::python())
-        .arg(common::script("tensorboard_read.py"))
-        .arg(dir)
-        .output()
-        .expect("the virtualenv's python runs (bash .ci/setup)");
+    let out = common::run_script("tensorboard_read.py", &[dir]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -101,6 +101,67 @@ pub fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scripts").join(name)
 }
 
+/// What `python tests/scripts/NAME ARGS` gives (exit status, stdout, stderr), run by one Python
+/// process per test binary (`tests/scripts/serve.py`), so torch is imported once per binary
+/// instead of once per script. Tests asking at once take turns.
+pub fn run_script<S: AsRef<std::ffi::OsStr>>(name: &str, args: &[S]) -> std::process::Output {
+    use std::os::unix::process::ExitStatusExt;
+    static SERVER: std::sync::Mutex<Option<ScriptServer>> = std::sync::Mutex::new(None);
+    let mut server = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    let request = serde_json::json!({ "script": script(name), "args": args });
+    // A server that died (a script that crashed the interpreter) is started again, once.
+    for _ in 0..2 {
+        let reply = server.get_or_insert_with(ScriptServer::start).ask(&request);
+        match reply {
+            Some(r) => {
+                let text = |k: &str| r[k].as_str().unwrap_or_default().as_bytes().to_vec();
+                let code = r["code"].as_i64().unwrap_or(1) as i32;
+                return std::process::Output {
+                    status: std::process::ExitStatus::from_raw((code & 0xff) << 8),
+                    stdout: text("stdout"),
+                    stderr: text("stderr"),
+                };
+            }
+            None => *server = None,
+        }
+    }
+    panic!("tests/scripts/serve.py died running {name} {args:?} (run the script alone to see why)");
+}
+
+/// The Python process of [`run_script`].
+struct ScriptServer {
+    _child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl ScriptServer {
+    fn start() -> Self {
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(python())
+            .arg(script("serve.py"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the virtualenv's python runs (bash .ci/setup)");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        ScriptServer { _child: child, stdin, stdout }
+    }
+
+    /// The reply to `request`, or `None` when the process is gone.
+    fn ask(&mut self, request: &serde_json::Value) -> Option<serde_json::Value> {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{request}").ok()?;
+        self.stdin.flush().ok()?;
+        let mut line = String::new();
+        (self.stdout.read_line(&mut line).ok()? > 0).then_some(())?;
+        serde_json::from_str(&line).ok()
+    }
+}
+
 /// Writes TorchScript model `kind` (see tests/scripts/make_model.py) for images of `channels`
 /// channels into `dir`, named `<kind><channels>.pt`.
 pub fn make_model(kind: &str, channels: usize, dir: &std::path::Path) -> PathBuf {
@@ -129,13 +190,8 @@ pub fn made_by_python(out: &std::path::Path, name: &str, args: &[&str]) {
             cache.join(format!("{key:016x}.{}.{:?}.part", std::process::id(), std::thread::current().id()));
         let args: Vec<&str> =
             args.iter().map(|a| if *a == OUT { part.to_str().unwrap() } else { a }).collect();
-        let status = std::process::Command::new(python())
-            .arg(script(name))
-            .args(&args)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("the virtualenv's python runs (bash .ci/setup)");
-        assert!(status.success(), "{name} {args:?}");
+        let made = run_script(name, &args);
+        assert!(made.status.success(), "{name} {args:?}: {}", String::from_utf8_lossy(&made.stderr));
         std::fs::rename(&part, &kept).unwrap();
     }
     std::fs::copy(&kept, out).unwrap();
