@@ -104,7 +104,20 @@ fn a_gpt_on_token_data_trains_on_two_processes_as_on_one_with_as_many_replicas()
 #[test]
 fn resnet18_batchnorm_statistics_come_from_replica_0_of_rank_0() {
     let tmp = tempfile::tempdir().unwrap();
-    let extra = ["--model", "resnet18", "--max-steps", "2", "--lr", "0.05"];
+    // Batches of 40 (20 per replica) and 20 test images: the statistics' origin, not their
+    // quality, is what is checked.
+    let extra = [
+        "--model",
+        "resnet18",
+        "--max-steps",
+        "2",
+        "--lr",
+        "0.05",
+        "--batch-size",
+        "40",
+        "--test-limit",
+        "20",
+    ];
     let two = run_world(tmp.path(), "two", 2, "cpu:1", &extra);
     let one = run_alone(tmp.path(), "one", "cpu:2", &extra);
     let (a, b) = (common::weights(&two), common::weights(&one));
