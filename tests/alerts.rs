@@ -2,7 +2,7 @@
 //! (a test script records it), a failing notify command reported without touching the run, and
 //! the terminal bell in a real pseudo-terminal.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

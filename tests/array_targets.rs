@@ -3,7 +3,7 @@
 //! own loop's weights, on two replicas; integer masks `[N, 6, 6]` train a per-pixel loss whose
 //! every evaluation equals PyTorch's on the saved weights; a classifier is refused them.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

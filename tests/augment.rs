@@ -2,7 +2,7 @@
 //! same draws (the venv's torchvision), and the draws depend on the sample, not on the replica
 //! count or a resume.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

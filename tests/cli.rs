@@ -1,6 +1,6 @@
 //! The real binary: headless output, the run directory's schema, exit codes on bad input.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

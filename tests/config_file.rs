@@ -1,7 +1,7 @@
 //! Run configuration files: a run started from one, the resolved `config.toml` every run
 //! directory gets, and that file repeating the run exactly.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! through the prompt, resume, quit; the screen and metrics.jsonl must show each of them. The
 //! status panel says what limits the step.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

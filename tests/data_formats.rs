@@ -4,7 +4,7 @@
 //! variants refused with a message naming the file, and a TorchScript CNN trained on
 //! CIFAR-format data and on an image folder.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

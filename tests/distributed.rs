@@ -4,7 +4,7 @@
 //! change given on rank 0 reaching rank 1 at the same step, and the preemption signal on one
 //! rank (every rank checkpoints and exits 75; the same commands finish the run).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Short real trainings on the shipped subset: accuracy reached, and controls sent through the
 //! control channel taking effect at step boundaries.
 
-mod common;
+use crate::common;
 
 use crossbeam_channel::Receiver;
 use dpt_tui::engine::{Control, DeviceId, Engine, FinishReason, Record, TrainConfig};

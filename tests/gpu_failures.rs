@@ -2,7 +2,7 @@
 //! out, and the last checkpoint is kept; a set-up that never returns fails at its deadline and
 //! the process leaves (with `_exit`, past the thread still inside it).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -1,6 +1,6 @@
 //! The IDX reader on the shipped files and on every kind of corrupt file.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::Path;

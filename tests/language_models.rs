@@ -4,7 +4,7 @@
 //! corpus of one window; scripted and traced exports and a logits-only model; two replicas equal
 //! to one; a stopped run resumed exactly; the command line end to end; bad input refused.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

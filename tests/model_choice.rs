@@ -1,7 +1,7 @@
 //! Model choice over a run: the best evaluations kept as checkpoints and the early stop, as the
 //! records and the run directory show them.
 
-mod common;
+use crate::common;
 
 use dpt_tui::engine::best::BestMetric;
 use dpt_tui::engine::optim::OptimConfig;

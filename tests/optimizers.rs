@@ -3,7 +3,7 @@
 //! two replicas, `torch.optim` in the virtualenv's Python (`tests/scripts/optim_reference.py`);
 //! and a run resumed mid-way ends where a straight run does.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

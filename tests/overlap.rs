@@ -3,7 +3,7 @@
 //! within a process and across two, to float tolerance across three; the buckets really start
 //! during the backward passes (the step records' `overlapped`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,7 @@
 //! Nothing lost: checkpoints, exact resume, failed writes, divergence, failing and stuck
 //! replicas, through the engine API with test-only fault injection.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Training that outlives the terminal: a detached CPU job, viewers attaching and detaching,
 //! controls over the socket, protocol errors, refused peers, leaks, `ls`, `show` and `--png`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

@@ -3,7 +3,7 @@
 //! the run ends with the weights of a straight run; a command with other settings is refused
 //! and changes nothing; each restart is in the record.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

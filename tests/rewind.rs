@@ -3,7 +3,7 @@
 //! lr and skip: on one process (the engine's own API) and on two (the binary, steered from
 //! an attached viewer, as the dashboard steers it).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! written. Headless, the run retries, then exits 1 without a summary; a background job pauses
 //! with the weights in memory until they are saved into another folder.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Every learning-rate schedule against the `torch.optim.lr_scheduler` classes it follows
 //! (`tests/scripts/schedule_reference.py`), and a run's reported lr following its schedule.
 
-mod common;
+use crate::common;
 
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::OptimConfig;

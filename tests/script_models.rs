@@ -3,7 +3,7 @@
 //! built-in models (replicas identical, 1 vs k replicas, exact resume), the exported model
 //! reloaded in Python, and every bad model refused before anything is written.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! say how to resume and exit 130 / 143; SIGHUP never kills training, headless or in the
 //! dashboard. Then the run is resumed from its directory.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The warm-up steps of a process are left out of the step timings and the straggler check,
 //! in the records a run writes (the clock's own rules are unit-tested in `engine::clock`).
 
-mod common;
+use crate::common;
 
 use dpt_tui::engine::clock::WARMUP_STEPS;
 use dpt_tui::engine::{DeviceId, Engine, TrainConfig};

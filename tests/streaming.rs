@@ -3,7 +3,7 @@
 //! on one process and on two, resumes mid-epoch exactly, crops ImageNet-style, keeps the process's memory bounded while streaming more
 //! than its budget, and names (and counts) images that fail to decode while training.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! settings as the HParams plugin's hyperparameters; `show RUN --tensorboard` writes them for a
 //! run recorded without them, once.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

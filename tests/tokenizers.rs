@@ -4,7 +4,7 @@
 //! decoded by the tokenizer, and finds the folder's own tokenizer.json; a broken tokenizer and
 //! token ids beyond the model's vocabulary are refused in one line before anything is written.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
