@@ -225,8 +225,12 @@ fn a_hundred_attach_detach_cycles_leak_neither_threads_nor_descriptors() {
         let v = attach(&job.run, false).unwrap();
         drop(v);
     }
-    let after = settle(&job, before);
-    assert!(after.0 <= before.0 && after.1 <= before.1, "{before:?} -> {after:?}");
+    // The job's own threads and files may grow by a few meanwhile (its checkpoint thread starts
+    // with the first periodic checkpoint, which can fall during the cycles; a checkpoint being
+    // written holds a file); what a hundred cycles leaked would be a hundred.
+    const PASSING: usize = 3;
+    let after = settle(&job, (before.0 + PASSING, before.1 + PASSING));
+    assert!(after.0 <= before.0 + PASSING && after.1 <= before.1 + PASSING, "{before:?} -> {after:?}");
     let v = attach(&job.run, false).unwrap();
     v.controls.send(Control::Stop).unwrap();
     until(&v.records, |e| matches!(e, Record::Summary(_)));
