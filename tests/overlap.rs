@@ -13,14 +13,27 @@ use common::{free_port, ok, rel_diff};
 use dpt_tui::engine::{DeviceId, Engine, Outcome, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
-use dpt_tui::record::Record;
+use dpt_tui::record::{Change, Record};
 
 /// A cap of 0.01 MiB: lenet's 129,068 parameters fall into several buckets (the first of
 /// 10,485 bytes: fc3 and fc2's bias; one per larger tensor).
 const SMALL: f64 = 0.01;
 
 /// Trains `cfg` for a few steps; the outcome and the share of buckets each window overlapped.
-fn train(mut cfg: TrainConfig, cap: f64) -> (Outcome, Vec<f64>) {
+fn train(cfg: TrainConfig, cap: f64) -> (Outcome, Vec<f64>) {
+    let (outcome, records) = train_records(cfg, cap);
+    let overlapped = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Step(s) => Some(s.overlapped.unwrap_or(-1.0)),
+            _ => None,
+        })
+        .collect();
+    (outcome, overlapped)
+}
+
+/// Trains `cfg` for a few steps; the outcome and the run's records.
+fn train_records(mut cfg: TrainConfig, cap: f64) -> (Outcome, Vec<Record>) {
     cfg.settings.placement.bucket_cap_mb = cap;
     cfg.settings.recipe.batch_size = 96;
     cfg.settings.recipe.seed = 5;
@@ -29,15 +42,21 @@ fn train(mut cfg: TrainConfig, cap: f64) -> (Outcome, Vec<f64>) {
     cfg.settings.placement.check_replicas = true;
     // 300 samples in batches of 96: the 4th step of each epoch is a partial batch of 12.
     let engine = Engine::start(cfg, common::subset(300, 100)).expect("engine starts");
-    let overlapped = engine
-        .events()
+    let records = engine.events().iter().collect();
+    (engine.join().expect("training succeeds"), records)
+}
+
+/// The re-plans of a run's buckets: (step, buckets before, after).
+fn rebucketed(records: &[Record]) -> Vec<(usize, usize, usize)> {
+    records
         .iter()
         .filter_map(|r| match r {
-            Record::Step(s) => Some(s.overlapped.unwrap_or(-1.0)),
+            Record::Event(Change::Rebucketed { global_step, before, after }) => {
+                Some((*global_step, *before, *after))
+            }
             _ => None,
         })
-        .collect();
-    (engine.join().expect("training succeeds"), overlapped)
+        .collect()
 }
 
 fn same_bits(a: &Outcome, b: &Outcome) -> bool {
@@ -80,6 +99,31 @@ fn a_model_with_a_frozen_backbone_trains_as_after_backward() {
     let (bucketed, overlapped) = train(cfg(), 1e-5);
     assert!(same_bits(&after, &bucketed));
     assert!(overlapped.iter().any(|&o| o > 0.0), "{overlapped:?}");
+}
+
+#[test]
+fn buckets_are_planned_again_in_the_order_the_first_step_made_the_gradients() {
+    let dir = tempfile::tempdir().unwrap();
+    // The head is declared before the body that feeds it, so its gradients, which the backward
+    // pass makes first, are the last in the declared plan's reverse order.
+    let model = Arc::new(ScriptModel::read(&common::make_model("head-first", 1, dir.path())).unwrap());
+    let cfg = || TrainConfig::for_script(Arc::clone(&model), vec![DeviceId::Cpu; 2]);
+    let (after, _) = train(cfg(), 0.0);
+    // 10 bytes: every tensor a bucket of its own. The declared plan (reverse order) starts
+    // with the body's bias, whose gradient the backward pass makes third; the re-plan follows
+    // the order the gradients came in, the head's first.
+    let (bucketed, records) = train_records(cfg(), 1e-5);
+    assert!(same_bits(&after, &bucketed), "the re-planned buckets changed the weights");
+    assert_eq!(rebucketed(&records), vec![(1, 4, 4)], "re-planned once, after the first step");
+    // lenet's second convolution makes its weight's gradient before its bias's, so at 0.01 MiB
+    // the weight (100,000 bytes) closes a bucket of its own and the bias gets the next, as
+    // DDP's rebuilt buckets would (the other buckets stay); at DDP's default 25 MiB everything
+    // is one bucket whatever the order, and the plan is left alone, without a word.
+    let lenet = || TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
+    let (_, records) = train_records(lenet(), SMALL);
+    assert_eq!(rebucketed(&records), vec![(1, 3, 4)]);
+    let (_, records) = train_records(lenet(), 25.0);
+    assert_eq!(rebucketed(&records), vec![]);
 }
 
 fn flags(cap: f64) -> Vec<String> {

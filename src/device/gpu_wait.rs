@@ -88,6 +88,17 @@ impl Waiting {
         }
     }
 
+    /// Waits, until the timeout, for the work queued so far on `device`'s current stream: an
+    /// event recorded there, polled. Put before a host read of a device value (`.item()`), which
+    /// would otherwise wait inside CUDA without a deadline behind a collective that never ends.
+    /// Nothing to wait for on the CPU, where every call has returned when its work is done.
+    pub fn fence(&self, device: tch::Device) -> Result<(), WaitError> {
+        let tch::Device::Cuda(i) = device else { return Ok(()) };
+        let mut event = CudaEvent::new(i)?;
+        event.record()?;
+        self.poll(&event)
+    }
+
     /// Runs `call` (which may block inside CUDA or NCCL with no deadline of its own) on a helper
     /// thread named `name`, and waits for it until the timeout. On expiry the thread is left
     /// behind ([`abandoned`] says so): it ends with the process, which fails with the error.

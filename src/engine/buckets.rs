@@ -7,7 +7,8 @@
 //! the cap (DDP's `bucket_cap_mb`, 25 MiB by default). As in DDP, a parameter joins the open
 //! bucket and the bucket closes once it has reached its limit. Unlike DDP, a bucket is
 //! a range of the flat buffer, never a copy: it also closes where a frozen parameter would
-//! break the range.
+//! break the range. After the first step, the buckets are planned again in the order the
+//! gradients arrived in, as DDP's reducer rebuilds them ([`Buckets::replanned`]).
 
 /// Bytes of one gradient scalar (the flat buffers are `f32`).
 const SCALAR_BYTES: i64 = 4;
@@ -25,34 +26,97 @@ pub struct Buckets {
     of_param: Vec<Option<usize>>,
     /// How many parameters each bucket waits for.
     sizes: Vec<usize>,
+    /// What the plan was made from, for [`Buckets::replanned`]: each trainable parameter's
+    /// `(offset, scalars)`, and the first bucket's and the others' limits in bytes.
+    params: Vec<(i64, i64)>,
+    limits: (i64, i64),
 }
 
 impl Buckets {
     /// Buckets for the tensors at `segments` (`(offset, scalars)` of every tensor of the flat
-    /// buffer, in order), of which `trainable` (ascending indices) train; the first bucket
-    /// closes at `first_bytes`, the others at `cap_bytes`.
+    /// buffer, in order), of which `trainable` (ascending indices) train, in reverse order;
+    /// the first bucket closes at `first_bytes`, the others at `cap_bytes`.
     pub fn plan(segments: &[(i64, i64)], trainable: &[usize], first_bytes: i64, cap_bytes: i64) -> Buckets {
-        let mut b = Buckets { ranges: Vec::new(), of_param: vec![None; trainable.len()], sizes: Vec::new() };
-        let mut open = false;
-        for (k, &i) in trainable.iter().enumerate().rev() {
-            let (offset, len) = segments[i];
-            if len == 0 {
+        Buckets::plan_in_order(segments, trainable, &[], first_bytes, cap_bytes)
+    }
+
+    /// Buckets re-planned from the order the gradients arrived in (`arrival`: positions among
+    /// the trainable parameters, first arrived first), as DDP's reducer rebuilds its buckets
+    /// after the first iteration (`Reducer::rebuild_buckets`): each parameter in that order
+    /// joins the open bucket, which closes once it reaches its limit. The parameters that never
+    /// arrived follow in reverse order. A bucket stays one range of the flat buffer, so a
+    /// parameter joins only when the parameters between it and the bucket are not placed yet
+    /// (they join with it: a layer whose weight's gradient comes before its bias's keeps one
+    /// bucket) and no frozen one lies between; otherwise it opens a new bucket. With `arrival`
+    /// the reverse of the declared order, the plan is [`Buckets::plan`]'s.
+    pub fn plan_in_order(
+        segments: &[(i64, i64)],
+        trainable: &[usize],
+        arrival: &[usize],
+        first_bytes: i64,
+        cap_bytes: i64,
+    ) -> Buckets {
+        let order = complete(arrival, trainable.len());
+        let params: Vec<(i64, i64)> = trainable.iter().map(|&i| segments[i]).collect();
+        let mut b = Buckets {
+            ranges: Vec::new(),
+            of_param: vec![None; trainable.len()],
+            sizes: Vec::new(),
+            params,
+            limits: (first_bytes, cap_bytes),
+        };
+        // The open bucket's first and last parameter.
+        let mut open: Option<(usize, usize)> = None;
+        for k in order {
+            if b.params[k].1 == 0 || b.of_param[k].is_some() {
                 continue;
             }
-            let joins = open && b.ranges.last().is_some_and(|&(lo, _)| lo == offset + len);
-            if !joins {
-                b.ranges.push((offset + len, 0));
-                b.sizes.push(0);
-            }
+            let (lo, hi) = match open.filter(|&span| b.reaches(span, k)) {
+                Some((lo, hi)) => (lo.min(k), hi.max(k)),
+                None => {
+                    b.ranges.push((b.params[k].0, 0));
+                    b.sizes.push(0);
+                    (k, k)
+                }
+            };
             let last = b.ranges.len() - 1;
-            let range = &mut b.ranges[last];
-            *range = (offset, range.1 + len);
-            b.sizes[last] += 1;
-            b.of_param[k] = Some(last);
+            for m in lo..=hi {
+                if b.params[m].1 > 0 && b.of_param[m].is_none() {
+                    b.of_param[m] = Some(last);
+                    b.sizes[last] += 1;
+                }
+            }
+            let (start, end) = (b.params[lo].0, b.params[hi].0 + b.params[hi].1);
+            b.ranges[last] = (start, end - start);
             let limit = if last == 0 { first_bytes } else { cap_bytes };
-            open = range.1 * SCALAR_BYTES < limit;
+            open = ((end - start) * SCALAR_BYTES < limit).then_some((lo, hi));
         }
         b
+    }
+
+    /// Whether the bucket of parameters `lo..=hi` can grow to take parameter `k` (outside it):
+    /// every parameter between them lies next to its neighbours in the flat buffer (no frozen
+    /// tensor between) and is not in a bucket yet.
+    fn reaches(&self, (lo, hi): (usize, usize), k: usize) -> bool {
+        let (from, to) = if k > hi { (hi, k) } else { (k, lo) };
+        let next_to = |m: usize| self.params[m].0 + self.params[m].1 == self.params[m + 1].0;
+        let free = |m: usize| self.params[m].1 == 0 || self.of_param[m].is_none();
+        (from..to).all(next_to) && (from + 1..to).all(free)
+    }
+
+    /// The same parameters and limits re-planned in `arrival` order (see
+    /// [`Buckets::plan_in_order`]).
+    pub fn replanned(&self, arrival: &[usize]) -> Buckets {
+        let segments = &self.params;
+        let trainable: Vec<usize> = (0..segments.len()).collect();
+        Buckets::plan_in_order(segments, &trainable, arrival, self.limits.0, self.limits.1)
+    }
+
+    /// `arrival` completed to an order of every trainable parameter: the ones it lacks follow
+    /// in reverse order, repeats and unknown positions are dropped (the same length on every
+    /// rank, for the broadcast of rank 0's).
+    pub fn arrival_order(&self, arrival: &[usize]) -> Vec<usize> {
+        complete(arrival, self.params.len())
     }
 
     /// Number of buckets.
@@ -74,6 +138,17 @@ impl Buckets {
     pub fn params_in(&self, b: usize) -> usize {
         self.sizes[b]
     }
+}
+
+/// `arrival`, then the rest of `0..n` in reverse order, each position once.
+fn complete(arrival: &[usize], n: usize) -> Vec<usize> {
+    let mut seen = vec![false; n];
+    arrival
+        .iter()
+        .copied()
+        .chain((0..n).rev())
+        .filter(|&k| k < n && !std::mem::replace(&mut seen[k], true))
+        .collect()
 }
 
 /// Which buckets have been launched, given the replicas' reports: bucket `b` is launched once
@@ -176,6 +251,57 @@ mod tests {
         assert_eq!(b.ranges, vec![(0, 20)]);
         assert_eq!(b.of(1), None);
         assert_eq!(b.params_in(0), 2);
+    }
+
+    #[test]
+    fn the_declared_order_reversed_re_plans_to_the_same_buckets() {
+        let segs = segments(&[10, 1000, 0, 10, 10, 10]);
+        let trainable = [0, 1, 2, 3, 4, 5];
+        for (first, cap) in [(80, 100), (1 << 20, 1 << 20), (40, 40)] {
+            let planned = Buckets::plan(&segs, &trainable, first, cap);
+            let reverse: Vec<usize> = (0..6).rev().collect();
+            assert_eq!(Buckets::plan_in_order(&segs, &trainable, &reverse, first, cap), planned);
+            // Nothing recorded (no gradient arrived): the declared plan too.
+            assert_eq!(Buckets::plan_in_order(&segs, &trainable, &[], first, cap), planned);
+        }
+    }
+
+    #[test]
+    fn a_model_using_its_layers_out_of_declared_order_gets_buckets_in_arrival_order() {
+        // Declared a, b, c, d (100 scalars each); the forward pass uses c, d, a, b, so the
+        // backward pass makes b, a, d, c.
+        let segs = segments(&[100, 100, 100, 100]);
+        let all = [0, 1, 2, 3];
+        let declared = Buckets::plan(&segs, &all, 800, 800);
+        // The declared plan's first bucket holds d, whose gradient comes third.
+        assert_eq!(declared.ranges, vec![(200, 200), (0, 200)]);
+        assert_eq!(declared.of(3), Some(0));
+        let b = Buckets::plan_in_order(&segs, &all, &[1, 0, 3, 2], 800, 800);
+        // b then a (a lies just before b): one range; then d, c.
+        assert_eq!(b.ranges, vec![(0, 200), (200, 200)]);
+        assert_eq!((b.of(1), b.of(0), b.of(3), b.of(2)), (Some(0), Some(0), Some(1), Some(1)));
+        assert_eq!((b.params_in(0), b.params_in(1)), (2, 2));
+        // The declared order itself (a model used front to back, its hooks firing a first):
+        // buckets grow upwards and stay full.
+        let b = Buckets::plan_in_order(&segs, &all, &[0, 1, 2, 3], 800, 800);
+        assert_eq!(b.ranges, vec![(0, 200), (200, 200)]);
+        // 1 arrives before 2, which lies between it and the open bucket (3): the bucket takes 2
+        // with 1 and stays one range (a layer whose weight's gradient comes before its bias's).
+        let b = Buckets::plan_in_order(&segs, &all, &[3, 1, 2, 0], 1 << 20, 1 << 20);
+        assert_eq!(b.ranges, vec![(0, 400)]);
+        assert_eq!(b.params_in(0), 4);
+        // The parameter between them already in a closed bucket: a new bucket.
+        let b = Buckets::plan_in_order(&segs, &all, &[2, 0, 1, 3], 400, 1 << 20);
+        assert_eq!(b.ranges, vec![(200, 100), (0, 200), (300, 100)]);
+        assert_eq!((b.of(2), b.of(0), b.of(1), b.of(3)), (Some(0), Some(1), Some(1), Some(2)));
+        // A parameter that took no part (2) follows the ones that did.
+        let b = Buckets::plan_in_order(&segs, &all, &[3, 1, 0], 800, 800);
+        assert_eq!(b.ranges, vec![(100, 300), (0, 100)]);
+        assert_eq!((b.of(3), b.of(1), b.of(2), b.of(0)), (Some(0), Some(0), Some(0), Some(1)));
+        // A frozen tensor between two parameters keeps them apart whatever the order.
+        let segs = segments(&[100, 100, 100]);
+        let b = Buckets::plan_in_order(&segs, &[0, 2], &[0, 1], 1 << 20, 1 << 20);
+        assert_eq!(b.ranges, vec![(0, 100), (200, 100)]);
     }
 
     #[test]

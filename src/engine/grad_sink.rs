@@ -2,6 +2,8 @@
 //! the backward pass: a hook on each trainable parameter writes its gradient into the flat
 //! gradient buffer at once (copied on a step's first micro-batch, added on the others) and, on
 //! the step's last micro-batch, tells the coordinator each bucket whose gradients are all in.
+//! It also records the order the first micro-batch's gradients arrive in, from which the
+//! coordinator re-plans the buckets once (see `engine::buckets`).
 
 use std::sync::{Arc, Mutex};
 
@@ -10,16 +12,22 @@ use tch::Tensor;
 
 use super::buckets::Buckets;
 use super::worker_messages::FromWorker;
+use crate::dist::c10d::CudaEvent;
 
 /// One replica's hooks' shared state.
 pub struct GradSink {
     replica: usize,
-    buckets: Arc<Buckets>,
     replies: Sender<FromWorker>,
     state: Mutex<State>,
 }
 
 struct State {
+    /// The buckets reported (replaced once, between steps, by [`GradSink::rebucket`]).
+    buckets: Arc<Buckets>,
+    /// The trainable parameters in the order their gradients first arrived, while recording
+    /// (the first micro-batch after the hooks were set).
+    arrival: Vec<usize>,
+    recording: bool,
     /// The gradient views of the trainable parameters (the hooks' destinations).
     views: Vec<Tensor>,
     /// Which parameters' hooks wrote during the current micro-batch.
@@ -30,6 +38,9 @@ struct State {
     last: bool,
     /// Per bucket, the parameters not yet written in the last micro-batch.
     left: Vec<usize>,
+    /// On a GPU, per bucket, an event recorded by the hook that completed the bucket, on the
+    /// stream the hook ran on (see [`GradSink::hand_off`]).
+    handed: Vec<Option<CudaEvent>>,
 }
 
 impl GradSink {
@@ -43,13 +54,17 @@ impl GradSink {
         replies: Sender<FromWorker>,
     ) -> Result<Arc<GradSink>, crate::dist::c10d::C10dError> {
         let state = State {
+            arrival: Vec::with_capacity(views.len()),
+            recording: true,
             views: views.iter().map(Tensor::shallow_clone).collect(),
             written: vec![false; views.len()],
             adding: false,
             last: false,
             left: vec![0; buckets.len()],
+            handed: (0..buckets.len()).map(|_| None).collect(),
+            buckets,
         };
-        let sink = Arc::new(GradSink { replica, buckets, replies, state: Mutex::new(state) });
+        let sink = Arc::new(GradSink { replica, replies, state: Mutex::new(state) });
         for (k, leaf) in leaves.iter().enumerate() {
             // The hook holds the sink weakly: the sink owns the views, the leaves own the hooks.
             let weak = Arc::downgrade(&sink);
@@ -62,18 +77,47 @@ impl GradSink {
     }
 
     /// The buckets this sink reports.
-    pub fn buckets(&self) -> &Arc<Buckets> {
-        &self.buckets
+    pub fn buckets(&self) -> Arc<Buckets> {
+        Arc::clone(&self.lock().buckets)
+    }
+
+    /// The trainable parameters in the order their gradients arrived in the first micro-batch
+    /// (empty before it).
+    pub fn arrival(&self) -> Vec<usize> {
+        self.lock().arrival.clone()
+    }
+
+    /// Reports `buckets` from the next micro-batch on; call only between steps (the coordinator
+    /// does, between the replica's `StepDone` and its next `Step`).
+    pub fn rebucket(&self, buckets: Arc<Buckets>) {
+        let mut s = self.lock();
+        s.left = vec![0; buckets.len()];
+        s.handed = (0..buckets.len()).map(|_| None).collect();
+        s.buckets = buckets;
+    }
+
+    /// Orders the calling thread's current stream after the writes of bucket `b`'s gradients,
+    /// before it reads them: the hooks run on the stream of the backward kernel that made each
+    /// gradient (autograd's), which for a model that runs part of its forward on a stream of
+    /// its own is not the coordinator's. A wait on the device, free when the streams are the
+    /// same; nothing on the CPU.
+    pub fn hand_off(&self, b: usize) -> Result<(), crate::dist::c10d::C10dError> {
+        match self.lock().handed.get(b) {
+            Some(Some(event)) => event.block(),
+            _ => Ok(()),
+        }
     }
 
     /// Starts a micro-batch: the first of a step copies, the others add; the last reports.
     pub fn begin(&self, first: bool, last: bool) {
         let mut s = self.lock();
+        // The order is the first micro-batch's that made any gradient.
+        s.recording &= s.arrival.is_empty();
         s.written.iter_mut().for_each(|w| *w = false);
         s.adding = !first;
         s.last = last;
         if last {
-            let sizes: Vec<usize> = (0..self.buckets.len()).map(|b| self.buckets.params_in(b)).collect();
+            let sizes: Vec<usize> = (0..s.buckets.len()).map(|b| s.buckets.params_in(b)).collect();
             s.left = sizes;
         }
     }
@@ -92,13 +136,24 @@ impl GradSink {
         let view = &mut s.views[k];
         let done = if adding { view.f_add_(grad).map(drop) } else { view.f_copy_(grad) };
         done?;
+        if s.recording && !s.written[k] {
+            s.arrival.push(k);
+        }
         s.written[k] = true;
         if !s.last {
             return Ok(());
         }
-        let Some(b) = self.buckets.of(k) else { return Ok(()) };
+        let Some(b) = s.buckets.of(k) else { return Ok(()) };
         s.left[b] = s.left[b].saturating_sub(1);
         if s.left[b] == 0 {
+            if let tch::Device::Cuda(i) = grad.device() {
+                if s.handed[b].is_none() {
+                    s.handed[b] = Some(CudaEvent::ordering(i).map_err(|e| tch::TchError::Torch(e.0))?);
+                }
+                if let Some(event) = s.handed[b].as_mut() {
+                    event.record().map_err(|e| tch::TchError::Torch(e.0))?;
+                }
+            }
             // A gone coordinator is noticed by the worker's next send.
             let _ = self.replies.send(FromWorker::BucketReady { replica: self.replica, bucket: b });
         }

@@ -17,8 +17,6 @@ pub enum WorkerError {
     /// The shim refused: the device, the TorchScript model, a timing event.
     #[error(transparent)]
     Shim(#[from] crate::dist::c10d::C10dError),
-    #[error(transparent)]
-    GpuWait(#[from] crate::device::gpu_wait::WaitError),
     #[error("a step before the first epoch")]
     NoEpoch,
     #[error("a TorchScript run without its model")]
@@ -80,9 +78,10 @@ pub struct ReplicaHandles {
     pub buffers: Tensor,
     pub named_params: Vec<(String, Tensor)>,
     pub named_buffers: Vec<(String, Tensor)>,
-    /// The gradient buckets the worker reports as the backward pass fills them (`None`: the
-    /// gradients are reduced after the backward pass).
-    pub buckets: Option<Arc<super::buckets::Buckets>>,
+    /// The hooks that report the gradient buckets as the backward pass fills them (`None`: the
+    /// gradients are reduced after the backward pass); the coordinator re-plans their buckets
+    /// once, between steps.
+    pub sink: Option<Arc<super::grad_sink::GradSink>>,
 }
 
 /// A worker's answer to the coordinator.
@@ -90,12 +89,13 @@ pub enum FromWorker {
     /// The replica is built and its data resident.
     Ready { replica: usize, handles: Box<ReplicaHandles> },
     /// Gradients of the shard are in the flat gradient buffer (queued, on a GPU); the seconds
-    /// of its data and forward/backward phases when the step was timed; the images that did
-    /// not decode and were left out (`path: why`, streamed data only).
+    /// of the data and forward/backward phases of a timed step read by now (this step's, or on
+    /// a GPU an earlier one's: `engine::clock`); the images that did not decode and were left
+    /// out (`path: why`, streamed data only).
     /// `loader`: what taking the step's batch from the streaming loader told.
     StepDone {
         replica: usize,
-        timing: Option<(f64, f64)>,
+        timing: Option<super::clock::Phases>,
         bad: Vec<String>,
         loader: Option<super::tally::LoaderTally>,
     },

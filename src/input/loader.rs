@@ -18,6 +18,7 @@ use super::augment::{self, Augment};
 use super::resized_crop;
 use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
+use crate::dist::c10d::host::filled_bytes;
 use crate::engine::config::TrainConfig;
 use crate::engine::tally::LoaderTally;
 
@@ -32,6 +33,8 @@ pub enum LoadError {
     OutOfStep { got: usize, want: usize },
     #[error("the {0} split is not streamed")]
     NotStreamed(&'static str),
+    #[error("cannot allocate a batch in host memory: {0}")]
+    Memory(String),
 }
 
 /// What one replica's loader reads next.
@@ -269,7 +272,34 @@ fn decode_batch(
     let began = std::time::Instant::now();
     let per = split.sample_len();
     let shape = (split.channels, split.rows as u32, split.cols as u32);
-    let mut buffer = vec![0u8; ids.len() * per];
+    let (c, h, w) = (shape.0 as i64, shape.1 as i64, shape.2 as i64);
+    // Decoded straight into the batch's tensor, page-locked for a GPU (so the replica's copy
+    // runs without blocking, and nothing copies the batch on the host).
+    let dims = [ids.len() as i64, c, h, w];
+    let (images, (kept, failed)) = filled_bytes(&dims, device.is_cuda(), |buffer| {
+        decode_into(decoding, stored, ids, (shape, per, epoch), buffer)
+    })
+    .map_err(|e| LoadError::Memory(e.0))?;
+    decoding.bad.add(&failed)?;
+    let bad = failed.iter().map(|(path, why)| format!("{}: {why}", path.display())).collect();
+    let images = images.narrow(0, 0, kept.len() as i64);
+    let labels = Tensor::from_slice(&kept.iter().map(|&i| split.labels[i as usize]).collect::<Vec<_>>());
+    let labels = super::pinned(labels, device);
+    let tally = LoaderTally { taken: 1, ready: 0, images: ids.len(), seconds: began.elapsed().as_secs_f64() };
+    Ok(Batch { generation: 0, start: 0, images, labels, ids: kept, bad, tally })
+}
+
+/// Decodes samples `ids` into `buffer` (`per` bytes each, `shape` as the job fits them), on the
+/// decoding pool; the ones that decoded are moved to the front, in order. Returns their ids and
+/// the others' names with why they failed.
+#[allow(clippy::type_complexity)]
+fn decode_into(
+    decoding: &Decoding,
+    stored: &Streamed,
+    ids: &[i64],
+    (shape, per, epoch): ((usize, u32, u32), usize, Option<usize>),
+    buffer: &mut [u8],
+) -> (Vec<i64>, Vec<(std::path::PathBuf, String)>) {
     let results: Vec<Result<(), SampleError>> = decoding.pool.install(|| {
         buffer
             .par_chunks_mut(per.max(1))
@@ -298,16 +328,7 @@ fn decode_batch(
             Err(why) => failed.push((stored.name(id as usize), why.to_string())),
         }
     }
-    decoding.bad.add(&failed)?;
-    let bad = failed.iter().map(|(path, why)| format!("{}: {why}", path.display())).collect();
-    buffer.truncate(kept.len() * per);
-    let (c, h, w) = (shape.0 as i64, shape.1 as i64, shape.2 as i64);
-    // Page-locked for a GPU, so the replica's copy runs without blocking.
-    let images = super::pinned(Tensor::from_slice(&buffer).view([kept.len() as i64, c, h, w]), device);
-    let labels = Tensor::from_slice(&kept.iter().map(|&i| split.labels[i as usize]).collect::<Vec<_>>());
-    let labels = super::pinned(labels, device);
-    let tally = LoaderTally { taken: 1, ready: 0, images: ids.len(), seconds: began.elapsed().as_secs_f64() };
-    Ok(Batch { generation: 0, start: 0, images, labels, ids: kept, bad, tally })
+    (kept, failed)
 }
 
 /// Decodes sample `id` into `slot`, fitted as the job says.

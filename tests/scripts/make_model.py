@@ -4,7 +4,8 @@ cnn: a small CNN with BatchNorm and dropout (scripted); cnn-nodrop: the same wit
 mlp: a traced MLP; pooled: a linear layer on 4x4 average pools (any image size); frozen-mlp: the same with its first layer frozen (requires_grad=False, the
 usual fine-tuning export); and the bad ones: no-params (a module without parameters), wrong-shape
 (returns [N, 10, 1]), few-classes (3 outputs), fails (forward raises on 28x28 inputs),
-double (float64 weights).
+double (float64 weights); head-first: an MLP that declares its output layer before the layer
+that feeds it (its gradients arrive in declared order, not the reverse).
 """
 import sys
 
@@ -38,6 +39,16 @@ class Mlp(nn.Module):
 
     def forward(self, x):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class HeadFirst(nn.Module):
+    def __init__(self, inputs: int = 784, classes: int = 10):
+        super().__init__()
+        self.head = nn.Linear(64, classes)
+        self.body = nn.Linear(inputs, 64)
+
+    def forward(self, x):
+        return self.head(F.relu(self.body(x.flatten(1))))
 
 
 class Pooled(nn.Module):
@@ -98,6 +109,8 @@ def main():
         m = torch.jit.script(Mlp(classes=3))
     elif kind == "fails":
         m = torch.jit.script(Fails())
+    elif kind == "head-first":
+        m = torch.jit.script(HeadFirst(channels * side * side))
     elif kind == "double":
         m = torch.jit.script(Mlp().double())
     else:

@@ -6,10 +6,13 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
 #include <torch/csrc/cuda/nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <vector>
 
 // c10's device-generic event: its CUDA implementation lives in libc10_cuda (no CUDA runtime
@@ -27,6 +30,34 @@ static c10::Device cuda(c10::DeviceIndex index) {
   return c10::Device(c10::DeviceType::CUDA, index);
 }
 
+// The current stream set aside while a guard lives (c10's device-generic guard: its CUDA
+// implementation is libc10_cuda's).
+struct dpt_stream_guard {
+  c10::StreamGuard guard;
+};
+
+// One side stream per GPU for the in-process sums, taken from c10's stream pool once and kept
+// for the process, as ProcessGroupNCCL keeps one NCCL stream per device.
+static at::cuda::CUDAStream side_stream(c10::DeviceIndex index) {
+  static std::mutex lock;
+  static std::map<c10::DeviceIndex, at::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> held(lock);
+  auto found = streams.find(index);
+  if (found == streams.end()) {
+    found = streams.emplace(index, at::cuda::getStreamFromPool(false, index)).first;
+  }
+  return found->second;
+}
+
+// Makes `waiter` wait, on the device, for the work queued on `done` so far: an event without
+// timing recorded on one and waited for by the other (c10d's syncStream).
+static void stream_wait(const at::cuda::CUDAStream& done, const at::cuda::CUDAStream& waiter) {
+  c10::DeviceGuard guard(cuda(done.device_index()));
+  c10::Event ev(c10::DeviceType::CUDA, c10::EventFlag::PYTORCH_DEFAULT);
+  ev.record(done.unwrap());
+  ev.block(waiter.unwrap());
+}
+
 extern "C" {
 
 dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, char** err) {
@@ -37,19 +68,63 @@ dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, 
   })
 }
 
-// Sums `n` tensors, one per distinct GPU, in place, with one NCCL call.
+// Sums `n` tensors, one per distinct GPU, in place, with one NCCL call, on each GPU's side
+// stream (see side_stream): the kernels queued on the GPUs' current streams after this call
+// do not wait for the sum. Each side stream first waits for the work queued so far on its
+// GPU's current stream (which made the tensor), and the tensors are marked as used there for
+// the caching allocator, as ProcessGroupNCCL does with its inputs. Read the sums on a current
+// stream only after dpt_nccl_side_join.
 int dpt_nccl_local_allreduce(at::Tensor* const* tensors, size_t n, char** err) {
   DPT_GUARD(err, -1, {
     std::vector<at::Tensor> v;
+    torch::cuda::nccl::stream_list streams;
     for (size_t i = 0; i < n; ++i) {
       TORCH_CHECK(tensors[i]->is_cuda(), "NCCL needs CUDA tensors; tensor ", i, " is on ", tensors[i]->device());
       v.push_back(*tensors[i]);
     }
     TORCH_CHECK(!v.empty(), "nothing to sum");
+    for (const auto& t : v) {
+      auto index = t.device().index();
+      auto side = side_stream(index);
+      stream_wait(at::cuda::getCurrentCUDAStream(index), side);
+      t.record_stream(side.unwrap());
+      streams.emplace_back(side);
+    }
     c10::DeviceGuard guard(v[0].device());
-    torch::cuda::nccl::all_reduce(v, v);
+    torch::cuda::nccl::all_reduce(v, v, static_cast<int>(torch::cuda::nccl::ncclRedOp::Sum), streams);
     return 0;
   })
+}
+
+// Makes the current stream of each tensor's GPU wait for the sums queued on that GPU's side
+// stream so far (a wait on the device; the host does not wait).
+int dpt_nccl_side_join(at::Tensor* const* tensors, size_t n, char** err) {
+  DPT_GUARD(err, -1, {
+    for (size_t i = 0; i < n; ++i) {
+      TORCH_CHECK(tensors[i]->is_cuda(), "a side stream is a GPU's; tensor ", i, " is on ", tensors[i]->device());
+      auto index = tensors[i]->device().index();
+      stream_wait(side_stream(index), at::cuda::getCurrentCUDAStream(index));
+    }
+    return 0;
+  })
+}
+
+// Makes `device`'s side stream the calling thread's current stream until the guard is freed,
+// so that what is launched meanwhile (c10d's collective across the ranks, which waits for the
+// current stream) is ordered after the side stream's sums.
+dpt_stream_guard* dpt_side_stream_enter(int device, char** err) {
+  DPT_GUARD(err, nullptr, {
+    auto count = c10::cuda::device_count();
+    TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
+    return new dpt_stream_guard{c10::StreamGuard(side_stream(static_cast<c10::DeviceIndex>(device)).unwrap())};
+  })
+}
+
+void dpt_side_stream_leave(dpt_stream_guard* g) {
+  try {
+    delete g;
+  } catch (...) {
+  }
 }
 
 // What identifies CUDA device `device` to NVML and what it can do: compute capability, PCI
@@ -67,16 +142,28 @@ int dpt_cuda_identity(int device, int* major, int* minor, int* pci_domain, int* 
   })
 }
 
-// A timing event on CUDA device `device` (PyTorch's torch.cuda.Event(enable_timing=True)).
-static dpt_event* new_event(int device) {
+// An event on CUDA device `device`: with timing (torch.cuda.Event(enable_timing=True)) or
+// without, for ordering only (torch.cuda.Event(), cheaper to record and wait for).
+static dpt_event* new_event(int device, int timing) {
   auto count = c10::cuda::device_count();
   TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
   auto index = static_cast<c10::DeviceIndex>(device);
-  return new dpt_event{c10::Event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT), index};
+  auto flag = timing != 0 ? c10::EventFlag::BACKEND_DEFAULT : c10::EventFlag::PYTORCH_DEFAULT;
+  return new dpt_event{c10::Event(c10::DeviceType::CUDA, flag), index};
 }
 
-dpt_event* dpt_cuda_event_new(int device, char** err) {
-  DPT_GUARD(err, nullptr, { return new_event(device); })
+dpt_event* dpt_cuda_event_new(int device, int timing, char** err) {
+  DPT_GUARD(err, nullptr, { return new_event(device, timing); })
+}
+
+// Makes the calling thread's current stream on the event's device wait (on the device) for
+// the work queued before the event's record.
+int dpt_cuda_event_block(dpt_event* ev, char** err) {
+  DPT_GUARD(err, -1, {
+    c10::DeviceGuard guard(cuda(ev->device));
+    ev->event.block(at::cuda::getCurrentCUDAStream(ev->device).unwrap());
+    return 0;
+  })
 }
 
 // Records the event on its device's current stream: it completes when the work queued there

@@ -14,14 +14,31 @@ int dpt_nccl_local_allreduce(at::Tensor* const*, size_t, char** err) {
   return -1;
 }
 
+int dpt_nccl_side_join(at::Tensor* const*, size_t, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without NCCL (the libtorch it was built against lacks CUDA headers)");
+  return -1;
+}
+
+dpt_stream_guard* dpt_side_stream_enter(int, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return nullptr;
+}
+
+void dpt_side_stream_leave(dpt_stream_guard*) {}
+
 int dpt_cuda_identity(int, int*, int*, int*, int*, int*, uint8_t*, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return -1;
 }
 
-dpt_event* dpt_cuda_event_new(int, char** err) {
+dpt_event* dpt_cuda_event_new(int, int, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return nullptr;
+}
+
+int dpt_cuda_event_block(dpt_event*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
 }
 
 int dpt_cuda_event_record(dpt_event*, char** err) {

@@ -23,6 +23,7 @@ typedef struct dpt_store dpt_store;
 typedef struct dpt_group dpt_group;
 typedef struct dpt_work dpt_work;
 typedef struct dpt_event dpt_event;
+typedef struct dpt_stream_guard dpt_stream_guard;
 typedef struct dpt_module dpt_module;
 typedef struct dpt_rng_scope dpt_rng_scope;
 
@@ -53,11 +54,18 @@ dpt_work* dpt_broadcast(dpt_group* g, dpt_tensor* const* tensors, size_t n, int 
 int dpt_work_wait(dpt_work* w, int64_t timeout_ms, char** err);
 void dpt_work_free(dpt_work* w);
 
+// Host memory (host_shim.cpp).
+dpt_tensor* dpt_empty_bytes(const int64_t* sizes, size_t n, int pinned, char** err);
+
 // CUDA and NCCL (c10d_nccl.cpp; c10d_no_nccl.cpp, built without NCCL, refuses each with a message).
 dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, char** err);
 int dpt_nccl_local_allreduce(dpt_tensor* const* tensors, size_t n, char** err);
+int dpt_nccl_side_join(dpt_tensor* const* tensors, size_t n, char** err);
+dpt_stream_guard* dpt_side_stream_enter(int device, char** err);
+void dpt_side_stream_leave(dpt_stream_guard* g);
 int dpt_cuda_identity(int device, int* major, int* minor, int* pci_domain, int* pci_bus, int* pci_device, uint8_t* uuid, char** err);
-dpt_event* dpt_cuda_event_new(int device, char** err);
+dpt_event* dpt_cuda_event_new(int device, int timing, char** err);
+int dpt_cuda_event_block(dpt_event* ev, char** err);
 int dpt_cuda_event_record(dpt_event* ev, char** err);
 int dpt_cuda_event_query(dpt_event* ev, char** err);
 int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, char** err);

@@ -20,6 +20,7 @@ mod run_loop;
 pub mod sample;
 mod step;
 mod step_plan;
+mod timed;
 mod update;
 mod writer;
 
@@ -111,7 +112,7 @@ impl Coordinator {
         Coordinator {
             steps: step_plan::StepPlan::new(p.cfg.lr_plan(p.facts.train_len)),
             update: update::Update { replicas: Replicas::new(p.layout), scaler: None, touching: None },
-            report: reporter::Reporter::new(total),
+            report: reporter::Reporter::new(total, p.cfg.devices.len()),
             persist: persistence::Persistence {
                 save_dir: p.cfg.run_dir.clone(),
                 writer: None,

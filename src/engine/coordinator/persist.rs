@@ -9,6 +9,7 @@ use super::writer::{keep_newest, CheckpointWriter, Job, Written};
 use super::Coordinator;
 use crate::engine::config::SavePolicy;
 use crate::engine::events::Control;
+use crate::engine::optim::loss_scale::LossScaler;
 use crate::engine::EngineError;
 use crate::model::script::ScriptModel;
 use crate::persist::checkpoint::{Checkpoint, CheckpointError, CheckpointState, CHECKPOINT_FILE};
@@ -42,8 +43,12 @@ impl Coordinator {
         self.data_at
     }
 
-    fn params_finite(&self) -> bool {
-        self.update.replicas.params_finite()
+    /// Whether replica 0's parameters are all finite: the fused check, read once the device has
+    /// reached it (within the step timeout; an expired wait is the run's failure).
+    pub(super) fn params_finite(&self) -> Result<bool, EngineError> {
+        let found = self.update.replicas.non_finite_params();
+        self.fence("the weights' finiteness check").fence(found.device())?;
+        Ok(LossScaler::finite(&found))
     }
 
     /// Saves into `dir` from now on (after a failed save on a full disk); false if refused.
@@ -71,7 +76,7 @@ impl Coordinator {
     /// are never written over good files.
     pub(super) fn save_all(&mut self, position: (usize, usize), advice: &str) -> Result<(), EngineError> {
         let Some(dir) = self.persist.save_dir.clone() else { return Ok(()) };
-        if !self.params_finite() {
+        if !self.params_finite()? {
             self.emit(Change::Warning {
                 message: "weights and checkpoint not saved: they are not finite".into(),
             });
@@ -175,11 +180,19 @@ impl Coordinator {
     fn checkpoint_or_warn(&mut self, position: (usize, usize)) {
         let Some(dir) = self.persist.save_dir.clone() else { return };
         self.persist.last_checkpoint = std::time::Instant::now();
-        if !self.params_finite() {
-            self.emit(Change::Warning {
-                message: "checkpoint not written: the parameters are not finite".into(),
-            });
-            return;
+        match self.params_finite() {
+            Ok(true) => {}
+            Ok(false) => {
+                self.emit(Change::Warning {
+                    message: "checkpoint not written: the parameters are not finite".into(),
+                });
+                return;
+            }
+            // The device did not answer: the next step's own deadline ends the run.
+            Err(e) => {
+                self.emit(Change::Warning { message: format!("checkpoint not written: {e}") });
+                return;
+            }
         }
         let path = dir.join(CHECKPOINT_FILE);
         if self.cfg().kit.faults.checkpoint_write {

@@ -59,9 +59,6 @@ impl WorkerPool {
                 faults: cfg.kit.faults.clone(),
                 channels_last: cfg.uses_channels_last(),
                 precision: cfg.settings.precision.format,
-                // Inside the step timeout, so the worker names the phase before the coordinator
-                // gives up on it.
-                gpu_wait: cfg.step_timeout().mul_f64(0.9),
                 loader: decoding.clone(),
                 bucket_bytes,
             };

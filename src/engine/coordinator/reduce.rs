@@ -5,6 +5,13 @@
 //! them have reported it, and its sum over the ranks is started and left in flight while the
 //! backward passes go on; the step waits for the collectives only after its last reply.
 //!
+//! On several GPUs, a bucket's NCCL sum runs on each GPU's side stream, not on the stream the
+//! backward kernels run on, so they never wait for it (ProcessGroupNCCL's NCCL streams, as DDP
+//! uses them): the side stream waits for the gradients first, the collective across the ranks
+//! is launched from GPU 0's side stream (c10d orders it after that stream's work), and the
+//! GPUs' current streams wait for the side streams only where the sums are read, before the
+//! update.
+//!
 //! A bucket's sum is the same element by element as the whole buffer's: bit for bit within a
 //! process, and across processes as far as the collective's own order of summation allows.
 
@@ -13,9 +20,10 @@ use std::sync::Arc;
 use tch::Tensor;
 
 use super::Coordinator;
-use crate::dist::c10d::{nccl_local_allreduce, Work};
+use crate::dist::c10d::{nccl_local_allreduce, nccl_side_join, SideStream, Work};
 use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
 use crate::engine::buckets::{Buckets, Readiness};
+use crate::engine::grad_sink::GradSink;
 use crate::engine::worker::FromWorker;
 use crate::engine::{DeviceId, EngineError};
 
@@ -34,6 +42,10 @@ pub(super) struct Reduction {
     pub runs: Vec<(i64, i64)>,
     /// The buckets reduced while the backward pass runs (`None`: after it).
     pub buckets: Option<Arc<Buckets>>,
+    /// Each local replica's hooks, which report those buckets.
+    pub sinks: Vec<Arc<GradSink>>,
+    /// Whether the buckets were re-planned from the first step's gradient order.
+    pub replanned: bool,
 }
 
 impl Reduction {
@@ -42,6 +54,8 @@ impl Reduction {
             local: LocalReduce::plan(devices, crate::dist::c10d::nccl_compiled()),
             runs: Vec::new(),
             buckets: None,
+            sinks: Vec::new(),
+            replanned: false,
         }
     }
 
@@ -103,6 +117,9 @@ impl Coordinator {
                 _ => return Ok(()),
             };
             for b in launch {
+                for sink in &self.exchange.reduction.sinks {
+                    sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
+                }
                 in_flight.extend(self.reduce_range(buckets.ranges[b])?);
             }
             Ok(())
@@ -122,6 +139,12 @@ impl Coordinator {
         } else {
             self.finish_world(in_flight)?;
         }
+        if let LocalReduce::Nccl { groups } = &self.exchange.reduction.local {
+            // The update reads the sums on the GPUs' current streams.
+            let firsts: Vec<Tensor> =
+                groups.iter().map(|g| self.update.replicas.grads[g[0]].shallow_clone()).collect();
+            nccl_side_join(&firsts).map_err(|e| EngineError::Nccl(e.0))?;
+        }
         let mut holders = Vec::new();
         for &run in &self.exchange.reduction.runs {
             let mut grads = self.update.replicas.grads_over(run);
@@ -131,6 +154,37 @@ impl Coordinator {
             };
         }
         Ok(holders)
+    }
+
+    /// After the first step this process runs, plans the buckets again in the order its
+    /// gradients arrived in, as DDP's reducer rebuilds its buckets after the first iteration:
+    /// the order of the first replica, of rank 0 across processes (DDP broadcasts rank 0's), so
+    /// that every replica and rank reduces the same buckets in the same order. Says so when the
+    /// plan changed. Runs between steps, when no hook runs.
+    pub(super) fn replan_buckets(&mut self) -> Result<(), EngineError> {
+        let r = &mut self.exchange.reduction;
+        let (Some(current), Some(first)) = (&r.buckets, r.sinks.first()) else { return Ok(()) };
+        if std::mem::replace(&mut r.replanned, true) {
+            return Ok(());
+        }
+        let mut order = current.arrival_order(&first.arrival());
+        if let Some(w) = &self.exchange.world {
+            let mut values: Vec<f64> = order.iter().map(|&k| k as f64).collect();
+            w.broadcast_values(&mut values)?;
+            order = values.iter().map(|&v| v as usize).collect();
+        }
+        let planned = Arc::new(current.replanned(&order));
+        if planned.ranges == current.ranges {
+            return Ok(());
+        }
+        let before = current.len();
+        for sink in &r.sinks {
+            sink.rebucket(Arc::clone(&planned));
+        }
+        let after = planned.len();
+        r.buckets = Some(planned);
+        self.emit(crate::record::Change::Rebucketed { global_step: self.steps.global_step, before, after });
+        Ok(())
     }
 
     fn finish_world(&self, in_flight: InFlight) -> Result<(), EngineError> {
@@ -151,10 +205,16 @@ impl Coordinator {
             }
             LocalReduce::Nccl { groups } => self.nccl_sum(&mut grads, groups)?,
         };
-        match &self.exchange.world {
-            Some(w) => Ok(w.start_allreduce(&first)?),
-            None => Ok(Vec::new()),
-        }
+        let Some(w) = &self.exchange.world else { return Ok(Vec::new()) };
+        // The local sum is queued on the first GPU's side stream: the collective across the
+        // ranks is launched from it, so that c10d's wait for the current stream waits for it.
+        let _side = match (&self.exchange.reduction.local, first.device()) {
+            (LocalReduce::Nccl { .. }, tch::Device::Cuda(i)) => {
+                Some(SideStream::enter(i).map_err(|e| EngineError::Nccl(e.0))?)
+            }
+            _ => None,
+        };
+        Ok(w.start_allreduce(&first)?)
     }
 
     /// Sums the gradients of replicas sharing a GPU on it, then over the GPUs with one NCCL

@@ -187,9 +187,10 @@ impl Replicas {
         first.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.params[0].device())))
     }
 
-    /// Unscales the reduced gradient in every buffer `holders` names; says whether it is
-    /// finite (read from the first: every holder carries the same sum).
-    pub fn unscale(&mut self, holders: &[usize], scaler: &LossScaler, batch: usize) -> bool {
+    /// Unscales the reduced gradient in every buffer `holders` names; returns the first's
+    /// `found_inf` (every holder carries the same sum), still on the device: the caller fences
+    /// before reading it.
+    pub fn unscale(&mut self, holders: &[usize], scaler: &LossScaler, batch: usize) -> Option<Tensor> {
         let mut first = None;
         for (i, &h) in holders.iter().enumerate() {
             if !holders[..i].contains(&h) {
@@ -197,7 +198,7 @@ impl Replicas {
                 first.get_or_insert(found_inf);
             }
         }
-        first.is_none_or(|found_inf| LossScaler::finite(&found_inf))
+        first
     }
 
     /// Copies replica 0's BatchNorm statistics (the global replica 0's, across processes) to
@@ -224,8 +225,10 @@ impl Replicas {
             .find(|&i| !same(&self.params[i], &self.params[0]) || !same(&self.buffers[i], &self.buffers[0]))
     }
 
-    pub fn params_finite(&self) -> bool {
-        bool::try_from(self.params[0].isfinite().all()).unwrap_or(false)
+    /// Whether replica 0's parameters hold a NaN or an infinity, as a one-element tensor on
+    /// their device ([`LossScaler::non_finite`]; the caller fences, then reads).
+    pub fn non_finite_params(&self) -> Tensor {
+        LossScaler::non_finite(&self.params[0])
     }
 
     /// Replica 0's named tensors, copied to the CPU.

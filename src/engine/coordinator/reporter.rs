@@ -2,7 +2,8 @@
 //! epochs, the stragglers already named, the phase clock, the gradient norms of the window and
 //! whether a non-finite loss was already warned about.
 
-use crate::engine::clock::PhaseClock;
+use super::timed::TimedSteps;
+use crate::engine::clock::{PhaseClock, Phases};
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::FromWorker;
 
@@ -17,13 +18,6 @@ pub(super) struct Done {
     pub(super) last_test_loss: Option<f64>,
 }
 
-/// The slowest replica's input wait and compute in a timed step, in seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct StepTimes {
-    pub(super) data: f64,
-    pub(super) compute: f64,
-}
-
 pub(super) struct Reporter {
     pub(super) window: Window,
     pub(super) epoch: Window,
@@ -32,6 +26,8 @@ pub(super) struct Reporter {
     pub(super) straggled: Vec<bool>,
     /// Times the allreduce and the update, on the first replica's device.
     pub(super) clock: Option<PhaseClock>,
+    /// The timed steps not yet complete (see `timed.rs`).
+    pub(super) timed: TimedSteps,
     /// The mean gradient's norm summed over the steps of the report window (on the device).
     pub(super) grad_norms: Option<tch::Tensor>,
     /// `--on-nan ignore` warned once.
@@ -41,14 +37,15 @@ pub(super) struct Reporter {
 }
 
 impl Reporter {
-    /// Before the first step, for `replicas` replicas in all.
-    pub(super) fn new(replicas: usize) -> Reporter {
+    /// Before the first step, for `replicas` replicas in all, `local` of them in this process.
+    pub(super) fn new(replicas: usize, local: usize) -> Reporter {
         Reporter {
             window: Window::new(replicas),
             epoch: Window::new(replicas),
             done: Done::default(),
             straggled: Vec::new(),
             clock: None,
+            timed: TimedSteps::new(local),
             grad_norms: None,
             nan_warned: false,
             last_loss: None,
@@ -57,15 +54,9 @@ impl Reporter {
 }
 
 impl Reporter {
-    /// Takes a step's replies into the window: each replica's input wait and compute (in its
-    /// global slot, `offset` being this process's first replica) and its loader's figures.
-    /// Returns the slowest times and the images that did not decode.
-    pub(super) fn take_replies(
-        &mut self,
-        replies: Vec<FromWorker>,
-        offset: usize,
-    ) -> (StepTimes, Vec<String>) {
-        let mut slowest = StepTimes::default();
+    /// Takes a step's replies: each replica's timing of a timed step (this one or an earlier
+    /// one, see `timed.rs`) and its loader's figures. Returns the images that did not decode.
+    pub(super) fn take_replies(&mut self, replies: Vec<FromWorker>) -> Vec<String> {
         let mut bad = Vec::new();
         for reply in replies {
             if let FromWorker::StepDone { replica, timing, bad: b, loader } = reply {
@@ -73,29 +64,36 @@ impl Reporter {
                 if let Some(l) = loader {
                     self.window.loader.add(l);
                 }
-                if let Some((data, compute)) = timing {
-                    slowest.data = slowest.data.max(data);
-                    slowest.compute = slowest.compute.max(compute);
-                    let r = &mut self.window.replicas[offset + replica];
-                    r.data += data;
-                    r.compute += compute;
+                if let Some(t) = timing {
+                    self.timed.replica(replica, &t);
                 }
             }
         }
-        (slowest, bad)
+        bad
     }
 
-    /// Counts a finished step; a timed one adds its slowest times and its phases (the
-    /// allreduce the backward passes did not hide, the update).
-    pub(super) fn count_step(&mut self, slowest: StepTimes, phases: Option<Vec<f64>>) {
+    /// Counts the step that ended at `now` with the coordinator's `phases` (of this timed step
+    /// or an earlier one), and adds every timed step now complete: its slowest replica's input
+    /// wait and compute, its phases (the allreduce the backward passes did not hide, the
+    /// update), and each replica's times in its global slot (`offset`: this process's first
+    /// replica).
+    pub(super) fn count_step(&mut self, phases: Option<Phases>, offset: usize, now: usize) {
         let w = &mut self.window;
         w.steps += 1;
         if let Some(p) = phases {
+            self.timed.coordinator(p);
+        }
+        for step in self.timed.complete(now) {
             w.timed += 1;
-            w.timing.data += slowest.data;
-            w.timing.compute += slowest.compute;
-            w.timing.allreduce += p[0];
-            w.timing.update += p[1];
+            for (r, &(data, compute)) in step.replicas.iter().enumerate() {
+                let slot = &mut w.replicas[offset + r];
+                slot.data += data;
+                slot.compute += compute;
+            }
+            w.timing.data += step.replicas.iter().map(|r| r.0).fold(0.0, f64::max);
+            w.timing.compute += step.replicas.iter().map(|r| r.1).fold(0.0, f64::max);
+            w.timing.allreduce += step.phases.first().copied().unwrap_or(0.0);
+            w.timing.update += step.phases.get(1).copied().unwrap_or(0.0);
         }
     }
 
@@ -124,31 +122,49 @@ impl Reporter {
 mod tests {
     use super::*;
 
-    fn done(replica: usize, timing: Option<(f64, f64)>, bad: &[&str]) -> FromWorker {
+    fn done(replica: usize, timing: Option<(usize, f64, f64)>, bad: &[&str]) -> FromWorker {
         let bad = bad.iter().map(|b| (*b).to_owned()).collect();
+        let timing = timing.map(|(step, data, compute)| Phases { step, seconds: vec![data, compute] });
         FromWorker::StepDone { replica, timing, bad, loader: None }
     }
 
     #[test]
     fn replies_fill_their_global_slots_and_a_step_counts_its_slowest_replica() {
         // This process holds replicas 2 and 3 of 4.
-        let mut r = Reporter::new(4);
-        let replies = vec![done(0, Some((0.01, 0.2)), &["a.png"]), done(1, Some((0.03, 0.1)), &[])];
-        let (slowest, bad) = r.take_replies(replies, 2);
-        assert_eq!(slowest, StepTimes { data: 0.03, compute: 0.2 });
-        assert_eq!(bad, ["a.png"]);
+        let mut r = Reporter::new(4, 2);
+        let replies = vec![done(0, Some((5, 0.01, 0.2)), &["a.png"]), done(1, Some((5, 0.03, 0.1)), &[])];
+        assert_eq!(r.take_replies(replies), ["a.png"]);
+        r.count_step(Some(Phases { step: 5, seconds: vec![0.05, 0.01] }), 2, 5);
         assert_eq!((r.window.replicas[2].compute, r.window.replicas[3].data), (0.2, 0.03));
         assert_eq!(r.window.replicas[0].compute, 0.0, "other ranks' slots stay theirs");
-        r.count_step(slowest, Some(vec![0.05, 0.01]));
-        r.count_step(StepTimes::default(), None);
+        r.take_replies(vec![done(0, None, &[]), done(1, None, &[])]);
+        r.count_step(None, 2, 6);
         let w = &r.window;
         assert_eq!((w.steps, w.timed), (2, 1), "an untimed step counts, without times");
-        assert_eq!((w.timing.compute, w.timing.allreduce, w.timing.update), (0.2, 0.05, 0.01));
+        assert_eq!((w.timing.data, w.timing.compute), (0.03, 0.2), "the slowest replica's");
+        assert_eq!((w.timing.allreduce, w.timing.update), (0.05, 0.01));
+    }
+
+    #[test]
+    fn a_step_timed_on_a_gpu_counts_when_its_last_part_is_read() {
+        let mut r = Reporter::new(2, 2);
+        // Step 13: replica 0's events read at its end, the coordinator's and replica 1's at
+        // the end of step 14.
+        r.take_replies(vec![done(0, Some((13, 0.001, 0.02)), &[]), done(1, None, &[])]);
+        r.count_step(None, 0, 13);
+        assert_eq!((r.window.steps, r.window.timed), (1, 0));
+        assert_eq!(r.window.replicas[0].compute, 0.0, "not before the step is complete");
+        r.take_replies(vec![done(0, None, &[]), done(1, Some((13, 0.002, 0.03)), &[])]);
+        r.count_step(Some(Phases { step: 13, seconds: vec![0.004, 0.001] }), 0, 14);
+        let w = &r.window;
+        assert_eq!((w.steps, w.timed), (2, 1));
+        assert_eq!((w.replicas[0].compute, w.replicas[1].compute), (0.02, 0.03));
+        assert_eq!((w.timing.compute, w.timing.allreduce), (0.03, 0.004));
     }
 
     #[test]
     fn a_straggler_is_named_once() {
-        let mut r = Reporter::new(4);
+        let mut r = Reporter::new(4, 4);
         let times = [0.1, 0.1, 0.1, 0.5];
         let (median, new) = r.new_stragglers(&times).expect("a median");
         assert_eq!((median, new), (0.1, vec![3]));

@@ -83,12 +83,11 @@ impl Coordinator {
     pub(super) fn take_point(&mut self, position: (usize, usize)) {
         self.points.due = false;
         self.points.last = Instant::now();
-        if !self.update.replicas.params_finite() {
+        let finite = self.params_finite();
+        if !finite.as_ref().is_ok_and(|&f| f) {
+            let why = finite.map_or_else(|e| e.to_string(), |_| "the weights are not finite".to_owned());
             self.emit(Change::Warning {
-                message: format!(
-                    "no rewind point at step {}: the weights are not finite",
-                    self.steps.global_step
-                ),
+                message: format!("no rewind point at step {}: {why}", self.steps.global_step),
             });
             return;
         }

@@ -8,12 +8,11 @@ use std::time::Duration;
 use tch::Tensor;
 
 use super::{Coordinator, SLOW_WORK_FACTOR};
-use crate::device::gpu_wait::WaitError;
 use crate::dist::c10d::ReduceOp;
 use crate::dist::c10d::{nccl_local_allreduce, set_thread_device};
 use crate::dist::World;
 use crate::engine::allreduce::LocalReduce;
-use crate::engine::clock::{self, PhaseClock};
+use crate::engine::clock::{self, PhaseClock, Phases};
 use crate::engine::evaluation::Evaluation;
 use crate::engine::optim::loss_scale::LossScaler;
 use crate::engine::tally::Window;
@@ -45,7 +44,7 @@ fn clock_failure(device: crate::engine::DeviceId) -> impl Fn(crate::dist::c10d::
     move |e| EngineError::Coordinator { replica: Some(0), device: Some(device.to_string()), message: e.0 }
 }
 
-/// The phase clock through one step (taken from the reporter, given back by `read`), its
+/// The phase clock through one step (taken from the reporter, given back by `finish`), its
 /// failures said as the engine's.
 struct StepClock {
     clock: PhaseClock,
@@ -56,10 +55,10 @@ impl StepClock {
     fn start(
         slot: &mut Option<PhaseClock>,
         device: crate::engine::DeviceId,
-        timed: bool,
+        (timed, step): (bool, usize),
     ) -> Result<StepClock, EngineError> {
         let mut clock = slot.take().ok_or(EngineError::WorkersGone)?;
-        clock.start(timed).map_err(clock_failure(device))?;
+        clock.start(timed, step).map_err(clock_failure(device))?;
         Ok(StepClock { clock, device })
     }
 
@@ -68,12 +67,10 @@ impl StepClock {
         self.clock.mark().map_err(clock_failure(self.device))
     }
 
-    /// The phases' seconds of a timed step; the clock goes back to `slot`.
-    fn read(self, slot: &mut Option<PhaseClock>) -> Result<Option<Vec<f64>>, EngineError> {
-        let phases = self.clock.read().map_err(|e| match e {
-            WaitError::Cuda(c) => clock_failure(self.device)(c),
-            expired => EngineError::GpuWait(expired),
-        });
+    /// The phases of a timed step readable now (see `engine::clock`); the clock goes back to
+    /// `slot`.
+    fn finish(mut self, slot: &mut Option<PhaseClock>) -> Result<Option<Phases>, EngineError> {
+        let phases = self.clock.finish().map_err(clock_failure(self.device));
         *slot = Some(self.clock);
         phases
     }
@@ -89,15 +86,15 @@ impl Coordinator {
         for reply in self.pool.gather(self.slow_timeout())? {
             if let FromWorker::Ready { mut handles, .. } = reply {
                 // Every replica has the same buckets (the same model and layout).
-                self.exchange.reduction.buckets =
-                    self.exchange.reduction.buckets.take().or(handles.buckets.take());
+                if let Some(sink) = handles.sink.take() {
+                    self.exchange.reduction.buckets.get_or_insert_with(|| sink.buckets());
+                    self.exchange.reduction.sinks.push(sink);
+                }
                 self.update.replicas.add(*handles, self.cfg.settings.optimizer);
             }
         }
         let first = self.update.replicas.params.first().map_or(tch::Device::Cpu, Tensor::device);
-        let device = self.cfg().devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
-        let waiting = clock::waiting("the allreduce and update", device, self.cfg.step_timeout());
-        self.report.clock = Some(PhaseClock::new(first, 2, waiting));
+        self.report.clock = Some(PhaseClock::new(first, 2));
         if let Some(r) = &self.cfg.kit.resume {
             self.update.replicas.restore_optimizer(r);
         }
@@ -163,10 +160,10 @@ impl Coordinator {
         let timed = self.dispatch(start, len)?;
         // With buckets, their reduction starts while the backward passes run.
         let step = self.gather_step()?;
-        let (slowest, bad) = self.report.take_replies(step.replies, self.replica_span().0);
+        let bad = self.report.take_replies(step.replies);
         self.name_bad_images(bad);
         let device = self.cfg().devices[0];
-        let mut clock = StepClock::start(&mut self.report.clock, device, timed)?;
+        let mut clock = StepClock::start(&mut self.report.clock, device, (timed, self.steps.global_step))?;
         // Only the trainable parameters' gradients travel (a frozen backbone's are zero). With
         // buckets, this phase is what the backward passes did not hide.
         let holders = self.finish_reduce(step.in_flight)?;
@@ -175,9 +172,10 @@ impl Coordinator {
         clock.mark()?;
         self.update(&holders, len)?;
         clock.mark()?;
-        let phases = clock.read(&mut self.report.clock)?;
-        self.report.count_step(slowest, phases);
+        let phases = clock.finish(&mut self.report.clock)?;
+        self.report.count_step(phases, self.replica_span().0, self.steps.global_step);
         self.steps.global_step += 1;
+        self.replan_buckets()?;
         self.check_replicas()
     }
 
@@ -204,7 +202,8 @@ impl Coordinator {
     /// step's lr, the optimizer's update of every replica (or the step skipped), BatchNorm
     /// statistics shared, the EMA.
     fn update(&mut self, holders: &[usize], len: usize) -> Result<(), EngineError> {
-        let clean = self.update.unscale(holders, len);
+        let fence = self.fence("the gradient's finiteness check");
+        let clean = self.update.unscale(holders, len, |device| fence.fence(device))?;
         let lr = self.steps.step_lr();
         if clean {
             let (clip, fault) =
@@ -219,10 +218,21 @@ impl Coordinator {
         Ok(())
     }
 
+    /// What a host read of a value the step computed waits for (`phase`), with the step
+    /// timeout as its deadline; see [`crate::device::gpu_wait::Waiting::fence`].
+    pub(super) fn fence(&self, phase: &str) -> crate::device::gpu_wait::Waiting {
+        let device = self.cfg().devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
+        clock::waiting(phase, device, self.cfg.step_timeout())
+    }
+
     /// With `placement.check_replicas`, that every replica still equals replica 0.
     fn check_replicas(&self) -> Result<(), EngineError> {
         if !self.cfg().settings.placement.check_replicas {
             return Ok(());
+        }
+        let fence = self.fence("the replicas' comparison");
+        for t in &self.update.replicas.params {
+            fence.fence(t.device())?;
         }
         match self.update.replicas.first_diverged() {
             Some(replica) => Err(EngineError::ReplicasDiverged { replica, step: self.steps.global_step }),

@@ -6,6 +6,7 @@
 use tch::Tensor;
 
 use super::Replicas;
+use crate::device::gpu_wait::WaitError;
 use crate::engine::optim::loss_scale::LossScaler;
 
 pub(super) struct Update {
@@ -18,14 +19,27 @@ pub(super) struct Update {
 
 impl Update {
     /// GradScaler's step: unscales the reduced gradient of a `batch`-sample step and checks
-    /// it, then moves the scale. Whether the step is clean (without scaling, always): an
-    /// overflowed one leaves the weights and the optimizer state as they are.
-    pub(super) fn unscale(&mut self, holders: &[usize], batch: usize) -> bool {
-        let clean = self.scaler.is_none_or(|s| self.replicas.unscale(holders, &s, batch));
+    /// it (reading the check to the host once `fence` has waited for it, within its deadline),
+    /// then moves the scale. Whether the step is clean (without scaling, always): an overflowed
+    /// one leaves the weights and the optimizer state as they are.
+    pub(super) fn unscale(
+        &mut self,
+        holders: &[usize],
+        batch: usize,
+        fence: impl FnOnce(tch::Device) -> Result<(), WaitError>,
+    ) -> Result<bool, WaitError> {
+        let Some(scaler) = self.scaler else { return Ok(true) };
+        let clean = match self.replicas.unscale(holders, &scaler, batch) {
+            Some(found_inf) => {
+                fence(found_inf.device())?;
+                LossScaler::finite(&found_inf)
+            }
+            None => true,
+        };
         if let Some(s) = &mut self.scaler {
             s.update(clean);
         }
-        clean
+        Ok(clean)
     }
 
     /// Clips the reduced gradient to `clip` and updates every replica from it at `lr`; returns

@@ -72,8 +72,19 @@ impl LossScaler {
         found_inf
     }
 
+    /// Whether `t` holds a NaN or an infinity, as a one-element tensor on its device (not 0:
+    /// it does), with the same kernel at a factor of 1, which leaves every value as it is: no
+    /// full-size temporary (`isfinite().all()` makes a bool per element) and no host read.
+    pub fn non_finite(t: &Tensor) -> Tensor {
+        let _guard = tch::no_grad_guard();
+        let one = Tensor::ones([1], (tch::Kind::Float, t.device()));
+        let mut found = Tensor::zeros([1], (tch::Kind::Float, t.device()));
+        t.shallow_clone().internal_amp_non_finite_check_and_unscale(&mut found, &one);
+        found
+    }
+
     /// Whether an unscaled gradient was finite, from the `found_inf` [`LossScaler::unscale`]
-    /// returned.
+    /// (or [`LossScaler::non_finite`]) returned.
     pub fn finite(found_inf: &Tensor) -> bool {
         found_inf.double_value(&[0]) == 0.0
     }
@@ -140,5 +151,24 @@ mod tests {
         let factor = ((1.0 / 3.0f64) as f32 as f64 * 5.0) as f32;
         assert!(fused.equal(&(&values * f64::from(factor))));
         assert!((s.loss_factor(4) - 16384.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_non_finite_check_agrees_with_isfinite_and_leaves_every_bit() {
+        let values = [0.0f32, -0.0, f32::MIN_POSITIVE / 8.0, f32::MAX, -3.5, f32::MIN];
+        let t = Tensor::from_slice(&values);
+        assert!(LossScaler::finite(&LossScaler::non_finite(&t)));
+        let bits =
+            |t: &Tensor| Vec::<f32>::try_from(t).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&t), values.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut with = values.to_vec();
+            with.insert(3, bad);
+            let t = Tensor::from_slice(&with);
+            // torch's own answer on the same values.
+            assert!(!bool::try_from(t.isfinite().all()).unwrap());
+            assert!(!LossScaler::finite(&LossScaler::non_finite(&t)), "{bad}");
+            assert_eq!(bits(&t), with.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
     }
 }

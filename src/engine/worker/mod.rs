@@ -52,8 +52,6 @@ pub struct WorkerSetup {
     pub faults: Faults,
     pub channels_last: bool,
     pub precision: Precision,
-    /// How long a timed step's read of its GPU events may wait.
-    pub gpu_wait: std::time::Duration,
     /// The streaming loader's decoding, when the data is streamed (else it is resident).
     pub loader: Option<Arc<Decoding>>,
     /// With the allreduce overlapping the backward pass: the buckets' byte limits (first,
@@ -135,14 +133,6 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
     let _ = replies.send(FromWorker::Failed { replica, error });
 }
 
-/// `cuda:1`, `cpu`: a device as the engine names it.
-fn device_name(device: Device) -> String {
-    match device {
-        Device::Cuda(i) => format!("cuda:{i}"),
-        _ => "cpu".to_owned(),
-    }
-}
-
 impl Worker {
     fn new(setup: WorkerSetup, replies: &Sender<FromWorker>) -> Result<Self, WorkerError> {
         if setup.device == Device::Cpu {
@@ -203,11 +193,7 @@ impl Worker {
             precision: setup.precision,
             buffers,
             faults: setup.faults.clone(),
-            clock: PhaseClock::new(
-                setup.device,
-                2,
-                super::clock::waiting("forward and backward", device_name(setup.device), setup.gpu_wait),
-            ),
+            clock: PhaseClock::new(setup.device, 2),
             loss_sum: acc(Kind::Double),
             correct: acc(Kind::Int64),
             samples: 0.0,
@@ -223,7 +209,7 @@ impl Worker {
             buffers: self.buffers.flat.shallow_clone(),
             named_params: shallow(&self.params),
             named_buffers: shallow(&self.buffers),
-            buckets: self.sink.as_ref().map(|s| Arc::clone(s.buckets())),
+            sink: self.sink.clone(),
         }
     }
 
@@ -267,7 +253,7 @@ impl Worker {
         dropout_seed: i64,
         timed: bool,
     ) -> Result<FromWorker, WorkerError> {
-        self.clock.start(timed)?;
+        self.clock.start(timed, global_step)?;
         if let Some((_, ms)) = self.faults.slow_replica.filter(|(r, _)| *r == self.replica) {
             // Stands in for a throttled or shared device: this replica's steps take longer.
             std::thread::sleep(std::time::Duration::from_millis(ms as u64));
@@ -335,7 +321,7 @@ impl Worker {
             self.samples += len as f64;
         }
         self.clock.mark()?;
-        let timing = self.clock.read()?.map(|p| (p[0], p.get(1).copied().unwrap_or(0.0)));
+        let timing = self.clock.finish()?;
         Ok(FromWorker::StepDone { replica: self.replica, timing, bad, loader })
     }
 

@@ -242,7 +242,8 @@ impl App {
             | Change::BestKept { .. }
             | Change::Tested { .. }
             | Change::EarlyStopped { .. }
-            | Change::Straggler { .. } => {}
+            | Change::Straggler { .. }
+            | Change::Rebucketed { .. } => {}
             Change::Snapshot { .. } => self.run.points.on_change(change),
             Change::Checkpointed { .. } => self.run.points.on_change(change),
             Change::Rewound { to, .. } => {

@@ -97,6 +97,10 @@ pub enum Change {
     /// A replica's steps (data + forward/backward) ran slower than the replicas' median by
     /// more than `straggler::MARGIN` over a report window; said once per replica and run.
     Straggler { replica: usize, device: String, step_ms: f64, median_ms: f64, global_step: usize },
+    /// After the first step, the gradient buckets were planned again in the order the
+    /// gradients arrived in (the plan in declared order did not match it): `before` and
+    /// `after` buckets.
+    Rebucketed { global_step: usize, before: usize, after: usize },
     /// A rewind point was taken before step `global_step`: the state a checkpoint continuing
     /// at 0-based `epoch` and `step` holds, copied to host memory (`--snapshot-every`). `loss`
     /// is the train loss of the last report before it; `unix` when it was taken.

@@ -264,6 +264,12 @@ fn change_line(c: &Change) -> Line {
                 100.0 * (step_ms / median_ms - 1.0)
             ),
         ),
+        Change::Rebucketed { global_step, before, after } => (
+            Level::Info,
+            format!(
+                "gradient buckets re-planned in the order the first step made the gradients: {after} bucket(s), {before} before, from step {global_step}"
+            ),
+        ),
         Change::Snapshot { global_step, .. } => (Level::Info, format!("rewind point at step {global_step}")),
         Change::Rewound { from, to, lr, skipped, .. } => (
             Level::Warn,

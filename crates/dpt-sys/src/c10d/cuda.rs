@@ -14,8 +14,14 @@ struct RawEvent {
     _private: [u8; 0],
 }
 
+#[repr(C)]
+struct RawStreamGuard {
+    _private: [u8; 0],
+}
+
 extern "C" {
-    fn dpt_cuda_event_new(device: i32, err: *mut *mut c_char) -> *mut RawEvent;
+    fn dpt_cuda_event_new(device: i32, timing: i32, err: *mut *mut c_char) -> *mut RawEvent;
+    fn dpt_cuda_event_block(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_record(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_query(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_set_device(device: i32, err: *mut *mut c_char) -> i32;
@@ -27,6 +33,9 @@ extern "C" {
     ) -> i32;
     fn dpt_cuda_event_free(e: *mut RawEvent);
     fn dpt_nccl_local_allreduce(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
+    fn dpt_nccl_side_join(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
+    fn dpt_side_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawStreamGuard;
+    fn dpt_side_stream_leave(g: *mut RawStreamGuard);
     #[allow(clippy::too_many_arguments)]
     fn dpt_cuda_identity(
         device: i32,
@@ -40,20 +49,37 @@ extern "C" {
     ) -> i32;
 }
 
-/// A CUDA timing event on one device (`torch.cuda.Event(enable_timing=True)`): recorded on the
-/// device's current stream, it marks when the GPU reaches that point of the queued work.
+/// A CUDA event on one device (`torch.cuda.Event`): recorded on the device's current stream,
+/// it marks when the GPU reaches that point of the queued work.
 pub struct CudaEvent(NonNull<RawEvent>);
 
 // SAFETY: a CUDA event may be recorded and queried from any host thread.
 unsafe impl Send for CudaEvent {}
 
 impl CudaEvent {
-    /// A timing event on CUDA device `index`; an error without that device.
+    /// A timing event on CUDA device `index` (`enable_timing=True`); an error without that
+    /// device.
     pub fn new(index: usize) -> Result<CudaEvent, C10dError> {
+        CudaEvent::make(index, true)
+    }
+
+    /// An event for ordering only, without timing (cheaper to record and wait for).
+    pub fn ordering(index: usize) -> Result<CudaEvent, C10dError> {
+        CudaEvent::make(index, false)
+    }
+
+    fn make(index: usize, timing: bool) -> Result<CudaEvent, C10dError> {
         let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
-        // SAFETY: plain value argument; the shim returns an owned handle or an error.
-        let p = call(|err| unsafe { dpt_cuda_event_new(device, err) })?;
+        // SAFETY: plain value arguments; the shim returns an owned handle or an error.
+        let p = call(|err| unsafe { dpt_cuda_event_new(device, i32::from(timing), err) })?;
         Ok(CudaEvent(non_null(p, "CUDA event")?))
+    }
+
+    /// Makes the calling thread's current stream on the event's device wait, on the device,
+    /// for the work queued before the event was recorded (the host does not wait).
+    pub fn block(&self) -> Result<(), C10dError> {
+        // SAFETY: live handle; the shim only reads it.
+        call(|err| unsafe { dpt_cuda_event_block(self.0.as_ptr(), err) }).map(drop)
     }
 
     /// Records the event on its device's current stream.
@@ -137,9 +163,41 @@ pub fn nccl_compiled() -> bool {
 }
 
 /// Sums `tensors`, one per distinct GPU of this process, in place with one NCCL call (what
-/// `nn.DataParallel` uses). CPU tensors are refused with an error.
+/// `nn.DataParallel` uses), queued on each GPU's side stream after the work queued so far on
+/// its current stream: the kernels queued later on the current streams do not wait for it.
+/// Read the sums only after [`nccl_side_join`]. CPU tensors are refused with an error.
 pub fn nccl_local_allreduce(tensors: &mut [Tensor]) -> Result<(), C10dError> {
     let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
     // SAFETY: the tensors are alive and exclusively borrowed for the call.
     call(|err| unsafe { dpt_nccl_local_allreduce(ptrs.as_ptr(), ptrs.len(), err) }).map(drop)
+}
+
+/// Makes the current stream of each tensor's GPU wait (on the device) for the sums
+/// [`nccl_local_allreduce`] queued there; one tensor per GPU is enough.
+pub fn nccl_side_join(tensors: &[Tensor]) -> Result<(), C10dError> {
+    let ptrs: Vec<*mut CTensor> = tensors.iter().map(Tensor::as_ptr).map(|p| p.cast_mut()).collect();
+    // SAFETY: the tensors are alive for the call; the shim only reads their devices.
+    call(|err| unsafe { dpt_nccl_side_join(ptrs.as_ptr(), ptrs.len(), err) }).map(drop)
+}
+
+/// While alive, the side stream of a GPU (where [`nccl_local_allreduce`] sums) is the calling
+/// thread's current stream there: a collective launched meanwhile (c10d's, which waits for the
+/// current stream) is ordered after those sums.
+pub struct SideStream(NonNull<RawStreamGuard>);
+
+impl SideStream {
+    /// Enters CUDA device `index`'s side stream; an error without that device.
+    pub fn enter(index: usize) -> Result<SideStream, C10dError> {
+        let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+        // SAFETY: plain value argument; the shim returns an owned guard or an error.
+        let p = call(|err| unsafe { dpt_side_stream_enter(device, err) })?;
+        Ok(SideStream(non_null(p, "side stream guard")?))
+    }
+}
+
+impl Drop for SideStream {
+    fn drop(&mut self) {
+        // SAFETY: we own the guard; freeing it puts the previous stream back.
+        unsafe { dpt_side_stream_leave(self.0.as_ptr()) }
+    }
 }

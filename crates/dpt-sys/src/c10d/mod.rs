@@ -18,6 +18,7 @@ pub use crate::identity::CudaIdentity;
 
 mod cuda;
 mod hooks;
+pub mod host;
 pub mod jit;
 mod rng;
 mod store;
@@ -28,7 +29,8 @@ use store::RawStore;
 pub use store::Store;
 
 pub use cuda::{
-    context_made, cuda_identity, nccl_compiled, nccl_local_allreduce, set_thread_device, CudaEvent,
+    context_made, cuda_identity, nccl_compiled, nccl_local_allreduce, nccl_side_join, set_thread_device,
+    CudaEvent, SideStream,
 };
 
 #[repr(C)]
