@@ -94,7 +94,7 @@ impl Waiting {
     /// Nothing to wait for on the CPU, where every call has returned when its work is done.
     pub fn fence(&self, device: tch::Device) -> Result<(), WaitError> {
         let tch::Device::Cuda(i) = device else { return Ok(()) };
-        let mut event = CudaEvent::new(i)?;
+        let mut event = CudaEvent::ordering(i)?;
         event.record()?;
         self.poll(&event)
     }

@@ -49,6 +49,7 @@ fn rust_type(c: &str) -> String {
         "dpt_group" => "RawGroup",
         "dpt_work" => "RawWork",
         "dpt_event" => "RawEvent",
+        "dpt_stream_guard" => "RawStreamGuard",
         "dpt_module" => "RawModule",
         "dpt_rng_scope" => "RawScope",
         "dpt_grad_fn" => "GradFn",
