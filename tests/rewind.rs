@@ -249,3 +249,52 @@ fn on_two_processes_a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_ski
     };
     assert_eq!(read(&other), read(&run), "bit-identical weights");
 }
+
+#[test]
+fn the_same_resume_command_run_again_does_not_skip_or_set_the_lr_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let dpt = |extra: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        c.args(common::training(&[["--epochs", "3"].as_slice(), extra].concat())).output().unwrap()
+    };
+    // 600 images in batches of 100: 6 steps an epoch. Two steps, checkpointed at the end.
+    common::ok(&dpt(&["--run-dir", run.to_str().unwrap(), "--max-steps", "2"]));
+    // Resumed with a skip of one batch and an lr; two more steps: data position (0, 5).
+    let continued = |max: &str| {
+        dpt(&[
+            "--resume",
+            run.to_str().unwrap(),
+            "--skip-batches",
+            "1",
+            "--resume-lr",
+            "0.02",
+            "--max-steps",
+            max,
+        ])
+    };
+    let first = common::ok(&continued("4"));
+    assert!(!first.contains("without applying them again"), "{first}");
+    // The same command again (as a requeue runs it), resuming the run's newer checkpoint.
+    let again = common::ok(&continued("6"));
+    assert!(
+        again.contains("were applied at step 2; continuing from step 4 without applying them again"),
+        "{again}"
+    );
+    let steps: Vec<(u64, u64, u64)> = common::records(&run)
+        .iter()
+        .filter(|r| r["kind"] == "step")
+        .map(|r| {
+            (r["global_step"].as_u64().unwrap(), r["epoch"].as_u64().unwrap(), r["step"].as_u64().unwrap())
+        })
+        .collect();
+    // Steps 5 and 6 train the data at (0, 5) and (1, 0): epoch 2's first step, not its second
+    // (a second skip would have made it that).
+    assert_eq!(steps.last(), Some(&(6, 2, 1)), "{steps:?}");
+    let lrs: Vec<f64> = common::records(&run)
+        .iter()
+        .filter(|r| r["event"] == "lr_changed")
+        .map(|r| r["to"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lrs, vec![0.02], "the lr set once");
+}

@@ -137,7 +137,8 @@ pub struct Args {
     pub resume_lr: Option<f64>,
 
     /// With --resume: skip the next N batches of data after the checkpoint's place (past the
-    /// batches of a loss spike, as a rewind with skip does).
+    /// batches of a loss spike, as a rewind with skip does). The same command run again (a
+    /// requeue, resuming the run's newer checkpoint) applies neither this nor --resume-lr twice.
     #[arg(long, value_name = "N", requires = "resume")]
     pub skip_batches: Option<usize>,
 

@@ -100,7 +100,11 @@ impl GradSink {
     /// before it reads them: the hooks run on the stream of the backward kernel that made each
     /// gradient (autograd's), which for a model that runs part of its forward on a stream of
     /// its own is not the coordinator's. A wait on the device, free when the streams are the
-    /// same; nothing on the CPU.
+    /// same; nothing on the CPU. It covers the stream of the hook that completed the bucket;
+    /// the other direction (a later step's hook on such a stream writing after this step's
+    /// update on the default stream) holds because such a model's stream must wait for the
+    /// default stream before its forward pass reads the weights, as PyTorch requires of any
+    /// model that uses a stream of its own.
     pub fn hand_off(&self, b: usize) -> Result<(), crate::dist::c10d::C10dError> {
         match self.lock().handed.get(b) {
             Some(Some(event)) => event.block(),

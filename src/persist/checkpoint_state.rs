@@ -50,10 +50,24 @@ pub struct CheckpointState {
     /// The best evaluations so far and the patience count (`best.keep`, `best.early_stop`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best: Option<BestKeeper>,
+    /// The continuation (`--resume-lr`, `--skip-batches`) the run was resumed with, and at
+    /// which step, carried by every checkpoint written after it: the same command run again (a
+    /// requeue, which resumes the run's newer checkpoint) does not apply it a second time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued: Option<Continued>,
     /// Read from a checkpoint of an earlier version: its settings are rebuilt from the fields
     /// it had, and those it lacked are the defaults.
     #[serde(skip)]
     pub legacy: bool,
+}
+
+/// A continuation applied when resuming from the checkpoint of step `global_step`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Continued {
+    pub global_step: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+    pub skip: usize,
 }
 
 impl CheckpointState {
@@ -99,6 +113,7 @@ impl CheckpointState {
             last_test_acc: None,
             loss_scaler: None,
             best: None,
+            continued: None,
             legacy: false,
         }
     }
@@ -211,6 +226,7 @@ impl TryFrom<FormatOne> for CheckpointState {
             last_test_acc: old.last_test_acc,
             loss_scaler: old.loss_scaler,
             best: old.best,
+            continued: None,
             legacy: true,
         })
     }

@@ -4,6 +4,7 @@
 use tch::Tensor;
 
 use super::checkpoint::{Checkpoint, CheckpointError, CheckpointState};
+use super::checkpoint_state::Continued;
 use crate::engine::config::model_specs;
 use crate::model::script::ScriptModel;
 use crate::model::ModelKind;
@@ -35,7 +36,37 @@ impl std::fmt::Debug for Resume {
     }
 }
 
+impl Continuation {
+    /// Whether it changes anything.
+    pub fn is_some(&self) -> bool {
+        *self != Continuation::default()
+    }
+}
+
 impl Resume {
+    /// The continuation the checkpoints of this run carry: the one applied now, or the one the
+    /// resumed checkpoint already carried.
+    pub fn continued(&self) -> Option<Continued> {
+        match self.then.is_some() {
+            true => Some(Continued {
+                global_step: self.state.global_step,
+                lr: self.then.lr,
+                skip: self.then.skip,
+            }),
+            false => self.state.continued,
+        }
+    }
+
+    /// Sets how the run goes on to `asked`, unless the checkpoint was written after the same
+    /// continuation had been applied (the same command run again, resuming the run's newer
+    /// checkpoint); then nothing is applied again, and the step it was applied at is returned.
+    pub fn go_on_as(&mut self, asked: Continuation) -> Option<usize> {
+        let again =
+            self.state.continued.filter(|c| asked.is_some() && c.lr == asked.lr && c.skip == asked.skip);
+        self.then = if again.is_some() { Continuation::default() } else { asked };
+        again.map(|c| c.global_step)
+    }
+
     /// Checks `ckpt` against `model` and lays its tensors out as the engine stores them.
     pub fn new(
         ckpt: Checkpoint,

@@ -123,7 +123,14 @@ fn settle_with_resume(args: &Args, world: Option<&World>) -> Result<(Settled, Op
                     .map_err(|_| input(anyhow!("--resume-lr must be a positive finite number, got {lr}")))
             })
             .transpose()?;
-        r.then = Continuation { lr, skip: args.skip_batches.unwrap_or(0) };
+        let again = r.go_on_as(Continuation { lr, skip: args.skip_batches.unwrap_or(0) });
+        if let Some(at) = again.filter(|_| world.is_none_or(|w| w.rank == 0)) {
+            eprintln!(
+                "dpt-tui: note: {} holds a checkpoint written after --resume-lr/--skip-batches were applied at step {at}; continuing from step {} without applying them again (resume the checkpoint of step {at} to apply them anew)",
+                path.display(),
+                r.state.global_step
+            );
+        }
     }
     if let (Some(w), Some(r)) = (world, resume.as_mut()) {
         let slots = r.optimizer.iter_mut().map(|(_, t)| t);

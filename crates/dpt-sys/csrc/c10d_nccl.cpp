@@ -37,14 +37,16 @@ struct dpt_stream_guard {
 };
 
 // One side stream per GPU for the in-process sums, taken from c10's stream pool once and kept
-// for the process, as ProcessGroupNCCL keeps one NCCL stream per device.
+// for the process, as ProcessGroupNCCL keeps one NCCL stream per device; from the
+// high-priority pool, so it is never the low-priority pool stream ProcessGroupNCCL takes (two
+// sums sharing a stream would only run one after the other, but they need not).
 static at::cuda::CUDAStream side_stream(c10::DeviceIndex index) {
   static std::mutex lock;
   static std::map<c10::DeviceIndex, at::cuda::CUDAStream> streams;
   std::lock_guard<std::mutex> held(lock);
   auto found = streams.find(index);
   if (found == streams.end()) {
-    found = streams.emplace(index, at::cuda::getStreamFromPool(false, index)).first;
+    found = streams.emplace(index, at::cuda::getStreamFromPool(true, index)).first;
   }
   return found->second;
 }

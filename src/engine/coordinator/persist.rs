@@ -354,6 +354,7 @@ impl Coordinator {
             train_seconds: self.report.done.tally.seconds,
             samples_done: self.report.done.tally.samples,
             last_test_acc: self.report.done.last_test_acc,
+            continued: cfg.kit.resume.as_ref().and_then(|r| r.continued()),
             ..CheckpointState::new(cfg.settings.clone(), cfg.normalization.clone())
         };
         Checkpoint {
