@@ -37,6 +37,11 @@ pub fn sampled(on_gpu: bool, steps_run: usize) -> bool {
 /// waited for) whether the device has passed it. CUDA's events; the tests' fakes.
 pub trait DeviceMark: Send {
     fn record(&mut self) -> Result<(), C10dError>;
+    /// Records on the device's side stream, where the gradient sums run (on a fake device, as
+    /// [`DeviceMark::record`]).
+    fn record_side(&mut self) -> Result<(), C10dError> {
+        self.record()
+    }
     fn passed(&self) -> Result<bool, C10dError>;
     /// Seconds from this mark to `later`, both passed.
     fn seconds_until(&self, later: &Self) -> Result<f64, C10dError>;
@@ -45,6 +50,9 @@ pub trait DeviceMark: Send {
 impl DeviceMark for CudaEvent {
     fn record(&mut self) -> Result<(), C10dError> {
         CudaEvent::record(self)
+    }
+    fn record_side(&mut self) -> Result<(), C10dError> {
+        CudaEvent::record_side(self)
     }
     fn passed(&self) -> Result<bool, C10dError> {
         self.query()
@@ -182,21 +190,31 @@ pub fn waiting(phase: &str, device: impl std::fmt::Display, timeout: std::time::
     Waiting { phase: phase.to_owned(), device: device.to_string(), timeout }
 }
 
+/// A device for tests whose queue the test advances.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod fake {
+    use super::DeviceMark;
+    use crate::dist::c10d::C10dError;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    /// A device whose queue the test advances: each recorded mark takes the next position in
-    /// it and a time of 10 ms per position; the device has passed the marks up to `reached`.
+    /// Each recorded mark takes the next position in the queue and a time of 10 ms per
+    /// position, a mark on the side stream `side_lag` positions later; the device has passed
+    /// the marks up to `reached`.
     #[derive(Clone, Default)]
-    struct FakeDevice {
-        queued: Arc<AtomicUsize>,
-        reached: Arc<AtomicUsize>,
+    pub(crate) struct FakeDevice {
+        pub(crate) queued: Arc<AtomicUsize>,
+        pub(crate) reached: Arc<AtomicUsize>,
+        pub(crate) side_lag: Arc<AtomicUsize>,
     }
 
-    struct FakeMark {
+    impl FakeDevice {
+        pub(crate) fn mark(&self) -> FakeMark {
+            FakeMark { device: self.clone(), at: usize::MAX }
+        }
+    }
+
+    pub(crate) struct FakeMark {
         device: FakeDevice,
         at: usize,
     }
@@ -206,17 +224,29 @@ mod tests {
             self.at = self.device.queued.fetch_add(1, Ordering::SeqCst) + 1;
             Ok(())
         }
+        fn record_side(&mut self) -> Result<(), C10dError> {
+            self.record()?;
+            self.at += self.device.side_lag.load(Ordering::SeqCst);
+            Ok(())
+        }
         fn passed(&self) -> Result<bool, C10dError> {
             Ok(self.device.reached.load(Ordering::SeqCst) >= self.at)
         }
         fn seconds_until(&self, later: &Self) -> Result<f64, C10dError> {
             assert!(self.passed()? && later.passed()?, "read before the device passed it");
-            Ok((later.at - self.at) as f64 * 0.01)
+            Ok((later.at as f64 - self.at as f64) * 0.01)
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fake::{FakeDevice, FakeMark};
+    use std::sync::atomic::Ordering;
 
     fn fake_clock(device: &FakeDevice) -> PhaseClock<FakeMark> {
-        PhaseClock::with_marks((0..3).map(|_| FakeMark { device: device.clone(), at: usize::MAX }).collect())
+        PhaseClock::with_marks((0..3).map(|_| device.mark()).collect())
     }
 
     #[test]

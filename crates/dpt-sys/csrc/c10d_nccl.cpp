@@ -178,6 +178,16 @@ int dpt_cuda_event_record(dpt_event* ev, char** err) {
   })
 }
 
+// Records the event on its device's side stream (see side_stream): it completes when the sums
+// queued there so far have run.
+int dpt_cuda_event_record_side(dpt_event* ev, char** err) {
+  DPT_GUARD(err, -1, {
+    c10::DeviceGuard guard(cuda(ev->device));
+    ev->event.record(side_stream(ev->device).unwrap());
+    return 0;
+  })
+}
+
 // 1 when the work queued before the event has run, 0 while it has not (never waits).
 int dpt_cuda_event_query(dpt_event* ev, char** err) {
   DPT_GUARD(err, -1, {

@@ -46,6 +46,11 @@ int dpt_cuda_event_record(dpt_event*, char** err) {
   return -1;
 }
 
+int dpt_cuda_event_record_side(dpt_event*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
 int dpt_cuda_event_query(dpt_event*, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return -1;

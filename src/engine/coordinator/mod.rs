@@ -7,6 +7,7 @@
 mod controls;
 mod failure;
 mod flow;
+mod overlap;
 mod persist;
 mod persistence;
 pub mod pool;

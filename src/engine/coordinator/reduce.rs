@@ -15,10 +15,12 @@
 //! A bucket's sum is the same element by element as the whole buffer's: bit for bit within a
 //! process, and across processes as far as the collective's own order of summation allows.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use tch::Tensor;
 
+use super::overlap::OverlapProbe;
 use super::Coordinator;
 use crate::dist::c10d::{nccl_local_allreduce, nccl_side_join, SideStream, Work};
 use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
@@ -46,6 +48,8 @@ pub(super) struct Reduction {
     pub sinks: Vec<Arc<GradSink>>,
     /// Whether the buckets were re-planned from the first step's gradient order.
     pub replanned: bool,
+    /// On several GPUs with buckets, the device events the overlap figure comes from.
+    pub probe: Option<RefCell<OverlapProbe>>,
 }
 
 impl Reduction {
@@ -56,6 +60,7 @@ impl Reduction {
             buckets: None,
             sinks: Vec::new(),
             replanned: false,
+            probe: None,
         }
     }
 
@@ -93,13 +98,17 @@ pub(super) struct Gathered {
 impl Coordinator {
     /// Gathers the replicas' replies to a step; with buckets, reduces each bucket as soon as
     /// every local replica has reported it, in bucket order (so every rank starts the same
-    /// collectives in the same order).
-    pub(super) fn gather_step(&self) -> Result<Gathered, EngineError> {
+    /// collectives in the same order). A `sampled` step is probed on GPUs (`overlap.rs`).
+    pub(super) fn gather_step(&self, sampled: bool) -> Result<Gathered, EngineError> {
         let timeout = self.cfg().step_timeout();
         let Some(buckets) = &self.exchange.reduction.buckets else {
             let replies = self.pool.gather(timeout)?;
             return Ok(Gathered { replies, in_flight: Vec::new(), early: 0, buckets: 0 });
         };
+        let probe = self.exchange.reduction.probe.as_ref();
+        if let Some(p) = probe {
+            p.borrow_mut().begin(sampled);
+        }
         let mut ready = Readiness::new(buckets.len(), self.cfg().devices.len());
         let mut in_flight = Vec::new();
         let mut early = 0;
@@ -121,9 +130,15 @@ impl Coordinator {
                     sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
                 }
                 in_flight.extend(self.reduce_range(buckets.ranges[b])?);
+                if let Some(p) = probe {
+                    p.borrow_mut().summed(b, buckets.len()).map_err(|e| EngineError::Nccl(e.0))?;
+                }
             }
             Ok(())
         })?;
+        if let Some(p) = probe {
+            p.borrow_mut().backward_queued().map_err(|e| EngineError::Nccl(e.0))?;
+        }
         Ok(Gathered { replies, in_flight, early, buckets: buckets.len().saturating_sub(1) })
     }
 
@@ -184,6 +199,22 @@ impl Coordinator {
         let after = planned.len();
         r.buckets = Some(planned);
         self.emit(crate::record::Change::Rebucketed { global_step: self.steps.global_step, before, after });
+        Ok(())
+    }
+
+    /// Adds to the report window the share of buckets whose allreduce overlapped a backward
+    /// pass: on GPUs only what device events measured (none without a probe), on the CPU the
+    /// buckets the step started during a backward pass.
+    pub(super) fn count_overlap(&mut self, step: (usize, usize)) -> Result<(), EngineError> {
+        let counted = match (&self.exchange.reduction.probe, self.cfg().has_gpu()) {
+            (Some(p), _) => p.borrow_mut().read().map_err(|e| EngineError::Nccl(e.0))?,
+            (None, true) => None,
+            (None, false) => Some(step),
+        };
+        if let Some((early, buckets)) = counted {
+            self.report.window.buckets.0 += early;
+            self.report.window.buckets.1 += buckets;
+        }
         Ok(())
     }
 

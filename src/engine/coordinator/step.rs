@@ -3,6 +3,7 @@
 //! statistics from replica 0; plus the reports and the evaluation. The gradients' reduction,
 //! local and across processes, is `reduce.rs`.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use tch::Tensor;
@@ -107,6 +108,12 @@ impl Coordinator {
         if let LocalReduce::Nccl { groups } = &self.exchange.reduction.local {
             let devices: Vec<tch::Device> =
                 groups.iter().map(|g| self.update.replicas.grads[g[0]].device()).collect();
+            if let (Some(tch::Device::Cuda(i)), Some(_)) = (devices.first(), &self.exchange.reduction.buckets)
+            {
+                // Without events (a build without CUDA headers) the figure is left out.
+                self.exchange.reduction.probe =
+                    super::overlap::OverlapProbe::on_gpu(*i).ok().map(RefCell::new);
+            }
             self.set_up_nccl(devices)?;
         } else if self.cfg.kit.faults.setup_hang {
             self.set_up_nccl(Vec::new())?;
@@ -159,7 +166,7 @@ impl Coordinator {
     pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
         let timed = self.dispatch(start, len)?;
         // With buckets, their reduction starts while the backward passes run.
-        let step = self.gather_step()?;
+        let step = self.gather_step(timed)?;
         let bad = self.report.take_replies(step.replies);
         self.name_bad_images(bad);
         let device = self.cfg().devices[0];
@@ -167,8 +174,7 @@ impl Coordinator {
         // Only the trainable parameters' gradients travel (a frozen backbone's are zero). With
         // buckets, this phase is what the backward passes did not hide.
         let holders = self.finish_reduce(step.in_flight)?;
-        self.report.window.buckets.0 += step.early;
-        self.report.window.buckets.1 += step.buckets;
+        self.count_overlap((step.early, step.buckets))?;
         clock.mark()?;
         self.update(&holders, len)?;
         clock.mark()?;

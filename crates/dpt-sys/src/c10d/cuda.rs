@@ -23,6 +23,7 @@ extern "C" {
     fn dpt_cuda_event_new(device: i32, timing: i32, err: *mut *mut c_char) -> *mut RawEvent;
     fn dpt_cuda_event_block(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_record(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_event_record_side(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_query(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_set_device(device: i32, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_elapsed_ms(
@@ -86,6 +87,13 @@ impl CudaEvent {
     pub fn record(&mut self) -> Result<(), C10dError> {
         // SAFETY: live handle, exclusively borrowed.
         call(|err| unsafe { dpt_cuda_event_record(self.0.as_ptr(), err) }).map(drop)
+    }
+
+    /// Records the event on its device's side stream, where [`nccl_local_allreduce`] sums: it
+    /// completes when the sums queued there so far have run.
+    pub fn record_side(&mut self) -> Result<(), C10dError> {
+        // SAFETY: live handle, exclusively borrowed.
+        call(|err| unsafe { dpt_cuda_event_record_side(self.0.as_ptr(), err) }).map(drop)
     }
 
     /// Whether the work queued before the event has run (never waits).
