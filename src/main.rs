@@ -25,6 +25,8 @@ fn main() -> ExitCode {
         eprintln!("dpt-tui: {line}");
         return ExitCode::from(2);
     }
+    // The main thread prepares and watches; the cores are the CPU replicas' (device::intra_op).
+    dpt_tui::device::intra_op::keep_to_one_thread();
     // Before any thread exists: the environment NCCL's process groups read.
     dpt_tui::dist::nccl_env::apply();
     let argv = match session::config_file::expand(std::env::args_os().collect()) {

@@ -65,5 +65,7 @@ mod step_timing;
 mod streaming;
 #[path = "tensorboard.rs"]
 mod tensorboard;
+#[path = "threads.rs"]
+mod threads;
 #[path = "tokenizers.rs"]
 mod tokenizers;

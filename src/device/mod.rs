@@ -5,6 +5,7 @@
 pub mod bus;
 pub mod driver;
 pub mod gpu_wait;
+pub mod intra_op;
 pub mod libtorch;
 pub(crate) mod oom;
 pub(crate) mod visible;

@@ -135,6 +135,7 @@ impl Decoding {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(cfg.loader.decode_threads.max(1))
             .thread_name(|i| format!("{}{i}", crate::engine::worker_thread::DECODE_THREAD_PREFIX))
+            .start_handler(|_| crate::device::intra_op::keep_to_one_thread())
             .build()
             .map_err(std::io::Error::other)?;
         let total = data.train.len() + data.test.len() + data.val.as_ref().map_or(0, Split::len);
@@ -206,6 +207,7 @@ fn produce(
     jobs: &Receiver<(u64, Job)>,
     out: &Sender<(u64, Result<Batch, LoadError>)>,
 ) {
+    crate::device::intra_op::keep_to_one_thread();
     let mut next = jobs.recv().ok();
     while let Some((generation, job)) = next.take() {
         for (start, ids, epoch) in job_batches(&job) {

@@ -144,8 +144,14 @@ impl Coordinator {
     /// (a libtorch error, often a CUDA fault that a worker's kernel caused and the coordinator's
     /// next operation on that device reports) is caught and names the device.
     pub fn run(mut self) -> Result<Outcome, EngineError> {
+        // The update runs on one intra-op thread: the cores are the CPU replicas' (device::intra_op).
+        crate::device::intra_op::keep_to_one_thread();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.set_device().and_then(|()| self.wait_ready()).and_then(|()| self.train())
+            self.set_device().and_then(|()| self.wait_ready()).and_then(|()| {
+                // Every replica has set its own count; threads started from now on take one.
+                crate::device::intra_op::keep_to_one_thread();
+                self.train()
+            })
         }));
         let result = caught
             .unwrap_or_else(|panic| Err(self.panic_error(panic.as_ref())))

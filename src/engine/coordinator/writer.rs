@@ -37,6 +37,7 @@ impl CheckpointWriter {
         let (jobs, work) = bounded::<Job>(1);
         let (tell, done) = unbounded();
         let thread = std::thread::Builder::new().name("dpt-checkpoint".into()).spawn(move || {
+            crate::device::intra_op::keep_to_one_thread();
             for job in work {
                 let result = job.checkpoint.write(&job.path).map(|()| {
                     keep_newest(&job.path, job.global_step, job.keep);

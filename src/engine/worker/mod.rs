@@ -136,7 +136,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
 impl Worker {
     fn new(setup: WorkerSetup, replies: &Sender<FromWorker>) -> Result<Self, WorkerError> {
         if setup.device == Device::Cpu {
-            tch::set_num_threads(setup.threads as i32);
+            crate::device::intra_op::set_for_this_thread(setup.threads);
         }
         let mut builder = Builder::default();
         let mut net: Box<dyn Network> = match (&setup.script, crate::model::build(setup.model, &mut builder))

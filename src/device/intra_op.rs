@@ -1,0 +1,83 @@
+//! How many intra-op threads each of the process's threads runs torch operations with.
+//!
+//! ATen's CPU kernels and MKL's GEMM run on OpenMP, and libgomp keeps one thread team per
+//! thread that starts a parallel region. When the helper threads of all teams together
+//! outnumber the cores, libgomp stops spinning at its barriers (`gomp_managed_threads >
+//! gomp_available_cpus` selects the throttled spin count) and every parallel region sleeps
+//! and wakes its helpers through futexes: measured here, a CPU replica's forward and backward
+//! took 25 % longer with the main thread's and the coordinator's teams alive beside the
+//! replica's (BENCHMARKS.md, "A language model against a plain PyTorch loop"). So on CPU
+//! devices the replicas' teams get the cores (`--cpu-threads` each) and every other thread that
+//! runs torch operations keeps to one thread, which starts no team at all.
+
+/// Sets the calling thread's intra-op threads to `n`, for good.
+///
+/// ATen gives a thread its count lazily, at its first parallel operation, from the count any
+/// thread set last (`at::init_num_threads`); a thread that set its own count before that
+/// first operation could have it replaced by another thread's. Asking for the count first
+/// (`at::get_num_threads` runs that one-time initialisation) and then setting it makes the
+/// count this thread's own. The count set is also the one threads that initialise later take.
+pub fn set_for_this_thread(n: usize) {
+    let _ = tch::get_num_threads();
+    tch::set_num_threads(n.max(1) as i32);
+}
+
+/// The intra-op threads of a thread that is not a CPU replica's: one.
+pub fn keep_to_one_thread() {
+    set_for_this_thread(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+
+    /// The threads of this process whose name is `name` (libgomp's helper threads take the
+    /// name of the thread whose team they join).
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == name)
+            .count()
+    }
+
+    /// A parallel ATen operation (far above its grain size), then the threads named `name`.
+    fn team_of(name: &'static str, threads: usize) -> usize {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                set_for_this_thread(threads);
+                let sum =
+                    tch::Tensor::ones([1 << 22], (tch::Kind::Float, tch::Device::Cpu)).sum(tch::Kind::Float);
+                assert_eq!(sum.double_value(&[]), (1 << 22) as f64);
+                threads_named(name)
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_thread_kept_to_one_thread_starts_no_openmp_team() {
+        assert_eq!(team_of("dpt-omp-one", 1), 1);
+        // The count above can see a team: two threads make one helper.
+        assert_eq!(team_of("dpt-omp-two", 2), 2);
+    }
+
+    #[test]
+    fn a_threads_count_stays_when_another_thread_sets_its_own_later() {
+        let (set_tx, set_rx) = bounded(0);
+        let (other_tx, other_rx) = bounded(0);
+        let replica = std::thread::spawn(move || {
+            set_for_this_thread(3);
+            set_tx.send(()).unwrap();
+            other_rx.recv().unwrap();
+            tch::get_num_threads()
+        });
+        set_rx.recv().unwrap();
+        std::thread::spawn(keep_to_one_thread).join().unwrap();
+        other_tx.send(()).unwrap();
+        assert_eq!(replica.join().unwrap(), 3);
+    }
+}
