@@ -5,12 +5,11 @@
 //! above it would fail the embedding lookup mid-run (on a GPU, as a device-side assert that
 //! ends the process).
 
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::dataset::DataError;
-use super::tokens::{TokenDtype, TokenFile};
+use super::tokens::TokenFile;
 
 /// A file's largest token id and the offset (in tokens) of its first occurrence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,35 +74,25 @@ fn parse(text: &str, key: &str) -> Option<Largest> {
 
 /// Reads the whole file for its largest id.
 fn scan(file: &TokenFile) -> Result<Largest, DataError> {
-    let width = file.dtype.bytes();
-    let total = file.tokens * width as u64;
-    let handle = std::fs::File::open(&file.path)
-        .map_err(|e| DataError::Read { path: file.path.clone(), why: e.to_string() })?;
-    let mut buf = vec![0u8; CHUNK];
+    let chunk = CHUNK / file.dtype.bytes();
+    let mut bytes = Vec::with_capacity(CHUNK);
     let (mut best, mut at) = (Largest { id: 0, offset: 0 }, 0u64);
     let (started, mut said) = (Instant::now(), Instant::now());
-    while at < total {
-        let n = CHUNK.min((total - at) as usize);
-        handle
-            .read_exact_at(&mut buf[..n], at)
-            .map_err(|e| DataError::Read { path: file.path.clone(), why: e.to_string() })?;
-        let first = at / width as u64;
-        let ids = buf[..n].chunks_exact(width).map(|b| match file.dtype {
-            TokenDtype::U16 => u32::from(u16::from_le_bytes([b[0], b[1]])),
-            TokenDtype::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        });
+    while at < file.tokens {
+        let n = chunk.min((file.tokens - at) as usize);
+        let ids = file.ids(at, n, &mut bytes)?;
         // The chunk's largest first (one pass the compiler vectorizes), then where it is.
         let top = ids.clone().max().unwrap_or(0);
         if at == 0 || top > best.id {
             let i = ids.clone().position(|v| v == top).unwrap_or(0) as u64;
-            best = Largest { id: top, offset: first + i };
+            best = Largest { id: top, offset: at + i };
         }
         at += n as u64;
         if said.elapsed() > Duration::from_secs(2) {
             eprintln!(
                 "dpt-tui: checking {} for token ids beyond the model's vocabulary: {:.0}%",
                 file.path.display(),
-                100.0 * at as f64 / total.max(1) as f64
+                100.0 * at as f64 / file.tokens.max(1) as f64
             );
             said = Instant::now();
         }
@@ -121,6 +110,7 @@ fn scan(file: &TokenFile) -> Result<Largest, DataError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::tokens::TokenDtype;
 
     fn file_of(ids: &[u32], dtype: TokenDtype) -> (tempfile::TempDir, TokenFile) {
         let dir = tempfile::tempdir().unwrap();

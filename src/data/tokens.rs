@@ -42,20 +42,25 @@ impl TokenFile {
 
     /// Tokens `at..at + n`.
     pub fn read(&self, at: u64, n: usize) -> Result<Vec<i64>, DataError> {
-        let width = self.dtype.bytes();
-        let mut bytes = vec![0u8; n * width];
+        Ok(self.ids(at, n, &mut Vec::new())?.map(i64::from).collect())
+    }
+
+    /// The ids of tokens `at..at + n`, read through `bytes` (a buffer to reuse between calls).
+    pub fn ids<'b>(
+        &self,
+        at: u64,
+        n: usize,
+        bytes: &'b mut Vec<u8>,
+    ) -> Result<impl Iterator<Item = u32> + Clone + 'b, DataError> {
+        let (dtype, width) = (self.dtype, self.dtype.bytes());
+        bytes.resize(n * width, 0);
         self.file
-            .read_exact_at(&mut bytes, at * width as u64)
+            .read_exact_at(bytes, at * width as u64)
             .map_err(|e| DataError::Read { path: self.path.clone(), why: e.to_string() })?;
-        Ok(match self.dtype {
-            TokenDtype::U16 => {
-                bytes.chunks_exact(2).map(|b| i64::from(u16::from_le_bytes([b[0], b[1]]))).collect()
-            }
-            TokenDtype::U32 => bytes
-                .chunks_exact(4)
-                .map(|b| i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-                .collect(),
-        })
+        Ok(bytes.chunks_exact(width).map(move |b| match dtype {
+            TokenDtype::U16 => u32::from(u16::from_le_bytes([b[0], b[1]])),
+            TokenDtype::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        }))
     }
 }
 
