@@ -27,6 +27,43 @@ pub fn keep_to_one_thread() {
     set_for_this_thread(1);
 }
 
+/// While it lives, libgomp's barriers spin only briefly before they sleep: a parked team of
+/// one more helper than the machine has cores (threads named `dpt-short-spin`, asleep in
+/// libgomp's pool) makes its managed threads outnumber the cores, the case for which libgomp
+/// shortens its spin. Dropping it ends the thread, and libgomp releases the team.
+pub struct ShortSpin {
+    stop: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ShortSpin {
+    /// `cores`: the cores libgomp counts (the threads this process may run on).
+    pub fn start(cores: usize) -> std::io::Result<ShortSpin> {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let (started, up) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new().name("dpt-short-spin".into()).spawn(move || {
+            let threads = cores + 1;
+            set_for_this_thread(threads);
+            // A parallel fill with a grain's worth of elements (ATen's 32,768) for every thread.
+            drop(tch::Tensor::ones([threads as i64 * 32_768], (tch::Kind::Float, tch::Device::Cpu)));
+            drop(started);
+            let _ = stopped.recv();
+        })?;
+        // The team exists once the fill is done.
+        let _ = up.recv();
+        Ok(ShortSpin { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for ShortSpin {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +100,18 @@ mod tests {
         assert_eq!(team_of("dpt-omp-one", 1), 1);
         // The count above can see a team: two threads make one helper.
         assert_eq!(team_of("dpt-omp-two", 2), 2);
+    }
+
+    #[test]
+    fn a_short_spin_parks_one_more_helper_than_the_cores_until_dropped() {
+        let spin = ShortSpin::start(3).unwrap();
+        let parked = threads_named("dpt-short-spin");
+        drop(spin);
+        // Its thread and the team's 3 helpers end with it. (`at::set_num_threads` also resizes
+        // ATen's process-wide pthreadpool where one exists, whose threads take the name of the
+        // thread that grew it and stay: they are not OpenMP's.)
+        assert!(parked >= 4, "{parked}");
+        assert!(threads_named("dpt-short-spin") <= parked - 4, "{parked}");
     }
 
     #[test]

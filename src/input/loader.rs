@@ -18,6 +18,8 @@ use super::augment::{self, Augment};
 use super::resized_crop;
 use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
+use crate::device::intra_op::ShortSpin;
+use crate::device::DeviceId;
 use crate::dist::c10d::host::filled_bytes;
 use crate::engine::config::TrainConfig;
 use crate::engine::tally::LoaderTally;
@@ -92,6 +94,8 @@ pub struct Decoding {
     pub augment: Augment,
     pub seed: u64,
     pub bad: Arc<BadImages>,
+    /// Where a CPU replica's team shares the cores with the decode threads.
+    _short_spin: Option<ShortSpin>,
 }
 
 /// The images that failed to decode while training, over every replica of the process (each
@@ -139,6 +143,9 @@ impl Decoding {
             .build()
             .map_err(std::io::Error::other)?;
         let total = data.train.len() + data.test.len() + data.val.as_ref().map_or(0, Split::len);
+        let teams = cfg.cpu_threads > 1 && cfg.devices.contains(&DeviceId::Cpu);
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let short_spin = if teams { Some(ShortSpin::start(cores)?) } else { None };
         Ok(Some(Arc::new(Decoding {
             data: Arc::clone(data),
             pool: Arc::new(pool),
@@ -147,6 +154,7 @@ impl Decoding {
             augment: cfg.augment(),
             seed: cfg.settings.recipe.seed,
             bad: Arc::new(BadImages::new(cfg.settings.data.max_bad, total)),
+            _short_spin: short_spin,
         })))
     }
 }
