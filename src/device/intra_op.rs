@@ -9,6 +9,15 @@
 //! replica's (BENCHMARKS.md, "A language model against a plain PyTorch loop"). So on CPU
 //! devices the replicas' teams get the cores (`--cpu-threads` each) and every other thread that
 //! runs torch operations keeps to one thread, which starts no team at all.
+//!
+//! A streamed run is the exception: its decode threads work on the same cores while a replica
+//! computes, and a barrier spinning for a helper the decoders preempted burns the core they
+//! need (an input-bound JPEG run lost about a quarter of its samples/s). There [`ShortSpin`]
+//! keeps libgomp's short spin on purpose.
+//!
+//! These are libgomp's rules, the OpenMP runtime PyTorch's Linux wheels ship; a libtorch built
+//! on another runtime (Intel's, with `KMP_BLOCKTIME`) spins by its own, and the thread counts
+//! above are still the right ones for it.
 
 /// Sets the calling thread's intra-op threads to `n`, for good.
 ///
