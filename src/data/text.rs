@@ -190,4 +190,48 @@ mod tests {
             "another file: tokenized again"
         );
     }
+
+    #[test]
+    fn text_too_short_to_split_is_refused_and_not_cached() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "x").unwrap();
+        let e = tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap_err();
+        assert!(matches!(e, DataError::TextTooShort { tokens: 1, .. }), "{e}");
+        assert!(e.to_string().contains("make 1 tokens, too few to split"), "{e}");
+        let stamps: Vec<_> = walk(home.path()).into_iter().filter(|p| p.ends_with("source.txt")).collect();
+        assert!(stamps.is_empty(), "a refused text leaves no cache that a later run would trust: {stamps:?}");
+    }
+
+    #[test]
+    fn a_tokenizer_that_cannot_encode_the_text_names_the_file() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a b a").unwrap();
+        // A word-level vocabulary without its unknown token: "b" cannot be encoded.
+        let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+            "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+            "model":{"type":"WordLevel","vocab":{"a":0},"unk_token":"[UNK]"}}"#;
+        std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
+        let codec = TextCodec::open(dir.path(), None).unwrap();
+        let e = tokenized_in(dir.path(), &codec, home.path()).unwrap_err();
+        let DataError::Tokenizer { path, why } = &e else { panic!("{e}") };
+        assert_eq!(path, &dir.path().join("a.txt"), "{e}");
+        assert!(why.contains("[UNK]"), "{e}");
+        assert!(!e.to_string().contains('\n'), "one line: {e}");
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flat_map(|e| {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(&p)
+                } else {
+                    vec![p]
+                }
+            })
+            .collect()
+    }
 }
