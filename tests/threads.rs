@@ -74,7 +74,7 @@ fn a_streamed_run_keeps_the_spin_short_where_a_replica_has_a_team() {
         &dir.path().join("two"),
         &[&stream[..], &["--cpu-threads", "2"]].concat(),
     );
-    // The parked thread and one more helper than the cores.
+    // The parked thread and a helper per core.
     assert!(two.get("dpt-short-spin").is_some_and(|&n| n > cores), "{two:?}");
     let one = names_at_third_step(
         &shards,

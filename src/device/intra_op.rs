@@ -37,8 +37,9 @@ pub fn keep_to_one_thread() {
 }
 
 /// While it lives, libgomp's barriers spin only briefly before they sleep: a parked team of
-/// one more helper than the machine has cores (threads named `dpt-short-spin`, asleep in
-/// libgomp's pool) makes its managed threads outnumber the cores, the case for which libgomp
+/// one thread more than the machine has cores (its own thread and a helper per core, named
+/// `dpt-short-spin`, asleep in libgomp's pool) makes libgomp's managed threads (the helpers,
+/// plus one for the process's first thread) outnumber the cores, the case for which libgomp
 /// shortens its spin. Dropping it ends the thread, and libgomp releases the team.
 pub struct ShortSpin {
     stop: Option<crossbeam_channel::Sender<()>>,
