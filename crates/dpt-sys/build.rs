@@ -16,13 +16,18 @@ fn main() {
         );
     };
     let lib = PathBuf::from(lib);
-    compile_shim(&lib);
+    let cuda_half = compile_shim(&lib);
     // This package's own test executables start without LD_LIBRARY_PATH too (a link argument
     // reaches only the package's own targets; the main package sets its own).
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
     println!("cargo:rustc-link-lib=dylib=c10");
+    // The CUDA half calls libc10_cuda (device count, the caching allocator's statistics)
+    // directly; with `--as-needed` it stays linked only where those calls are made.
+    if cuda_half && lib.join("libc10_cuda.so").exists() {
+        println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    }
 }
 
 /// The wheel's `nvidia/<name>/include`, if present.
@@ -31,7 +36,8 @@ fn nvidia_include(torch: &Path, name: &str) -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-fn compile_shim(lib: &Path) {
+/// Compiles the shim; whether with its CUDA and NCCL half.
+fn compile_shim(lib: &Path) -> bool {
     let torch = lib.parent().expect("libtorch's lib folder has a parent");
     let include = torch.join("include");
     let mut build = cc::Build::new();
@@ -39,6 +45,10 @@ fn compile_shim(lib: &Path) {
         .cpp(true)
         .std("c++17")
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        // As libtorch itself was built (and as PyTorch's extensions are): some of its classes
+        // have debug-only members, at::RecordFunction's `inputs_valid_` among them, so a shim
+        // built without NDEBUG reads a layout libtorch does not have.
+        .define("NDEBUG", None)
         .define("USE_DISTRIBUTED", None)
         .define("USE_C10D_GLOO", None)
         .include("csrc")
@@ -61,7 +71,7 @@ fn compile_shim(lib: &Path) {
     println!("cargo:rerun-if-env-changed=DPT_CUDA_HEADERS");
     let extra = std::env::var_os("DPT_CUDA_HEADERS").map(|d| PathBuf::from(d).join("nvidia/cu13/include"));
     let has = |file: &str| cuda.iter().chain(extra.iter()).any(|d| d.join(file).exists());
-    match (cuda.clone(), nccl) {
+    let cuda_half = match (cuda.clone(), nccl) {
         (Some(cuda), Some(nccl)) if has("crt/host_config.h") && has("nv/target") => {
             build
                 .define("USE_C10D_NCCL", None)
@@ -72,6 +82,7 @@ fn compile_shim(lib: &Path) {
             if let Some(extra) = extra.filter(|d| d.is_dir()) {
                 build.include(extra);
             }
+            true
         }
         _ => {
             println!(
@@ -79,7 +90,9 @@ fn compile_shim(lib: &Path) {
                 torch.display()
             );
             build.define("DPT_HAVE_NCCL", "0");
+            false
         }
-    }
+    };
     build.compile("dpt_c10d");
+    cuda_half
 }

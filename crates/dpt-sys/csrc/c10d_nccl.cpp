@@ -7,6 +7,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/csrc/cuda/nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
@@ -202,6 +203,30 @@ int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, c
   DPT_GUARD(err, -1, {
     c10::DeviceGuard guard(cuda(later->device));
     *ms = static_cast<float>(earlier->event.elapsedTime(later->event));
+    return 0;
+  })
+}
+
+// The most bytes of tensors allocated at once on CUDA device `device` through the caching
+// allocator since the process began or the peak was last reset (torch.cuda.max_memory_allocated),
+// into *out; with `reset` not 0, the peak then starts again from what is allocated now
+// (torch.cuda.reset_peak_memory_stats). An allocator that has not allocated yet reports 0, as
+// PyTorch's does before CUDA is initialized.
+int dpt_cuda_peak_bytes(int device, int reset, int64_t* out, char** err) {
+  DPT_GUARD(err, -1, {
+    auto count = c10::cuda::device_count();
+    TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
+    auto index = static_cast<c10::DeviceIndex>(device);
+    auto* allocator = c10::cuda::CUDACachingAllocator::get();
+    if (allocator == nullptr || !allocator->initialized()) {
+      *out = 0;
+      return 0;
+    }
+    const auto stats = allocator->getDeviceStats(index);
+    *out = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    if (reset != 0) {
+      allocator->resetPeakStats(index);
+    }
     return 0;
   })
 }

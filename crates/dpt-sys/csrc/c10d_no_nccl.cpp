@@ -63,4 +63,9 @@ int dpt_cuda_event_elapsed_ms(dpt_event*, dpt_event*, float*, char** err) {
 
 void dpt_cuda_event_free(dpt_event*) {}
 
+int dpt_cuda_peak_bytes(int, int, int64_t*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
 }  // extern "C"

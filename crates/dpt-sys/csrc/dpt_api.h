@@ -26,6 +26,7 @@ typedef struct dpt_event dpt_event;
 typedef struct dpt_stream_guard dpt_stream_guard;
 typedef struct dpt_module dpt_module;
 typedef struct dpt_rng_scope dpt_rng_scope;
+typedef struct dpt_flops dpt_flops;
 
 // Rust's side of a gradient hook: takes over `grad` (an owned handle) and returns 0, or
 // non-zero with a malloc'ed message in *message, which then fails the backward pass.
@@ -71,6 +72,7 @@ int dpt_cuda_event_record_side(dpt_event* ev, char** err);
 int dpt_cuda_event_query(dpt_event* ev, char** err);
 int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, char** err);
 void dpt_cuda_event_free(dpt_event* ev);
+int dpt_cuda_peak_bytes(int device, int reset, int64_t* out, char** err);
 
 // TorchScript modules (jit_shim.cpp).
 dpt_module* dpt_jit_load(const char* path, int cuda_index, char** err);
@@ -86,6 +88,11 @@ int dpt_jit_uses_randomness(dpt_module* module, char** err);
 // Per-thread random generators (rng_shim.cpp).
 dpt_rng_scope* dpt_rng_open(uint64_t seed, int cuda_index, char** err);
 void dpt_rng_close(dpt_rng_scope* scope);
+
+// FLOPs of the operators the calling thread runs (flops_shim.cpp).
+dpt_flops* dpt_flops_open(char** err);
+double dpt_flops_total(dpt_flops* counter);
+void dpt_flops_close(dpt_flops* counter);
 
 // Gradient hooks (autograd_shim.cpp).
 int dpt_on_grad(dpt_tensor* leaf, dpt_grad_fn fn, void* ctx, dpt_drop_fn drop, char** err);

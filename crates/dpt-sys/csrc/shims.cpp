@@ -6,6 +6,7 @@
 #include "jit_shim.cpp"
 #include "autograd_shim.cpp"
 #include "rng_shim.cpp"
+#include "flops_shim.cpp"
 #include "host_shim.cpp"
 #if DPT_HAVE_NCCL
 #include "c10d_nccl.cpp"

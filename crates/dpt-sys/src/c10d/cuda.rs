@@ -33,6 +33,7 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> i32;
     fn dpt_cuda_event_free(e: *mut RawEvent);
+    fn dpt_cuda_peak_bytes(device: i32, reset: i32, out: *mut i64, err: *mut *mut c_char) -> i32;
     fn dpt_nccl_local_allreduce(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
     fn dpt_nccl_side_join(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
     fn dpt_side_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawStreamGuard;
@@ -161,6 +162,28 @@ pub fn cuda_identity(index: usize) -> Result<CudaIdentity, C10dError> {
         )
     })?;
     Ok(CudaIdentity { major, minor, pci_domain: dom, pci_bus: bus, pci_device: dev, uuid })
+}
+
+/// The most bytes of tensors held at once on CUDA device `index` through libtorch's caching
+/// allocator since the process began or [`cuda_reset_peak`] (`torch.cuda.max_memory_allocated`);
+/// 0 before anything was allocated there, an error without that device.
+pub fn cuda_peak_allocated(index: usize) -> Result<u64, C10dError> {
+    peak_bytes(index, false)
+}
+
+/// Starts CUDA device `index`'s peak again from the bytes allocated now
+/// (`torch.cuda.reset_peak_memory_stats`).
+pub fn cuda_reset_peak(index: usize) -> Result<(), C10dError> {
+    peak_bytes(index, true).map(drop)
+}
+
+/// The peak, read before a reset when `reset`.
+fn peak_bytes(index: usize, reset: bool) -> Result<u64, C10dError> {
+    let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+    let mut bytes = 0i64;
+    // SAFETY: plain value arguments; `bytes` is valid for one write.
+    call(|err| unsafe { dpt_cuda_peak_bytes(device, i32::from(reset), &mut bytes, err) })?;
+    u64::try_from(bytes).map_err(|_| C10dError(format!("the allocator reported a peak of {bytes} bytes")))
 }
 
 /// Whether this build has NCCL: a CPU tensor is refused by a shim that has it, and by name by

@@ -2,8 +2,8 @@
 //! `c10d_nccl.cpp`, `jit_shim.cpp`) that reaches libtorch's c10d — TCPStore and PrefixStore for
 //! rendezvous, ProcessGroupGloo and ProcessGroupNCCL for collectives — the single-process NCCL
 //! allreduce, CUDA devices and timing events (`cuda.rs`), TorchScript modules (`jit.rs`) and
-//! gradient hooks (`hooks.rs`, `autograd_shim.cpp`) and a thread's own generator (`rng.rs`,
-//! `rng_shim.cpp`).
+//! gradient hooks (`hooks.rs`, `autograd_shim.cpp`), a thread's own generator (`rng.rs`,
+//! `rng_shim.cpp`) and a thread's FLOP counter (`flops.rs`, `flops_shim.cpp`).
 //! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};
@@ -17,6 +17,7 @@ use thiserror::Error;
 pub use crate::identity::CudaIdentity;
 
 mod cuda;
+pub mod flops;
 mod hooks;
 pub mod host;
 pub mod jit;
@@ -29,8 +30,8 @@ use store::RawStore;
 pub use store::Store;
 
 pub use cuda::{
-    context_made, cuda_identity, nccl_compiled, nccl_local_allreduce, nccl_side_join, set_thread_device,
-    CudaEvent, SideStream,
+    context_made, cuda_identity, cuda_peak_allocated, cuda_reset_peak, nccl_compiled, nccl_local_allreduce,
+    nccl_side_join, set_thread_device, CudaEvent, SideStream,
 };
 
 #[repr(C)]
@@ -279,5 +280,42 @@ mod tests {
         let e = super::set_thread_device(0).expect_err("no CUDA device here");
         assert!(e.0.contains("CUDA"), "{e}");
         assert!(!super::context_made(0), "no context is claimed on failure");
+    }
+
+    #[test]
+    fn the_cuda_peak_of_a_device_that_is_not_there_is_a_clean_error() {
+        let e = super::cuda_peak_allocated(1000).expect_err("no process sees 1000 GPUs");
+        assert!(e.0.contains("CUDA"), "{e}");
+        assert!(super::cuda_reset_peak(1000).is_err());
+        // Without NVIDIA's driver, no device at all.
+        if !std::path::Path::new("/proc/driver/nvidia").exists() {
+            let e = super::cuda_peak_allocated(0).expect_err("no CUDA device here");
+            assert!(e.0.contains("CUDA"), "{e}");
+            let e = super::cuda_reset_peak(0).expect_err("no CUDA device here");
+            assert!(e.0.contains("CUDA"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_cuda_peak_is_what_the_allocator_held_at_most_and_a_reset_starts_it_again() {
+        if tch::Cuda::device_count() == 0 {
+            return;
+        }
+        super::set_thread_device(0).unwrap();
+        let device = tch::Device::Cuda(0);
+        let mib = 1 << 20;
+        super::cuda_reset_peak(0).unwrap();
+        let base = super::cuda_peak_allocated(0).unwrap();
+        {
+            let big = tch::Tensor::zeros([64 * mib / 4], (tch::Kind::Float, device));
+            let _ = big.sum(tch::Kind::Float).double_value(&[]);
+            assert!(super::cuda_peak_allocated(0).unwrap() >= base + 64 * mib as u64);
+        }
+        assert!(
+            super::cuda_peak_allocated(0).unwrap() >= base + 64 * mib as u64,
+            "a peak outlives its tensor"
+        );
+        super::cuda_reset_peak(0).unwrap();
+        assert!(super::cuda_peak_allocated(0).unwrap() < base + 64 * mib as u64, "the reset forgets it");
     }
 }
