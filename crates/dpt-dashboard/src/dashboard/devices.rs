@@ -144,7 +144,10 @@ impl DeviceState {
             .iter()
             .filter_map(|&r| all.get(r).map(|&own| (r, own, (slowest - own) / step)))
             .collect();
-        self.slow = stragglers(&all).into_iter().filter(|r| self.replicas.contains(r)).collect();
+        // Slow in its own forward and backward pass: a replica fed last by a shared loader
+        // waits longer for data without being slow itself.
+        let compute: Vec<f64> = s.replicas.iter().map(|t| t.compute).collect();
+        self.slow = stragglers(&compute).into_iter().filter(|r| self.replicas.contains(r)).collect();
         let total = s.timing.total();
         self.allreduce_share = (total > 0.0).then(|| s.timing.allreduce / total);
     }

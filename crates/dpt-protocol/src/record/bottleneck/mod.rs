@@ -203,14 +203,18 @@ impl Evidence<'_> {
         }
     }
 
-    /// Each replica's step (input wait and forward/backward), in seconds.
-    pub fn replica_times(&self) -> Vec<f64> {
-        self.step.replicas.iter().map(|r| r.data + r.compute).collect()
+    /// Each replica's forward and backward pass, in seconds. Its wait for data is left out:
+    /// replicas fed by one loader take their batches in turn, so the last one waits for the
+    /// others' batches to be decoded first; that wait is the loader's (the input rule's), not a
+    /// slow replica's.
+    pub fn replica_compute(&self) -> Vec<f64> {
+        self.step.replicas.iter().map(|r| r.compute).collect()
     }
 
-    /// Each rank's step: its slowest replica's.
-    pub fn rank_times(&self) -> Vec<f64> {
-        let times = self.replica_times();
+    /// Each rank's forward and backward pass: its slowest replica's. A rank whose own loader
+    /// is slow shows in the step's data wait (its slowest over the ranks), for the input rule.
+    pub fn rank_compute(&self) -> Vec<f64> {
+        let times = self.replica_compute();
         let counts = self.info.world.as_ref().map_or_else(|| vec![times.len()], |w| w.replicas.clone());
         let mut out = Vec::with_capacity(counts.len());
         let mut at = 0;

@@ -49,11 +49,13 @@ fn slowing_reasons(e: &Evidence, replica: usize) -> Vec<String> {
     reasons.into_iter().flatten().filter(|r| SLOWING.contains(&r.as_str())).collect()
 }
 
-/// The slowest replica (one process) or rank (several), when it is slower than the others by
-/// [`straggler::slowest`] and they wait for it [`STRAGGLER_WAIT`] of the step or more.
+/// The replica (one process) or rank (several) slowest in forward and backward, when it is
+/// slower than the others by [`straggler::slowest`] and they wait for it [`STRAGGLER_WAIT`] of
+/// the step or more. Compute alone is compared: a replica that waits longer for its batch is
+/// fed last, not slow.
 fn straggler(e: &Evidence) -> Option<Finding> {
     let ranks = e.ranks() > 1;
-    let times = if ranks { e.rank_times() } else { e.replica_times() };
+    let times = if ranks { e.rank_compute() } else { e.replica_compute() };
     let (worst, typical) = straggler::slowest(&times)?;
     let wait = e.share(times[worst] - typical);
     if wait < STRAGGLER_WAIT {

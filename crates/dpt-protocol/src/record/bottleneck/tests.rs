@@ -140,7 +140,7 @@ fn a_slow_replica_is_a_straggler_named_with_its_throttling() {
     );
     assert_eq!(
         b.finding,
-        "cuda:3 is 40% slower than the others' median, throttled (power brake (HW)); the other replicas wait for it 22% of the step"
+        "cuda:3 is 41% slower than the others' median, throttled (power brake (HW)); the other replicas wait for it 22% of the step"
     );
     // Within the margin, nobody straggles.
     let even = step(split(0.001, 0.05, 0.002, 0.001), &[(0.001, 0.049), (0.001, 0.05)]);
@@ -163,6 +163,57 @@ fn a_slow_rank_is_named_with_its_host() {
     assert_eq!(
         b.line(),
         "straggler: rank 1 (host b7) computes 2.1x longer than rank 0; the other ranks wait for it 33% of the step: see what else runs on b7 (its cores or GPU are shared: dpt-tui doctor there), or leave rank 1 out"
+    );
+}
+
+#[test]
+fn a_replica_fed_last_by_one_decode_thread_is_input_bound_not_a_straggler() {
+    // Issue 40's run: 256x256 JPEGs streamed by one decode thread to two CPU replicas. Replica 1
+    // takes the batch decoded after replica 0's, so it waits 47.5 ms against 20.3 ms; both
+    // compute for 15 ms. Step 62.7 ms = data 47.5 + fwd/bwd 15.0 + 0.2 ms for the rest.
+    let mut s = step(split(0.0475, 0.015, 0.0001, 0.0001), &[(0.0203, 0.015), (0.0475, 0.015)]);
+    s.loader = Some(LoaderStats { ready: 0.0, depth: 2, images_per_sec: 1650.0, threads: Some(1) });
+    let b = judge(&on(&CPU2), &s, &[]);
+    assert_eq!(
+        b.line(),
+        "input-bound: replicas wait for data 76% of the step (loader 0.0/2 ready, 1,650 img/s on 1 decode thread): raise --decode-threads or store the images smaller"
+    );
+}
+
+#[test]
+fn a_cpu_replica_slower_in_compute_is_a_straggler_even_when_the_other_waits_longer_for_data() {
+    // Replica 1 computes 35 ms against 20; replica 0, done first, waits 9 ms more for its
+    // batch. Their whole steps (30 and 36 ms) differ by less than the margin; their compute
+    // does not.
+    let s = step(split(0.010, 0.035, 0.002, 0.001), &[(0.010, 0.020), (0.001, 0.035)]);
+    let b = judge(&on(&CPU2), &s, &[]);
+    assert_eq!(
+        b.line(),
+        "straggler: replica 1 (cpu) is 75% slower than replica 0 (cpu); the other replicas wait for it 31% of the step: the replicas share the cores unevenly: set --cpu-threads so they divide the cores, or run fewer replicas"
+    );
+}
+
+#[test]
+fn a_rank_that_waits_longer_for_data_is_input_bound_not_a_straggler() {
+    let mut info = on(&[DeviceId::Cpu]);
+    info.world = Some(WorldInfo {
+        rank: 0,
+        backend: "gloo".into(),
+        hosts: vec!["a1".into(), "b7".into()],
+        replicas: vec![1, 1],
+        devices: vec![vec![DeviceId::Cpu], vec![DeviceId::Cpu]],
+    });
+    // Rank 1's loader is slow (40 ms per batch); both ranks compute for about 50 ms. The
+    // window's data wait is the slowest rank's.
+    let mut s = step(split(0.040, 0.050, 0.01, 0.002), &[(0.001, 0.049), (0.040, 0.050)]);
+    s.loader = Some(LoaderStats { ready: 0.1, depth: 2, images_per_sec: 800.0, threads: Some(1) });
+    let b = judge(&info, &s, &[]);
+    assert_eq!(
+        (b.cause, b.finding.as_str()),
+        (
+            Cause::Input,
+            "replicas wait for data 39% of the step (loader 0.1/2 ready, 800 img/s on 1 decode thread)"
+        )
     );
 }
 
