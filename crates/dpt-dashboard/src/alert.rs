@@ -240,6 +240,11 @@ mod tests {
             perplexity: None,
             tokens_per_sec: None,
             bottleneck: None,
+            flops_per_sample: None,
+            model_flops: None,
+            mfu: None,
+            peak_flops: None,
+            peak_device_mib: Vec::new(),
         };
         let done = a.on_record(&Record::Summary(Box::new(summary.clone()))).unwrap();
         assert_eq!(done.kind, AlertKind::Finished);

@@ -12,5 +12,5 @@ pub mod report;
 pub mod signals;
 
 use dpt_protocol::{
-    atomic, config_error, model, monitor, optim, record, run_dir, unix_now, Control, DeviceId,
+    atomic, config_error, flops, model, monitor, optim, record, run_dir, unix_now, Control, DeviceId,
 };

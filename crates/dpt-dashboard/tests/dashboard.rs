@@ -108,6 +108,11 @@ fn help_overlay_save_views_and_quit() {
         perplexity: None,
         tokens_per_sec: None,
         bottleneck: None,
+        flops_per_sample: None,
+        model_flops: None,
+        mfu: None,
+        peak_flops: None,
+        peak_device_mib: Vec::new(),
     })));
     assert!(app.viewer.quit);
 }
@@ -352,6 +357,11 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
         perplexity: None,
         tokens_per_sec: None,
         bottleneck: None,
+        flops_per_sample: None,
+        model_flops: None,
+        mfu: None,
+        peak_flops: None,
+        peak_device_mib: Vec::new(),
     };
     recorded(
         &root.path().join("slow-lr"),

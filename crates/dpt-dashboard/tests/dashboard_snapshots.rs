@@ -1,6 +1,6 @@
 //! The dashboard's screens as snapshots (`tests/snapshots/`), so a layout regression fails: a
-//! running, a paused, a finished and a failed run, and one whose final save failed, at 80×24
-//! and 120×40; d2l's view with smoothing, a straggler, and the side-by-side curves at 200×50. The fixtures are fixed (clock, timings, samples), so nothing needs filtering.
+//! running, a paused, a finished and a failed run, one whose final save failed and one with its
+//! model FLOPs counted, at 80×24 and 120×40; d2l's view with smoothing, a straggler, and the side-by-side curves at 200×50. The fixtures are fixed (clock, timings, samples), so nothing needs filtering.
 //! After a deliberate change of the layout, review with `cargo insta review` (or rerun with
 //! `INSTA_UPDATE=always`) and commit the new snapshots.
 
@@ -14,6 +14,8 @@ use dpt_protocol::DeviceId;
 
 use common::screens::{running_app, screen, step};
 use dpt_dashboard::dashboard::curves::CurveView;
+use dpt_protocol::flops::PeakFlops;
+use dpt_protocol::model::Precision;
 use dpt_protocol::record::bottleneck::{Bottleneck, Cause};
 use dpt_protocol::record::{ReplicaTiming, StepTiming};
 
@@ -24,9 +26,9 @@ fn paused() -> App {
     app
 }
 
-fn finished() -> App {
-    let mut app = running_app();
-    app.on_event(&Record::Summary(Box::new(Summary {
+/// The running fixture's summary, had it finished after its second epoch.
+fn summary() -> Summary {
+    Summary {
         val_acc: None,
         model: ModelKind::Lenet,
         devices: vec![DeviceId::Cpu, DeviceId::Cpu],
@@ -41,7 +43,17 @@ fn finished() -> App {
         perplexity: None,
         tokens_per_sec: None,
         bottleneck: None,
-    })));
+        flops_per_sample: None,
+        model_flops: None,
+        mfu: None,
+        peak_flops: None,
+        peak_device_mib: Vec::new(),
+    }
+}
+
+fn finished() -> App {
+    let mut app = running_app();
+    app.on_event(&Record::Summary(Box::new(summary())));
     app
 }
 
@@ -105,6 +117,31 @@ fn input_bound() -> App {
         advice: "raise --decode-threads or store the images smaller".into(),
     });
     app.on_event(&Record::Step(s));
+    app
+}
+
+/// A run on two H100s whose model FLOPs are counted, stopped: the last window's MFU among
+/// the status items, and the summary's model FLOP/s, MFU and peak GPU memory in the log.
+fn mfu_measured() -> App {
+    let mut app = common::screens::gpu_app();
+    let Record::Step(mut s) = step(1, 100, 1.2, 0.5, 0.2) else { unreachable!() };
+    // 5,000 samples/s of 3 x 26.5 GFLOPs against 2 x 494.5 TFLOP/s.
+    (s.model_flops, s.mfu) = (Some(3.98e14), Some(0.402));
+    app.on_event(&Record::Step(s));
+    app.on_event(&Record::Summary(Box::new(Summary {
+        devices: vec![DeviceId::Cuda(0), DeviceId::Cuda(1)],
+        test_acc: None,
+        sec_per_epoch: None,
+        epochs_done: 0,
+        global_steps: 100,
+        reason: FinishReason::Stopped,
+        flops_per_sample: Some(2.65e10),
+        model_flops: Some(4.05e14),
+        mfu: Some(0.41),
+        peak_flops: PeakFlops::of("NVIDIA H100 80GB HBM3", 2, Precision::F32),
+        peak_device_mib: vec![12_345.0, 11_980.0],
+        ..summary()
+    })));
     app
 }
 
@@ -184,6 +221,7 @@ screens! {
     rewind_points_listed: rewind_listed(),
     rewound_branch_dimmed: rewound(),
     nan_rewind_offered: nan_offered(),
+    mfu_measured_on_gpus: mfu_measured(),
 }
 
 #[test]

@@ -13,6 +13,7 @@ pub mod config_error;
 pub mod control;
 pub mod data;
 pub mod device;
+pub mod flops;
 pub mod model;
 pub mod monitor;
 pub mod optim;

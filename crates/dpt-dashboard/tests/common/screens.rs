@@ -56,6 +56,8 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
         loader: None,
         overlapped: None,
         bottleneck: None,
+        model_flops: None,
+        mfu: None,
     }))
 }
 

@@ -225,6 +225,11 @@ mod tests {
             perplexity: None,
             tokens_per_sec: None,
             bottleneck: None,
+            flops_per_sample: None,
+            model_flops: None,
+            mfu: None,
+            peak_flops: None,
+            peak_device_mib: Vec::new(),
         };
         records_tx.send(Record::Summary(Box::new(summary))).unwrap();
         drop(records_tx);

@@ -139,6 +139,8 @@ mod tests {
             loader: None,
             overlapped: None,
             bottleneck: None,
+            model_flops: None,
+            mfu: None,
         }))
     }
 

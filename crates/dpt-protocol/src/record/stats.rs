@@ -275,6 +275,14 @@ pub struct StepStats {
     /// steps, and in older records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bottleneck: Option<super::bottleneck::Bottleneck>,
+    /// The model FLOP/s the window's throughput achieves (three forward passes per sample;
+    /// `flops.rs`), once the model's FLOPs are counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_flops: Option<f64>,
+    /// `model_flops` as a share of the devices' peak in the run's precision (GPUs in the peak
+    /// table only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
 }
 
 /// How the streaming loader kept up over a window: whether batches were ready when the
@@ -375,4 +383,21 @@ pub struct Summary {
     /// What limited the run's steps over all its timed steps, and what to change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bottleneck: Option<super::bottleneck::Bottleneck>,
+    /// FLOPs of one sample's forward pass, counted from the model's own operations on its
+    /// first step (matrix products, convolutions, attention; `flops.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_per_sample: Option<f64>,
+    /// The model FLOP/s of the run's throughput (`samples_per_sec` x 3 x `flops_per_sample`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_flops: Option<f64>,
+    /// `model_flops` as a share of `peak_flops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
+    /// What the run's GPUs can do at most in its precision (GPUs in the peak table only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_flops: Option<crate::flops::PeakFlops>,
+    /// The most memory the CUDA caching allocator held allocated at once on each of the
+    /// process's GPUs, in MiB (what `torch.cuda.max_memory_allocated` reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peak_device_mib: Vec<f64>,
 }

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Change, Record, RunInfo, StepStats};
+use super::{Change, Record, RunInfo, StepStats, Summary};
+use crate::flops::{mfu_label, rate_label};
 
 /// How a line is coloured, and how much it matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,7 +105,7 @@ impl Narrator {
                 level: Level::Info,
                 progress: true,
                 text: format!(
-                    "{}  loss {:.4}{}  lr {}  {:.1} samples/s{}  {}",
+                    "{}  loss {:.4}{}  lr {}  {:.1} samples/s{}{}  {}",
                     match self.steps {
                         Some((n, _)) => format!("step {:>5}/{n}", s.global_step),
                         None => format!("epoch {}/{} step {:>4}/{}", s.epoch, self.epochs, s.step, s.steps_per_epoch),
@@ -114,6 +115,7 @@ impl Narrator {
                     lr_text(s.lr),
                     s.samples_per_sec,
                     self.block.map_or(String::new(), |t| format!("  {:.0} tokens/s", s.samples_per_sec * t as f64)),
+                    s.model_flops.map_or(String::new(), |f| format!("  {}", mfu_label(f, s.mfu))),
                     if s.timed_steps == Some(0) {
                         "step not timed (warm-up)".to_owned()
                     } else {
@@ -168,17 +170,17 @@ impl Narrator {
                 s.global_steps,
                 device_list(&s.devices),
                 s.samples_per_sec,
-                s.peak_rss_mib.map_or(String::new(), |m| format!("\npeak host memory: {m:.0} MiB")),
+                summary_figures(s),
                 summary_verdict(s)
             )),
             Record::Summary(s) => {
                 let acc = s.test_acc.map_or("n/a".to_owned(), |a| format!("{a:.3}"));
                 let spe = s.sec_per_epoch.map_or("n/a".to_owned(), |t| format!("{t:.1}"));
-                let memory = s.peak_rss_mib.map_or(String::new(), |m| format!("\npeak host memory: {m:.0} MiB"));
                 info(format!(
-                    "test acc: {acc}, {spe} sec/epoch on {}\nspeed: {:.1} samples/sec{memory}{}",
+                    "test acc: {acc}, {spe} sec/epoch on {}\nspeed: {:.1} samples/sec{}{}",
                     device_list(&s.devices),
                     s.samples_per_sec,
+                    summary_figures(s),
                     summary_verdict(s)
                 ))
             }
@@ -186,8 +188,38 @@ impl Narrator {
     }
 }
 
+/// The summary's lines under its speed, each where the record has it: the model FLOP/s with
+/// the utilisation of the devices' peak, and the peak memory of the host and of each GPU. The
+/// speed line itself stays `speed: … samples/sec`, which scripts read.
+fn summary_figures(s: &Summary) -> String {
+    let mut lines = String::new();
+    if let Some(f) = s.model_flops {
+        lines += &format!("\nmodel FLOPs: {}", rate_label(f));
+        match (s.mfu, &s.peak_flops) {
+            (Some(u), Some(p)) => {
+                lines += &format!(", MFU {:.0}% of the {} ({})", u * 100.0, p.basis, rate_label(p.flops))
+            }
+            (Some(u), None) => lines += &format!(", MFU {:.0}%", u * 100.0),
+            (None, _) => {}
+        }
+    }
+    if let Some(m) = s.peak_rss_mib {
+        lines += &format!("\npeak host memory: {m:.0} MiB");
+    }
+    let mib = |m: &f64| thousands(m.round() as i64);
+    match s.peak_device_mib.as_slice() {
+        [] => {}
+        [one] => lines += &format!("\npeak GPU memory: {} MiB", mib(one)),
+        each => {
+            let each: Vec<String> = each.iter().map(mib).collect();
+            lines += &format!("\npeak GPU memory: {} MiB (per GPU)", each.join(" / "));
+        }
+    }
+    lines
+}
+
 /// The run's verdict as the summary's last line (`bottleneck: input-bound: …`).
-fn summary_verdict(s: &super::Summary) -> String {
+fn summary_verdict(s: &Summary) -> String {
     s.bottleneck.as_ref().map_or(String::new(), |b| format!("\nbottleneck: {}", b.line()))
 }
 
@@ -345,53 +377,4 @@ pub fn loss_scale(s: &StepStats) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_loader_says_when_the_replicas_wait() {
-        let l = crate::record::LoaderStats { ready: 1.75, depth: 2, images_per_sec: 3250.4, threads: None };
-        assert_eq!(loader(&l), "1.8/2 ready, 3250 img/s decoding");
-        let starved = crate::record::LoaderStats { ready: 0.2, ..l };
-        assert!(loader(&starved).ends_with("(replicas wait for data)"));
-    }
-
-    #[test]
-    fn learning_rates_read_as_written() {
-        for (lr, text) in [
-            (0.001, "0.001"),
-            (0.0009998741276738751, "0.0009999"),
-            (0.1, "0.1"),
-            (3e-6, "3e-6"),
-            (5.126150373813143e-8, "5.126e-8"),
-            (2.5, "2.5"),
-            (0.0, "0"),
-        ] {
-            assert_eq!(lr_text(lr), text);
-        }
-    }
-
-    #[test]
-    fn groups_digits() {
-        assert_eq!(thousands(129_068), "129,068");
-        assert_eq!(thousands(11_175_818), "11,175,818");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(-1234), "-1,234");
-    }
-
-    #[test]
-    fn changes_read_as_sentences_with_their_level() {
-        let mut n = Narrator::default();
-        let l = n.line(&Record::Event(Change::Paused { global_step: 570 })).unwrap();
-        assert_eq!((l.level, l.text.as_str(), l.progress), (Level::Info, "paused at step 570", false));
-        let l = n
-            .line(&Record::Event(Change::SaveFailed {
-                path: "/r/model.safetensors".into(),
-                message: "No space left on device".into(),
-                advice: "free space and press s".into(),
-            }))
-            .unwrap();
-        assert_eq!(l.level, Level::Error);
-        assert!(l.text.contains("No space left") && l.text.contains("press s"), "{}", l.text);
-    }
-}
+mod tests;

@@ -1,7 +1,7 @@
-//! The status lines: state, model, devices, progress, speed, time, lr, momentum (or the
-//! optimizer, when not SGD) and batch. The items flow over the lines the layout gives, so
-//! nothing is cut at 80 columns. Under them, the last report window's verdict on what limits
-//! the step.
+//! The status lines: state, model, devices, progress, speed (with the model FLOP/s and MFU
+//! once counted), time, lr, momentum (or the optimizer, when not SGD) and batch. The items
+//! flow over the lines the layout gives, so nothing is cut at 80 columns. Under them, the last
+//! report window's verdict on what limits the step.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -198,6 +198,13 @@ fn draw_items(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bo
             app.run.sec_per_epoch().map_or_else(dash, |v| format!("{v:.1}")),
             text,
         )),
+    }
+    // Once the model's FLOPs are counted: `MFU 41% (203 TFLOP/s)`, the rate alone without a
+    // known peak. The label is in the value, so the item has none.
+    if let Some(s) = app.run.last_step.as_ref() {
+        if let Some(f) = s.model_flops {
+            items.push(item("", crate::flops::mfu_label(f, s.mfu), text));
+        }
     }
     items.extend([
         item("elapsed", hms(app.run.elapsed), text),
