@@ -12,6 +12,8 @@ pub mod model;
 pub mod monitor;
 pub mod persist;
 pub use dpt_dashboard::{alert, dashboard, headless, remote, report, signals};
-pub use dpt_protocol::{atomic, error_chain, record, root_cause, run_dir, settings, string_form, unix_now};
+pub use dpt_protocol::{
+    atomic, error_chain, flops, record, root_cause, run_dir, settings, string_form, unix_now,
+};
 /// The OS calls the standard library lacks, from the one crate allowed `unsafe`.
 pub use dpt_sys::os as sys;

@@ -8,6 +8,7 @@ pub mod gpu_wait;
 pub mod intra_op;
 pub mod libtorch;
 pub(crate) mod oom;
+pub mod peak;
 pub(crate) mod visible;
 
 pub use dpt_protocol::device::{DeviceError, DeviceId};

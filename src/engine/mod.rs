@@ -196,6 +196,11 @@ impl Engine {
             sample_prompt: sample_prompt(&cfg, &data)?,
             snapshot_bytes,
             bus_bandwidth: crate::device::bus::measured_for(&cfg.devices),
+            peak_flops: crate::device::peak::peak_flops(
+                &cfg.devices,
+                cfg.settings.precision.format,
+                world.as_ref().map_or(1, |w| w.size),
+            ),
         };
         let coordinator = Coordinator::new(CoordinatorParts {
             world,

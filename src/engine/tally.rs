@@ -170,6 +170,8 @@ impl Window {
             loader: None,
             overlapped: (self.buckets.1 > 0).then(|| self.buckets.0 as f64 / self.buckets.1 as f64),
             bottleneck: None,
+            model_flops: None,
+            mfu: None,
         }
     }
 }

@@ -93,11 +93,14 @@ pub enum FromWorker {
     /// a GPU an earlier one's: `engine::clock`); the images that did not decode and were left
     /// out (`path: why`, streamed data only).
     /// `loader`: what taking the step's batch from the streaming loader told.
+    /// `flops`: on the replica's first step, the FLOPs of one sample's forward pass, counted
+    /// from the operations the model ran (`dpt_sys::c10d::flops`).
     StepDone {
         replica: usize,
         timing: Option<super::clock::Phases>,
         bad: Vec<String>,
         loader: Option<super::tally::LoaderTally>,
+        flops: Option<f64>,
     },
     /// During a step's backward pass: every gradient of `bucket` is in the flat gradient buffer
     /// (queued, on a GPU), so its allreduce may start.

@@ -74,6 +74,8 @@ pub struct RunFacts {
     pub snapshot_bytes: Option<u64>,
     /// The allreduce bus bandwidth doctor measured across this run's GPUs.
     pub bus_bandwidth: Option<crate::record::bottleneck::MeasuredBus>,
+    /// What the run's GPUs can do at most in its precision, for the MFU.
+    pub peak_flops: Option<crate::flops::PeakFlops>,
 }
 
 /// The coordinator's channels: records out, controls in.
@@ -113,7 +115,7 @@ impl Coordinator {
         Coordinator {
             steps: step_plan::StepPlan::new(p.cfg.lr_plan(p.facts.train_len)),
             update: update::Update { replicas: Replicas::new(p.layout), scaler: None, touching: None },
-            report: reporter::Reporter::new(total, p.cfg.devices.len()),
+            report: reporter::Reporter::new(total, p.cfg.devices.len(), p.facts.peak_flops.clone()),
             persist: persistence::Persistence {
                 save_dir: p.cfg.run_dir.clone(),
                 writer: None,
@@ -235,6 +237,8 @@ impl Coordinator {
         if position.1 > 0 {
             all.add(self.report.epoch.now());
         }
+        let (flops_per_sample, peak_flops) = self.report.flops_facts();
+        let (model_flops, mfu) = self.report.model_flops(all.throughput());
         Summary {
             val_acc: None,
             model: self.cfg().model(),
@@ -259,6 +263,11 @@ impl Coordinator {
                 _ => None,
             },
             bottleneck: None,
+            flops_per_sample,
+            model_flops,
+            mfu,
+            peak_flops,
+            peak_device_mib: crate::device::peak::device_peak_mib(&self.cfg().devices),
         }
     }
 

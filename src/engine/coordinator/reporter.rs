@@ -6,6 +6,7 @@ use super::timed::TimedSteps;
 use crate::engine::clock::{PhaseClock, Phases};
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::FromWorker;
+use crate::flops::{ModelFlops, PeakFlops};
 
 /// The finished epochs, for the summary and the checkpoint.
 #[derive(Default)]
@@ -34,11 +35,15 @@ pub(super) struct Reporter {
     pub(super) nan_warned: bool,
     /// The train loss of the last report.
     pub(super) last_loss: Option<f64>,
+    /// The model's FLOPs, once a replica has counted them.
+    flops: Option<ModelFlops>,
+    /// What the run's GPUs can do at most in its precision (unknown GPUs, the CPU: none).
+    peak: Option<PeakFlops>,
 }
 
 impl Reporter {
     /// Before the first step, for `replicas` replicas in all, `local` of them in this process.
-    pub(super) fn new(replicas: usize, local: usize) -> Reporter {
+    pub(super) fn new(replicas: usize, local: usize, peak: Option<PeakFlops>) -> Reporter {
         Reporter {
             window: Window::new(replicas),
             epoch: Window::new(replicas),
@@ -49,6 +54,8 @@ impl Reporter {
             grad_norms: None,
             nan_warned: false,
             last_loss: None,
+            flops: None,
+            peak,
         }
     }
 }
@@ -59,8 +66,11 @@ impl Reporter {
     pub(super) fn take_replies(&mut self, replies: Vec<FromWorker>) -> Vec<String> {
         let mut bad = Vec::new();
         for reply in replies {
-            if let FromWorker::StepDone { replica, timing, bad: b, loader } = reply {
+            if let FromWorker::StepDone { replica, timing, bad: b, loader, flops } = reply {
                 bad.extend(b);
+                if let (None, Some(f)) = (self.flops, flops) {
+                    self.flops = Some(ModelFlops { forward_per_sample: f });
+                }
                 if let Some(l) = loader {
                     self.window.loader.add(l);
                 }
@@ -97,6 +107,21 @@ impl Reporter {
         }
     }
 
+    /// The model FLOP/s a throughput of `samples_per_sec` achieves and its share of the peak,
+    /// once the FLOPs are counted.
+    pub(super) fn model_flops(&self, samples_per_sec: f64) -> (Option<f64>, Option<f64>) {
+        let Some(f) = self.flops else { return (None, None) };
+        (
+            Some(f.achieved(samples_per_sec)),
+            self.peak.as_ref().and_then(|p| f.utilisation(samples_per_sec, p)),
+        )
+    }
+
+    /// The model's forward FLOPs per sample and the peak, for the summary.
+    pub(super) fn flops_facts(&self) -> (Option<f64>, Option<PeakFlops>) {
+        (self.flops.map(|f| f.forward_per_sample), self.peak.clone())
+    }
+
     /// Adds a step's gradient norm (on the device; read once per report).
     pub(super) fn add_grad_norm(&mut self, norm: &tch::Tensor) {
         let _ =
@@ -125,13 +150,13 @@ mod tests {
     fn done(replica: usize, timing: Option<(usize, f64, f64)>, bad: &[&str]) -> FromWorker {
         let bad = bad.iter().map(|b| (*b).to_owned()).collect();
         let timing = timing.map(|(step, data, compute)| Phases { step, seconds: vec![data, compute] });
-        FromWorker::StepDone { replica, timing, bad, loader: None }
+        FromWorker::StepDone { replica, timing, bad, loader: None, flops: None }
     }
 
     #[test]
     fn replies_fill_their_global_slots_and_a_step_counts_its_slowest_replica() {
         // This process holds replicas 2 and 3 of 4.
-        let mut r = Reporter::new(4, 2);
+        let mut r = Reporter::new(4, 2, None);
         let replies = vec![done(0, Some((5, 0.01, 0.2)), &["a.png"]), done(1, Some((5, 0.03, 0.1)), &[])];
         assert_eq!(r.take_replies(replies), ["a.png"]);
         r.count_step(Some(Phases { step: 5, seconds: vec![0.05, 0.01] }), 2, 5);
@@ -147,7 +172,7 @@ mod tests {
 
     #[test]
     fn a_step_timed_on_a_gpu_counts_when_its_last_part_is_read() {
-        let mut r = Reporter::new(2, 2);
+        let mut r = Reporter::new(2, 2, None);
         // Step 13: replica 0's events read at its end, the coordinator's and replica 1's at
         // the end of step 14.
         r.take_replies(vec![done(0, Some((13, 0.001, 0.02)), &[]), done(1, None, &[])]);
@@ -164,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_straggler_is_named_once() {
-        let mut r = Reporter::new(4, 4);
+        let mut r = Reporter::new(4, 4, None);
         let times = [0.1, 0.1, 0.1, 0.5];
         let (median, new) = r.new_stragglers(&times).expect("a median");
         assert_eq!((median, new), (0.1, vec![3]));

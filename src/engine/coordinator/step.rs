@@ -271,6 +271,7 @@ impl Coordinator {
             // Every rank reduced the same gradients: the norm is already global.
             stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);
         }
+        (stats.model_flops, stats.mfu) = self.report.model_flops(stats.samples_per_sec);
         if let Some(s) = &self.update.scaler {
             stats.loss_scale = Some(f64::from(s.scale));
             stats.skipped_steps = Some(w.skipped);
@@ -288,9 +289,10 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Says once per replica when it runs slower than the others (see `record::straggler`).
+    /// Says once per replica when its forward and backward pass runs slower than the others'
+    /// (see `record::straggler`); a longer wait for its batch is the loader's, not the replica's.
     fn note_stragglers(&mut self, stats: &crate::record::StepStats) {
-        let times: Vec<f64> = stats.replicas.iter().map(|r| r.data + r.compute).collect();
+        let times: Vec<f64> = stats.replicas.iter().map(|r| r.compute).collect();
         let Some((median, new)) = self.report.new_stragglers(&times) else { return };
         for replica in new {
             let device = self.replica_device(replica);

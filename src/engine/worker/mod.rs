@@ -22,6 +22,7 @@ use super::grad_sink::GradSink;
 use super::loss::{Objective, Scored};
 use super::tally::Tally;
 use crate::data::Dataset;
+use crate::dist::c10d::flops::FlopCount;
 use crate::dist::c10d::OwnRng;
 use crate::input::batches::{Batch, Batches};
 use crate::input::loader::Decoding;
@@ -83,6 +84,8 @@ struct Worker {
     loss_sum: Tensor,
     correct: Tensor,
     samples: f64,
+    /// The FLOPs of one sample's forward pass, once counted (on the first step with samples).
+    flops_per_sample: Option<f64>,
 }
 
 /// Runs one worker until `Shutdown`, a closed channel or a failure (reported, never propagated
@@ -197,6 +200,7 @@ impl Worker {
             loss_sum: acc(Kind::Double),
             correct: acc(Kind::Int64),
             samples: 0.0,
+            flops_per_sample: None,
         })
     }
 
@@ -260,6 +264,7 @@ impl Worker {
         }
         let Batch { x, y, bad, loader } = self.batches.train(start, len)?;
         let len = x.size()[0] as usize;
+        let mut counted = None;
         if len == 0 {
             // A last batch smaller than the replica count leaves this shard empty (as does a
             // streamed batch none of whose images decode).
@@ -293,7 +298,16 @@ impl Worker {
                     false => None,
                 };
                 let ctx = Forward { train: true, masks: &micro_masks, precision: self.precision };
+                // The model's FLOPs are counted once, from the first forward pass it runs.
+                let counter = match self.flops_per_sample {
+                    None if n > 0 => Some(FlopCount::start()?),
+                    _ => None,
+                };
                 let scored = self.score(&x, &y, &ctx, self.label_smoothing);
+                if let Some(c) = counter {
+                    self.flops_per_sample = Some(c.total() / n as f64);
+                    counted = self.flops_per_sample;
+                }
                 drop(rng);
                 let Scored { mut loss, outputs } = scored?;
                 if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
@@ -322,7 +336,7 @@ impl Worker {
         }
         self.clock.mark()?;
         let timing = self.clock.finish()?;
-        Ok(FromWorker::StepDone { replica: self.replica, timing, bad, loader })
+        Ok(FromWorker::StepDone { replica: self.replica, timing, bad, loader, flops: counted })
     }
 
     /// The loss the backward pass starts from when it is scaled (`None`: the loss itself).
