@@ -305,3 +305,55 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// nanoGPT's `estimate_mfu` count of a GPT's training FLOPs per token, against the FLOPs dpt-tui
+/// counts from the model's own operations: the formula approximates (6 per parameter, biases
+/// and LayerNorms included, and attention's two matrix products per layer); the count must come
+/// within 15 % of it, and every report and the summary carry the model FLOP/s it gives.
+#[test]
+fn a_gpt_runs_model_flops_are_counted_as_nanogpt_estimates_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (vocab, block, width, layers, heads) = (256usize, 64usize, 64usize, 2usize, 2usize);
+    let gpt = dir.path().join("gpt.pt");
+    let shape = [vocab, block, width, layers, heads].map(|v| v.to_string());
+    common::made_by_python(
+        &gpt,
+        "gpt.py",
+        &["make", common::OUT, &shape[0], &shape[1], "script", &shape[2], &shape[3], &shape[4]],
+    );
+    let data = dir.path().join("tokens");
+    std::fs::create_dir_all(&data).unwrap();
+    let ids: Vec<u16> = (0..20_000u32).map(|i| ((i * 7919) % vocab as u32) as u16).collect();
+    write_tokens(&data.join("train.bin"), &ids);
+    write_tokens(&data.join("val.bin"), &ids[..2_000]);
+    let run = dir.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        .args(["--headless", "--model", gpt.to_str().unwrap(), "--data", data.to_str().unwrap()])
+        .args(["--block-size", &shape[1], "--steps", "6", "--eval-every", "6", "--batch-size", "8"])
+        .args(["--log-every", "2", "--devices", "cpu", "--sample-tokens", "0", "--checkpoint-every", "0"])
+        .arg("--run-dir")
+        .arg(&run)
+        .output()
+        .unwrap();
+    let stdout = common::ok(&out);
+    let records = common::records(&run);
+    let summary = records.iter().find(|r| r["kind"] == "summary").expect("a summary");
+    let counted_per_token = 3.0 * summary["flops_per_sample"].as_f64().unwrap() / block as f64;
+    let (v, t, c, l) = (vocab as f64, block as f64, width as f64, layers as f64);
+    // Parameters less the position embedding: the tied embedding/head, per layer the attention
+    // and MLP weights with their biases and two LayerNorms, and the final LayerNorm.
+    let params = v * c + l * (12.0 * c * c + 10.0 * c) + 2.0 * c;
+    let nanogpt = dpt_tui::flops::gpt_flops_per_token(params, l, c, t);
+    let off = (counted_per_token - nanogpt).abs() / nanogpt;
+    assert!(
+        off < 0.15,
+        "counted {counted_per_token} FLOPs per token, nanoGPT's formula {nanogpt}: {off:.3} apart"
+    );
+    let tokens_per_sec = summary["tokens_per_sec"].as_f64().unwrap();
+    let model_flops = summary["model_flops"].as_f64().unwrap();
+    assert!((model_flops - counted_per_token * tokens_per_sec).abs() <= 1e-6 * model_flops);
+    assert!(summary.get("mfu").is_none(), "a CPU has no peak to measure against");
+    let steps: Vec<&serde_json::Value> = records.iter().filter(|r| r["kind"] == "step").collect();
+    assert!(steps.iter().all(|s| s["model_flops"].as_f64().is_some_and(|f| f > 0.0)), "{steps:?}");
+    assert!(stdout.contains("FLOP/s"), "the progress lines and the summary say it: {stdout}");
+}

@@ -69,6 +69,36 @@ pub enum Command {
         #[arg(long, hide = true)]
         peer: Option<String>,
     },
+    /// Measure this machine's training speed: each case (lenet, resnet18 in f32 and bf16,
+    /// mnist-net, a GPT, two replicas on one device, and with two GPUs or more data parallel
+    /// over all of them and NCCL's bus bandwidth) trained on synthetic data by dpt-tui and by a
+    /// plain PyTorch loop on the same device, within a time budget; a table on stdout,
+    /// bench.json and bench.md in --out.
+    Bench {
+        /// `auto` (every CUDA device, else the CPU), `cpu`, `cuda` or GPUs such as
+        /// `cuda:0,cuda:1`: one-device cases run on the first, the data-parallel case on all.
+        #[arg(long, value_name = "LIST")]
+        devices: Option<String>,
+        /// The whole bench's time (`90s`, `8m`, `1h`; a minute at least), shared out over the
+        /// cases; a case past its share is reported as timed out and the rest go on.
+        #[arg(long, default_value = "5m", value_name = "TIME")]
+        budget: String,
+        /// The cases to run (comma-separated; default: every case this machine can run).
+        #[arg(long, value_name = "LIST")]
+        cases: Option<String>,
+        /// Real data instead of synthetic: a folder of IDX files (MNIST, Fashion-MNIST) for the
+        /// image cases, of train.bin/val.bin tokens for the GPT.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// A Python with torch of this build's release for the PyTorch side (default: the
+        /// set-up's own virtualenv; `none`: no PyTorch side).
+        #[arg(long, value_name = "PY")]
+        python: Option<String>,
+        /// Where bench.json, bench.md and each case's record and logs go (a new folder;
+        /// default `bench-<time>`).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Open the dashboard on a recorded run's metrics.jsonl, or draw its curves as a picture.
     Show {
         /// The run directory; more runs after it are drawn under it as baselines, with a table

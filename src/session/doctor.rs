@@ -158,10 +158,32 @@ fn process_pair(backend: &str) -> Result<String, String> {
 /// NCCL across the local GPUs: 256 MB per GPU, with its bus bandwidth; on a helper thread, given
 /// up after [`PAIR_DEADLINE`] (the machine this check exists for is the one where NCCL hangs).
 fn nccl_local(gpus: usize) -> Result<String, String> {
+    let (secs, busbw) = nccl_allreduce(gpus, PAIR_DEADLINE)?;
+    // Kept for the runs on these GPUs, whose communication verdict weighs their own against it.
+    let uuids: Option<Vec<String>> =
+        (0..gpus).map(|i| dpt_tui::dist::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
+    let bus = dpt_tui::record::bottleneck::MeasuredBus { gbs: busbw, unix: dpt_tui::unix_now() };
+    let kept = match (uuids, dpt_tui::data::cache_base()) {
+        (Some(uuids), Some(cache)) => dpt_tui::device::bus::save(&cache, &uuids, bus).is_ok(),
+        _ => false,
+    };
+    let note = if kept { "measured now; the runs on these GPUs compare with it" } else { "measured now" };
+    Ok(format!("256 MB per GPU in {:.1} ms, bus bandwidth {busbw:.0} GB/s ({note})", secs * 1e3))
+}
+
+/// The bus bandwidth, GB/s, of NCCL's allreduce of 256 MB across the first `gpus` GPUs, given
+/// up after `deadline` (`dpt-tui bench`'s allreduce case).
+pub fn nccl_bus_bandwidth(gpus: usize, deadline: Duration) -> Result<f64, String> {
+    nccl_allreduce(gpus, deadline).map(|(_, busbw)| busbw)
+}
+
+/// The seconds of one timed NCCL allreduce of 256 MB per GPU across `gpus` GPUs (after one
+/// that sets up the connections), and its bus bandwidth.
+fn nccl_allreduce(gpus: usize, deadline: Duration) -> Result<(f64, f64), String> {
     let waiting = dpt_tui::device::gpu_wait::Waiting {
         phase: "NCCL's allreduce across the local GPUs".into(),
         device: (0..gpus).map(|i| format!("cuda:{i}")).collect::<Vec<_>>().join(","),
-        timeout: PAIR_DEADLINE,
+        timeout: deadline,
     };
     let secs = waiting
         .run("dpt-doctor-nccl", move || -> Result<f64, String> {
@@ -180,17 +202,7 @@ fn nccl_local(gpus: usize) -> Result<String, String> {
         .map_err(|e| e.to_string())??;
     let numel: i64 = 64 << 20;
     let bytes = numel as f64 * 4.0;
-    let busbw = dpt_tui::record::bottleneck::bus_gbs(bytes, gpus, secs);
-    // Kept for the runs on these GPUs, whose communication verdict weighs their own against it.
-    let uuids: Option<Vec<String>> =
-        (0..gpus).map(|i| dpt_tui::dist::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
-    let bus = dpt_tui::record::bottleneck::MeasuredBus { gbs: busbw, unix: dpt_tui::unix_now() };
-    let kept = match (uuids, dpt_tui::data::cache_base()) {
-        (Some(uuids), Some(cache)) => dpt_tui::device::bus::save(&cache, &uuids, bus).is_ok(),
-        _ => false,
-    };
-    let note = if kept { "measured now; the runs on these GPUs compare with it" } else { "measured now" };
-    Ok(format!("256 MB per GPU in {:.1} ms, bus bandwidth {busbw:.0} GB/s ({note})", secs * 1e3))
+    Ok((secs, dpt_tui::record::bottleneck::bus_gbs(bytes, gpus, secs)))
 }
 
 pub fn run() -> u8 {

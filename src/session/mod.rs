@@ -3,6 +3,7 @@
 //! flags become a training configuration in one place, `configure.rs`.
 
 mod attach;
+mod bench;
 pub mod config_file;
 mod configure;
 mod data_flags;
@@ -48,6 +49,16 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         }
         Some(Command::Doctor { peer: Some(peer) }) => return Ok(doctor::peer(&peer)),
         Some(Command::Doctor { peer: None }) => return Ok(doctor::run()),
+        Some(Command::Bench { devices, budget, cases, data, python, out }) => {
+            return bench::run(bench::Options {
+                devices: devices.as_deref(),
+                budget: &budget,
+                cases: cases.as_deref(),
+                data: data.as_deref(),
+                python: python.as_deref(),
+                out: out.as_deref(),
+            })
+        }
         None => {}
     }
     // One process of several (torchrun, srun, by hand): every rank trains in the foreground;

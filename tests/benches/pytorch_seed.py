@@ -10,8 +10,16 @@ DistributedDataParallel over NCCL, one process per GPU, started by torchrun (`--
 trains on its share of the global batch, the gradients averaged by DDP's bucketed allreduce.
 Prints one JSON line (rank 0): samples_per_sec, sec_per_epoch, test_acc.
 
+With `--steps N` (how `dpt-tui bench` runs it) it trains `--warmup W` steps, then times N more
+(cycling through the data, no evaluation) and prints samples_per_sec, ms_per_step, the peak
+memory (the caching allocator's on a GPU, the process's resident set on the CPU) and the
+forward FLOPs per sample as torch.utils.flop_counter.FlopCounterMode counts them.
+`--precision bf16` trains under torch.autocast(dtype=torch.bfloat16); `--batch-size` overrides
+the seed's batch.
+
 python3 pytorch_seed.py --model lenet --data /usr/share/datasets/fashion-mnist --epochs 1
 python3 -m torch.distributed.run --standalone --nproc-per-node 8 pytorch_seed.py --ddp --model resnet18
+python3 pytorch_seed.py --model resnet18 --data DIR --steps 40 --warmup 10 --precision bf16
 """
 import os
 import argparse
@@ -25,6 +33,8 @@ from torch.nn import functional as F
 
 
 def read_idx(path):
+    if not os.path.exists(path) and path.endswith(".gz"):
+        path = path[:-3]
     with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
         data = f.read()
     ndims = data[3]
@@ -121,6 +131,48 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
+def peak_mib(dev):
+    if dev.type == "cuda":
+        return torch.cuda.max_memory_allocated(dev) / 2**20
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed_steps(a, dev, world, rank, module, xtr, ytr, batch, train_step, sync):
+    """--steps: warm-up steps, then timed ones, cycling through the data in order."""
+    from torch.utils.flop_counter import FlopCounterMode
+    module.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(xtr[:1])
+    module.train()
+    n = xtr.shape[0]
+    share = batch // world
+    at = 0
+
+    def step():
+        nonlocal at
+        if at + batch > n:
+            at = 0
+        lo = at + rank * share
+        train_step(xtr[lo:lo + share], ytr[lo:lo + share], batch)
+        at += batch
+
+    for _ in range(a.warmup):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    sync()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        print(json.dumps({"samples_per_sec": batch * a.steps / seconds, "ms_per_step": 1e3 * seconds / a.steps,
+                          "peak_mib": peak_mib(dev), "flops_per_sample": counter.get_total_flops(),
+                          "device": str(dev), "processes": world, "threads": torch.get_num_threads()}))
+    if a.ddp:
+        torch.distributed.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="lenet", choices=["lenet", "resnet18", "mnist-net"])
@@ -131,7 +183,14 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ddp", action="store_true", help="one rank of a torchrun job (NCCL on GPUs, else Gloo)")
+    ap.add_argument("--steps", type=int, default=None, help="time this many steps after --warmup (no epochs)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16"])
+    ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rank, world = 0, 1
     dev = torch.device(a.device)
@@ -158,6 +217,7 @@ def main():
     xte, yte = load(a.data, "t10k", a.test_limit)
     xtr, ytr, xte, yte = resident(xtr), ytr.to(dev), resident(xte), yte.to(dev)
     batch, lr = {"lenet": (256, 0.2), "resnet18": (256, 0.1), "mnist-net": (64, 0.01)}[a.model]
+    batch = a.batch_size or batch
     # Every rank starts from the same weights (DDP also broadcasts rank 0's at wrap time).
     torch.manual_seed(a.seed)
     module = {"lenet": lambda: LenetModule(dev), "resnet18": resnet18, "mnist-net": Net}[a.model]().to(dev)
@@ -176,6 +236,24 @@ def main():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
+    def train_step(X, y, n):
+        if a.model == "lenet":
+            opt.param_groups[0]["lr"] = lr * world / n
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = net(X)
+            if a.model == "lenet":
+                l = F.cross_entropy(out, y, reduction="sum")
+            elif a.model == "mnist-net":
+                l = F.nll_loss(out, y)
+            else:
+                l = F.cross_entropy(out, y)
+        l.backward()
+        opt.step()
+
+    if a.steps is not None:
+        return timed_steps(a, dev, world, rank, module, xtr, ytr, batch, train_step, sync)
+
     n, seconds, test_acc = xtr.shape[0], 0.0, 0.0
     for epoch in range(a.epochs):
         module.train()
@@ -187,19 +265,7 @@ def main():
         for i in range(0, n, batch):
             whole = order[i:i + batch]
             idx = torch.tensor_split(whole, world)[rank]
-            X, y = xtr[idx], ytr[idx]
-            if a.model == "lenet":
-                opt.param_groups[0]["lr"] = lr * world / whole.shape[0]
-            opt.zero_grad(set_to_none=True)
-            out = net(X)
-            if a.model == "lenet":
-                l = F.cross_entropy(out, y, reduction="sum")
-            elif a.model == "mnist-net":
-                l = F.nll_loss(out, y)
-            else:
-                l = F.cross_entropy(out, y)
-            l.backward()
-            opt.step()
+            train_step(xtr[idx], ytr[idx], whole.shape[0])
         sync()
         seconds += time.perf_counter() - t
         module.eval()

@@ -15,6 +15,14 @@
     matter): AdamW (decay on 2-D tensors only, as nanoGPT's configure_optimizers), a linear
     warm-up then cosine to min_lr (as LinearLR then CosineAnnealingLR), clip_grad_norm_. SPEC_JSON: {"lr", "min_lr", "warmup",
     "weight_decay", "betas", "eps", "clip"}. Prints the final parameters as JSON.
+
+`python gpt.py bench DATA_DIR VOCAB BLOCK WIDTH LAYERS HEADS BATCH WARMUP STEPS DEVICE f32|bf16 [THREADS]`
+    The plain PyTorch loop `dpt-tui bench` compares with, as an expert writes it: the eager
+    model on DEVICE, windows of DATA_DIR/train.bin drawn as nanoGPT's get_batch draws them,
+    fused AdamW (nanoGPT's decay groups, betas 0.9/0.95), clip_grad_norm_ 1, TF32 on, and for
+    bf16 the forward under torch.autocast. Times STEPS steps after WARMUP and prints one JSON
+    line: samples_per_sec, tokens_per_sec, ms_per_step, peak_mib, and flops_per_sample (one
+    window's forward, as FlopCounterMode counts it).
 """
 import json
 import math
@@ -133,8 +141,79 @@ def reference(model, data, block, batch, steps, spec):
     print(json.dumps({k: p.detach().flatten().tolist() for k, p in net.named_parameters()}))
 
 
+def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device, precision, threads=None):
+    import resource
+    import time
+    from torch.utils.flop_counter import FlopCounterMode
+    if threads:
+        torch.set_num_threads(threads)
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(0)
+    model = Gpt(vocab, block, width, layers, heads).to(dev)
+    tokens = np.memmap(f"{data}/train.bin", dtype=np.uint16, mode="r")
+
+    def window_batch():
+        ix = torch.randint(len(tokens) - block - 1, (batch,))
+        x = torch.stack([torch.from_numpy(tokens[i:i + block].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(tokens[i + 1:i + 1 + block].astype(np.int64)) for i in ix])
+        if dev.type == "cuda":
+            return x.pin_memory().to(dev, non_blocking=True), y.pin_memory().to(dev, non_blocking=True)
+        return x, y
+
+    x, y = window_batch()
+    model.eval()
+    # Attention on the math kernel for the count: FlopCounterMode has no formula for the CPU's
+    # fused attention kernel, and the math one does the same matrix products.
+    math = torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH)
+    with torch.no_grad(), math, FlopCounterMode(display=False) as counter:
+        model(x[:1], y[:1])
+    model.train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), fused=True)
+
+    def step():
+        x, y = window_batch()
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    for _ in range(warmup):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    seconds = time.perf_counter() - start
+    if dev.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(dev) / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    samples = batch * steps / seconds
+    print(json.dumps({"samples_per_sec": samples, "tokens_per_sec": samples * block,
+                      "ms_per_step": 1e3 * seconds / steps, "peak_mib": peak,
+                      "flops_per_sample": counter.get_total_flops(), "device": str(dev),
+                      "threads": torch.get_num_threads()}))
+
+
 def main():
-    if sys.argv[1] == "make":
+    if sys.argv[1] == "bench":
+        ints = list(map(int, sys.argv[3:11]))
+        threads = int(sys.argv[13]) if len(sys.argv) > 13 else None
+        bench(sys.argv[2], *ints, sys.argv[11], sys.argv[12], threads)
+    elif sys.argv[1] == "make":
         make(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], *map(int, sys.argv[6:9]))
     elif sys.argv[1] == "reference":
         block, batch, steps = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])

@@ -38,3 +38,21 @@ pub fn exit_at_once(code: u8) -> ! {
     // SAFETY: _exit takes any status and does not return; it touches no Rust state.
     unsafe { libc::_exit(i32::from(code)) }
 }
+
+/// Kills every process of process group `group` (a child started with
+/// `CommandExt::process_group(0)`, whose group is its pid) with SIGKILL: the child and whatever
+/// it started (torchrun's workers). A group already gone is not an error.
+pub fn kill_process_group(group: u32) -> std::io::Result<()> {
+    let Ok(id) = i32::try_from(group) else {
+        return Err(std::io::Error::other(format!("process group {group} is out of range")));
+    };
+    // SAFETY: kill takes any pid; a negative one names a process group, and it touches no memory.
+    let done = unsafe { libc::kill(-id, libc::SIGKILL) };
+    match done {
+        0 => Ok(()),
+        _ => match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            e => Err(e),
+        },
+    }
+}

@@ -1,0 +1,243 @@
+//! What `dpt-tui bench` runs: its cases at the sizes the machine gets (full sizes on GPUs,
+//! small ones on the CPU), the time budget and each case's share of it. Plain data and
+//! decisions, tested without running anything.
+
+use std::time::Duration;
+
+use dpt_tui::model::Precision;
+
+/// The whole bench's time, from `--budget` (`90s`, `8m`, `1h`); at least a minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget(pub Duration);
+
+/// The least budget a bench is given: the start-up of one case's two processes alone takes
+/// seconds on a GPU.
+pub const MIN_BUDGET: Duration = Duration::from_secs(60);
+
+impl std::str::FromStr for Budget {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (n, unit) = t.split_at(digits);
+        let n: u64 =
+            n.parse().map_err(|_| format!("bad --budget '{s}': use a time such as 90s, 8m or 1h"))?;
+        let secs = match unit {
+            "s" => n,
+            "m" | "" => n * 60,
+            "h" => n * 3600,
+            _ => return Err(format!("bad --budget '{s}': use a time such as 90s, 8m or 1h")),
+        };
+        let budget = Duration::from_secs(secs);
+        if budget < MIN_BUDGET {
+            return Err(format!(
+                "--budget {s} is under a minute: a case's two processes take seconds to start; give 1m or more"
+            ));
+        }
+        Ok(Budget(budget))
+    }
+}
+
+/// The model a case trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    Lenet,
+    Resnet18,
+    MnistNet,
+    /// nanoGPT's architecture (`tests/scripts/gpt.py`), scripted by the Python.
+    Gpt,
+}
+
+impl Net {
+    /// The `--model` of a built-in, or the PyTorch script's `--model`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Net::Lenet => "lenet",
+            Net::Resnet18 => "resnet18",
+            Net::MnistNet => "mnist-net",
+            Net::Gpt => "gpt",
+        }
+    }
+}
+
+/// The devices a case trains on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// One replica on the first device.
+    One,
+    /// Two replicas sharing the first device.
+    TwoOnOne,
+    /// One replica per GPU, every GPU of the bench.
+    EveryGpu,
+}
+
+/// A GPT's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GptShape {
+    pub vocab: usize,
+    pub block: usize,
+    pub width: usize,
+    pub layers: usize,
+    pub heads: usize,
+}
+
+/// GPT-2 124M (nanoGPT's `gpt2` config: vocabulary padded to 50,304).
+pub const GPT2_SMALL: GptShape = GptShape { vocab: 50_304, block: 1024, width: 768, layers: 12, heads: 12 };
+/// The GPT of the CPU's bench: the language-model benchmark's (`lm_vs_pytorch`).
+pub const GPT_CPU: GptShape = GptShape { vocab: 256, block: 128, width: 128, layers: 4, heads: 4 };
+
+/// What a case measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Trains a model: dpt-tui, then the plain PyTorch loop.
+    Train { net: Net, precision: Precision, placement: Placement },
+    /// NCCL's allreduce across every GPU: its bus bandwidth.
+    Allreduce,
+}
+
+/// One case of the bench, at the size this machine gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// Samples (windows, for a GPT) per step, over all replicas.
+    pub batch: usize,
+    /// Steps not timed (cuDNN's search, the allocator's growth, the first compilations).
+    pub warmup: usize,
+    /// Steps timed.
+    pub steps: usize,
+    pub gpt: Option<GptShape>,
+    /// Relative share of the budget.
+    pub weight: u32,
+}
+
+/// Every case's name, in the order they run.
+pub const CASE_NAMES: [&str; 9] = [
+    "lenet",
+    "resnet18",
+    "resnet18-bf16",
+    "mnist-net",
+    "gpt",
+    "gpt-bf16",
+    "two-replicas",
+    "data-parallel",
+    "allreduce",
+];
+
+/// The cases for a machine with `gpus` GPUs in the bench (0: the CPU), by name.
+pub fn cases(gpus: usize) -> Vec<Case> {
+    let gpu = gpus > 0;
+    let train = |net, precision, placement| Kind::Train { net, precision, placement };
+    let sized = |name, kind, batch: (usize, usize), steps: (usize, usize), weight| {
+        let (batch, steps) = if gpu { (batch.0, steps.0) } else { (batch.1, steps.1) };
+        Case { name, kind, batch, warmup: (steps / 4).max(2), steps, gpt: None, weight }
+    };
+    let gpt = |case: Case| Case { gpt: Some(if gpu { GPT2_SMALL } else { GPT_CPU }), ..case };
+    let f32 = Precision::F32;
+    let bf16 = Precision::Bf16;
+    let mut all = vec![
+        sized("lenet", train(Net::Lenet, f32, Placement::One), (256, 256), (160, 40), 2),
+        sized("resnet18", train(Net::Resnet18, f32, Placement::One), (256, 32), (60, 8), 3),
+        sized("resnet18-bf16", train(Net::Resnet18, bf16, Placement::One), (256, 32), (60, 8), 3),
+        sized("mnist-net", train(Net::MnistNet, f32, Placement::One), (64, 64), (200, 40), 2),
+        gpt(sized("gpt", train(Net::Gpt, f32, Placement::One), (12, 16), (30, 16), 4)),
+        gpt(sized("gpt-bf16", train(Net::Gpt, bf16, Placement::One), (12, 16), (30, 16), 4)),
+        sized("two-replicas", train(Net::Resnet18, f32, Placement::TwoOnOne), (256, 32), (60, 8), 3),
+    ];
+    if gpus >= 2 {
+        all.push(Case {
+            batch: 256 * gpus,
+            ..sized("data-parallel", train(Net::Resnet18, f32, Placement::EveryGpu), (256, 0), (60, 0), 3)
+        });
+        // Last: it runs in this process, whose CUDA contexts then stay for the bench's end.
+        all.push(sized("allreduce", Kind::Allreduce, (0, 0), (0, 0), 1));
+    }
+    all
+}
+
+/// The cases `--cases` names (all of the machine's when `None`), in the bench's order; an
+/// unknown name, or one this machine cannot run, is refused in one line.
+pub fn select(all: Vec<Case>, asked: Option<&str>) -> Result<Vec<Case>, String> {
+    let Some(asked) = asked else { return Ok(all) };
+    let names: Vec<&str> = asked.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    for name in &names {
+        if !CASE_NAMES.contains(name) {
+            return Err(format!("unknown bench case '{name}'; use {}", dpt_protocol::one_of(&CASE_NAMES)));
+        }
+        if !all.iter().any(|c| c.name == *name) {
+            return Err(format!("bench case '{name}' needs two GPUs or more; this bench has fewer"));
+        }
+    }
+    if names.is_empty() {
+        return Err("--cases is empty; name one or more cases, or leave it out for all".into());
+    }
+    Ok(all.into_iter().filter(|c| names.contains(&c.name)).collect())
+}
+
+/// How long the case at `index` may take: its weight's share of what is left of the budget,
+/// so a case that ends early leaves its time to the rest.
+pub fn deadline(cases: &[Case], index: usize, left: Duration) -> Duration {
+    let rest: u32 = cases[index..].iter().map(|c| c.weight).sum();
+    left.mul_f64(f64::from(cases[index].weight) / f64::from(rest.max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_is_a_time_of_a_minute_or_more() {
+        assert_eq!("8m".parse(), Ok(Budget(Duration::from_secs(480))));
+        assert_eq!("90s".parse(), Ok(Budget(Duration::from_secs(90))));
+        assert_eq!("1h".parse(), Ok(Budget(Duration::from_secs(3600))));
+        assert_eq!("5".parse(), Ok(Budget(Duration::from_secs(300))), "minutes by default");
+        let short = "30s".parse::<Budget>().unwrap_err();
+        assert!(short.contains("under a minute"), "{short}");
+        assert!("8 minutes".parse::<Budget>().unwrap_err().contains("bad --budget"));
+    }
+
+    #[test]
+    fn the_cpu_gets_the_cases_at_small_sizes_and_gpus_the_full_ones() {
+        let cpu = cases(0);
+        let names: Vec<&str> = cpu.iter().map(|c| c.name).collect();
+        assert_eq!(names, CASE_NAMES[..7]);
+        let gpt = cpu.iter().find(|c| c.name == "gpt").expect("a gpt case");
+        assert_eq!(gpt.gpt, Some(GPT_CPU));
+        let one = cases(1);
+        assert_eq!(one.iter().find(|c| c.name == "gpt").and_then(|c| c.gpt), Some(GPT2_SMALL));
+        assert_eq!(one.iter().find(|c| c.name == "resnet18").map(|c| c.batch), Some(256));
+        let eight = cases(8);
+        assert_eq!(eight.len(), 9);
+        assert_eq!(
+            eight.iter().find(|c| c.name == "data-parallel").map(|c| c.batch),
+            Some(2048),
+            "256 per GPU"
+        );
+    }
+
+    #[test]
+    fn cases_are_chosen_by_name_and_a_wrong_name_is_refused() {
+        let picked = select(cases(0), Some("gpt,lenet")).expect("known");
+        assert_eq!(picked.iter().map(|c| c.name).collect::<Vec<_>>(), ["lenet", "gpt"]);
+        let unknown = select(cases(0), Some("vgg")).unwrap_err();
+        assert!(unknown.starts_with("unknown bench case 'vgg'; use lenet, resnet18,"), "{unknown}");
+        let gpus = select(cases(1), Some("allreduce")).unwrap_err();
+        assert!(gpus.contains("needs two GPUs"), "{gpus}");
+        assert!(select(cases(0), Some(" , ")).is_err());
+    }
+
+    #[test]
+    fn each_case_gets_its_share_of_what_is_left() {
+        let all = cases(0);
+        let left = Duration::from_secs(190);
+        let total: u32 = all.iter().map(|c| c.weight).sum();
+        assert_eq!(deadline(&all, 0, left), left.mul_f64(2.0 / f64::from(total)));
+        let last = all.len() - 1;
+        assert_eq!(
+            deadline(&all, last, Duration::from_secs(30)),
+            Duration::from_secs(30),
+            "the last takes all"
+        );
+    }
+}

@@ -1,0 +1,397 @@
+//! What the bench found, as the three outputs: a table on stdout (a row as each case ends),
+//! `bench.json` with every figure, and `bench.md`, the same table in Markdown with the machine
+//! it was measured on, ready for BENCHMARKS.md.
+
+use serde::Serialize;
+
+use super::child::{RunFigures, TorchFigures};
+use dpt_tui::flops::rate_label;
+
+/// How a side of a case went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// This build or machine cannot run it (dpt-tui refused it as bad input, or it needs what
+    /// is not there: a Python, two GPUs).
+    Unsupported,
+    Failed,
+    TimedOut,
+}
+
+impl Status {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Unsupported => "unsupported",
+            Status::Failed => "failed",
+            Status::TimedOut => "timed out",
+        }
+    }
+}
+
+/// One side of a case: how it went, why not, and its figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Side<F> {
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub figures: Option<F>,
+}
+
+impl<F> Side<F> {
+    pub fn ok(figures: F) -> Self {
+        Side { status: Status::Ok, reason: None, figures: Some(figures) }
+    }
+
+    pub fn not(status: Status, reason: impl Into<String>) -> Self {
+        Side { status, reason: Some(reason.into()), figures: None }
+    }
+
+    fn cell(&self, ok: impl FnOnce(&F) -> String) -> String {
+        match (&self.status, &self.figures) {
+            (Status::Ok, Some(f)) => ok(f),
+            (s, _) => s.word().to_owned(),
+        }
+    }
+}
+
+/// One case's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaseResult {
+    pub case: String,
+    /// The model in words (`resnet18`, `gpt 12x768, block 1024`).
+    pub model: String,
+    pub devices: String,
+    pub precision: String,
+    /// Samples (windows) per step over all replicas.
+    pub batch: usize,
+    /// Steps timed after the warm-up.
+    pub steps: usize,
+    /// Tokens per sample (a GPT's block; 1 otherwise): the table's throughput is in tokens/s.
+    pub tokens_per_sample: usize,
+    pub dpt_tui: Side<RunFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pytorch: Option<Side<TorchFigures>>,
+    /// dpt-tui's throughput over PyTorch's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// Model FLOP/s of each side (dpt-tui's count of the model's FLOPs, 3 per sample's forward).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_flops: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pytorch_model_flops: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pytorch_mfu: Option<f64>,
+    /// dpt-tui's count of a sample's forward FLOPs over FlopCounterMode's on the PyTorch side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flops_vs_flop_counter: Option<f64>,
+    /// NCCL's allreduce across the GPUs: bus bandwidth, GB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bus_gbs: Option<f64>,
+}
+
+impl CaseResult {
+    /// Fills the ratios and the FLOP figures from both sides' figures.
+    pub fn derive(&mut self) {
+        let ours = self.dpt_tui.figures.as_ref();
+        let theirs = self.pytorch.as_ref().and_then(|p| p.figures.as_ref());
+        if let (Some(o), Some(t)) = (ours, theirs) {
+            self.ratio = (t.samples_per_sec > 0.0).then(|| o.samples_per_sec / t.samples_per_sec);
+        }
+        let Some(o) = ours else { return };
+        let Some(f) = o.flops_per_sample else { return };
+        let flops = dpt_tui::flops::ModelFlops { forward_per_sample: f };
+        self.model_flops = Some(flops.achieved(o.samples_per_sec));
+        self.mfu = o.peak_flops.map(|p| flops.achieved(o.samples_per_sec) / p);
+        if let Some(t) = theirs {
+            self.pytorch_model_flops = Some(flops.achieved(t.samples_per_sec));
+            self.pytorch_mfu = o.peak_flops.map(|p| flops.achieved(t.samples_per_sec) / p);
+            self.flops_vs_flop_counter = t.flops_per_sample.filter(|&c| c > 0.0).map(|c| f / c);
+        }
+    }
+
+    /// Whether a side failed or ran out of time (an unsupported side is not a failure).
+    pub fn failed(&self) -> bool {
+        let bad = |s: &Status| matches!(s, Status::Failed | Status::TimedOut);
+        bad(&self.dpt_tui.status) || self.pytorch.as_ref().is_some_and(|p| bad(&p.status))
+    }
+
+    fn unit(&self) -> &'static str {
+        if self.tokens_per_sample > 1 {
+            "tokens/s"
+        } else {
+            "samples/s"
+        }
+    }
+
+    /// The table's cells: case, device, precision, batch, dpt-tui, ms/step (split), peak
+    /// memory, MFU, PyTorch, ratio.
+    fn cells(&self) -> [String; 10] {
+        let per = self.tokens_per_sample as f64;
+        let rate = |s: f64| format!("{} {}", thousands(s * per), self.unit());
+        let dpt = match (&self.bus_gbs, &self.dpt_tui.status) {
+            (Some(b), Status::Ok) => format!("{b:.0} GB/s bus"),
+            _ => self.dpt_tui.cell(|f| rate(f.samples_per_sec)),
+        };
+        let split = self.dpt_tui.cell(|f| {
+            format!(
+                "{:.1} = {:.1} + {:.1} + {:.1} + {:.1}",
+                f.ms_per_step, f.data_ms, f.compute_ms, f.allreduce_ms, f.update_ms
+            )
+        });
+        let memory = self
+            .dpt_tui
+            .figures
+            .as_ref()
+            .and_then(|f| f.peak_mib)
+            .map_or_else(|| "-".to_owned(), |m| format!("{} MiB", thousands(m)));
+        let mfu = match (self.model_flops, self.mfu) {
+            (Some(flops), Some(u)) => format!("{:.1}% ({})", u * 100.0, rate_label(flops)),
+            (Some(flops), None) => rate_label(flops),
+            _ => "-".to_owned(),
+        };
+        let torch = match &self.pytorch {
+            Some(p) => p.cell(|f| rate(f.samples_per_sec)),
+            None => "-".to_owned(),
+        };
+        let ratio = self.ratio.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
+        let batch = if self.bus_gbs.is_some() { "-".to_owned() } else { self.batch.to_string() };
+        [
+            self.case.clone(),
+            self.devices.clone(),
+            self.precision.clone(),
+            batch,
+            dpt,
+            split,
+            memory,
+            mfu,
+            torch,
+            ratio,
+        ]
+    }
+
+    /// Why a side did not run or failed, one line each.
+    fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let Some(r) = &self.dpt_tui.reason {
+            notes.push(format!("{} dpt-tui {}: {r}", self.case, self.dpt_tui.status.word()));
+        }
+        if let Some(Side { status, reason: Some(r), .. }) = &self.pytorch {
+            notes.push(format!("{} PyTorch {}: {r}", self.case, status.word()));
+        }
+        notes
+    }
+}
+
+/// `12,345` from 12345.4.
+fn thousands(x: f64) -> String {
+    dpt_tui::record::text::thousands(x.round() as i64)
+}
+
+const HEADERS: [&str; 10] = [
+    "case",
+    "devices",
+    "precision",
+    "batch",
+    "dpt-tui",
+    "ms/step = data + fwd/bwd + allreduce + update",
+    "peak memory",
+    "MFU (model FLOP/s)",
+    "PyTorch",
+    "dpt-tui / PyTorch",
+];
+
+/// The machine and software a bench ran on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Machine {
+    pub dpt_tui: String,
+    /// The libtorch this binary loads.
+    pub torch: String,
+    /// The PyTorch side's torch, when there is one.
+    pub python_torch: Option<String>,
+    pub host: String,
+    pub cpu_cores: usize,
+    pub nvidia_driver: Option<String>,
+    /// `cuda:0 NVIDIA H100 80GB HBM3, 79.2 GiB` or `cpu`.
+    pub devices: Vec<String>,
+    /// The date (UTC) it ran.
+    pub date: String,
+}
+
+/// The whole bench.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub budget_s: f64,
+    pub elapsed_s: f64,
+    pub cases: Vec<CaseResult>,
+}
+
+/// Pads each column to its widest cell.
+fn aligned(rows: &[[String; 10]]) -> Vec<String> {
+    let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..10).map(width).collect();
+    rows.iter()
+        .map(|r| {
+            let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            cells.join("  ").trim_end().to_owned()
+        })
+        .collect()
+}
+
+impl Report {
+    /// The stdout table: a header and a row per case, columns aligned.
+    pub fn table(&self) -> String {
+        let mut rows = vec![HEADERS.map(str::to_owned)];
+        rows.extend(self.cases.iter().map(CaseResult::cells));
+        let mut lines = aligned(&rows);
+        lines.extend(self.cases.iter().flat_map(CaseResult::notes));
+        lines.join("\n")
+    }
+
+    /// `bench.md`: the machine, then the table and the notes in Markdown.
+    pub fn markdown(&self) -> String {
+        let m = &self.machine;
+        let mut out = format!(
+            "### dpt-tui bench on {}, {}\n\n- dpt-tui {}, torch {} (PyTorch side: {})\n- {} CPU cores{}\n- devices: {}\n- budget {:.0} s, took {:.0} s\n\n",
+            m.host,
+            m.date,
+            m.dpt_tui,
+            m.torch,
+            m.python_torch.as_deref().unwrap_or("none"),
+            m.cpu_cores,
+            m.nvidia_driver.as_ref().map_or(String::new(), |d| format!(", NVIDIA driver {d}")),
+            m.devices.join("; "),
+            self.budget_s,
+            self.elapsed_s,
+        );
+        out += &format!("| {} |\n|{}\n", HEADERS.join(" | "), " --- |".repeat(HEADERS.len()));
+        for c in &self.cases {
+            out += &format!("| {} |\n", c.cells().join(" | "));
+        }
+        let notes: Vec<String> = self.cases.iter().flat_map(CaseResult::notes).collect();
+        if !notes.is_empty() {
+            out += "\n";
+            for n in notes {
+                out += &format!("- {n}\n");
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(samples_per_sec: f64) -> RunFigures {
+        RunFigures {
+            samples_per_sec,
+            ms_per_step: 50.0,
+            data_ms: 1.0,
+            compute_ms: 45.0,
+            allreduce_ms: 0.0,
+            update_ms: 4.0,
+            peak_mib: Some(2048.0),
+            flops_per_sample: Some(1e9),
+            peak_flops: Some(600e12),
+            peak_basis: Some("bf16 peak of 1 x H100 SXM".into()),
+        }
+    }
+
+    fn case(ours: Side<RunFigures>, theirs: Option<Side<TorchFigures>>) -> CaseResult {
+        let mut c = CaseResult {
+            case: "resnet18-bf16".into(),
+            model: "resnet18".into(),
+            devices: "cuda:0".into(),
+            precision: "bf16".into(),
+            batch: 256,
+            steps: 60,
+            tokens_per_sample: 1,
+            dpt_tui: ours,
+            pytorch: theirs,
+            ratio: None,
+            model_flops: None,
+            pytorch_model_flops: None,
+            mfu: None,
+            pytorch_mfu: None,
+            flops_vs_flop_counter: None,
+            bus_gbs: None,
+        };
+        c.derive();
+        c
+    }
+
+    #[test]
+    fn a_case_with_both_sides_has_its_ratio_and_both_utilisations() {
+        let theirs = TorchFigures {
+            samples_per_sec: 40_000.0,
+            ms_per_step: 6.4,
+            peak_mib: Some(3000.0),
+            flops_per_sample: Some(0.8e9),
+        };
+        let c = case(Side::ok(figures(50_000.0)), Some(Side::ok(theirs)));
+        assert_eq!(c.ratio, Some(1.25));
+        assert_eq!(c.model_flops, Some(150e12));
+        assert_eq!(c.mfu, Some(0.25));
+        assert_eq!(c.pytorch_mfu, Some(0.2));
+        assert_eq!(c.flops_vs_flop_counter, Some(1.25));
+        assert!(!c.failed());
+        let report = Report {
+            machine: Machine {
+                dpt_tui: "0.1.0".into(),
+                torch: "2.11.0+cu130".into(),
+                python_torch: Some("2.11.0+cu130".into()),
+                host: "node".into(),
+                cpu_cores: 16,
+                nvidia_driver: Some("580.65".into()),
+                devices: vec!["cuda:0 NVIDIA H100 80GB HBM3".into()],
+                date: "2026-11-26".into(),
+            },
+            budget_s: 300.0,
+            elapsed_s: 250.0,
+            cases: vec![c],
+        };
+        let table = report.table();
+        let row = table.lines().nth(1).expect("a row");
+        assert!(row.starts_with("resnet18-bf16  cuda:0"), "{row}");
+        for cell in [
+            "50,000 samples/s",
+            "50.0 = 1.0 + 45.0 + 0.0 + 4.0",
+            "2,048 MiB",
+            "25.0% (150 TFLOP/s)",
+            "40,000 samples/s",
+            "1.25x",
+        ] {
+            assert!(row.contains(cell), "{cell} in {row}");
+        }
+        let md = report.markdown();
+        assert!(md.contains("| resnet18-bf16 | cuda:0 | bf16 | 256 | 50,000 samples/s |"), "{md}");
+        assert!(md.contains("NVIDIA driver 580.65"));
+    }
+
+    #[test]
+    fn a_side_that_did_not_run_says_why_and_a_failure_counts() {
+        let c = case(
+            Side::not(Status::TimedOut, "killed after 40 s"),
+            Some(Side::not(Status::Failed, "CUDA out of memory")),
+        );
+        assert!(c.failed());
+        assert_eq!(c.ratio, None);
+        let cells = c.cells();
+        assert_eq!((cells[4].as_str(), cells[8].as_str()), ("timed out", "failed"));
+        assert_eq!(
+            c.notes(),
+            [
+                "resnet18-bf16 dpt-tui timed out: killed after 40 s",
+                "resnet18-bf16 PyTorch failed: CUDA out of memory"
+            ]
+        );
+        let unsupported = case(Side::not(Status::Unsupported, "needs a GPU"), None);
+        assert!(!unsupported.failed(), "not a failure");
+    }
+}

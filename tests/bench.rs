@@ -1,0 +1,119 @@
+//! `dpt-tui bench` end to end on the CPU: every case at its CPU size against the PyTorch loop of
+//! the set-up's Python, within its budget, its three outputs, dpt-tui's FLOP count equal to
+//! FlopCounterMode's on every model both sides ran; and its refusals of bad input. A binary of
+//! its own: the bench measures speed, so it must not share the cores with other tests.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    c.arg("bench").args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    c
+}
+
+fn refused(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("dpt-tui: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn bad_input_is_refused_in_one_line_before_any_case_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    let run = |args: &[&str]| bench(args).output().unwrap();
+    let e = refused(&run(&["--devices", "cpu", "--cases", "lenet,vgg", "--out", o]));
+    assert!(e.contains("unknown bench case 'vgg'; use lenet, resnet18"), "{e}");
+    let e = refused(&run(&["--devices", "cpu", "--budget", "30s", "--out", o]));
+    assert!(e.contains("under a minute"), "{e}");
+    let e = refused(&run(&["--devices", "cpu", "--cases", "allreduce", "--out", o]));
+    assert!(e.contains("needs two GPUs"), "{e}");
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let e = refused(&run(&["--devices", "cpu", "--out", blocker.join("x").to_str().unwrap()]));
+    assert!(e.contains("cannot be written"), "{e}");
+    let no_torch = dir.path().join("python-without-torch");
+    std::fs::write(&no_torch, "#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n").unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&no_torch).status().unwrap();
+    let e = refused(&run(&["--devices", "cpu", "--python", no_torch.to_str().unwrap(), "--out", o]));
+    assert!(e.contains("has no torch"), "{e}");
+    let other = dir.path().join("python-2.9");
+    std::fs::write(&other, "#!/bin/sh\necho 2.9.1+cu128\n").unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&other).status().unwrap();
+    let e = refused(&run(&["--devices", "cpu", "--python", other.to_str().unwrap(), "--out", o]));
+    assert!(e.contains("torch 2.9.1+cu128") && e.contains("same release"), "{e}");
+    assert!(!out.join("bench.json").exists(), "nothing written for bad input");
+    let e = refused(&run(&["--devices", "gpu", "--out", o]));
+    assert!(e.contains("bad bench --devices 'gpu'"), "{e}");
+}
+
+fn case<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["cases"].as_array().unwrap().iter().find(|c| c["case"] == name).unwrap_or_else(|| panic!("{name}"))
+}
+
+#[test]
+fn a_cpu_bench_runs_every_case_against_pytorch_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench");
+    let python = common::python();
+    let t0 = std::time::Instant::now();
+    let result =
+        bench(&["--devices", "cpu", "--budget", "3m", "--python", &python, "--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+    let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
+    let text = format!("{stdout}{}", String::from_utf8_lossy(&result.stderr));
+    assert!(result.status.success(), "{text}");
+    assert!(t0.elapsed().as_secs() < 200, "within the budget and its ending: {:?}", t0.elapsed());
+    assert!(stdout.contains("ms/step = data + fwd/bwd + allreduce + update"), "{text}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    let names: Vec<&str> =
+        report["cases"].as_array().unwrap().iter().map(|c| c["case"].as_str().unwrap()).collect();
+    assert_eq!(names, ["lenet", "resnet18", "resnet18-bf16", "mnist-net", "gpt", "gpt-bf16", "two-replicas"]);
+    assert_eq!(report["machine"]["devices"], serde_json::json!(["cpu"]));
+    assert!(report["machine"]["torch"].as_str().unwrap().starts_with("2.11"));
+    for name in ["lenet", "resnet18", "mnist-net", "gpt", "two-replicas"] {
+        let c = case(&report, name);
+        assert_eq!(c["dpt_tui"]["status"], "ok", "{name}: {c}");
+        assert_eq!(c["pytorch"]["status"], "ok", "{name}: {c}");
+        let ratio = c["ratio"].as_f64().unwrap();
+        assert!(ratio > 0.1 && ratio < 10.0, "{name}: {ratio}");
+        let f = &c["dpt_tui"]["figures"];
+        assert!(f["samples_per_sec"].as_f64().unwrap() > 0.0);
+        let split: f64 = ["data_ms", "compute_ms", "allreduce_ms", "update_ms"]
+            .iter()
+            .map(|k| f[k].as_f64().unwrap())
+            .sum();
+        assert!(split > 0.0 && split <= 1.5 * f["ms_per_step"].as_f64().unwrap(), "{name}: {f}");
+        assert!(f["peak_mib"].as_f64().unwrap() > 0.0, "peak memory: {f}");
+        assert!(c["model_flops"].as_f64().unwrap() > 0.0, "{name}: model FLOP/s");
+        assert!(c.get("mfu").is_none(), "a CPU has no peak in the table");
+        // One model's FLOPs, counted by dpt-tui from its own operations and by PyTorch's
+        // FlopCounterMode on the same model and sample.
+        let check = c["flops_vs_flop_counter"].as_f64().unwrap();
+        assert!((check - 1.0).abs() < 1e-9, "{name}: dpt-tui's count / FlopCounterMode's = {check}");
+    }
+    let gpt = case(&report, "gpt");
+    assert_eq!(gpt["tokens_per_sample"], 128);
+    assert!(stdout.contains("tokens/s"), "{stdout}");
+    for name in ["resnet18-bf16", "gpt-bf16"] {
+        let status = case(&report, name)["dpt_tui"]["status"].as_str().unwrap().to_owned();
+        assert!(status == "ok" || status == "unsupported", "{name}: {status}");
+    }
+    let md = std::fs::read_to_string(out.join("bench.md")).unwrap();
+    assert!(md.contains("| case | devices | precision | batch | dpt-tui |"), "{md}");
+    assert!(md.contains("| lenet | cpu | f32 | 256 |"), "{md}");
+    assert!(Path::new(&out.join("runs/lenet/metrics.jsonl")).is_file(), "each run's record kept for `show`");
+    let again =
+        bench(&["--devices", "cpu", "--cases", "lenet", "--out", out.to_str().unwrap()]).output().unwrap();
+    assert!(refused(&again).contains("already holds a bench"), "an earlier bench is never written over");
+}
