@@ -66,13 +66,12 @@ fn a_cpu_bench_runs_every_case_against_pytorch_within_its_budget() {
     let python = common::python();
     let t0 = std::time::Instant::now();
     let result =
-        bench(&["--devices", "cpu", "--budget", "3m", "--python", &python, "--out", out.to_str().unwrap()])
-            .output()
-            .unwrap();
+        bench(&["--devices", "cpu", "--python", &python, "--out", out.to_str().unwrap()]).output().unwrap();
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
     let text = format!("{stdout}{}", String::from_utf8_lossy(&result.stderr));
     assert!(result.status.success(), "{text}");
-    assert!(t0.elapsed().as_secs() < 200, "within the budget and its ending: {:?}", t0.elapsed());
+    // The default budget, 5 minutes: the cases take about one on an idle 2-core machine.
+    assert!(t0.elapsed().as_secs() < 330, "within the budget and its ending: {:?}", t0.elapsed());
     assert!(stdout.contains("ms/step = data + fwd/bwd + allreduce + update"), "{text}");
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();

@@ -26,9 +26,9 @@
 """
 import json
 import math
+import os
 import sys
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -121,6 +121,7 @@ def reference(model, data, block, batch, steps, spec):
     torch.set_num_threads(1)
     net = torch.jit.load(model)
     net.train()
+    import numpy as np
     tokens = torch.from_numpy(np.fromfile(f"{data}/train.bin", dtype=np.uint16).astype(np.int64))
     assert len(tokens) == block + 1, "a corpus of one window"
     x = tokens[:block].repeat(batch, 1)
@@ -153,12 +154,14 @@ def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(0)
     model = Gpt(vocab, block, width, layers, heads).to(dev)
-    tokens = np.memmap(f"{data}/train.bin", dtype=np.uint16, mode="r")
+    # Read with torch alone: a GPU node's bare Python may have torch without NumPy.
+    path = f"{data}/train.bin"
+    tokens = torch.from_file(path, shared=False, size=os.path.getsize(path) // 2, dtype=torch.uint16)
 
     def window_batch():
         ix = torch.randint(len(tokens) - block - 1, (batch,))
-        x = torch.stack([torch.from_numpy(tokens[i:i + block].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(tokens[i + 1:i + 1 + block].astype(np.int64)) for i in ix])
+        x = torch.stack([tokens[i:i + block].long() for i in ix])
+        y = torch.stack([tokens[i + 1:i + 1 + block].long() for i in ix])
         if dev.type == "cuda":
             return x.pin_memory().to(dev, non_blocking=True), y.pin_memory().to(dev, non_blocking=True)
         return x, y

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use child::Ended;
-use plan::{Case, GptShape, Kind, Net, Placement};
+use plan::{Arch, Case, GptShape, Kind, Placement};
 use report::{CaseResult, Side, Status};
 
 use super::input;
@@ -326,8 +326,8 @@ impl Bench {
         let model = match case.gpt {
             Some(shape) => match self.gpt_model(shape, ours_share) {
                 Ok(path) => Some(path),
-                Err(side) => {
-                    result.dpt_tui = side;
+                Err((status, why)) => {
+                    result.dpt_tui = Side::not(status, why);
                     return result;
                 }
             },
@@ -409,14 +409,14 @@ impl Bench {
     }
 
     /// The GPT of `shape` as TorchScript, made by the Python once per shape.
-    fn gpt_model(&mut self, shape: GptShape, deadline: Duration) -> Result<PathBuf, Side<child::RunFigures>> {
+    fn gpt_model(&mut self, shape: GptShape, deadline: Duration) -> Result<PathBuf, (Status, String)> {
         if let Some((_, path)) = self.made.iter().find(|(s, _)| *s == shape) {
             return Ok(path.clone());
         }
         let Some((py, (_, gpt))) = &self.python else {
-            return Err(Side::not(
+            return Err((
                 Status::Unsupported,
-                "the GPT is scripted by a Python with torch: name one with --python PY",
+                "the GPT is scripted by a Python with torch: name one with --python PY".into(),
             ));
         };
         let path = self.scratch.join(format!("gpt-{}x{}-{}.pt", shape.layers, shape.width, shape.vocab));
@@ -430,11 +430,9 @@ impl Bench {
                 self.made.push((shape, path.clone()));
                 Ok(path)
             }
-            Ended::Failed { reason } => {
-                Err(Side::not(Status::Failed, format!("scripting the GPT failed: {reason}")))
-            }
+            Ended::Failed { reason } => Err((Status::Failed, format!("scripting the GPT failed: {reason}"))),
             Ended::TimedOut { after_s } => {
-                Err(Side::not(Status::TimedOut, format!("scripting the GPT took over {after_s:.0} s")))
+                Err((Status::TimedOut, format!("scripting the GPT took over {after_s:.0} s")))
             }
         }
     }
@@ -444,7 +442,7 @@ impl Bench {
     fn pytorch_side(
         &self,
         case: &Case,
-        net: Net,
+        net: Arch,
         precision: Precision,
         placement: Placement,
         data: &Data,

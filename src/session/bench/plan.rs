@@ -41,7 +41,7 @@ impl std::str::FromStr for Budget {
 
 /// The model a case trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Net {
+pub enum Arch {
     Lenet,
     Resnet18,
     MnistNet,
@@ -49,14 +49,14 @@ pub enum Net {
     Gpt,
 }
 
-impl Net {
+impl Arch {
     /// The `--model` of a built-in, or the PyTorch script's `--model`.
     pub fn name(self) -> &'static str {
         match self {
-            Net::Lenet => "lenet",
-            Net::Resnet18 => "resnet18",
-            Net::MnistNet => "mnist-net",
-            Net::Gpt => "gpt",
+            Arch::Lenet => "lenet",
+            Arch::Resnet18 => "resnet18",
+            Arch::MnistNet => "mnist-net",
+            Arch::Gpt => "gpt",
         }
     }
 }
@@ -91,7 +91,7 @@ pub const GPT_CPU: GptShape = GptShape { vocab: 256, block: 128, width: 128, lay
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// Trains a model: dpt-tui, then the plain PyTorch loop.
-    Train { net: Net, precision: Precision, placement: Placement },
+    Train { net: Arch, precision: Precision, placement: Placement },
     /// NCCL's allreduce across every GPU: its bus bandwidth.
     Allreduce,
 }
@@ -129,29 +129,37 @@ pub const CASE_NAMES: [&str; 9] = [
 pub fn cases(gpus: usize) -> Vec<Case> {
     let gpu = gpus > 0;
     let train = |net, precision, placement| Kind::Train { net, precision, placement };
-    let sized = |name, kind, batch: (usize, usize), steps: (usize, usize), weight| {
-        let (batch, steps) = if gpu { (batch.0, steps.0) } else { (batch.1, steps.1) };
+    // Each pair is (on a GPU, on the CPU); a weight is about the case's share of the time.
+    let sized = |name, kind, batch: (usize, usize), steps: (usize, usize), weight: (u32, u32)| {
+        let (batch, steps, weight) =
+            if gpu { (batch.0, steps.0, weight.0) } else { (batch.1, steps.1, weight.1) };
         Case { name, kind, batch, warmup: (steps / 4).max(2), steps, gpt: None, weight }
     };
     let gpt = |case: Case| Case { gpt: Some(if gpu { GPT2_SMALL } else { GPT_CPU }), ..case };
     let f32 = Precision::F32;
     let bf16 = Precision::Bf16;
     let mut all = vec![
-        sized("lenet", train(Net::Lenet, f32, Placement::One), (256, 256), (160, 40), 2),
-        sized("resnet18", train(Net::Resnet18, f32, Placement::One), (256, 32), (60, 8), 3),
-        sized("resnet18-bf16", train(Net::Resnet18, bf16, Placement::One), (256, 32), (60, 8), 3),
-        sized("mnist-net", train(Net::MnistNet, f32, Placement::One), (64, 64), (200, 40), 2),
-        gpt(sized("gpt", train(Net::Gpt, f32, Placement::One), (12, 16), (30, 16), 4)),
-        gpt(sized("gpt-bf16", train(Net::Gpt, bf16, Placement::One), (12, 16), (30, 16), 4)),
-        sized("two-replicas", train(Net::Resnet18, f32, Placement::TwoOnOne), (256, 32), (60, 8), 3),
+        sized("lenet", train(Arch::Lenet, f32, Placement::One), (256, 256), (160, 40), (2, 2)),
+        sized("resnet18", train(Arch::Resnet18, f32, Placement::One), (256, 32), (60, 8), (3, 4)),
+        sized("resnet18-bf16", train(Arch::Resnet18, bf16, Placement::One), (256, 32), (60, 8), (3, 4)),
+        sized("mnist-net", train(Arch::MnistNet, f32, Placement::One), (64, 64), (200, 40), (2, 1)),
+        gpt(sized("gpt", train(Arch::Gpt, f32, Placement::One), (12, 16), (30, 16), (5, 2))),
+        gpt(sized("gpt-bf16", train(Arch::Gpt, bf16, Placement::One), (12, 16), (30, 16), (4, 2))),
+        sized("two-replicas", train(Arch::Resnet18, f32, Placement::TwoOnOne), (256, 32), (60, 8), (3, 4)),
     ];
     if gpus >= 2 {
         all.push(Case {
             batch: 256 * gpus,
-            ..sized("data-parallel", train(Net::Resnet18, f32, Placement::EveryGpu), (256, 0), (60, 0), 3)
+            ..sized(
+                "data-parallel",
+                train(Arch::Resnet18, f32, Placement::EveryGpu),
+                (256, 0),
+                (60, 0),
+                (3, 0),
+            )
         });
         // Last: it runs in this process, whose CUDA contexts then stay for the bench's end.
-        all.push(sized("allreduce", Kind::Allreduce, (0, 0), (0, 0), 1));
+        all.push(sized("allreduce", Kind::Allreduce, (0, 0), (0, 0), (1, 0)));
     }
     all
 }
@@ -232,7 +240,7 @@ mod tests {
         let all = cases(0);
         let left = Duration::from_secs(190);
         let total: u32 = all.iter().map(|c| c.weight).sum();
-        assert_eq!(deadline(&all, 0, left), left.mul_f64(2.0 / f64::from(total)));
+        assert_eq!(deadline(&all, 0, left), left.mul_f64(f64::from(all[0].weight) / f64::from(total)));
         let last = all.len() - 1;
         assert_eq!(
             deadline(&all, last, Duration::from_secs(30)),
