@@ -156,7 +156,8 @@ fn rewind_at_a_human_pace_on_a_fast_run_lands_on_the_point_listed() {
     think();
     tui.send("r");
     // The run waits while the list is open, and the list says the step it waits at.
-    let (at, listed) = rewind_list(&tui.wait_for("paused at step", WAIT));
+    let paused = |s: &str| s.lines().any(|l| l.contains("paused at step") && l.contains("go back to:"));
+    let (at, listed) = rewind_list(&tui.wait_until("the list of a paused run", paused, WAIT));
     assert_eq!(listed.len(), 3, "{at}: {listed:?}");
     let held: usize = at.trim_start_matches("paused at step ").split(',').next().unwrap().parse().unwrap();
     assert!(held >= listed[2], "the run is past its newest point: {at}: {listed:?}");
