@@ -23,9 +23,9 @@ const RETRY_ADVICE: &str = "free some space and press s to try again, or S to sa
 
 impl Coordinator {
     /// Applies every pending control at the boundary before `position`; while paused or held,
-    /// waits for the next one (no busy loop). In a multi-process run the ranks then agree, so every
-    /// rank takes the same decision at the same step: rank 0's lr, pause, rewind point and
-    /// rewind, a stop or divergence from any rank.
+    /// waits for the next one (no busy loop). In a multi-process run the ranks then agree, so
+    /// every rank takes the same decision at the same step: rank 0's lr, pause, rewind point
+    /// and rewind, a stop or divergence from any rank.
     pub(super) fn poll_controls(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
         self.points.due = self.point_due(position);
         loop {
@@ -60,8 +60,8 @@ impl Coordinator {
     }
 
     /// One decision for every rank (an allreduce of a few numbers, maximum taken): rank 0's
-    /// scale of the lr schedule, its pause (or hold), its rewind point and rewind, anyone's stop,
-    /// divergence or preemption.
+    /// scale of the lr schedule, its pause (or hold), its rewind point and rewind, anyone's
+    /// stop, divergence or preemption.
     fn agree(&mut self) -> Result<(), EngineError> {
         let Some(w) = &self.exchange.world else { return Ok(()) };
         let leader = w.rank == 0;
