@@ -81,7 +81,7 @@ fn rewind_with_r_in_a_real_terminal() {
     let mut tui = common::train_in_pty(&run, &flags, 100, 30, &[]);
     tui.wait_for("RUNNING", WAIT);
     tui.wait_for("train loss", WAIT);
-    // Pause, so that the points listed stay the points kept.
+    // Paused by the user first: the rewind resumes the run.
     tui.send("p");
     tui.wait_for("PAUSED", WAIT);
     tui.send("r");
@@ -106,6 +106,92 @@ fn rewind_with_r_in_a_real_terminal() {
     let to = rewound["to"].as_u64().unwrap();
     let next = records.iter().skip_while(|r| r["event"] != "rewound").find(|r| r["kind"] == "step").unwrap();
     assert!(next["global_step"].as_u64().unwrap() > to && next["lr"] == 0.1, "{next}");
+}
+
+/// How long a person takes to read the screen and press the next key: the pace the rewind
+/// dialog has to stand on a fast run. Each key is pressed once the screen shows what it answers;
+/// this is the reading on top.
+const THINK: Duration = Duration::from_millis(700);
+
+/// The rewind list on `screen`: where its first line says the run is, and the steps listed.
+fn rewind_list(screen: &str) -> (String, Vec<usize>) {
+    let lines: Vec<&str> = screen.lines().collect();
+    let first = lines.iter().position(|l| l.contains("go back to:")).expect("the list is shown");
+    let line = lines[first];
+    let byte = ["paused at step", "now at step"].iter().find_map(|w| line.find(w)).expect("where the run is");
+    // The dialog's lines begin in the column its first one does.
+    let column = line[..byte].chars().count();
+    let steps = lines[first + 2..]
+        .iter()
+        .map(|l| l.chars().skip(column).take(12).collect::<String>())
+        .map_while(|cell| cell.trim().parse().ok())
+        .collect();
+    (line[byte..].split(';').next().unwrap_or_default().to_owned(), steps)
+}
+
+#[test]
+fn rewind_at_a_human_pace_on_a_fast_run_lands_on_the_point_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // Batches of 32 on one CPU replica: steps of a few milliseconds, a point every 20 of them
+    // (three kept), so a run left going would replace every point listed within a second.
+    let flags = [
+        "--devices",
+        "cpu",
+        "--epochs",
+        "500",
+        "--train-limit",
+        "2048",
+        "--test-limit",
+        "128",
+        "--batch-size",
+        "32",
+        "--snapshot-every",
+        "20steps",
+    ];
+    let think = || std::thread::sleep(THINK);
+    let mut tui = common::train_in_pty(&run, &flags, 100, 30, &[]);
+    // Three points kept by the second epoch (64 steps an epoch).
+    tui.wait_for("epoch 2/500", WAIT);
+    think();
+    tui.send("r");
+    // The run waits while the list is open, and the list says the step it waits at.
+    let paused = |s: &str| s.lines().any(|l| l.contains("paused at step") && l.contains("go back to:"));
+    let (at, listed) = rewind_list(&tui.wait_until("the list of a paused run", paused, WAIT));
+    assert_eq!(listed.len(), 3, "{at}: {listed:?}");
+    let held: usize = at.trim_start_matches("paused at step ").split(',').next().unwrap().parse().unwrap();
+    assert!(held >= listed[2], "the run is past its newest point: {at}: {listed:?}");
+    think();
+    assert_eq!(rewind_list(&tui.contents()), (at.clone(), listed.clone()), "the list stays as shown");
+    // The oldest point, the half lr offered, the batches since skipped.
+    for key in ["\x1b[A", "\x1b[A", "\r"] {
+        tui.send(key);
+        think();
+    }
+    tui.wait_for(&format!("back to step {};", listed[0]), WAIT);
+    think();
+    tui.send("\r");
+    tui.wait_for("since then?", WAIT);
+    think();
+    tui.send("y");
+    let screen = tui.wait_for_any(&["rewound from step", "refused", "no longer kept"], WAIT);
+    assert!(screen.contains(&format!("rewound from step {held} to step {}", listed[0])), "{screen}");
+    tui.wait_for("RUNNING", WAIT);
+    tui.send("q");
+    tui.wait_for("Stop after the current step", WAIT);
+    tui.send("y");
+    assert!(tui.wait_exit(WAIT).success());
+
+    let records = common::records(&run);
+    let rewound = records.iter().find(|r| r["event"] == "rewound").expect("a rewound record");
+    assert_eq!(
+        (rewound["from"].as_u64(), rewound["to"].as_u64()),
+        (Some(held as u64), Some(listed[0] as u64))
+    );
+    assert!(!records.iter().any(|r| r["event"] == "refused"), "nothing refused");
+    let paused: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "paused").collect();
+    assert_eq!(paused.len(), 1, "held once, at the step shown: {paused:?}");
+    assert_eq!(paused[0]["global_step"].as_u64(), Some(held as u64));
 }
 
 #[test]

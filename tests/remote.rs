@@ -146,6 +146,30 @@ fn attach_change_the_lr_detach_and_attach_again() {
     assert_eq!(records.last().unwrap()["reason"], "stopped");
 }
 
+#[test]
+fn a_viewer_that_leaves_with_its_rewind_dialog_open_lets_the_run_go() {
+    let job = Job::start("1000");
+    let watch = attach(&job.run, true).unwrap();
+    until(&watch.records, |e| matches!(e, Record::Step(_)));
+    let viewer = attach(&job.run, false).unwrap();
+    // Asked twice (as a dialog reopened at once might), held once.
+    viewer.controls.send(Control::Hold { on: true }).unwrap();
+    viewer.controls.send(Control::Hold { on: true }).unwrap();
+    let Record::Event(Change::Paused { global_step: at }) =
+        until(&watch.records, |e| matches!(e, Record::Event(Change::Paused { .. })))
+    else {
+        unreachable!()
+    };
+    // Gone without closing its dialog (a terminal closed, a viewer killed).
+    drop(viewer);
+    let resumed = until(&watch.records, |e| matches!(e, Record::Event(Change::Resumed { .. })));
+    assert_eq!(resumed, Record::Event(Change::Resumed { global_step: at }));
+    until(&watch.records, |e| matches!(e, Record::Step(s) if s.global_step > at));
+    let stop = attach(&job.run, false).unwrap();
+    stop.controls.send(Control::Stop).unwrap();
+    until(&watch.records, |e| matches!(e, Record::Summary(_)));
+}
+
 fn raw(job: &Job) -> (UnixStream, std::io::Lines<BufReader<UnixStream>>) {
     let socket = server_info(&job.run).unwrap().socket;
     let stream = UnixStream::connect(socket).unwrap();

@@ -176,6 +176,44 @@ fn a_checkpoint_kept_on_disk_is_a_rewind_point_of_a_one_process_run() {
     assert_eq!(bits(&resumed.final_params), bits(&outcome.final_params), "bit-identical weights");
 }
 
+#[test]
+fn a_hold_keeps_the_run_at_one_step_until_every_holder_lets_go_and_a_pause_outlasts_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = Engine::start(config(tmp.path()), common::subset(512, 100)).unwrap();
+    let (records, controls) = (engine.events().clone(), engine.controls());
+    until(&records, |r| matches!(r, Record::Step(s) if s.global_step >= 6));
+    // Two viewers' dialogs open.
+    controls.send(Control::Hold { on: true }).unwrap();
+    controls.send(Control::Hold { on: true }).unwrap();
+    let (paused, _) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let Record::Event(Change::Paused { global_step: at }) = paused else { unreachable!() };
+    // Another viewer's `p` does not let the run go from under them.
+    controls.send(Control::Resume).unwrap();
+    let (refused, first) = until(&records, |r| matches!(r, Record::Event(Change::Refused { .. })));
+    assert!(matches!(refused, Record::Event(Change::Refused { reason }) if reason.contains("rewind dialog")));
+    // One closes; a user pauses under the other, which then closes too.
+    controls.send(Control::Hold { on: false }).unwrap();
+    controls.send(Control::Pause).unwrap();
+    controls.send(Control::Hold { on: false }).unwrap();
+    // An lr change, said at the step it is applied at: the run is still where it was held.
+    controls.send(Control::SetLr { lr: 0.05 }).unwrap();
+    let (changed, between) = until(&records, |r| matches!(r, Record::Event(Change::LrChanged { .. })));
+    assert!(matches!(changed, Record::Event(Change::LrChanged { global_step, .. }) if global_step == at));
+    controls.send(Control::Resume).unwrap();
+    let (resumed, more) = until(&records, |r| matches!(r, Record::Event(Change::Resumed { .. })));
+    assert_eq!(resumed, Record::Event(Change::Resumed { global_step: at }));
+    let held: Vec<&Record> = first.iter().chain(&between).chain(&more).collect();
+    assert!(
+        !held.iter().any(|r| matches!(
+            r,
+            Record::Step(_) | Record::Event(Change::Snapshot { .. } | Change::Paused { .. })
+        )),
+        "no step, no point and no second pause while held: {held:?}"
+    );
+    let outcome = engine.join().unwrap();
+    assert_eq!(outcome.summary.global_steps, 24, "the run went on to its end");
+}
+
 /// The flags of the two-process runs: 6 steps an epoch for 4 epochs, a rewind point and a
 /// kept checkpoint every 2 steps, one CPU replica per rank, `extra`.
 fn two_rank_flags(extra: &[&str]) -> Vec<String> {

@@ -85,16 +85,28 @@ impl PtyRun {
 
     /// Waits until the screen shows `needle`; panics with the screen after `timeout`.
     pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+        self.wait_for_any(&[needle], timeout)
+    }
+
+    /// Waits until the screen shows one of `needles` (what a test expects, and what the
+    /// program says instead when it goes wrong, to fail at once with it).
+    pub fn wait_for_any(&mut self, needles: &[&str], timeout: Duration) -> String {
+        self.wait_until(&format!("{needles:?}"), |screen| needles.iter().any(|n| screen.contains(n)), timeout)
+    }
+
+    /// Waits until the screen is as `shown` says (`what`, in words); panics with the screen
+    /// after `timeout`.
+    pub fn wait_until(&mut self, what: &str, shown: impl Fn(&str) -> bool, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let screen = self.contents();
-            if screen.contains(needle) {
+            if shown(&screen) {
                 return screen;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("exited ({status:?}) before showing {needle:?}; screen:\n{screen}");
+                panic!("exited ({status:?}) before showing {what}; screen:\n{screen}");
             }
-            assert!(Instant::now() < deadline, "no {needle:?} within {timeout:?}; screen:\n{screen}");
+            assert!(Instant::now() < deadline, "no {what} within {timeout:?}; screen:\n{screen}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }

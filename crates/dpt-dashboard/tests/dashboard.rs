@@ -448,3 +448,54 @@ fn a_starved_streaming_loader_is_flagged_in_the_status() {
     let text = screen(&app, 140, 40, false);
     assert!(text.contains("loader 1.9/2 ready, 3100 img/s decoding") && !text.contains("wait for data"));
 }
+
+/// A rewind point taken before `global_step` of the running fixture (235 steps an epoch).
+fn point(global_step: usize) -> Record {
+    let (epoch, step) = (global_step / 235, global_step % 235);
+    Record::Event(Change::Snapshot { global_step, epoch, step, loss: Some(0.5), lr: 0.2, unix: 1000.0 })
+}
+
+#[test]
+fn the_rewind_dialog_holds_the_run_from_opening_to_the_choice_sent() {
+    let mut app = running_app();
+    for g in [540, 560, 580] {
+        app.on_event(&point(g));
+    }
+    assert_eq!(app.run.global_step, 580, "a point says where the run is, ahead of the step records");
+    assert!(app.on_key(key('r')).is_empty());
+    assert_eq!(app.hold(), Some(Control::Hold { on: true }));
+    assert_eq!(app.hold(), None, "held once while open");
+    // The engine holds the run at its next boundary and says where that is.
+    app.on_event(&Record::Event(Change::Paused { global_step: 583 }));
+    let s = screen(&app, 120, 40, false);
+    assert!(s.contains("paused at step 583, lr 0.2; go back to:"), "{s}");
+    for k in [code(KeyCode::Up), code(KeyCode::Enter), code(KeyCode::Enter)] {
+        assert!(app.on_key(k).is_empty());
+        assert_eq!(app.hold(), None, "still held on every page of the dialog");
+    }
+    let sent = app.on_key(key('y'));
+    assert_eq!(sent, vec![Control::Rewind { global_step: 560, lr: Some(0.1), skip: true }]);
+    // The event loop sends the key's controls first: the choice reaches the held run.
+    assert_eq!(app.hold(), Some(Control::Hold { on: false }));
+
+    // Closed without a choice, it lets go too.
+    app.on_key(key('r'));
+    assert_eq!(app.hold(), Some(Control::Hold { on: true }));
+    app.on_key(code(KeyCode::Esc));
+    assert_eq!(app.hold(), Some(Control::Hold { on: false }));
+
+    // The offer after a loss that is not finite holds the paused run as well.
+    let message = format!("{} at step 583: paused", dpt_dashboard::alert::NOT_FINITE);
+    app.on_event(&Record::Event(Change::Warning { message }));
+    assert!(matches!(app.overlay, Some(Overlay::Rewind(_))));
+    assert_eq!(app.hold(), Some(Control::Hold { on: true }));
+    // Ctrl-C closes it with the stop.
+    assert_eq!(app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), vec![Control::Stop]);
+    assert_eq!(app.hold(), Some(Control::Hold { on: false }));
+
+    let mut read_only = running_app();
+    read_only.viewer.steerable = false;
+    read_only.on_event(&point(540));
+    read_only.on_key(key('r'));
+    assert_eq!(read_only.hold(), None, "a viewer that may not steer holds nothing");
+}

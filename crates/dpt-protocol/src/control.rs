@@ -29,4 +29,7 @@ pub enum Control {
     /// Go back to the rewind point taken before step `global_step`, continue with `lr` (absent:
     /// the rate the schedule has there) and, with `skip`, past the batches trained on since.
     Rewind { global_step: usize, lr: Option<f64>, skip: bool },
+    /// A viewer's rewind dialog opened (`on`) or closed: while any viewer holds the run it waits
+    /// at the step boundary as paused, so the points the dialog lists stay the points kept.
+    Hold { on: bool },
 }

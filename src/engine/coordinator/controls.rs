@@ -1,5 +1,5 @@
-//! What the coordinator does between steps: apply the user's controls (pause, lr, save, stop)
-//! and the policy for a loss that stops being finite.
+//! What the coordinator does between steps: apply the user's controls (pause, lr, save, stop,
+//! a rewind dialog's hold) and the policy for a loss that stops being finite.
 
 use crate::alert::NOT_FINITE;
 use std::time::{Duration, Instant};
@@ -22,10 +22,10 @@ const HEARTBEAT: Duration = Duration::from_millis(500);
 const RETRY_ADVICE: &str = "free some space and press s to try again, or S to save into another folder";
 
 impl Coordinator {
-    /// Applies every pending control at the boundary before `position`; while paused, waits
-    /// for the next one (no busy loop). In a multi-process run the ranks then agree, so every
-    /// rank takes the same decision at the same step: rank 0's lr, pause, rewind point and
-    /// rewind, a stop or divergence from any rank.
+    /// Applies every pending control at the boundary before `position`; while paused or held,
+    /// waits for the next one (no busy loop). In a multi-process run the ranks then agree, so
+    /// every rank takes the same decision at the same step: rank 0's lr, pause, rewind point
+    /// and rewind, a stop or divergence from any rank.
     pub(super) fn poll_controls(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
         self.points.due = self.point_due(position);
         loop {
@@ -35,7 +35,7 @@ impl Coordinator {
             if self.exchange.world.is_some() {
                 self.agree()?;
             }
-            if !self.flow.is_paused() {
+            if !self.waits() {
                 return Ok(());
             }
             let waited = Instant::now();
@@ -60,8 +60,8 @@ impl Coordinator {
     }
 
     /// One decision for every rank (an allreduce of a few numbers, maximum taken): rank 0's
-    /// scale of the lr schedule, its pause, its rewind point and rewind, anyone's stop,
-    /// divergence or preemption.
+    /// scale of the lr schedule, its pause (or hold), its rewind point and rewind, anyone's
+    /// stop, divergence or preemption.
     fn agree(&mut self) -> Result<(), EngineError> {
         let Some(w) = &self.exchange.world else { return Ok(()) };
         let leader = w.rank == 0;
@@ -70,7 +70,7 @@ impl Coordinator {
         let plan = self.points.pending.filter(|_| leader);
         let mut v = [
             ours(self.steps.plan.scale),
-            flag(leader && self.flow.is_paused()),
+            flag(leader && self.waits()),
             flag(self.flow.stopping().is_some()),
             flag(self.flow.diverged()),
             flag(self.flow.stopping() == Some(FinishReason::Preempted)),
@@ -92,14 +92,13 @@ impl Coordinator {
                 self.emit(Change::LrChanged { from, to, global_step });
             }
             let paused = v[1] > 0.0;
-            let changed = if paused { self.flow.pause() } else { self.flow.resume() };
-            if changed {
-                self.emit(if paused {
-                    Change::Paused { global_step }
+            self.steer(|c| {
+                if paused {
+                    c.flow.pause();
                 } else {
-                    Change::Resumed { global_step }
-                });
-            }
+                    c.flow.resume();
+                }
+            });
         }
         if v[2] > 0.0 && self.flow.stopping().is_none() {
             self.flow.end(FinishReason::Stopped);
@@ -121,19 +120,38 @@ impl Coordinator {
         }
     }
 
+    /// Whether the loop waits at this boundary: paused, or held by a viewer's rewind dialog.
+    pub(super) fn waits(&self) -> bool {
+        self.flow.waits(self.holds)
+    }
+
+    /// Makes `change` and says `paused` or `resumed` where it changed whether the loop waits:
+    /// to whoever watches, a hold is a pause, and a pause under a hold changes nothing.
+    pub(super) fn steer(&mut self, change: impl FnOnce(&mut Self)) {
+        let was = self.waits();
+        change(self);
+        let global_step = self.steps.global_step;
+        match (was, self.waits()) {
+            (false, true) => self.emit(Change::Paused { global_step }),
+            (true, false) => self.emit(Change::Resumed { global_step }),
+            _ => {}
+        }
+    }
+
     pub(super) fn apply(&mut self, control: Control) {
         let global_step = self.steps.global_step;
         match control {
-            Control::Pause => {
-                if self.flow.pause() {
-                    self.emit(Change::Paused { global_step });
-                }
-            }
-            Control::Resume => {
-                if self.flow.resume() {
-                    self.emit(Change::Resumed { global_step });
-                }
-            }
+            Control::Pause => self.steer(|c| {
+                c.flow.pause();
+            }),
+            // Another viewer's `p` must not let the run go from under an open dialog.
+            Control::Resume if !self.flow.is_paused() && self.waits() => self.emit(Change::Refused {
+                reason: "a rewind dialog is open on the run: it goes on when the dialog closes".to_owned(),
+            }),
+            Control::Resume => self.steer(|c| {
+                c.flow.resume();
+            }),
+            Control::Hold { on } => self.steer(|c| c.holds.set(on)),
             Control::SetLr { lr } => match check_lr(lr) {
                 Ok(lr) => {
                     let from = self.steps.set_lr(lr);
@@ -179,9 +197,9 @@ impl Coordinator {
                         "{NOT_FINITE} at step {at}: paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
                     ),
                 });
-                if self.flow.pause() {
-                    self.emit(Change::Paused { global_step: at });
-                }
+                self.steer(|c| {
+                    c.flow.pause();
+                });
             }
             OnNan::Stop => {
                 self.emit(Change::Warning {

@@ -1,6 +1,7 @@
 //! Where the training loop stands between steps: running, paused (by the user, rank 0 or the
 //! NaN policy), or ending at the next step boundary and why. One state instead of separate
-//! flags, so a run cannot be "stopped" and "diverged" without one reason winning.
+//! flags, so a run cannot be "stopped" and "diverged" without one reason winning. Beside it,
+//! the viewers' rewind dialogs that hold the loop.
 
 use crate::record::FinishReason;
 
@@ -59,6 +60,16 @@ impl Flow {
         self == Flow::Paused
     }
 
+    /// Whether the loop waits at the step boundary: paused, or running and held. A loop that
+    /// ends goes on to its end: a stop outranks an open dialog.
+    pub fn waits(self, holds: Holds) -> bool {
+        match self {
+            Flow::Paused => true,
+            Flow::Running => holds.any(),
+            Flow::Ending(_) => false,
+        }
+    }
+
     /// Why the loop ends at the next step boundary, if it does (an early stop ends at its
     /// epoch's end, and is not a step boundary's business).
     pub fn stopping(self) -> Option<FinishReason> {
@@ -78,6 +89,23 @@ impl Flow {
     }
 }
 
+/// The viewers whose rewind dialog is open, each holding the loop once (the socket's server
+/// takes back the hold of a viewer that leaves): counted, so that one dialog closing does not
+/// let the loop go under another that is still open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Holds(usize);
+
+impl Holds {
+    /// One more viewer holds (`on`), or one lets go.
+    pub fn set(&mut self, on: bool) {
+        self.0 = if on { self.0 + 1 } else { self.0.saturating_sub(1) };
+    }
+
+    pub fn any(self) -> bool {
+        self.0 > 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +119,24 @@ mod tests {
         assert!(f.end(FinishReason::Stopped));
         assert!(!f.pause() && !f.resume(), "an ending loop neither pauses nor resumes");
         assert_eq!(f.stopping(), Some(FinishReason::Stopped));
+    }
+
+    #[test]
+    fn a_held_loop_waits_until_every_hold_is_let_go_and_a_pause_outlasts_them() {
+        let mut holds = Holds::default();
+        assert!(!Flow::Running.waits(holds));
+        holds.set(true);
+        holds.set(true);
+        assert!(Flow::Running.waits(holds), "two dialogs open");
+        holds.set(false);
+        assert!(Flow::Running.waits(holds), "one still open");
+        holds.set(false);
+        holds.set(false);
+        assert!(!Flow::Running.waits(holds), "a let-go too many takes nothing from a later hold");
+        holds.set(true);
+        assert!(Flow::Running.waits(holds));
+        assert!(Flow::Paused.waits(Holds::default()), "paused by the user");
+        assert!(!Flow::Ending(FinishReason::Stopped).waits(holds), "a stop goes past a dialog");
     }
 
     #[test]

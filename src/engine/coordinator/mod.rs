@@ -101,6 +101,8 @@ pub struct Coordinator {
     /// Where and when weights and checkpoints are written, and the best kept.
     persist: persistence::Persistence,
     flow: flow::Flow,
+    /// The viewers' rewind dialogs holding the loop at a step boundary.
+    holds: flow::Holds,
     /// The rewind points kept and what the next boundary does with them.
     points: rewind::Points,
     /// The (epoch, step) of the data that trains next (a save asked for between steps writes
@@ -129,6 +131,7 @@ impl Coordinator {
             },
             exchange: reduce::Exchange { world: p.world, reduction: reduce::Reduction::plan(&p.cfg.devices) },
             flow: flow::Flow::default(),
+            holds: flow::Holds::default(),
             points: rewind::Points::default(),
             data_at: (0, 0),
             channels: Channels { events: p.events, controls: p.controls },

@@ -267,6 +267,8 @@ impl Coordinator {
                     };
                     match control {
                         Control::SaveNow | Control::Resume => {}
+                        // Nothing trains any more: there is no boundary to hold.
+                        Control::Hold { .. } => continue,
                         Control::SaveTo { dir } => {
                             if !self.set_save_dir(dir) {
                                 continue;

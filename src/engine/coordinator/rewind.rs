@@ -118,7 +118,8 @@ impl Coordinator {
     }
 
     /// The `r` key's request (rank 0's): refused with the points there are when the step has
-    /// none; otherwise the run resumes if paused and goes back at the next boundary.
+    /// none; otherwise the run resumes if paused and goes back at the next boundary it passes
+    /// (the boundary it is held at, once the dialog that sent it lets go).
     pub(super) fn ask_rewind(&mut self, plan: Plan) {
         if let Some(lr) = plan.lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
             self.emit(Change::Refused {
@@ -159,9 +160,10 @@ impl Coordinator {
             return;
         }
         self.points.pending = Some(plan);
-        if self.flow.resume() {
-            self.emit(Change::Resumed { global_step: self.steps.global_step });
-        }
+        // A dialog's hold, if any, still keeps the run until the dialog lets go.
+        self.steer(|c| {
+            c.flow.resume();
+        });
     }
 
     /// Goes back to the point `plan` names from `now` (the position that would have trained

@@ -206,7 +206,11 @@ impl App {
     fn on_change(&mut self, change: &Change) {
         match change {
             Change::LrChanged { to, .. } => self.run.lr = Some(*to),
-            Change::Paused { .. } => self.run.state = RunState::Paused,
+            // Said at the boundary the run waits at: the step it is really at.
+            Change::Paused { global_step } => {
+                self.run.state = RunState::Paused;
+                self.run.global_step = *global_step;
+            }
             Change::Resumed { .. } if self.run.state == RunState::Paused => {
                 self.run.state = RunState::Running
             }
@@ -244,7 +248,12 @@ impl App {
             | Change::EarlyStopped { .. }
             | Change::Straggler { .. }
             | Change::Rebucketed { .. } => {}
-            Change::Snapshot { .. } => self.run.points.on_change(change),
+            // Taken at the boundary the run is at, often steps after the last step record (a
+            // rewind, which goes back, sets the step itself).
+            Change::Snapshot { global_step, .. } => {
+                self.run.points.on_change(change);
+                self.run.global_step = self.run.global_step.max(*global_step);
+            }
             Change::Checkpointed { .. } => self.run.points.on_change(change),
             Change::Rewound { to, .. } => {
                 self.run.points.on_change(change);

@@ -221,10 +221,18 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
                 }
             },
         }
+        if let Some(control) = app.hold() {
+            send(control);
+        }
         if app.viewer.quit {
             break Ok(());
         }
     };
+    // Leaving with the dialog open (the terminal gone) lets the run go; the job's server would
+    // also take the hold back once the connection closes.
+    if app.viewer.holding {
+        send(Control::Hold { on: false });
+    }
     stop_input.store(true, Ordering::Relaxed);
     drop(tui);
     result.map(|()| End { app, hangup, interrupted })

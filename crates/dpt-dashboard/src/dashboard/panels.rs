@@ -129,6 +129,8 @@ pub struct Viewer {
     pub steerable: bool,
     /// Attached to a job in another process (so `d` can detach).
     pub attached: bool,
+    /// This viewer's rewind dialog holds the run (it sent `Control::Hold { on: true }`).
+    pub holding: bool,
 }
 
 impl Default for Viewer {
@@ -140,6 +142,7 @@ impl Default for Viewer {
             detached: false,
             steerable: true,
             attached: false,
+            holding: false,
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Rewind points as the dashboard knows them (the run's `snapshot` and `rewound` records) and
 //! the `r` picker: choose a point, the lr to go on with (half the current one offered), and
 //! whether to skip the batches trained on since. A pause for a loss that is not finite offers
-//! the newest point straight away.
+//! the newest point straight away. While the picker is open it holds the run.
 
 use crossterm::event::KeyCode;
 
+use super::app::{App, Overlay};
 use crate::record::Change;
 use crate::Control;
 
@@ -101,6 +102,22 @@ impl Point {
             // A checkpoint on disk: counted in steps (the same unless an earlier rewind skipped).
             None => s.global_step.saturating_sub(self.global_step),
         }
+    }
+}
+
+impl App {
+    /// The hold to send now that the dashboard's state changed: on when the picker opened (by
+    /// `r`, or offered after a loss that is not finite), off when it closed or the viewer
+    /// leaves. A held run waits at a step boundary (`paused` at its step), so the points
+    /// listed, the step the list says the run is at and the point chosen all stay as they are
+    /// until the choice is sent.
+    pub fn hold(&mut self) -> Option<Control> {
+        let open = matches!(self.overlay, Some(Overlay::Rewind(_)));
+        let want = open && self.viewer.steerable && !self.viewer.quit && !self.run.state.is_over();
+        (want != self.viewer.holding).then(|| {
+            self.viewer.holding = want;
+            Control::Hold { on: want }
+        })
     }
 }
 

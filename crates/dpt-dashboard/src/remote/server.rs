@@ -1,6 +1,7 @@
 //! The training process's socket: owner-only (a 0600 socket in a 0700 folder), peers of
 //! another user refused, no network listener. Each viewer gets a reader and a writer thread,
-//! both ending when it disconnects.
+//! both ending when it disconnects; a viewer that leaves with its rewind dialog open lets go
+//! of the run.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -77,6 +78,34 @@ pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Re
         }
     })?;
     Ok(Served { info })
+}
+
+/// The hold one viewer's rewind dialog has on the run, kept by the thread that reads the
+/// viewer: the engine counts holds, so each viewer passes on a change only, and lets go when it
+/// leaves however it leaves (closed, detached, killed, its terminal gone).
+#[derive(Debug, Default)]
+struct ViewerHold {
+    on: bool,
+}
+
+impl ViewerHold {
+    /// What to send the engine for `control` from this viewer: nothing for a hold it has already
+    /// (or a let-go of none).
+    fn pass(&mut self, control: Control) -> Option<Control> {
+        match control {
+            Control::Hold { on } if on == self.on => None,
+            Control::Hold { on } => {
+                self.on = on;
+                Some(control)
+            }
+            other => Some(other),
+        }
+    }
+
+    /// What the viewer's leaving sends the engine.
+    fn leave(self) -> Option<Control> {
+        self.on.then_some(Control::Hold { on: false })
+    }
 }
 
 fn send_line(stream: &mut UnixStream, msg: &ServerMsg) -> std::io::Result<()> {
@@ -157,13 +186,14 @@ fn viewer(mut stream: UnixStream, hub: Hub, controls: Sender<Control>) {
         }
         let _ = out.shutdown(std::net::Shutdown::Both);
     });
+    let mut hold = ViewerHold::default();
     for line in lines {
         let Ok(line) = line else { break };
         let reply = match decode::<ClientMsg>(&line) {
             Ok(ClientMsg::Control { id, control }) => {
                 if read_only {
                     ServerMsg::Reply { id, ok: false, error: Some("this viewer attached read-only".into()) }
-                } else if controls.send(control).is_ok() {
+                } else if hold.pass(control).is_none_or(|c| controls.send(c).is_ok()) {
                     ServerMsg::Reply { id, ok: true, error: None }
                 } else {
                     ServerMsg::Reply { id, ok: false, error: Some("the run has ended".into()) }
@@ -177,9 +207,36 @@ fn viewer(mut stream: UnixStream, hub: Hub, controls: Sender<Control>) {
             break;
         }
     }
+    if let Some(control) = hold.leave() {
+        // The run may have ended already: then nobody waits on the hold.
+        let _ = controls.send(control);
+    }
     drop(replies);
     let _ = stream.shutdown(std::net::Shutdown::Both);
     if let Ok(w) = writer {
         let _ = w.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ViewerHold;
+    use crate::Control;
+
+    const ON: Control = Control::Hold { on: true };
+    const OFF: Control = Control::Hold { on: false };
+
+    #[test]
+    fn a_viewer_passes_on_changes_of_its_hold_only_and_lets_go_when_it_leaves() {
+        let mut hold = ViewerHold::default();
+        assert_eq!(hold.pass(OFF), None, "a let-go of no hold would take another viewer's");
+        assert_eq!(hold.pass(ON), Some(ON));
+        assert_eq!(hold.pass(ON), None, "held once, however often asked");
+        assert_eq!(hold.pass(Control::Pause), Some(Control::Pause));
+        assert_eq!(hold.leave(), Some(OFF), "leaving with the dialog open");
+        let mut closed = ViewerHold::default();
+        assert_eq!(closed.pass(ON), Some(ON));
+        assert_eq!(closed.pass(OFF), Some(OFF));
+        assert_eq!(closed.leave(), None);
     }
 }

@@ -6,7 +6,7 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 
 use super::Look;
-use crate::dashboard::app::App;
+use crate::dashboard::app::{App, RunState};
 use crate::dashboard::rewind::{Picker, Point};
 
 /// `seconds` as `3m 12s`, `1h 05m`, `40s`.
@@ -31,9 +31,11 @@ pub fn lines(app: &App, look: &Look, picker: &Picker) -> (&'static str, Vec<Line
         Picker::Choose { cursor } => {
             // The run's own clock, so that a late viewer's ages are right too.
             let now = app.run.info.as_ref().and_then(|i| i.started_unix).map(|t0| t0 + app.run.elapsed);
+            // Paused (held by this list) once the engine says so: at that very step.
+            let at = if app.run.state == RunState::Paused { "paused" } else { "now" };
             let mut lines = vec![
                 dim(format!(
-                    "now at step {}, lr {}; go back to:",
+                    "{at} at step {}, lr {}; go back to:",
                     app.run.global_step,
                     app.run.lr.map_or("-".to_owned(), lr)
                 )),
@@ -80,7 +82,8 @@ pub fn lines(app: &App, look: &Look, picker: &Picker) -> (&'static str, Vec<Line
             "rewind",
             vec![
                 Line::from(Span::styled(
-                    format!("the point at step {step} is no longer kept: a newer one took its place"),
+                    // A held run keeps its points: another viewer's rewind dropped it.
+                    format!("the point at step {step} is no longer kept: the run went back before it"),
                     t.fg(t.warning),
                 )),
                 dim("Esc closes; r lists the points kept now".to_owned()),
