@@ -143,12 +143,14 @@ impl CaseResult {
                 f.ms_per_step, f.data_ms, f.compute_ms, f.allreduce_ms, f.update_ms
             )
         });
-        let memory = self
-            .dpt_tui
-            .figures
-            .as_ref()
-            .and_then(|f| f.peak_mib)
-            .map_or_else(|| "-".to_owned(), |m| format!("{} MiB", thousands(m)));
+        let ours = self.dpt_tui.figures.as_ref().and_then(|f| f.peak_mib);
+        let theirs = self.pytorch.as_ref().and_then(|p| p.figures.as_ref()).and_then(|f| f.peak_mib);
+        let memory = match (ours, theirs) {
+            (Some(o), Some(t)) => format!("{} / {} MiB", thousands(o), thousands(t)),
+            (Some(o), None) => format!("{} MiB / -", thousands(o)),
+            (None, Some(t)) => format!("- / {} MiB", thousands(t)),
+            (None, None) => "-".to_owned(),
+        };
         let mfu = match (self.model_flops, self.mfu) {
             (Some(flops), Some(u)) => format!("{:.1}% ({})", u * 100.0, rate_label(flops)),
             (Some(flops), None) => rate_label(flops),
@@ -199,7 +201,7 @@ const HEADERS: [&str; 10] = [
     "batch",
     "dpt-tui",
     "ms/step = data + fwd/bwd + allreduce + update",
-    "peak memory",
+    "peak memory (dpt-tui / PyTorch)",
     "MFU (model FLOP/s)",
     "PyTorch",
     "dpt-tui / PyTorch",
