@@ -258,10 +258,6 @@ impl Worker {
         timed: bool,
     ) -> Result<FromWorker, WorkerError> {
         self.clock.start(timed, global_step)?;
-        if let Some((_, ms)) = self.faults.slow_replica.filter(|(r, _)| *r == self.replica) {
-            // Stands in for a throttled or shared device: this replica's steps take longer.
-            std::thread::sleep(std::time::Duration::from_millis(ms as u64));
-        }
         let Batch { x, y, bad, loader } = self.batches.train(start, len)?;
         let len = x.size()[0] as usize;
         let mut counted = None;
@@ -333,6 +329,11 @@ impl Worker {
                 }
             }
             self.samples += len as f64;
+        }
+        if let Some((_, ms)) = self.faults.slow_replica.filter(|(r, _)| *r == self.replica) {
+            // Stands in for a throttled or shared device: this replica's forward and backward
+            // passes take longer (its data phase is the loader's).
+            std::thread::sleep(std::time::Duration::from_millis(ms as u64));
         }
         self.clock.mark()?;
         let timing = self.clock.finish()?;
