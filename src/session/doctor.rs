@@ -158,7 +158,7 @@ fn process_pair(backend: &str) -> Result<String, String> {
 /// NCCL across the local GPUs: 256 MB per GPU, with its bus bandwidth; on a helper thread, given
 /// up after [`PAIR_DEADLINE`] (the machine this check exists for is the one where NCCL hangs).
 fn nccl_local(gpus: usize) -> Result<String, String> {
-    let (secs, busbw) = nccl_allreduce(gpus, PAIR_DEADLINE)?;
+    let (secs, busbw) = nccl_allreduce(&(0..gpus).collect::<Vec<_>>(), PAIR_DEADLINE)?;
     // Kept for the runs on these GPUs, whose communication verdict weighs their own against it.
     let uuids: Option<Vec<String>> =
         (0..gpus).map(|i| dpt_tui::dist::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
@@ -171,38 +171,40 @@ fn nccl_local(gpus: usize) -> Result<String, String> {
     Ok(format!("256 MB per GPU in {:.1} ms, bus bandwidth {busbw:.0} GB/s ({note})", secs * 1e3))
 }
 
-/// The bus bandwidth, GB/s, of NCCL's allreduce of 256 MB across the first `gpus` GPUs, given
+/// The bus bandwidth, GB/s, of NCCL's allreduce of 256 MB across the CUDA devices `gpus`, given
 /// up after `deadline` (`dpt-tui bench`'s allreduce case).
-pub fn nccl_bus_bandwidth(gpus: usize, deadline: Duration) -> Result<f64, String> {
+pub fn nccl_bus_bandwidth(gpus: &[usize], deadline: Duration) -> Result<f64, String> {
     nccl_allreduce(gpus, deadline).map(|(_, busbw)| busbw)
 }
 
-/// The seconds of one timed NCCL allreduce of 256 MB per GPU across `gpus` GPUs (after one
-/// that sets up the connections), and its bus bandwidth.
-fn nccl_allreduce(gpus: usize, deadline: Duration) -> Result<(f64, f64), String> {
+/// The seconds of one timed NCCL allreduce of 256 MB per GPU across the CUDA devices `gpus`
+/// (after one that sets up the connections), and its bus bandwidth.
+fn nccl_allreduce(gpus: &[usize], deadline: Duration) -> Result<(f64, f64), String> {
+    let on = gpus.to_vec();
     let waiting = dpt_tui::device::gpu_wait::Waiting {
         phase: "NCCL's allreduce across the local GPUs".into(),
-        device: (0..gpus).map(|i| format!("cuda:{i}")).collect::<Vec<_>>().join(","),
+        device: gpus.iter().map(|i| format!("cuda:{i}")).collect::<Vec<_>>().join(","),
         timeout: deadline,
     };
     let secs = waiting
         .run("dpt-doctor-nccl", move || -> Result<f64, String> {
-            dpt_tui::dist::c10d::set_thread_device(0).map_err(|e| e.0)?;
+            dpt_tui::dist::c10d::set_thread_device(on.first().copied().unwrap_or(0)).map_err(|e| e.0)?;
             let numel: i64 = 64 << 20;
-            let mut ts: Vec<tch::Tensor> = (0..gpus)
-                .map(|i| tch::Tensor::ones([numel], (tch::Kind::Float, tch::Device::Cuda(i))))
+            let mut ts: Vec<tch::Tensor> = on
+                .iter()
+                .map(|&i| tch::Tensor::ones([numel], (tch::Kind::Float, tch::Device::Cuda(i))))
                 .collect();
             nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
-            (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
+            on.iter().for_each(|&i| tch::Cuda::synchronize(i as i64));
             let t0 = Instant::now();
             nccl_local_allreduce(&mut ts).map_err(|e| e.0)?;
-            (0..gpus).for_each(|i| tch::Cuda::synchronize(i as i64));
+            on.iter().for_each(|&i| tch::Cuda::synchronize(i as i64));
             Ok(t0.elapsed().as_secs_f64())
         })
         .map_err(|e| e.to_string())??;
     let numel: i64 = 64 << 20;
     let bytes = numel as f64 * 4.0;
-    Ok((secs, dpt_tui::record::bottleneck::bus_gbs(bytes, gpus, secs)))
+    Ok((secs, dpt_tui::record::bottleneck::bus_gbs(bytes, gpus.len(), secs)))
 }
 
 pub fn run() -> u8 {

@@ -39,15 +39,27 @@ pub fn exit_at_once(code: u8) -> ! {
     unsafe { libc::_exit(i32::from(code)) }
 }
 
-/// Kills every process of process group `group` (a child started with
-/// `CommandExt::process_group(0)`, whose group is its pid) with SIGKILL: the child and whatever
-/// it started (torchrun's workers). A group already gone is not an error.
+/// Asks every process of process group `group` (a child started with
+/// `CommandExt::process_group(0)`, whose group is its pid) to end, with SIGTERM: torchrun passes
+/// it on to its workers, which run in sessions of their own. A group already gone is not an
+/// error.
+pub fn terminate_process_group(group: u32) -> std::io::Result<()> {
+    signal_group(group, libc::SIGTERM)
+}
+
+/// Kills every process of process group `group` with SIGKILL (see
+/// [`terminate_process_group`]).
 pub fn kill_process_group(group: u32) -> std::io::Result<()> {
+    signal_group(group, libc::SIGKILL)
+}
+
+fn signal_group(group: u32, signal: libc::c_int) -> std::io::Result<()> {
     let Ok(id) = i32::try_from(group) else {
         return Err(std::io::Error::other(format!("process group {group} is out of range")));
     };
-    // SAFETY: kill takes any pid; a negative one names a process group, and it touches no memory.
-    let done = unsafe { libc::kill(-id, libc::SIGKILL) };
+    // SAFETY: kill takes any pid and signal; a negative pid names a process group, and it
+    // touches no memory.
+    let done = unsafe { libc::kill(-id, signal) };
     match done {
         0 => Ok(()),
         _ => match std::io::Error::last_os_error() {

@@ -294,9 +294,10 @@ impl Worker {
                     false => None,
                 };
                 let ctx = Forward { train: true, masks: &micro_masks, precision: self.precision };
-                // The model's FLOPs are counted once, from the first forward pass it runs.
+                // The model's FLOPs are counted once, from the first forward pass it runs; a
+                // counter that cannot open costs the run its MFU figure, nothing else.
                 let counter = match self.flops_per_sample {
-                    None if n > 0 => Some(FlopCount::start()?),
+                    None if n > 0 => FlopCount::start().ok(),
                     _ => None,
                 };
                 let scored = self.score(&x, &y, &ctx, self.label_smoothing);

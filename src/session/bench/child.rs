@@ -20,8 +20,9 @@ pub enum Ended {
         #[serde(skip)]
         stdout: String,
     },
-    /// It failed: its last line of error output, or the exit status.
-    Failed { reason: String },
+    /// It failed: its last line of error output, or the exit status; `code`: its exit code
+    /// (none when a signal ended it).
+    Failed { reason: String, code: Option<i32> },
     /// It ran past its deadline and was killed.
     TimedOut { after_s: f64 },
 }
@@ -29,30 +30,38 @@ pub enum Ended {
 /// How often a running side is looked at; a case's deadline is seconds to minutes.
 const POLL: Duration = Duration::from_millis(100);
 
+/// How long a side past its deadline has to end after SIGTERM (torchrun stops its workers, a
+/// dpt-tui run stops after its step) before its process group is killed.
+const GRACE: Duration = Duration::from_secs(10);
+
 /// Runs `cmd` until it ends or `deadline` passes, its output in `log_stem`.out and .err.
 pub fn run(mut cmd: Command, deadline: Duration, log_stem: &Path) -> Ended {
     let open = |ext: &str| std::fs::File::create(log_stem.with_extension(ext));
     let (out, err) = match (open("out"), open("err")) {
         (Ok(o), Ok(e)) => (o, e),
-        (Err(e), _) | (_, Err(e)) => return Ended::Failed { reason: format!("cannot write its log: {e}") },
+        (Err(e), _) | (_, Err(e)) => {
+            return Ended::Failed { reason: format!("cannot write its log: {e}"), code: None }
+        }
     };
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let t0 = Instant::now();
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return Ended::Failed { reason: format!("cannot start {:?}: {e}", cmd.get_program()) },
+        Err(e) => {
+            return Ended::Failed { reason: format!("cannot start {:?}: {e}", cmd.get_program()), code: None }
+        }
     };
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if t0.elapsed() >= deadline => {
-                let _ = dpt_tui::sys::kill_process_group(child.id());
-                let _ = child.wait();
-                return Ended::TimedOut { after_s: t0.elapsed().as_secs_f64() };
+                let after_s = t0.elapsed().as_secs_f64();
+                stop(&mut child);
+                return Ended::TimedOut { after_s };
             }
             Ok(None) => std::thread::sleep(POLL),
-            Err(e) => return Ended::Failed { reason: format!("lost the process: {e}") },
+            Err(e) => return Ended::Failed { reason: format!("lost the process: {e}"), code: None },
         }
     };
     let stdout = std::fs::read_to_string(log_stem.with_extension("out")).unwrap_or_default();
@@ -60,7 +69,25 @@ pub fn run(mut cmd: Command, deadline: Duration, log_stem: &Path) -> Ended {
         return Ended::Done { stdout };
     }
     let stderr = std::fs::read_to_string(log_stem.with_extension("err")).unwrap_or_default();
-    Ended::Failed { reason: last_error_line(&stderr).unwrap_or_else(|| format!("exited with {status}")) }
+    Ended::Failed {
+        reason: last_error_line(&stderr).unwrap_or_else(|| format!("exited with {status}")),
+        code: status.code(),
+    }
+}
+
+/// Ends a side past its deadline: SIGTERM to its process group, then SIGKILL after [`GRACE`].
+fn stop(child: &mut std::process::Child) {
+    let _ = dpt_tui::sys::terminate_process_group(child.id());
+    let t0 = Instant::now();
+    while t0.elapsed() < GRACE {
+        if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    // Whatever of the group is left (the child itself, or what it started and left behind).
+    let _ = dpt_tui::sys::kill_process_group(child.id());
+    let _ = child.wait();
 }
 
 /// The line of a failed process's error output that says why: the last one that names an
@@ -88,9 +115,8 @@ pub struct RunFigures {
     pub update_ms: f64,
     /// The GPUs' peak allocated memory, or the process's peak resident memory on the CPU.
     pub peak_mib: Option<f64>,
+    /// One sample's forward FLOPs, as the run counted them.
     pub flops_per_sample: Option<f64>,
-    pub peak_flops: Option<f64>,
-    pub peak_basis: Option<String>,
 }
 
 /// The steady figures of a run: its report windows after the first (the warm-up: cuDNN's
@@ -141,8 +167,6 @@ pub fn run_figures(records: &[Record], batch: usize) -> Option<RunFigures> {
         update_ms: per(split[3]),
         peak_mib,
         flops_per_sample: summary.and_then(|s| s.flops_per_sample),
-        peak_flops: summary.and_then(|s| s.peak_flops.as_ref().map(|p| p.flops)),
-        peak_basis: summary.and_then(|s| s.peak_flops.as_ref().map(|p| p.basis.clone())),
     })
 }
 
@@ -216,10 +240,20 @@ mod tests {
     fn a_side_past_its_deadline_is_killed_with_what_it_started() {
         let dir = tempfile::tempdir().expect("temp");
         let mut cmd = Command::new("sh");
-        // The shell starts a child of its own: both must go.
-        cmd.args(["-c", "sleep 30 & wait"]);
+        // A side that ignores SIGTERM, with a child of its own that ignores it too: the group
+        // is killed after the grace.
+        cmd.args(["-c", "trap '' TERM; sh -c \"trap '' TERM; sleep 60\" & echo $! > kid; wait"]);
+        cmd.current_dir(dir.path());
+        let t0 = Instant::now();
         let ended = run(cmd, Duration::from_millis(300), &dir.path().join("side"));
         assert!(matches!(ended, Ended::TimedOut { after_s } if after_s < 5.0), "{ended:?}");
+        assert!(t0.elapsed() >= GRACE, "SIGTERM first, then the grace");
+        let kid = std::fs::read_to_string(dir.path().join("kid")).expect("the child's pid");
+        let alive = std::path::Path::new(&format!("/proc/{}", kid.trim())).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", kid.trim()))
+                .unwrap_or_default()
+                .contains(") Z");
+        assert!(!alive, "what the side started is gone too");
         let mut ok = Command::new("sh");
         ok.args(["-c", "echo '{\"samples_per_sec\": 5, \"ms_per_step\": 2}'"]);
         let Ended::Done { stdout } = run(ok, Duration::from_secs(20), &dir.path().join("ok")) else {
@@ -229,6 +263,6 @@ mod tests {
         let mut bad = Command::new("sh");
         bad.args(["-c", "echo 'RuntimeError: NCCL error' >&2; exit 3"]);
         let ended = run(bad, Duration::from_secs(20), &dir.path().join("bad"));
-        assert_eq!(ended, Ended::Failed { reason: "RuntimeError: NCCL error".into() });
+        assert_eq!(ended, Ended::Failed { reason: "RuntimeError: NCCL error".into(), code: Some(3) });
     }
 }

@@ -10,20 +10,19 @@ mod child;
 mod plan;
 mod python;
 mod report;
+mod runner;
 mod synthetic;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use child::Ended;
-use plan::{Arch, Case, GptShape, Kind, Placement};
+use plan::Case;
 use report::{CaseResult, Side, Status};
+use runner::{Bench, Data};
 
 use super::input;
 use crate::Failure;
 use dpt_tui::device::driver::TORCH_BUILD;
-use dpt_tui::model::Precision;
 
 /// The bench's flags.
 pub struct Options<'a> {
@@ -109,28 +108,6 @@ fn given_data(dir: &Path) -> Result<GivenData, String> {
     Ok(d)
 }
 
-/// Where each kind of data is, given or written into the scratch folder.
-struct Data {
-    images: PathBuf,
-    /// Token folders by vocabulary.
-    tokens: Option<PathBuf>,
-    scratch: PathBuf,
-}
-
-impl Data {
-    fn tokens_for(&mut self, vocab: usize) -> std::io::Result<PathBuf> {
-        if let Some(t) = &self.tokens {
-            return Ok(t.clone());
-        }
-        let dir = self.scratch.join(format!("tokens-{vocab}"));
-        if !dir.is_dir() {
-            std::fs::create_dir_all(&dir)?;
-            synthetic::tokens(&dir, vocab)?;
-        }
-        Ok(dir)
-    }
-}
-
 pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
     let budget: plan::Budget = opts.budget.parse().map_err(|e: String| input(anyhow::anyhow!(e)))?;
     let gpus = bench_gpus(opts.devices).map_err(|e| input(anyhow::anyhow!(e)))?;
@@ -154,7 +131,7 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
             Err(why) => format!("none ({why})"),
         }
     );
-    let mut data = Data {
+    let data = Data {
         images: match (opts.data, &given) {
             (Some(d), Some(g)) if g.images => d.to_owned(),
             _ => scratch.path().join("images"),
@@ -178,6 +155,7 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
     let mut bench = Bench {
         exe: std::env::current_exe().map_err(|e| Failure::Run(e.into()))?,
         gpus: gpus.clone(),
+        gpu_name: gpus.first().and_then(|&g| dpt_tui::device::peak::gpu_name(g)),
         cores: machine.cpu_cores,
         python: python.ok().zip(scripts),
         scratch: scratch.path().to_owned(),
@@ -188,7 +166,7 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
     for (i, case) in cases.iter().enumerate() {
         let left = budget.0.saturating_sub(t0.elapsed());
         let deadline = plan::deadline(&cases, i, left);
-        let mut result = bench.case(case, deadline, &mut data);
+        let mut result = bench.case(case, deadline, &data);
         result.derive();
         println!("  {:<14} {}", case.name, one_line(&result));
         results.push(result);
@@ -265,291 +243,6 @@ fn describe_machine(gpus: &[usize], python: Option<&python::Python>) -> report::
     }
 }
 
-/// What the bench runs with.
-struct Bench {
-    exe: PathBuf,
-    gpus: Vec<usize>,
-    cores: usize,
-    /// The Python and the two scripts (the seeds', the GPT's).
-    python: Option<(python::Python, (PathBuf, PathBuf))>,
-    scratch: PathBuf,
-    out: PathBuf,
-    /// The GPT TorchScript files made so far, by shape.
-    made: Vec<(GptShape, PathBuf)>,
-}
-
-impl Bench {
-    fn first_device(&self) -> String {
-        self.gpus.first().map_or_else(|| "cpu".to_owned(), |g| format!("cuda:{g}"))
-    }
-
-    fn devices(&self, placement: Placement) -> String {
-        let first = self.first_device();
-        match placement {
-            Placement::One => first,
-            Placement::TwoOnOne if self.gpus.is_empty() => "cpu:2".to_owned(),
-            Placement::TwoOnOne => format!("{first},{first}"),
-            Placement::EveryGpu => {
-                self.gpus.iter().map(|g| format!("cuda:{g}")).collect::<Vec<_>>().join(",")
-            }
-        }
-    }
-
-    fn case(&mut self, case: &Case, deadline: Duration, data: &mut Data) -> CaseResult {
-        let Kind::Train { net, precision, placement } = case.kind else {
-            return self.allreduce(case, deadline);
-        };
-        let devices = self.devices(placement);
-        let mut result = CaseResult {
-            case: case.name.to_owned(),
-            model: match case.gpt {
-                Some(g) => format!("gpt {}x{}, vocab {}, block {}", g.layers, g.width, g.vocab, g.block),
-                None => net.name().to_owned(),
-            },
-            devices: devices.clone(),
-            precision: precision.to_string(),
-            batch: case.batch,
-            steps: case.steps,
-            tokens_per_sample: case.gpt.map_or(1, |g| g.block),
-            dpt_tui: Side::not(Status::Unsupported, "not run"),
-            pytorch: None,
-            ratio: None,
-            model_flops: None,
-            pytorch_model_flops: None,
-            mfu: None,
-            pytorch_mfu: None,
-            flops_vs_flop_counter: None,
-            bus_gbs: None,
-        };
-        let t0 = Instant::now();
-        let ours_share = if self.python.is_some() { deadline / 2 } else { deadline };
-        let model = match case.gpt {
-            Some(shape) => match self.gpt_model(shape, ours_share) {
-                Ok(path) => Some(path),
-                Err((status, why)) => {
-                    result.dpt_tui = Side::not(status, why);
-                    return result;
-                }
-            },
-            None => None,
-        };
-        let token_dir = match case.gpt {
-            Some(shape) => match data.tokens_for(shape.vocab) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    result.dpt_tui = Side::not(Status::Failed, format!("cannot write the token files: {e}"));
-                    return result;
-                }
-            },
-            None => None,
-        };
-        let run_dir = self.scratch.join("runs").join(case.name);
-        let mut cmd = Command::new(&self.exe);
-        cmd.args(["--headless", "--devices", &devices, "--batch-size", &case.batch.to_string()]);
-        cmd.args(["--precision", precision.name(), "--log-every", &case.warmup.to_string()]);
-        cmd.args(["--checkpoint-every", "0", "--snapshots", "0", "--seed", "0"]);
-        cmd.arg("--run-dir").arg(&run_dir);
-        let total = (case.warmup + case.steps).to_string();
-        match (&model, &token_dir, case.gpt) {
-            (Some(m), Some(t), Some(g)) => {
-                cmd.arg("--model").arg(m).arg("--data").arg(t);
-                cmd.args(["--block-size", &g.block.to_string(), "--steps", &total, "--eval-every", &total]);
-                cmd.args(["--eval-batches", "1", "--eval-batch-size", "4", "--sample-tokens", "0"]);
-                cmd.args([
-                    "--optimizer",
-                    "adamw",
-                    "--lr",
-                    "6e-4",
-                    "--betas",
-                    "0.9,0.95",
-                    "--weight-decay",
-                    "0.1",
-                ]);
-                cmd.args(["--clip-grad-norm", "1"]);
-            }
-            _ => {
-                cmd.args(["--model", net.name()]).arg("--data").arg(&data.images);
-                cmd.args(["--max-steps", &total, "--epochs", "100"]);
-            }
-        }
-        let log = self.out.join("runs").join(format!("{}-dpt-tui", case.name));
-        result.dpt_tui = match child::run(cmd, ours_share, &log) {
-            Ended::Done { .. } => {
-                let records = child::records(&run_dir);
-                // The record stays with the bench's outputs, for `dpt-tui show`.
-                let kept = self.out.join("runs").join(case.name);
-                let _ = std::fs::create_dir_all(&kept)
-                    .and_then(|_| std::fs::copy(run_dir.join("metrics.jsonl"), kept.join("metrics.jsonl")));
-                match records.map(|r| child::run_figures(&r, case.batch)) {
-                    Ok(Some(f)) => Side::ok(f),
-                    Ok(None) => Side::not(Status::Failed, "its record has no timed steps"),
-                    Err(e) => Side::not(Status::Failed, e),
-                }
-            }
-            // dpt-tui refuses what it does not support with exit 2 and one line, before training.
-            Ended::Failed { reason } if !run_dir.join("metrics.jsonl").exists() && refused(&log) => {
-                Side::not(Status::Unsupported, reason)
-            }
-            Ended::Failed { reason } => Side::not(Status::Failed, reason),
-            Ended::TimedOut { after_s } => {
-                Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
-            }
-        };
-        let _ = std::fs::remove_dir_all(&run_dir);
-        result.pytorch = self.pytorch_side(
-            case,
-            net,
-            precision,
-            placement,
-            data,
-            token_dir.as_deref(),
-            deadline.saturating_sub(t0.elapsed()),
-        );
-        result
-    }
-
-    /// The GPT of `shape` as TorchScript, made by the Python once per shape.
-    fn gpt_model(&mut self, shape: GptShape, deadline: Duration) -> Result<PathBuf, (Status, String)> {
-        if let Some((_, path)) = self.made.iter().find(|(s, _)| *s == shape) {
-            return Ok(path.clone());
-        }
-        let Some((py, (_, gpt))) = &self.python else {
-            return Err((
-                Status::Unsupported,
-                "the GPT is scripted by a Python with torch: name one with --python PY".into(),
-            ));
-        };
-        let path = self.scratch.join(format!("gpt-{}x{}-{}.pt", shape.layers, shape.width, shape.vocab));
-        let mut cmd = Command::new(&py.path);
-        cmd.arg(gpt).args(["make"]).arg(&path);
-        cmd.args([shape.vocab, shape.block].map(|v| v.to_string()));
-        cmd.arg("script");
-        cmd.args([shape.width, shape.layers, shape.heads].map(|v| v.to_string()));
-        match child::run(cmd, deadline, &self.scratch.join("gpt-make")) {
-            Ended::Done { .. } => {
-                self.made.push((shape, path.clone()));
-                Ok(path)
-            }
-            Ended::Failed { reason } => Err((Status::Failed, format!("scripting the GPT failed: {reason}"))),
-            Ended::TimedOut { after_s } => {
-                Err((Status::TimedOut, format!("scripting the GPT took over {after_s:.0} s")))
-            }
-        }
-    }
-
-    /// The plain PyTorch loop of the case, if there is a Python.
-    #[allow(clippy::too_many_arguments)]
-    fn pytorch_side(
-        &self,
-        case: &Case,
-        net: Arch,
-        precision: Precision,
-        placement: Placement,
-        data: &Data,
-        tokens: Option<&Path>,
-        deadline: Duration,
-    ) -> Option<Side<child::TorchFigures>> {
-        let (py, (seed, gpt)) = self.python.as_ref()?;
-        if precision == Precision::F16 {
-            return Some(Side::not(Status::Unsupported, "the PyTorch scripts train in f32 or bf16"));
-        }
-        let device = if self.gpus.is_empty() { "cpu".to_owned() } else { "cuda".to_owned() };
-        let mut cmd = Command::new(&py.path);
-        let threads = self.cores.to_string();
-        match (case.gpt, tokens) {
-            (Some(g), Some(t)) => {
-                let dev = self.first_device();
-                cmd.arg(gpt).arg("bench").arg(t);
-                cmd.args(
-                    [g.vocab, g.block, g.width, g.layers, g.heads, case.batch, case.warmup, case.steps]
-                        .map(|v| v.to_string()),
-                );
-                cmd.args([dev.as_str(), precision.name(), threads.as_str()]);
-            }
-            _ => {
-                if placement == Placement::EveryGpu {
-                    let n = self.gpus.len().to_string();
-                    cmd.args(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", &n]);
-                }
-                cmd.arg(seed);
-                if placement == Placement::EveryGpu {
-                    cmd.arg("--ddp");
-                }
-                cmd.args(["--model", net.name(), "--device", &device]).arg("--data").arg(&data.images);
-                cmd.args(["--steps", &case.steps.to_string(), "--warmup", &case.warmup.to_string()]);
-                cmd.args(["--batch-size", &case.batch.to_string(), "--precision", precision.name()]);
-                if self.gpus.is_empty() {
-                    cmd.args(["--threads", &threads]);
-                }
-            }
-        }
-        if let Some(&g) = self.gpus.first().filter(|_| placement != Placement::EveryGpu) {
-            // The same GPU as dpt-tui's (the script's "cuda" is the first visible one).
-            cmd.env("CUDA_VISIBLE_DEVICES", visible_index(g));
-        }
-        let log = self.out.join("runs").join(format!("{}-pytorch", case.name));
-        Some(match child::run(cmd, deadline, &log) {
-            Ended::Done { stdout } => match child::torch_figures(&stdout) {
-                Ok(f) => Side::ok(f),
-                Err(e) => Side::not(Status::Failed, e),
-            },
-            Ended::Failed { reason } => Side::not(Status::Failed, reason),
-            Ended::TimedOut { after_s } => {
-                Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
-            }
-        })
-    }
-
-    /// NCCL's allreduce of 256 MB per GPU across every GPU of the bench, in this process.
-    fn allreduce(&self, case: &Case, deadline: Duration) -> CaseResult {
-        let devices = self.devices(Placement::EveryGpu);
-        let side = match super::doctor::nccl_bus_bandwidth(self.gpus.len(), deadline) {
-            Ok(gbs) => (Side::not(Status::Ok, format!("{gbs:.0} GB/s")), Some(gbs)),
-            Err(e) => (Side::not(Status::Failed, e), None),
-        };
-        let mut result = CaseResult {
-            case: case.name.to_owned(),
-            model: "NCCL allreduce, 256 MB per GPU".into(),
-            devices,
-            precision: "f32".into(),
-            batch: 0,
-            steps: 1,
-            tokens_per_sample: 1,
-            dpt_tui: side.0,
-            pytorch: None,
-            ratio: None,
-            model_flops: None,
-            pytorch_model_flops: None,
-            mfu: None,
-            pytorch_mfu: None,
-            flops_vs_flop_counter: None,
-            bus_gbs: side.1,
-        };
-        if result.bus_gbs.is_some() {
-            result.dpt_tui.reason = None;
-        }
-        result
-    }
-}
-
-/// Whether a dpt-tui side that failed refused its input (exit 2, said in its error output
-/// before training): the case is then unsupported here rather than failed.
-fn refused(log_stem: &Path) -> bool {
-    let err = std::fs::read_to_string(log_stem.with_extension("err")).unwrap_or_default();
-    err.lines().any(|l| l.starts_with("dpt-tui: ")) && !err.contains("panicked")
-}
-
-/// The index `CUDA_VISIBLE_DEVICES` takes for this process's CUDA device `g`: the same GPU, as
-/// the variable this process was started with numbers them.
-fn visible_index(g: usize) -> String {
-    match std::env::var("CUDA_VISIBLE_DEVICES") {
-        Ok(v) if !v.trim().is_empty() => {
-            v.split(',').nth(g).map_or_else(|| g.to_string(), |s| s.trim().to_owned())
-        }
-        _ => g.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,10 +250,10 @@ mod tests {
     #[test]
     fn bench_devices_are_read_and_a_bad_one_is_refused() {
         assert_eq!(bench_gpus(Some("cpu")), Ok(Vec::new()));
-        let bad = bench_gpus(Some("gpu0")).unwrap_err();
+        let bad = bench_gpus(Some("gpu0")).expect_err("refused");
         assert!(bad.starts_with("bad bench --devices 'gpu0'"), "{bad}");
         if tch::Cuda::device_count() == 0 {
-            assert!(bench_gpus(Some("cuda:0")).unwrap_err().contains("finds 0 CUDA device"));
+            assert!(bench_gpus(Some("cuda:0")).expect_err("refused").contains("finds 0 CUDA device"));
             assert_eq!(bench_gpus(None), Ok(Vec::new()), "auto: the CPU");
         }
     }
@@ -571,25 +264,18 @@ mod tests {
         let out = dir.path().join("b");
         assert_eq!(out_dir(Some(&out)), Ok(out.clone()));
         std::fs::write(out.join("bench.json"), "{}").expect("write");
-        assert!(out_dir(Some(&out)).unwrap_err().contains("already holds a bench"));
+        assert!(out_dir(Some(&out)).expect_err("refused").contains("already holds a bench"));
         let file = dir.path().join("f");
         std::fs::write(&file, "").expect("write");
-        assert!(out_dir(Some(&file.join("x"))).unwrap_err().contains("cannot be written"));
+        assert!(out_dir(Some(&file.join("x"))).expect_err("refused").contains("cannot be written"));
     }
 
     #[test]
     fn data_without_images_or_tokens_is_refused() {
         let dir = tempfile::tempdir().expect("temp");
-        assert!(given_data(dir.path()).map(|_| ()).unwrap_err().contains("no IDX files"));
+        assert!(given_data(dir.path()).map(|_| ()).expect_err("refused").contains("no IDX files"));
         synthetic::tokens(dir.path(), 50).expect("tokens");
         let d = given_data(dir.path()).expect("tokens");
         assert!(d.tokens && !d.images);
-    }
-
-    #[test]
-    fn a_gpu_is_named_to_the_python_as_this_process_sees_it() {
-        if std::env::var_os("CUDA_VISIBLE_DEVICES").is_none() {
-            assert_eq!(visible_index(1), "1");
-        }
     }
 }

@@ -23,12 +23,14 @@ impl std::str::FromStr for Budget {
         let (n, unit) = t.split_at(digits);
         let n: u64 =
             n.parse().map_err(|_| format!("bad --budget '{s}': use a time such as 90s, 8m or 1h"))?;
-        let secs = match unit {
-            "s" => n,
-            "m" | "" => n * 60,
-            "h" => n * 3600,
+        let scale = match unit {
+            "s" => 1,
+            "m" | "" => 60,
+            "h" => 3600,
             _ => return Err(format!("bad --budget '{s}': use a time such as 90s, 8m or 1h")),
         };
+        let secs =
+            n.checked_mul(scale).ok_or_else(|| format!("--budget {s} is too long: give hours, not ages"))?;
         let budget = Duration::from_secs(secs);
         if budget < MIN_BUDGET {
             return Err(format!(
@@ -200,9 +202,10 @@ mod tests {
         assert_eq!("90s".parse(), Ok(Budget(Duration::from_secs(90))));
         assert_eq!("1h".parse(), Ok(Budget(Duration::from_secs(3600))));
         assert_eq!("5".parse(), Ok(Budget(Duration::from_secs(300))), "minutes by default");
-        let short = "30s".parse::<Budget>().unwrap_err();
+        let short = "30s".parse::<Budget>().expect_err("refused");
         assert!(short.contains("under a minute"), "{short}");
-        assert!("8 minutes".parse::<Budget>().unwrap_err().contains("bad --budget"));
+        assert!("8 minutes".parse::<Budget>().expect_err("refused").contains("bad --budget"));
+        assert!("99999999999999999h".parse::<Budget>().expect_err("refused").contains("too long"));
     }
 
     #[test]
@@ -228,9 +231,9 @@ mod tests {
     fn cases_are_chosen_by_name_and_a_wrong_name_is_refused() {
         let picked = select(cases(0), Some("gpt,lenet")).expect("known");
         assert_eq!(picked.iter().map(|c| c.name).collect::<Vec<_>>(), ["lenet", "gpt"]);
-        let unknown = select(cases(0), Some("vgg")).unwrap_err();
+        let unknown = select(cases(0), Some("vgg")).expect_err("refused");
         assert!(unknown.starts_with("unknown bench case 'vgg'; use lenet, resnet18,"), "{unknown}");
-        let gpus = select(cases(1), Some("allreduce")).unwrap_err();
+        let gpus = select(cases(1), Some("allreduce")).expect_err("refused");
         assert!(gpus.contains("needs two GPUs"), "{gpus}");
         assert!(select(cases(0), Some(" , ")).is_err());
     }

@@ -115,15 +115,15 @@ mod tests {
             path.display().to_string()
         };
         let none = fake("no-torch", "echo 'ModuleNotFoundError: torch' >&2; exit 1");
-        let e = choose(Some(&none)).unwrap_err();
+        let e = choose(Some(&none)).expect_err("refused");
         assert!(e.contains("has no torch"), "{e}");
         let old = fake("old-torch", "echo 2.9.1+cu128");
-        let e = choose(Some(&old)).unwrap_err();
+        let e = choose(Some(&old)).expect_err("refused");
         assert!(e.contains("has torch 2.9.1+cu128") && e.contains("same release"), "{e}");
         let same = fake("same-torch", "echo 2.11.0+cpu");
         assert_eq!(choose(Some(&same)).map(|p| p.map(|p| p.torch)), Ok(Ok("2.11.0+cpu".to_owned())));
         assert!(matches!(choose(Some("none")), Ok(Err(_))));
-        let missing = choose(Some("/nonexistent/python")).unwrap_err();
+        let missing = choose(Some("/nonexistent/python")).expect_err("refused");
         assert!(missing.contains("does not run"), "{missing}");
     }
 

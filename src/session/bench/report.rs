@@ -5,7 +5,8 @@
 use serde::Serialize;
 
 use super::child::{RunFigures, TorchFigures};
-use dpt_tui::flops::rate_label;
+use super::plan::Case;
+use dpt_tui::flops::{rate_label, ModelFlops, PeakFlops};
 
 /// How a side of a case went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -92,25 +93,63 @@ pub struct CaseResult {
     /// NCCL's allreduce across the GPUs: bus bandwidth, GB/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bus_gbs: Option<f64>,
+    /// What the case's GPUs can do at most in its precision (GPUs of the peak table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak: Option<PeakFlops>,
+    /// What the case did differently from what was asked (synthetic tokens for given ones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl CaseResult {
-    /// Fills the ratios and the FLOP figures from both sides' figures.
+    /// A case not yet run.
+    pub fn new(case: &Case, model: String, devices: String, precision: String) -> Self {
+        CaseResult {
+            case: case.name.to_owned(),
+            model,
+            devices,
+            precision,
+            batch: case.batch,
+            steps: case.steps,
+            tokens_per_sample: case.gpt.map_or(1, |g| g.block),
+            dpt_tui: Side::not(Status::Unsupported, "not run"),
+            pytorch: None,
+            ratio: None,
+            model_flops: None,
+            pytorch_model_flops: None,
+            mfu: None,
+            pytorch_mfu: None,
+            flops_vs_flop_counter: None,
+            bus_gbs: None,
+            peak: None,
+            note: None,
+        }
+    }
+
+    /// Fills the ratio and the FLOP figures from both sides' figures: the model's FLOPs as
+    /// dpt-tui counted them (FlopCounterMode's on the PyTorch side when dpt-tui did not run).
     pub fn derive(&mut self) {
         let ours = self.dpt_tui.figures.as_ref();
         let theirs = self.pytorch.as_ref().and_then(|p| p.figures.as_ref());
         if let (Some(o), Some(t)) = (ours, theirs) {
             self.ratio = (t.samples_per_sec > 0.0).then(|| o.samples_per_sec / t.samples_per_sec);
         }
-        let Some(o) = ours else { return };
-        let Some(f) = o.flops_per_sample else { return };
-        let flops = dpt_tui::flops::ModelFlops { forward_per_sample: f };
-        self.model_flops = Some(flops.achieved(o.samples_per_sec));
-        self.mfu = o.peak_flops.map(|p| flops.achieved(o.samples_per_sec) / p);
+        let counted = ours.and_then(|o| o.flops_per_sample);
+        let flop_counter = theirs.and_then(|t| t.flops_per_sample).filter(|&c| c > 0.0);
+        if let (Some(f), Some(c)) = (counted, flop_counter) {
+            self.flops_vs_flop_counter = Some(f / c);
+        }
+        let Some(f) = counted.or(flop_counter) else { return };
+        let flops = ModelFlops { forward_per_sample: f };
+        let share =
+            |samples_per_sec: f64| self.peak.as_ref().and_then(|p| flops.utilisation(samples_per_sec, p));
+        if let Some(o) = ours {
+            (self.model_flops, self.mfu) =
+                (Some(flops.achieved(o.samples_per_sec)), share(o.samples_per_sec));
+        }
         if let Some(t) = theirs {
-            self.pytorch_model_flops = Some(flops.achieved(t.samples_per_sec));
-            self.pytorch_mfu = o.peak_flops.map(|p| flops.achieved(t.samples_per_sec) / p);
-            self.flops_vs_flop_counter = t.flops_per_sample.filter(|&c| c > 0.0).map(|c| f / c);
+            (self.pytorch_model_flops, self.pytorch_mfu) =
+                (Some(flops.achieved(t.samples_per_sec)), share(t.samples_per_sec));
         }
     }
 
@@ -178,7 +217,7 @@ impl CaseResult {
 
     /// Why a side did not run or failed, one line each.
     fn notes(&self) -> Vec<String> {
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> = self.note.iter().map(|n| format!("{}: {n}", self.case)).collect();
         if let Some(r) = &self.dpt_tui.reason {
             notes.push(format!("{} dpt-tui {}: {r}", self.case, self.dpt_tui.status.word()));
         }
@@ -300,30 +339,15 @@ mod tests {
             update_ms: 4.0,
             peak_mib: Some(2048.0),
             flops_per_sample: Some(1e9),
-            peak_flops: Some(600e12),
-            peak_basis: Some("bf16 peak of 1 x H100 SXM".into()),
         }
     }
 
     fn case(ours: Side<RunFigures>, theirs: Option<Side<TorchFigures>>) -> CaseResult {
-        let mut c = CaseResult {
-            case: "resnet18-bf16".into(),
-            model: "resnet18".into(),
-            devices: "cuda:0".into(),
-            precision: "bf16".into(),
-            batch: 256,
-            steps: 60,
-            tokens_per_sample: 1,
-            dpt_tui: ours,
-            pytorch: theirs,
-            ratio: None,
-            model_flops: None,
-            pytorch_model_flops: None,
-            mfu: None,
-            pytorch_mfu: None,
-            flops_vs_flop_counter: None,
-            bus_gbs: None,
-        };
+        let plan =
+            super::super::plan::cases(1).into_iter().find(|c| c.name == "resnet18-bf16").expect("a case");
+        let mut c = CaseResult::new(&plan, "resnet18".into(), "cuda:0".into(), "bf16".into());
+        (c.dpt_tui, c.pytorch) = (ours, theirs);
+        c.peak = Some(PeakFlops { flops: 600e12, basis: "bf16 peak of 1 x H100 SXM".into() });
         c.derive();
         c
     }

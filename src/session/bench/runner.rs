@@ -1,0 +1,363 @@
+//! Runs one case of the bench: its data, its dpt-tui side (a headless run of this binary) and
+//! its PyTorch side (the script of the same model), each a process with its share of the case's
+//! deadline, and the case's result from both.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::child::{self, Ended};
+use super::plan::{Arch, Case, GptShape, Kind, Placement};
+use super::python::Python;
+use super::report::{CaseResult, Side, Status};
+use super::synthetic;
+use dpt_tui::flops::PeakFlops;
+use dpt_tui::model::Precision;
+
+/// Where each kind of data is: given (`--data`) or written into the scratch folder.
+pub struct Data {
+    pub images: PathBuf,
+    /// The token folder `--data` gave.
+    pub tokens: Option<PathBuf>,
+    pub scratch: PathBuf,
+}
+
+impl Data {
+    /// A token folder for a GPT of `vocab` ids: the given one when its ids fit the vocabulary,
+    /// else random ids written once; the second value says why the given one was not taken.
+    fn tokens_for(&self, vocab: usize) -> std::io::Result<(PathBuf, Option<String>)> {
+        let mut note = None;
+        if let Some(t) = &self.tokens {
+            match largest_id(t) {
+                Ok(id) if (id as usize) < vocab => return Ok((t.clone(), None)),
+                Ok(id) => {
+                    note = Some(format!(
+                        "synthetic tokens: the data's ids reach {id}, beyond this GPT's {vocab}"
+                    ))
+                }
+                Err(e) => note = Some(format!("synthetic tokens: the data's train.bin does not read ({e})")),
+            }
+        }
+        let dir = self.scratch.join(format!("tokens-{vocab}"));
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir)?;
+            synthetic::tokens(&dir, vocab)?;
+        }
+        Ok((dir, note))
+    }
+}
+
+/// The largest id of a folder's `train.bin` and `val.bin` (u16), as dpt-tui's own check finds it.
+fn largest_id(dir: &Path) -> Result<u32, String> {
+    use dpt_tui::data::tokens::{TokenDtype, TokenFile};
+    let mut most = 0;
+    for name in ["train.bin", "val.bin"] {
+        let file = TokenFile::open(&dir.join(name), TokenDtype::U16).map_err(|e| e.to_string())?;
+        most = most.max(dpt_tui::data::token_scan::largest(&file).map_err(|e| e.to_string())?.id);
+    }
+    Ok(most)
+}
+
+/// What the bench runs with.
+pub struct Bench {
+    pub exe: PathBuf,
+    /// The GPUs of the bench, by this process's CUDA index (none: the CPU).
+    pub gpus: Vec<usize>,
+    /// The name of the first GPU, for its peak.
+    pub gpu_name: Option<String>,
+    pub cores: usize,
+    /// The Python and the two scripts (the seeds', the GPT's).
+    pub python: Option<(Python, (PathBuf, PathBuf))>,
+    pub scratch: PathBuf,
+    pub out: PathBuf,
+    /// The GPT TorchScript files made so far, by shape.
+    pub made: Vec<(GptShape, PathBuf)>,
+}
+
+impl Bench {
+    /// The GPUs a placement trains on (none on the CPU).
+    fn gpus_of(&self, placement: Placement) -> &[usize] {
+        match placement {
+            Placement::EveryGpu => &self.gpus,
+            _ => &self.gpus[..self.gpus.len().min(1)],
+        }
+    }
+
+    /// dpt-tui's `--devices` for a placement.
+    fn devices(&self, placement: Placement) -> String {
+        let cuda = |g: &usize| format!("cuda:{g}");
+        match (placement, self.gpus.first()) {
+            (Placement::One, None) => "cpu".into(),
+            (Placement::TwoOnOne, None) => "cpu:2".into(),
+            (Placement::One, Some(g)) => cuda(g),
+            (Placement::TwoOnOne, Some(g)) => format!("{},{}", cuda(g), cuda(g)),
+            (Placement::EveryGpu, _) => self.gpus.iter().map(cuda).collect::<Vec<_>>().join(","),
+        }
+    }
+
+    /// Runs `case` within `deadline`.
+    pub fn case(&mut self, case: &Case, deadline: Duration, data: &Data) -> CaseResult {
+        let t0 = Instant::now();
+        let Kind::Train { net, precision, placement } = case.kind else {
+            return self.allreduce(case, deadline);
+        };
+        let model = match case.gpt {
+            Some(g) => format!("gpt {}x{}, vocab {}, block {}", g.layers, g.width, g.vocab, g.block),
+            None => net.name().to_owned(),
+        };
+        let mut result = CaseResult::new(case, model, self.devices(placement), precision.to_string());
+        let gpus = self.gpus_of(placement).len();
+        result.peak = self.gpu_name.as_deref().and_then(|n| PeakFlops::of(n, gpus, precision));
+        let ours = if self.python.is_some() { deadline / 2 } else { deadline };
+        let tokens = match case.gpt {
+            Some(shape) => match self.gpt_inputs(shape, data, ours) {
+                Ok((model, tokens, note)) => {
+                    result.note = note;
+                    Some((model, tokens))
+                }
+                Err((status, why)) => {
+                    result.dpt_tui = Side::not(status, why);
+                    return result;
+                }
+            },
+            None => None,
+        };
+        result.dpt_tui = self.dpt_side(case, net, tokens.as_ref(), data, ours.saturating_sub(t0.elapsed()));
+        result.pytorch = self.pytorch_side(
+            case,
+            tokens.as_ref().map(|t| t.1.as_path()),
+            data,
+            deadline.saturating_sub(t0.elapsed()),
+        );
+        result
+    }
+
+    /// A GPT case's model (scripted by the Python once per shape) and token folder.
+    fn gpt_inputs(
+        &mut self,
+        shape: GptShape,
+        data: &Data,
+        deadline: Duration,
+    ) -> Result<(PathBuf, PathBuf, Option<String>), (Status, String)> {
+        let (tokens, note) = data
+            .tokens_for(shape.vocab)
+            .map_err(|e| (Status::Failed, format!("cannot write the token files: {e}")))?;
+        if let Some((_, path)) = self.made.iter().find(|(s, _)| *s == shape) {
+            return Ok((path.clone(), tokens, note));
+        }
+        let Some((py, (_, gpt))) = &self.python else {
+            return Err((
+                Status::Unsupported,
+                "the GPT is scripted by a Python with torch: name one with --python PY".into(),
+            ));
+        };
+        let path = self.scratch.join(format!("gpt-{}x{}-{}.pt", shape.layers, shape.width, shape.vocab));
+        let mut cmd = Command::new(&py.path);
+        cmd.arg(gpt).arg("make").arg(&path);
+        cmd.args([shape.vocab, shape.block].map(|v| v.to_string())).arg("script");
+        cmd.args([shape.width, shape.layers, shape.heads].map(|v| v.to_string()));
+        match child::run(cmd, deadline, &self.scratch.join("gpt-make")) {
+            Ended::Done { .. } => {
+                self.made.push((shape, path.clone()));
+                Ok((path, tokens, note))
+            }
+            Ended::Failed { reason, .. } => {
+                Err((Status::Failed, format!("scripting the GPT failed: {reason}")))
+            }
+            Ended::TimedOut { after_s } => {
+                Err((Status::TimedOut, format!("scripting the GPT took over {after_s:.0} s")))
+            }
+        }
+    }
+
+    /// The case as a headless dpt-tui run; `gpt`: the GPT's model file and token folder.
+    fn dpt_side(
+        &self,
+        case: &Case,
+        net: Arch,
+        gpt: Option<&(PathBuf, PathBuf)>,
+        data: &Data,
+        deadline: Duration,
+    ) -> Side<child::RunFigures> {
+        let Kind::Train { precision, placement, .. } = case.kind else {
+            return Side::not(Status::Unsupported, "not a training case");
+        };
+        let run_dir = self.scratch.join("runs").join(case.name);
+        let mut cmd = Command::new(&self.exe);
+        cmd.args([
+            "--headless",
+            "--devices",
+            &self.devices(placement),
+            "--batch-size",
+            &case.batch.to_string(),
+        ]);
+        cmd.args(["--precision", precision.name(), "--log-every", &case.warmup.to_string()]);
+        cmd.args(["--checkpoint-every", "0", "--snapshots", "0", "--seed", "0"]);
+        cmd.arg("--run-dir").arg(&run_dir);
+        let total = (case.warmup + case.steps).to_string();
+        match (gpt, case.gpt) {
+            (Some((model, tokens)), Some(g)) => {
+                cmd.arg("--model").arg(model).arg("--data").arg(tokens);
+                cmd.args(["--block-size", &g.block.to_string(), "--steps", &total, "--eval-every", &total]);
+                cmd.args(["--eval-batches", "1", "--eval-batch-size", "4", "--sample-tokens", "0"]);
+                cmd.args([
+                    "--optimizer",
+                    "adamw",
+                    "--lr",
+                    "6e-4",
+                    "--betas",
+                    "0.9,0.95",
+                    "--weight-decay",
+                    "0.1",
+                ]);
+                cmd.args(["--clip-grad-norm", "1"]);
+            }
+            _ => {
+                cmd.args(["--model", net.name()]).arg("--data").arg(&data.images);
+                cmd.args(["--max-steps", &total, "--epochs", "100"]);
+            }
+        }
+        let log = self.out.join("runs").join(format!("{}-dpt-tui", case.name));
+        let side = match child::run(cmd, deadline, &log) {
+            Ended::Done { .. } => {
+                // The record stays with the bench's outputs, for `dpt-tui show`.
+                let kept = self.out.join("runs").join(case.name);
+                let _ = std::fs::create_dir_all(&kept)
+                    .and_then(|_| std::fs::copy(run_dir.join("metrics.jsonl"), kept.join("metrics.jsonl")));
+                match child::records(&run_dir).map(|r| child::run_figures(&r, case.batch)) {
+                    Ok(Some(f)) => Side::ok(f),
+                    Ok(None) => Side::not(Status::Failed, "its record has no timed steps"),
+                    Err(e) => Side::not(Status::Failed, e),
+                }
+            }
+            // Exit 2: dpt-tui refused the case's settings as bad input, before training (it
+            // does not support them here); any other failure is the run's.
+            Ended::Failed { reason, code: Some(2) } => Side::not(Status::Unsupported, reason),
+            Ended::Failed { reason, .. } => Side::not(Status::Failed, reason),
+            Ended::TimedOut { after_s } => {
+                Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
+            }
+        };
+        let _ = std::fs::remove_dir_all(&run_dir);
+        side
+    }
+
+    /// The plain PyTorch loop of the case, if there is a Python; `tokens`: a GPT's token folder.
+    fn pytorch_side(
+        &self,
+        case: &Case,
+        tokens: Option<&Path>,
+        data: &Data,
+        deadline: Duration,
+    ) -> Option<Side<child::TorchFigures>> {
+        let (py, (seed, gpt)) = self.python.as_ref()?;
+        let Kind::Train { net, precision, placement } = case.kind else { return None };
+        if precision == Precision::F16 {
+            return Some(Side::not(Status::Unsupported, "the PyTorch scripts train in f32 or bf16"));
+        }
+        // The script's `cuda` is the first GPU CUDA_VISIBLE_DEVICES leaves it: dpt-tui's.
+        let device = if self.gpus.is_empty() { "cpu" } else { "cuda" };
+        let threads = self.cores.to_string();
+        let mut cmd = Command::new(&py.path);
+        match (case.gpt, tokens) {
+            (Some(g), Some(t)) => {
+                cmd.arg(gpt).arg("bench").arg(t);
+                let shape =
+                    [g.vocab, g.block, g.width, g.layers, g.heads, case.batch, case.warmup, case.steps];
+                cmd.args(shape.map(|v| v.to_string()));
+                cmd.args([device, precision.name(), threads.as_str()]);
+            }
+            _ => {
+                let ranks = self.gpus_of(placement).len();
+                if placement == Placement::EveryGpu {
+                    let n = ranks.to_string();
+                    cmd.args(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", &n]);
+                }
+                cmd.arg(seed);
+                if placement == Placement::EveryGpu {
+                    cmd.arg("--ddp");
+                }
+                cmd.args(["--model", net.name(), "--device", device]).arg("--data").arg(&data.images);
+                cmd.args(["--steps", &case.steps.to_string(), "--warmup", &case.warmup.to_string()]);
+                cmd.args(["--batch-size", &case.batch.to_string(), "--precision", precision.name()]);
+                if self.gpus.is_empty() {
+                    cmd.args(["--threads", &threads]);
+                }
+            }
+        }
+        if !self.gpus.is_empty() {
+            cmd.env("CUDA_VISIBLE_DEVICES", visible(self.gpus_of(placement)));
+        }
+        let log = self.out.join("runs").join(format!("{}-pytorch", case.name));
+        Some(match child::run(cmd, deadline, &log) {
+            Ended::Done { stdout } => match child::torch_figures(&stdout) {
+                Ok(f) => Side::ok(f),
+                Err(e) => Side::not(Status::Failed, e),
+            },
+            Ended::Failed { reason, .. } => Side::not(Status::Failed, reason),
+            Ended::TimedOut { after_s } => {
+                Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
+            }
+        })
+    }
+
+    /// NCCL's allreduce of 256 MB per GPU across every GPU of the bench, in this process.
+    fn allreduce(&self, case: &Case, deadline: Duration) -> CaseResult {
+        let mut result = CaseResult::new(
+            case,
+            "NCCL allreduce, 256 MB per GPU".into(),
+            self.devices(Placement::EveryGpu),
+            "f32".into(),
+        );
+        match super::super::doctor::nccl_bus_bandwidth(&self.gpus, deadline) {
+            Ok(gbs) => {
+                result.dpt_tui = Side { status: Status::Ok, reason: None, figures: None };
+                result.bus_gbs = Some(gbs);
+            }
+            Err(e) => result.dpt_tui = Side::not(Status::Failed, e),
+        }
+        result
+    }
+}
+
+/// `CUDA_VISIBLE_DEVICES` for a child that is to see `gpus` (this process's CUDA indices) as
+/// its own 0, 1, …: the same GPUs, as the variable this process was started with names them.
+fn visible(gpus: &[usize]) -> String {
+    let ours = std::env::var("CUDA_VISIBLE_DEVICES").ok().filter(|v| !v.trim().is_empty());
+    let name = |g: usize| match &ours {
+        Some(v) => v.split(',').nth(g).map_or_else(|| g.to_string(), |s| s.trim().to_owned()),
+        None => g.to_string(),
+    };
+    gpus.iter().map(|&g| name(g)).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_sees_the_bench_gpus_as_this_process_names_them() {
+        if std::env::var_os("CUDA_VISIBLE_DEVICES").is_none() {
+            assert_eq!(visible(&[2, 3]), "2,3");
+            assert_eq!(visible(&[1]), "1");
+        }
+    }
+
+    #[test]
+    fn given_tokens_beyond_a_gpt_vocabulary_give_way_to_synthetic_ones() {
+        let dir = tempfile::tempdir().expect("temp");
+        let given = dir.path().join("given");
+        std::fs::create_dir_all(&given).expect("dir");
+        synthetic::tokens(&given, 1000).expect("tokens");
+        let data = Data {
+            images: dir.path().join("i"),
+            tokens: Some(given.clone()),
+            scratch: dir.path().to_owned(),
+        };
+        let (wide, note) = data.tokens_for(1000).expect("tokens");
+        assert_eq!((wide, note), (given, None));
+        let (narrow, note) = data.tokens_for(256).expect("tokens");
+        assert_eq!(narrow, dir.path().join("tokens-256"));
+        assert!(note.expect("said").starts_with("synthetic tokens: the data's ids reach 99"));
+    }
+}
