@@ -69,11 +69,12 @@ pub enum Command {
         #[arg(long, hide = true)]
         peer: Option<String>,
     },
-    /// Measure this machine's training speed: each case (lenet, resnet18 in f32 and bf16,
-    /// mnist-net, a GPT, two replicas on one device, and with two GPUs or more data parallel
-    /// over all of them and NCCL's bus bandwidth) trained on synthetic data by dpt-tui and by a
-    /// plain PyTorch loop on the same device, within a time budget; a table on stdout,
-    /// bench.json and bench.md in --out.
+    /// Measure this machine's training speed against a plain PyTorch loop on the same device.
+    ///
+    /// Each case (lenet, resnet18 in f32 and bf16, mnist-net, a GPT, two replicas on one
+    /// device, and with two GPUs or more data parallel over all of them and NCCL's bus
+    /// bandwidth) is trained on synthetic data by dpt-tui and by the PyTorch loop, within a
+    /// time budget; a table on stdout, bench.json and bench.md in --out.
     Bench {
         /// `auto` (every CUDA device, else the CPU), `cpu`, `cuda` or GPUs such as
         /// `cuda:0,cuda:1`: one-device cases run on the first, the data-parallel case on all.
