@@ -1,0 +1,94 @@
+//! The bench report's figures and cells, from constructed sides.
+
+use super::*;
+
+fn figures(samples_per_sec: f64) -> RunFigures {
+    RunFigures {
+        samples_per_sec,
+        ms_per_step: 50.0,
+        data_ms: 1.0,
+        compute_ms: 45.0,
+        allreduce_ms: 0.0,
+        update_ms: 4.0,
+        peak_mib: Some(2048.0),
+        flops_per_sample: Some(1e9),
+    }
+}
+
+fn case(ours: Side<RunFigures>, theirs: Option<Side<TorchFigures>>) -> CaseResult {
+    let plan = super::super::plan::cases(1).into_iter().find(|c| c.name == "resnet18-bf16").expect("a case");
+    let mut c = CaseResult::new(&plan, "resnet18".into(), "cuda:0".into(), "bf16".into());
+    (c.dpt_tui, c.pytorch) = (ours, theirs);
+    c.peak = Some(PeakFlops { flops: 600e12, basis: "bf16 peak of 1 x H100 SXM".into() });
+    c.derive();
+    c
+}
+
+#[test]
+fn a_case_with_both_sides_has_its_ratio_and_both_utilisations() {
+    let theirs = TorchFigures {
+        samples_per_sec: 40_000.0,
+        ms_per_step: 6.4,
+        peak_mib: Some(3000.0),
+        flops_per_sample: Some(0.8e9),
+    };
+    let c = case(Side::ok(figures(50_000.0)), Some(Side::ok(theirs)));
+    assert_eq!(c.ratio, Some(1.25));
+    assert_eq!(c.model_flops, Some(150e12));
+    assert_eq!(c.mfu, Some(0.25));
+    assert_eq!(c.pytorch_mfu, Some(0.2));
+    assert_eq!(c.flops_vs_flop_counter, Some(1.25));
+    assert!(!c.failed());
+    let report = Report {
+        machine: Machine {
+            dpt_tui: "0.1.0".into(),
+            torch: "2.11.0+cu130".into(),
+            python_torch: Some("2.11.0+cu130".into()),
+            host: "node".into(),
+            cpu_cores: 16,
+            nvidia_driver: Some("580.65".into()),
+            devices: vec!["cuda:0 NVIDIA H100 80GB HBM3".into()],
+            date: "2026-11-26".into(),
+        },
+        budget_s: 300.0,
+        elapsed_s: 250.0,
+        cases: vec![c],
+    };
+    let table = report.table();
+    let row = table.lines().nth(1).expect("a row");
+    assert!(row.starts_with("resnet18-bf16  cuda:0"), "{row}");
+    for cell in [
+        "50,000 samples/s",
+        "50.0 = 1.0 + 45.0 + 0.0 + 4.0",
+        "2,048 / 3,000 MiB",
+        "25.0% (150 TFLOP/s)",
+        "40,000 samples/s",
+        "1.25x",
+    ] {
+        assert!(row.contains(cell), "{cell} in {row}");
+    }
+    let md = report.markdown();
+    assert!(md.contains("| resnet18-bf16 | cuda:0 | bf16 | 256 | 50,000 samples/s |"), "{md}");
+    assert!(md.contains("NVIDIA driver 580.65"));
+}
+
+#[test]
+fn a_side_that_did_not_run_says_why_and_a_failure_counts() {
+    let c = case(
+        Side::not(Status::TimedOut, "killed after 40 s"),
+        Some(Side::not(Status::Failed, "CUDA out of memory")),
+    );
+    assert!(c.failed());
+    assert_eq!(c.ratio, None);
+    let cells = c.cells();
+    assert_eq!((cells[4].as_str(), cells[8].as_str()), ("timed out", "failed"));
+    assert_eq!(
+        c.notes(),
+        [
+            "resnet18-bf16 dpt-tui timed out: killed after 40 s",
+            "resnet18-bf16 PyTorch failed: CUDA out of memory"
+        ]
+    );
+    let unsupported = case(Side::not(Status::Unsupported, "needs a GPU"), None);
+    assert!(!unsupported.failed(), "not a failure");
+}
