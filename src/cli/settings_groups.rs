@@ -232,6 +232,12 @@ pub struct PrecisionArgs {
     /// scaling).
     #[arg(id = "precision.format", long = "precision", value_name = "f32|bf16|f16", value_parser = parse::<Precision>)]
     pub format: Option<Precision>,
+    /// Float32 matrix products and convolutions on GPUs (sm80 and later) in TF32, as
+    /// `torch.backends.cuda.matmul.allow_tf32 = True` and cuDNN's default: about 7x the f32 rate
+    /// of an H100 with a 10-bit mantissa in the products, f32 sums; off keeps IEEE float32
+    /// [default: on].
+    #[arg(id = "precision.tf32", long = "tf32", value_name = "on|off", value_parser = parse_on_off)]
+    pub tf32: Option<bool>,
     /// Dynamic loss scaling by torch.amp.GradScaler's rules: the loss multiplied by the scale
     /// before the backward pass; a step whose gradient overflows is skipped and the scale
     /// halved; doubled after --loss-scale-interval clean steps [default: on with --precision
@@ -310,8 +316,8 @@ pub struct PlacementArgs {
     /// process's cores].
     #[arg(id = "placement.decode_threads", long = "decode-threads", value_name = "N")]
     pub decode_threads: Option<usize>,
-    /// Samples per evaluation batch on each replica, smaller for a model whose evaluation does
-    /// not fit in memory [default: 1000, streamed: the training batch's share].
+    /// Samples (token windows) per evaluation batch on each replica [default: a training
+    /// micro-batch: the batch's share of each replica, over --accumulate].
     #[arg(id = "placement.eval_batch_size", long = "eval-batch-size", value_name = "N")]
     pub eval_batch_size: Option<std::num::NonZeroUsize>,
     /// Gradient buckets' cap in MiB: each bucket's allreduce starts while the backward pass is

@@ -17,19 +17,25 @@ fn distinct_gpus(devices: &[DeviceId]) -> Vec<usize> {
 
 /// The name NVML gives CUDA device `index` (`NVIDIA H100 80GB HBM3`), if NVML is there.
 pub fn gpu_name(index: usize) -> Option<String> {
+    gpu_facts(index).map(|(name, _)| name)
+}
+
+/// The name NVML gives CUDA device `index` and its memory in bytes (a MIG slice's own), if
+/// NVML is there.
+pub fn gpu_facts(index: usize) -> Option<(String, u64)> {
     let gpus = crate::monitor::nvml::Gpus::open().ok()?;
     let identity = crate::dist::c10d::cuda_identity(index).ok();
     let (device, _) = gpus.find(identity.as_ref(), index).ok()?;
-    device.name().ok()
+    Some((device.name().ok()?, device.memory_info().ok()?.total))
 }
 
 /// What the run's GPUs can do at most in `precision`, each GPU counted once however many
 /// replicas share it, times `ranks` processes of the same devices. `None` on the CPU, for a GPU
 /// the table does not know, or without NVML to name it.
-pub fn peak_flops(devices: &[DeviceId], precision: Precision, ranks: usize) -> Option<PeakFlops> {
+pub fn peak_flops(devices: &[DeviceId], precision: Precision, tf32: bool, ranks: usize) -> Option<PeakFlops> {
     let gpus = distinct_gpus(devices);
     let first = *gpus.first()?;
-    PeakFlops::of(&gpu_name(first)?, gpus.len() * ranks.max(1), precision)
+    PeakFlops::of(&gpu_name(first)?, gpus.len() * ranks.max(1), precision, tf32)
 }
 
 /// The most memory the caching allocator held allocated at once on each of the run's GPUs,
@@ -50,7 +56,7 @@ mod tests {
     fn a_gpu_shared_by_replicas_counts_once_and_the_cpu_has_no_peak() {
         let devices = [DeviceId::Cuda(1), DeviceId::Cuda(0), DeviceId::Cuda(1), DeviceId::Cpu];
         assert_eq!(distinct_gpus(&devices), vec![0, 1]);
-        assert_eq!(peak_flops(&[DeviceId::Cpu, DeviceId::Cpu], Precision::F32, 2), None);
+        assert_eq!(peak_flops(&[DeviceId::Cpu, DeviceId::Cpu], Precision::F32, true, 2), None);
         assert!(device_peak_mib(&[DeviceId::Cpu]).is_empty());
     }
 }

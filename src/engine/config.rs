@@ -143,6 +143,62 @@ impl TrainConfig {
         model_specs(self.model(), self.kit.script.as_deref())
     }
 
+    /// How the run computes on its devices (asks CUDA for their compute capability).
+    pub fn math(&self) -> super::math::Math {
+        let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
+        super::math::Math::of(&self.settings.precision, &self.devices, self.kit.script.is_some(), capability)
+    }
+
+    /// Refuses a run whose replicas cannot fit their GPU by [`ReplicaMemory`]'s estimate, on
+    /// `replicas` replicas in all; `gpu(i)`: `cuda:i`'s name and bytes (unknown GPUs pass).
+    ///
+    /// [`ReplicaMemory`]: super::device_memory::ReplicaMemory
+    pub fn check_device_memory(
+        &self,
+        data: &crate::data::Dataset,
+        replicas: usize,
+        gpu: impl Fn(usize) -> Option<(String, u64)>,
+    ) -> Result<(), super::device_memory::MemoryRefusal> {
+        use super::device_memory::{MemoryInputs, ReplicaMemory};
+        let s = &self.settings;
+        let outputs_per_sample = match (self.task(), &self.kit.script) {
+            (Task::Tokens | Task::ModelLoss, script) => {
+                let vocab = script.as_ref().and_then(|m| m.vocab).unwrap_or(0);
+                let block = match &data.train.images {
+                    crate::data::Pixels::Tokens(w) => w.block,
+                    _ => 0,
+                };
+                block as u64 * vocab.max(0) as u64
+            }
+            (Task::Classify, Some(m)) => m.classes.max(0) as u64,
+            (Task::Classify, None) => data.classes as u64,
+        };
+        let memory = ReplicaMemory::of(&MemoryInputs {
+            params: self.specs().param_count().max(0) as u64,
+            optimizer_buffers: (s.optimizer.kind.slots().len()
+                + super::optim::OptimizerState::scratch_buffers(&s.optimizer))
+                as u64,
+            ema: s.recipe.ema.is_some(),
+            precision: s.precision.format,
+            micro_batch: s.micro_batch(replicas) as u64,
+            eval_batch: s.eval_batch(replicas) as u64,
+            outputs_per_sample,
+        });
+        let mut gpus: Vec<usize> = self
+            .devices
+            .iter()
+            .filter_map(|d| if let DeviceId::Cuda(i) = d { Some(*i) } else { None })
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        for i in gpus {
+            let Some((name, total)) = gpu(i) else { continue };
+            let sharing = self.devices.iter().filter(|d| **d == DeviceId::Cuda(i)).count();
+            memory.check(&format!("cuda:{i} ({name})"), total, sharing)?;
+        }
+        Ok(())
+    }
+
     /// Rejects settings the GPUs cannot run (asks CUDA for their compute capability).
     pub fn validate_devices(&self) -> Result<(), ConfigError> {
         let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));

@@ -7,11 +7,13 @@ pub(crate) mod buckets;
 pub mod clock;
 pub(crate) mod config;
 pub(crate) mod coordinator;
+pub mod device_memory;
 pub(crate) mod evaluation;
 pub mod faults;
 pub mod flat;
 mod grad_sink;
 pub(crate) mod loss;
+pub mod math;
 pub mod optim;
 pub(crate) mod tally;
 pub mod worker;
@@ -113,11 +115,16 @@ impl Engine {
     pub fn start(mut cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
         cfg.validate(data.train.len(), data.test.len())?;
         cfg.validate_devices()?;
+        let replicas = cfg.kit.world.as_ref().map_or(cfg.devices.len(), |w| w.total_replicas());
+        cfg.check_device_memory(&data, replicas, crate::device::peak::gpu_facts)
+            .map_err(|e| StartError::Memory(Box::new(e)))?;
         let world = cfg.kit.world.take();
         if cfg.has_gpu() {
             // cuDNN picks the fastest convolution algorithm for the (fixed) batch shapes.
             tch::Cuda::cudnn_set_benchmark(true);
         }
+        let math = cfg.math();
+        math.apply().map_err(StartError::Math)?;
         let builder = cfg.specs();
         let numel =
             |specs: &[crate::model::TensorSpec]| specs.iter().map(crate::model::TensorSpec::numel).sum();
@@ -173,7 +180,7 @@ impl Engine {
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let buckets = cfg.bucket_bytes(world.is_some());
-        let pool = WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets)?;
+        let pool = WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets, replicas)?;
         let facts = RunFacts {
             train_len: data.train.len(),
             test_len: data.test.len(),
@@ -199,8 +206,10 @@ impl Engine {
             peak_flops: crate::device::peak::peak_flops(
                 &cfg.devices,
                 cfg.settings.precision.format,
+                cfg.settings.precision.tf32,
                 world.as_ref().map_or(1, |w| w.size),
             ),
+            math: math.describe(),
         };
         let coordinator = Coordinator::new(CoordinatorParts {
             world,
@@ -277,4 +286,8 @@ pub enum StartError {
     Seed(#[from] crate::dist::c10d::C10dError),
     #[error(transparent)]
     Data(Box<crate::data::DataError>),
+    #[error(transparent)]
+    Memory(Box<device_memory::MemoryRefusal>),
+    #[error("cannot set the GPUs' float32 math (TF32): {0}")]
+    Math(crate::dist::c10d::C10dError),
 }

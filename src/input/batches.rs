@@ -15,9 +15,6 @@ use crate::data::Pixels;
 use crate::engine::tally::LoaderTally;
 use crate::engine::worker::{WorkerError, WorkerSetup};
 
-/// Samples per forward pass when evaluating resident data.
-const EVAL_BATCH: usize = 1000;
-
 /// A batch on the device: the network's inputs and labels, the images left out because they
 /// did not decode, what taking it from the streaming loader told.
 pub(crate) struct Batch {
@@ -53,10 +50,9 @@ impl Batches {
     /// The splits uploaded to the replica's device, or its loader thread started.
     pub fn new(setup: &WorkerSetup) -> Result<Batches, WorkerError> {
         let (source, eval_batch) = match (&setup.loader, &setup.data.train.images, &setup.data.test.images) {
-            (_, Pixels::Tokens(train), Pixels::Tokens(test)) => (
-                Source::Tokens { train: train.clone(), test: test.clone() },
-                setup.eval_batch.unwrap_or(EVAL_BATCH),
-            ),
+            (_, Pixels::Tokens(train), Pixels::Tokens(test)) => {
+                (Source::Tokens { train: train.clone(), test: test.clone() }, setup.eval_batch)
+            }
             (Some(decoding), ..) => {
                 let loader = Loader::start(Arc::clone(decoding), setup.replica, setup.device)
                     .map_err(|e| WorkerError::LoaderThread(e.to_string()))?;
@@ -69,7 +65,7 @@ impl Batches {
                     val: setup.data.val.as_ref().map(|v| Resident::upload(v, setup.device)),
                     order: None,
                 },
-                setup.eval_batch.unwrap_or(EVAL_BATCH),
+                setup.eval_batch,
             ),
         };
         let train = &setup.data.train;

@@ -5,7 +5,8 @@
 //! the file on its device and points the module's parameters and floating-point buffers at
 //! views of the flat buffers (`set_data`), so the allreduce, the SGD step and the BatchNorm
 //! broadcast act on the module in place, and the forward pass differentiates against the
-//! module's own parameter tensors. Integer buffers (BatchNorm's `num_batches_tracked`) stay with
+//! module's own parameter tensors. In bf16 or f16 the forward runs in an autocast scope, so the
+//! module computes as it would under `torch.autocast` while its weights stay float32. Integer buffers (BatchNorm's `num_batches_tracked`) stay with
 //! each replica: every replica runs the same number of training passes.
 //!
 //! This file is the one seam for a model format: another (`torch.export` programs, once a C++
@@ -16,7 +17,8 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 use thiserror::Error;
 
-use super::{Forward, Init, Network, Task, TensorSpec};
+use super::{Forward, Init, Network, Precision, Task, TensorSpec};
+use crate::dist::c10d::amp::Autocast;
 use crate::dist::c10d::jit::ScriptModule;
 use crate::dist::c10d::C10dError;
 
@@ -242,6 +244,8 @@ pub struct ScriptNet {
     /// `forward` takes the targets too.
     takes_targets: bool,
     training: std::cell::Cell<Option<bool>>,
+    /// Where the module runs: the device type its forward's autocast scope is for.
+    device: Device,
 }
 
 impl ScriptNet {
@@ -251,6 +255,18 @@ impl ScriptNet {
             self.training.set(Some(train));
         }
         Ok(())
+    }
+
+    /// The module's forward on `inputs` in `ctx`'s mode; in bf16 or f16 inside an autocast
+    /// scope for its device, as `with torch.autocast(...)` around a module call (the backward
+    /// then runs outside it, on the graph the forward recorded).
+    fn run(&self, inputs: &[&Tensor], ctx: &Forward) -> Result<Vec<Tensor>, C10dError> {
+        self.mode(ctx.train)?;
+        let _autocast = match ctx.precision {
+            Precision::F32 => None,
+            low => Some(Autocast::enter(self.device, super::compute_kind(low))?),
+        };
+        self.module.forward(inputs)
     }
 }
 
@@ -270,6 +286,7 @@ impl ScriptNet {
             random: model.random,
             takes_targets: model.inputs == 2,
             training: std::cell::Cell::new(None),
+            device,
         })
     }
 }
@@ -282,8 +299,7 @@ impl Network for ScriptNet {
         x: &Tensor,
         ctx: &Forward,
     ) -> Result<Tensor, super::ForwardError> {
-        self.mode(ctx.train)?;
-        let out = self.module.forward(&[x])?.into_iter().next();
+        let out = self.run(&[x], ctx)?.into_iter().next();
         Ok(out.ok_or_else(|| C10dError("forward returned an empty tuple".into()))?.to_kind(Kind::Float))
     }
 
@@ -298,14 +314,12 @@ impl Network for ScriptNet {
         if !self.takes_targets {
             return self.forward(params, buffers, x, ctx);
         }
-        self.mode(ctx.train)?;
-        let logits = self.module.forward(&[x, y])?.into_iter().next();
+        let logits = self.run(&[x, y], ctx)?.into_iter().next();
         Ok(logits.ok_or_else(|| C10dError("forward returned an empty tuple".into()))?.to_kind(Kind::Float))
     }
 
     fn forward_loss(&self, x: &Tensor, y: &Tensor, ctx: &Forward) -> Result<Tensor, super::ForwardError> {
-        self.mode(ctx.train)?;
-        let loss = self.module.forward(&[x, y])?.pop();
+        let loss = self.run(&[x, y], ctx)?.pop();
         Ok(loss
             .ok_or_else(|| C10dError("forward returned an empty tuple".into()))?
             .to_kind(Kind::Float)

@@ -73,7 +73,7 @@ pub fn loader_config(
     Ok(LoaderConfig {
         prefetch: wanted.min(fits.saturating_sub(2).max(1) as usize),
         decode_threads,
-        eval_batch: p.eval_batch_size.map_or(per_replica.max(1), std::num::NonZeroUsize::get),
+        eval_batch: cfg.settings.eval_batch(total_replicas),
     })
 }
 

@@ -246,6 +246,11 @@ pub fn run() -> u8 {
     };
     print_fact("NCCL", nccl);
     print_fact("NCCL errors", &dpt_tui::dist::nccl_env::describe());
+    print_fact(
+        "f32 on GPUs",
+        "TF32 matrix products and convolutions on sm80 and later (--tf32 off keeps IEEE float32); \
+         --precision bf16|f16 runs every model's forward in that format, f32 weights and update",
+    );
     for i in 0..machine.cuda_devices {
         let identity = dpt_tui::dist::c10d::cuda_identity(i).ok();
         let found = nvml.as_ref().map_err(Clone::clone).and_then(|g| {
@@ -264,9 +269,10 @@ pub fn run() -> u8 {
         });
         let text = match (&identity, found) {
             (Some(id), Ok((what, how))) => format!(
-                "{what} sm{}{} bf16 {} NVML match {how:?}",
+                "{what} sm{}{} bf16 {} TF32 {} NVML match {how:?}",
                 id.major,
                 id.minor,
+                if id.major >= 8 { "yes" } else { "no" },
                 if id.major >= 8 { "yes" } else { "no" }
             ),
             (_, Ok((what, how))) => format!("{what} NVML match {how:?}"),

@@ -39,8 +39,9 @@ fn start_failure(e: StartError) -> Failure {
         StartError::Config(c) => input(c),
         StartError::Engine(EngineError::Dist(e)) => super::dist::failure(e),
         StartError::Engine(e) => Failure::Run(e.into()),
-        StartError::Seed(e) => Failure::Run(e.into()),
+        StartError::Seed(e) | StartError::Math(e) => Failure::Run(e.into()),
         StartError::Data(e) => input(*e),
+        StartError::Memory(e) => input(*e),
     }
 }
 

@@ -135,7 +135,11 @@ def reference(model, data, block, batch, steps, spec):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, spec)
         opt.zero_grad(set_to_none=True)
-        _, loss = net(x, y)
+        # spec["autocast"]: the forward in that format, as torch.autocast runs it; the backward
+        # outside, the weights and the update in float32.
+        low = {"bf16": torch.bfloat16, "f16": torch.float16}.get(spec.get("autocast"))
+        with torch.autocast("cpu", dtype=low or torch.bfloat16, enabled=low is not None):
+            _, loss = net(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for _, p in named], spec["clip"])
         opt.step()

@@ -138,7 +138,7 @@ fn mfu_measured() -> App {
         flops_per_sample: Some(2.65e10),
         model_flops: Some(4.05e14),
         mfu: Some(0.41),
-        peak_flops: PeakFlops::of("NVIDIA H100 80GB HBM3", 2, Precision::F32),
+        peak_flops: PeakFlops::of("NVIDIA H100 80GB HBM3", 2, Precision::F32, true),
         peak_device_mib: vec![12_345.0, 11_980.0],
         ..summary()
     })));

@@ -62,8 +62,6 @@ pub enum ConfigError {
     ResumeDone { done: usize, epochs: usize },
     #[error("this run trains a TorchScript model but none was given; pass --model FILE.pt")]
     ScriptMissing,
-    #[error("--precision {0} is for the built-in models; a TorchScript model trains in f32 (cast inside the model to use {0}; with float16 casts add --loss-scale dynamic)")]
-    ScriptLowPrecision(&'static str),
     #[error("--loss-scale-init must be a finite number above 0 and --loss-scale-interval at least 1; got {init} and {interval}")]
     BadLossScale { init: f32, interval: u32 },
     #[error("--normalize needs finite means and positive stds, one pair or one per channel; got {0}")]

@@ -167,10 +167,11 @@ impl GpuPeak {
     }
 
     /// The peak for a run in `precision`, and the format it is the peak of. An f32 run is
-    /// measured against TF32 where the GPU has it; a precision the GPU lacks has none.
-    pub fn for_precision(&self, precision: Precision) -> Option<(f64, &'static str)> {
+    /// measured against TF32 where the GPU has it and `tf32` lets it be used; a precision the
+    /// GPU lacks has none.
+    pub fn for_precision(&self, precision: Precision, tf32: bool) -> Option<(f64, &'static str)> {
         match precision {
-            Precision::F32 => Some(self.tf32.map_or((self.f32, "f32"), |t| (t, "TF32"))),
+            Precision::F32 => Some(self.tf32.filter(|_| tf32).map_or((self.f32, "f32"), |t| (t, "TF32"))),
             Precision::Bf16 => self.bf16.map(|b| (b, "bf16")),
             Precision::F16 => Some((self.f16, "f16")),
         }
@@ -188,10 +189,10 @@ pub struct PeakFlops {
 
 impl PeakFlops {
     /// The peak of `gpus` GPUs named `name` (all of one kind), or `None` for a GPU not in the
-    /// table or a precision it lacks.
-    pub fn of(name: &str, gpus: usize, precision: Precision) -> Option<PeakFlops> {
+    /// table or a precision it lacks; `tf32`: f32 products may use TF32 (`--tf32`).
+    pub fn of(name: &str, gpus: usize, precision: Precision, tf32: bool) -> Option<PeakFlops> {
         let peak = GpuPeak::find(name)?;
-        let (flops, format) = peak.for_precision(precision)?;
+        let (flops, format) = peak.for_precision(precision, tf32)?;
         Some(PeakFlops {
             flops: flops * gpus as f64,
             basis: format!("{format} peak of {gpus} x {}", peak.model),
@@ -279,14 +280,20 @@ mod tests {
 
     #[test]
     fn a_run_is_measured_against_the_peak_of_its_precision_on_each_gpu_once() {
-        let h100 = PeakFlops::of("NVIDIA H100 80GB HBM3", 2, Precision::Bf16).expect("known");
+        let h100 = PeakFlops::of("NVIDIA H100 80GB HBM3", 2, Precision::Bf16, true).expect("known");
         assert_eq!(h100.flops, 2.0 * 989.5e12);
         assert_eq!(h100.basis, "bf16 peak of 2 x H100 SXM");
-        let tf32 = PeakFlops::of("NVIDIA H100 80GB HBM3", 1, Precision::F32).expect("known");
+        let tf32 = PeakFlops::of("NVIDIA H100 80GB HBM3", 1, Precision::F32, true).expect("known");
         assert_eq!((tf32.flops, tf32.basis.as_str()), (494.5e12, "TF32 peak of 1 x H100 SXM"));
-        let v100 = PeakFlops::of("Tesla V100-SXM2-16GB", 1, Precision::F32).expect("known");
+        let ieee = PeakFlops::of("NVIDIA H100 80GB HBM3", 1, Precision::F32, false).expect("known");
+        assert_eq!(ieee.basis, "f32 peak of 1 x H100 SXM", "--tf32 off: measured against IEEE f32");
+        let v100 = PeakFlops::of("Tesla V100-SXM2-16GB", 1, Precision::F32, true).expect("known");
         assert_eq!(v100.flops, 15.7e12, "no TF32 before Ampere: the f32 peak");
-        assert_eq!(PeakFlops::of("Tesla V100-SXM2-16GB", 1, Precision::Bf16), None, "no bfloat16 there");
+        assert_eq!(
+            PeakFlops::of("Tesla V100-SXM2-16GB", 1, Precision::Bf16, true),
+            None,
+            "no bfloat16 there"
+        );
     }
 
     #[test]

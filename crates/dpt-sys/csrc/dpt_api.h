@@ -27,6 +27,7 @@ typedef struct dpt_stream_guard dpt_stream_guard;
 typedef struct dpt_module dpt_module;
 typedef struct dpt_rng_scope dpt_rng_scope;
 typedef struct dpt_flops dpt_flops;
+typedef struct dpt_autocast dpt_autocast;
 
 // Rust's side of a gradient hook: takes over `grad` (an owned handle) and returns 0, or
 // non-zero with a malloc'ed message in *message, which then fails the backward pass.
@@ -93,6 +94,13 @@ void dpt_rng_close(dpt_rng_scope* scope);
 dpt_flops* dpt_flops_open(char** err);
 double dpt_flops_total(dpt_flops* counter);
 void dpt_flops_close(dpt_flops* counter);
+
+// Autocast scopes and TF32 (amp_shim.cpp).
+dpt_autocast* dpt_autocast_enter(int cuda, int half, char** err);
+void dpt_autocast_leave(dpt_autocast* scope);
+int dpt_autocast_state(int cuda, int* dtype);
+int dpt_set_tf32(int on, char** err);
+int dpt_tf32_state(int cudnn);
 
 // Gradient hooks (autograd_shim.cpp).
 int dpt_on_grad(dpt_tensor* leaf, dpt_grad_fn fn, void* ctx, dpt_drop_fn drop, char** err);

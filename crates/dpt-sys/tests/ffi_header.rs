@@ -54,6 +54,7 @@ fn rust_type(c: &str) -> String {
         "dpt_module" => "RawModule",
         "dpt_rng_scope" => "RawScope",
         "dpt_flops" => "RawFlops",
+        "dpt_autocast" => "RawAutocast",
         "dpt_grad_fn" => "GradFn",
         "dpt_drop_fn" => "DropFn",
         other => panic!("no Rust spelling for C type '{other}' in '{c}'"),

@@ -76,6 +76,8 @@ pub struct RunFacts {
     pub bus_bandwidth: Option<crate::record::bottleneck::MeasuredBus>,
     /// What the run's GPUs can do at most in its precision, for the MFU.
     pub peak_flops: Option<crate::flops::PeakFlops>,
+    /// What the products compute in, in words (`Math::describe`).
+    pub math: String,
 }
 
 /// The coordinator's channels: records out, controls in.

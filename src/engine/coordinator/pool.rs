@@ -28,12 +28,14 @@ pub struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// Starts one worker per device of `cfg`, each from copies of the initial tensors.
+    /// Starts one worker per device of `cfg`, each from copies of the initial tensors;
+    /// `replicas`: the run's replicas in all its processes.
     pub fn spawn(
         cfg: &TrainConfig,
         data: &Arc<Dataset>,
         (initial_params, initial_buffers): (&Tensor, &Tensor),
         bucket_bytes: Option<(i64, i64)>,
+        replicas: usize,
     ) -> Result<WorkerPool, EngineError> {
         let (reply_tx, from_workers) = unbounded();
         let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
@@ -50,7 +52,7 @@ impl WorkerPool {
                 loss: cfg.settings.loss(),
                 task: cfg.task(),
                 recipe: cfg.settings.recipe.clone(),
-                eval_batch: cfg.settings.placement.eval_batch_size.map(std::num::NonZeroUsize::get),
+                eval_batch: cfg.settings.eval_batch(replicas),
                 normalization: cfg.normalization.clone(),
                 data: Arc::clone(data),
                 initial_params: initial_params.copy(),

@@ -30,6 +30,7 @@ impl Coordinator {
             restart: cfg.restart.clone(),
             data: Some(self.facts.data.clone()),
             normalize: Some(cfg.normalization.clone()),
+            math: self.facts.math.clone(),
             timing: self.report.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
             world: self.exchange.world.as_ref().map(|w| crate::record::stats::WorldInfo {
                 rank: w.rank,

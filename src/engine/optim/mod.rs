@@ -65,10 +65,7 @@ impl OptimizerState {
         trainable: impl Fn(usize) -> bool,
     ) -> Self {
         let slots: Vec<Tensor> = cfg.kind.slots().iter().map(|_| params.zeros_like()).collect();
-        let scratch_count = match cfg.kind {
-            OptimizerKind::Sgd => usize::from(cfg.nesterov && cfg.momentum != 0.0),
-            OptimizerKind::Adam | OptimizerKind::AdamW => 2,
-        };
+        let scratch_count = Self::scratch_buffers(&cfg);
         // Scratch space only where there is work: the trainable ranges.
         let dims: Vec<usize> = layout.segments().map(|(_, _, d)| d).collect();
         let decayed = layout.runs(|i| trainable(i) && cfg.decays(dims[i]));
@@ -99,6 +96,15 @@ impl OptimizerState {
             })
             .collect();
         OptimizerState { cfg, slots, parts, scalars: StepScalars::new(params.device()) }
+    }
+
+    /// Scratch buffers the size of the trainable parameters that `cfg`'s update needs beside its
+    /// slots.
+    pub fn scratch_buffers(cfg: &OptimConfig) -> usize {
+        match cfg.kind {
+            OptimizerKind::Sgd => usize::from(cfg.nesterov && cfg.momentum != 0.0),
+            OptimizerKind::Adam | OptimizerKind::AdamW => 2,
+        }
     }
 
     /// The state slots by name (flat, like the parameters).

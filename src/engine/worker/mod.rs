@@ -43,8 +43,11 @@ pub struct WorkerSetup {
     pub task: Task,
     /// The recipe: label smoothing, micro-batches per step, augmentation and its seed.
     pub recipe: crate::settings::Recipe,
-    /// Samples per evaluation batch of resident data, when set (streamed data: the loader's).
-    pub eval_batch: Option<usize>,
+    /// Samples per evaluation batch of resident data and token windows ([`Settings::eval_batch`];
+    /// streamed data: the loader's, the same).
+    ///
+    /// [`Settings::eval_batch`]: crate::settings::Settings::eval_batch
+    pub eval_batch: usize,
     pub normalization: Normalization,
     pub data: Arc<Dataset>,
     pub initial_params: Tensor,

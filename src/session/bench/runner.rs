@@ -107,7 +107,7 @@ impl Bench {
         };
         let mut result = CaseResult::new(case, model, self.devices(placement), precision.to_string());
         let gpus = self.gpus_of(placement).len();
-        result.peak = self.gpu_name.as_deref().and_then(|n| PeakFlops::of(n, gpus, precision));
+        result.peak = self.gpu_name.as_deref().and_then(|n| PeakFlops::of(n, gpus, precision, true));
         let ours = if self.python.is_some() { deadline / 2 } else { deadline };
         let tokens = match case.gpt {
             Some(shape) => match self.gpt_inputs(shape, data, ours) {

@@ -47,6 +47,8 @@ pub(super) struct RunInfoWire {
     allreduce: String,
     #[serde(default)]
     timing: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    math: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     data: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,6 +166,7 @@ impl From<RunInfo> for RunInfoWire {
             bus_bandwidth: i.bus_bandwidth,
             allreduce: i.allreduce,
             timing: i.timing,
+            math: i.math,
             data: i.data,
             normalize: i.normalize,
             restart: i.restart,
@@ -199,6 +202,7 @@ impl From<RunInfoWire> for RunInfo {
             bus_bandwidth: w.bus_bandwidth,
             allreduce: w.allreduce,
             timing: w.timing,
+            math: w.math,
             data: w.data,
             normalize: w.normalize,
             restart: w.restart,

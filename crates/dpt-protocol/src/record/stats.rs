@@ -64,6 +64,10 @@ pub struct RunInfo {
     /// step in 10`).
     #[serde(default)]
     pub timing: String,
+    /// What the products compute in (`bf16 autocast, f32 weights and update`, `f32 with TF32
+    /// matrix products and convolutions`); empty in records of earlier versions.
+    #[serde(default)]
+    pub math: String,
     /// The data set: what was loaded, the image shape and the classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
@@ -105,6 +109,7 @@ impl Default for RunInfo {
             bus_bandwidth: None,
             allreduce: String::new(),
             timing: String::new(),
+            math: String::new(),
             data: None,
             normalize: None,
             restart: None,

@@ -359,6 +359,7 @@ fn start_line(info: &RunInfo) -> String {
         info.optimizer_label(),
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
         + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }
+        + &if info.math.is_empty() { String::new() } else { format!(", math: {}", info.math) }
         + &info.data.as_ref().map_or(String::new(), |d| format!("; data: {d}"))
         + &info.augment.as_ref().map_or(String::new(), |a| format!(", augmented: {a}"))
         + &info.normalize.as_ref().filter(|_| r.steps.is_none()).map_or(String::new(), |n| {

@@ -164,6 +164,9 @@ pub struct Best {
 #[serde(default)]
 pub struct PrecisionSettings {
     pub format: Precision,
+    /// Float32 matrix products and convolutions on GPUs in TF32 (cuBLAS and cuDNN, as
+    /// `torch.backends.cuda.matmul.allow_tf32`); off keeps them in IEEE float32.
+    pub tf32: bool,
     /// Dynamic loss scaling (absent: on with f16 only).
     pub loss_scale: Option<bool>,
     pub loss_scale_init: Option<f32>,
@@ -174,6 +177,7 @@ impl Default for PrecisionSettings {
     fn default() -> Self {
         PrecisionSettings {
             format: Precision::F32,
+            tf32: true,
             loss_scale: None,
             loss_scale_init: None,
             loss_scale_interval: None,
@@ -251,8 +255,8 @@ pub struct Placement {
     pub prefetch: usize,
     /// Streaming: decode threads (absent: the process's cores).
     pub decode_threads: Option<usize>,
-    /// Samples per evaluation batch on each replica (absent: 1000 resident, the training
-    /// batch's share streamed): smaller for a model whose evaluation does not fit.
+    /// Samples per evaluation batch on each replica (absent: a training micro-batch,
+    /// [`Settings::eval_batch`]).
     pub eval_batch_size: Option<NonZeroUsize>,
     /// Gradient buckets' cap in MiB (0: reduce after the backward pass).
     pub bucket_cap_mb: f64,
@@ -319,6 +323,20 @@ impl Settings {
     /// The training loss: the one asked for, else the model's own.
     pub fn loss(&self) -> LossKind {
         self.model.loss.unwrap_or_else(|| self.model_kind().loss())
+    }
+
+    /// Samples per evaluation forward on each of `replicas` replicas (all processes'):
+    /// `--eval-batch-size`, else a training micro-batch (a replica's share of the batch, over
+    /// `--accumulate`), so an evaluation never holds more at once than a training step does.
+    pub fn eval_batch(&self, replicas: usize) -> usize {
+        self.placement.eval_batch_size.map_or_else(|| self.micro_batch(replicas), NonZeroUsize::get)
+    }
+
+    /// The most samples a forward pass of training takes on each of `replicas` replicas: a
+    /// replica's share of the batch over `--accumulate`.
+    pub fn micro_batch(&self, replicas: usize) -> usize {
+        let r = &self.recipe;
+        r.batch_size.div_ceil(replicas.max(1)).div_ceil(r.accumulate.max(1)).max(1)
     }
 
     /// The schedule's base rate: the optimizer's lr, scaled with the global batch when asked.

@@ -8,7 +8,7 @@ use thiserror::Error;
 use super::Settings;
 use crate::config_error::check_lr;
 use crate::config_error::ConfigError;
-use crate::model::{ModelKind, Precision};
+use crate::model::ModelKind;
 use crate::optim::OptimizerKind;
 
 /// Settings that cannot train, or a configuration file that cannot be read.
@@ -185,10 +185,6 @@ impl Settings {
         }
         if self.placement.log_every == 0 {
             return Err(ConfigError::ZeroLogEvery);
-        }
-        let format = self.precision.format;
-        if self.model_kind() == ModelKind::Script && format != Precision::F32 {
-            return Err(ConfigError::ScriptLowPrecision(format.name()));
         }
         if let Some(l) = self.precision.loss_scaling().filter(|l| !l.valid()) {
             return Err(ConfigError::BadLossScale { init: l.init, interval: l.growth_interval });

@@ -3,7 +3,8 @@
 //! rendezvous, ProcessGroupGloo and ProcessGroupNCCL for collectives — the single-process NCCL
 //! allreduce, CUDA devices and timing events (`cuda.rs`), TorchScript modules (`jit.rs`) and
 //! gradient hooks (`hooks.rs`, `autograd_shim.cpp`), a thread's own generator (`rng.rs`,
-//! `rng_shim.cpp`) and a thread's FLOP counter (`flops.rs`, `flops_shim.cpp`).
+//! `rng_shim.cpp`), a thread's FLOP counter (`flops.rs`, `flops_shim.cpp`), and autocast scopes
+//! and TF32 (`amp.rs`, `amp_shim.cpp`).
 //! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};
@@ -16,6 +17,7 @@ use thiserror::Error;
 
 pub use crate::identity::CudaIdentity;
 
+pub mod amp;
 mod cuda;
 pub mod flops;
 mod hooks;

@@ -107,7 +107,12 @@ fn the_summary_says_the_model_flops_and_the_peak_memory_where_recorded() {
         model_flops: Some(2.03e14),
         mfu: Some(0.41),
         flops_per_sample: Some(1.3e10),
-        peak_flops: crate::flops::PeakFlops::of("NVIDIA H100 80GB HBM3", 1, crate::model::Precision::F32),
+        peak_flops: crate::flops::PeakFlops::of(
+            "NVIDIA H100 80GB HBM3",
+            1,
+            crate::model::Precision::F32,
+            true,
+        ),
         peak_device_mib: vec![12_345.4],
         ..summary()
     };
