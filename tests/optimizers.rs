@@ -125,6 +125,65 @@ fn adam(kind: OptimizerKind, weight_decay: f64, decay_all: bool) -> OptimConfig 
     }
 }
 
+/// dpt-tui's fused step on its flat buffers against `torch.optim.*(fused=True)` on the same
+/// tensors (three parameters, the last frozen; summed gradients divided by the batch as the
+/// kernel's `grad_scale`): bit for bit after three steps.
+fn fused_equals_torch_fused(optim: OptimConfig) {
+    use dpt_tui::engine::flat::Layout;
+    use dpt_tui::engine::optim::OptimizerState;
+    use dpt_tui::model::{Init, TensorSpec};
+    let (batch, steps) = (8usize, 3usize);
+    let shapes: [&[i64]; 3] = [&[4, 3], &[3], &[2, 2]];
+    let spec = serde_json::json!({
+        "optimizer": optim.kind.name(), "lr": optim.lr, "momentum": optim.momentum,
+        "nesterov": optim.nesterov, "weight_decay": optim.weight_decay,
+        "betas": [optim.betas.0, optim.betas.1], "eps": optim.eps, "decay_all": optim.decay_all,
+        "batch": batch, "steps": steps, "shapes": shapes, "frozen": [2],
+    });
+    let out = common::run_script("fused_reference.py", &[&spec.to_string()]);
+    assert!(out.status.success(), "fused_reference.py: {}", String::from_utf8_lossy(&out.stderr));
+    let theirs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let floats = |v: &serde_json::Value| -> Vec<f32> {
+        v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+    };
+    let specs: Vec<TensorSpec> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| TensorSpec {
+            name: format!("t{i}"),
+            shape: s.to_vec(),
+            init: Init::Zeros,
+            frozen: i == 2,
+        })
+        .collect();
+    let layout = Layout::new(&specs, false);
+    let params = tch::Tensor::from_slice(&floats(&theirs["initial"]));
+    let mut state = OptimizerState::new(optim, &params, &layout, |i| !specs[i].frozen);
+    for (step, grads) in theirs["grads"].as_array().unwrap().iter().enumerate() {
+        let grad_sum = tch::Tensor::from_slice(&floats(grads));
+        state.step(&grad_sum, optim.lr, batch, step as u64 + 1, false);
+    }
+    let ours: Vec<f32> = Vec::try_from(&params).unwrap();
+    let want = floats(&theirs["final"]);
+    let differ = ours.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    assert_eq!(differ, 0, "{}: {ours:?} against PyTorch's {want:?}", optim.describe());
+    assert_eq!(
+        ours[ours.len() - 4..],
+        floats(&theirs["initial"])[ours.len() - 4..],
+        "the frozen tensor stays"
+    );
+}
+
+#[test]
+fn fused_steps_equal_torch_optims_fused_kernels_bit_for_bit() {
+    fused_equals_torch_fused(OptimConfig::sgd(0.1, 0.0, 1e-2));
+    fused_equals_torch_fused(OptimConfig::sgd(0.1, 0.9, 1e-2));
+    fused_equals_torch_fused(OptimConfig { nesterov: true, ..OptimConfig::sgd(0.1, 0.9, 1e-2) });
+    fused_equals_torch_fused(adam(OptimizerKind::Adam, 0.1, false));
+    fused_equals_torch_fused(adam(OptimizerKind::AdamW, 0.5, false));
+    fused_equals_torch_fused(adam(OptimizerKind::AdamW, 0.5, true));
+}
+
 #[test]
 fn sgd_with_momentum_and_weight_decay_equals_torch_optim_sgd() {
     check(OptimConfig::sgd(0.1, 0.9, 1e-2));

@@ -9,6 +9,7 @@
 #include "flops_shim.cpp"
 #include "host_shim.cpp"
 #include "amp_shim.cpp"
+#include "optim_shim.cpp"
 #if DPT_HAVE_NCCL
 #include "c10d_nccl.cpp"
 #else

@@ -144,9 +144,10 @@ impl Replicas {
         }
     }
 
-    /// Updates replica `i` from the reduced gradient in `grads[holder]`.
-    pub fn update(&mut self, i: usize, holder: usize, lr: f64, batch: usize, step: u64) {
-        self.optim[i].step(&self.grads[holder], lr, batch, step);
+    /// Updates replica `i` from the reduced gradient in `grads[holder]`; `divided`: an earlier
+    /// update this step took it from the same holder (and left it divided by the batch).
+    pub fn update(&mut self, i: usize, holder: usize, (lr, batch, step): (f64, usize, u64), divided: bool) {
+        self.optim[i].step(&self.grads[holder], lr, batch, step, divided);
     }
 
     /// The ranges of the flat gradient that carry gradients (the trainable parameters'): what

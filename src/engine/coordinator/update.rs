@@ -60,7 +60,7 @@ impl Update {
             if fault == Some((i, global_step)) {
                 panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
             }
-            self.replicas.update(i, holder, lr, batch, taken);
+            self.replicas.update(i, holder, (lr, batch, taken), holders[..i].contains(&holder));
         }
         self.touching = None;
         norm

@@ -1,58 +1,49 @@
 //! The optimizer seam: which update rule a run uses ([`OptimConfig`]), and each replica's state
 //! for it ([`OptimizerState`]) on the flat buffers. Every rule's state is a list of named slots
 //! the size of the parameters (`momentum` for SGD, `exp_avg` and `exp_avg_sq` for Adam), saved in
-//! checkpoints by those names, plus scratch buffers that are not.
+//! checkpoints by those names.
+//!
+//! The update is PyTorch's fused kernel for the rule (`torch._fused_sgd_`, `_fused_adam_`,
+//! `_fused_adamw_`, what `torch.optim.SGD/Adam/AdamW(fused=True)` call; CUDA and CPU kernels):
+//! one pass that reads each parameter, its gradient and its state once and writes them back,
+//! with the division of the summed gradient by the global batch done inside as the kernel's
+//! `grad_scale`, and the step count a tensor on the device, so a step reads nothing from the
+//! host. Weight decay is per tensor, as parameter groups give it: the tensors the decay rule
+//! selects in one call, the others in a second with none.
 
-pub mod adam;
 pub mod ema;
 pub mod loss_scale;
-pub mod sgd;
 
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 use super::flat::Layout;
-use adam::{Adam, AdamTensors};
-use sgd::Sgd;
+use crate::dist::c10d::optim::{fused_adam, fused_sgd, AdamStep, OnDevice, SgdStep};
 
 pub use dpt_protocol::optim::{schedule, OptimConfig, OptimizerKind};
 
-/// 0-dim tensors for the scalars of a step, reused every step.
-pub struct StepScalars {
-    inv_batch: Tensor,
-    neg_lr: Tensor,
-    neg_lr_over_batch: Tensor,
-    weight_decay: Tensor,
-    momentum: Tensor,
+/// Trainable tensors that share a weight decay, as views of the replica's flat buffers.
+struct Group {
+    weight_decay: f64,
+    /// Their ranges of the flat buffers (the gradient's views are taken from them each step).
+    ranges: Vec<(i64, i64)>,
+    params: Vec<Tensor>,
+    /// Per slot, in the order of `cfg.kind.slots()`, the same ranges of it.
+    slots: Vec<Vec<Tensor>>,
+    /// The step count, once per tensor (views of one 0-dim tensor).
+    steps: Vec<Tensor>,
 }
 
-impl StepScalars {
-    pub fn new(device: Device) -> Self {
-        let z = || Tensor::zeros([], (Kind::Float, device));
-        StepScalars { inv_batch: z(), neg_lr: z(), neg_lr_over_batch: z(), weight_decay: z(), momentum: z() }
-    }
-}
-
-/// The optimizer's tensors over one contiguous range of trainable parameters: views of the
-/// replica's parameters, state slots and scratch buffers.
-struct Part {
-    offset: i64,
-    len: i64,
-    param: Tensor,
-    slots: Vec<Tensor>,
-    scratch: Vec<Tensor>,
-    /// The decayed tensors inside this range, as views of the parameters and of `scratch[0]`.
-    decayed_params: Vec<Tensor>,
-    decayed_grads: Vec<Tensor>,
-}
-
-/// One replica's optimizer state on its device. Frozen parameters are outside every part: no
-/// update, no decay, no state change (their state stays zero).
+/// One replica's optimizer state on its device. Frozen parameters are in no group: no update,
+/// no decay, no state change (their state stays zero).
 pub struct OptimizerState {
     cfg: OptimConfig,
     /// In the order of `cfg.kind.slots()`, flat like the parameters.
     slots: Vec<Tensor>,
-    parts: Vec<Part>,
-    scalars: StepScalars,
+    groups: Vec<Group>,
+    /// 0-dim float32 on the device: the steps taken, as Adam's bias correction counts them.
+    step: Tensor,
+    /// 0-dim float32 on the device: the global batch, which the summed gradient is divided by.
+    grad_scale: Tensor,
 }
 
 impl OptimizerState {
@@ -65,46 +56,31 @@ impl OptimizerState {
         trainable: impl Fn(usize) -> bool,
     ) -> Self {
         let slots: Vec<Tensor> = cfg.kind.slots().iter().map(|_| params.zeros_like()).collect();
-        let scratch_count = Self::scratch_buffers(&cfg);
-        // Scratch space only where there is work: the trainable ranges.
+        let scalar = || Tensor::zeros([], (Kind::Float, params.device()));
+        let step = scalar();
         let dims: Vec<usize> = layout.segments().map(|(_, _, d)| d).collect();
-        let decayed = layout.runs(|i| trainable(i) && cfg.decays(dims[i]));
-        let parts = layout
-            .runs(&trainable)
+        let groups = [(true, cfg.weight_decay), (false, 0.0)]
             .into_iter()
-            .map(|(offset, len)| {
-                let scratch: Vec<Tensor> = (0..scratch_count)
-                    .map(|_| Tensor::zeros([len], (Kind::Float, params.device())))
-                    .collect();
-                // The decayed ranges inside this part, relative to it.
-                let inside: Vec<(i64, i64)> = decayed
-                    .iter()
-                    .filter(|(o, n)| *o >= offset && o + n <= offset + len)
-                    .map(|(o, n)| (o - offset, *n))
-                    .collect();
-                let param = params.narrow(0, offset, len);
-                let view = |t: &Tensor| inside.iter().map(|&(o, n)| t.narrow(0, o, n)).collect::<Vec<_>>();
-                Part {
-                    offset,
-                    len,
-                    decayed_params: view(&param),
-                    decayed_grads: scratch.first().map(view).unwrap_or_default(),
-                    slots: slots.iter().map(|t| t.narrow(0, offset, len)).collect(),
-                    param,
-                    scratch,
+            .map(|(decayed, weight_decay)| {
+                let ranges = layout.runs(|i| trainable(i) && cfg.decays(dims[i]) == decayed);
+                let views = |t: &Tensor| ranges.iter().map(|&(o, n)| t.narrow(0, o, n)).collect::<Vec<_>>();
+                Group {
+                    weight_decay,
+                    params: views(params),
+                    slots: slots.iter().map(views).collect(),
+                    steps: ranges.iter().map(|_| step.shallow_clone()).collect(),
+                    ranges,
                 }
             })
+            .filter(|g| !g.ranges.is_empty())
             .collect();
-        OptimizerState { cfg, slots, parts, scalars: StepScalars::new(params.device()) }
+        OptimizerState { cfg, slots, groups, step, grad_scale: scalar() }
     }
 
-    /// Scratch buffers the size of the trainable parameters that `cfg`'s update needs beside its
-    /// slots.
-    pub fn scratch_buffers(cfg: &OptimConfig) -> usize {
-        match cfg.kind {
-            OptimizerKind::Sgd => usize::from(cfg.nesterov && cfg.momentum != 0.0),
-            OptimizerKind::Adam | OptimizerKind::AdamW => 2,
-        }
+    /// Buffers the size of the trainable parameters that `cfg`'s update needs beside its slots:
+    /// none, the fused kernels work in registers.
+    pub fn scratch_buffers(_cfg: &OptimConfig) -> usize {
+        0
     }
 
     /// The state slots by name (flat, like the parameters).
@@ -120,44 +96,44 @@ impl OptimizerState {
     }
 
     /// Updates the parameters from `grad_sum` (the flat gradient summed over `batch` samples)
-    /// at learning rate `lr`; `step` counts optimizer steps, 1 on the first.
-    pub fn step(&mut self, grad_sum: &Tensor, lr: f64, batch: usize, step: u64) {
+    /// at learning rate `lr`; `step` counts optimizer steps, 1 on the first. `divided`: an
+    /// earlier replica's update on this device already divided `grad_sum` by the batch in place
+    /// (the fused kernels write the divided gradient back), so this one takes it as it is.
+    pub fn step(&mut self, grad_sum: &Tensor, lr: f64, batch: usize, step: u64, divided: bool) {
+        let _guard = tch::no_grad_guard();
         let c = self.cfg;
-        for part in &mut self.parts {
-            let grad = grad_sum.narrow(0, part.offset, part.len);
-            match c.kind {
+        let _ = self.step.fill_(step as f64);
+        let _ = self.grad_scale.fill_(batch as f64);
+        let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf: None };
+        for g in &self.groups {
+            let grads: Vec<Tensor> = g.ranges.iter().map(|&(o, n)| grad_sum.narrow(0, o, n)).collect();
+            let done = match c.kind {
                 OptimizerKind::Sgd => {
-                    let sgd =
-                        Sgd { lr, momentum: c.momentum, weight_decay: c.weight_decay, nesterov: c.nesterov };
-                    sgd.step(
-                        &mut part.param,
-                        &grad,
-                        &mut part.slots[0],
-                        part.scratch.first_mut(),
-                        batch,
-                        &mut self.scalars,
-                    );
+                    let h = SgdStep {
+                        lr,
+                        momentum: c.momentum,
+                        weight_decay: g.weight_decay,
+                        nesterov: c.nesterov,
+                        // The buffers start at zero: `mu * 0 + g` is the first step's copy.
+                        first_step: false,
+                    };
+                    let buffers = g.slots.first().map_or(&[][..], Vec::as_slice);
+                    fused_sgd(&g.params, &grads, buffers, h, on_device)
                 }
                 OptimizerKind::Adam | OptimizerKind::AdamW => {
-                    let adam = Adam {
+                    let h = AdamStep {
                         lr,
                         betas: c.betas,
                         eps: c.eps,
-                        weight_decay: c.weight_decay,
+                        weight_decay: g.weight_decay,
                         decoupled: c.kind == OptimizerKind::AdamW,
                     };
-                    let (first, second) = part.slots.split_at_mut(1);
-                    let (g, d) = part.scratch.split_at_mut(1);
-                    let tensors = AdamTensors {
-                        exp_avg: &mut first[0],
-                        exp_avg_sq: &mut second[0],
-                        grad: &mut g[0],
-                        denom: &mut d[0],
-                        decayed_params: &mut part.decayed_params,
-                        decayed_grads: &mut part.decayed_grads,
-                    };
-                    adam.step(&mut part.param, &grad, tensors, batch, step, &mut self.scalars);
+                    fused_adam(&g.params, &grads, (&g.slots[0], &g.slots[1]), &g.steps, h, on_device)
                 }
+            };
+            if let Err(e) = done {
+                // The coordinator's failure path reports a panic in an update with the replica.
+                panic!("the fused optimizer step failed: {}", e.0);
             }
         }
     }

@@ -4,7 +4,8 @@
 //! allreduce, CUDA devices and timing events (`cuda.rs`), TorchScript modules (`jit.rs`) and
 //! gradient hooks (`hooks.rs`, `autograd_shim.cpp`), a thread's own generator (`rng.rs`,
 //! `rng_shim.cpp`), a thread's FLOP counter (`flops.rs`, `flops_shim.cpp`), and autocast scopes
-//! and TF32 (`amp.rs`, `amp_shim.cpp`).
+//! and TF32 (`amp.rs`, `amp_shim.cpp`), and the fused optimizer kernels (`optim.rs`,
+//! `optim_shim.cpp`).
 //! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};
@@ -23,6 +24,7 @@ pub mod flops;
 mod hooks;
 pub mod host;
 pub mod jit;
+pub mod optim;
 mod rng;
 mod store;
 
