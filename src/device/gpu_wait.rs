@@ -64,27 +64,24 @@ impl Waiting {
         }
     }
 
-    /// Polls `work` until it is done or the timeout passes. The first polls only yield the
-    /// core (a step's tail is usually microseconds away); then the pause between polls grows
-    /// to 1 ms, which bounds the delay added to a long wait.
+    /// Polls `work` until it is done or the timeout passes, yielding the core between polls
+    /// and then sleeping [`pause_after`]: never longer than a sixteenth of the wait so far, so
+    /// a poll adds at most about 6 % to any wait (a step's tail is usually microseconds away).
     pub fn poll(&self, work: &impl Completion) -> Result<(), WaitError> {
-        let deadline = Instant::now() + self.timeout;
-        let mut pause = Duration::from_micros(20);
-        let mut round = 0u32;
+        let start = Instant::now();
+        let deadline = start + self.timeout;
         loop {
             if work.done()? {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(self.expired());
             }
-            if round < 100 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-                pause = (pause * 2).min(Duration::from_millis(1));
+            match pause_after(now - start) {
+                None => std::thread::yield_now(),
+                Some(pause) => std::thread::sleep(pause.min(deadline - now)),
             }
-            round = round.saturating_add(1);
         }
     }
 
@@ -119,6 +116,13 @@ impl Waiting {
             self.expired()
         })
     }
+}
+
+/// How long a poll that has waited `waited` pauses before the next: none (a yield) for the first
+/// 200 µs, then a sixteenth of the wait so far, at most 1 ms.
+fn pause_after(waited: Duration) -> Option<Duration> {
+    const SPIN: Duration = Duration::from_micros(200);
+    (waited >= SPIN).then(|| (waited / 16).min(Duration::from_millis(1)))
 }
 
 /// A deadline on a call that must stay on its own thread (one made through the process group,
@@ -189,6 +193,17 @@ mod tests {
             phase: "the allreduce and update".into(),
             device: "cuda:3".into(),
             timeout: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn a_poll_sleeps_no_more_than_a_sixteenth_of_the_wait_so_far() {
+        assert_eq!(pause_after(Duration::from_micros(50)), None, "a short wait only yields");
+        for waited in [200u64, 1_000, 4_000, 16_000, 100_000, 10_000_000] {
+            let waited = Duration::from_micros(waited);
+            let pause = pause_after(waited).expect("sleeps");
+            assert!(pause <= waited / 16 && pause <= Duration::from_millis(1), "{waited:?}: {pause:?}");
+            assert!(pause > Duration::ZERO);
         }
     }
 

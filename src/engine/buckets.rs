@@ -112,6 +112,15 @@ impl Buckets {
         Buckets::plan_in_order(segments, &trainable, arrival, self.limits.0, self.limits.1)
     }
 
+    /// Whether `self`, a re-plan of `current` under the same limits, cuts the gradients into
+    /// more buckets than `current` does: an arrival order that interleaves the flat layout
+    /// strands parameters between buckets already closed, each stranded run a small bucket and
+    /// a collective of its own, whose launches cost more than the earlier start gains. Such a
+    /// plan is not adopted.
+    pub fn fragments(&self, current: &Buckets) -> bool {
+        self.len() > current.len()
+    }
+
     /// `arrival` completed to an order of every trainable parameter: the ones it lacks follow
     /// in reverse order, repeats and unknown positions are dropped (the same length on every
     /// rank, for the broadcast of rank 0's).
@@ -264,6 +273,22 @@ mod tests {
             // Nothing recorded (no gradient arrived): the declared plan too.
             assert_eq!(Buckets::plan_in_order(&segs, &trainable, &[], first, cap), planned);
         }
+    }
+
+    #[test]
+    fn an_arrival_order_that_interleaves_the_layout_would_fragment_and_is_not_adopted() {
+        // Eight tensors of 100 scalars (400 bytes); first bucket one tensor, then two a bucket.
+        let segs = segments(&[100; 8]);
+        let all: Vec<usize> = (0..8).collect();
+        let current = Buckets::plan(&segs, &all, 400, 800);
+        assert_eq!(current.len(), 5);
+        // Every other one arriving first strands 1, 5 and 7 between closed buckets.
+        let interleaved = current.replanned(&[0, 2, 4, 6, 1, 3, 5, 7]);
+        assert_eq!(interleaved.len(), 6, "{:?}", interleaved.ranges);
+        assert!(interleaved.fragments(&current));
+        // Layers used out of declared order, pairs kept together: as many buckets, adopted.
+        let pairs = current.replanned(&[1, 0, 3, 2, 5, 4, 7, 6]);
+        assert!(!pairs.fragments(&current), "{:?}", pairs.ranges);
     }
 
     #[test]

@@ -2,8 +2,14 @@
 //! a panic of its own named by the replica and device it touched, and running out of GPU memory
 //! said in one line with the way out.
 
+use std::time::Duration;
+
 use super::Coordinator;
-use crate::engine::EngineError;
+use crate::engine::{clock, EngineError};
+
+/// How long the failure path waits for each GPU's queued work when it looks for the one that
+/// failed: a hung GPU counts as the failed one after it.
+const FAILED_GPU_WAIT: Duration = Duration::from_secs(10);
 
 impl Coordinator {
     /// An out-of-memory failure said in one line with the way out; other errors unchanged.
@@ -72,13 +78,16 @@ impl Coordinator {
     }
 
     /// The failure a panic of this thread stands for, with the replica it was working on (or,
-    /// failing that, the first CUDA device that reports an error).
+    /// failing that, the first CUDA device that reports an error or does not finish its queued
+    /// work within [`FAILED_GPU_WAIT`]: a fence polled with a deadline, not a synchronize that
+    /// would hang the failure path on a hung GPU).
     pub(super) fn panic_error(&self, panic: &(dyn std::any::Any + Send)) -> EngineError {
         let message = crate::engine::worker::panic_message(panic);
+        let wait = self.cfg.step_timeout().min(FAILED_GPU_WAIT);
         let replica = self.update.touching.or_else(|| {
             self.cfg().devices.iter().position(|d| match d {
                 crate::engine::DeviceId::Cuda(i) => {
-                    std::panic::catch_unwind(|| tch::Cuda::synchronize(*i as i64)).is_err()
+                    clock::waiting("finding the failed GPU", d, wait).fence(tch::Device::Cuda(*i)).is_err()
                 }
                 crate::engine::DeviceId::Cpu => false,
             })

@@ -174,8 +174,8 @@ impl Coordinator {
     /// After the first step this process runs, plans the buckets again in the order its
     /// gradients arrived in, as DDP's reducer rebuilds its buckets after the first iteration:
     /// the order of the first replica, of rank 0 across processes (DDP broadcasts rank 0's), so
-    /// that every replica and rank reduces the same buckets in the same order. Says so when the
-    /// plan changed. Runs between steps, when no hook runs.
+    /// that every replica and rank reduces the same buckets in the same order; unless the new
+    /// plan would fragment the buckets ([`Buckets::fragments`]). Says so when the plan changed. Runs between steps, when no hook runs.
     pub(super) fn replan_buckets(&mut self) -> Result<(), EngineError> {
         let r = &mut self.exchange.reduction;
         let (Some(current), Some(first)) = (&r.buckets, r.sinks.first()) else { return Ok(()) };
@@ -189,7 +189,7 @@ impl Coordinator {
             order = values.iter().map(|&v| v as usize).collect();
         }
         let planned = Arc::new(current.replanned(&order));
-        if planned.ranges == current.ranges {
+        if planned.ranges == current.ranges || planned.fragments(current) {
             return Ok(());
         }
         let before = current.len();

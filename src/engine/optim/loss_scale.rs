@@ -66,7 +66,9 @@ impl LossScaler {
         // batch's factor joins it in f32, as a scalar multiplication would.
         let inv = (1.0 / f64::from(self.scale)) as f32;
         let factor = (f64::from(inv) * batch.max(1) as f64) as f32;
-        let inv_scale = Tensor::from_slice(&[factor]).to_device(grad.device());
+        // Filled on the device (a fill kernel queued on the stream), not uploaded: a copy from
+        // pageable host memory would wait for the device to drain first.
+        let inv_scale = Tensor::full([1], f64::from(factor), (tch::Kind::Float, grad.device()));
         let mut found_inf = Tensor::zeros([1], (tch::Kind::Float, grad.device()));
         grad.internal_amp_non_finite_check_and_unscale(&mut found_inf, &inv_scale);
         found_inf
