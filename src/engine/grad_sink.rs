@@ -38,9 +38,19 @@ struct State {
     last: bool,
     /// Per bucket, the parameters not yet written in the last micro-batch.
     left: Vec<usize>,
-    /// On a GPU, per bucket, an event recorded by the hook that completed the bucket, on the
-    /// stream the hook ran on (see [`GradSink::hand_off`]).
-    handed: Vec<Option<CudaEvent>>,
+    /// On a GPU, per bucket, an event per stream its hooks ran on, recorded after each of their
+    /// writes there (see [`GradSink::hand_off`]); made once and kept for the run.
+    handed: Vec<Vec<Handed>>,
+    /// Counts the steps (their last micro-batches): which events this step recorded.
+    step: u64,
+}
+
+/// A bucket's event on one stream.
+struct Handed {
+    stream: i64,
+    event: CudaEvent,
+    /// The step that last recorded it.
+    step: u64,
 }
 
 impl GradSink {
@@ -61,7 +71,8 @@ impl GradSink {
             adding: false,
             last: false,
             left: vec![0; buckets.len()],
-            handed: (0..buckets.len()).map(|_| None).collect(),
+            handed: (0..buckets.len()).map(|_| Vec::new()).collect(),
+            step: 0,
             buckets,
         };
         let sink = Arc::new(GradSink { replica, replies, state: Mutex::new(state) });
@@ -92,24 +103,27 @@ impl GradSink {
     pub fn rebucket(&self, buckets: Arc<Buckets>) {
         let mut s = self.lock();
         s.left = vec![0; buckets.len()];
-        s.handed = (0..buckets.len()).map(|_| None).collect();
+        s.handed = (0..buckets.len()).map(|_| Vec::new()).collect();
         s.buckets = buckets;
     }
 
     /// Orders the calling thread's current stream after the writes of bucket `b`'s gradients,
     /// before it reads them: the hooks run on the stream of the backward kernel that made each
     /// gradient (autograd's), which for a model that runs part of its forward on a stream of
-    /// its own is not the coordinator's. A wait on the device, free when the streams are the
-    /// same; nothing on the CPU. It covers the stream of the hook that completed the bucket;
-    /// the other direction (a later step's hook on such a stream writing after this step's
-    /// update on the default stream) holds because such a model's stream must wait for the
-    /// default stream before its forward pass reads the weights, as PyTorch requires of any
-    /// model that uses a stream of its own.
+    /// its own is not the coordinator's, and a bucket's gradients may come from several. A
+    /// wait on the device for each stream's event, recorded just after that stream's last write
+    /// of the bucket: the reading stream does not wait for the backward kernels queued after
+    /// them. Nothing on the CPU. The other direction (a later step's hook on such a stream
+    /// writing after this step's update on the default stream) holds because such a model's
+    /// stream must wait for the default stream before its forward pass reads the weights, as
+    /// PyTorch requires of any model that uses a stream of its own.
     pub fn hand_off(&self, b: usize) -> Result<(), crate::dist::c10d::C10dError> {
-        match self.lock().handed.get(b) {
-            Some(Some(event)) => event.block(),
-            _ => Ok(()),
+        let s = self.lock();
+        let step = s.step;
+        for h in s.handed.get(b).into_iter().flatten().filter(|h| h.step == step) {
+            h.event.block()?;
         }
+        Ok(())
     }
 
     /// Starts a micro-batch: the first of a step copies, the others add; the last reports.
@@ -121,6 +135,7 @@ impl GradSink {
         s.adding = !first;
         s.last = last;
         if last {
+            s.step += 1;
             let sizes: Vec<usize> = (0..s.buckets.len()).map(|b| s.buckets.params_in(b)).collect();
             s.left = sizes;
         }
@@ -148,16 +163,11 @@ impl GradSink {
             return Ok(());
         }
         let Some(b) = s.buckets.of(k) else { return Ok(()) };
+        if let tch::Device::Cuda(i) = grad.device() {
+            s.mark(b, i).map_err(|e| tch::TchError::Torch(e.0))?;
+        }
         s.left[b] = s.left[b].saturating_sub(1);
         if s.left[b] == 0 {
-            if let tch::Device::Cuda(i) = grad.device() {
-                if s.handed[b].is_none() {
-                    s.handed[b] = Some(CudaEvent::ordering(i).map_err(|e| tch::TchError::Torch(e.0))?);
-                }
-                if let Some(event) = s.handed[b].as_mut() {
-                    event.record().map_err(|e| tch::TchError::Torch(e.0))?;
-                }
-            }
             // A gone coordinator is noticed by the worker's next send.
             let _ = self.replies.send(FromWorker::BucketReady { replica: self.replica, bucket: b });
         }
@@ -166,5 +176,26 @@ impl GradSink {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// Records bucket `b`'s event for the calling thread's current stream on CUDA device
+    /// `device`, just after a write of one of its gradients there (an event made the first time
+    /// the bucket meets that stream, then kept).
+    fn mark(&mut self, b: usize, device: usize) -> Result<(), crate::dist::c10d::C10dError> {
+        let stream = crate::dist::c10d::current_stream(device)?;
+        let step = self.step;
+        let handed = &mut self.handed[b];
+        let at = match handed.iter().position(|h| h.stream == stream) {
+            Some(at) => at,
+            None => {
+                handed.push(Handed { stream, event: CudaEvent::ordering(device)?, step });
+                handed.len() - 1
+            }
+        };
+        handed[at].event.record()?;
+        handed[at].step = step;
+        Ok(())
     }
 }

@@ -74,7 +74,7 @@ dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, 
 // Sums `n` tensors, one per distinct GPU, in place, with one NCCL call, on each GPU's side
 // stream (see side_stream): the kernels queued on the GPUs' current streams after this call
 // do not wait for the sum. Each side stream first waits for the work queued so far on its
-// GPU's current stream (which made the tensor), and the tensors are marked as used there for
+// GPU's current stream (which made the tensor), unless it is that current stream, and the tensors are marked as used there for
 // the caching allocator, as ProcessGroupNCCL does with its inputs. Read the sums on a current
 // stream only after dpt_nccl_side_join.
 int dpt_nccl_local_allreduce(at::Tensor* const* tensors, size_t n, char** err) {
@@ -89,7 +89,11 @@ int dpt_nccl_local_allreduce(at::Tensor* const* tensors, size_t n, char** err) {
     for (const auto& t : v) {
       auto index = t.device().index();
       auto side = side_stream(index);
-      stream_wait(at::cuda::getCurrentCUDAStream(index), side);
+      // Called with the side stream current (the coordinator's bucketed path, which made it
+      // wait for the hooks' own events instead), there is nothing to wait for.
+      if (at::cuda::getCurrentCUDAStream(index) != side) {
+        stream_wait(at::cuda::getCurrentCUDAStream(index), side);
+      }
       t.record_stream(side.unwrap());
       streams.emplace_back(side);
     }
@@ -120,6 +124,15 @@ dpt_stream_guard* dpt_side_stream_enter(int device, char** err) {
     auto count = c10::cuda::device_count();
     TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
     return new dpt_stream_guard{c10::StreamGuard(side_stream(static_cast<c10::DeviceIndex>(device)).unwrap())};
+  })
+}
+
+// The id of CUDA device `device`'s current stream on the calling thread (c10's StreamId),
+// into *out: which stream a gradient hook runs on.
+int dpt_cuda_current_stream(int device, int64_t* out, char** err) {
+  DPT_GUARD(err, -1, {
+    *out = static_cast<int64_t>(at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).id());
+    return 0;
   })
 }
 

@@ -95,6 +95,16 @@ pub(super) struct Gathered {
     pub buckets: usize,
 }
 
+/// Side stream guards of several GPUs, left in the reverse order they were entered (each
+/// restores the device and stream that were current when it was entered).
+struct SideStreams(Vec<SideStream>);
+
+impl Drop for SideStreams {
+    fn drop(&mut self) {
+        while self.0.pop().is_some() {}
+    }
+}
+
 impl Coordinator {
     /// Gathers the replicas' replies to a step; with buckets, reduces each bucket as soon as
     /// every local replica has reported it, in bucket order (so every rank starts the same
@@ -126,10 +136,15 @@ impl Coordinator {
                 _ => return Ok(()),
             };
             for b in launch {
+                // With NCCL's sums on the GPUs' side streams, the side streams wait for the
+                // hooks' events (not for every kernel queued on the GPUs so far) and run the
+                // bucket's sums: the guards make them current while they are queued.
+                let side = self.side_streams()?;
                 for sink in &self.exchange.reduction.sinks {
                     sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
                 }
                 in_flight.extend(self.reduce_range(buckets.ranges[b])?);
+                drop(side);
                 if let Some(p) = probe {
                     p.borrow_mut().summed(b, buckets.len()).map_err(|e| EngineError::Nccl(e.0))?;
                 }
@@ -223,6 +238,19 @@ impl Coordinator {
             Some(w) => Ok(w.finish(in_flight)?),
             None => Ok(()),
         }
+    }
+
+    /// The side stream of every GPU of this process made current, when their sums run there
+    /// (NCCL within the process); none otherwise.
+    fn side_streams(&self) -> Result<SideStreams, EngineError> {
+        let mut guards = SideStreams(Vec::new());
+        let LocalReduce::Nccl { groups } = &self.exchange.reduction.local else { return Ok(guards) };
+        for g in groups {
+            if let Some(crate::engine::DeviceId::Cuda(i)) = self.cfg().devices.get(g[0]) {
+                guards.0.push(SideStream::enter(*i).map_err(|e| EngineError::Nccl(e.0))?);
+            }
+        }
+        Ok(guards)
     }
 
     /// Sums `range` of the flat gradients over the local replicas into the first replica's

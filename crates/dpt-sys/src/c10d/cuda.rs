@@ -38,6 +38,7 @@ extern "C" {
     fn dpt_nccl_side_join(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
     fn dpt_side_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawStreamGuard;
     fn dpt_side_stream_leave(g: *mut RawStreamGuard);
+    fn dpt_cuda_current_stream(device: i32, out: *mut i64, err: *mut *mut c_char) -> i32;
     #[allow(clippy::too_many_arguments)]
     fn dpt_cuda_identity(
         device: i32,
@@ -209,6 +210,16 @@ pub fn nccl_side_join(tensors: &[Tensor]) -> Result<(), C10dError> {
     let ptrs: Vec<*mut CTensor> = tensors.iter().map(Tensor::as_ptr).map(|p| p.cast_mut()).collect();
     // SAFETY: the tensors are alive for the call; the shim only reads their devices.
     call(|err| unsafe { dpt_nccl_side_join(ptrs.as_ptr(), ptrs.len(), err) }).map(drop)
+}
+
+/// The id of CUDA device `index`'s current stream on the calling thread (c10's `StreamId`):
+/// which stream a gradient hook runs on. An error without that device or CUDA.
+pub fn current_stream(index: usize) -> Result<i64, C10dError> {
+    let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+    let mut id = 0i64;
+    // SAFETY: plain value argument; `id` is valid for one write.
+    call(|err| unsafe { dpt_cuda_current_stream(device, &mut id, err) })?;
+    Ok(id)
 }
 
 /// While alive, the side stream of a GPU (where [`nccl_local_allreduce`] sums) is the calling
