@@ -1,6 +1,7 @@
 //! Text through a Hugging Face tokenizer.json: the cached token files equal what Hugging Face's
-//! own Python library makes of the same files (`tests/scripts/tokenizer.py`), also for a file
-//! long enough to be encoded in pieces; a GPT trains on them from the command line, samples text
+//! own Python library makes of the same files (`tests/scripts/tokenizer.py`), also for files
+//! long enough to be encoded in pieces, with tokenizers that encode a piece by what precedes it
+//! (a prefix space, a SentencePiece-style `Metaspace`); a GPT trains on them from the command line, samples text
 //! decoded by the tokenizer, and finds the folder's own tokenizer.json; a broken tokenizer and
 //! token ids beyond the model's vocabulary are refused in one line before anything is written.
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dpt_tui::data::codec::TextCodec;
+use dpt_tui::data::pieces::Cutting;
 use dpt_tui::data::text::tokenized_in;
 
 use common::tokens::{make_gpt, token_dir, write_tokens, BLOCK, VOCAB};
@@ -23,15 +25,55 @@ fn tokenizer_py(args: &[&str]) {
     assert!(status.success(), "tokenizer.py {args:?} (bash .ci/setup installs the tokenizers package)");
 }
 
-/// A byte-level BPE trained on `files`, saved as `out`.
-fn train_tokenizer(out: &Path, files: &[PathBuf]) {
-    let mut args = vec!["train".to_owned(), out.display().to_string(), TOKENIZER_VOCAB.to_string()];
+/// A tokenizer of `kind` (`tests/scripts/tokenizer.py train`) trained on `files`, saved as `out`.
+fn train_tokenizer(kind: &str, out: &Path, files: &[PathBuf]) {
+    let mut args = vec!["train", kind].into_iter().map(str::to_owned).collect::<Vec<_>>();
+    args.extend([out.display().to_string(), TOKENIZER_VOCAB.to_string()]);
     args.extend(files.iter().map(|f| f.display().to_string()));
     tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
+/// Tokenizes the `.txt` files of `text` with `tok`, cut as `cutting` says, and compares the
+/// cache with the ids Python's `Tokenizer.encode` gives each file whole: the number of tokens,
+/// or how they differ (the first token that does).
+fn compare_with_python(
+    text: &Path,
+    files: &[PathBuf],
+    tok: &Path,
+    cutting: Cutting,
+) -> Result<usize, String> {
+    let scratch = tok.with_extension("ref");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let (ref_train, ref_val) = (scratch.join("train.bin"), scratch.join("val.bin"));
+    let mut args = vec!["encode".to_owned()];
+    args.extend([tok, &ref_train, &ref_val].map(|p| p.display().to_string()));
+    args.extend(files.iter().map(|f| f.display().to_string()));
+    tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let codec = TextCodec::open(text, Some(tok)).unwrap();
+    // The trainers stop early when nothing is left to learn.
+    assert!((258..=TOKENIZER_VOCAB).contains(&codec.vocab_size()), "{}", codec.vocab_size());
+    let cache = tokenized_in(text, &codec, &scratch.join("cache"), cutting).unwrap();
+    let ids = |files: [&Path; 2]| -> Vec<u16> {
+        let bytes = [std::fs::read(files[0]).unwrap(), std::fs::read(files[1]).unwrap()].concat();
+        bytes.chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
+    };
+    let ours = ids([&cache.join("train.bin"), &cache.join("val.bin")]);
+    let theirs = ids([&ref_train, &ref_val]);
+    if ours != theirs {
+        let first = ours.iter().zip(&theirs).position(|(x, y)| x != y);
+        return Err(format!(
+            "{}: {} ids against Python's {}, the first different at token {first:?}",
+            tok.display(),
+            ours.len(),
+            theirs.len()
+        ));
+    }
+    Ok(ours.len())
+}
+
 /// Lines of words from a fixed stream, with what a tokenizer's pre-tokenizer treats apart:
-/// leading and doubled spaces, blank lines, tabs, punctuation, digits and non-ASCII letters.
+/// leading spaces and runs of them, blank lines, tabs, punctuation, digits and non-ASCII letters.
 fn prose(bytes: usize, seed: u64) -> String {
     const WORDS: [&str; 16] = [
         "the", "cat", "sat", "on", "mat", "and", "dog's", "log", "naïve", "café", "日本", "1999", "--",
@@ -49,6 +91,8 @@ fn prose(bytes: usize, seed: u64) -> String {
             0 => text.push_str(&format!("  {}\n", line.join(" "))),
             1 => text.push_str(&format!("{}.\n\n", line.join("  "))),
             2 => text.push_str(&format!("{}\t\n", line.join(" "))),
+            3 => text.push_str(&format!("\t{}\n", line.join("\t"))),
+            4 => text.push_str(&format!("{}    \n", line.join("     "))),
             _ => text.push_str(&format!("{}.\n", line.join(" "))),
         }
     }
@@ -65,32 +109,58 @@ fn the_cache_holds_what_hugging_faces_own_library_makes_of_the_text() {
     std::fs::write(&files[0], prose(5 << 19, 1)).unwrap();
     std::fs::write(&files[1], prose(20_000, 2)).unwrap();
     let tok = dir.path().join("bpe.json");
-    train_tokenizer(&tok, &files);
-    let (ref_train, ref_val) = (dir.path().join("ref-train.bin"), dir.path().join("ref-val.bin"));
-    let mut args = vec!["encode".to_owned()];
-    args.extend([&tok, &ref_train, &ref_val].map(|p| p.display().to_string()));
-    args.extend(files.iter().map(|f| f.display().to_string()));
-    tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    train_tokenizer("byte-level", &tok, &files);
+    let tokens = compare_with_python(&text, &files, &tok, Cutting::default()).unwrap();
+    assert!(tokens > 100_000, "a real amount of tokens: {tokens}");
 
     let codec = TextCodec::open(&text, Some(&tok)).unwrap();
-    // The trainer stops early when no pair is left to merge.
-    assert!((258..=TOKENIZER_VOCAB).contains(&codec.vocab_size()), "{}", codec.vocab_size());
-    let cache = tokenized_in(&text, &codec, &dir.path().join("cache")).unwrap();
-    for (ours, theirs) in [("train.bin", &ref_train), ("val.bin", &ref_val)] {
-        let (a, b) = (std::fs::read(cache.join(ours)).unwrap(), std::fs::read(theirs).unwrap());
-        assert!(b.len() > 100_000, "a real amount of tokens: {}", b.len());
-        let first = a.iter().zip(&b).position(|(x, y)| x != y);
-        assert!(a == b, "{ours}: {} bytes against {}, first difference at byte {first:?}", a.len(), b.len());
-    }
+    let cache =
+        tokenized_in(&text, &codec, &tok.with_extension("ref").join("cache"), Cutting::default()).unwrap();
     // The tokenizer decodes its ids back to the text.
-    let ids: Vec<i64> = std::fs::read(&ref_train).unwrap()[..400]
+    let ids: Vec<i64> = std::fs::read(cache.join("train.bin")).unwrap()[..400]
         .chunks(2)
         .map(|b| i64::from(u16::from_le_bytes([b[0], b[1]])))
         .collect();
     let start = std::fs::read_to_string(&files[0]).unwrap();
     assert!(start.starts_with(&codec.decode(&ids)), "{:?}", codec.decode(&ids));
     // Bytes are the other codec: another cache.
-    assert_ne!(tokenized_in(&text, &TextCodec::Bytes, &dir.path().join("cache")).unwrap(), cache);
+    let bytes_cache =
+        tokenized_in(&text, &TextCodec::Bytes, &tok.with_extension("ref").join("cache"), Cutting::default());
+    assert_ne!(bytes_cache.unwrap(), cache);
+}
+
+/// Python sources, prose with tabs and runs of spaces, and a line longer than a piece, cut into
+/// pieces of 8 KiB: every kind of tokenizer gives Python's ids for each file whole, also those
+/// that encode a piece's start as a text's start (a `Metaspace` or a prefix space add a word
+/// boundary there that the whole file does not have).
+#[test]
+fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::create_dir_all(&text).unwrap();
+    let files = [text.join("a-source.txt"), text.join("b-prose.txt"), text.join("c-long-line.txt")];
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(common::script("."))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .collect();
+    sources.sort();
+    let source: String = sources.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    assert!(source.len() > 30_000, "{}", source.len());
+    std::fs::write(&files[0], source).unwrap();
+    std::fs::write(&files[1], prose(100_000, 3)).unwrap();
+    let long_line = prose(40_000, 4).replace('\n', " ");
+    std::fs::write(&files[2], format!("{}{long_line}\n{}", prose(3_000, 5), prose(3_000, 6))).unwrap();
+    let cutting = Cutting { piece: 8 << 10, overlap: 1 << 10 };
+    let differences: Vec<String> = ["byte-level", "prefix-space", "metaspace", "metaspace-first"]
+        .into_iter()
+        .filter_map(|kind| {
+            let tok = dir.path().join(format!("{kind}.json"));
+            train_tokenizer(kind, &tok, &files);
+            compare_with_python(&text, &files, &tok, cutting).err()
+        })
+        .collect();
+    assert!(differences.is_empty(), "{differences:#?}");
 }
 
 fn dpt(args: &[&str], cache: &Path) -> std::process::Output {
@@ -110,7 +180,7 @@ fn a_gpt_trains_on_tokenized_text_samples_through_the_tokenizer_and_bad_input_is
     let verse = "the cat sat on the mat. the dog lay on the log.\n";
     std::fs::write(text.join("a.txt"), verse.repeat(300)).unwrap();
     let tok = dir.path().join("bpe.json");
-    train_tokenizer(&tok, &[text.join("a.txt")]);
+    train_tokenizer("byte-level", &tok, &[text.join("a.txt")]);
     let gpt = dir.path().join("gpt320.pt");
     let vocab = TOKENIZER_VOCAB.to_string();
     common::made_by_python(&gpt, "gpt.py", &["make", common::OUT, &vocab, &BLOCK.to_string(), "script"]);

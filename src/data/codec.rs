@@ -96,18 +96,36 @@ impl TextCodec {
         }
     }
 
-    /// The ids of each of `pieces` (no special tokens added: the text is a stream, not
-    /// sentences), the pieces encoded in parallel.
-    pub fn encode(&self, pieces: &[&[u8]]) -> Result<Vec<Vec<u32>>, String> {
+    /// The tokens of each of `pieces`, each with the bytes of its piece that it stands for, the
+    /// pieces encoded in parallel (no special tokens added: the text is a stream, not
+    /// sentences).
+    pub fn encode(&self, pieces: &[&str]) -> Result<Vec<Vec<TokenAt>>, String> {
         match self {
-            TextCodec::Bytes => {
-                Ok(pieces.iter().map(|p| p.iter().map(|&b| u32::from(b)).collect()).collect())
-            }
+            TextCodec::Bytes => Ok(pieces
+                .iter()
+                .map(|p| {
+                    let at = |(i, &b): (usize, &u8)| TokenAt { id: u32::from(b), start: i, end: i + 1 };
+                    p.as_bytes().iter().enumerate().map(at).collect()
+                })
+                .collect()),
             TextCodec::Tokenizer { tokenizer, .. } => {
-                let texts: Vec<String> =
-                    pieces.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect();
-                let encodings = tokenizer.encode_batch_fast(texts, false).map_err(|e| e.to_string())?;
-                Ok(encodings.iter().map(|e| e.get_ids().to_vec()).collect())
+                let encodings = tokenizer.encode_batch(pieces.to_vec(), false).map_err(|e| e.to_string())?;
+                let tokens = |e: &tokenizers::Encoding| {
+                    let at = |(&id, &(start, end)): (&u32, &(usize, usize))| TokenAt { id, start, end };
+                    e.get_ids().iter().zip(e.get_offsets()).map(at).collect()
+                };
+                Ok(encodings.iter().map(tokens).collect())
+            }
+        }
+    }
+
+    /// The ids of `text` encoded at once, as [`TextCodec::encode`] without the offsets.
+    pub fn encode_whole(&self, text: &str) -> Result<Vec<u32>, String> {
+        match self {
+            TextCodec::Bytes => Ok(text.bytes().map(u32::from).collect()),
+            TextCodec::Tokenizer { tokenizer, .. } => {
+                let encoding = tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?;
+                Ok(encoding.get_ids().to_vec())
             }
         }
     }
@@ -128,16 +146,12 @@ impl TextCodec {
     }
 }
 
-/// Where `text` may be cut into pieces that a tokenizer encodes as it would encode the whole:
-/// after a line break between two characters that are not white space (no pre-tokenizer joins
-/// a word across a line break, and white space runs, which GPT-2's pattern splits with a
-/// look-ahead, are left whole). Returns the end of the first piece of at least `size` bytes,
-/// or the text's end.
-pub fn cut(text: &[u8], size: usize) -> usize {
-    let blank = |b: u8| b.is_ascii_whitespace();
-    (size.max(1)..text.len().saturating_sub(1))
-        .find(|&i| text[i] == b'\n' && !blank(text[i - 1]) && !blank(text[i + 1]))
-        .map_or(text.len(), |i| i + 1)
+/// A token and the bytes of the text it stands for (a character's bytes may stand for several).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenAt {
+    pub id: u32,
+    pub start: usize,
+    pub end: usize,
 }
 
 #[cfg(test)]
@@ -145,19 +159,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn text_is_cut_only_after_a_line_break_between_non_blanks() {
-        let text = b"ab\n cd\n\nef\ngh";
-        assert_eq!(cut(text, 1), 11, "after 'ef\\n', the first break with no blank either side");
-        assert_eq!(&text[..cut(text, 1)], b"ab\n cd\n\nef\n");
-        assert_eq!(cut(text, 12), text.len(), "no cut after the last line break");
-        assert_eq!(cut(b"", 4), 0);
-    }
-
-    #[test]
     fn bytes_round_trip() {
         let codec = TextCodec::Bytes;
-        let ids = codec.encode(&["hé".as_bytes(), b"llo"]).unwrap().concat();
+        let tokens = codec.encode(&["hé", "llo"]).unwrap();
+        assert_eq!(
+            tokens[1][2],
+            TokenAt { id: u32::from(b'o'), start: 2, end: 3 },
+            "at its place in its piece"
+        );
+        let ids: Vec<u32> = tokens.concat().iter().map(|t| t.id).collect();
         assert_eq!(ids.len(), 6);
+        assert_eq!(codec.encode_whole("héllo").unwrap(), ids);
         let back: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
         assert_eq!(codec.decode(&back), "héllo");
         assert_eq!((codec.vocab_size(), codec.dtype()), (256, TokenDtype::U16));

@@ -10,6 +10,8 @@ pub mod format;
 pub mod idx;
 mod idx_set;
 mod index_cache;
+pub mod pieces;
+pub mod seam;
 mod split;
 pub mod stream;
 pub mod targets;

@@ -1,5 +1,6 @@
 //! A folder of `.txt` files as token data: its bytes are the tokens (a vocabulary of 256), or a
-//! tokenizer's ids (`codec`), the files read in name order, the first 90 % of all tokens for
+//! tokenizer's ids (`codec`; each file's ids those of the file encoded whole, `pieces`), the
+//! files read in name order, the first 90 % of all tokens for
 //! training and the rest for validation (as nanoGPT's prepare scripts split). Tokenized once into
 //! `train.bin` and `val.bin` (nanoGPT's layout; uint16, or uint32 for a vocabulary beyond
 //! 65,536) under `$XDG_CACHE_HOME/dpt-tui/tokens/<hash>/` (else `~/.cache/...`), valid while the
@@ -10,8 +11,9 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::codec::{cut, TextCodec};
+use super::codec::TextCodec;
 use super::dataset::DataError;
+use super::pieces::{Cutting, FileEncoder, PieceError};
 
 /// The share of the tokens that trains; the rest validates.
 const TRAIN_SHARE: f64 = 0.9;
@@ -42,22 +44,28 @@ pub fn tokenized(dir: &Path, codec: &TextCodec) -> Result<PathBuf, DataError> {
         path: dir.to_owned(),
         why: "no $HOME or $XDG_CACHE_HOME to cache its tokens in".into(),
     })?;
-    tokenized_in(dir, codec, &base)
+    tokenized_in(dir, codec, &base, Cutting::default())
 }
 
-/// Bytes of text a tokenizer is given at once (cut where it would split anyway, [`cut`]).
-const PIECE: usize = 1 << 20;
-/// Pieces encoded together, in parallel.
-const BATCH: usize = 8;
+/// Bytes read from a file at once.
+const READ: usize = 1 << 20;
 
-/// [`tokenized`] with the cache under `base`.
-pub fn tokenized_in(dir: &Path, codec: &TextCodec, base: &Path) -> Result<PathBuf, DataError> {
+/// [`tokenized`] with the cache under `base`, each file's text encoded in pieces as `cutting`
+/// says.
+pub fn tokenized_in(
+    dir: &Path,
+    codec: &TextCodec,
+    base: &Path,
+    cutting: Cutting,
+) -> Result<PathBuf, DataError> {
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
     let files = text_files(&dir);
     if files.is_empty() {
         return Err(DataError::Unknown { path: dir });
     }
-    let mut print = format!("dpt-tui text 2 {} {}\n", codec.key(), dir.display());
+    // 3: each file's ids those of the file whole (2 cut files where some tokenizers encode a
+    // piece's start otherwise).
+    let mut print = format!("dpt-tui text 3 {} {}\n", codec.key(), dir.display());
     let mut total = 0u64;
     for f in &files {
         let m = std::fs::metadata(f).map_err(|e| DataError::Read { path: f.clone(), why: e.to_string() })?;
@@ -78,45 +86,31 @@ pub fn tokenized_in(dir: &Path, codec: &TextCodec, base: &Path) -> Result<PathBu
     let train_path = cache.join("train.bin");
     let open =
         std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&train_path);
-    let mut train = BufWriter::new(open.map_err(cache_error)?);
-    let width = codec.dtype().bytes();
-    let (mut read, mut tokens, started, mut said) = (0u64, 0u64, Instant::now(), Instant::now());
-    let mut write = |ids: &[u32], out: &mut BufWriter<std::fs::File>| -> Result<(), DataError> {
-        for &id in ids {
-            let bytes = id.to_le_bytes();
-            out.write_all(&bytes[..width]).map_err(cache_error)?;
-        }
-        tokens += ids.len() as u64;
-        Ok(())
-    };
-    let mut buf = vec![0u8; PIECE];
+    let mut train = TokenWriter::new(open.map_err(cache_error)?, codec.dtype().bytes());
+    let (mut read, started, mut said) = (0u64, Instant::now(), Instant::now());
+    let mut buf = vec![0u8; READ];
     for f in &files {
         let read_error = |e: std::io::Error| DataError::Read { path: f.clone(), why: e.to_string() };
         let encode_error = |why: String| DataError::Tokenizer { path: f.clone(), why };
         let mut file = std::fs::File::open(f).map_err(read_error)?;
-        let mut pending: Vec<u8> = Vec::new();
+        let (mut encoder, from, read_before) = (FileEncoder::new(codec, cutting), train.count(), read);
         loop {
             let n = file.read(&mut buf).map_err(read_error)?;
-            pending.extend_from_slice(&buf[..n]);
             read += n as u64;
-            // Whole pieces (a batch of them encoded in parallel) while the file goes on; the
-            // rest once it has ended.
-            if pending.len() >= BATCH * PIECE || n == 0 {
-                let mut ends = Vec::new();
-                let mut at = 0;
-                while at < pending.len() {
-                    let end = at + cut(&pending[at..], PIECE);
-                    if end == pending.len() && n != 0 {
-                        break;
-                    }
-                    ends.push((at, end));
-                    at = end;
+            let ids = if n == 0 { encoder.finish() } else { encoder.push(&buf[..n]) };
+            match ids {
+                Ok(ids) => train.write(&ids).map_err(cache_error)?,
+                Err(PieceError::Tokenizer(why)) => return Err(encode_error(why)),
+                Err(PieceError::NoSeam(_)) => {
+                    // Two of its pieces share no tokens: the file is encoded whole, the one case
+                    // that holds a whole file.
+                    let text = std::fs::read(f).map_err(read_error)?;
+                    let ids = codec.encode_whole(&String::from_utf8_lossy(&text)).map_err(encode_error)?;
+                    train.rewind(from).map_err(cache_error)?;
+                    train.write(&ids).map_err(cache_error)?;
+                    read = read_before + text.len() as u64;
+                    break;
                 }
-                let pieces: Vec<&[u8]> = ends.iter().map(|&(a, b)| &pending[a..b]).collect();
-                for ids in codec.encode(&pieces).map_err(encode_error)? {
-                    write(&ids, &mut train)?;
-                }
-                pending.drain(..at);
             }
             if n == 0 {
                 break;
@@ -132,8 +126,8 @@ pub fn tokenized_in(dir: &Path, codec: &TextCodec, base: &Path) -> Result<PathBu
             }
         }
     }
-    train.flush().map_err(cache_error)?;
-    let mut train = train.into_inner().map_err(|e| cache_error(e.into_error()))?;
+    let (tokens, width) = (train.count(), codec.dtype().bytes());
+    let mut train = train.into_file().map_err(cache_error)?;
     let split_at = (tokens as f64 * TRAIN_SHARE) as u64;
     if split_at == 0 || split_at == tokens {
         return Err(DataError::TextTooShort { dir, tokens });
@@ -156,6 +150,47 @@ pub fn tokenized_in(dir: &Path, codec: &TextCodec, base: &Path) -> Result<PathBu
     Ok(cache)
 }
 
+/// Token ids written to a file, `width` little-endian bytes each, and counted.
+struct TokenWriter {
+    out: BufWriter<std::fs::File>,
+    width: usize,
+    count: u64,
+}
+
+impl TokenWriter {
+    fn new(file: std::fs::File, width: usize) -> TokenWriter {
+        TokenWriter { out: BufWriter::new(file), width, count: 0 }
+    }
+
+    /// The ids written.
+    fn count(&self) -> u64 {
+        self.count
+    }
+
+    fn write(&mut self, ids: &[u32]) -> std::io::Result<()> {
+        for &id in ids {
+            self.out.write_all(&id.to_le_bytes()[..self.width])?;
+        }
+        self.count += ids.len() as u64;
+        Ok(())
+    }
+
+    /// Drops the ids written after the first `count`, to write others in their place.
+    fn rewind(&mut self, count: u64) -> std::io::Result<()> {
+        self.out.flush()?;
+        let bytes = count * self.width as u64;
+        self.out.get_mut().set_len(bytes)?;
+        self.out.get_mut().seek(SeekFrom::Start(bytes))?;
+        self.count = count;
+        Ok(())
+    }
+
+    /// The file, everything written to it.
+    fn into_file(self) -> std::io::Result<std::fs::File> {
+        self.out.into_inner().map_err(|e| e.into_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +202,7 @@ mod tests {
         std::fs::write(dir.path().join("b.txt"), "klmnopqrst").unwrap();
         std::fs::write(dir.path().join("a.txt"), "abcdefghij").unwrap();
         assert!(detect(dir.path()));
-        let cache = tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap();
+        let cache = tokenized_in(dir.path(), &TextCodec::Bytes, home.path(), Cutting::default()).unwrap();
         let read = |name: &str| -> Vec<u16> {
             std::fs::read(cache.join(name))
                 .unwrap()
@@ -179,13 +214,13 @@ mod tests {
         assert_eq!(read("train.bin"), all[..18], "files in name order, 90 % for training");
         assert_eq!(read("val.bin"), all[18..]);
         assert_eq!(
-            tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap(),
+            tokenized_in(dir.path(), &TextCodec::Bytes, home.path(), Cutting::default()).unwrap(),
             cache,
             "the same files: the same cache"
         );
         std::fs::write(dir.path().join("c.txt"), "uvwxyz0123").unwrap();
         assert_ne!(
-            tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap(),
+            tokenized_in(dir.path(), &TextCodec::Bytes, home.path(), Cutting::default()).unwrap(),
             cache,
             "another file: tokenized again"
         );
@@ -196,7 +231,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "x").unwrap();
-        let e = tokenized_in(dir.path(), &TextCodec::Bytes, home.path()).unwrap_err();
+        let e = tokenized_in(dir.path(), &TextCodec::Bytes, home.path(), Cutting::default()).unwrap_err();
         assert!(matches!(e, DataError::TextTooShort { tokens: 1, .. }), "{e}");
         assert!(e.to_string().contains("make 1 tokens, too few to split"), "{e}");
         let stamps: Vec<_> = walk(home.path()).into_iter().filter(|p| p.ends_with("source.txt")).collect();
@@ -214,11 +249,37 @@ mod tests {
             "model":{"type":"WordLevel","vocab":{"a":0},"unk_token":"[UNK]"}}"#;
         std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
         let codec = TextCodec::open(dir.path(), None).unwrap();
-        let e = tokenized_in(dir.path(), &codec, home.path()).unwrap_err();
+        let e = tokenized_in(dir.path(), &codec, home.path(), Cutting::default()).unwrap_err();
         let DataError::Tokenizer { path, why } = &e else { panic!("{e}") };
         assert_eq!(path, &dir.path().join("a.txt"), "{e}");
         assert!(why.contains("[UNK]"), "{e}");
         assert!(!e.to_string().contains('\n'), "one line: {e}");
+    }
+
+    #[test]
+    fn a_file_whose_pieces_never_agree_is_encoded_whole() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a ".repeat(100)).unwrap();
+        // A word longer than the pieces' overlap, which this tokenizer makes one [UNK] of: the
+        // pieces that share part of it see two shorter words.
+        let long = format!("{}{}{}", "a ".repeat(5), "b".repeat(40), " a".repeat(5));
+        std::fs::write(dir.path().join("b.txt"), long).unwrap();
+        let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+            "pre_tokenizer":{"type":"WhitespaceSplit"},"post_processor":null,"decoder":null,
+            "model":{"type":"WordLevel","vocab":{"a":0,"[UNK]":1},"unk_token":"[UNK]"}}"#;
+        std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
+        let codec = TextCodec::open(dir.path(), None).unwrap();
+        let cutting = Cutting { piece: 16, overlap: 4 };
+        let cache = tokenized_in(dir.path(), &codec, home.path(), cutting).unwrap();
+        let ids: Vec<u16> =
+            [std::fs::read(cache.join("train.bin")).unwrap(), std::fs::read(cache.join("val.bin")).unwrap()]
+                .concat()
+                .chunks(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect();
+        let whole = [vec![0; 100], vec![0; 5], vec![1], vec![0; 5]].concat();
+        assert_eq!(ids, whole, "a.txt in pieces, b.txt whole in place of its pieces' ids");
     }
 
     fn walk(dir: &Path) -> Vec<PathBuf> {

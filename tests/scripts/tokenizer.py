@@ -1,8 +1,12 @@
 """Hugging Face's own tokenizers library (Python) for dpt-tui's tokenizer tests.
 
-`python tokenizer.py train OUT.json VOCAB FILE...`
-    Trains a byte-level BPE (GPT-2's pre-tokenizer and decoder, an <|endoftext|> special token)
-    of VOCAB ids on FILEs and saves it as tokenizer.json.
+`python tokenizer.py train KIND OUT.json VOCAB FILE...`
+    Trains a tokenizer of VOCAB ids on FILEs and saves it as tokenizer.json. KIND is one of
+    `byte-level` (a BPE with GPT-2's pre-tokenizer and decoder and an <|endoftext|> special
+    token), `prefix-space` (the same with `add_prefix_space`, as RoBERTa's), `metaspace` (a
+    SentencePiece-style Unigram behind a `Metaspace` pre-tokenizer, as T5's) or
+    `metaspace-first` (the same with a `▁` before the text's first word only and the text not
+    split at spaces, as Llama 2's).
 
 `python tokenizer.py encode TOKENIZER.json TRAIN.bin VAL.bin FILE...`
     Encodes each FILE whole (UTF-8 text, no special tokens added), joins the ids in the order
@@ -15,9 +19,9 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 
-def train(out, vocab, files):
+def byte_level_bpe(vocab, add_prefix_space):
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab,
@@ -25,6 +29,34 @@ def train(out, vocab, files):
         special_tokens=["<|endoftext|>"],
         show_progress=False,
     )
+    return tok, trainer
+
+
+def metaspace_unigram(vocab, first_only):
+    tok = Tokenizer(models.Unigram())
+    if first_only:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=False)
+        tok.decoder = decoders.Metaspace(prepend_scheme="first", split=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab, special_tokens=["<unk>"], unk_token="<unk>", show_progress=False
+    )
+    return tok, trainer
+
+
+def train(kind, out, vocab, files):
+    if kind == "byte-level":
+        tok, trainer = byte_level_bpe(vocab, add_prefix_space=False)
+    elif kind == "prefix-space":
+        tok, trainer = byte_level_bpe(vocab, add_prefix_space=True)
+    elif kind == "metaspace":
+        tok, trainer = metaspace_unigram(vocab, first_only=False)
+    elif kind == "metaspace-first":
+        tok, trainer = metaspace_unigram(vocab, first_only=True)
+    else:
+        sys.exit(f"unknown tokenizer kind {kind!r}")
     tok.train(files, trainer)
     tok.save(out)
 
@@ -42,7 +74,7 @@ def encode(tokenizer, train_out, val_out, files):
 
 def main():
     if sys.argv[1] == "train":
-        train(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+        train(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])
     elif sys.argv[1] == "encode":
         encode(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
     else:

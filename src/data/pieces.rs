@@ -1,0 +1,185 @@
+//! How a file's text becomes its tokenizer's ids a batch of pieces at a time, the pieces
+//! encoded in parallel and joined where neighbours agree ([`super::seam`]), so that the ids are
+//! those of the whole file encoded at once while only a batch of pieces is held.
+
+use super::codec::{TextCodec, TokenAt};
+use super::seam::{Joiner, NoSeam};
+
+/// Pieces encoded together, in parallel.
+const BATCH: usize = 8;
+
+/// How a file's text is cut for encoding: pieces of `piece` bytes, each encoded together with
+/// the `overlap` bytes before it, so that two neighbours' tokens can be joined where they agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cutting {
+    /// Bytes of a file's text that one piece adds (at least 4, a character's longest).
+    pub piece: usize,
+    /// Bytes before a piece that are encoded with it, and with the piece before it: room for
+    /// the row of tokens both must share ([`super::seam`]) between their edges.
+    pub overlap: usize,
+}
+
+impl Default for Cutting {
+    /// Pieces of 1 MiB, each overlapping the one before by 16 KiB (1.6 % encoded twice).
+    fn default() -> Cutting {
+        Cutting { piece: 1 << 20, overlap: 16 << 10 }
+    }
+}
+
+/// Why a file's ids could not be made in pieces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PieceError {
+    /// The tokenizer refused a piece.
+    Tokenizer(String),
+    /// Two pieces found no seam: only the whole file encoded at once gives its ids.
+    NoSeam(NoSeam),
+}
+
+/// One file's ids as its bytes arrive.
+pub struct FileEncoder<'a> {
+    codec: &'a TextCodec,
+    cutting: Cutting,
+    /// The text read and still needed (by a piece not yet encoded), from byte `base` on.
+    text: String,
+    base: usize,
+    /// Where the next piece's own bytes begin, after its overlap.
+    next: usize,
+    /// The first bytes of a character whose rest is not read yet.
+    partial: Vec<u8>,
+    joiner: Joiner,
+}
+
+impl<'a> FileEncoder<'a> {
+    /// An encoder for one file's text (which `codec` is given as UTF-8, invalid bytes as `�`,
+    /// as Rust's lossy conversion makes of the whole file).
+    pub fn new(codec: &'a TextCodec, cutting: Cutting) -> FileEncoder<'a> {
+        let cutting = Cutting { piece: cutting.piece.max(4), ..cutting };
+        let (text, partial, joiner) = (String::new(), Vec::new(), Joiner::default());
+        FileEncoder { codec, cutting, text, base: 0, next: 0, partial, joiner }
+    }
+
+    /// Takes the file's next `bytes` and returns the ids they settle (none until a batch of
+    /// pieces is read; bytes are their own ids at once).
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<u32>, PieceError> {
+        if let TextCodec::Bytes = self.codec {
+            return Ok(bytes.iter().map(|&b| u32::from(b)).collect());
+        }
+        self.append(bytes);
+        if self.base + self.text.len() - self.next < BATCH * self.cutting.piece {
+            return Ok(Vec::new());
+        }
+        self.encode(false)
+    }
+
+    /// The ids of the rest of the file, once it has ended.
+    pub fn finish(&mut self) -> Result<Vec<u32>, PieceError> {
+        if !self.partial.is_empty() {
+            self.partial.clear();
+            self.text.push(char::REPLACEMENT_CHARACTER);
+        }
+        let mut ids = self.encode(true)?;
+        ids.extend(self.joiner.finish());
+        Ok(ids)
+    }
+
+    /// Adds `bytes` to the text as UTF-8, keeping a character cut short for the next bytes.
+    fn append(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        let held = std::mem::take(&mut self.partial);
+        let mut chunks = held.utf8_chunks().peekable();
+        while let Some(chunk) = chunks.next() {
+            self.text.push_str(chunk.valid());
+            let invalid = chunk.invalid();
+            let cut_short = || std::str::from_utf8(invalid).is_err_and(|e| e.error_len().is_none());
+            if invalid.is_empty() {
+                continue;
+            } else if chunks.peek().is_none() && cut_short() {
+                self.partial = invalid.to_vec();
+            } else {
+                self.text.push(char::REPLACEMENT_CHARACTER);
+            }
+        }
+    }
+
+    /// Encodes the whole pieces held (and, at the file's end, the rest) and joins them.
+    fn encode(&mut self, at_end: bool) -> Result<Vec<u32>, PieceError> {
+        let end = self.base + self.text.len();
+        let mut ranges = Vec::new();
+        while self.next < end {
+            // A piece of at least 4 bytes holds a character boundary: it is never empty.
+            let stop = self.boundary(self.next + self.cutting.piece);
+            if stop == end && !at_end {
+                break;
+            }
+            ranges.push((self.boundary(self.next.saturating_sub(self.cutting.overlap)), stop));
+            self.next = stop;
+        }
+        let pieces: Vec<&str> =
+            ranges.iter().map(|&(a, b)| &self.text[a - self.base..b - self.base]).collect();
+        let encoded = self.codec.encode(&pieces).map_err(PieceError::Tokenizer)?;
+        let mut ids = Vec::new();
+        for (&(start, stop), tokens) in ranges.iter().zip(encoded) {
+            let placed =
+                tokens.into_iter().map(|t| TokenAt { start: t.start + start, end: t.end + start, ..t });
+            ids.extend(self.joiner.push(start, stop, placed.collect()).map_err(PieceError::NoSeam)?);
+        }
+        // The next piece's overlap is the oldest text still needed.
+        let keep = self.boundary(self.next.saturating_sub(self.cutting.overlap));
+        self.text.drain(..keep - self.base);
+        self.base = keep;
+        Ok(ids)
+    }
+
+    /// The last character boundary at or before `at` (a place in the file's text) in the text
+    /// held, or the held text's start.
+    fn boundary(&self, at: usize) -> usize {
+        let at = at.clamp(self.base, self.base + self.text.len()) - self.base;
+        self.base + (0..=at).rev().find(|&i| self.text.is_char_boundary(i)).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tokenizer of whole words, one id per word it knows and `[UNK]` for the rest.
+    fn words() -> (tempfile::TempDir, TextCodec) {
+        let dir = tempfile::tempdir().unwrap();
+        let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+            "pre_tokenizer":{"type":"WhitespaceSplit"},"post_processor":null,"decoder":null,
+            "model":{"type":"WordLevel","vocab":{"[UNK]":0,"the":1,"café":2,"日本":3,"cat":4},"unk_token":"[UNK]"}}"#;
+        std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
+        let codec = TextCodec::open(dir.path(), None).unwrap();
+        (dir, codec)
+    }
+
+    /// The ids of `bytes` given to an encoder `at_once` bytes at a time.
+    fn in_pieces(codec: &TextCodec, cutting: Cutting, bytes: &[u8], at_once: usize) -> Vec<u32> {
+        let mut encoder = FileEncoder::new(codec, cutting);
+        let mut ids: Vec<u32> = bytes.chunks(at_once).flat_map(|b| encoder.push(b).unwrap()).collect();
+        ids.extend(encoder.finish().unwrap());
+        ids
+    }
+
+    #[test]
+    fn text_read_in_any_chunks_gives_the_ids_of_the_whole() {
+        let (_dir, codec) = words();
+        let mut bytes = "the café 日本\tcat  x\n".repeat(60).into_bytes();
+        // A byte that is not UTF-8, and a character cut short by the file's end.
+        bytes[500] = 0xff;
+        bytes.extend_from_slice(&"日".as_bytes()[..2]);
+        let whole = codec.encode_whole(&String::from_utf8_lossy(&bytes)).unwrap();
+        assert!(whole.contains(&3) && whole.len() > 200, "{whole:?}");
+        let cutting = Cutting { piece: 64, overlap: 48 };
+        for at_once in [1, 2, 7, 100, bytes.len()] {
+            assert_eq!(in_pieces(&codec, cutting, &bytes, at_once), whole, "read {at_once} bytes at a time");
+        }
+    }
+
+    #[test]
+    fn bytes_are_their_own_ids_as_they_arrive() {
+        let mut encoder = FileEncoder::new(&TextCodec::Bytes, Cutting::default());
+        assert_eq!(encoder.push(&[b'a', 0xff]), Ok(vec![97, 255]));
+        assert_eq!(encoder.finish(), Ok(vec![]));
+    }
+}
