@@ -9,6 +9,7 @@ pub mod intra_op;
 pub mod libtorch;
 pub(crate) mod oom;
 pub mod peak;
+pub mod sync_debug;
 pub(crate) mod visible;
 
 pub use dpt_protocol::device::{DeviceError, DeviceId};

@@ -125,6 +125,17 @@ impl Engine {
         }
         let math = cfg.math();
         math.apply().map_err(StartError::Math)?;
+        let sync_debug = match crate::device::sync_debug::mode(
+            std::env::var(crate::device::sync_debug::VAR).ok().as_deref(),
+        )
+        .map_err(StartError::SyncDebug)?
+        {
+            Some(mode) if cfg.has_gpu() => {
+                crate::dist::c10d::set_cuda_sync_debug(mode).map_err(|e| StartError::SyncDebug(e.0))?;
+                mode == crate::dist::c10d::SyncDebug::Warn
+            }
+            _ => false,
+        };
         let builder = cfg.specs();
         let numel =
             |specs: &[crate::model::TensorSpec]| specs.iter().map(crate::model::TensorSpec::numel).sum();
@@ -210,6 +221,7 @@ impl Engine {
                 world.as_ref().map_or(1, |w| w.size),
             ),
             math: math.describe(),
+            sync_debug,
         };
         let coordinator = Coordinator::new(CoordinatorParts {
             world,
@@ -288,6 +300,8 @@ pub enum StartError {
     Data(Box<crate::data::DataError>),
     #[error(transparent)]
     Memory(Box<device_memory::MemoryRefusal>),
+    #[error("{0}")]
+    SyncDebug(String),
     #[error("cannot set the GPUs' float32 math (TF32): {0}")]
     Math(crate::dist::c10d::C10dError),
 }

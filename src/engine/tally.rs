@@ -172,6 +172,7 @@ impl Window {
             bottleneck: None,
             model_flops: None,
             mfu: None,
+            cuda_syncs: None,
         }
     }
 }

@@ -42,6 +42,7 @@ fn start_failure(e: StartError) -> Failure {
         StartError::Seed(e) | StartError::Math(e) => Failure::Run(e.into()),
         StartError::Data(e) => input(*e),
         StartError::Memory(e) => input(*e),
+        StartError::SyncDebug(e) => input(anyhow::anyhow!(e)),
     }
 }
 

@@ -8,9 +8,12 @@
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/cuda/nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -61,7 +64,57 @@ static void stream_wait(const at::cuda::CUDAStream& done, const at::cuda::CUDASt
   ev.block(waiter.unwrap());
 }
 
+// Counts c10's "called a synchronizing CUDA operation" warnings (the sync debug mode's, which
+// `torch.cuda.set_sync_debug_mode("warn")` turns on) and passes every warning on to the handler
+// that was there before, so each is still printed.
+class SyncCounter : public c10::WarningHandler {
+ public:
+  explicit SyncCounter(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("called a synchronizing CUDA operation") != std::string::npos) {
+      count.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (next_ != nullptr) {
+      next_->process(warning);
+    }
+  }
+  std::atomic<int64_t> count{0};
+
+ private:
+  c10::WarningHandler* next_;
+};
+
+// The counter, installed once and kept for the process (c10 keeps a pointer to it).
+static SyncCounter* sync_counter() {
+  static SyncCounter* counter = [] {
+    auto* c = new SyncCounter(c10::WarningUtils::get_warning_handler());
+    c10::WarningUtils::set_warning_handler(c);
+    return c;
+  }();
+  return counter;
+}
+
 extern "C" {
+
+// c10's CUDA sync debug mode: 0 off, 1 warn at each synchronizing CUDA call (and count it),
+// 2 fail it with an error that names it.
+int dpt_cuda_sync_debug(int mode, char** err) {
+  DPT_GUARD(err, -1, {
+    sync_counter();
+    c10::cuda::warning_state().set_sync_debug_mode(
+        mode >= 2 ? c10::cuda::SyncDebugMode::L_ERROR
+                  : (mode == 1 ? c10::cuda::SyncDebugMode::L_WARN : c10::cuda::SyncDebugMode::L_DISABLED));
+    return 0;
+  })
+}
+
+// The synchronizing CUDA calls counted since the mode was first set, into *out.
+int dpt_cuda_sync_count(int64_t* out, char** err) {
+  DPT_GUARD(err, -1, {
+    *out = sync_counter()->count.load(std::memory_order_relaxed);
+    return 0;
+  })
+}
 
 dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, char** err) {
   DPT_GUARD(err, nullptr, {

@@ -26,6 +26,16 @@ dpt_stream_guard* dpt_side_stream_enter(int, char** err) {
 
 void dpt_side_stream_leave(dpt_stream_guard*) {}
 
+int dpt_cuda_sync_debug(int, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
+int dpt_cuda_sync_count(int64_t*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
 int dpt_cuda_current_stream(int, int64_t*, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return -1;

@@ -66,6 +66,8 @@ int dpt_nccl_side_join(dpt_tensor* const* tensors, size_t n, char** err);
 dpt_stream_guard* dpt_side_stream_enter(int device, char** err);
 void dpt_side_stream_leave(dpt_stream_guard* g);
 int dpt_cuda_current_stream(int device, int64_t* out, char** err);
+int dpt_cuda_sync_debug(int mode, char** err);
+int dpt_cuda_sync_count(int64_t* out, char** err);
 int dpt_cuda_identity(int device, int* major, int* minor, int* pci_domain, int* pci_bus, int* pci_device, uint8_t* uuid, char** err);
 dpt_event* dpt_cuda_event_new(int device, int timing, char** err);
 int dpt_cuda_event_block(dpt_event* ev, char** err);

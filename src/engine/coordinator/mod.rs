@@ -78,6 +78,8 @@ pub struct RunFacts {
     pub peak_flops: Option<crate::flops::PeakFlops>,
     /// What the products compute in, in words (`Math::describe`).
     pub math: String,
+    /// `DPT_SYNC_DEBUG` warns of and counts the GPUs' synchronizing calls.
+    pub sync_debug: bool,
 }
 
 /// The coordinator's channels: records out, controls in.
@@ -119,7 +121,8 @@ impl Coordinator {
         Coordinator {
             steps: step_plan::StepPlan::new(p.cfg.lr_plan(p.facts.train_len)),
             update: update::Update { replicas: Replicas::new(p.layout), scaler: None, touching: None },
-            report: reporter::Reporter::new(total, p.cfg.devices.len(), p.facts.peak_flops.clone()),
+            report: reporter::Reporter::new(total, p.cfg.devices.len(), p.facts.peak_flops.clone())
+                .counting_syncs(p.facts.sync_debug),
             persist: persistence::Persistence {
                 save_dir: p.cfg.run_dir.clone(),
                 writer: None,

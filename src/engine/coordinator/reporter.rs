@@ -39,6 +39,8 @@ pub(super) struct Reporter {
     flops: Option<ModelFlops>,
     /// What the run's GPUs can do at most in its precision (unknown GPUs, the CPU: none).
     peak: Option<PeakFlops>,
+    /// With `DPT_SYNC_DEBUG`, the synchronizing CUDA calls counted so far.
+    syncs: Option<crate::device::sync_debug::SyncTally>,
 }
 
 impl Reporter {
@@ -56,7 +58,19 @@ impl Reporter {
             last_loss: None,
             flops: None,
             peak,
+            syncs: None,
         }
+    }
+
+    /// Counts the synchronizing CUDA calls per report window when `on`.
+    pub(super) fn counting_syncs(mut self, on: bool) -> Reporter {
+        self.syncs = on.then(crate::device::sync_debug::SyncTally::start).and_then(Result::ok);
+        self
+    }
+
+    /// Synchronizing CUDA calls per step over a window of `steps` steps ending now, when counted.
+    pub(super) fn syncs_per_step(&mut self, steps: usize) -> Option<f64> {
+        self.syncs.as_mut().and_then(|t| t.per_step(steps))
     }
 }
 

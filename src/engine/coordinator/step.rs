@@ -272,6 +272,7 @@ impl Coordinator {
             stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);
         }
         (stats.model_flops, stats.mfu) = self.report.model_flops(stats.samples_per_sec);
+        stats.cuda_syncs = self.report.syncs_per_step(w.steps);
         if let Some(s) = &self.update.scaler {
             stats.loss_scale = Some(f64::from(s.scale));
             stats.skipped_steps = Some(w.skipped);

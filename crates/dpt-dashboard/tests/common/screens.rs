@@ -58,6 +58,7 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
         bottleneck: None,
         model_flops: None,
         mfu: None,
+        cuda_syncs: None,
     }))
 }
 

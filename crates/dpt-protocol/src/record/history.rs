@@ -141,6 +141,7 @@ mod tests {
             bottleneck: None,
             model_flops: None,
             mfu: None,
+            cuda_syncs: None,
         }))
     }
 

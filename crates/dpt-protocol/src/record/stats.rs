@@ -288,6 +288,10 @@ pub struct StepStats {
     /// table only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mfu: Option<f64>,
+    /// With `DPT_SYNC_DEBUG=1`, the synchronizing CUDA calls per step over the window (c10's
+    /// sync debug mode's warnings, counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_syncs: Option<f64>,
 }
 
 /// How the streaming loader kept up over a window: whether batches were ready when the

@@ -132,6 +132,7 @@ impl Narrator {
                     + &if s.loss_scale.is_some() { format!("  loss scale {}", loss_scale(s)) } else { String::new() }
                     + &s.loader.map_or(String::new(), |l| format!("  loader {}", loader(&l)))
                     + &s.overlapped.map_or(String::new(), |o| format!("  overlap {:.0}%", o * 100.0))
+                    + &s.cuda_syncs.map_or(String::new(), |n| format!("  CUDA syncs/step {n:.1}"))
                     + &match &s.bottleneck {
                         Some(b) if self.cause != Some(b.cause) => {
                             self.cause = Some(b.cause);

@@ -39,6 +39,8 @@ extern "C" {
     fn dpt_side_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawStreamGuard;
     fn dpt_side_stream_leave(g: *mut RawStreamGuard);
     fn dpt_cuda_current_stream(device: i32, out: *mut i64, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_sync_debug(mode: i32, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_sync_count(out: *mut i64, err: *mut *mut c_char) -> i32;
     #[allow(clippy::too_many_arguments)]
     fn dpt_cuda_identity(
         device: i32,
@@ -220,6 +222,36 @@ pub fn current_stream(index: usize) -> Result<i64, C10dError> {
     // SAFETY: plain value argument; `id` is valid for one write.
     call(|err| unsafe { dpt_cuda_current_stream(device, &mut id, err) })?;
     Ok(id)
+}
+
+/// c10's CUDA sync debug mode (`torch.cuda.set_sync_debug_mode`): what a synchronizing CUDA
+/// call (a blocking copy, `.item()` of a GPU value, a stream or device synchronize) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncDebug {
+    Off,
+    /// Warns (printed) and counts it ([`cuda_sync_count`]).
+    Warn,
+    /// Fails it with an error that names it.
+    Error,
+}
+
+/// Sets c10's CUDA sync debug mode for the process; an error in a build without CUDA headers.
+pub fn set_cuda_sync_debug(mode: SyncDebug) -> Result<(), C10dError> {
+    let mode = match mode {
+        SyncDebug::Off => 0,
+        SyncDebug::Warn => 1,
+        SyncDebug::Error => 2,
+    };
+    // SAFETY: a plain value argument.
+    call(|err| unsafe { dpt_cuda_sync_debug(mode, err) }).map(drop)
+}
+
+/// The synchronizing CUDA calls the sync debug mode has warned of so far in this process.
+pub fn cuda_sync_count() -> Result<u64, C10dError> {
+    let mut n = 0i64;
+    // SAFETY: `n` is valid for one write.
+    call(|err| unsafe { dpt_cuda_sync_count(&mut n, err) })?;
+    Ok(n.max(0) as u64)
 }
 
 /// While alive, the side stream of a GPU (where [`nccl_local_allreduce`] sums) is the calling

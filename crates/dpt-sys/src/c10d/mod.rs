@@ -34,8 +34,9 @@ use store::RawStore;
 pub use store::Store;
 
 pub use cuda::{
-    context_made, cuda_identity, cuda_peak_allocated, cuda_reset_peak, current_stream, nccl_compiled,
-    nccl_local_allreduce, nccl_side_join, set_thread_device, CudaEvent, SideStream,
+    context_made, cuda_identity, cuda_peak_allocated, cuda_reset_peak, cuda_sync_count, current_stream,
+    nccl_compiled, nccl_local_allreduce, nccl_side_join, set_cuda_sync_debug, set_thread_device, CudaEvent,
+    SideStream, SyncDebug,
 };
 
 #[repr(C)]

@@ -53,6 +53,7 @@ fn window(model_flops: Option<f64>, mfu: Option<f64>) -> Record {
         timing: crate::record::StepTiming { data: 0.001, compute: 0.01, allreduce: 0.002, update: 0.0005 },
         model_flops,
         mfu,
+        cuda_syncs: None,
         ..StepStats::default()
     }))
 }
@@ -95,6 +96,13 @@ fn the_step_line_shows_the_model_flops_only_when_counted() {
         n.line(&window(Some(3.82e10), None)).expect("a line").text,
         format!("{head}  38.2 GFLOP/s{times}"),
         "a device without a known peak: the rate alone"
+    );
+    let Record::Step(mut counted) = window(None, None) else { panic!("a step record") };
+    counted.cuda_syncs = Some(2.0);
+    assert_eq!(
+        n.line(&Record::Step(counted)).expect("a line").text,
+        format!("{head}{times}  CUDA syncs/step 2.0"),
+        "DPT_SYNC_DEBUG=1 counts the synchronizing calls"
     );
 }
 
