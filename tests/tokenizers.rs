@@ -149,7 +149,9 @@ fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
     assert!(source.len() > 30_000, "{}", source.len());
     std::fs::write(&files[0], source).unwrap();
     std::fs::write(&files[1], prose(100_000, 3)).unwrap();
-    let long_line = prose(40_000, 4).replace('\n', " ");
+    // Longer than a batch of pieces (8 of 8 KiB): a tokenizer cut at line breaks turns to
+    // overlapping pieces in it.
+    let long_line = prose(80_000, 4).replace('\n', " ");
     std::fs::write(&files[2], format!("{}{long_line}\n{}", prose(3_000, 5), prose(3_000, 6))).unwrap();
     let cutting = Cutting { piece: 8 << 10, overlap: 1 << 10 };
     let differences: Vec<String> = ["byte-level", "prefix-space", "metaspace", "metaspace-first"]
@@ -157,6 +159,12 @@ fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
         .filter_map(|kind| {
             let tok = dir.path().join(format!("{kind}.json"));
             train_tokenizer(kind, &tok, &files);
+            let line_safe = TextCodec::open(&text, Some(&tok)).unwrap().line_safe();
+            assert_eq!(
+                line_safe,
+                kind == "byte-level",
+                "{kind}: cut at line breaks only when nothing joins across"
+            );
             compare_with_python(&text, &files, &tok, cutting).err()
         })
         .collect();

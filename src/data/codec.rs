@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tokenizers::Tokenizer;
+use tokenizers::{ModelWrapper, PreTokenizerWrapper, Tokenizer};
 
 use super::dataset::DataError;
 use super::tokens::TokenDtype;
@@ -119,6 +119,38 @@ impl TextCodec {
         }
     }
 
+    /// Whether a text cut after a line break between two characters that are not white space
+    /// ([`line_cut`]) encodes, piece by piece, to the whole text's ids: a byte-level BPE behind
+    /// GPT-2's own pattern without a prefix space (GPT-2's, GPT-NeoX's tokenizers), no
+    /// normalizer, and no added token holding a line break. Its pattern makes such a line break
+    /// a pre-token of its own and BPE merges inside pre-tokens, so nothing joins across the cut;
+    /// a prefix space, a `Metaspace` or another pattern may (they take the overlapping pieces
+    /// of [`super::pieces`]).
+    pub fn line_safe(&self) -> bool {
+        let TextCodec::Tokenizer { tokenizer, .. } = self else { return false };
+        let byte_level = matches!(
+            tokenizer.get_pre_tokenizer(),
+            Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex && !b.add_prefix_space
+        );
+        byte_level
+            && tokenizer.get_normalizer().is_none()
+            && matches!(tokenizer.get_model(), ModelWrapper::BPE(_))
+            && tokenizer.get_added_tokens_decoder().values().all(|t| !t.content.contains('\n'))
+    }
+
+    /// The ids of each of `pieces`, encoded in parallel without their offsets (for pieces cut
+    /// where [`TextCodec::line_safe`] allows).
+    pub fn encode_ids(&self, pieces: &[&str]) -> Result<Vec<Vec<u32>>, String> {
+        match self {
+            TextCodec::Bytes => Ok(pieces.iter().map(|p| p.bytes().map(u32::from).collect()).collect()),
+            TextCodec::Tokenizer { tokenizer, .. } => {
+                let encodings =
+                    tokenizer.encode_batch_fast(pieces.to_vec(), false).map_err(|e| e.to_string())?;
+                Ok(encodings.iter().map(|e| e.get_ids().to_vec()).collect())
+            }
+        }
+    }
+
     /// The ids of `text` encoded at once, as [`TextCodec::encode`] without the offsets.
     pub fn encode_whole(&self, text: &str) -> Result<Vec<u32>, String> {
         match self {
@@ -144,6 +176,17 @@ impl TextCodec {
             }
         }
     }
+}
+
+/// Where `text` may be cut for a [`TextCodec::line_safe`] tokenizer: after a line break between
+/// two characters that are not white space, the first such place at or after `from`; none in
+/// the text.
+pub fn line_cut(text: &str, from: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    let blank = |c: u8| c.is_ascii_whitespace();
+    (from.max(1)..b.len().saturating_sub(1))
+        .find(|&i| b[i] == b'\n' && !blank(b[i - 1]) && !blank(b[i + 1]))
+        .map(|i| i + 1)
 }
 
 /// A token and the bytes of the text it stands for (a character's bytes may stand for several).

@@ -1,8 +1,11 @@
 //! How a file's text becomes its tokenizer's ids a batch of pieces at a time, the pieces
 //! encoded in parallel and joined where neighbours agree ([`super::seam`]), so that the ids are
-//! those of the whole file encoded at once while only a batch of pieces is held.
+//! those of the whole file encoded at once while only a batch of pieces is held. A tokenizer
+//! that nothing joins across a line break between words (GPT-2's byte-level BPE,
+//! [`TextCodec::line_safe`]) has its pieces cut there instead, encoded without overlap or
+//! offsets.
 
-use super::codec::{TextCodec, TokenAt};
+use super::codec::{line_cut, TextCodec, TokenAt};
 use super::seam::{Joiner, NoSeam};
 
 /// Pieces encoded together, in parallel.
@@ -47,6 +50,12 @@ pub struct FileEncoder<'a> {
     /// The first bytes of a character whose rest is not read yet.
     partial: Vec<u8>,
     joiner: Joiner,
+    /// The pieces are cut at line breaks the tokenizer cannot join across and encoded without
+    /// overlap or offsets ([`TextCodec::line_safe`]), until a line too long for a batch of
+    /// pieces turns the rest of the file to overlapping pieces.
+    lines: bool,
+    /// The next piece starts where the line-cut pieces stopped: it takes no overlap.
+    fresh: bool,
 }
 
 impl<'a> FileEncoder<'a> {
@@ -55,7 +64,8 @@ impl<'a> FileEncoder<'a> {
     pub fn new(codec: &'a TextCodec, cutting: Cutting) -> FileEncoder<'a> {
         let cutting = Cutting { piece: cutting.piece.max(4), ..cutting };
         let (text, partial, joiner) = (String::new(), Vec::new(), Joiner::default());
-        FileEncoder { codec, cutting, text, base: 0, next: 0, partial, joiner }
+        let lines = codec.line_safe();
+        FileEncoder { codec, cutting, text, base: 0, next: 0, partial, joiner, lines, fresh: false }
     }
 
     /// Takes the file's next `bytes` and returns the ids they settle (none until a batch of
@@ -101,8 +111,41 @@ impl<'a> FileEncoder<'a> {
         }
     }
 
+    /// Encodes the pieces held that end at a line break the tokenizer cannot join across (and,
+    /// at the file's end, the rest); `None` when a batch of pieces' text holds no such line
+    /// break after the first piece's worth, which the overlapping pieces then take.
+    fn encode_lines(&mut self, at_end: bool) -> Result<Option<Vec<u32>>, PieceError> {
+        let end = self.base + self.text.len();
+        let mut ranges = Vec::new();
+        while self.next < end {
+            let from = (self.next + self.cutting.piece - self.base).min(self.text.len());
+            let stop = match line_cut(&self.text, from) {
+                Some(i) => self.base + i,
+                None if at_end => end,
+                None => break,
+            };
+            ranges.push((self.next, stop));
+            self.next = stop;
+        }
+        if ranges.is_empty() && !at_end {
+            return Ok(None);
+        }
+        let pieces: Vec<&str> =
+            ranges.iter().map(|&(a, b)| &self.text[a - self.base..b - self.base]).collect();
+        let ids = self.codec.encode_ids(&pieces).map_err(PieceError::Tokenizer)?.concat();
+        self.text.drain(..self.next - self.base);
+        self.base = self.next;
+        Ok(Some(ids))
+    }
+
     /// Encodes the whole pieces held (and, at the file's end, the rest) and joins them.
     fn encode(&mut self, at_end: bool) -> Result<Vec<u32>, PieceError> {
+        if self.lines {
+            match self.encode_lines(at_end)? {
+                Some(ids) => return Ok(ids),
+                None => (self.lines, self.fresh) = (false, true),
+            }
+        }
         let end = self.base + self.text.len();
         let mut ranges = Vec::new();
         while self.next < end {
@@ -111,7 +154,8 @@ impl<'a> FileEncoder<'a> {
             if stop == end && !at_end {
                 break;
             }
-            ranges.push((self.boundary(self.next.saturating_sub(self.cutting.overlap)), stop));
+            let overlap = if std::mem::take(&mut self.fresh) { 0 } else { self.cutting.overlap };
+            ranges.push((self.boundary(self.next.saturating_sub(overlap)), stop));
             self.next = stop;
         }
         let pieces: Vec<&str> =
