@@ -159,10 +159,20 @@ fn fused_equals_torch_fused(optim: OptimConfig) {
     let layout = Layout::new(&specs, false);
     let params = tch::Tensor::from_slice(&floats(&theirs["initial"]));
     let mut state = OptimizerState::new(optim, &params, &layout, |i| !specs[i].frozen);
-    for (step, grads) in theirs["grads"].as_array().unwrap().iter().enumerate() {
+    for grads in theirs["grads"].as_array().unwrap() {
         let grad_sum = tch::Tensor::from_slice(&floats(grads));
-        state.step(&grad_sum, optim.lr, batch, step as u64 + 1, false);
+        state.step(&grad_sum, (optim.lr, batch), false, None);
     }
+    // A step flagged by the loss scaler's `found_inf` changes nothing and is not counted.
+    let before: Vec<f32> = Vec::try_from(&params).unwrap();
+    let overflowed = tch::Tensor::from_slice(&[1.0f32]);
+    state.step(
+        &tch::Tensor::from_slice(&floats(&theirs["grads"][0])),
+        (optim.lr, batch),
+        false,
+        Some(&overflowed),
+    );
+    assert_eq!(Vec::<f32>::try_from(&params).unwrap(), before, "{}: a skipped step", optim.describe());
     let ours: Vec<f32> = Vec::try_from(&params).unwrap();
     let want = floats(&theirs["final"]);
     let differ = ours.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();

@@ -216,7 +216,7 @@ fn write_rgb_folder(dir: &Path, split: &dpt_tui::data::Split, n: usize) {
             } else {
                 0
             };
-            image::Rgb([g, g / 2 + tint, 255 - g / 3])
+            image::Rgb([g, (g / 2).wrapping_add(tint), 255 - g / 3])
         });
         img.save(class.join(format!("{i:05}.png"))).unwrap();
     }

@@ -49,14 +49,14 @@ pub enum ToWorker {
     /// accumulate on the device, without a sync.
     /// `timed`: measure the phases of this step (see `engine::clock`).
     /// `loss_factor`: what the summed loss is multiplied by before the backward pass (dynamic
-    /// loss scaling), if anything.
+    /// loss scaling), if anything: a 0-dim tensor on the replica's device, computed there.
     Step {
         start: usize,
         len: usize,
         global_step: usize,
         dropout_seed: i64,
         timed: bool,
-        loss_factor: Option<f64>,
+        loss_factor: Option<tch::Tensor>,
     },
     /// Read and reset the loss and accuracy accumulators (one device sync).
     Report,

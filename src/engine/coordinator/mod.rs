@@ -120,7 +120,7 @@ impl Coordinator {
         let b = &p.cfg.settings.best;
         Coordinator {
             steps: step_plan::StepPlan::new(p.cfg.lr_plan(p.facts.train_len)),
-            update: update::Update { replicas: Replicas::new(p.layout), scaler: None, touching: None },
+            update: update::Update::new(Replicas::new(p.layout)),
             report: reporter::Reporter::new(total, p.cfg.devices.len(), p.facts.peak_flops.clone())
                 .counting_syncs(p.facts.sync_debug),
             persist: persistence::Persistence {

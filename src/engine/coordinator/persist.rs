@@ -346,7 +346,7 @@ impl Coordinator {
             global_step: self.steps.global_step,
             lr: self.steps.lr,
             lr_scale: self.steps.plan.scale,
-            loss_scaler: self.update.scaler,
+            loss_scaler: self.update.scaler_state(),
             best: (cfg.settings.best.keep > 0 || cfg.settings.best.early_stop.is_some())
                 .then(|| self.persist.best.clone()),
             train_samples: self.facts.train_len,

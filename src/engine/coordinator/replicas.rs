@@ -7,7 +7,7 @@ use tch::{Device, Tensor};
 use crate::dist::World;
 use crate::engine::flat::Layout;
 use crate::engine::optim::ema::Ema;
-use crate::engine::optim::loss_scale::LossScaler;
+use crate::engine::optim::loss_scale::{DeviceScaler, LossScaler};
 use crate::engine::optim::{OptimConfig, OptimizerState};
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
@@ -145,9 +145,24 @@ impl Replicas {
     }
 
     /// Updates replica `i` from the reduced gradient in `grads[holder]`; `divided`: an earlier
-    /// update this step took it from the same holder (and left it divided by the batch).
-    pub fn update(&mut self, i: usize, holder: usize, (lr, batch, step): (f64, usize, u64), divided: bool) {
-        self.optim[i].step(&self.grads[holder], lr, batch, step, divided);
+    /// update this step took it from the same holder (and left it divided by the batch);
+    /// `found_inf`: the loss scaler's flag on replica `i`'s device.
+    pub fn update(
+        &mut self,
+        i: usize,
+        holder: usize,
+        (lr, batch): (f64, usize),
+        divided: bool,
+        found_inf: Option<&Tensor>,
+    ) {
+        self.optim[i].step(&self.grads[holder], (lr, batch), divided, found_inf);
+    }
+
+    /// Sets every replica's count of optimizer steps taken.
+    pub fn set_steps(&mut self, taken: u64) {
+        for state in &mut self.optim {
+            state.set_steps(taken);
+        }
     }
 
     /// The ranges of the flat gradient that carry gradients (the trainable parameters'): what
@@ -188,18 +203,14 @@ impl Replicas {
         first.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.params[0].device())))
     }
 
-    /// Unscales the reduced gradient in every buffer `holders` names; returns the first's
-    /// `found_inf` (every holder carries the same sum), still on the device: the caller fences
-    /// before reading it.
-    pub fn unscale(&mut self, holders: &[usize], scaler: &LossScaler, batch: usize) -> Option<Tensor> {
-        let mut first = None;
+    /// Unscales the reduced gradient in every buffer `holders` names, checked into the
+    /// scaler's `found_inf` on the device (every holder carries the same sum).
+    pub fn unscale(&mut self, holders: &[usize], scaler: &mut DeviceScaler, batch: usize) {
         for (i, &h) in holders.iter().enumerate() {
             if !holders[..i].contains(&h) {
-                let found_inf = scaler.unscale(&mut self.grads[h], batch);
-                first.get_or_insert(found_inf);
+                scaler.unscale(&mut self.grads[h], batch);
             }
         }
-        first
     }
 
     /// Copies replica 0's BatchNorm statistics (the global replica 0's, across processes) to

@@ -188,7 +188,8 @@ impl Coordinator {
         };
         let state = point.state.clone();
         self.update.replicas.load(point);
-        self.update.scaler = self.loss_scaler(state.loss_scaler);
+        let scaler = self.loss_scaler(state.loss_scaler);
+        self.update.start(scaler, state.global_step);
         self.points.kept.retain(|r| r.state.global_step <= plan.global_step);
         let spe = self.cfg().steps_per_epoch(self.facts.train_len);
         let skip = if plan.skip { between((state.epoch, state.step), now, spe) } else { 0 };

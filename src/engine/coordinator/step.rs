@@ -100,7 +100,9 @@ impl Coordinator {
             self.update.replicas.restore_optimizer(r);
         }
         self.exchange.reduction.runs = self.update.replicas.trainable_runs();
-        self.update.scaler = self.loss_scaler(self.cfg.kit.resume.as_ref().and_then(|r| r.state.loss_scaler));
+        let resume = self.cfg.kit.resume.as_ref();
+        let scaler = self.loss_scaler(resume.and_then(|r| r.state.loss_scaler));
+        self.update.start(scaler, resume.map_or(0, |r| r.state.global_step));
         if let Some(decay) = self.cfg.settings.recipe.ema {
             let saved = self.cfg.kit.resume.as_ref().and_then(|r| r.ema.as_ref());
             self.update.replicas.start_ema(decay, saved);
@@ -192,33 +194,31 @@ impl Coordinator {
         let ours = self.cfg().devices.len();
         let parts =
             self.steps.assignments(self.cfg().settings.recipe.seed, (start, len), self.replica_span(), ours);
-        let loss_factor = self.update.scaler.map(|s| s.loss_factor(len));
+        // Each replica's factor on its own device, computed there from the scale (no host read).
+        let factors: Option<Vec<Tensor>> =
+            self.update.scaler.as_ref().map(|s| {
+                self.update.replicas.params.iter().map(|p| s.loss_factor(len, p.device())).collect()
+            });
         self.pool.broadcast(|i| ToWorker::Step {
             start: parts[i].start,
             len: parts[i].len,
             global_step,
             dropout_seed: parts[i].dropout_seed,
             timed,
-            loss_factor,
+            loss_factor: factors.as_ref().map(|f| f[i].shallow_clone()),
         })?;
         Ok(timed)
     }
 
     /// The update of a `len`-sample step from the reduced gradient: GradScaler's check, the
-    /// step's lr, the optimizer's update of every replica (or the step skipped), BatchNorm
-    /// statistics shared, the EMA.
+    /// step's lr, the optimizer's update of every replica (which an overflowed step leaves as it
+    /// was, on the device), BatchNorm statistics shared, the EMA.
     fn update(&mut self, holders: &[usize], len: usize) -> Result<(), EngineError> {
-        let fence = self.fence("the gradient's finiteness check");
-        let clean = self.update.unscale(holders, len, |device| fence.fence(device))?;
+        self.update.unscale(holders, len);
         let lr = self.steps.step_lr();
-        if clean {
-            let (clip, fault) =
-                (self.cfg.settings.recipe.clip_grad_norm, self.cfg.kit.faults.coordinator_panic);
-            let norm = self.update.apply(holders, (len, lr, self.steps.global_step), clip, fault);
-            self.report.add_grad_norm(&norm);
-        } else {
-            self.report.window.skipped += 1;
-        }
+        let (clip, fault) = (self.cfg.settings.recipe.clip_grad_norm, self.cfg.kit.faults.coordinator_panic);
+        let norm = self.update.apply(holders, (len, lr, self.steps.global_step), clip, fault);
+        self.report.add_grad_norm(&norm);
         self.update.replicas.share_buffers(self.exchange.world.as_deref())?;
         self.update.replicas.update_ema();
         Ok(())
@@ -265,6 +265,8 @@ impl Coordinator {
             sum_over_ranks(world, &mut w)?;
             world.mark_progress(self.steps.global_step);
         }
+        // Every rank skips the same steps: the count on this rank's device is the run's.
+        w.skipped = self.update.newly_skipped();
         let mut stats = w.stats(epoch, step, steps_per_epoch, self.steps.global_step, self.steps.lr);
         stats.loader = w.loader.stats(self.cfg().loader.prefetch, self.cfg().loader.decode_threads);
         if let Some(sum) = self.report.grad_norms.take() {
@@ -273,7 +275,7 @@ impl Coordinator {
         }
         (stats.model_flops, stats.mfu) = self.report.model_flops(stats.samples_per_sec);
         stats.cuda_syncs = self.report.syncs_per_step(w.steps);
-        if let Some(s) = &self.update.scaler {
+        if let Some(s) = self.update.scaler_state() {
             stats.loss_scale = Some(f64::from(s.scale));
             stats.skipped_steps = Some(w.skipped);
         }

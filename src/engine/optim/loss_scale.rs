@@ -7,9 +7,14 @@
 //!
 //! The scale is an f32, as GradScaler keeps it, so the sequence of scales is PyTorch's bit for
 //! bit. dpt-tui's loss is the sum over the batch where PyTorch scripts use the mean, so the
-//! workers multiply their summed loss by `scale / batch` ([`LossScaler::loss_factor`]): the
+//! workers multiply their summed loss by `scale / batch` ([`DeviceScaler::loss_factor`]): the
 //! scaled loss, and every fp16 gradient inside the backward pass, is then the one GradScaler
 //! would see for the same scale, and the overflows happen at the same scales.
+//!
+//! During a run the state lives on the device ([`DeviceScaler`]), as GradScaler keeps it: the
+//! check, the skip (by the fused optimizer kernels, which read `found_inf`) and the scale's
+//! update never wait for the host; [`LossScaler`] is its host form, for checkpoints and rewind
+//! points, and the rules' reference.
 
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
@@ -49,31 +54,6 @@ impl LossScaler {
         LossScaling { init: self.init, growth_interval: self.growth_interval }
     }
 
-    /// What each worker multiplies its summed loss by before the backward pass, for a step of
-    /// `batch` samples over all replicas.
-    pub fn loss_factor(&self, batch: usize) -> f64 {
-        f64::from(self.scale) / batch.max(1) as f64
-    }
-
-    /// Turns the reduced gradient `grad` of a step of `batch` samples back into the summed
-    /// gradient the optimizer takes, on the device, and checks it in the same pass, with
-    /// GradScaler's own kernel (`_amp_foreach_non_finite_check_and_unscale_`). Returns its
-    /// `found_inf`: one element, 1 when a value was not finite; reading it is the step's one
-    /// device sync, as `GradScaler.step` reads it (no full-size bool tensor).
-    pub fn unscale(&self, grad: &mut Tensor, batch: usize) -> Tensor {
-        let _guard = tch::no_grad_guard();
-        // GradScaler multiplies by the f32 of the scale's reciprocal computed in double; the
-        // batch's factor joins it in f32, as a scalar multiplication would.
-        let inv = (1.0 / f64::from(self.scale)) as f32;
-        let factor = (f64::from(inv) * batch.max(1) as f64) as f32;
-        // Filled on the device (a fill kernel queued on the stream), not uploaded: a copy from
-        // pageable host memory would wait for the device to drain first.
-        let inv_scale = Tensor::full([1], f64::from(factor), (tch::Kind::Float, grad.device()));
-        let mut found_inf = Tensor::zeros([1], (tch::Kind::Float, grad.device()));
-        grad.internal_amp_non_finite_check_and_unscale(&mut found_inf, &inv_scale);
-        found_inf
-    }
-
     /// Whether `t` holds a NaN or an infinity, as a one-element tensor on its device (not 0:
     /// it does), with the same kernel at a factor of 1, which leaves every value as it is: no
     /// full-size temporary (`isfinite().all()` makes a bool per element) and no host read.
@@ -85,8 +65,7 @@ impl LossScaler {
         found
     }
 
-    /// Whether an unscaled gradient was finite, from the `found_inf` [`LossScaler::unscale`]
-    /// (or [`LossScaler::non_finite`]) returned.
+    /// Whether a tensor checked by [`LossScaler::non_finite`] was finite (reads the device).
     pub fn finite(found_inf: &Tensor) -> bool {
         found_inf.double_value(&[0]) == 0.0
     }
@@ -112,6 +91,111 @@ impl LossScaler {
     }
 }
 
+/// GradScaler's state on the device during a run, so that no step reads the host: the scale
+/// and its growth tracker, updated by GradScaler's own `_amp_update_scale_` kernel; the step's
+/// `found_inf`, which the fused optimizer kernels read to skip an overflowed step; and the count
+/// of skipped steps. Read to the host ([`DeviceScaler::host`]) only for a report window, a
+/// checkpoint or a rewind point.
+pub struct DeviceScaler {
+    settings: LossScaling,
+    /// `[1]` float32, as GradScaler's `_scale`.
+    scale: Tensor,
+    /// `[1]` int32, as GradScaler's `_growth_tracker`.
+    growth_tracker: Tensor,
+    /// `[1]` float32: 1 when this step's gradient held an inf or a NaN.
+    found_inf: Tensor,
+    /// `[1]` float64: steps skipped since the run began.
+    skipped: Tensor,
+}
+
+impl DeviceScaler {
+    /// `host`'s state on `device`.
+    pub fn new(host: LossScaler, device: tch::Device) -> DeviceScaler {
+        let on = |kind| (kind, device);
+        DeviceScaler {
+            settings: host.settings(),
+            scale: Tensor::full([1], f64::from(host.scale), on(tch::Kind::Float)),
+            growth_tracker: Tensor::full([1], i64::from(host.growth_tracker), on(tch::Kind::Int)),
+            found_inf: Tensor::zeros([1], on(tch::Kind::Float)),
+            skipped: Tensor::full([1], host.skipped as f64, on(tch::Kind::Double)),
+        }
+    }
+
+    /// The state on the host (reads the device).
+    pub fn host(&self) -> LossScaler {
+        LossScaler {
+            init: self.settings.init,
+            scale: self.scale.double_value(&[0]) as f32,
+            growth_tracker: u32::try_from(self.growth_tracker.int64_value(&[0])).unwrap_or(0),
+            skipped: self.skipped(),
+            growth_interval: self.settings.growth_interval,
+        }
+    }
+
+    /// Steps skipped since the run began (reads the device).
+    pub fn skipped(&self) -> u64 {
+        self.skipped.double_value(&[0]) as u64
+    }
+
+    /// What a worker on `device` multiplies its summed loss by before the backward pass, for a
+    /// step of `batch` samples over all replicas: `scale / batch` (see the module's account), a
+    /// 0-dim float32 there, computed on the device.
+    pub fn loss_factor(&self, batch: usize, device: tch::Device) -> Tensor {
+        let _guard = tch::no_grad_guard();
+        let factor = (self.scale.to_kind(tch::Kind::Double) / batch.max(1) as f64).to_kind(tch::Kind::Float);
+        factor.reshape([]).to_device(device)
+    }
+
+    /// Starts a step: nothing found yet.
+    pub fn begin_step(&mut self) {
+        let _ = self.found_inf.zero_();
+    }
+
+    /// Turns the reduced gradient `grad` of a step of `batch` samples back into the summed
+    /// gradient the optimizer takes, and checks it in the same pass, with GradScaler's own
+    /// kernel (`_amp_foreach_non_finite_check_and_unscale_`), into the step's `found_inf` (a
+    /// gradient on another device than the scaler's is checked there, into a flag of its own:
+    /// every holder carries the same sum). The factor is computed on the device from the scale
+    /// (nothing uploaded, nothing read).
+    pub fn unscale(&mut self, grad: &mut Tensor, batch: usize) {
+        let _guard = tch::no_grad_guard();
+        let device = grad.device();
+        // GradScaler's `_scale.double().reciprocal().float()`, then the batch's factor in f32.
+        let inv = self.scale.to_kind(tch::Kind::Double).reciprocal().to_kind(tch::Kind::Float);
+        let factor = (inv.to_kind(tch::Kind::Double) * batch.max(1) as f64).to_kind(tch::Kind::Float);
+        if device == self.found_inf.device() {
+            grad.internal_amp_non_finite_check_and_unscale(&mut self.found_inf, &factor);
+        } else {
+            let mut found = Tensor::zeros([1], (tch::Kind::Float, device));
+            grad.internal_amp_non_finite_check_and_unscale(&mut found, &factor.to_device(device));
+        }
+    }
+
+    /// The step's `found_inf` on `device`, for the fused optimizer kernels there.
+    pub fn found_inf_on(&self, device: tch::Device) -> Tensor {
+        self.found_inf.to_device(device)
+    }
+
+    /// Whether this step's gradient was finite, as a 0-dim bool on the device.
+    pub fn clean(&self) -> Tensor {
+        self.found_inf.eq(0.0).reshape([])
+    }
+
+    /// Ends the step: `_amp_update_scale_` moves the scale as [`LossScaler::update`] does, and
+    /// an overflowed step is counted as skipped.
+    pub fn end_step(&mut self) {
+        let _guard = tch::no_grad_guard();
+        let _ = self.scale.internal_amp_update_scale_(
+            &self.growth_tracker,
+            &self.found_inf,
+            f64::from(GROWTH),
+            f64::from(BACKOFF),
+            i64::from(self.settings.growth_interval),
+        );
+        let _ = self.skipped.g_add_(&self.found_inf);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +213,24 @@ mod tests {
     }
 
     #[test]
+    fn the_device_scaler_moves_as_gradscalers_rules() {
+        let cfg = LossScaling { init: 1024.0, growth_interval: 2 };
+        let (mut host, mut device) =
+            (LossScaler::new(cfg), DeviceScaler::new(LossScaler::new(cfg), tch::Device::Cpu));
+        for clean in [true, false, true, true, false, true, true, true] {
+            let mut grad = Tensor::from_slice(&[0.75f32, if clean { -3.0 } else { f32::INFINITY }]);
+            device.begin_step();
+            device.unscale(&mut grad, 8);
+            assert_eq!(bool::try_from(&device.clean()).expect("a bool"), clean);
+            host.update(clean);
+            device.end_step();
+            assert_eq!(device.host(), host, "after a {} step", if clean { "clean" } else { "skipped" });
+        }
+        assert_eq!(device.skipped(), 2);
+        assert_eq!(device.loss_factor(8, tch::Device::Cpu).double_value(&[]), f64::from(host.scale) / 8.0);
+    }
+
+    #[test]
     fn never_grows_past_the_largest_f32() {
         let mut s = LossScaler::new(LossScaling { init: f32::MAX, growth_interval: 1 });
         s.update(true);
@@ -137,22 +239,31 @@ mod tests {
 
     #[test]
     fn unscaling_gives_back_the_summed_gradient_and_finds_overflow() {
-        let s = LossScaler::new(LossScaling { init: 65536.0, growth_interval: 2000 });
-        let mut g = Tensor::from_slice(&[65536.0f32 * 0.5 / 4.0, -65536.0 / 4.0]);
-        assert!(LossScaler::finite(&s.unscale(&mut g, 4)));
+        let host = LossScaler::new(LossScaling { init: 65536.0, growth_interval: 2000 });
+        let mut s = DeviceScaler::new(host, tch::Device::Cpu);
+        let mut check = |values: &[f32], batch: usize| {
+            let mut g = Tensor::from_slice(values);
+            s.begin_step();
+            s.unscale(&mut g, batch);
+            (bool::try_from(&s.clean()).expect("a bool"), g)
+        };
+        let (clean, g) = check(&[65536.0 * 0.5 / 4.0, -65536.0 / 4.0], 4);
+        assert!(clean);
         assert_eq!(Vec::<f32>::try_from(&g).unwrap(), [0.5, -1.0]);
-        let mut bad = Tensor::from_slice(&[1.0f32, f32::INFINITY]);
-        assert!(!LossScaler::finite(&s.unscale(&mut bad, 4)));
-        let mut nan = Tensor::from_slice(&[f32::NAN, 1.0]);
-        assert!(!LossScaler::finite(&s.unscale(&mut nan, 4)));
-        // The same bits as a scalar multiplication by the f32 factor (the kernel's arithmetic).
-        let odd = LossScaler::new(LossScaling { init: 3.0, growth_interval: 2 });
+        assert!(!check(&[1.0, f32::INFINITY], 4).0);
+        assert!(!check(&[f32::NAN, 1.0], 4).0);
+        assert_eq!(s.loss_factor(4, tch::Device::Cpu).double_value(&[]), 16384.0);
+        // The same bits as a scalar multiplication by GradScaler's f32 reciprocal times the batch.
+        let mut odd = DeviceScaler::new(
+            LossScaler::new(LossScaling { init: 3.0, growth_interval: 2 }),
+            tch::Device::Cpu,
+        );
         let values = Tensor::from_slice(&[0.1f32, 7.3, -2.9e-3]);
         let mut fused = values.copy();
-        assert!(LossScaler::finite(&odd.unscale(&mut fused, 5)));
+        odd.begin_step();
+        odd.unscale(&mut fused, 5);
         let factor = ((1.0 / 3.0f64) as f32 as f64 * 5.0) as f32;
         assert!(fused.equal(&(&values * f64::from(factor))));
-        assert!((s.loss_factor(4) - 16384.0).abs() < 1e-9);
     }
 
     #[test]

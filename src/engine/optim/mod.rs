@@ -95,16 +95,30 @@ impl OptimizerState {
         }
     }
 
+    /// Sets the count of steps taken (a resumed or rewound run's: its steps less the skipped
+    /// ones), which Adam's bias correction goes by.
+    pub fn set_steps(&mut self, taken: u64) {
+        let _ = self.step.fill_(taken as f64);
+    }
+
     /// Updates the parameters from `grad_sum` (the flat gradient summed over `batch` samples)
-    /// at learning rate `lr`; `step` counts optimizer steps, 1 on the first. `divided`: an
-    /// earlier replica's update on this device already divided `grad_sum` by the batch in place
-    /// (the fused kernels write the divided gradient back), so this one takes it as it is.
-    pub fn step(&mut self, grad_sum: &Tensor, lr: f64, batch: usize, step: u64, divided: bool) {
+    /// at learning rate `lr`, counting the step on the device. `divided`: an earlier replica's
+    /// update on this device already divided `grad_sum` by the batch in place (the fused
+    /// kernels write the divided gradient back), so this one takes it as it is. `found_inf`
+    /// (dynamic loss scaling's, on this device): when it holds 1 the kernels change nothing and
+    /// the step is not counted, as `torch.optim`'s fused step does under GradScaler.
+    pub fn step(
+        &mut self,
+        grad_sum: &Tensor,
+        (lr, batch): (f64, usize),
+        divided: bool,
+        found_inf: Option<&Tensor>,
+    ) {
         let _guard = tch::no_grad_guard();
         let c = self.cfg;
-        let _ = self.step.fill_(step as f64);
+        let _ = self.step.g_add_scalar_(1.0);
         let _ = self.grad_scale.fill_(batch as f64);
-        let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf: None };
+        let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf };
         for g in &self.groups {
             let grads: Vec<Tensor> = g.ranges.iter().map(|&(o, n)| grad_sum.narrow(0, o, n)).collect();
             let done = match c.kind {
@@ -135,6 +149,9 @@ impl OptimizerState {
                 // The coordinator's failure path reports a panic in an update with the replica.
                 panic!("the fused optimizer step failed: {}", e.0);
             }
+        }
+        if let Some(found) = found_inf {
+            let _ = self.step.g_sub_(&found.reshape([]));
         }
     }
 }

@@ -256,7 +256,7 @@ impl Worker {
         &mut self,
         start: usize,
         len: usize,
-        (global_step, loss_factor): (usize, Option<f64>),
+        (global_step, loss_factor): (usize, Option<Tensor>),
         dropout_seed: i64,
         timed: bool,
     ) -> Result<FromWorker, WorkerError> {
@@ -314,7 +314,7 @@ impl Worker {
                     loss = loss.g_mul_scalar(f64::NAN);
                 }
                 let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
-                let scaled = self.scaled(&loss, loss_factor, global_step);
+                let scaled = self.scaled(&loss, loss_factor.as_ref(), global_step);
                 let grads =
                     Tensor::f_run_backward(&[scaled.as_ref().unwrap_or(&loss)], &inputs, false, false)?;
                 let _guard = tch::no_grad_guard();
@@ -345,7 +345,7 @@ impl Worker {
     }
 
     /// The loss the backward pass starts from when it is scaled (`None`: the loss itself).
-    fn scaled(&self, loss: &Tensor, factor: Option<f64>, global_step: usize) -> Option<Tensor> {
+    fn scaled(&self, loss: &Tensor, factor: Option<&Tensor>, global_step: usize) -> Option<Tensor> {
         let overflow = self.faults.grad_overflow.contains(&(self.replica, global_step));
         match (factor, overflow) {
             (_, true) => Some(loss * f64::INFINITY),
