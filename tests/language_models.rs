@@ -164,7 +164,8 @@ fn a_gpt_whose_evaluation_cannot_fit_its_gpu_is_refused_by_the_estimate_and_the_
     let m = model(&make_gpt("script", dir.path()), &data);
     let mut cfg = config(&m, 1, 4, 8, 4);
     cfg.devices = vec![DeviceId::Cuda(0)];
-    let state = m.params.iter().map(|p| p.numel() as u64).sum::<u64>() * (8 + 16);
+    // f32 weights and gradient sums, AdamW's two moments.
+    let state = m.params.iter().map(|p| p.numel() as u64).sum::<u64>() * (8 + 8);
     // A GPU with room for the state and a few micro-batches' logits, not for 1,000 windows'.
     let gpu = |_: usize| Some(("Small GPU".to_owned(), state + (1 << 20)));
     cfg.check_device_memory(&data, 1, gpu).expect("evaluated a micro-batch (4 windows) at a time, it fits");

@@ -175,9 +175,7 @@ impl TrainConfig {
         };
         let memory = ReplicaMemory::of(&MemoryInputs {
             params: self.specs().param_count().max(0) as u64,
-            optimizer_buffers: (s.optimizer.kind.slots().len()
-                + super::optim::OptimizerState::scratch_buffers(&s.optimizer))
-                as u64,
+            optimizer_buffers: s.optimizer.kind.slots().len() as u64,
             ema: s.recipe.ema.is_some(),
             precision: s.precision.format,
             micro_batch: s.micro_batch(replicas) as u64,

@@ -77,12 +77,6 @@ impl OptimizerState {
         OptimizerState { cfg, slots, groups, step, grad_scale: scalar() }
     }
 
-    /// Buffers the size of the trainable parameters that `cfg`'s update needs beside its slots:
-    /// none, the fused kernels work in registers.
-    pub fn scratch_buffers(_cfg: &OptimConfig) -> usize {
-        0
-    }
-
     /// The state slots by name (flat, like the parameters).
     pub fn slots(&self) -> impl Iterator<Item = (&'static str, &Tensor)> {
         self.cfg.kind.slots().iter().copied().zip(&self.slots)
