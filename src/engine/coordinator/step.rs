@@ -194,11 +194,12 @@ impl Coordinator {
         let ours = self.cfg().devices.len();
         let parts =
             self.steps.assignments(self.cfg().settings.recipe.seed, (start, len), self.replica_span(), ours);
-        // Each replica's factor on its own device, computed there from the scale (no host read).
-        let factors: Option<Vec<Tensor>> =
-            self.update.scaler.as_ref().map(|s| {
-                self.update.replicas.params.iter().map(|p| s.loss_factor(len, p.device())).collect()
-            });
+        // The factor computed once on the device from the scale (no host read), copied device
+        // to device for replicas elsewhere.
+        let factors: Option<Vec<Tensor>> = self.update.scaler.as_ref().map(|s| {
+            let factor = s.loss_factor(len);
+            self.update.replicas.params.iter().map(|p| factor.to_device(p.device())).collect()
+        });
         self.pool.broadcast(|i| ToWorker::Step {
             start: parts[i].start,
             len: parts[i].len,

@@ -137,13 +137,13 @@ impl DeviceScaler {
         self.skipped.double_value(&[0]) as u64
     }
 
-    /// What a worker on `device` multiplies its summed loss by before the backward pass, for a
-    /// step of `batch` samples over all replicas: `scale / batch` (see the module's account), a
-    /// 0-dim float32 there, computed on the device.
-    pub fn loss_factor(&self, batch: usize, device: tch::Device) -> Tensor {
+    /// What the workers multiply their summed loss by before the backward pass, for a step of
+    /// `batch` samples over all replicas: `scale / batch` (see the module's account), a 0-dim
+    /// float32 computed on the scaler's device (a replica elsewhere takes a device copy).
+    pub fn loss_factor(&self, batch: usize) -> Tensor {
         let _guard = tch::no_grad_guard();
         let factor = (self.scale.to_kind(tch::Kind::Double) / batch.max(1) as f64).to_kind(tch::Kind::Float);
-        factor.reshape([]).to_device(device)
+        factor.reshape([])
     }
 
     /// Starts a step: nothing found yet.
@@ -227,7 +227,7 @@ mod tests {
             assert_eq!(device.host(), host, "after a {} step", if clean { "clean" } else { "skipped" });
         }
         assert_eq!(device.skipped(), 2);
-        assert_eq!(device.loss_factor(8, tch::Device::Cpu).double_value(&[]), f64::from(host.scale) / 8.0);
+        assert_eq!(device.loss_factor(8).double_value(&[]), f64::from(host.scale) / 8.0);
     }
 
     #[test]
@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(Vec::<f32>::try_from(&g).unwrap(), [0.5, -1.0]);
         assert!(!check(&[1.0, f32::INFINITY], 4).0);
         assert!(!check(&[f32::NAN, 1.0], 4).0);
-        assert_eq!(s.loss_factor(4, tch::Device::Cpu).double_value(&[]), 16384.0);
+        assert_eq!(s.loss_factor(4).double_value(&[]), 16384.0);
         // The same bits as a scalar multiplication by GradScaler's f32 reciprocal times the batch.
         let mut odd = DeviceScaler::new(
             LossScaler::new(LossScaling { init: 3.0, growth_interval: 2 }),
