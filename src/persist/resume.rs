@@ -44,6 +44,19 @@ impl Continuation {
 }
 
 impl Resume {
+    /// A second handle on the same tensors (shallow: nothing copied), to restore from while the
+    /// point itself stays kept.
+    pub fn shallow_clone(&self) -> Resume {
+        Resume {
+            state: self.state.clone(),
+            params: self.params.shallow_clone(),
+            optimizer: self.optimizer.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect(),
+            buffers: self.buffers.shallow_clone(),
+            ema: self.ema.as_ref().map(|(p, b)| (p.shallow_clone(), b.shallow_clone())),
+            then: self.then,
+        }
+    }
+
     /// The continuation the checkpoints of this run carry: the one applied now, or the one the
     /// resumed checkpoint already carried.
     pub fn continued(&self) -> Option<Continued> {

@@ -11,9 +11,6 @@ use std::time::{Duration, Instant};
 
 use crate::record::{Change, FinishReason, Record};
 
-/// The beginning of the warning the coordinator gives for a non-finite loss.
-pub const NOT_FINITE: &str = "the loss is not finite";
-
 /// How long a notify command may run before it is killed.
 pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -66,11 +63,12 @@ impl Alerts {
                 return None;
             }
             Record::Event(Change::Failed { message, .. }) => (AlertKind::Failed, message.clone()),
-            Record::Event(Change::Warning { message }) if message.starts_with(NOT_FINITE) => {
+            Record::Event(c @ Change::NotFinite { .. }) => {
                 if std::mem::replace(&mut self.nan_said, true) {
                     return None;
                 }
-                (AlertKind::Nan, message.clone())
+                let line = crate::record::text::Narrator::default().line(&Record::Event(c.clone()))?.text;
+                (AlertKind::Nan, line.strip_prefix("warning: ").unwrap_or(&line).to_owned())
             }
             Record::Event(c @ Change::Straggler { .. }) => (
                 AlertKind::Straggler,
@@ -211,9 +209,11 @@ mod tests {
         let mut a = Alerts::default();
         assert_eq!(a.on_record(&epoch(1, 0.7)), None);
         assert_eq!(a.on_record(&Record::Event(Change::Paused { global_step: 3 })), None);
-        let nan = Record::Event(Change::Warning { message: format!("{NOT_FINITE} at step 9: paused") });
+        let nan =
+            Record::Event(Change::NotFinite { global_step: 9, then: dpt_protocol::policies::OnNan::Pause });
         let got = a.on_record(&nan).unwrap();
         assert_eq!((got.kind, got.epoch, got.test_acc), (AlertKind::Nan, 1, Some(0.7)));
+        assert!(got.message.starts_with("the loss is not finite at step 9: paused"), "{}", got.message);
         assert_eq!(a.on_record(&nan), None, "said once");
         let straggler = Record::Event(Change::Straggler {
             replica: 1,

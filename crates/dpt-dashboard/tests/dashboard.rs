@@ -485,8 +485,10 @@ fn the_rewind_dialog_holds_the_run_from_opening_to_the_choice_sent() {
     assert_eq!(app.hold(), Some(Control::Hold { on: false }));
 
     // The offer after a loss that is not finite holds the paused run as well.
-    let message = format!("{} at step 583: paused", dpt_dashboard::alert::NOT_FINITE);
-    app.on_event(&Record::Event(Change::Warning { message }));
+    app.on_event(&Record::Event(Change::NotFinite {
+        global_step: 583,
+        then: dpt_protocol::policies::OnNan::Pause,
+    }));
     assert!(matches!(app.overlay, Some(Overlay::Rewind(_))));
     assert_eq!(app.hold(), Some(Control::Hold { on: true }));
     // Ctrl-C closes it with the stop.

@@ -188,11 +188,10 @@ fn rewound() -> App {
 fn nan_offered() -> App {
     let mut app = running_app();
     app.on_event(&point(500, 20.0));
-    let message = format!(
-        "{} at step 570: paused; the last good checkpoint is in the run directory",
-        dpt_dashboard::alert::NOT_FINITE
-    );
-    app.on_event(&Record::Event(Change::Warning { message }));
+    app.on_event(&Record::Event(Change::NotFinite {
+        global_step: 570,
+        then: dpt_protocol::policies::OnNan::Pause,
+    }));
     app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
     app
 }

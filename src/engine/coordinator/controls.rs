@@ -1,17 +1,18 @@
 //! What the coordinator does between steps: apply the user's controls (pause, lr, save, stop,
-//! a rewind dialog's hold) and the policy for a loss that stops being finite.
+//! a rewind dialog's hold, a rewind), agreed on across processes; go back to a rewind point;
+//! save on request and at the end, where a failed final save waits for the user or retries.
 
-use crate::alert::NOT_FINITE;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use super::rewind::Plan;
-use super::Coordinator;
+use super::rewind::{between, Plan};
+use super::{Coordinator, Restored};
 use crate::dist::c10d::ReduceOp;
-use crate::engine::config::{check_lr, OnNan};
+use crate::engine::config::{check_lr, SavePolicy};
 use crate::engine::events::Control;
 use crate::engine::EngineError;
+use crate::persist::resume::Continuation;
 use crate::record::{Change, FinishReason};
 
 /// How often a paused rank 0 tells the other ranks it is still paused (well inside any
@@ -27,19 +28,19 @@ impl Coordinator {
     /// every rank takes the same decision at the same step: rank 0's lr, pause, rewind point
     /// and rewind, a stop or divergence from any rank.
     pub(super) fn poll_controls(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
-        self.points.due = self.point_due(position);
+        self.points.decide(self.steps.global_step(), position);
         loop {
             while let Ok(c) = self.channels.controls.try_recv() {
                 self.apply(c);
             }
-            if self.exchange.world.is_some() {
+            if self.exchange.world().is_some() {
                 self.agree()?;
             }
-            if !self.waits() {
+            if !self.gate.waits() {
                 return Ok(());
             }
             let waited = Instant::now();
-            let next = if self.exchange.world.is_some() {
+            let next = if self.exchange.world().is_some() {
                 // The other ranks wait on our decision: tell them at least every heartbeat.
                 match self.channels.controls.recv_timeout(HEARTBEAT) {
                     Ok(c) => Some(c),
@@ -50,9 +51,7 @@ impl Coordinator {
                 // Nobody can resume us any more: carry on rather than hang.
                 Some(self.channels.controls.recv().unwrap_or(Control::Resume))
             };
-            let idle = waited.elapsed();
-            self.report.window.paused += idle;
-            self.report.epoch.paused += idle;
+            self.report.paused(waited.elapsed());
             if let Some(c) = next {
                 self.apply(c);
             }
@@ -63,149 +62,219 @@ impl Coordinator {
     /// scale of the lr schedule, its pause (or hold), its rewind point and rewind, anyone's
     /// stop, divergence or preemption.
     fn agree(&mut self) -> Result<(), EngineError> {
-        let Some(w) = &self.exchange.world else { return Ok(()) };
+        let Some(w) = self.exchange.world() else { return Ok(()) };
         let leader = w.rank == 0;
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         let ours = |x: f64| if leader { x } else { f64::NEG_INFINITY };
-        let plan = self.points.pending.filter(|_| leader);
+        let plan = self.points.pending().filter(|_| leader);
+        let flow = self.gate.flow();
         let mut v = [
-            ours(self.steps.plan.scale),
-            flag(leader && self.waits()),
-            flag(self.flow.stopping().is_some()),
-            flag(self.flow.diverged()),
-            flag(self.flow.stopping() == Some(FinishReason::Preempted)),
-            flag(leader && self.points.due),
+            ours(self.steps.scale()),
+            flag(leader && self.gate.waits()),
+            flag(flow.stopping().is_some()),
+            flag(flow.diverged()),
+            flag(flow.stopping() == Some(FinishReason::Preempted)),
+            flag(leader && self.points.due()),
             plan.map_or(f64::NEG_INFINITY, |p| p.global_step as f64),
             plan.and_then(|p| p.lr).unwrap_or(f64::NEG_INFINITY),
             flag(plan.is_some_and(|p| p.skip)),
         ];
         w.allreduce_values(&mut v, ReduceOp::Max)?;
-        let global_step = self.steps.global_step;
+        let global_step = self.steps.global_step();
         if !leader {
-            self.points.due = v[5] > 0.0;
-            self.points.pending = (v[6] >= 0.0).then(|| Plan {
+            let pending = (v[6] >= 0.0).then(|| Plan {
                 global_step: v[6] as usize,
                 lr: (v[7] > 0.0).then_some(v[7]),
                 skip: v[8] > 0.0,
             });
+            self.points.follow(v[5] > 0.0, pending);
             if let Some((from, to)) = self.steps.follow_scale(v[0]) {
-                self.emit(Change::LrChanged { from, to, global_step });
+                self.channels.emit(Change::LrChanged { from, to, global_step });
             }
-            let paused = v[1] > 0.0;
-            self.steer(|c| {
-                if paused {
-                    c.flow.pause();
-                } else {
-                    c.flow.resume();
-                }
-            });
+            self.channels.say(self.gate.follow(v[1] > 0.0, global_step));
         }
-        if v[2] > 0.0 && self.flow.stopping().is_none() {
-            self.flow.end(FinishReason::Stopped);
-            self.emit(Change::StopRequested { global_step });
+        if v[2] > 0.0 && self.gate.flow().stopping().is_none() {
+            self.gate.end(FinishReason::Stopped);
+            self.channels.emit(Change::StopRequested { global_step });
         }
         if v[3] > 0.0 {
-            self.flow.end(FinishReason::Diverged);
+            self.gate.end(FinishReason::Diverged);
         }
-        if v[4] > 0.0 {
-            self.preempt();
+        if v[4] > 0.0 && self.gate.end(FinishReason::Preempted) {
+            self.channels.emit(Change::Preempted { global_step });
         }
         Ok(())
     }
 
-    /// Stops after this step, as preempted (once).
-    fn preempt(&mut self) {
-        if self.flow.end(FinishReason::Preempted) {
-            self.emit(Change::Preempted { global_step: self.steps.global_step });
-        }
-    }
-
-    /// Whether the loop waits at this boundary: paused, or held by a viewer's rewind dialog.
-    pub(super) fn waits(&self) -> bool {
-        self.flow.waits(self.holds)
-    }
-
-    /// Makes `change` and says `paused` or `resumed` where it changed whether the loop waits:
-    /// to whoever watches, a hold is a pause, and a pause under a hold changes nothing.
-    pub(super) fn steer(&mut self, change: impl FnOnce(&mut Self)) {
-        let was = self.waits();
-        change(self);
-        let global_step = self.steps.global_step;
-        match (was, self.waits()) {
-            (false, true) => self.emit(Change::Paused { global_step }),
-            (true, false) => self.emit(Change::Resumed { global_step }),
-            _ => {}
-        }
-    }
-
-    pub(super) fn apply(&mut self, control: Control) {
-        let global_step = self.steps.global_step;
-        match control {
-            Control::Pause => self.steer(|c| {
-                c.flow.pause();
+    /// Applies one control between steps.
+    fn apply(&mut self, control: Control) {
+        let global_step = self.steps.global_step();
+        let said = match control {
+            Control::Pause => self.gate.pause(global_step),
+            Control::Resume => self.gate.resume(global_step),
+            Control::Hold { on } => self.gate.hold(on, global_step),
+            Control::SetLr { lr } => Some(match check_lr(lr) {
+                Ok(lr) => Change::LrChanged { from: self.steps.set_lr(lr), to: lr, global_step },
+                Err(e) => Change::Refused { reason: e.to_string() },
             }),
-            // Another viewer's `p` must not let the run go from under an open dialog.
-            Control::Resume if !self.flow.is_paused() && self.waits() => self.emit(Change::Refused {
-                reason: "a rewind dialog is open on the run: it goes on when the dialog closes".to_owned(),
-            }),
-            Control::Resume => self.steer(|c| {
-                c.flow.resume();
-            }),
-            Control::Hold { on } => self.steer(|c| c.holds.set(on)),
-            Control::SetLr { lr } => match check_lr(lr) {
-                Ok(lr) => {
-                    let from = self.steps.set_lr(lr);
-                    self.emit(Change::LrChanged { from, to: lr, global_step });
-                }
-                Err(e) => self.emit(Change::Refused { reason: e.to_string() }),
-            },
             Control::SaveNow => {
-                let position = self.position_now();
-                let _ = self.save_all(position, RETRY_ADVICE);
+                let _ = self.save(self.data_at, RETRY_ADVICE);
+                None
             }
             Control::SaveTo { dir } => {
-                if self.set_save_dir(dir) {
-                    let position = self.position_now();
-                    let _ = self.save_all(position, RETRY_ADVICE);
+                let (taken, said) = self.persist.set_save_dir(dir);
+                self.channels.emit(said);
+                if taken {
+                    let _ = self.save(self.data_at, RETRY_ADVICE);
                 }
+                None
             }
             Control::Stop => {
-                if self.flow.stopping().is_none() {
-                    self.emit(Change::StopRequested { global_step });
-                }
-                self.flow.end(FinishReason::Stopped);
+                let first = self.gate.flow().stopping().is_none();
+                self.gate.end(FinishReason::Stopped);
+                first.then_some(Change::StopRequested { global_step })
             }
-            Control::Preempt => self.preempt(),
-            Control::Rewind { global_step, lr, skip } => self.ask_rewind(Plan { global_step, lr, skip }),
-        }
+            Control::Preempt => {
+                self.gate.end(FinishReason::Preempted).then_some(Change::Preempted { global_step })
+            }
+            // Rank 0's `r` key: the run resumes if paused and goes back at the next boundary it
+            // passes (the boundary it is held at, once the dialog that sent it lets go).
+            Control::Rewind { global_step: to, lr, skip } => {
+                match self.points.ask(Plan { global_step: to, lr, skip }, &self.persist) {
+                    Ok(()) => self.gate.release(global_step),
+                    Err(reason) => Some(Change::Refused { reason }),
+                }
+            }
+        };
+        self.channels.say(said);
     }
 
-    pub(super) fn on_nan(&mut self) {
-        let at = self.steps.global_step;
-        match self.cfg().on_nan {
-            OnNan::Ignore => {
-                if !self.report.nan_warned {
-                    self.report.nan_warned = true;
-                    self.emit(Change::Warning {
-                        message: format!("{NOT_FINITE} at step {at} (--on-nan ignore)"),
-                    });
+    /// Goes back to the point `plan` names from `now` (the position that would have trained
+    /// next): its state into every part, then on as a resume with the lr and the skip.
+    pub(super) fn rewind(&mut self, plan: Plan, now: (usize, usize)) -> Result<Restored, EngineError> {
+        let from = self.steps.global_step();
+        let Some(point) = self.points.back_to(plan.global_step) else {
+            return Err(EngineError::Coordinator {
+                replica: None,
+                device: None,
+                message: format!(
+                    "rank 0 rewound to step {}, of which this rank keeps no point",
+                    plan.global_step
+                ),
+            });
+        };
+        let s = &point.state;
+        let spe = self.cfg.steps_per_epoch(self.facts.train_len);
+        let skip = if plan.skip { between((s.epoch, s.step), now, spe) } else { 0 };
+        let mut restored = self.restore(&point, Continuation { lr: plan.lr, skip });
+        self.channels.say(restored.lr.take());
+        self.channels.emit(Change::Rewound {
+            from,
+            to: s.global_step,
+            epoch: s.epoch,
+            step: s.step,
+            lr: self.steps.lr(),
+            skipped: skip,
+        });
+        Ok(restored)
+    }
+
+    /// Writes the weights and a checkpoint that continues at `position`, reporting each; on a
+    /// failure says what failed and how to retry (`advice`). Parameters that are not finite
+    /// are never written over good files.
+    pub(super) fn save(&mut self, position: (usize, usize), advice: &str) -> Result<(), EngineError> {
+        if self.persist.save_dir().is_none() {
+            return Ok(());
+        }
+        if !self.update.params_finite()? {
+            self.channels.emit(Change::Warning {
+                message: "weights and checkpoint not saved: they are not finite".into(),
+            });
+            return Ok(());
+        }
+        let weights = self.update.replicas().named_cpu();
+        let checkpoint = self.snapshot(position);
+        let (said, result) = self.persist.save_all(&weights, &checkpoint, advice);
+        self.channels.say(said);
+        result
+    }
+
+    /// The save when the run ends or stops. If it fails, the weights are still in memory: by
+    /// the [`SavePolicy`], wait for the user to free space or name another folder, or retry a
+    /// few times; a run whose weights could not be saved ends as failed, never as done.
+    pub(super) fn final_save(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
+        let global_step = self.steps.global_step();
+        match self.cfg.save_policy {
+            SavePolicy::WaitForUser => {
+                let advice = "paused with the weights in memory: free some space and press s to retry, or S to save into another folder; q gives up";
+                let Err(mut failure) = self.save(position, advice) else { return Ok(()) };
+                // Shown as paused while the weights wait in memory; the loop itself is over.
+                if !self.gate.flow().is_paused() {
+                    self.channels.emit(Change::Paused { global_step });
+                }
+                loop {
+                    let control = match self.channels.controls.recv() {
+                        Ok(c) => c,
+                        // Nobody can steer the run any more.
+                        Err(_) => return Err(failure),
+                    };
+                    match control {
+                        Control::SaveNow | Control::Resume => {}
+                        // Nothing trains any more: there is no boundary to hold.
+                        Control::Hold { .. } => continue,
+                        Control::SaveTo { dir } => {
+                            let (taken, said) = self.persist.set_save_dir(dir);
+                            self.channels.emit(said);
+                            if !taken {
+                                continue;
+                            }
+                        }
+                        Control::Stop | Control::Preempt => return Err(failure),
+                        Control::Pause | Control::SetLr { .. } | Control::Rewind { .. } => {
+                            self.channels.emit(Change::Refused {
+                                reason: "training is over; save the weights first (s)".into(),
+                            });
+                            continue;
+                        }
+                    }
+                    match self.save(position, advice) {
+                        Ok(()) => {
+                            self.channels.emit(Change::Resumed { global_step });
+                            return Ok(());
+                        }
+                        Err(e) => failure = e,
+                    }
                 }
             }
-            OnNan::Pause => {
-                self.emit(Change::Warning {
-                    message: format!(
-                        "{NOT_FINITE} at step {at}: paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
-                    ),
-                });
-                self.steer(|c| {
-                    c.flow.pause();
-                });
-            }
-            OnNan::Stop => {
-                self.emit(Change::Warning {
-                    message: format!("{NOT_FINITE} at step {at}: stopping; the last good checkpoint is kept"),
-                });
-                self.flow.end(FinishReason::Diverged);
+            SavePolicy::Retry { tries, every } => {
+                let advice = |left: u32| {
+                    if left == 0 {
+                        "giving up; the trained weights are lost, the last checkpoint on disk is kept"
+                            .to_owned()
+                    } else {
+                        format!(
+                            "trying again in {} s ({left} tries left; --save-retries)",
+                            every.as_secs_f64()
+                        )
+                    }
+                };
+                let Err(mut failure) = self.save(position, &advice(tries)) else { return Ok(()) };
+                for left in (0..tries).rev() {
+                    // A stop gives up; another folder is taken; nothing else waits on us.
+                    match self.channels.controls.recv_timeout(every) {
+                        Ok(Control::Stop | Control::Preempt) => return Err(failure),
+                        Ok(Control::SaveTo { dir }) => {
+                            let (_, said) = self.persist.set_save_dir(dir);
+                            self.channels.emit(said);
+                        }
+                        _ => {}
+                    }
+                    match self.save(position, &advice(left)) {
+                        Ok(()) => return Ok(()),
+                        Err(e) => failure = e,
+                    }
+                }
+                Err(failure)
             }
         }
     }

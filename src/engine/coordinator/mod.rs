@@ -1,15 +1,19 @@
-//! The coordinator thread: runs the epochs, one step at a time (`step.rs`: dispatch, gather,
-//! reduce, update), applies controls and the NaN policy at step boundaries (`controls.rs`),
-//! evaluates at epoch ends, writes weights and checkpoints (`persist.rs`) and reports
-//! everything as records. The threads it drives are the [`WorkerPool`] (`pool.rs`); the
-//! tensors it updates are the [`Replicas`] (`replicas.rs`), each with its optimizer state.
+//! The coordinator thread. Its parts each own one concern and their state: the [`WorkerPool`]
+//! (`pool.rs`) drives the replicas' threads, the exchange (`reduce.rs`) sums their gradients,
+//! the update (`update.rs`) owns the replicas' tensors (`replicas.rs`) and applies the
+//! optimizer, the step plan (`step_plan.rs`) the step count and lr, the reporter
+//! (`reporter.rs`) the figures and records, persistence (`persist.rs`) what is written where,
+//! the rewind points (`rewind.rs`) and the gate (`flow.rs`) where the loop stands. They meet
+//! only here: the loop (`run_loop.rs`: epochs, one step, reports, evaluations) and the controls
+//! between steps (`controls.rs`) hand each part what another produced and emit the records
+//! the parts return. A checkpoint is one [`Coordinator::snapshot`] of every part's state, and a
+//! resume or a rewind one [`Coordinator::restore`].
 
 mod controls;
 mod failure;
 mod flow;
 mod overlap;
 mod persist;
-mod persistence;
 pub mod pool;
 mod reduce;
 pub mod replicas;
@@ -19,13 +23,10 @@ pub use rewind::{check_point_memory, point_bytes};
 mod run_info;
 mod run_loop;
 pub mod sample;
-mod step;
 mod step_plan;
 mod timed;
 mod update;
 mod writer;
-
-use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -33,7 +34,9 @@ use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
 use crate::engine::tally::Tally;
 use crate::engine::{EngineError, Outcome};
-use crate::record::{Change, EpochStats, FinishReason, Record, Summary};
+use crate::persist::checkpoint::{Checkpoint, CheckpointState};
+use crate::persist::resume::{Continuation, Resume};
+use crate::record::{Change, Record};
 pub use persist::WEIGHTS_FILE;
 pub use pool::WorkerPool;
 pub use replicas::{ModelLayout, Replicas};
@@ -88,7 +91,31 @@ struct Channels {
     controls: Receiver<Control>,
 }
 
-/// The coordinator: a few parts, each owning one concern of the loop.
+impl Channels {
+    fn emit(&self, record: impl Into<Record>) {
+        // A consumer that has gone away must not stop training.
+        let _ = self.events.send(record.into());
+    }
+
+    /// Emits the records a part returned, in order.
+    fn say(&self, changes: impl IntoIterator<Item = Change>) {
+        for c in changes {
+            self.emit(c);
+        }
+    }
+}
+
+/// Where the data goes on after a restore, and what the restore changed.
+struct Restored {
+    /// The (epoch, step) of the data that trains next.
+    position: (usize, usize),
+    /// The epoch's figures so far (none when the data goes on in a later epoch).
+    partial: Option<Tally>,
+    /// The lr set by the continuation, said once the run has started.
+    lr: Option<Change>,
+}
+
+/// The coordinator: its parts, and the loop where they meet.
 pub struct Coordinator {
     cfg: TrainConfig,
     facts: RunFacts,
@@ -96,17 +123,16 @@ pub struct Coordinator {
     pool: WorkerPool,
     /// How gradients are summed here and across processes.
     exchange: reduce::Exchange,
-    /// The replicas' tensors, the loss scaler and which replica is being touched.
+    /// The replicas' tensors, their optimizer state and the loss scale.
     update: update::Update,
     /// The step count and the learning rate's plan.
     steps: step_plan::StepPlan,
     /// Report windows, epochs done, stragglers, the phase clock.
     report: reporter::Reporter,
     /// Where and when weights and checkpoints are written, and the best kept.
-    persist: persistence::Persistence,
-    flow: flow::Flow,
-    /// The viewers' rewind dialogs holding the loop at a step boundary.
-    holds: flow::Holds,
+    persist: persist::Persistence,
+    /// Running, paused, held or ending, and the NaN policy.
+    gate: flow::Gate,
     /// The rewind points kept and what the next boundary does with them.
     points: rewind::Points,
     /// The (epoch, step) of the data that trains next (a save asked for between steps writes
@@ -116,38 +142,48 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub fn new(p: CoordinatorParts) -> Self {
-        let total = p.world.as_ref().map_or(p.cfg.devices.len(), |w| w.total_replicas());
-        let b = &p.cfg.settings.best;
-        Coordinator {
-            steps: step_plan::StepPlan::new(p.cfg.lr_plan(p.facts.train_len)),
-            update: update::Update::new(Replicas::new(p.layout)),
-            report: reporter::Reporter::new(total, p.cfg.devices.len(), p.facts.peak_flops.clone())
-                .counting_syncs(p.facts.sync_debug),
-            persist: persistence::Persistence {
-                save_dir: p.cfg.run_dir.clone(),
-                writer: None,
-                last_checkpoint: std::time::Instant::now(),
-                // A run without classes has its loss to judge by, not an accuracy.
-                best: crate::engine::best::BestKeeper::new(
-                    if p.facts.classes > 0 { b.metric } else { crate::engine::best::BestMetric::ValLoss },
-                    b.keep,
-                    b.early_stop,
-                ),
+        let cfg = p.cfg;
+        let total = p.world.as_ref().map_or(cfg.devices.len(), |w| w.total_replicas());
+        let settings = &cfg.settings;
+        let b = &settings.best;
+        let first = cfg.devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
+        // A run without classes has its loss to judge by, not an accuracy.
+        let metric = if p.facts.classes > 0 { b.metric } else { crate::engine::best::BestMetric::ValLoss };
+        let persist = persist::Persistence::new(
+            cfg.run_dir.clone(),
+            crate::engine::best::BestKeeper::new(metric, b.keep, b.early_stop),
+            persist::PersistSettings {
+                every: settings.checkpoints.every,
+                keep: settings.checkpoints.keep,
+                model: (settings.model_kind(), cfg.kit.script.clone()),
+                disk_points: p.world.is_none(),
+                write_fault: cfg.kit.faults.checkpoint_write,
             },
-            exchange: reduce::Exchange { world: p.world, reduction: reduce::Reduction::plan(&p.cfg.devices) },
-            flow: flow::Flow::default(),
-            holds: flow::Holds::default(),
-            points: rewind::Points::default(),
+        );
+        let update = update::UpdateSettings {
+            optimizer: settings.optimizer,
+            scaling: settings.precision.loss_scaling(),
+            clip: settings.recipe.clip_grad_norm,
+            ema: settings.recipe.ema,
+            check_replicas: settings.placement.check_replicas,
+            fence: (first, cfg.step_timeout()),
+            fault: cfg.kit.faults.coordinator_panic,
+        };
+        Coordinator {
+            steps: step_plan::StepPlan::new(cfg.lr_plan(p.facts.train_len)),
+            update: update::Update::new(p.layout, update),
+            report: reporter::Reporter::new(total, cfg.devices.len(), first, p.facts.peak_flops.clone())
+                .counting_syncs(p.facts.sync_debug),
+            persist,
+            exchange: reduce::Exchange::new(p.world, &cfg.devices, cfg.step_timeout()),
+            gate: flow::Gate::default(),
+            points: rewind::Points::new(settings.checkpoints.snapshots, settings.checkpoints.snapshot_every),
             data_at: (0, 0),
             channels: Channels { events: p.events, controls: p.controls },
-            cfg: p.cfg,
             facts: p.facts,
             pool: p.pool,
+            cfg,
         }
-    }
-
-    fn cfg(&self) -> &TrainConfig {
-        &self.cfg
     }
 
     /// Runs the whole training, then shuts the workers down whatever happened. A panic here
@@ -157,168 +193,156 @@ impl Coordinator {
         // The update runs on one intra-op thread: the cores are the CPU replicas' (device::intra_op).
         crate::device::intra_op::keep_to_one_thread();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.set_device().and_then(|()| self.wait_ready()).and_then(|()| {
+            failure::set_device(&self.cfg).and_then(|()| self.wait_ready()).and_then(|()| {
                 // Every replica has set its own count; threads started from now on take one.
                 crate::device::intra_op::keep_to_one_thread();
                 self.train()
             })
         }));
         let result = caught
-            .unwrap_or_else(|panic| Err(self.panic_error(panic.as_ref())))
-            .map_err(|e| self.explain_oom(e));
+            .unwrap_or_else(|panic| {
+                Err(failure::panic_error(&self.cfg, self.update.touching(), panic.as_ref()))
+            })
+            .map_err(|e| {
+                let checkpoint = self.persist.checkpoint_file();
+                failure::explain_oom(&self.cfg, e, checkpoint, self.exchange.span().1)
+            });
         if let Err(e) = &result {
-            let (replica, device) = match e {
-                EngineError::Worker { replica, device, .. } => (Some(*replica), Some(device.clone())),
-                EngineError::Coordinator { replica, device, .. } => (*replica, device.clone()),
-                EngineError::Stalled { replicas, .. } => {
-                    (replicas.first().copied(), replicas.first().map(|&r| self.cfg().devices[r].to_string()))
-                }
-                _ => (None, None),
-            };
-            self.emit(Change::Failed { replica, device, message: crate::error_chain(e) });
+            self.channels.emit(failure::failed(&self.cfg, e));
         }
         self.pool.shutdown();
         result
     }
 
-    fn emit(&mut self, record: impl Into<Record>) {
-        // A consumer that has gone away must not stop training.
-        let _ = self.channels.events.send(record.into());
+    /// Waits for every replica to be built, and takes its buffers and hooks; sets up what the
+    /// steps need before the first one (the phase clock, the update's state, NCCL).
+    fn wait_ready(&mut self) -> Result<(), EngineError> {
+        for reply in self.pool.gather(self.cfg.step_timeout() * SLOW_WORK_FACTOR)? {
+            if let crate::engine::worker::FromWorker::Ready { mut handles, .. } = reply {
+                self.exchange.adopt(&mut handles);
+                self.update.adopt(*handles);
+            }
+        }
+        self.report.start_clock(self.update.first_device());
+        self.update.begin();
+        self.exchange.set_up(self.update.replicas(), self.cfg.kit.faults.setup_hang)
     }
 
     fn train(&mut self) -> Result<Outcome, EngineError> {
-        let restored = self.cfg.kit.resume.as_ref().map(|r| (r.state.clone(), r.then));
-        if let Some((s, _)) = &restored {
-            self.take_counters(s);
+        let resumed = self.cfg.kit.resume.as_deref().map(Resume::shallow_clone);
+        let mut start = Restored { position: (0, 0), partial: None, lr: None };
+        if let Some(r) = &resumed {
+            start = self.restore(r, r.then);
         }
-        let info = self.run_info(self.cfg().steps_per_epoch(self.facts.train_len));
-        self.emit(Record::Start(Box::new(info)));
+        let accounts = run_info::Accounts {
+            param_count: self.update.replicas().param_count(),
+            lr: (self.steps.lr(), self.steps.scale()),
+            allreduce: self.exchange.describe(),
+            world: self.exchange.world(),
+            timing: self.report.timing(),
+        };
+        let info = run_info::run_info(&self.cfg, &self.facts, accounts);
+        self.channels.emit(Record::Start(Box::new(info)));
         if let Some(report) = self.facts.init_report.take() {
-            self.emit(report);
+            self.channels.emit(report);
         }
-        let mut start = ((0, 0), Tally::default());
-        if let Some((s, then)) = restored {
-            self.emit(Change::Restored { epoch: s.epoch, step: s.step, global_step: s.global_step });
-            start = self.go_on(&s, then);
+        if let Some(r) = &resumed {
+            let s = &r.state;
+            self.channels.emit(Change::Restored { epoch: s.epoch, step: s.step, global_step: s.global_step });
         }
+        self.channels.say(start.lr.take());
         let (mut reason, position) = loop {
-            match self.epochs_from(start.0, start.1)? {
+            match self.epochs_from(start.position, start.partial)? {
                 run_loop::Leg::Ended { reason, position } => break (reason, position),
                 run_loop::Leg::Rewind { plan, now } => start = self.rewind(plan, now)?,
             }
         };
-        let steps_per_epoch = self.cfg().steps_per_epoch(self.facts.train_len);
-        if self.flow.diverged() {
+        let diverged = self.gate.flow().diverged();
+        if diverged {
             // A loss found non-finite at the very last report ends the loop as if completed.
-            reason = FinishReason::Diverged;
+            reason = crate::record::FinishReason::Diverged;
         }
-        if reason != FinishReason::Completed && self.report.window.steps > 0 {
+        let steps_per_epoch = self.cfg.steps_per_epoch(self.facts.train_len);
+        if reason != crate::record::FinishReason::Completed && self.report.window_open() {
             // Statistics of the partial window, so the curves and the checkpoint include them.
             self.report(position.0 + 1, position.1, steps_per_epoch)?;
         }
         // The periodic write in flight ends before the final save writes over it.
-        self.note_written(true);
-        if !self.flow.diverged() {
+        let written = self.persist.note_written(true);
+        self.channels.say(written);
+        if !diverged {
             self.final_save(position)?;
         }
         let mut val_acc = None;
-        if self.facts.val_len.is_some() && !self.flow.diverged() && self.report.done.epochs > 0 {
+        if self.facts.val_len.is_some() && !diverged && self.report.done().epochs > 0 {
             // The test set, kept out of every choice, is evaluated once, at the end.
             let test = self.evaluate(true)?;
-            val_acc = self.report.done.last_test_acc.replace(test.sums.accuracy());
-            self.emit(Change::Tested {
+            val_acc = self.report.tested(test.sums.accuracy());
+            self.channels.emit(Change::Tested {
                 loss: test.sums.mean_loss(),
                 acc: test.sums.accuracy(),
                 top5_acc: test.top5_acc(),
                 samples: test.sums.samples as usize,
             });
         }
-        let mut summary = self.summary(reason, position);
+        let ended = (reason, position.1 > 0, self.steps.global_step());
+        let mut summary = self.report.summary(&self.cfg, ended, self.facts.classes);
         summary.val_acc = val_acc;
-        self.emit(Record::Summary(Box::new(summary.clone())));
-        Ok(Outcome { summary, final_params: self.update.replicas.named_cpu() })
+        self.channels.emit(Record::Summary(Box::new(summary.clone())));
+        Ok(Outcome { summary, final_params: self.update.replicas().named_cpu() })
     }
 
-    fn summary(&self, reason: FinishReason, position: (usize, usize)) -> Summary {
-        let mut all = self.report.done.tally;
-        // A partial epoch counts for throughput.
-        if position.1 > 0 {
-            all.add(self.report.epoch.now());
-        }
-        let (flops_per_sample, peak_flops) = self.report.flops_facts();
-        let (model_flops, mfu) = self.report.model_flops(all.throughput());
-        Summary {
-            val_acc: None,
-            model: self.cfg().model(),
-            devices: self.cfg().devices.clone(),
-            test_acc: self.report.done.last_test_acc,
-            sec_per_epoch: (self.report.done.epochs > 0)
-                .then(|| self.report.done.tally.seconds / self.report.done.epochs as f64),
-            samples_per_sec: all.throughput(),
-            epochs_done: self.report.done.epochs,
-            global_steps: self.steps.global_step,
-            reason,
-            peak_rss_mib: crate::sys::peak_resident_bytes().map(|b| b as f64 / f64::from(1 << 20)),
-            val_loss: self.report.done.last_test_loss.filter(|_| self.facts.classes == 0),
-            perplexity: self
-                .report
-                .done
-                .last_test_loss
-                .filter(|_| self.facts.classes == 0 && self.cfg().settings.data.block_size.is_some())
-                .map(f64::exp),
-            tokens_per_sec: match (self.cfg().settings.recipe.steps, self.cfg().settings.data.block_size) {
-                (Some(_), Some(t)) => Some(all.throughput() * t as f64),
-                _ => None,
-            },
-            bottleneck: None,
-            flops_per_sample,
-            model_flops,
-            mfu,
-            peak_flops,
-            peak_device_mib: crate::device::peak::device_peak_mib(&self.cfg().devices),
-        }
+    /// The run's state as a checkpoint that continues at `position`, each part's own: the step
+    /// plan's count and lr, the reporter's finished epochs and the epoch so far, the update's
+    /// tensors and loss scale, the best evaluations kept; copied to the host.
+    fn snapshot(&self, position: (usize, usize)) -> Checkpoint {
+        let cfg = &self.cfg;
+        let done = self.report.done();
+        let partial = if position.1 == 0 { Tally::default() } else { self.report.epoch_so_far() };
+        let state = CheckpointState {
+            epoch: position.0,
+            step: position.1,
+            global_step: self.steps.global_step(),
+            lr: self.steps.lr(),
+            lr_scale: self.steps.scale(),
+            loss_scaler: self.update.scaler_state(),
+            best: self.persist.best_state(),
+            train_samples: self.facts.train_len,
+            test_samples: self.facts.test_len,
+            partial_epoch: partial,
+            epochs_done: done.epochs,
+            train_seconds: done.tally.seconds,
+            samples_done: done.tally.samples,
+            last_test_acc: done.last_test_acc,
+            continued: cfg.kit.resume.as_deref().and_then(Resume::continued),
+            ..CheckpointState::new(cfg.settings.clone(), cfg.normalization.clone())
+        };
+        let t = self.update.tensors();
+        Checkpoint { state, params: t.params, optimizer: t.optimizer, buffers: t.buffers, ema: t.ema }
     }
 
-    fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
-        let train = self.report.epoch.now();
-        let eval_start = Instant::now();
-        let evaluation = self.evaluate(false)?;
-        let test = evaluation.sums;
-        let ema = match self.update.replicas.swap_in_ema() {
-            Some(own) => {
-                let result = self.evaluate(false);
-                self.update.replicas.put_back(own);
-                Some(result?.sums)
-            }
-            None => None,
-        };
-        let stats = EpochStats {
-            epoch: epoch + 1,
-            train_loss: train.mean_loss(),
-            train_acc: train.accuracy(),
-            test_loss: test.mean_loss(),
-            test_acc: test.accuracy(),
-            epoch_seconds: train.seconds,
-            eval_seconds: eval_start.elapsed().as_secs_f64(),
-            samples_per_sec: train.throughput(),
-            lr: self.steps.lr,
-            ema_test_acc: ema.map(|t| t.accuracy()),
-            ema_test_loss: ema.map(|t| t.mean_loss()),
-            top5_acc: evaluation.top5_acc(),
-            per_class_acc: (evaluation.classes > 0).then(|| evaluation.per_class_acc()),
-            // Rows of columns: at most 100 classes, so a line of the record stays small.
-            confusion: (evaluation.classes > 0
-                && evaluation.classes <= crate::record::stats::CONFUSION_MAX_CLASSES)
-                .then(|| evaluation.matrix()),
-        };
-        // A run without classes has no accuracy to report (its records carry the loss).
-        self.report.done.last_test_acc = (self.facts.classes > 0).then_some(stats.test_acc);
-        self.report.done.last_test_loss = Some(stats.test_loss);
-        self.report.done.epochs += 1;
-        self.report.done.tally.add(train);
-        self.emit(Record::Epoch(Box::new(stats)));
-        self.sample_text()?;
-        self.choose_best(epoch + 1, test.mean_loss(), test.accuracy());
-        Ok(())
+    /// Puts a checkpoint's (or a rewind point's) state back into every part, then goes on as
+    /// `then` says: the lr set as the lr key sets it, the data `skip` batches further.
+    fn restore(&mut self, point: &Resume, then: Continuation) -> Restored {
+        let s = &point.state;
+        self.update.restore(point);
+        self.steps.restore(s.global_step, s.lr_scale);
+        if let Some(b) = &s.best {
+            self.persist.restore_best(b);
+        }
+        self.report.restore(reporter::Done {
+            epochs: s.epochs_done,
+            tally: Tally { samples: s.samples_done, seconds: s.train_seconds, ..Tally::default() },
+            last_test_acc: s.last_test_acc,
+            last_test_loss: None,
+        });
+        let lr = then.lr.map(|lr| {
+            let from = self.steps.set_lr(lr);
+            Change::LrChanged { from, to: lr, global_step: s.global_step }
+        });
+        let spe = self.cfg.steps_per_epoch(self.facts.train_len);
+        let position = rewind::skipped((s.epoch, s.step), then.skip, spe);
+        let partial = (position.0 == s.epoch).then_some(s.partial_epoch);
+        Restored { position, partial, lr }
     }
 }

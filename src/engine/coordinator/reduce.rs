@@ -17,44 +17,80 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tch::Tensor;
 
 use super::overlap::OverlapProbe;
-use super::Coordinator;
-use crate::dist::c10d::{nccl_local_allreduce, nccl_side_join, SideStream, Work};
+use super::{Replicas, WorkerPool};
+use crate::dist::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, SideStream, Work};
+use crate::dist::World;
 use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
 use crate::engine::buckets::{Buckets, Readiness};
+use crate::engine::clock;
 use crate::engine::grad_sink::GradSink;
-use crate::engine::worker::FromWorker;
+use crate::engine::worker::{FromWorker, ReplicaHandles};
 use crate::engine::{DeviceId, EngineError};
+use crate::record::Change;
 
-/// How this process reduces its replicas' gradients.
-/// How gradients are summed: over this process's replicas (`reduction`), then across the
+/// How gradients are summed: over this process's replicas (the reduction), then across the
 /// other processes (`world`).
 pub(super) struct Exchange {
-    pub(super) world: Option<Box<crate::dist::World>>,
-    pub(super) reduction: Reduction,
-}
-
-pub(super) struct Reduction {
+    world: Option<Box<World>>,
+    /// This process's replicas' devices.
+    devices: Vec<DeviceId>,
+    /// How long a step's replies and collectives may take.
+    timeout: Duration,
     /// How the local replicas' gradients are summed.
-    pub local: LocalReduce,
+    local: LocalReduce,
     /// The ranges of the flat gradient that are reduced (the trainable parameters').
-    pub runs: Vec<(i64, i64)>,
+    runs: Vec<(i64, i64)>,
     /// The buckets reduced while the backward pass runs (`None`: after it).
-    pub buckets: Option<Arc<Buckets>>,
+    buckets: Option<Arc<Buckets>>,
     /// Each local replica's hooks, which report those buckets.
-    pub sinks: Vec<Arc<GradSink>>,
+    sinks: Vec<Arc<GradSink>>,
     /// Whether the buckets were re-planned from the first step's gradient order.
-    pub replanned: bool,
+    replanned: bool,
     /// On several GPUs with buckets, the device events the overlap figure comes from.
-    pub probe: Option<RefCell<OverlapProbe>>,
+    probe: Option<RefCell<OverlapProbe>>,
 }
 
-impl Reduction {
-    pub fn plan(devices: &[DeviceId]) -> Reduction {
-        Reduction {
+/// The collectives over the ranks a step has started and not yet waited for.
+pub(super) type InFlight = Vec<Work<'static>>;
+
+/// A step's replies, with what its bucketed reduction started while they came.
+pub(super) struct Gathered {
+    pub(super) replies: Vec<FromWorker>,
+    pub(super) in_flight: InFlight,
+    /// Buckets started by a report from within a backward pass, and buckets that could be
+    /// (all but the last, which waits for the backward pass's last gradient).
+    pub(super) early: usize,
+    pub(super) buckets: usize,
+}
+
+/// A step's gradients summed: which buffer holds each replica's sum.
+pub(super) struct Reduced {
+    pub(super) holders: Vec<usize>,
+}
+
+/// Side stream guards of several GPUs, left in the reverse order they were entered (each
+/// restores the device and stream that were current when it was entered).
+struct SideStreams(Vec<SideStream>);
+
+impl Drop for SideStreams {
+    fn drop(&mut self) {
+        while self.0.pop().is_some() {}
+    }
+}
+
+impl Exchange {
+    /// For this process's replicas on `devices` (and the other processes of `world`), whose
+    /// steps take at most `timeout`.
+    pub(super) fn new(world: Option<Box<World>>, devices: &[DeviceId], timeout: Duration) -> Exchange {
+        Exchange {
+            world,
+            devices: devices.to_vec(),
+            timeout,
             local: LocalReduce::plan(devices, crate::dist::c10d::nccl_compiled()),
             runs: Vec::new(),
             buckets: None,
@@ -64,9 +100,100 @@ impl Reduction {
         }
     }
 
+    /// The other processes of a multi-process run.
+    pub(super) fn world(&self) -> Option<&World> {
+        self.world.as_deref()
+    }
+
+    /// Whether this process decides for all (rank 0, or the only process).
+    pub(super) fn leads(&self) -> bool {
+        self.world.as_ref().is_none_or(|w| w.rank == 0)
+    }
+
+    /// This process's replicas as (global index of the first, replicas in the whole run).
+    pub(super) fn span(&self) -> (usize, usize) {
+        match &self.world {
+            Some(w) => (w.replica_offset(), w.total_replicas()),
+            None => (0, self.devices.len()),
+        }
+    }
+
+    /// The device of global replica `replica`, with its rank in a multi-process run.
+    pub(super) fn replica_device(&self, replica: usize) -> String {
+        match &self.world {
+            Some(w) => w
+                .devices
+                .iter()
+                .enumerate()
+                .flat_map(|(rank, ds)| ds.iter().map(move |d| format!("rank {rank} {d}")))
+                .nth(replica)
+                .unwrap_or_else(|| format!("replica {replica}")),
+            None => self.devices.get(replica).map_or_else(String::new, ToString::to_string),
+        }
+    }
+
+    /// Takes a ready replica's gradient hooks (every replica has the same buckets: the same
+    /// model and layout).
+    pub(super) fn adopt(&mut self, handles: &mut ReplicaHandles) {
+        if let Some(sink) = handles.sink.take() {
+            self.buckets.get_or_insert_with(|| sink.buckets());
+            self.sinks.push(sink);
+        }
+    }
+
+    /// Every replica is in: the ranges to reduce (`replicas`' trainable ones), the overlap
+    /// probe on several GPUs, and NCCL's communicators made before the first step (`hang`: a
+    /// test's set-up that never returns).
+    pub(super) fn set_up(&mut self, replicas: &Replicas, hang: bool) -> Result<(), EngineError> {
+        self.runs = replicas.trainable_runs();
+        if let LocalReduce::Nccl { groups } = &self.local {
+            let devices: Vec<tch::Device> = groups.iter().map(|g| replicas.devices()[g[0]]).collect();
+            if let (Some(tch::Device::Cuda(i)), Some(_)) = (devices.first(), &self.buckets) {
+                // Without events (a build without CUDA headers) the figure is left out.
+                self.probe = OverlapProbe::on_gpu(*i).ok().map(RefCell::new);
+            }
+            self.set_up_nccl(devices, hang)
+        } else if hang {
+            self.set_up_nccl(Vec::new(), hang)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Makes NCCL's communicators between `devices` (what the first allreduce would do, and
+    /// where a machine whose peer-to-peer set-up hangs hangs) on a helper thread, within the
+    /// step timeout.
+    fn set_up_nccl(&self, devices: Vec<tch::Device>, hang: bool) -> Result<(), EngineError> {
+        let names: Vec<String> = self.devices.iter().map(ToString::to_string).collect();
+        let waiting = clock::waiting("NCCL's communicator set-up", names.join(","), self.timeout);
+        let result = waiting.run("dpt-nccl-setup", move || {
+            if hang {
+                // Never returns: park wakes spuriously at most.
+                loop {
+                    std::thread::park();
+                }
+            }
+            if let Some(tch::Device::Cuda(i)) = devices.first() {
+                set_thread_device(*i)?;
+            }
+            let mut ones: Vec<Tensor> =
+                devices.iter().map(|d| Tensor::ones([1], (tch::Kind::Float, *d))).collect();
+            // torch::cuda::nccl keeps the communicators of a device list for the run's calls.
+            nccl_local_allreduce(&mut ones)?;
+            devices.iter().for_each(|d| {
+                if let tch::Device::Cuda(i) = d {
+                    tch::Cuda::synchronize(*i as i64);
+                }
+            });
+            Ok::<(), crate::dist::c10d::C10dError>(())
+        })?;
+        result.map_err(|e| EngineError::Nccl(e.0))
+    }
+
     /// For the screen and the record: `copies through cpu + gloo across 2 ranks, 3 buckets
     /// overlapping backward`.
-    pub fn describe(&self, devices: &[DeviceId], world: Option<&crate::dist::World>) -> String {
+    pub(super) fn describe(&self) -> String {
+        let (devices, world) = (&self.devices, self.world.as_deref());
         let local = self.local.describe(devices);
         let across = world.map_or(String::new(), |w| {
             let why = w.backend_note.as_ref().map_or(String::new(), |n| format!(" ({n})"));
@@ -80,49 +207,29 @@ impl Reduction {
         };
         format!("{local}{across}{when}")
     }
-}
 
-/// The collectives over the ranks a step has started and not yet waited for.
-pub(super) type InFlight = Vec<Work<'static>>;
-
-/// A step's replies, with what its bucketed reduction started while they came.
-pub(super) struct Gathered {
-    pub replies: Vec<FromWorker>,
-    pub in_flight: InFlight,
-    /// Buckets started by a report from within a backward pass, and buckets that could be
-    /// (all but the last, which waits for the backward pass's last gradient).
-    pub early: usize,
-    pub buckets: usize,
-}
-
-/// Side stream guards of several GPUs, left in the reverse order they were entered (each
-/// restores the device and stream that were current when it was entered).
-struct SideStreams(Vec<SideStream>);
-
-impl Drop for SideStreams {
-    fn drop(&mut self) {
-        while self.0.pop().is_some() {}
-    }
-}
-
-impl Coordinator {
     /// Gathers the replicas' replies to a step; with buckets, reduces each bucket as soon as
     /// every local replica has reported it, in bucket order (so every rank starts the same
     /// collectives in the same order). A `sampled` step is probed on GPUs (`overlap.rs`).
-    pub(super) fn gather_step(&self, sampled: bool) -> Result<Gathered, EngineError> {
-        let timeout = self.cfg().step_timeout();
-        let Some(buckets) = &self.exchange.reduction.buckets else {
-            let replies = self.pool.gather(timeout)?;
+    pub(super) fn gather_step(
+        &self,
+        pool: &WorkerPool,
+        replicas: &Replicas,
+        sampled: bool,
+    ) -> Result<Gathered, EngineError> {
+        let timeout = self.timeout;
+        let Some(buckets) = &self.buckets else {
+            let replies = pool.gather(timeout)?;
             return Ok(Gathered { replies, in_flight: Vec::new(), early: 0, buckets: 0 });
         };
-        let probe = self.exchange.reduction.probe.as_ref();
+        let probe = self.probe.as_ref();
         if let Some(p) = probe {
             p.borrow_mut().begin(sampled);
         }
-        let mut ready = Readiness::new(buckets.len(), self.cfg().devices.len());
+        let mut ready = Readiness::new(buckets.len(), self.devices.len());
         let mut in_flight = Vec::new();
         let mut early = 0;
-        let replies = self.pool.gather_with(timeout, |msg| {
+        let replies = pool.gather_with(timeout, |msg| {
             let launch = match msg {
                 FromWorker::BucketReady { replica, bucket } => {
                     let launch = ready.report(*replica, *bucket);
@@ -140,10 +247,10 @@ impl Coordinator {
                 // hooks' events (not for every kernel queued on the GPUs so far) and run the
                 // bucket's sums: the guards make them current while they are queued.
                 let side = self.side_streams()?;
-                for sink in &self.exchange.reduction.sinks {
+                for sink in &self.sinks {
                     sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
                 }
-                in_flight.extend(self.reduce_range(buckets.ranges[b])?);
+                in_flight.extend(self.reduce_range(replicas, buckets.ranges[b])?);
                 drop(side);
                 if let Some(p) = probe {
                     p.borrow_mut().summed(b, buckets.len()).map_err(|e| EngineError::Nccl(e.0))?;
@@ -159,31 +266,34 @@ impl Coordinator {
 
     /// Finishes the step's reduction (all of it when nothing is in flight: the unbucketed
     /// path); returns which buffer holds each replica's reduced gradient.
-    pub(super) fn finish_reduce(&self, in_flight: InFlight) -> Result<Vec<usize>, EngineError> {
-        if self.exchange.reduction.buckets.is_none() {
-            for &run in &self.exchange.reduction.runs {
+    pub(super) fn finish_reduce(
+        &self,
+        replicas: &Replicas,
+        in_flight: InFlight,
+    ) -> Result<Reduced, EngineError> {
+        if self.buckets.is_none() {
+            for &run in &self.runs {
                 // Nothing is left in flight across runs: each run's sum is waited for here.
-                let started = self.reduce_range(run)?;
+                let started = self.reduce_range(replicas, run)?;
                 self.finish_world(started)?;
             }
         } else {
             self.finish_world(in_flight)?;
         }
-        if let LocalReduce::Nccl { groups } = &self.exchange.reduction.local {
+        if let LocalReduce::Nccl { groups } = &self.local {
             // The update reads the sums on the GPUs' current streams.
-            let firsts: Vec<Tensor> =
-                groups.iter().map(|g| self.update.replicas.grads[g[0]].shallow_clone()).collect();
+            let firsts: Vec<Tensor> = groups.iter().map(|g| replicas.grad(g[0])).collect();
             nccl_side_join(&firsts).map_err(|e| EngineError::Nccl(e.0))?;
         }
         let mut holders = Vec::new();
-        for &run in &self.exchange.reduction.runs {
-            let mut grads = self.update.replicas.grads_over(run);
-            holders = match &self.exchange.reduction.local {
+        for &run in &self.runs {
+            let mut grads = replicas.grads_over(run);
+            holders = match &self.local {
                 LocalReduce::Copies => hand_out(&mut grads),
                 LocalReduce::Nccl { groups } => self.nccl_spread(&mut grads, groups),
             };
         }
-        Ok(holders)
+        Ok(Reduced { holders })
     }
 
     /// After the first step this process runs, plans the buckets again in the order its
@@ -191,50 +301,45 @@ impl Coordinator {
     /// the order of the first replica, of rank 0 across processes (DDP broadcasts rank 0's), so
     /// that every replica and rank reduces the same buckets in the same order; unless the new
     /// plan would fragment the buckets ([`Buckets::fragments`]). Says so when the plan changed. Runs between steps, when no hook runs.
-    pub(super) fn replan_buckets(&mut self) -> Result<(), EngineError> {
-        let r = &mut self.exchange.reduction;
-        let (Some(current), Some(first)) = (&r.buckets, r.sinks.first()) else { return Ok(()) };
-        if std::mem::replace(&mut r.replanned, true) {
-            return Ok(());
+    pub(super) fn replan_buckets(&mut self, global_step: usize) -> Result<Option<Change>, EngineError> {
+        let (Some(current), Some(first)) = (&self.buckets, self.sinks.first()) else { return Ok(None) };
+        if std::mem::replace(&mut self.replanned, true) {
+            return Ok(None);
         }
         let mut order = current.arrival_order(&first.arrival());
-        if let Some(w) = &self.exchange.world {
+        if let Some(w) = &self.world {
             let mut values: Vec<f64> = order.iter().map(|&k| k as f64).collect();
             w.broadcast_values(&mut values)?;
             order = values.iter().map(|&v| v as usize).collect();
         }
         let planned = Arc::new(current.replanned(&order));
         if planned.ranges == current.ranges || planned.fragments(current) {
-            return Ok(());
+            return Ok(None);
         }
         let before = current.len();
-        for sink in &r.sinks {
+        for sink in &self.sinks {
             sink.rebucket(Arc::clone(&planned));
         }
         let after = planned.len();
-        r.buckets = Some(planned);
-        self.emit(crate::record::Change::Rebucketed { global_step: self.steps.global_step, before, after });
-        Ok(())
+        self.buckets = Some(planned);
+        Ok(Some(Change::Rebucketed { global_step, before, after }))
     }
 
-    /// Adds to the report window the share of buckets whose allreduce overlapped a backward
-    /// pass: on GPUs only what device events measured (none without a probe), on the CPU the
-    /// buckets the step started during a backward pass.
-    pub(super) fn count_overlap(&mut self, step: (usize, usize)) -> Result<(), EngineError> {
-        let counted = match (&self.exchange.reduction.probe, self.cfg().has_gpu()) {
-            (Some(p), _) => p.borrow_mut().read().map_err(|e| EngineError::Nccl(e.0))?,
-            (None, true) => None,
-            (None, false) => Some(step),
-        };
-        if let Some((early, buckets)) = counted {
-            self.report.window.buckets.0 += early;
-            self.report.window.buckets.1 += buckets;
+    /// The share of buckets whose allreduce overlapped a backward pass, as (overlapped, of
+    /// those that could), from a step's count on the host (`step`, [`Gathered`]'s): on GPUs only what device events measured (none without a probe, or
+    /// before the GPU has passed them), on the CPU the buckets the step started during a
+    /// backward pass.
+    pub(super) fn overlap(&self, step: (usize, usize)) -> Result<Option<(usize, usize)>, EngineError> {
+        let on_gpu = self.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_)));
+        match (&self.probe, on_gpu) {
+            (Some(p), _) => p.borrow_mut().read().map_err(|e| EngineError::Nccl(e.0)),
+            (None, true) => Ok(None),
+            (None, false) => Ok(Some(step)),
         }
-        Ok(())
     }
 
     fn finish_world(&self, in_flight: InFlight) -> Result<(), EngineError> {
-        match &self.exchange.world {
+        match &self.world {
             Some(w) => Ok(w.finish(in_flight)?),
             None => Ok(()),
         }
@@ -244,9 +349,9 @@ impl Coordinator {
     /// (NCCL within the process); none otherwise.
     fn side_streams(&self) -> Result<SideStreams, EngineError> {
         let mut guards = SideStreams(Vec::new());
-        let LocalReduce::Nccl { groups } = &self.exchange.reduction.local else { return Ok(guards) };
+        let LocalReduce::Nccl { groups } = &self.local else { return Ok(guards) };
         for g in groups {
-            if let Some(crate::engine::DeviceId::Cuda(i)) = self.cfg().devices.get(g[0]) {
+            if let Some(DeviceId::Cuda(i)) = self.devices.get(g[0]) {
                 guards.0.push(SideStream::enter(*i).map_err(|e| EngineError::Nccl(e.0))?);
             }
         }
@@ -255,19 +360,19 @@ impl Coordinator {
 
     /// Sums `range` of the flat gradients over the local replicas into the first replica's
     /// buffer, and starts its sum over the ranks.
-    fn reduce_range(&self, range: (i64, i64)) -> Result<InFlight, EngineError> {
-        let mut grads = self.update.replicas.grads_over(range);
-        let first = match &self.exchange.reduction.local {
+    fn reduce_range(&self, replicas: &Replicas, range: (i64, i64)) -> Result<InFlight, EngineError> {
+        let mut grads = replicas.grads_over(range);
+        let first = match &self.local {
             LocalReduce::Copies => {
                 sum_into_first(&mut grads);
                 grads[0].shallow_clone()
             }
             LocalReduce::Nccl { groups } => self.nccl_sum(&mut grads, groups)?,
         };
-        let Some(w) = &self.exchange.world else { return Ok(Vec::new()) };
+        let Some(w) = &self.world else { return Ok(Vec::new()) };
         // The local sum is queued on the first GPU's side stream: the collective across the
         // ranks is launched from it, so that c10d's wait for the current stream waits for it.
-        let _side = match (&self.exchange.reduction.local, first.device()) {
+        let _side = match (&self.local, first.device()) {
             (LocalReduce::Nccl { .. }, tch::Device::Cuda(i)) => {
                 Some(SideStream::enter(i).map_err(|e| EngineError::Nccl(e.0))?)
             }
@@ -295,7 +400,7 @@ impl Coordinator {
     /// GPUs; returns which buffer each replica reads (its GPU's first replica's).
     fn nccl_spread(&self, grads: &mut [Tensor], groups: &[Vec<usize>]) -> Vec<usize> {
         let _guard = tch::no_grad_guard();
-        if self.exchange.world.is_some() {
+        if self.world.is_some() {
             let first = grads[groups[0][0]].shallow_clone();
             for g in &groups[1..] {
                 grads[g[0]].copy_(&first);

@@ -30,15 +30,27 @@ impl ModelLayout {
     }
 }
 
+/// Replica 0's tensors as a checkpoint holds them: by name, on the host.
+pub struct ReplicaTensors {
+    pub params: NamedTensors,
+    /// Each slot of the optimizer's state (`momentum`, `exp_avg`, …), by parameter name.
+    pub optimizer: Vec<(String, NamedTensors)>,
+    pub buffers: NamedTensors,
+    /// The moving average's parameters and buffers.
+    pub ema: Option<(NamedTensors, NamedTensors)>,
+}
+
 /// Every replica's tensors in this process.
 pub struct Replicas {
-    pub layout: ModelLayout,
-    pub params: Vec<Tensor>,
-    pub grads: Vec<Tensor>,
-    pub buffers: Vec<Tensor>,
-    pub optim: Vec<OptimizerState>,
+    layout: ModelLayout,
+    params: Vec<Tensor>,
+    grads: Vec<Tensor>,
+    buffers: Vec<Tensor>,
+    optim: Vec<OptimizerState>,
+    /// Each replica's device.
+    devices: Vec<Device>,
     /// The weights' moving average (`--ema`), on replica 0's device.
-    pub ema: Option<Ema>,
+    ema: Option<Ema>,
     /// Replica 0's tensors by name (views into its buffers).
     named: Vec<(String, Tensor)>,
 }
@@ -51,9 +63,20 @@ impl Replicas {
             grads: Vec::new(),
             buffers: Vec::new(),
             optim: Vec::new(),
+            devices: Vec::new(),
             ema: None,
             named: Vec::new(),
         }
+    }
+
+    /// Each replica's device, in replica order.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// Replica `i`'s flat gradient (a shallow handle on its buffer).
+    pub fn grad(&self, i: usize) -> Tensor {
+        self.grads[i].shallow_clone()
     }
 
     /// Starts the moving average of the weights from replica 0's (or from `saved`, a
@@ -99,7 +122,7 @@ impl Replicas {
     }
 
     /// The moving average's parameters and buffers by name, on the CPU.
-    pub fn ema_by_name(&self) -> Option<(NamedTensors, NamedTensors)> {
+    fn ema_by_name(&self) -> Option<(NamedTensors, NamedTensors)> {
         let ema = self.ema.as_ref()?;
         let l = &self.layout;
         Some((
@@ -113,12 +136,26 @@ impl Replicas {
         let ReplicaHandles { params, grads, buffers, named_params, named_buffers, .. } = handles;
         let specs = &self.layout.param_specs;
         self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, |i| !specs[i].frozen));
+        self.devices.push(params.device());
         self.params.push(params);
         self.grads.push(grads);
         self.buffers.push(buffers);
         if self.named.is_empty() {
             self.named = named_params.into_iter().chain(named_buffers).collect();
         }
+    }
+
+    /// A replica made here from flat parameters and buffers (a unit test's, without a worker).
+    #[cfg(test)]
+    pub fn add_flat(&mut self, params: Tensor, buffers: Tensor, optim: OptimConfig) {
+        let grads = params.zeros_like();
+        let views = |flat: &Tensor, layout: &Layout, specs: &[TensorSpec]| -> Vec<(String, Tensor)> {
+            specs.iter().map(|s| s.name.clone()).zip(layout.views(flat)).collect()
+        };
+        let named_params = views(&params, &self.layout.params, &self.layout.param_specs);
+        let named_buffers = views(&buffers, &self.layout.buffers, &self.layout.buffer_specs);
+        let handles = ReplicaHandles { params, grads, buffers, named_params, named_buffers, sink: None };
+        self.add(handles, optim);
     }
 
     /// Puts a checkpoint's (or a rewind point's) tensors in every replica: the weights, the
@@ -136,7 +173,7 @@ impl Replicas {
     }
 
     /// Restores every replica's optimizer state from a checkpoint.
-    pub fn restore_optimizer(&self, resume: &Resume) {
+    fn restore_optimizer(&self, resume: &Resume) {
         for state in &self.optim {
             for (slot, logical) in &resume.optimizer {
                 state.load_slot(slot, &self.layout.params, logical);
@@ -248,18 +285,28 @@ impl Replicas {
         self.named.iter().map(|(n, t)| (n.clone(), t.to_device(Device::Cpu).contiguous().copy())).collect()
     }
 
+    /// Replica 0's tensors, optimizer state and moving average by name, on the CPU.
+    pub fn tensors(&self) -> ReplicaTensors {
+        ReplicaTensors {
+            params: self.params_by_name(),
+            optimizer: self.optimizer_by_name(),
+            buffers: self.buffers_by_name(),
+            ema: self.ema_by_name(),
+        }
+    }
+
     /// Replica 0's parameters, by name, on the CPU.
-    pub fn params_by_name(&self) -> Vec<(String, Tensor)> {
+    fn params_by_name(&self) -> Vec<(String, Tensor)> {
         ModelLayout::split(&self.params[0], &self.layout.params, &self.layout.param_specs)
     }
 
     /// Replica 0's buffers, by name, on the CPU.
-    pub fn buffers_by_name(&self) -> Vec<(String, Tensor)> {
+    fn buffers_by_name(&self) -> Vec<(String, Tensor)> {
         ModelLayout::split(&self.buffers[0], &self.layout.buffers, &self.layout.buffer_specs)
     }
 
     /// Replica 0's optimizer state: each slot's tensors by name, on the CPU.
-    pub fn optimizer_by_name(&self) -> Vec<(String, Vec<(String, Tensor)>)> {
+    fn optimizer_by_name(&self) -> Vec<(String, Vec<(String, Tensor)>)> {
         self.optim[0]
             .slots()
             .map(|(slot, flat)| {

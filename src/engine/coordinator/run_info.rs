@@ -1,45 +1,57 @@
-//! The run as the start record describes it, from the coordinator's configuration and state.
+//! The run as the start record describes it, from the configuration and each part's account.
 
-use super::Coordinator;
+use super::RunFacts;
+use crate::dist::World;
+use crate::engine::config::TrainConfig;
 use crate::record::RunInfo;
 
-impl Coordinator {
-    /// The start record's account of this run: model, devices, the training recipe, the data,
-    /// where it resumed, how steps are timed and how gradients are reduced.
-    pub(super) fn run_info(&self, steps_per_epoch: usize) -> RunInfo {
-        let cfg = self.cfg();
-        RunInfo {
-            model: cfg.model(),
-            task: cfg.task(),
-            devices: cfg.devices.clone(),
-            param_count: self.update.replicas.param_count(),
-            steps_per_epoch,
-            lr: self.steps.lr,
-            lr_scale: Some(self.steps.plan.scale),
-            train_samples: self.facts.train_len,
-            test_samples: self.facts.test_len,
-            val_samples: self.facts.val_len,
-            test_split: self.facts.test_is_val.then(|| "val".to_owned()),
-            augment: (!cfg.augment().is_none()).then(|| cfg.augment().describe()),
-            cpu_threads_per_replica: cfg.cpu_threads,
-            resumed_at: cfg.kit.resume.as_ref().map(|r| r.state.global_step),
-            started_unix: Some(crate::unix_now()),
-            snapshot_bytes: self.facts.snapshot_bytes,
-            bus_bandwidth: self.facts.bus_bandwidth,
-            allreduce: self.exchange.reduction.describe(&cfg.devices, self.exchange.world.as_deref()),
-            restart: cfg.restart.clone(),
-            data: Some(self.facts.data.clone()),
-            normalize: Some(cfg.normalization.clone()),
-            math: self.facts.math.clone(),
-            timing: self.report.clock.as_ref().map(|c| c.describe()).unwrap_or_default(),
-            world: self.exchange.world.as_ref().map(|w| crate::record::stats::WorldInfo {
-                rank: w.rank,
-                backend: format!("{:?}", w.backend).to_lowercase(),
-                hosts: w.hosts.clone(),
-                replicas: w.replicas.clone(),
-                devices: w.devices.clone(),
-            }),
-            settings: cfg.settings.clone(),
-        }
+/// What the coordinator's parts say of themselves for the start record.
+pub(super) struct Accounts<'a> {
+    /// The update's.
+    pub(super) param_count: i64,
+    /// The step plan's: the lr of the first step and the live key's scale.
+    pub(super) lr: (f64, f64),
+    /// The exchange's: how gradients are summed, and the other processes.
+    pub(super) allreduce: String,
+    pub(super) world: Option<&'a World>,
+    /// The reporter's: how steps are timed.
+    pub(super) timing: String,
+}
+
+/// The start record's account of this run: model, devices, the training recipe, the data,
+/// where it resumed, how steps are timed and how gradients are reduced.
+pub(super) fn run_info(cfg: &TrainConfig, facts: &RunFacts, parts: Accounts) -> RunInfo {
+    RunInfo {
+        model: cfg.model(),
+        task: cfg.task(),
+        devices: cfg.devices.clone(),
+        param_count: parts.param_count,
+        steps_per_epoch: cfg.steps_per_epoch(facts.train_len),
+        lr: parts.lr.0,
+        lr_scale: Some(parts.lr.1),
+        train_samples: facts.train_len,
+        test_samples: facts.test_len,
+        val_samples: facts.val_len,
+        test_split: facts.test_is_val.then(|| "val".to_owned()),
+        augment: (!cfg.augment().is_none()).then(|| cfg.augment().describe()),
+        cpu_threads_per_replica: cfg.cpu_threads,
+        resumed_at: cfg.kit.resume.as_ref().map(|r| r.state.global_step),
+        started_unix: Some(crate::unix_now()),
+        snapshot_bytes: facts.snapshot_bytes,
+        bus_bandwidth: facts.bus_bandwidth,
+        allreduce: parts.allreduce,
+        restart: cfg.restart.clone(),
+        data: Some(facts.data.clone()),
+        normalize: Some(cfg.normalization.clone()),
+        math: facts.math.clone(),
+        timing: parts.timing,
+        world: parts.world.map(|w| crate::record::stats::WorldInfo {
+            rank: w.rank,
+            backend: format!("{:?}", w.backend).to_lowercase(),
+            hosts: w.hosts.clone(),
+            replicas: w.replicas.clone(),
+            devices: w.devices.clone(),
+        }),
+        settings: cfg.settings.clone(),
     }
 }

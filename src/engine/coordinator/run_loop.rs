@@ -1,15 +1,25 @@
-//! The training loop proper: epochs of steps from a position of the data, until the run ends
-//! or a rewind sends it back (the coordinator then starts it again from the rewind point).
+//! The training loop proper, where the coordinator's parts meet: epochs of steps from a
+//! position of the data until the run ends or a rewind sends it back; one step as typed
+//! hand-offs from part to part (the step plan's assignments → the pool's replies gathered while
+//! the exchange sums buckets → the reduced gradients → the update applied → the reporter's
+//! count); the report windows, the evaluations, the rewind points and periodic checkpoints
+//! taken at step boundaries, the best kept at epoch ends. The parts return the records their
+//! work causes; only this loop and the controls emit them.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use super::reporter::WindowEnd;
 use super::rewind::Plan;
-use super::Coordinator;
-use crate::engine::tally::{Tally, Window};
-use crate::engine::worker::ToWorker;
+use super::{Coordinator, SLOW_WORK_FACTOR};
+use crate::dist::c10d::ReduceOp;
+use crate::engine::config::TrainConfig;
+use crate::engine::evaluation::Evaluation;
+use crate::engine::worker::{FromWorker, ToWorker};
 use crate::engine::EngineError;
-use crate::input::shard::{epoch_order, replica_rows, step_rows};
-use crate::record::FinishReason;
+use crate::input::shard::{epoch_order, replica_rows, shards, step_rows};
+use crate::persist::resume::Resume;
+use crate::record::{Change, FinishReason, Record};
 
 /// How a run of the loop ended.
 pub(super) enum Leg {
@@ -19,61 +29,70 @@ pub(super) enum Leg {
     Rewind { plan: Plan, now: (usize, usize) },
 }
 
-impl Coordinator {
-    /// Whether the run has done all it was asked to with the data at `position`: its steps
-    /// (a run measured in steps, which a skip may carry past its planned periods), else its
-    /// epochs.
-    pub(super) fn finished(&self, position: (usize, usize)) -> bool {
-        match self.cfg().settings.recipe.steps {
-            Some(n) => self.steps.global_step >= n,
-            None => position.0 >= self.cfg().settings.recipe.epochs,
-        }
+/// Whether a run of `cfg` has done all it was asked to with the data at `position` after
+/// `global_step` steps: its steps (a run measured in steps, which a skip may carry past its
+/// planned periods), else its epochs.
+fn finished(cfg: &TrainConfig, global_step: usize, position: (usize, usize)) -> bool {
+    match cfg.settings.recipe.steps {
+        Some(n) => global_step >= n,
+        None => position.0 >= cfg.settings.recipe.epochs,
     }
+}
 
+/// The records saying each streamed image that did not decode and was left out.
+fn bad_images(bad: Vec<String>) -> impl Iterator<Item = Change> {
+    bad.into_iter()
+        .map(|b| Change::Warning { message: format!("skipped an image that does not decode: {b}") })
+}
+
+impl Coordinator {
     /// Trains from `start` (0-based epoch and step of the data), the epoch's figures so far
     /// `partial`.
-    pub(super) fn epochs_from(&mut self, start: (usize, usize), partial: Tally) -> Result<Leg, EngineError> {
-        let k = self.replica_span().1;
-        let steps_per_epoch = self.cfg().steps_per_epoch(self.facts.train_len);
+    pub(super) fn epochs_from(
+        &mut self,
+        start: (usize, usize),
+        partial: Option<crate::engine::tally::Tally>,
+    ) -> Result<Leg, EngineError> {
+        let steps_per_epoch = self.cfg.steps_per_epoch(self.facts.train_len);
+        let (batch, seed) = (self.cfg.settings.recipe.batch_size, self.cfg.settings.recipe.seed);
         let mut position = start;
         let mut epoch = start.0;
-        while !self.finished((epoch, 0)) {
-            let order = Arc::new(epoch_order(self.cfg().settings.recipe.seed, epoch, self.facts.train_len));
+        while !finished(&self.cfg, self.steps.global_step(), (epoch, 0)) {
+            let order = Arc::new(epoch_order(seed, epoch, self.facts.train_len));
             let first = if epoch == start.0 { start.1 } else { 0 };
-            let (offset, total) = self.replica_span();
-            let rows = (self.cfg().settings.recipe.batch_size, self.facts.train_len);
+            let (offset, total) = self.exchange.span();
+            let rows = (batch, self.facts.train_len);
             self.pool.broadcast(|i| ToWorker::Epoch {
                 order: Arc::clone(&order),
                 epoch,
                 steps: replica_rows(first, steps_per_epoch, rows, (offset + i, total)),
             })?;
-            self.report.epoch = if epoch == start.0 { Window::resuming(k, partial) } else { Window::new(k) };
-            self.report.window = Window::new(k);
+            self.report.begin_epoch(if epoch == start.0 { partial } else { None });
             for step in first..steps_per_epoch {
                 position = (epoch, step);
                 self.data_at = position;
                 self.poll_controls(position)?;
-                if let Some(plan) = self.points.pending.take() {
+                if let Some(plan) = self.points.take_pending() {
                     return Ok(Leg::Rewind { plan, now: position });
                 }
-                if let Some(reason) = self.flow.stopping() {
+                if let Some(reason) = self.gate.flow().stopping() {
                     return Ok(Leg::Ended { reason, position });
                 }
-                if self.cfg().settings.placement.max_steps.is_some_and(|m| self.steps.global_step >= m) {
+                if self.cfg.settings.placement.max_steps.is_some_and(|m| self.steps.global_step() >= m) {
                     return Ok(Leg::Ended { reason: FinishReason::StepLimit, position });
                 }
-                if self.points.due {
+                if self.points.due() {
                     self.take_point(position);
                 }
-                let (start, len) =
-                    step_rows(step, self.cfg().settings.recipe.batch_size, self.facts.train_len);
+                let (start, len) = step_rows(step, batch, self.facts.train_len);
                 self.train_step(start, len)?;
-                let run_done = self.cfg().settings.recipe.steps.is_some_and(|n| self.steps.global_step >= n);
+                let run_done = self.cfg.settings.recipe.steps.is_some_and(|n| self.steps.global_step() >= n);
                 let last = step + 1 == steps_per_epoch || run_done;
-                if last || (step + 1) % self.cfg().settings.placement.log_every == 0 {
+                if last || (step + 1) % self.cfg.settings.placement.log_every == 0 {
                     self.report(epoch + 1, step + 1, steps_per_epoch)?;
                 }
-                self.note_written(false);
+                let written = self.persist.note_written(false);
+                self.channels.say(written);
                 self.checkpoint_if_due(
                     None,
                     ((step + 1) / steps_per_epoch + epoch, (step + 1) % steps_per_epoch),
@@ -86,11 +105,233 @@ impl Coordinator {
             self.end_epoch(epoch)?;
             position = (epoch + 1, 0);
             self.checkpoint_if_due(Some(epoch + 1), position);
-            if self.flow.early_stopped() {
+            if self.gate.flow().early_stopped() {
                 return Ok(Leg::Ended { reason: FinishReason::EarlyStopped, position });
             }
             epoch += 1;
         }
         Ok(Leg::Ended { reason: FinishReason::Completed, position })
+    }
+
+    /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
+    pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
+        let global_step = self.steps.global_step();
+        let timed = self.steps.timed(self.cfg.has_gpu());
+        let assignments = self.steps.assignments(
+            self.cfg.settings.recipe.seed,
+            (start, len),
+            self.exchange.span(),
+            self.cfg.devices.len(),
+        );
+        let factors = self.update.loss_factors(len);
+        self.pool.broadcast(|i| ToWorker::Step {
+            start: assignments[i].start,
+            len: assignments[i].len,
+            global_step,
+            dropout_seed: assignments[i].dropout_seed,
+            timed,
+            loss_factor: factors.as_ref().map(|f| f[i].shallow_clone()),
+        })?;
+        // With buckets, their reduction starts while the backward passes run.
+        let gathered = self.exchange.gather_step(&self.pool, self.update.replicas(), timed)?;
+        let could_overlap = (gathered.early, gathered.buckets);
+        let bad = self.report.take_replies(gathered.replies);
+        self.channels.say(bad_images(bad));
+        self.report.begin_phases(timed, global_step)?;
+        // Only the trainable parameters' gradients travel (a frozen backbone's are zero). With
+        // buckets, this phase is what the backward passes did not hide.
+        let reduced = self.exchange.finish_reduce(self.update.replicas(), gathered.in_flight)?;
+        if let Some(o) = self.exchange.overlap(could_overlap)? {
+            self.report.add_overlap(o);
+        }
+        self.report.end_phase()?;
+        let lr = self.steps.step_lr();
+        let applied = self.update.step(&reduced.holders, (len, lr, global_step), self.exchange.world())?;
+        self.report.add_grad_norm(&applied.grad_norm);
+        self.report.end_phase()?;
+        self.report.end_step(self.exchange.span().0, global_step)?;
+        self.steps.advance();
+        let rebucketed = self.exchange.replan_buckets(self.steps.global_step())?;
+        self.channels.say(rebucketed);
+        self.update.check_replicas(self.steps.global_step())
+    }
+
+    /// Reads the workers' figures (one device sync each) and reports the window: the step
+    /// record, the stragglers newly found, and the NaN policy on a loss not finite.
+    pub(super) fn report(
+        &mut self,
+        epoch: usize,
+        step: usize,
+        steps_per_epoch: usize,
+    ) -> Result<(), EngineError> {
+        self.pool.broadcast(|_| ToWorker::Report)?;
+        for reply in self.pool.gather(self.cfg.step_timeout())? {
+            if let FromWorker::Sums { sums, .. } = reply {
+                self.report.add_sums(sums);
+            }
+        }
+        let global_step = self.steps.global_step();
+        let end = WindowEnd {
+            at: (epoch, step, steps_per_epoch),
+            global_step,
+            lr: self.steps.lr(),
+            skipped: self.update.newly_skipped(),
+            loss_scale: self.update.scaler_state().map(|s| f64::from(s.scale)),
+            loader: (self.cfg.loader.prefetch, self.cfg.loader.decode_threads),
+            world: self.exchange.world(),
+        };
+        let (stats, stragglers) = self.report.close_window(&end)?;
+        if let Some(w) = self.exchange.world() {
+            w.mark_progress(global_step);
+        }
+        for s in stragglers {
+            let device = self.exchange.replica_device(s.replica);
+            let (replica, step_ms, median_ms) = (s.replica, s.step_ms, s.median_ms);
+            self.channels.emit(Change::Straggler { replica, device, step_ms, median_ms, global_step });
+        }
+        let finite = stats.loss.is_finite();
+        self.channels.emit(Record::Step(Box::new(stats)));
+        if !finite {
+            let said = self.gate.not_finite(self.cfg.on_nan, global_step);
+            self.channels.say(said);
+        }
+        Ok(())
+    }
+
+    /// The evaluated split's figures (the validation split when there is one and `final_test`
+    /// is false; else the test set), split over the replicas.
+    pub(super) fn evaluate(&mut self, final_test: bool) -> Result<Evaluation, EngineError> {
+        let (offset, replicas) = self.exchange.span();
+        let val = self.facts.val_len.is_some() && !final_test;
+        let len = if val { self.facts.val_len.unwrap_or(0) } else { self.facts.test_len };
+        let parts = shards(len, replicas);
+        self.pool.broadcast(|i| ToWorker::Evaluate {
+            start: parts[offset + i].0,
+            len: parts[offset + i].1,
+            val,
+        })?;
+        let mut total = Evaluation::new(self.facts.classes);
+        for reply in self.pool.gather(self.cfg.step_timeout() * SLOW_WORK_FACTOR)? {
+            if let FromWorker::Evaluated { sums, top5, confusion, bad, .. } = reply {
+                self.channels.say(bad_images(bad));
+                total.add(sums, top5, &confusion);
+            }
+        }
+        if let Some(w) = self.exchange.world() {
+            let t = &mut total.sums;
+            let mut v = vec![t.loss, t.correct, t.samples, total.top5];
+            v.extend_from_slice(&total.confusion);
+            w.allreduce_values(&mut v, ReduceOp::Sum)?;
+            [t.loss, t.correct, t.samples, total.top5] = [v[0], v[1], v[2], v[3]];
+            total.confusion.copy_from_slice(&v[4..]);
+        }
+        Ok(total)
+    }
+
+    /// Ends epoch `epoch` (0-based): its evaluation (and the moving average's), its record, a
+    /// language model's sample, the best kept and the early stop.
+    fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
+        let eval_start = Instant::now();
+        let evaluation = self.evaluate(false)?;
+        let ema = match self.update.swap_in_ema() {
+            Some(own) => {
+                let result = self.evaluate(false);
+                self.update.put_back(own);
+                Some(result?.sums)
+            }
+            None => None,
+        };
+        let at = (epoch, self.steps.lr(), eval_start.elapsed().as_secs_f64());
+        let stats = self.report.end_epoch(at, &evaluation, ema, self.facts.classes);
+        self.channels.emit(Record::Epoch(Box::new(stats)));
+        let seed = self.cfg.settings.recipe.seed;
+        let sampling = super::sample::Sampling {
+            count: self.cfg.settings.recipe.sample_tokens,
+            leads: self.exchange.leads(),
+            seed: crate::input::shard::mix_seed(seed, self.steps.global_step() as u64) as i64,
+            timeout: self.cfg.step_timeout() * SLOW_WORK_FACTOR,
+        };
+        let sample = super::sample::sample_text(&self.pool, self.facts.sample_prompt.as_ref(), &sampling)?;
+        self.channels.say(sample.map(|(prompt, text)| Change::Sampled {
+            global_step: self.steps.global_step(),
+            prompt,
+            text,
+        }));
+        // Kept among the best: weights and a checkpoint in `best/epoch-E/`, judged by the
+        // evaluation's loss or accuracy.
+        let (loss, acc) = (evaluation.sums.mean_loss(), evaluation.sums.accuracy());
+        let judged = self.persist.judge(epoch + 1, loss, acc);
+        let kept = (judged.keep() && self.persist.save_dir().is_some())
+            .then(|| (self.update.replicas().named_cpu(), self.snapshot((epoch + 1, 0))));
+        let said = self.persist.keep_best(&judged, kept.as_ref().map(|(w, c)| (w.as_slice(), c)));
+        self.channels.say(said);
+        if judged.stop() {
+            self.gate.end(FinishReason::EarlyStopped);
+        }
+        Ok(())
+    }
+
+    /// Takes a rewind point at the boundary before `position`: the checkpoint's tensors copied
+    /// to the host and laid out as a resume reads them (none when the weights are not finite).
+    fn take_point(&mut self, position: (usize, usize)) {
+        let global_step = self.steps.global_step();
+        let point = match self.update.params_finite() {
+            Ok(true) => {
+                let model = self.cfg.settings.model_kind();
+                let snapshot = self.snapshot(position);
+                Resume::new(
+                    snapshot,
+                    model,
+                    self.cfg.kit.script.as_deref(),
+                    std::path::Path::new("rewind point"),
+                )
+                .map_err(|e| format!("no rewind point taken: {e}"))
+            }
+            Ok(false) => Err(format!("no rewind point at step {global_step}: the weights are not finite")),
+            Err(e) => Err(format!("no rewind point at step {global_step}: {e}")),
+        };
+        match point {
+            Ok(point) => {
+                self.points.taken(Some(point));
+                self.channels.emit(Change::Snapshot {
+                    global_step,
+                    epoch: position.0,
+                    step: position.1,
+                    loss: self.report.last_loss(),
+                    lr: self.steps.lr(),
+                    unix: crate::unix_now(),
+                });
+            }
+            Err(message) => {
+                self.points.taken(None);
+                self.channels.emit(Change::Warning { message });
+            }
+        }
+    }
+
+    /// The periodic checkpoint, if one is due after the step that made the global step count
+    /// (`epoch_end`: the 1-based epoch that step ended), continuing at `position`: copied to
+    /// the host here and written by the checkpoint thread; a failure is a warning (the previous
+    /// checkpoint is intact).
+    fn checkpoint_if_due(&mut self, epoch_end: Option<usize>, position: (usize, usize)) {
+        // A step-or-time checkpoint due on an epoch's last step waits for its evaluation.
+        let last_of_epoch = epoch_end.is_none() && position.1 == 0;
+        if last_of_epoch
+            || finished(&self.cfg, self.steps.global_step(), position)
+            || !self.persist.checkpoint_due(self.steps.global_step(), epoch_end)
+        {
+            return;
+        }
+        let said = match self.update.params_finite() {
+            Ok(true) => self.persist.submit(self.snapshot(position)),
+            Ok(false) => {
+                vec![Change::Warning {
+                    message: "checkpoint not written: the parameters are not finite".into(),
+                }]
+            }
+            // The device did not answer: the next step's own deadline ends the run.
+            Err(e) => vec![Change::Warning { message: format!("checkpoint not written: {e}") }],
+        };
+        self.channels.say(said);
     }
 }

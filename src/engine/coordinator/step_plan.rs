@@ -14,18 +14,44 @@ pub(super) struct Assignment {
 
 pub(super) struct StepPlan {
     /// The learning rate of the step that runs next.
-    pub(super) lr: f64,
+    lr: f64,
     /// The schedule and the live key's scale on it.
-    pub(super) plan: LrPlan,
+    plan: LrPlan,
     /// Optimizer steps taken in all.
-    pub(super) global_step: usize,
+    global_step: usize,
     /// The global step this process started at (0, or where it resumed).
-    pub(super) first_step: usize,
+    first_step: usize,
 }
 
 impl StepPlan {
     pub(super) fn new(plan: LrPlan) -> StepPlan {
         StepPlan { lr: plan.at(0), plan, global_step: 0, first_step: 0 }
+    }
+
+    /// Optimizer steps taken in all.
+    pub(super) fn global_step(&self) -> usize {
+        self.global_step
+    }
+
+    /// The rate of the step that runs next (as last set or planned).
+    pub(super) fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    /// The live lr key's scale on the schedule (1 until the key is used).
+    pub(super) fn scale(&self) -> f64 {
+        self.plan.scale
+    }
+
+    /// One more optimizer step taken.
+    pub(super) fn advance(&mut self) {
+        self.global_step += 1;
+    }
+
+    /// Whether the step that runs next has its phases timed (see `clock::sampled`): counted
+    /// from where this process started.
+    pub(super) fn timed(&self, on_gpu: bool) -> bool {
+        crate::engine::clock::sampled(on_gpu, self.global_step - self.first_step)
     }
 
     /// Continues at a checkpoint's step with its live scale.

@@ -4,36 +4,114 @@
 //! optimizer's update of every replica at the step's lr; an overflowed step is skipped by the
 //! fused kernels themselves (they read the check on the device), so no step reads the host.
 
+use std::time::Duration;
+
 use tch::Tensor;
 
-use super::Replicas;
+use super::replicas::ReplicaTensors;
+use super::{ModelLayout, Replicas};
+use crate::device::gpu_wait::Waiting;
+use crate::dist::World;
 use crate::engine::optim::loss_scale::{DeviceScaler, LossScaler};
+use crate::engine::optim::OptimConfig;
+use crate::engine::worker::ReplicaHandles;
+use crate::engine::{DeviceId, EngineError};
+use crate::persist::resume::Resume;
+use dpt_protocol::optim::loss_scale::LossScaling;
+
+/// What the update is asked to do, from the run's settings.
+#[derive(Debug, Clone)]
+pub(super) struct UpdateSettings {
+    pub(super) optimizer: OptimConfig,
+    /// Dynamic loss scaling (`precision.loss_scale`).
+    pub(super) scaling: Option<LossScaling>,
+    /// `recipe.clip_grad_norm`.
+    pub(super) clip: Option<f64>,
+    /// `recipe.ema`: the moving average's decay.
+    pub(super) ema: Option<f64>,
+    /// `placement.check_replicas`: every replica compared with replica 0 after each step.
+    pub(super) check_replicas: bool,
+    /// Where host reads of the replicas' values wait, and for how long at most (the first
+    /// device, the step timeout).
+    pub(super) fence: (DeviceId, Duration),
+    /// A test's injected panic while updating replica R at step S.
+    pub(super) fault: Option<(usize, usize)>,
+}
+
+/// A step's update done: the mean gradient's norm before clipping (on the device; 0 for an
+/// overflowed step, which the report leaves out).
+pub(super) struct Applied {
+    pub(super) grad_norm: Tensor,
+}
 
 pub(super) struct Update {
-    pub(super) replicas: Replicas,
+    settings: UpdateSettings,
+    replicas: Replicas,
     /// Dynamic loss scaling's state (`precision.loss_scale`), on the first replica's device.
-    pub(super) scaler: Option<DeviceScaler>,
+    scaler: Option<DeviceScaler>,
     /// The skipped steps already reported (the scaler's count at the last report window).
     skipped_reported: u64,
     /// The replica whose tensors this thread is touching now, to name it if that fails.
-    pub(super) touching: Option<usize>,
+    touching: Option<usize>,
 }
 
 impl Update {
-    pub(super) fn new(replicas: Replicas) -> Update {
-        Update { replicas, scaler: None, skipped_reported: 0, touching: None }
+    pub(super) fn new(layout: ModelLayout, settings: UpdateSettings) -> Update {
+        Update {
+            settings,
+            replicas: Replicas::new(layout),
+            scaler: None,
+            skipped_reported: 0,
+            touching: None,
+        }
     }
 
-    /// Starts (or, after a resume or a rewind, continues) the run at `global_step` steps done,
-    /// with the loss scaler `host` (when the run scales its loss): the scaler on the first
-    /// replica's device, and every replica's count of steps taken (those done, less the
-    /// skipped ones).
-    pub(super) fn start(&mut self, host: Option<LossScaler>, global_step: usize) {
-        let device = self.replicas.params.first().map_or(tch::Device::Cpu, Tensor::device);
+    /// Takes a ready replica's handles (in replica order) and makes its optimizer state.
+    pub(super) fn adopt(&mut self, handles: ReplicaHandles) {
+        self.replicas.add(handles, self.settings.optimizer);
+    }
+
+    /// Every replica is in: starts the moving average and the loss scale (a checkpoint's
+    /// state, if any, is [`Update::restore`]d after).
+    pub(super) fn begin(&mut self) {
+        if let Some(decay) = self.settings.ema {
+            self.replicas.start_ema(decay, None);
+        }
+        self.start(None, 0);
+    }
+
+    /// Puts a checkpoint's (or a rewind point's) tensors in every replica and continues its
+    /// loss scale and step count.
+    pub(super) fn restore(&mut self, point: &Resume) {
+        self.replicas.load(point);
+        self.start(point.state.loss_scaler, point.state.global_step);
+    }
+
+    /// Starts (or continues) the run at `global_step` steps done, with the loss scaler `saved`
+    /// (a checkpoint's; a fresh one by the settings without): the scaler on the first replica's
+    /// device, and every replica's count of steps taken (those done, less the skipped ones).
+    fn start(&mut self, saved: Option<LossScaler>, global_step: usize) {
+        let host = self.settings.scaling.map(|cfg| {
+            saved.map_or_else(
+                || LossScaler::new(cfg),
+                |s| LossScaler { init: cfg.init, growth_interval: cfg.growth_interval, ..s },
+            )
+        });
+        let device = self.first_device();
         let skipped = host.map_or(0, |s| s.skipped);
         self.scaler = host.map(|h| DeviceScaler::new(h, device));
         self.skipped_reported = skipped;
         self.replicas.set_steps((global_step as u64).saturating_sub(skipped));
+    }
+
+    /// The first replica's device (the CPU before any replica is in).
+    pub(super) fn first_device(&self) -> tch::Device {
+        self.replicas.devices().first().copied().unwrap_or(tch::Device::Cpu)
+    }
+
+    /// The replicas' tensors, to read (their gradients are what the exchange sums).
+    pub(super) fn replicas(&self) -> &Replicas {
+        &self.replicas
     }
 
     /// The scaler's state on the host, for a checkpoint or a rewind point (reads the device).
@@ -48,33 +126,37 @@ impl Update {
         usize::try_from(now.saturating_sub(std::mem::replace(&mut self.skipped_reported, now))).unwrap_or(0)
     }
 
-    /// GradScaler's unscale and check of the reduced gradient of a `batch`-sample step, on the
-    /// device (nothing without scaling).
-    pub(super) fn unscale(&mut self, holders: &[usize], batch: usize) {
+    /// Each replica's factor on its loss for a `batch`-sample step (the scale over the
+    /// batch), computed once on the scaler's device (no host read) and copied device to
+    /// device; none without scaling.
+    pub(super) fn loss_factors(&self, batch: usize) -> Option<Vec<Tensor>> {
+        self.scaler.as_ref().map(|s| {
+            let factor = s.loss_factor(batch);
+            self.replicas.devices().iter().map(|&d| factor.to_device(d)).collect()
+        })
+    }
+
+    /// The update of a `batch`-sample step from the reduced gradient in the buffers `holders`
+    /// name: GradScaler's check, clipping, the optimizer's update of every replica at `lr`
+    /// (which an overflowed step leaves as it was, on the device), the loss scale moved,
+    /// BatchNorm statistics shared (over `world`'s ranks too), the moving average.
+    pub(super) fn step(
+        &mut self,
+        holders: &[usize],
+        (batch, lr, global_step): (usize, f64, usize),
+        world: Option<&World>,
+    ) -> Result<Applied, EngineError> {
         if let Some(scaler) = &mut self.scaler {
             scaler.begin_step();
             self.replicas.unscale(holders, scaler, batch);
         }
-    }
-
-    /// Clips the reduced gradient to `clip` and updates every replica from it at `lr` (an
-    /// overflowed step changes nothing); moves the loss scale. Returns the mean gradient's norm
-    /// before clipping (on the device; 0 for an overflowed step, which the report leaves out).
-    /// `fault` is a test's injected panic at (replica, step).
-    pub(super) fn apply(
-        &mut self,
-        holders: &[usize],
-        (batch, lr, global_step): (usize, f64, usize),
-        clip: Option<f64>,
-        fault: Option<(usize, usize)>,
-    ) -> Tensor {
-        let mut norm = self.replicas.grad_norm(holders, batch, clip);
+        let mut norm = self.replicas.grad_norm(holders, batch, self.settings.clip);
         for (i, &holder) in holders.iter().enumerate() {
             self.touching = Some(i);
-            if fault == Some((i, global_step)) {
+            if self.settings.fault == Some((i, global_step)) {
                 panic!("injected fault: the coordinator fails updating replica {i} at step {global_step}");
             }
-            let device = self.replicas.params[i].device();
+            let device = self.replicas.devices()[i];
             let found_inf = self.scaler.as_ref().map(|s| s.found_inf_on(device));
             self.replicas.update(i, holder, (lr, batch), holders[..i].contains(&holder), found_inf.as_ref());
         }
@@ -84,6 +166,131 @@ impl Update {
             norm = norm.where_self(&clean, &norm.zeros_like());
             s.end_step();
         }
-        norm
+        self.replicas.share_buffers(world)?;
+        self.replicas.update_ema();
+        Ok(Applied { grad_norm: norm })
+    }
+
+    /// The replica whose tensors a panic of this thread was touching.
+    pub(super) fn touching(&self) -> Option<usize> {
+        self.touching
+    }
+
+    /// What a host read of a value the step computed waits for (`phase`), with the step
+    /// timeout as its deadline; see [`Waiting::fence`].
+    fn fence(&self, phase: &str) -> Waiting {
+        let (device, timeout) = self.settings.fence;
+        crate::engine::clock::waiting(phase, device, timeout)
+    }
+
+    /// Whether replica 0's parameters are all finite: the fused check, read once the device has
+    /// reached it (within the step timeout; an expired wait is the run's failure).
+    pub(super) fn params_finite(&self) -> Result<bool, EngineError> {
+        let found = self.replicas.non_finite_params();
+        self.fence("the weights' finiteness check").fence(found.device())?;
+        Ok(LossScaler::finite(&found))
+    }
+
+    /// With `placement.check_replicas`, that every replica still equals replica 0 after
+    /// `global_step` steps.
+    pub(super) fn check_replicas(&self, global_step: usize) -> Result<(), EngineError> {
+        if !self.settings.check_replicas {
+            return Ok(());
+        }
+        let fence = self.fence("the replicas' comparison");
+        for &d in self.replicas.devices() {
+            fence.fence(d)?;
+        }
+        match self.replicas.first_diverged() {
+            Some(replica) => Err(EngineError::ReplicasDiverged { replica, step: global_step }),
+            None => Ok(()),
+        }
+    }
+
+    /// Puts the moving average's weights in every replica (for its evaluation) and returns the
+    /// trained ones, for [`Update::put_back`]; none without a moving average.
+    pub(super) fn swap_in_ema(&mut self) -> Option<(Tensor, Tensor)> {
+        self.replicas.swap_in_ema()
+    }
+
+    /// Puts the trained weights [`Update::swap_in_ema`] took out back in every replica.
+    pub(super) fn put_back(&mut self, own: (Tensor, Tensor)) {
+        self.replicas.put_back(own);
+    }
+
+    /// Replica 0's tensors, optimizer state and moving average by name on the host: a
+    /// checkpoint's.
+    pub(super) fn tensors(&self) -> ReplicaTensors {
+        self.replicas.tensors()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::flat::Layout;
+    use crate::model::TensorSpec;
+
+    /// An update over one replica of two parameters on the CPU, without handles from a worker.
+    fn update(scaling: Option<LossScaling>) -> Update {
+        let spec = |name: &str, shape: Vec<i64>| TensorSpec {
+            name: name.to_owned(),
+            shape,
+            init: crate::model::Init::Normal { std: 1.0 },
+            frozen: false,
+        };
+        let specs = vec![spec("w", vec![2]), spec("b", vec![1])];
+        let layout = ModelLayout {
+            params: Layout::new(&specs, false),
+            buffers: Layout::new(&[], false),
+            param_specs: specs,
+            buffer_specs: Vec::new(),
+        };
+        let settings = UpdateSettings {
+            optimizer: OptimConfig::sgd(0.5, 0.0, 0.0),
+            scaling,
+            clip: None,
+            ema: None,
+            check_replicas: true,
+            fence: (DeviceId::Cpu, Duration::from_secs(5)),
+            fault: None,
+        };
+        let optimizer = settings.optimizer;
+        let mut u = Update::new(layout, settings);
+        let (params, buffers) =
+            (Tensor::from_slice(&[1.0f32, 2.0, 3.0]), Tensor::zeros([0], tch::kind::FLOAT_CPU));
+        u.replicas.add_flat(params, buffers, optimizer);
+        u
+    }
+
+    #[test]
+    fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
+        let mut u = update(Some(LossScaling::default()));
+        u.begin();
+        let before = u.replicas.tensors().params;
+        u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
+        let applied = u.step(&[0], (1, 0.1, 0), None).unwrap();
+        assert_eq!(applied.grad_norm.double_value(&[]), 0.0, "an overflowed step's norm is left out");
+        let after = u.replicas.tensors().params;
+        assert!(before.iter().zip(&after).all(|(a, b)| a.1.equal(&b.1)), "weights unchanged");
+        assert_eq!(u.newly_skipped(), 1);
+        assert_eq!(u.newly_skipped(), 0, "reported once");
+        let scale = u.scaler_state().map(|s| s.scale);
+        assert_eq!(scale, Some(LossScaling::default().init / 2.0), "the scale backs off");
+    }
+
+    #[test]
+    fn a_clean_step_moves_the_weights_and_the_check_finds_them_finite() {
+        let mut u = update(None);
+        u.begin();
+        u.replicas().grad(0).copy_(&Tensor::from_slice(&[1.0f32, 1.0, 2.0]));
+        let applied = u.step(&[0], (2, 0.5, 0), None).unwrap();
+        // The mean gradient (sum over 2 samples) is (0.5, 0.5, 1), its norm sqrt(1.5).
+        assert!((applied.grad_norm.double_value(&[]) - 1.5f64.sqrt()).abs() < 1e-6);
+        let w: Vec<f32> = Vec::try_from(u.replicas.tensors().params[0].1.flatten(0, -1)).unwrap();
+        assert_eq!(w, [0.75, 1.75], "plain SGD: w - lr * mean gradient");
+        assert!(u.params_finite().unwrap());
+        assert!(u.check_replicas(1).is_ok(), "one replica equals itself");
+        assert_eq!(u.newly_skipped(), 0, "nothing skipped without scaling");
     }
 }

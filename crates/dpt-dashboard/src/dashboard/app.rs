@@ -230,11 +230,8 @@ impl App {
                 self.run.sample = Some((*global_step, prompt.clone(), text.clone()))
             }
             // The NaN pause: offer the newest rewind point, at half the lr.
-            Change::Warning { message }
-                if message.starts_with(crate::alert::NOT_FINITE)
-                    && message.contains("paused")
-                    && self.viewer.steerable
-                    && self.overlay.is_none() =>
+            Change::NotFinite { then: dpt_protocol::policies::OnNan::Pause, .. }
+                if self.viewer.steerable && self.overlay.is_none() =>
             {
                 self.overlay =
                     super::rewind::Picker::offer(&self.run.points, self.run.lr).map(Overlay::Rewind);
@@ -242,6 +239,7 @@ impl App {
             Change::Resumed { .. }
             | Change::Refused { .. }
             | Change::Warning { .. }
+            | Change::NotFinite { .. }
             | Change::InitFrom { .. }
             | Change::BestKept { .. }
             | Change::Tested { .. }

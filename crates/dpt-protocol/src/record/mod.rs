@@ -77,6 +77,9 @@ pub enum Change {
     Refused { reason: String },
     /// A problem that did not stop the run.
     Warning { message: String },
+    /// The training loss stopped being finite at `global_step`; the run does what `then` says
+    /// (`--on-nan`: goes on, is paused, or stops keeping the last good checkpoint).
+    NotFinite { global_step: usize, then: crate::policies::OnNan },
     /// `--init-from` loaded `loaded` tensors from `path`; `missing` are the model's it did not
     /// provide (they keep their own initial values), `unused` the file's the model lacks.
     InitFrom { path: String, loaded: usize, missing: Vec<String>, unused: Vec<String> },

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Change, Record, RunInfo, StepStats, Summary};
 use crate::flops::{mfu_label, rate_label};
+use crate::policies::OnNan;
 
 /// How a line is coloured, and how much it matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,6 +259,16 @@ fn change_line(c: &Change) -> Line {
         ),
         Change::Refused { reason } => (Level::Warn, format!("refused: {reason}")),
         Change::Warning { message } => (Level::Warn, format!("warning: {message}")),
+        Change::NotFinite { global_step, then } => {
+            let then = match then {
+                OnNan::Ignore => " (--on-nan ignore)",
+                OnNan::Pause => {
+                    ": paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
+                }
+                OnNan::Stop => ": stopping; the last good checkpoint is kept",
+            };
+            (Level::Warn, format!("warning: the loss is not finite at step {global_step}{then}"))
+        }
         Change::Tested { loss, acc, top5_acc, samples } => (
             Level::Info,
             format!(
