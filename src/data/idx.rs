@@ -108,7 +108,8 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(Vec<u32>, usize), IdxError
 
 /// `found` bytes of data where `dims` announce theirs: too few or too many is a corrupt file.
 fn check_len(dims: &[u32], found: u64, path: &Path) -> Result<(), IdxError> {
-    let expected = dims.iter().map(|&d| u64::from(d)).product::<u64>();
+    // Announced sizes beyond u64 (three dimensions of 2^32) are as truncated as any file can be.
+    let expected = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(u64::from(d))).unwrap_or(u64::MAX);
     if found < expected {
         return Err(IdxError::Truncated { path: path.to_owned(), expected, found });
     }

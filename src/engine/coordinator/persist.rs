@@ -328,3 +328,92 @@ fn written(finished: Vec<Written>) -> Vec<Change> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::best::BestMetric;
+    use crate::persist::checkpoint::CheckpointState;
+
+    fn persistence(dir: Option<&Path>, best: BestKeeper, write_fault: bool) -> Persistence {
+        let settings = PersistSettings {
+            every: CheckpointEvery::Steps(2),
+            keep: 0,
+            model: (ModelKind::Lenet, None),
+            disk_points: true,
+            write_fault,
+        };
+        Persistence::new(dir.map(Path::to_owned), best, settings)
+    }
+
+    fn checkpoint(global_step: usize) -> Checkpoint {
+        let normalize = crate::model::Normalization::uniform(0.5, 0.5);
+        let state = CheckpointState { global_step, ..CheckpointState::new(Default::default(), normalize) };
+        Checkpoint {
+            state,
+            params: vec![("w".into(), Tensor::ones([2], tch::kind::FLOAT_CPU))],
+            optimizer: Vec::new(),
+            buffers: Vec::new(),
+            ema: None,
+        }
+    }
+
+    #[test]
+    fn a_periodic_checkpoint_is_due_by_its_cadence_only_with_a_folder_to_write_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = persistence(Some(dir.path()), BestKeeper::new(BestMetric::ValLoss, 0, None), false);
+        assert!(!p.checkpoint_due(3, None));
+        assert!(p.checkpoint_due(4, None));
+        let mut none = persistence(None, BestKeeper::new(BestMetric::ValLoss, 0, None), false);
+        assert!(!none.checkpoint_due(4, None), "nowhere to write");
+        assert!(none.submit(checkpoint(4)).is_empty());
+    }
+
+    #[test]
+    fn the_best_k_are_kept_on_disk_the_evicted_removed_and_an_early_stop_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = persistence(Some(dir.path()), BestKeeper::new(BestMetric::ValLoss, 1, Some(1)), false);
+        let weights = vec![("w".to_owned(), Tensor::ones([2], tch::kind::FLOAT_CPU))];
+        let keep = |p: &mut Persistence, epoch: usize, loss: f64| {
+            let judged = p.judge(epoch, loss, 0.0);
+            let c = checkpoint(epoch * 10);
+            let kept = judged.keep().then_some((weights.as_slice(), &c));
+            (judged.keep(), judged.stop(), p.keep_best(&judged, kept))
+        };
+        let (kept, stop, said) = keep(&mut p, 1, 1.0);
+        assert!(kept && !stop);
+        assert!(matches!(&said[..], [Change::BestKept { epoch: 1, .. }]), "{said:?}");
+        let (kept, _, _) = keep(&mut p, 2, 0.5);
+        assert!(kept);
+        assert!(dir.path().join("best/epoch-2").join(WEIGHTS_FILE).is_file());
+        assert!(!dir.path().join("best/epoch-1").exists(), "evicted from the best 1");
+        let (kept, stop, said) = keep(&mut p, 3, 0.9);
+        assert!(!kept && stop, "no improvement for the patience of 1");
+        assert!(matches!(&said[..], [Change::EarlyStopped { epoch: 3, best_epoch: 2, .. }]), "{said:?}");
+        let state = p.best_state().expect("kept: part of a checkpoint");
+        let mut resumed =
+            persistence(Some(dir.path()), BestKeeper::new(BestMetric::ValLoss, 1, Some(5)), false);
+        resumed.restore_best(&state);
+        assert_eq!(
+            resumed.best_state().map(|b| (b.best, b.patience)),
+            Some((Some((2, 0.5)), Some(5))),
+            "this run's patience"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_says_what_failed_with_the_advice_and_a_refused_folder_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = persistence(Some(dir.path()), BestKeeper::new(BestMetric::ValLoss, 0, None), true);
+        let weights = vec![("w".to_owned(), Tensor::ones([2], tch::kind::FLOAT_CPU))];
+        let (said, result) = p.save_all(&weights, &checkpoint(7), "try again");
+        assert!(result.is_err());
+        assert!(matches!(&said[0], Change::Saved { global_step: 7, .. }), "the weights first: {said:?}");
+        assert!(matches!(&said[1], Change::SaveFailed { advice, .. } if advice == "try again"), "{said:?}");
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let (taken, said) = p.set_save_dir(file.join("below"));
+        assert!(!taken && matches!(said, Change::Refused { .. }));
+        assert_eq!(p.save_dir(), Some(dir.path()), "the folder stays");
+    }
+}

@@ -415,3 +415,44 @@ impl Exchange {
         holders
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::coordinator::ModelLayout;
+    use crate::engine::optim::OptimConfig;
+
+    fn exchange(devices: &[DeviceId]) -> Exchange {
+        Exchange::new(None, devices, Duration::from_secs(5))
+    }
+
+    #[test]
+    fn one_process_leads_spans_its_replicas_and_names_them() {
+        let e = exchange(&[DeviceId::Cpu, DeviceId::Cpu]);
+        assert!(e.leads() && e.world().is_none());
+        assert_eq!(e.span(), (0, 2));
+        assert_eq!(e.replica_device(1), "cpu");
+        assert!(e.describe().ends_with(", after backward"), "{}", e.describe());
+        assert_eq!(e.overlap((1, 3)).unwrap(), Some((1, 3)), "the CPU counts on the host");
+    }
+
+    #[test]
+    fn gradients_summed_after_backward_are_every_replicas_sum() {
+        let mut replicas = Replicas::new(ModelLayout::of_params(&[&[2]]));
+        for _ in 0..2 {
+            replicas.add_flat(
+                Tensor::zeros([2], tch::kind::FLOAT_CPU),
+                Tensor::zeros([0], tch::kind::FLOAT_CPU),
+                OptimConfig::default(),
+            );
+        }
+        replicas.grad(0).copy_(&Tensor::from_slice(&[1.0f32, 2.0]));
+        replicas.grad(1).copy_(&Tensor::from_slice(&[3.0f32, 4.0]));
+        let mut e = exchange(&[DeviceId::Cpu, DeviceId::Cpu]);
+        e.set_up(&replicas, false).unwrap();
+        let reduced = e.finish_reduce(&replicas, Vec::new()).unwrap();
+        for &h in &reduced.holders {
+            assert_eq!(Vec::<f32>::try_from(replicas.grad(h)).unwrap(), [4.0, 6.0]);
+        }
+    }
+}

@@ -24,6 +24,27 @@ pub struct ModelLayout {
 }
 
 impl ModelLayout {
+    /// A model of trainable parameters of these `shapes` and no buffers (a unit test's).
+    #[cfg(test)]
+    pub fn of_params(shapes: &[&[i64]]) -> ModelLayout {
+        let specs: Vec<TensorSpec> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, shape)| TensorSpec {
+                name: format!("p{i}"),
+                shape: shape.to_vec(),
+                init: crate::model::Init::Normal { std: 1.0 },
+                frozen: false,
+            })
+            .collect();
+        ModelLayout {
+            params: Layout::new(&specs, false),
+            buffers: Layout::new(&[], false),
+            param_specs: specs,
+            buffer_specs: Vec::new(),
+        }
+    }
+
     /// `flat` (laid out by `layout`) as named CPU tensors in logical order.
     fn split(flat: &Tensor, layout: &Layout, specs: &[TensorSpec]) -> Vec<(String, Tensor)> {
         specs.iter().map(|s| s.name.clone()).zip(layout.to_logical(flat, Device::Cpu)).collect()

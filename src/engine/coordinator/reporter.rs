@@ -459,4 +459,64 @@ mod tests {
         assert_eq!(new, vec![Straggler { replica: 3, step_ms: 500.0, median_ms: 100.0 }]);
         assert_eq!(r.new_stragglers(&times), vec![], "named before");
     }
+
+    fn end(skipped: usize, loss_scale: Option<f64>) -> WindowEnd<'static> {
+        WindowEnd {
+            at: (1, 4, 10),
+            global_step: 4,
+            lr: 0.1,
+            skipped,
+            loss_scale,
+            loader: (2, 1),
+            world: None,
+        }
+    }
+
+    #[test]
+    fn a_window_closes_into_its_step_record_with_the_mean_norm_of_the_steps_not_skipped() {
+        let mut r = Reporter::new(1, 1, DeviceId::Cpu, None);
+        r.begin_epoch(None);
+        for _ in 0..4 {
+            r.take_replies(vec![done(0, None, &[])]);
+            r.count_step(None, 0, 0);
+        }
+        r.add_grad_norm(&tch::Tensor::from(3.0f32));
+        r.add_grad_norm(&tch::Tensor::from(1.0f32));
+        r.add_sums(Tally { loss: 8.0, correct: 3.0, samples: 4.0, seconds: 0.0 });
+        assert!(r.window_open());
+        let (stats, stragglers) = r.close_window(&end(2, Some(1024.0))).unwrap();
+        assert!(stragglers.is_empty(), "no timed step: no comparison");
+        assert_eq!((stats.loss, stats.acc, stats.global_step), (2.0, 0.75, 4));
+        assert_eq!(stats.grad_norm, Some(2.0), "4 norms over 4 steps, 2 of them skipped");
+        assert_eq!((stats.loss_scale, stats.skipped_steps), (Some(1024.0), Some(2)));
+        assert!(!r.window_open(), "a new window");
+        assert_eq!(r.last_loss(), Some(2.0));
+        assert_eq!(r.epoch_so_far().samples, 4.0, "the epoch has the window's figures");
+        let (unscaled, _) = r.close_window(&end(0, None)).unwrap();
+        assert_eq!((unscaled.loss_scale, unscaled.skipped_steps, unscaled.grad_norm), (None, None, None));
+    }
+
+    #[test]
+    fn an_epoch_end_counts_as_done_and_a_restore_continues_the_counts() {
+        let mut r = Reporter::new(1, 1, DeviceId::Cpu, None);
+        r.begin_epoch(Some(Tally { loss: 1.0, correct: 1.0, samples: 2.0, seconds: 3.0 }));
+        let mut evaluation = Evaluation::new(2);
+        evaluation.add(
+            Tally { loss: 1.0, correct: 1.0, samples: 2.0, seconds: 0.0 },
+            2.0,
+            &[1.0, 0.0, 1.0, 0.0],
+        );
+        let stats = r.end_epoch((0, 0.1, 0.5), &evaluation, None, 2);
+        assert_eq!((stats.epoch, stats.test_acc, stats.train_loss), (1, 0.5, 0.5));
+        assert!(stats.epoch_seconds >= 3.0, "the resumed epoch's seconds count");
+        let done = r.done();
+        assert_eq!((done.epochs, done.last_test_acc, done.tally.samples), (1, Some(0.5), 2.0));
+        assert_eq!(r.tested(0.9), Some(0.5), "the final test replaces the validation accuracy");
+        let mut resumed = Reporter::new(1, 1, DeviceId::Cpu, None);
+        resumed.restore(done);
+        assert_eq!(resumed.done(), done);
+        let by_loss = r.end_epoch((1, 0.1, 0.5), &evaluation, None, 0);
+        assert_eq!((r.done().epochs, r.done().last_test_acc), (2, None), "no classes: judged by the loss");
+        assert_eq!(by_loss.test_loss, 0.5);
+    }
 }

@@ -225,3 +225,74 @@ mod tests {
         assert_eq!(between((1, 0), (0, 3), 10), 0, "never negative");
     }
 }
+
+#[cfg(test)]
+mod points_tests {
+    use super::*;
+    use crate::engine::best::{BestKeeper, BestMetric};
+    use crate::engine::coordinator::persist::PersistSettings;
+    use crate::persist::checkpoint::CheckpointState;
+    use tch::Tensor;
+
+    fn point(global_step: usize) -> Resume {
+        let normalize = crate::model::Normalization::uniform(0.5, 0.5);
+        Resume {
+            state: CheckpointState { global_step, ..CheckpointState::new(Default::default(), normalize) },
+            params: Tensor::ones([2], tch::kind::FLOAT_CPU),
+            optimizer: Vec::new(),
+            buffers: Tensor::zeros([0], tch::kind::FLOAT_CPU),
+            ema: None,
+            then: Default::default(),
+        }
+    }
+
+    fn no_disk() -> Persistence {
+        let settings = PersistSettings {
+            every: CheckpointEvery::Epochs(1),
+            keep: 0,
+            model: (crate::model::ModelKind::Lenet, None),
+            disk_points: true,
+            write_fault: false,
+        };
+        Persistence::new(None, BestKeeper::new(BestMetric::ValLoss, 0, None), settings)
+    }
+
+    #[test]
+    fn a_point_is_due_by_its_cadence_once_per_step_and_the_newest_are_kept() {
+        let mut p = Points::new(2, CheckpointEvery::Steps(5));
+        p.decide(3, (0, 3));
+        assert!(!p.due());
+        p.decide(5, (0, 5));
+        assert!(p.due());
+        p.taken(Some(point(5)));
+        assert!(!p.due());
+        p.decide(5, (0, 5));
+        assert!(!p.due(), "the step has its point");
+        p.taken(Some(point(10)));
+        p.taken(Some(point(15)));
+        assert_eq!(p.steps(), [10, 15], "the newest 2");
+        p.taken(None);
+        assert_eq!(p.steps(), [10, 15], "a point not taken drops none");
+    }
+
+    #[test]
+    fn a_rewind_is_refused_with_the_points_there_are_and_goes_back_dropping_the_newer() {
+        let disk = no_disk();
+        let mut p = Points::new(3, CheckpointEvery::Steps(5));
+        let plan = |global_step, lr| Plan { global_step, lr, skip: false };
+        let e = p.ask(plan(5, None), &disk).unwrap_err();
+        assert!(e.contains("no rewind point is kept yet"), "{e}");
+        p.taken(Some(point(5)));
+        p.taken(Some(point(10)));
+        let e = p.ask(plan(7, None), &disk).unwrap_err();
+        assert!(e.ends_with("the points are at steps 5, 10"), "{e}");
+        assert!(p.ask(plan(5, Some(-1.0)), &disk).unwrap_err().contains("positive"));
+        assert_eq!(p.pending(), None, "nothing refused is pending");
+        p.ask(plan(5, Some(0.1)), &disk).unwrap();
+        assert_eq!(p.take_pending(), Some(plan(5, Some(0.1))));
+        let back = p.back_to(5).expect("kept");
+        assert_eq!(back.state.global_step, 5);
+        assert_eq!(p.steps(), [5], "the newer point dropped, this one kept");
+        assert!(p.back_to(10).is_none(), "gone");
+    }
+}

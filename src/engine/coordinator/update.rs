@@ -228,24 +228,10 @@ impl Update {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::flat::Layout;
-    use crate::model::TensorSpec;
 
     /// An update over one replica of two parameters on the CPU, without handles from a worker.
     fn update(scaling: Option<LossScaling>) -> Update {
-        let spec = |name: &str, shape: Vec<i64>| TensorSpec {
-            name: name.to_owned(),
-            shape,
-            init: crate::model::Init::Normal { std: 1.0 },
-            frozen: false,
-        };
-        let specs = vec![spec("w", vec![2]), spec("b", vec![1])];
-        let layout = ModelLayout {
-            params: Layout::new(&specs, false),
-            buffers: Layout::new(&[], false),
-            param_specs: specs,
-            buffer_specs: Vec::new(),
-        };
+        let layout = ModelLayout::of_params(&[&[2], &[1]]);
         let settings = UpdateSettings {
             optimizer: OptimConfig::sgd(0.5, 0.0, 0.0),
             scaling,
