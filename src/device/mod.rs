@@ -12,7 +12,7 @@ pub mod peak;
 pub mod sync_debug;
 pub(crate) mod visible;
 
-pub use dpt_protocol::device::{DeviceError, DeviceId};
+use dpt_protocol::device::{DeviceError, DeviceId};
 
 /// The libtorch device of `device`.
 pub fn tch_device(device: DeviceId) -> tch::Device {

@@ -2,9 +2,9 @@
 //! peak FLOP/s of the GPUs in the run's precision (by the name NVML gives the first of them,
 //! from `flops::GPU_PEAKS`), and the most memory the caching allocator held on each.
 
-use crate::engine::DeviceId;
 use crate::flops::PeakFlops;
 use crate::model::Precision;
+use dpt_protocol::device::DeviceId;
 
 /// The distinct CUDA devices among `devices`, in order.
 fn distinct_gpus(devices: &[DeviceId]) -> Vec<usize> {

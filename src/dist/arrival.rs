@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::backend_choice::{choose, fallback_identity, Choice, RankDevices};
 use super::world::DistError;
-use crate::engine::DeviceId;
 use crate::settings::DistBackend;
+use dpt_protocol::device::DeviceId;
 
 /// What each rank says when it arrives.
 #[derive(Debug, Clone, Serialize, Deserialize)]

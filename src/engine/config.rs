@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::faults::Faults;
 use super::optim::schedule::LrPlan;
-use crate::device::DeviceId;
 use crate::model::script::ScriptModel;
 use crate::model::{Builder, ModelKind, Normalization, Precision, Task};
 use crate::persist::resume::Resume;
 use crate::settings::Settings;
+use dpt_protocol::device::DeviceId;
 
 pub use super::policies::{OnNan, SavePolicy};
 pub use dpt_protocol::config_error::{check_lr, ConfigError};

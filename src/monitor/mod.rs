@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::engine::DeviceId;
+use dpt_protocol::device::DeviceId;
 
 pub use dpt_protocol::monitor::{gpu, DeviceSample, MonitorMsg, SampleSource};
 

@@ -16,7 +16,7 @@ use super::gpu::{own_pids, recognise, throttle_names, GpuDetail, GpuProcess, Pid
 
 use super::{DeviceSample, SampleSource};
 use crate::dist::c10d::CudaIdentity;
-use crate::engine::DeviceId;
+use dpt_protocol::device::DeviceId;
 
 pub struct Gpus {
     nvml: Nvml,

@@ -3,7 +3,7 @@
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
 use super::{DeviceSample, SampleSource};
-use crate::engine::DeviceId;
+use dpt_protocol::device::DeviceId;
 
 pub struct ProcessProbe {
     /// `None` where the OS gives sysinfo nothing to read; every figure is then absent.

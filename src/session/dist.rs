@@ -9,10 +9,10 @@ use anyhow::anyhow;
 use super::input;
 use crate::cli::Args;
 use crate::Failure;
+use dpt_protocol::device::DeviceId;
 use dpt_tui::device::{resolve_devices, resolve_devices_for_rank, Machine};
 use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
 use dpt_tui::dist::{DistError, World};
-use dpt_tui::engine::DeviceId;
 use dpt_tui::settings::{DistBackend, Settings};
 
 /// This process's launch, or `None` when it runs alone.

@@ -7,11 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::data::{Dataset, Split};
 use dpt_tui::device::driver::TORCH_BUILD;
 use dpt_tui::device::{Machine, AUTO_CPU_REPLICAS};
 use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
-use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
+use dpt_tui::engine::{Engine, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::monitor::nvml::Gpus;
 

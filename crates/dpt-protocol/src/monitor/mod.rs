@@ -5,7 +5,7 @@ pub mod gpu;
 
 use serde::{Deserialize, Serialize};
 
-use crate::DeviceId;
+use crate::device::DeviceId;
 
 /// Where a sample's numbers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
