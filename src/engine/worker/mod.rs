@@ -1,7 +1,7 @@
 //! One worker thread per replica: owns the model copy on its device and its batches (resident
-//! or streamed, `batches.rs`), and runs forward and backward on the shard the coordinator
-//! assigns. What it exchanges with the
-//! coordinator is in `worker_messages.rs`.
+//! or streamed, `input::batches`), and runs forward and backward on the shard the coordinator
+//! assigns, the evaluation of its share of the test set (`evaluate`) and a language model's
+//! sample (`sample`). What it exchanges with the coordinator is in `worker_messages.rs`.
 
 mod evaluate;
 mod sample;

@@ -1,5 +1,5 @@
 //! What the device monitor reports: per-device readings (NVML for GPUs, the process for CPU
-//! devices) and why NVML is not used. The sampling thread is the engine's (`monitor`).
+//! devices) and why NVML is not used. The sampling thread is the main crate's (`monitor`).
 
 pub mod gpu;
 

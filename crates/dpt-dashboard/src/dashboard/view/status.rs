@@ -1,7 +1,8 @@
-//! The status lines: state, model, devices, progress, speed (with the model FLOP/s and MFU
-//! once counted), time, lr, momentum (or the optimizer, when not SGD) and batch. The items
-//! flow over the lines the layout gives, so nothing is cut at 80 columns. Under them, the last
-//! report window's verdict on what limits the step.
+//! The status lines: state, model and devices, progress, lr, momentum (or the optimizer, when
+//! not SGD), batch, loss scale, loader, allreduce, speed (with the model FLOP/s and MFU once
+//! counted), time, the last evaluation and the step's split. The items flow over the lines the
+//! layout gives, so nothing is cut at 80 columns. Under them, the last report window's verdict
+//! on what limits the step.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
