@@ -54,7 +54,7 @@ pub fn measured_for(devices: &[dpt_protocol::device::DeviceId]) -> Option<Measur
         return None;
     }
     let uuids: Option<Vec<String>> =
-        cuda.iter().map(|&i| crate::dist::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
+        cuda.iter().map(|&i| dpt_sys::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
     load(&crate::data::cache_base()?, &uuids?)
 }
 

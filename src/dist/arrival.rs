@@ -72,7 +72,7 @@ pub(super) fn check_settings(arrivals: &[Arrival]) -> Result<(), DistError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::c10d::Backend;
+    use dpt_sys::c10d::Backend;
 
     fn on_gpu(host: &str, uuid: &str) -> Arrival {
         Arrival {

@@ -366,7 +366,7 @@ fn claim_run_dir(
 /// Every rank must train on the same number of samples (the same data, the same limits).
 fn same_data_everywhere(w: &World, train: usize, test: usize) -> Result<(), Failure> {
     let mut v = [train as f64, -(train as f64), test as f64, -(test as f64)];
-    w.allreduce_values(&mut v, dpt_tui::dist::c10d::ReduceOp::Max).map_err(super::dist::failure)?;
+    w.allreduce_values(&mut v, dpt_sys::c10d::ReduceOp::Max).map_err(super::dist::failure)?;
     if v[0] != -v[1] || v[2] != -v[3] {
         return Err(input(anyhow!(
             "the ranks have different data: {}..{} training and {}..{} test samples across ranks, {train} and {test} here; give every rank the same data and --train-limit/--test-limit",

@@ -76,7 +76,7 @@ pub fn join(args: &Args, asked: &Settings, launch: &Launch, devices: &[DeviceId]
     if let Some(tch::Device::Cuda(i)) = first_gpu.map(|d| dpt_tui::device::tch_device(*d)) {
         // Before the process group exists, as DDP scripts call torch.cuda.set_device(local_rank):
         // NCCL's set-up and the broadcasts then make no context on another GPU.
-        dpt_tui::dist::c10d::set_thread_device(i)
+        dpt_sys::c10d::set_thread_device(i)
             .map_err(|e| Failure::Run(anyhow!("cannot use cuda:{i}: {}", e.0)))?;
     }
     let timeout = Duration::from_secs_f64(asked.placement.dist_timeout);
