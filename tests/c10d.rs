@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
+use dpt_sys::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
 use tch::Tensor;
 
 const T: Duration = Duration::from_secs(30);
@@ -79,7 +79,7 @@ fn nccl_without_a_gpu_fails_cleanly() {
 
 #[test]
 fn cuda_identities_are_written_as_nvml_writes_them() {
-    let id = dpt_tui::dist::c10d::CudaIdentity {
+    let id = dpt_sys::c10d::CudaIdentity {
         major: 9,
         minor: 0,
         pci_domain: 0,
@@ -92,9 +92,6 @@ fn cuda_identities_are_written_as_nvml_writes_them() {
     assert_eq!(id.nvml_uuid(), "GPU-12345678-9abc-def0-0123-456789abcdef");
     assert_eq!(id.nvml_pci_bus_id(), "00000000:3B:00.0");
     if tch::Cuda::device_count() == 0 {
-        assert!(
-            dpt_tui::dist::c10d::cuda_identity(0).is_err(),
-            "no CUDA device 0 here: an error, not a crash"
-        );
+        assert!(dpt_sys::c10d::cuda_identity(0).is_err(), "no CUDA device 0 here: an error, not a crash");
     }
 }

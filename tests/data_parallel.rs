@@ -3,8 +3,9 @@
 
 mod common;
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::optim::OptimConfig;
-use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, TrainConfig};
+use dpt_tui::engine::{Engine, FinishReason, Outcome, TrainConfig};
 use dpt_tui::model::{self, ModelKind};
 use tch::Kind;
 

@@ -4,7 +4,8 @@
 use crate::common;
 
 use crossbeam_channel::Receiver;
-use dpt_tui::engine::{Control, DeviceId, Engine, FinishReason, Record, TrainConfig};
+use dpt_protocol::device::DeviceId;
+use dpt_tui::engine::{Control, Engine, FinishReason, Record, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::record::Change;
 

@@ -11,11 +11,12 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::data::tokens::{TokenDtype, TokenLayout};
 use dpt_tui::data::{DataFormat, Dataset, LoadOptions, Pixels};
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
-use dpt_tui::engine::{DeviceId, Engine, Outcome, Resume, TrainConfig};
+use dpt_tui::engine::{Engine, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::{SampleInputs, ScriptModel};
 use dpt_tui::model::{ModelKind, Task};
 use dpt_tui::persist::checkpoint::{Checkpoint, CHECKPOINT_FILE};

@@ -3,9 +3,10 @@
 
 use crate::common;
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::best::BestMetric;
 use dpt_tui::engine::optim::OptimConfig;
-use dpt_tui::engine::{DeviceId, Engine, FinishReason, TrainConfig};
+use dpt_tui::engine::{Engine, FinishReason, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::persist::checkpoint::Checkpoint;
 use dpt_tui::record::{Change, Record};

@@ -8,10 +8,11 @@ use crate::common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::optim::loss_scale::LossScaling;
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
-use dpt_tui::engine::{DeviceId, Engine, Outcome, Resume, TrainConfig};
+use dpt_tui::engine::{Engine, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
 use dpt_tui::persist::checkpoint::Checkpoint;

@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use common::{free_port, ok, rel_diff};
-use dpt_tui::engine::{DeviceId, Engine, Outcome, TrainConfig};
+use dpt_protocol::device::DeviceId;
+use dpt_tui::engine::{Engine, Outcome, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
 use dpt_tui::record::{Change, Record};

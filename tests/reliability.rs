@@ -6,10 +6,11 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::faults::Faults;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{
-    Control, DeviceId, Engine, EngineError, FinishReason, OnNan, Outcome, Record, Resume, TrainConfig,
+    Control, Engine, EngineError, FinishReason, OnNan, Outcome, Record, Resume, TrainConfig,
 };
 use dpt_tui::model::ModelKind;
 use dpt_tui::persist::checkpoint::{Checkpoint, CHECKPOINT_FILE};

@@ -8,8 +8,9 @@ use crate::common;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;
-use dpt_tui::engine::{Continuation, Control, DeviceId, Engine, Record, Resume, TrainConfig};
+use dpt_tui::engine::{Continuation, Control, Engine, Record, Resume, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::persist::checkpoint::Checkpoint;
 use dpt_tui::record::Change;

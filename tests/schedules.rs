@@ -3,9 +3,10 @@
 
 use crate::common;
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::OptimConfig;
-use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
+use dpt_tui::engine::{Engine, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::record::Record;
 

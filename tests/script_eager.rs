@@ -5,7 +5,7 @@
 
 mod common;
 
-use dpt_tui::dist::c10d::jit::ScriptModule;
+use dpt_sys::c10d::jit::ScriptModule;
 use tch::{Device, Kind, Tensor};
 
 #[test]

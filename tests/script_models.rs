@@ -9,8 +9,9 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::optim::OptimConfig;
-use dpt_tui::engine::{DeviceId, Engine, FinishReason, Outcome, Resume, TrainConfig};
+use dpt_tui::engine::{Engine, FinishReason, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
 use dpt_tui::persist::checkpoint::{Checkpoint, CHECKPOINT_FILE};

@@ -3,8 +3,9 @@
 
 use crate::common;
 
+use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::clock::WARMUP_STEPS;
-use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
+use dpt_tui::engine::{Engine, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::record::{Change, Record};
 

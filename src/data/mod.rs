@@ -1,5 +1,6 @@
 //! Data loading: the formats a `--data` path may hold (IDX, CIFAR-10 binary, image folders,
-//! NumPy and safetensors arrays) and the in-memory data set they all become.
+//! WebDataset tar shards, NumPy and safetensors arrays, token files and text folders) and the
+//! data set they all become, in memory or indexed to be streamed from storage (`stream`).
 
 mod arrays;
 mod cifar;

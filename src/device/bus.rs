@@ -43,10 +43,10 @@ pub fn load(cache: &Path, uuids: &[String]) -> Option<MeasuredBus> {
 
 /// The measurement across the CUDA devices `devices` (two or more distinct GPUs), from
 /// dpt-tui's cache.
-pub fn measured_for(devices: &[crate::engine::DeviceId]) -> Option<MeasuredBus> {
+pub fn measured_for(devices: &[dpt_protocol::device::DeviceId]) -> Option<MeasuredBus> {
     let mut cuda: Vec<usize> = devices
         .iter()
-        .filter_map(|d| if let crate::engine::DeviceId::Cuda(i) = d { Some(*i) } else { None })
+        .filter_map(|d| if let dpt_protocol::device::DeviceId::Cuda(i) = d { Some(*i) } else { None })
         .collect();
     cuda.sort_unstable();
     cuda.dedup();
@@ -54,7 +54,7 @@ pub fn measured_for(devices: &[crate::engine::DeviceId]) -> Option<MeasuredBus> 
         return None;
     }
     let uuids: Option<Vec<String>> =
-        cuda.iter().map(|&i| crate::dist::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
+        cuda.iter().map(|&i| dpt_sys::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
     load(&crate::data::cache_base()?, &uuids?)
 }
 

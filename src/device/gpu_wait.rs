@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::dist::c10d::{C10dError, CudaEvent};
+use dpt_sys::c10d::{C10dError, CudaEvent};
 
 /// NCCL's own advice for a set-up that hangs (its troubleshooting guide, "PCI Access Control
 /// Services").

@@ -1,6 +1,7 @@
 //! The devices replicas run on: the `--devices` specification resolved against the machine, and
-//! what touches a GPU before and around training (the driver check, what CUDA devices a process
-//! sees, waits with a deadline, out-of-memory in words, the bus bandwidth doctor measured).
+//! what touches a device before and around training (the driver and libtorch checks, what CUDA
+//! devices a process sees, waits with a deadline, out-of-memory in words, the bus bandwidth
+//! doctor measured, the GPUs' peak FLOP/s, CUDA's sync debug mode, the CPU threads per thread).
 
 pub mod bus;
 pub mod driver;
@@ -12,7 +13,7 @@ pub mod peak;
 pub mod sync_debug;
 pub(crate) mod visible;
 
-pub use dpt_protocol::device::{DeviceError, DeviceId};
+use dpt_protocol::device::{DeviceError, DeviceId};
 
 /// The libtorch device of `device`.
 pub fn tch_device(device: DeviceId) -> tch::Device {

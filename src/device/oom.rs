@@ -124,11 +124,14 @@ pub fn explain(r: &OomReport, c: &OomContext<'_>) -> String {
     )
 }
 
+/// The CUDA caching allocator's message for an allocation it cannot make (torch 2.11's
+/// wording, figures of an 80 GB GPU), as the `worker-oom` test fault
+/// (`engine::faults`) injects it and the parser here reads it.
+pub const ALLOCATOR_OOM: &str = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 7.75 MiB is free. Including non-PyTorch memory, this process has 79.17 GiB memory in use. Of the allocated memory 75.10 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::engine::faults::ALLOCATOR_OOM as ALLOCATOR;
 
     fn gib(x: f64) -> u64 {
         (x * 1024.0 * 1024.0 * 1024.0).round() as u64
@@ -136,7 +139,7 @@ mod tests {
 
     #[test]
     fn the_allocators_figures_are_read() {
-        let r = parse(ALLOCATOR).expect("an OOM");
+        let r = parse(ALLOCATOR_OOM).expect("an OOM");
         assert_eq!(r.tried, Some(gib(2.0)));
         assert_eq!(r.total, Some(gib(79.19)));
         assert_eq!(r.free, Some((7.75 * 1024.0 * 1024.0) as u64));
@@ -164,7 +167,7 @@ mod tests {
             checkpoint: Some("runs/x/checkpoint.safetensors".into()),
             half: Some("bf16"),
         };
-        let line = explain(&parse(ALLOCATOR).unwrap(), &c);
+        let line = explain(&parse(ALLOCATOR_OOM).unwrap(), &c);
         assert!(!line.contains('\n'), "{line}");
         for needle in [
             "out of GPU memory on cuda:1 (replica 1, 128 samples per replica, 2 replica(s) on that GPU)",

@@ -2,9 +2,9 @@
 //! peak FLOP/s of the GPUs in the run's precision (by the name NVML gives the first of them,
 //! from `flops::GPU_PEAKS`), and the most memory the caching allocator held on each.
 
-use crate::engine::DeviceId;
 use crate::flops::PeakFlops;
 use crate::model::Precision;
+use dpt_protocol::device::DeviceId;
 
 /// The distinct CUDA devices among `devices`, in order.
 fn distinct_gpus(devices: &[DeviceId]) -> Vec<usize> {
@@ -24,7 +24,7 @@ pub fn gpu_name(index: usize) -> Option<String> {
 /// NVML is there.
 pub fn gpu_facts(index: usize) -> Option<(String, u64)> {
     let gpus = crate::monitor::nvml::Gpus::open().ok()?;
-    let identity = crate::dist::c10d::cuda_identity(index).ok();
+    let identity = dpt_sys::c10d::cuda_identity(index).ok();
     let (device, _) = gpus.find(identity.as_ref(), index).ok()?;
     Some((device.name().ok()?, device.memory_info().ok()?.total))
 }
@@ -43,7 +43,7 @@ pub fn peak_flops(devices: &[DeviceId], precision: Precision, tf32: bool, ranks:
 pub fn device_peak_mib(devices: &[DeviceId]) -> Vec<f64> {
     distinct_gpus(devices)
         .into_iter()
-        .filter_map(|i| crate::dist::c10d::cuda_peak_allocated(i).ok())
+        .filter_map(|i| dpt_sys::c10d::cuda_peak_allocated(i).ok())
         .map(|bytes| bytes as f64 / f64::from(1 << 20))
         .collect()
 }

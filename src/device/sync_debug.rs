@@ -4,7 +4,7 @@
 //! counts them (the progress lines' `CUDA syncs/step`), `2` (or `error`) fails the first one with
 //! an error that names it, `0` (or unset) leaves it off.
 
-use crate::dist::c10d::{cuda_sync_count, C10dError, SyncDebug};
+use dpt_sys::c10d::{cuda_sync_count, C10dError, SyncDebug};
 
 /// The variable's name.
 pub const VAR: &str = "DPT_SYNC_DEBUG";

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::backend_choice::{choose, fallback_identity, Choice, RankDevices};
 use super::world::DistError;
-use crate::engine::DeviceId;
 use crate::settings::DistBackend;
+use dpt_protocol::device::DeviceId;
 
 /// What each rank says when it arrives.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -72,7 +72,7 @@ pub(super) fn check_settings(arrivals: &[Arrival]) -> Result<(), DistError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::c10d::Backend;
+    use dpt_sys::c10d::Backend;
 
     fn on_gpu(host: &str, uuid: &str) -> Arrival {
         Arrival {

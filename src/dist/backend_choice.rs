@@ -12,8 +12,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::c10d::{Backend, Group};
 use super::world::DistError;
-use crate::engine::DeviceId;
 use crate::settings::DistBackend;
+use dpt_protocol::device::DeviceId;
 
 /// One rank's devices as it checked in.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::c10d::Store;
-use crate::monitor::{DeviceSample, MonitorMsg};
+use dpt_protocol::monitor::{DeviceSample, MonitorMsg};
 
 fn key(rank: usize) -> String {
     format!("monitor/{rank}")

@@ -18,7 +18,7 @@ use std::time::Instant;
 use tch::Device;
 
 use crate::device::gpu_wait::Waiting;
-use crate::dist::c10d::{C10dError, CudaEvent};
+use dpt_sys::c10d::{C10dError, CudaEvent};
 
 /// A GPU times one step in this many (the others run without any wait for the host).
 pub const GPU_SAMPLE_EVERY: usize = 10;
@@ -194,7 +194,7 @@ pub fn waiting(phase: &str, device: impl std::fmt::Display, timeout: std::time::
 #[cfg(test)]
 pub(crate) mod fake {
     use super::DeviceMark;
-    use crate::dist::c10d::C10dError;
+    use dpt_sys::c10d::C10dError;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 

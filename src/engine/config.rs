@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::faults::Faults;
 use super::optim::schedule::LrPlan;
-use crate::device::DeviceId;
 use crate::model::script::ScriptModel;
 use crate::model::{Builder, ModelKind, Normalization, Precision, Task};
 use crate::persist::resume::Resume;
 use crate::settings::Settings;
+use dpt_protocol::device::DeviceId;
 
 pub use super::policies::{OnNan, SavePolicy};
 pub use dpt_protocol::config_error::{check_lr, ConfigError};
@@ -145,7 +145,7 @@ impl TrainConfig {
 
     /// How the run computes on its devices (asks CUDA for their compute capability).
     pub fn math(&self) -> super::math::Math {
-        let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
+        let capability = |i: usize| dpt_sys::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
         super::math::Math::of(&self.settings.precision, &self.devices, self.kit.script.is_some(), capability)
     }
 
@@ -199,7 +199,7 @@ impl TrainConfig {
 
     /// Rejects settings the GPUs cannot run (asks CUDA for their compute capability).
     pub fn validate_devices(&self) -> Result<(), ConfigError> {
-        let capability = |i: usize| crate::dist::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
+        let capability = |i: usize| dpt_sys::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
         match bf16_problem(self.settings.precision.format, &self.devices, capability) {
             Some(e) => Err(e),
             None => Ok(()),

@@ -33,10 +33,6 @@ pub struct Faults {
     pub setup_hang: bool,
 }
 
-/// The CUDA caching allocator's message for an allocation it cannot make (torch 2.11's
-/// wording, figures of an 80 GB GPU), for the `worker-oom` fault.
-pub const ALLOCATOR_OOM: &str = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 7.75 MiB is free. Including non-PyTorch memory, this process has 79.17 GiB memory in use. Of the allocated memory 75.10 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
-
 fn replica_at(v: &str) -> Result<(usize, usize), String> {
     let (r, s) = v.split_once('@').ok_or_else(|| format!("'{v}' is not R@STEP"))?;
     Ok((

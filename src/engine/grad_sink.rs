@@ -12,7 +12,7 @@ use tch::Tensor;
 
 use super::buckets::Buckets;
 use super::worker_messages::FromWorker;
-use crate::dist::c10d::CudaEvent;
+use dpt_sys::c10d::CudaEvent;
 
 /// One replica's hooks' shared state.
 pub struct GradSink {
@@ -62,7 +62,7 @@ impl GradSink {
         views: &[Tensor],
         buckets: Arc<Buckets>,
         replies: Sender<FromWorker>,
-    ) -> Result<Arc<GradSink>, crate::dist::c10d::C10dError> {
+    ) -> Result<Arc<GradSink>, dpt_sys::c10d::C10dError> {
         let state = State {
             arrival: Vec::with_capacity(views.len()),
             recording: true,
@@ -79,7 +79,7 @@ impl GradSink {
         for (k, leaf) in leaves.iter().enumerate() {
             // The hook holds the sink weakly: the sink owns the views, the leaves own the hooks.
             let weak = Arc::downgrade(&sink);
-            crate::dist::c10d::on_grad(leaf, move |grad| match weak.upgrade() {
+            dpt_sys::c10d::on_grad(leaf, move |grad| match weak.upgrade() {
                 Some(sink) => sink.take(k, &grad),
                 None => Ok(()),
             })?;
@@ -117,7 +117,7 @@ impl GradSink {
     /// writing after this step's update on the default stream) holds because such a model's
     /// stream must wait for the default stream before its forward pass reads the weights, as
     /// PyTorch requires of any model that uses a stream of its own.
-    pub fn hand_off(&self, b: usize) -> Result<(), crate::dist::c10d::C10dError> {
+    pub fn hand_off(&self, b: usize) -> Result<(), dpt_sys::c10d::C10dError> {
         let s = self.lock();
         let step = s.step;
         for h in s.handed.get(b).into_iter().flatten().filter(|h| h.step == step) {
@@ -183,8 +183,8 @@ impl State {
     /// Records bucket `b`'s event for the calling thread's current stream on CUDA device
     /// `device`, just after a write of one of its gradients there (an event made the first time
     /// the bucket meets that stream, then kept).
-    fn mark(&mut self, b: usize, device: usize) -> Result<(), crate::dist::c10d::C10dError> {
-        let stream = crate::dist::c10d::current_stream(device)?;
+    fn mark(&mut self, b: usize, device: usize) -> Result<(), dpt_sys::c10d::C10dError> {
+        let stream = dpt_sys::c10d::current_stream(device)?;
         let step = self.step;
         let handed = &mut self.handed[b];
         let at = match handed.iter().position(|h| h.stream == stream) {

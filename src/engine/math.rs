@@ -5,9 +5,9 @@
 
 use dpt_protocol::settings::PrecisionSettings;
 
-use crate::device::DeviceId;
-use crate::dist::c10d::{amp, C10dError};
 use crate::model::Precision;
+use dpt_protocol::device::DeviceId;
+use dpt_sys::c10d::{amp, C10dError};
 
 /// The run's arithmetic, decided once at start.
 #[derive(Debug, Clone, PartialEq)]

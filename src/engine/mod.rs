@@ -31,16 +31,18 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use tch::Tensor;
 use thiserror::Error;
 
-pub use crate::device::{DeviceError, DeviceId};
 use crate::persist::checkpoint::CheckpointError;
 pub use crate::persist::resume::{Continuation, Resume};
 pub use crate::record::{FinishReason, Record, Summary};
 pub use config::{ConfigError, OnNan, RunKit, SavePolicy, TrainConfig};
+/// The device type by another path, for src/engine/coordinator only (its home is
+/// `dpt_protocol::device`).
+pub(crate) use dpt_protocol::device::DeviceId;
 pub use events::Control;
 
 use crate::data::Dataset;
-use crate::dist::c10d::OwnRng;
 use coordinator::{Coordinator, CoordinatorParts, ModelLayout, RunFacts, WorkerPool};
+use dpt_sys::c10d::OwnRng;
 
 /// A failure of a running engine.
 #[derive(Debug, Error)]
@@ -131,8 +133,8 @@ impl Engine {
         .map_err(StartError::SyncDebug)?
         {
             Some(mode) if cfg.has_gpu() => {
-                crate::dist::c10d::set_cuda_sync_debug(mode).map_err(|e| StartError::SyncDebug(e.0))?;
-                mode == crate::dist::c10d::SyncDebug::Warn
+                dpt_sys::c10d::set_cuda_sync_debug(mode).map_err(|e| StartError::SyncDebug(e.0))?;
+                mode == dpt_sys::c10d::SyncDebug::Warn
             }
             _ => false,
         };
@@ -295,7 +297,7 @@ pub enum StartError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("cannot seed the initial weights: {0}")]
-    Seed(#[from] crate::dist::c10d::C10dError),
+    Seed(#[from] dpt_sys::c10d::C10dError),
     #[error(transparent)]
     Data(Box<crate::data::DataError>),
     #[error(transparent)]
@@ -303,5 +305,5 @@ pub enum StartError {
     #[error("{0}")]
     SyncDebug(String),
     #[error("cannot set the GPUs' float32 math (TF32): {0}")]
-    Math(crate::dist::c10d::C10dError),
+    Math(dpt_sys::c10d::C10dError),
 }

@@ -16,7 +16,7 @@ pub enum WorkerError {
     Torch(#[from] tch::TchError),
     /// The shim refused: the device, the TorchScript model, a timing event.
     #[error(transparent)]
-    Shim(#[from] crate::dist::c10d::C10dError),
+    Shim(#[from] dpt_sys::c10d::C10dError),
     #[error("a step before the first epoch")]
     NoEpoch,
     #[error("a TorchScript run without its model")]
@@ -34,7 +34,7 @@ pub enum WorkerError {
     #[error("{0}")]
     Panic(String),
     /// The `worker-oom` test fault: the allocator's own words.
-    #[error("{}", super::faults::ALLOCATOR_OOM)]
+    #[error("{}", crate::device::oom::ALLOCATOR_OOM)]
     InjectedOom,
 }
 

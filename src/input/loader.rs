@@ -19,10 +19,10 @@ use super::resized_crop;
 use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
 use crate::device::intra_op::ShortSpin;
-use crate::device::DeviceId;
-use crate::dist::c10d::host::filled_bytes;
 use crate::engine::config::TrainConfig;
 use crate::engine::tally::LoaderTally;
+use dpt_protocol::device::DeviceId;
+use dpt_sys::c10d::host::filled_bytes;
 
 /// Why a batch could not be made.
 #[derive(Debug, Clone, thiserror::Error)]

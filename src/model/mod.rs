@@ -156,7 +156,7 @@ pub enum ForwardError {
     Torch(#[from] tch::TchError),
     /// The user's TorchScript model raised (its message summed up by the shim).
     #[error("the model's forward failed: {0}")]
-    Script(#[from] crate::dist::c10d::C10dError),
+    Script(#[from] dpt_sys::c10d::C10dError),
     /// A built-in model was asked for its own loss.
     #[error("the model computes no loss of its own")]
     NoOwnLoss,

@@ -18,9 +18,9 @@ use tch::{Device, Kind, Tensor};
 use thiserror::Error;
 
 use super::{Forward, Init, Network, Precision, Task, TensorSpec};
-use crate::dist::c10d::amp::Autocast;
-use crate::dist::c10d::jit::ScriptModule;
-use crate::dist::c10d::C10dError;
+use dpt_sys::c10d::amp::Autocast;
+use dpt_sys::c10d::jit::ScriptModule;
+use dpt_sys::c10d::C10dError;
 
 /// A model file that cannot be trained, found before anything is written.
 #[derive(Debug, Error, PartialEq)]

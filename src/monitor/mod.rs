@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::engine::DeviceId;
+use dpt_protocol::device::DeviceId;
 
-pub use dpt_protocol::monitor::{gpu, DeviceSample, MonitorMsg, SampleSource};
+use dpt_protocol::monitor::{DeviceSample, MonitorMsg};
 
 /// Starts the `dpt-monitor` thread sampling `devices` (duplicates removed) every `period`. It
 /// stops when `stop` is dropped or the receiver goes away.
@@ -36,10 +36,10 @@ pub fn spawn(
             }
         }
         // What identifies each CUDA device to NVML, read once.
-        let identities: Vec<Option<crate::dist::c10d::CudaIdentity>> = unique
+        let identities: Vec<Option<dpt_sys::c10d::CudaIdentity>> = unique
             .iter()
             .map(|d| match d {
-                DeviceId::Cuda(i) if gpu.is_ok() => crate::dist::c10d::cuda_identity(*i).ok(),
+                DeviceId::Cuda(i) if gpu.is_ok() => dpt_sys::c10d::cuda_identity(*i).ok(),
                 _ => None,
             })
             .collect();
@@ -72,6 +72,7 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dpt_protocol::monitor::SampleSource;
 
     #[test]
     fn a_gpu_nvml_cannot_read_gets_an_unavailable_sample_not_cpu_figures() {

@@ -12,11 +12,11 @@ use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
-use super::gpu::{own_pids, recognise, throttle_names, GpuDetail, GpuProcess, PidMatch};
+use dpt_protocol::monitor::gpu::{own_pids, recognise, throttle_names, GpuDetail, GpuProcess, PidMatch};
 
-use super::{DeviceSample, SampleSource};
-use crate::dist::c10d::CudaIdentity;
-use crate::engine::DeviceId;
+use dpt_protocol::device::DeviceId;
+use dpt_protocol::monitor::{DeviceSample, SampleSource};
+use dpt_sys::c10d::CudaIdentity;
 
 pub struct Gpus {
     nvml: Nvml,
@@ -140,7 +140,7 @@ impl Gpus {
         // Read after the list: a context made between the two is then not yet listed, and the
         // one listed process is not taken for ours.
         let listed = dev.running_compute_processes().ok();
-        let holds_context = crate::dist::c10d::context_made(cuda_index);
+        let holds_context = dpt_sys::c10d::context_made(cuda_index);
         let mut pids = PidMatch::Matched;
         let processes = listed.map(|list| {
             let (ours, how) = recognise(&list.iter().map(|p| p.pid).collect::<Vec<_>>(), &own, holds_context);

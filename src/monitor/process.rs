@@ -2,8 +2,8 @@
 
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-use super::{DeviceSample, SampleSource};
-use crate::engine::DeviceId;
+use dpt_protocol::device::DeviceId;
+use dpt_protocol::monitor::{DeviceSample, SampleSource};
 
 pub struct ProcessProbe {
     /// `None` where the OS gives sysinfo nothing to read; every figure is then absent.

@@ -12,10 +12,10 @@ use super::input;
 use super::model_inputs::{builtin_fits, normalization, sample_inputs};
 use crate::cli::Args;
 use crate::Failure;
+use dpt_protocol::device::DeviceId;
 use dpt_tui::data::{Dataset, LoadOptions, Pixels, Split};
 use dpt_tui::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::dist::World;
-use dpt_tui::engine::DeviceId;
 use dpt_tui::engine::{Continuation, OnNan, Resume, SavePolicy, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::persist::checkpoint::{checkpoint_path, Checkpoint, CheckpointError, CheckpointState};
@@ -366,7 +366,7 @@ fn claim_run_dir(
 /// Every rank must train on the same number of samples (the same data, the same limits).
 fn same_data_everywhere(w: &World, train: usize, test: usize) -> Result<(), Failure> {
     let mut v = [train as f64, -(train as f64), test as f64, -(test as f64)];
-    w.allreduce_values(&mut v, dpt_tui::dist::c10d::ReduceOp::Max).map_err(super::dist::failure)?;
+    w.allreduce_values(&mut v, dpt_sys::c10d::ReduceOp::Max).map_err(super::dist::failure)?;
     if v[0] != -v[1] || v[2] != -v[3] {
         return Err(input(anyhow!(
             "the ranks have different data: {}..{} training and {}..{} test samples across ranks, {train} and {test} here; give every rank the same data and --train-limit/--test-limit",

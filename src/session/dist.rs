@@ -9,10 +9,10 @@ use anyhow::anyhow;
 use super::input;
 use crate::cli::Args;
 use crate::Failure;
+use dpt_protocol::device::DeviceId;
 use dpt_tui::device::{resolve_devices, resolve_devices_for_rank, Machine};
 use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
 use dpt_tui::dist::{DistError, World};
-use dpt_tui::engine::DeviceId;
 use dpt_tui::settings::{DistBackend, Settings};
 
 /// This process's launch, or `None` when it runs alone.
@@ -76,7 +76,7 @@ pub fn join(args: &Args, asked: &Settings, launch: &Launch, devices: &[DeviceId]
     if let Some(tch::Device::Cuda(i)) = first_gpu.map(|d| dpt_tui::device::tch_device(*d)) {
         // Before the process group exists, as DDP scripts call torch.cuda.set_device(local_rank):
         // NCCL's set-up and the broadcasts then make no context on another GPU.
-        dpt_tui::dist::c10d::set_thread_device(i)
+        dpt_sys::c10d::set_thread_device(i)
             .map_err(|e| Failure::Run(anyhow!("cannot use cuda:{i}: {}", e.0)))?;
     }
     let timeout = Duration::from_secs_f64(asked.placement.dist_timeout);

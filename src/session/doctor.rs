@@ -7,11 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dpt_protocol::device::DeviceId;
+use dpt_sys::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
 use dpt_tui::data::{Dataset, Split};
 use dpt_tui::device::driver::TORCH_BUILD;
 use dpt_tui::device::{Machine, AUTO_CPU_REPLICAS};
-use dpt_tui::dist::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
-use dpt_tui::engine::{DeviceId, Engine, TrainConfig};
+use dpt_tui::engine::{Engine, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::monitor::nvml::Gpus;
 
@@ -78,9 +79,9 @@ pub fn peer(spec: &str) -> u8 {
         };
         if let tch::Device::Cuda(i) = device {
             // As a DDP script calls torch.cuda.set_device(local_rank) first.
-            dpt_tui::dist::c10d::set_thread_device(i).map_err(|e| e.0)?;
+            dpt_sys::c10d::set_thread_device(i).map_err(|e| e.0)?;
         }
-        dpt_tui::dist::c10d::quiet_logs();
+        dpt_sys::c10d::quiet_logs();
         let timeout = Duration::from_secs(30);
         let store = Store::tcp("127.0.0.1", port, 2, rank == 0, timeout).map_err(|e| e.0)?;
         let group = Group::new(backend, &store, rank, 2, timeout).map_err(|e| e.0)?;
@@ -161,7 +162,7 @@ fn nccl_local(gpus: usize) -> Result<String, String> {
     let (secs, busbw) = nccl_allreduce(&(0..gpus).collect::<Vec<_>>(), PAIR_DEADLINE)?;
     // Kept for the runs on these GPUs, whose communication verdict weighs their own against it.
     let uuids: Option<Vec<String>> =
-        (0..gpus).map(|i| dpt_tui::dist::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
+        (0..gpus).map(|i| dpt_sys::c10d::cuda_identity(i).ok().map(|id| id.nvml_uuid())).collect();
     let bus = dpt_tui::record::bottleneck::MeasuredBus { gbs: busbw, unix: dpt_tui::unix_now() };
     let kept = match (uuids, dpt_tui::data::cache_base()) {
         (Some(uuids), Some(cache)) => dpt_tui::device::bus::save(&cache, &uuids, bus).is_ok(),
@@ -188,7 +189,7 @@ fn nccl_allreduce(gpus: &[usize], deadline: Duration) -> Result<(f64, f64), Stri
     };
     let secs = waiting
         .run("dpt-doctor-nccl", move || -> Result<f64, String> {
-            dpt_tui::dist::c10d::set_thread_device(on.first().copied().unwrap_or(0)).map_err(|e| e.0)?;
+            dpt_sys::c10d::set_thread_device(on.first().copied().unwrap_or(0)).map_err(|e| e.0)?;
             let numel: i64 = 64 << 20;
             let mut ts: Vec<tch::Tensor> = on
                 .iter()
@@ -239,7 +240,7 @@ pub fn run() -> u8 {
     }
     print_fact("CUDA devices (libtorch)", &machine.cuda_devices.to_string());
     print_fact("cuDNN", if tch::Cuda::cudnn_is_available() { "available" } else { "not available" });
-    let nccl = if dpt_tui::dist::c10d::nccl_compiled() {
+    let nccl = if dpt_sys::c10d::nccl_compiled() {
         "compiled in (libtorch_cuda, the wheel's libnccl)"
     } else {
         "not in this build (CUDA headers were missing at build time)"
@@ -252,7 +253,7 @@ pub fn run() -> u8 {
          --precision bf16|f16 runs every model's forward in that format, f32 weights and update",
     );
     for i in 0..machine.cuda_devices {
-        let identity = dpt_tui::dist::c10d::cuda_identity(i).ok();
+        let identity = dpt_sys::c10d::cuda_identity(i).ok();
         let found = nvml.as_ref().map_err(Clone::clone).and_then(|g| {
             g.find(identity.as_ref(), i).map(|(d, how)| {
                 let memory =

@@ -1,6 +1,7 @@
 //! One invocation of `dpt-tui`, by command: training (`job.rs` trains in this process, `front.rs`
-//! starts it in the background and opens the dashboard on it), `attach`, `ls` and `show`. The
-//! flags become a training configuration in one place, `configure.rs`.
+//! starts it in the background and opens the dashboard on it; `restart.rs` continues a run
+//! started again, `dist.rs` joins a multi-process run), `attach`, `ls`, `show`, `doctor` and
+//! `bench`. The flags become a training configuration in one place, `configure.rs`.
 
 mod attach;
 mod bench;

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dpt_tui::dist::c10d::{Backend, Group, ReduceOp, Store};
+use dpt_sys::c10d::{Backend, Group, ReduceOp, Store};
 use dpt_tui::engine::allreduce::allreduce_sum;
 use tch::{Kind, Tensor};
 

@@ -11,6 +11,4 @@ pub mod remote;
 pub mod report;
 pub mod signals;
 
-use dpt_protocol::{
-    atomic, config_error, flops, model, monitor, optim, record, run_dir, unix_now, Control, DeviceId,
-};
+use dpt_protocol::{atomic, config_error, flops, model, monitor, optim, record, run_dir, unix_now, Control};

@@ -7,11 +7,12 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use dpt_dashboard::dashboard::app::{App, Overlay, PromptKind, RunState};
 use dpt_dashboard::dashboard::curves::CurveView;
+use dpt_protocol::device::DeviceId;
 use dpt_protocol::monitor::{DeviceSample, MonitorMsg, SampleSource};
 use dpt_protocol::record::Change;
 use dpt_protocol::record::Summary;
 use dpt_protocol::record::{FinishReason, Record};
-use dpt_protocol::{Control, DeviceId};
+use dpt_protocol::Control;
 
 use common::screens::{code, info, key, running_app, screen, step};
 

@@ -4,9 +4,9 @@
 mod common;
 
 use dpt_dashboard::dashboard::app::App;
+use dpt_protocol::device::DeviceId;
 use dpt_protocol::monitor::{DeviceSample, MonitorMsg, SampleSource};
 use dpt_protocol::record::Record;
-use dpt_protocol::DeviceId;
 
 use common::screens::{info, screen};
 

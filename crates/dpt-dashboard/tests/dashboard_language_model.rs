@@ -5,9 +5,9 @@
 mod common;
 
 use dpt_dashboard::dashboard::app::App;
+use dpt_protocol::device::DeviceId;
 use dpt_protocol::model::Task;
 use dpt_protocol::record::{Change, EpochStats, Record, RunInfo};
-use dpt_protocol::DeviceId;
 
 use common::screens::{info, key, screen, step};
 

@@ -7,10 +7,10 @@
 mod common;
 
 use dpt_dashboard::dashboard::app::App;
+use dpt_protocol::device::DeviceId;
 use dpt_protocol::model::ModelKind;
 use dpt_protocol::record::{Change, Summary};
 use dpt_protocol::record::{FinishReason, Record};
-use dpt_protocol::DeviceId;
 
 use common::screens::{running_app, screen, step};
 use dpt_dashboard::dashboard::curves::CurveView;

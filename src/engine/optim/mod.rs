@@ -17,7 +17,7 @@ pub mod loss_scale;
 use tch::{Kind, Tensor};
 
 use super::flat::Layout;
-use crate::dist::c10d::optim::{fused_adam, fused_sgd, AdamStep, OnDevice, SgdStep};
+use dpt_sys::c10d::optim::{fused_adam, fused_sgd, AdamStep, OnDevice, SgdStep};
 
 pub use dpt_protocol::optim::{schedule, OptimConfig, OptimizerKind};
 

@@ -1,7 +1,7 @@
 //! One worker thread per replica: owns the model copy on its device and its batches (resident
-//! or streamed, `batches.rs`), and runs forward and backward on the shard the coordinator
-//! assigns. What it exchanges with the
-//! coordinator is in `worker_messages.rs`.
+//! or streamed, `input::batches`), and runs forward and backward on the shard the coordinator
+//! assigns, the evaluation of its share of the test set (`evaluate`) and a language model's
+//! sample (`sample`). What it exchanges with the coordinator is in `worker_messages.rs`.
 
 mod evaluate;
 mod sample;
@@ -22,13 +22,13 @@ use super::grad_sink::GradSink;
 use super::loss::{Objective, Scored};
 use super::tally::Tally;
 use crate::data::Dataset;
-use crate::dist::c10d::flops::FlopCount;
-use crate::dist::c10d::OwnRng;
 use crate::input::batches::{Batch, Batches};
 use crate::input::loader::Decoding;
 use crate::input::shard::{mix_seed, shards};
 use crate::model::script::{ScriptModel, ScriptNet};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision, Task};
+use dpt_sys::c10d::flops::FlopCount;
+use dpt_sys::c10d::OwnRng;
 
 pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError};
 
@@ -98,7 +98,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), WorkerError> {
         if let Device::Cuda(i) = setup.device {
             // Before anything else, as DDP scripts call torch.cuda.set_device(local_rank).
-            crate::dist::c10d::set_thread_device(i)?;
+            dpt_sys::c10d::set_thread_device(i)?;
         }
         let mut worker = Worker::new(setup, &replies)?;
         replies

@@ -5,8 +5,8 @@
 use tch::{Kind, Tensor};
 
 use super::{Worker, WorkerError};
-use crate::dist::c10d::OwnRng;
 use crate::model::Forward;
+use dpt_sys::c10d::OwnRng;
 
 /// The logits' divisor: under 1 sharpens the distribution.
 pub const TEMPERATURE: f64 = 0.8;

@@ -4,7 +4,7 @@
 use crate::monitor::MonitorMsg;
 use crate::record::text::{Level, Narrator};
 use crate::record::{Change, Record};
-use crate::DeviceId;
+use dpt_protocol::device::DeviceId;
 
 use super::devices::{panels, rank_panels};
 use super::log::EventLog;

@@ -1,11 +1,11 @@
 //! What the device monitor reports: per-device readings (NVML for GPUs, the process for CPU
-//! devices) and why NVML is not used. The sampling thread is the engine's (`monitor`).
+//! devices) and why NVML is not used. The sampling thread is the main crate's (`monitor`).
 
 pub mod gpu;
 
 use serde::{Deserialize, Serialize};
 
-use crate::DeviceId;
+use crate::device::DeviceId;
 
 /// Where a sample's numbers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -196,11 +196,14 @@ mod tests {
         let (readings_tx, readings) = crossbeam_channel::unbounded();
         let recorder =
             spawn_recorder(records, readings, MetricsWriter::create(dir.path()).unwrap(), None).unwrap();
-        let reading =
-            MonitorMsg::Samples(vec![DeviceSample::unavailable(crate::DeviceId::Cuda(0), "n/a".into())]);
+        let reading = MonitorMsg::Samples(vec![DeviceSample::unavailable(
+            crate::device::DeviceId::Cuda(0),
+            "n/a".into(),
+        )]);
         readings_tx.send(reading.clone()).unwrap();
         assert_eq!(recorder.readings.recv().unwrap(), reading, "readings pass on unchanged");
-        let info = crate::record::RunInfo { devices: vec![crate::DeviceId::Cpu], ..Default::default() };
+        let info =
+            crate::record::RunInfo { devices: vec![crate::device::DeviceId::Cpu], ..Default::default() };
         let step = |data: f64| StepStats {
             timing: StepTiming { data, compute: 0.01, allreduce: 0.0, update: 0.0 },
             replicas: vec![ReplicaTiming { data, compute: 0.01 }],
@@ -212,7 +215,7 @@ mod tests {
         records_tx.send(Record::Step(Box::new(step(0.0)))).unwrap();
         let summary = Summary {
             model: crate::model::ModelKind::Lenet,
-            devices: vec![crate::DeviceId::Cpu],
+            devices: vec![crate::device::DeviceId::Cpu],
             test_acc: None,
             val_acc: None,
             sec_per_epoch: None,

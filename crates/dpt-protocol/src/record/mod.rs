@@ -11,8 +11,9 @@
 //! - `step`: [`StepStats`], every `--log-every` steps and at each epoch end
 //! - `epoch`: [`EpochStats`]
 //! - `event`: a [`Change`], tagged by `event` (`lr_changed`, `paused`, `resumed`,
-//!   `stop_requested`, `saved`, `checkpointed`, `restored`, `refused`, `warning`, `save_failed`,
-//!   `failed`, `straggler`, `init_from`, `best_kept`, `early_stopped`) with its fields
+//!   `stop_requested`, `preempted`, `saved`, `checkpointed`, `restored`, `refused`, `warning`,
+//!   `init_from`, `tested`, `best_kept`, `early_stopped`, `save_failed`, `failed`, `sampled`,
+//!   `straggler`, `rebucketed`, `snapshot`, `rewound`) with its fields
 //! - `summary`: [`Summary`]
 //!
 //! Records after a `restored` event supersede those of a higher `global_step` before it (see

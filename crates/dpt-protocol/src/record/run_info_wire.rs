@@ -7,12 +7,12 @@
 use serde::{Deserialize, Serialize};
 
 use super::stats::{Normalization, Restart, RunInfo, WorldInfo};
+use crate::device::DeviceId;
 use crate::model::{ModelKind, Precision};
 use crate::optim::loss_scale::LossScaling;
 use crate::optim::schedule::Schedule;
 use crate::optim::OptimConfig;
 use crate::settings::{ModelChoice, Settings};
-use crate::DeviceId;
 
 #[derive(Serialize, Deserialize)]
 pub(super) struct RunInfoWire {

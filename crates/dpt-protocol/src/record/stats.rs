@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::device::DeviceId;
 use crate::model::ModelKind;
 use crate::settings::Settings;
-use crate::DeviceId;
 
 /// A number JSON wrote as `null` (it has no NaN or infinity) read back as NaN, so that the
 /// record of a loss that stopped being finite reaches viewers and readers.
@@ -206,7 +206,7 @@ pub struct WorldInfo {
     pub replicas: Vec<usize>,
     /// Each rank's devices, one per replica.
     #[serde(default)]
-    pub devices: Vec<Vec<crate::DeviceId>>,
+    pub devices: Vec<Vec<crate::device::DeviceId>>,
 }
 
 /// Where a step's time went, in seconds, averaged over the steps of a report window.

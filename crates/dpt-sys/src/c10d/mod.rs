@@ -1,11 +1,11 @@
-//! The one unsafe module: safe Rust handles over the C++ shim (`c10d_shim.cpp`,
-//! `c10d_nccl.cpp`, `jit_shim.cpp`) that reaches libtorch's c10d — TCPStore and PrefixStore for
-//! rendezvous, ProcessGroupGloo and ProcessGroupNCCL for collectives — the single-process NCCL
-//! allreduce, CUDA devices and timing events (`cuda.rs`), TorchScript modules (`jit.rs`) and
-//! gradient hooks (`hooks.rs`, `autograd_shim.cpp`), a thread's own generator (`rng.rs`,
-//! `rng_shim.cpp`), a thread's FLOP counter (`flops.rs`, `flops_shim.cpp`), and autocast scopes
-//! and TF32 (`amp.rs`, `amp_shim.cpp`), and the fused optimizer kernels (`optim.rs`,
-//! `optim_shim.cpp`).
+//! Safe Rust handles over the C++ shims (`c10d_shim.cpp`, `c10d_nccl.cpp`, `jit_shim.cpp`) that
+//! reach libtorch's c10d — TCPStore and PrefixStore for rendezvous, ProcessGroupGloo and
+//! ProcessGroupNCCL for collectives — the single-process NCCL allreduce, CUDA devices and timing
+//! events (`cuda.rs`), TorchScript modules (`jit.rs`), gradient hooks (`hooks.rs`,
+//! `autograd_shim.cpp`), a thread's own generator (`rng.rs`, `rng_shim.cpp`), a thread's FLOP
+//! counter (`flops.rs`, `flops_shim.cpp`), autocast scopes and TF32 (`amp.rs`, `amp_shim.cpp`),
+//! the fused optimizer kernels (`optim.rs`, `optim_shim.cpp`) and page-locked host memory for
+//! batches (`host.rs`, `host_shim.cpp`).
 //! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};

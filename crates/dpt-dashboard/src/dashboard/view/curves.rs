@@ -4,6 +4,8 @@
 //! where the lr changed, training paused or a rewind went back to (the branch it abandoned
 //! dimmed).
 
+use std::borrow::Cow;
+
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Color;
 use ratatui::text::{Line, Span};
@@ -17,11 +19,11 @@ use crate::dashboard::curves::CurveView;
 use crate::record::curves::{x_range, y_range, Curves, MarkKind};
 use crate::record::smooth::ema;
 
-/// A series with its legend name and colour.
-type Named<'a> = (&'static str, &'a [(f64, f64)], Color);
+/// A curve's points: the record's own, or worked out for the view (perplexity).
+type Points<'a> = Cow<'a, [(f64, f64)]>;
 
-/// A run's train and test perplexity curves.
-type Perplexity = [Vec<(f64, f64)>; 2];
+/// A series with its legend name and colour.
+type Named<'a> = (&'static str, Points<'a>, Color);
 
 /// Terminals at least this wide show loss and accuracy side by side.
 pub const SIDE_BY_SIDE_WIDTH: u16 = 160;
@@ -39,11 +41,30 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
     }
 }
 
+/// One curve view in `area`: a titled panel, the legend on its first row, the plot under it.
 fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveView) {
-    let t = look.theme;
+    let block = look.panel(title(app, look, view));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if inner.height < 3 {
+        return;
+    }
+    let shown = Shown::new(app, look, view);
+    let [legend_area, plot_area] =
+        Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(inner);
+    frame.render_widget(legend(app, look, &shown), legend_area);
+    draw_plot(frame, plot_area, app, look, view, &shown);
+}
+
+/// Whether `view` plots y on a log scale (the loss, when asked for).
+fn log_y(app: &App, view: CurveView) -> bool {
+    app.curves.settings.log_loss && view == CurveView::Loss
+}
+
+/// `loss (log) · last 20 epochs · smooth 0.6`: what is plotted, over which window, smoothed how.
+fn title(app: &App, look: &Look, view: CurveView) -> String {
     let c = &app.curves.data;
     let s = app.curves.settings;
-    let log = s.log_loss && view == CurveView::Loss;
     let (unit, per_x) = c.x_unit();
     let window = match s.recent {
         Some(w) => format!("last {} {unit}s", w * per_x),
@@ -56,112 +77,139 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
         (true, false) => "loss",
         (false, _) => view.title(),
     };
-    let title = format!("{name}{} {} {window}{smoothing}", if log { " (log)" } else { "" }, look.sep());
-    let block = look.panel(title);
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
-    if inner.height < 3 {
-        return;
-    }
-    let ppl = c.perplexity();
-    let series: Vec<Named> = match view {
-        CurveView::D2l if c.no_classes => {
-            vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
+    let log = if log_y(app, view) { " (log)" } else { "" };
+    format!("{name}{log} {} {window}{smoothing}", look.sep())
+}
+
+/// The curves one view plots: the run's own (named in the legend), the baselines' and the
+/// abandoned branches'.
+struct Shown<'a> {
+    own: Vec<Named<'a>>,
+    baselines: Vec<(Points<'a>, Color)>,
+    abandoned: Vec<Points<'a>>,
+}
+
+impl<'a> Shown<'a> {
+    fn new(app: &'a App, look: &Look, view: CurveView) -> Self {
+        Shown {
+            own: own_series(&app.curves.data, look, view),
+            baselines: baseline_series(app, look, view),
+            abandoned: abandoned_series(app, view),
         }
+    }
+}
+
+/// The run's own curves for `view`, with their legend names and colours.
+fn own_series<'a>(c: &'a Curves, look: &Look, view: CurveView) -> Vec<Named<'a>> {
+    let t = look.theme;
+    let loss = || {
+        vec![
+            ("train loss", Points::from(&c.train_loss), t.train_loss),
+            ("test loss", Points::from(&c.test_loss), t.test_loss),
+        ]
+    };
+    match view {
+        CurveView::D2l if c.no_classes => loss(),
         CurveView::Accuracy if c.no_classes && c.has_perplexity => {
-            vec![("train ppl", &ppl[0], t.train_acc), ("test ppl", &ppl[1], t.test_acc)]
+            let [train, test] = c.perplexity();
+            vec![
+                ("train ppl", Points::from(train), t.train_acc),
+                ("test ppl", Points::from(test), t.test_acc),
+            ]
         }
         // A regression's or a segmentation's loss has no perplexity: the loss again.
-        CurveView::Accuracy if c.no_classes => {
-            vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
-        }
-        CurveView::Loss => {
-            vec![("train loss", &c.train_loss, t.train_loss), ("test loss", &c.test_loss, t.test_loss)]
-        }
+        CurveView::Accuracy if c.no_classes => loss(),
+        CurveView::Loss => loss(),
         CurveView::Accuracy if !c.ema_test_acc.is_empty() => vec![
-            ("train acc", &c.train_acc, t.train_acc),
-            ("test acc", &c.test_acc, t.test_acc),
-            ("test acc (EMA)", &c.ema_test_acc, t.accent),
+            ("train acc", Points::from(&c.train_acc), t.train_acc),
+            ("test acc", Points::from(&c.test_acc), t.test_acc),
+            ("test acc (EMA)", Points::from(&c.ema_test_acc), t.accent),
         ],
-        CurveView::Accuracy => {
-            vec![("train acc", &c.train_acc, t.train_acc), ("test acc", &c.test_acc, t.test_acc)]
-        }
+        CurveView::Accuracy => vec![
+            ("train acc", Points::from(&c.train_acc), t.train_acc),
+            ("test acc", Points::from(&c.test_acc), t.test_acc),
+        ],
         CurveView::D2l => vec![
-            ("train loss", &c.train_loss, t.train_loss),
-            ("train acc", &c.train_acc, t.train_acc),
-            ("test acc", &c.test_acc, t.test_acc),
+            ("train loss", Points::from(&c.train_loss), t.train_loss),
+            ("train acc", Points::from(&c.train_acc), t.train_acc),
+            ("test acc", Points::from(&c.test_acc), t.test_acc),
         ],
-        CurveView::Lr if !c.lr_plan.is_empty() => vec![("planned", &c.lr_plan, t.dim), ("lr", &c.lr, t.lr)],
-        CurveView::Lr => vec![("lr", &c.lr, t.lr)],
-        CurveView::GradNorm => vec![("grad norm", &c.grad_norm, t.accent)],
-    };
-    let marker = if look.ascii { "*" } else { "━" };
-    let mut legend = Vec::new();
-    for (name, _, color) in &series {
-        legend.push(Span::styled(format!(" {marker} "), t.fg(*color)));
-        legend.push(Span::styled(format!("{name} "), t.fg(t.text)));
+        CurveView::Lr if !c.lr_plan.is_empty() => {
+            vec![("planned", Points::from(&c.lr_plan), t.dim), ("lr", Points::from(&c.lr), t.lr)]
+        }
+        CurveView::Lr => vec![("lr", Points::from(&c.lr), t.lr)],
+        CurveView::GradNorm => vec![("grad norm", Points::from(&c.grad_norm), t.accent)],
     }
-    // Baselines: every curve of a recorded run in that run's one colour, named once.
-    let baseline_series: Vec<(&[(f64, f64)], Color)> = app
-        .curves
-        .baselines
+}
+
+/// Baselines: every curve of a recorded run in that run's one colour (then, in the accuracy
+/// view, the perplexity of those without classes).
+fn baseline_series<'a>(app: &'a App, look: &Look, view: CurveView) -> Vec<(Points<'a>, Color)> {
+    let baselines = &app.curves.baselines;
+    let colour = |i| super::compare::baseline_color(look, i);
+    let mut series: Vec<(Points, Color)> = baselines
         .iter()
         .enumerate()
         .flat_map(|(i, b)| {
-            let color = super::compare::baseline_color(look, i);
-            view_series(&b.curves, view).into_iter().map(move |p| (p, color))
+            view_series(&b.curves, view).into_iter().map(move |p| (Points::from(p), colour(i)))
         })
         .collect();
-    let baseline_ppl: Vec<(Perplexity, Color)> = match view {
-        CurveView::Accuracy => app
-            .curves
-            .baselines
+    if view == CurveView::Accuracy {
+        series.extend(
+            baselines
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.curves.no_classes && b.curves.has_perplexity)
+                .flat_map(|(i, b)| b.curves.perplexity().map(|p| (Points::from(p), colour(i)))),
+        );
+    }
+    series
+}
+
+/// The branches a rewind abandoned, the run's and then the baselines', dimmed under the run's
+/// own curves.
+fn abandoned_series(app: &App, view: CurveView) -> Vec<Points<'_>> {
+    let c = &app.curves.data;
+    let own: Vec<Points> = match view {
+        CurveView::Accuracy if c.no_classes && c.has_perplexity => {
+            c.abandoned.iter().flat_map(|b| b.perplexity().map(Points::from)).collect()
+        }
+        CurveView::Accuracy if c.no_classes => c
+            .abandoned
             .iter()
-            .enumerate()
-            .filter(|(_, b)| b.curves.no_classes && b.curves.has_perplexity)
-            .map(|(i, b)| (b.curves.perplexity(), super::compare::baseline_color(look, i)))
+            .flat_map(|b| [Points::from(&b.train_loss), Points::from(&b.test_loss)])
             .collect(),
-        _ => Vec::new(),
+        _ => c.abandoned.iter().flat_map(|b| view_series(b, view)).map(Points::from).collect(),
     };
-    let mut baseline_series = baseline_series;
-    baseline_series
-        .extend(baseline_ppl.iter().flat_map(|(p, color)| p.iter().map(|s| (s.as_slice(), *color))));
+    let baselines = app
+        .curves
+        .baselines
+        .iter()
+        .flat_map(|b| b.curves.abandoned.iter().flat_map(|a| view_series(a, view)))
+        .map(Points::from);
+    own.into_iter().chain(baselines).collect()
+}
+
+/// The legend row: the run's curves, the baselines by name, the abandoned branches (when there
+/// are any), then the marks.
+fn legend<'a>(app: &'a App, look: &Look, shown: &Shown) -> Line<'a> {
+    let t = look.theme;
+    let marker = if look.ascii { "*" } else { "━" };
+    let mut legend = Vec::new();
+    for (name, _, color) in &shown.own {
+        legend.push(Span::styled(format!(" {marker} "), t.fg(*color)));
+        legend.push(Span::styled(format!("{name} "), t.fg(t.text)));
+    }
     for (i, b) in app.curves.baselines.iter().enumerate() {
         legend.push(Span::styled(format!(" {marker} "), t.fg(super::compare::baseline_color(look, i))));
         legend.push(Span::styled(format!("{} ", b.name), t.fg(t.dim)));
     }
-    // The branches a rewind abandoned, dimmed under the run's own curves.
-    let abandoned_ppl: Vec<Perplexity> = match view {
-        CurveView::Accuracy if c.no_classes && c.has_perplexity => {
-            c.abandoned.iter().map(Curves::perplexity).collect()
-        }
-        _ => Vec::new(),
-    };
-    let abandoned: Vec<&[(f64, f64)]> = match view {
-        CurveView::Accuracy if c.no_classes && c.has_perplexity => {
-            abandoned_ppl.iter().flat_map(|p| p.iter().map(Vec::as_slice)).collect()
-        }
-        CurveView::Accuracy if c.no_classes => {
-            c.abandoned.iter().flat_map(|b| [b.train_loss.as_slice(), b.test_loss.as_slice()]).collect()
-        }
-        _ => c.abandoned.iter().flat_map(|b| view_series(b, view)).collect(),
-    };
-    // A baseline's abandoned branches, dimmed too.
-    let abandoned: Vec<&[(f64, f64)]> = abandoned
-        .into_iter()
-        .chain(
-            app.curves
-                .baselines
-                .iter()
-                .flat_map(|b| b.curves.abandoned.iter().flat_map(|a| view_series(a, view))),
-        )
-        .collect();
-    if abandoned.iter().any(|s| !s.is_empty()) {
+    if shown.abandoned.iter().any(|s| !s.is_empty()) {
         legend.push(Span::styled(format!(" {marker} "), t.fg(t.dim)));
         legend.push(Span::styled("abandoned ", t.fg(t.dim)));
     }
     let mark = if look.ascii { ":" } else { "┊" };
-    if c.marks.iter().any(|(_, k)| *k == MarkKind::Rewind) {
+    if app.curves.data.marks.iter().any(|(_, k)| *k == MarkKind::Rewind) {
         legend.push(Span::styled(format!(" {mark}"), t.fg(t.warning)));
         legend.push(Span::styled(" rewind", t.fg(t.dim)));
     }
@@ -169,64 +217,70 @@ fn draw_view(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveV
     legend.push(Span::styled(" lr change ", t.fg(t.dim)));
     legend.push(Span::styled(mark.to_string(), t.fg(t.pause_mark)));
     legend.push(Span::styled(" pause", t.fg(t.dim)));
-    frame.render_widget(Paragraph::new(Line::from(legend)), Rect { height: 1, ..inner });
-    let plot_area = Rect { y: inner.y + 1, height: inner.height - 1, ..inner };
+    Line::from(legend)
+}
 
+/// The plot of `shown` over the window, or a line saying no report came yet. With smoothing,
+/// each of the run's raw curves is drawn faint first and its smoothed curve over it.
+fn draw_plot(frame: &mut Frame, area: Rect, app: &App, look: &Look, view: CurveView, shown: &Shown) {
+    let t = look.theme;
+    let c = &app.curves.data;
+    let s = app.curves.settings;
+    let log = log_y(app, view);
     let x = x_range(c, s.recent);
-    let mut slices: Vec<&[(f64, f64)]> = series.iter().map(|(_, p, _)| *p).collect();
-    slices.extend(baseline_series.iter().map(|(p, _)| *p));
-    slices.extend(abandoned.iter().copied());
-    let Some(y) = y_range(&slices, x, log) else {
+    let all: Vec<&[(f64, f64)]> = (shown.own.iter().map(|(_, p, _)| p.as_ref()))
+        .chain(shown.baselines.iter().map(|(p, _)| p.as_ref()))
+        .chain(shown.abandoned.iter().map(AsRef::as_ref))
+        .collect();
+    let Some(y) = y_range(&all, x, log) else {
         let msg = Paragraph::new(Span::styled(
             "  no data yet: the first report comes after --log-every steps",
             t.fg(t.dim),
         ));
-        frame.render_widget(msg, plot_area);
+        frame.render_widget(msg, area);
         return;
     };
-    let marks = c
-        .marks
-        .iter()
-        .map(|(mx, kind)| {
-            let color = match kind {
-                MarkKind::Pause => t.pause_mark,
-                MarkKind::LrChange => t.lr_mark,
-                MarkKind::Rewind => t.warning,
-            };
-            (*mx, color)
-        })
-        .collect();
-    // With smoothing, each raw curve is drawn faint first and its smoothed curve over it.
-    let smoothed: Vec<std::borrow::Cow<[(f64, f64)]>> =
-        series.iter().map(|(_, p, _)| ema(p, weight)).collect();
-    let smoothed_baselines: Vec<std::borrow::Cow<[(f64, f64)]>> =
-        baseline_series.iter().map(|(p, _)| ema(p, weight)).collect();
-    let smoothed_abandoned: Vec<std::borrow::Cow<[(f64, f64)]>> =
-        abandoned.iter().map(|p| ema(p, weight)).collect();
+    let weight = s.smoothing_weight();
+    let smoothed: Vec<Points> = shown.own.iter().map(|(_, p, _)| ema(p, weight)).collect();
+    let smoothed_baselines: Vec<Points> = shown.baselines.iter().map(|(p, _)| ema(p, weight)).collect();
+    let smoothed_abandoned: Vec<Points> = shown.abandoned.iter().map(|p| ema(p, weight)).collect();
     let mut lines: Vec<Series> =
         smoothed_abandoned.iter().map(|points| Series { points, color: t.dim }).collect();
     lines.extend(
-        baseline_series
+        shown
+            .baselines
             .iter()
             .zip(&smoothed_baselines)
             .map(|((_, color), points)| Series { points, color: *color }),
     );
     if weight > 0.0 {
-        lines.extend(series.iter().map(|(_, points, _)| Series { points, color: t.dim }));
+        lines.extend(shown.own.iter().map(|(_, points, _)| Series { points, color: t.dim }));
     }
-    lines
-        .extend(series.iter().zip(&smoothed).map(|((_, _, color), points)| Series { points, color: *color }));
+    lines.extend(
+        shown.own.iter().zip(&smoothed).map(|((_, _, color), points)| Series { points, color: *color }),
+    );
     let plot = Plot {
         series: lines,
         x,
-        x_scale: per_x,
+        x_scale: c.x_unit().1,
         y,
         log_y: log,
-        marks,
+        marks: marks(c, look),
         ascii: look.ascii,
         axis_style: t.fg(t.dim),
     };
-    plot.render(plot_area, frame.buffer_mut());
+    plot.render(area, frame.buffer_mut());
+}
+
+/// Where the lr changed, training paused or a rewind went back to, each in its colour.
+fn marks(c: &Curves, look: &Look) -> Vec<(f64, Color)> {
+    let t = look.theme;
+    let colour = |kind: &MarkKind| match kind {
+        MarkKind::Pause => t.pause_mark,
+        MarkKind::LrChange => t.lr_mark,
+        MarkKind::Rewind => t.warning,
+    };
+    c.marks.iter().map(|(x, kind)| (*x, colour(kind))).collect()
 }
 
 /// The curves of `c` that `view` shows (a baseline's, drawn under the run's own).

@@ -10,8 +10,8 @@ mod run;
 use serde::{Deserialize, Serialize};
 
 use super::{RunInfo, StepStats};
+use crate::device::DeviceId;
 use crate::monitor::{DeviceSample, SampleSource};
-use crate::DeviceId;
 
 pub use diagnosis::{Account, Diagnosis};
 pub use rules::{Rule, RULES};

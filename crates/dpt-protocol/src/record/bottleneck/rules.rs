@@ -7,11 +7,11 @@
 
 use super::{pct, Cause, Evidence, Finding};
 use crate::data::Loader;
+use crate::device::DeviceId;
 use crate::model::Precision;
 use crate::record::straggler;
 use crate::record::text::thousands;
 use crate::settings::DistBackend;
-use crate::DeviceId;
 
 /// One row of the table.
 pub struct Rule {
