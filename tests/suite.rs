@@ -25,6 +25,8 @@ mod dashboard_pty;
 mod data_formats;
 #[path = "distributed.rs"]
 mod distributed;
+#[path = "docs.rs"]
+mod docs;
 #[path = "engine_controls.rs"]
 mod engine_controls;
 #[path = "gpu_failures.rs"]

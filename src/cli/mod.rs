@@ -1,6 +1,7 @@
 //! Command-line flags, parsed (`session::configure` resolves them into a training configuration);
 //! the values they take are read in `values.rs`.
 
+pub mod reference;
 mod settings_args;
 mod settings_groups;
 mod values;
@@ -120,6 +121,9 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["png", "svg", "why"])]
         tensorboard: bool,
     },
+    /// Internal: write the generated reference pages (`docs/reference/`) into DIR.
+    #[command(hide = true)]
+    Reference { dir: PathBuf },
 }
 
 /// Train neural networks data-parallel over several devices with libtorch, watched live.

@@ -84,7 +84,7 @@ pub fn verdict(
             has.0, has.1, needed.0, needed.1
         ),
         fix: Some(format!(
-            "install an NVIDIA driver for CUDA {}.{}{branch}, or set up a torch build for CUDA {}.x (README, 'GPU drivers')",
+            "install an NVIDIA driver for CUDA {}.{}{branch}, or set up a torch build for CUDA {}.x (docs/getting-started.md, 'GPU drivers')",
             needed.0, needed.1, has.0
         )),
     }

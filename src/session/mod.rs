@@ -60,6 +60,9 @@ pub fn run(args: Args) -> Result<u8, Failure> {
                 out: out.as_deref(),
             })
         }
+        Some(Command::Reference { dir }) => {
+            return crate::cli::reference::write(&dir).map(|()| 0).map_err(failed("writing the reference"))
+        }
         None => {}
     }
     // One process of several (torchrun, srun, by hand): every rank trains in the foreground;

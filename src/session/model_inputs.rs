@@ -56,7 +56,7 @@ pub fn builtin_fits(model: ModelKind, data: &Dataset) -> Result<(), Failure> {
     }
     if matches!(data.train.images, Pixels::Tokens(_)) {
         return Err(input(anyhow!(
-            "{} is token data and {} an image classifier: train a language model of your own on it with --model FILE.pt (a TorchScript or traced module; README, Train a language model)",
+            "{} is token data and {} an image classifier: train a language model of your own on it with --model FILE.pt (a TorchScript or traced module; docs/guides/language-models.md)",
             data.source,
             model.name()
         )));
