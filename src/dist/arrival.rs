@@ -30,7 +30,7 @@ impl Arrival {
         let gpus = devices
             .iter()
             .map(|d| match d {
-                DeviceId::Cuda(i) => super::c10d::cuda_identity(*i)
+                DeviceId::Cuda(i) => dpt_sys::c10d::cuda_identity(*i)
                     .map_or_else(|_| fallback_identity(&host, *i), |id| id.nvml_uuid()),
                 DeviceId::Cpu => String::new(),
             })

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tch::{Device, Kind, Tensor};
 
-use super::c10d::{Backend, Group};
+use dpt_sys::c10d::{Backend, Group};
 use super::world::DistError;
 use crate::settings::DistBackend;
 use dpt_protocol::device::DeviceId;

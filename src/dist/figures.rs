@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::c10d::Store;
+use dpt_sys::c10d::Store;
 use dpt_protocol::monitor::{DeviceSample, MonitorMsg};
 
 fn key(rank: usize) -> String {

@@ -18,6 +18,3 @@ pub mod nccl_env;
 pub mod world;
 
 pub use world::{DistError, World};
-
-/// `dpt_sys::c10d` by another path, for src/engine/coordinator only.
-pub(crate) use dpt_sys::c10d;

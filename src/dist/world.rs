@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use super::arrival::{self, check_settings, Arrival};
 use super::backend_choice::Choice;
-use super::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
+use dpt_sys::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
 use super::launch::Launch;
 use crate::settings::DistBackend;
 
@@ -100,7 +100,7 @@ impl World {
         settings: serde_json::Value,
         timeout: Duration,
     ) -> Result<World, DistError> {
-        super::c10d::quiet_logs();
+        dpt_sys::c10d::quiet_logs();
         let (rank, size) = (launch.rank, launch.world_size);
         let addr = format!("{}:{}", launch.master_addr, launch.master_port);
         let server = rank == 0 && !launch.agent_store;
@@ -207,7 +207,7 @@ impl World {
     /// Ends a collective whose result the host does not read: under NCCL the device's stream
     /// waits for it and the host goes on (as DDP does; a failure surfaces at the next host
     /// wait, a report's, through NCCL's error handling); Gloo blocks within the timeout.
-    fn settle(&self, w: super::c10d::Work<'_>) -> Result<(), DistError> {
+    fn settle(&self, w: dpt_sys::c10d::Work<'_>) -> Result<(), DistError> {
         let done = if host_waits(self.backend) { w.wait(self.timeout) } else { w.wait_on_stream() };
         done.map_err(|e| self.lost(e))
     }

@@ -35,9 +35,6 @@ use crate::persist::checkpoint::CheckpointError;
 pub use crate::persist::resume::{Continuation, Resume};
 pub use crate::record::{FinishReason, Record, Summary};
 pub use config::{ConfigError, OnNan, RunKit, SavePolicy, TrainConfig};
-/// The device type by another path, for src/engine/coordinator only (its home is
-/// `dpt_protocol::device`).
-pub(crate) use dpt_protocol::device::DeviceId;
 pub use events::Control;
 
 use crate::data::Dataset;

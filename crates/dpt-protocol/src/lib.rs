@@ -23,7 +23,6 @@ pub mod run_dir;
 pub mod settings;
 
 pub use control::Control;
-pub use device::DeviceId;
 
 /// Seconds since the Unix epoch, now (0 on a clock set before it).
 pub fn unix_now() -> f64 {

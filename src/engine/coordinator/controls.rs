@@ -8,12 +8,12 @@ use crossbeam_channel::RecvTimeoutError;
 
 use super::rewind::{between, Plan};
 use super::{Coordinator, Restored};
-use crate::dist::c10d::ReduceOp;
 use crate::engine::config::{check_lr, SavePolicy};
 use crate::engine::events::Control;
 use crate::engine::EngineError;
 use crate::persist::resume::Continuation;
 use crate::record::{Change, FinishReason};
+use dpt_sys::c10d::ReduceOp;
 
 /// How often a paused rank 0 tells the other ranks it is still paused (well inside any
 /// collective timeout).

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::engine::config::TrainConfig;
-use crate::engine::{clock, DeviceId, EngineError};
+use crate::engine::{clock, EngineError};
 use crate::record::Change;
+use dpt_protocol::device::DeviceId;
 
 /// How long the failure path waits for each GPU's queued work when it looks for the one that
 /// failed: a hung GPU counts as the failed one after it.
@@ -46,7 +47,7 @@ pub(super) fn explain_oom(
     let device = device.or_else(|| replica.and_then(|r| cfg.devices.get(r)).map(ToString::to_string));
     let device = device.unwrap_or_else(|| "a GPU".to_owned());
     let on_device = cfg.devices.iter().filter(|d| d.to_string() == device).count().max(1);
-    let ampere = |i: usize| crate::dist::c10d::cuda_identity(i).is_ok_and(|id| id.major >= 8);
+    let ampere = |i: usize| dpt_sys::c10d::cuda_identity(i).is_ok_and(|id| id.major >= 8);
     let gpu = cfg.devices.iter().find_map(|d| match d {
         DeviceId::Cuda(i) if d.to_string() == device => Some(*i),
         _ => None,
@@ -74,7 +75,7 @@ pub(super) fn set_device(cfg: &TrainConfig) -> Result<(), EngineError> {
         DeviceId::Cpu => None,
     });
     match first_gpu {
-        Some((replica, i)) => crate::dist::c10d::set_thread_device(i).map_err(|e| EngineError::Coordinator {
+        Some((replica, i)) => dpt_sys::c10d::set_thread_device(i).map_err(|e| EngineError::Coordinator {
             replica: Some(replica),
             device: Some(format!("cuda:{i}")),
             message: e.0,

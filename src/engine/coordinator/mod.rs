@@ -146,7 +146,7 @@ impl Coordinator {
         let total = p.world.as_ref().map_or(cfg.devices.len(), |w| w.total_replicas());
         let settings = &cfg.settings;
         let b = &settings.best;
-        let first = cfg.devices.first().copied().unwrap_or(crate::engine::DeviceId::Cpu);
+        let first = cfg.devices.first().copied().unwrap_or(dpt_protocol::device::DeviceId::Cpu);
         // A run without classes has its loss to judge by, not an accuracy.
         let metric = if p.facts.classes > 0 { b.metric } else { crate::engine::best::BestMetric::ValLoss };
         let persist = persist::Persistence::new(

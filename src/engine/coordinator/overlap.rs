@@ -6,8 +6,8 @@
 //! every replica's backward pass is queued; a bucket overlapped when its sum finished before
 //! the backward pass did. The events are read without waiting, as the phase clock's are.
 
-use crate::dist::c10d::{C10dError, CudaEvent};
 use crate::engine::clock::DeviceMark;
+use dpt_sys::c10d::{C10dError, CudaEvent};
 
 /// Marks one sampled step's bucket sums and backward end on one GPU.
 pub(super) struct OverlapProbe<M: DeviceMark = CudaEvent> {

@@ -12,7 +12,8 @@ use tch::Tensor;
 use crate::data::Dataset;
 use crate::engine::config::TrainConfig;
 use crate::engine::worker::{self, FromWorker, ToWorker, WorkerSetup};
-use crate::engine::{DeviceId, EngineError};
+use crate::engine::EngineError;
+use dpt_protocol::device::DeviceId;
 
 /// How long shutting down waits for the worker threads to leave.
 const JOIN_GRACE: Duration = Duration::from_secs(5);

@@ -23,15 +23,16 @@ use tch::Tensor;
 
 use super::overlap::OverlapProbe;
 use super::{Replicas, WorkerPool};
-use crate::dist::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, SideStream, Work};
 use crate::dist::World;
 use crate::engine::allreduce::{hand_out, sum_into_first, LocalReduce};
 use crate::engine::buckets::{Buckets, Readiness};
 use crate::engine::clock;
 use crate::engine::grad_sink::GradSink;
 use crate::engine::worker::{FromWorker, ReplicaHandles};
-use crate::engine::{DeviceId, EngineError};
+use crate::engine::EngineError;
 use crate::record::Change;
+use dpt_protocol::device::DeviceId;
+use dpt_sys::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, SideStream, Work};
 
 /// How gradients are summed: over this process's replicas (the reduction), then across the
 /// other processes (`world`).
@@ -91,7 +92,7 @@ impl Exchange {
             world,
             devices: devices.to_vec(),
             timeout,
-            local: LocalReduce::plan(devices, crate::dist::c10d::nccl_compiled()),
+            local: LocalReduce::plan(devices, dpt_sys::c10d::nccl_compiled()),
             runs: Vec::new(),
             buckets: None,
             sinks: Vec::new(),
@@ -185,7 +186,7 @@ impl Exchange {
                     tch::Cuda::synchronize(*i as i64);
                 }
             });
-            Ok::<(), crate::dist::c10d::C10dError>(())
+            Ok::<(), dpt_sys::c10d::C10dError>(())
         })?;
         result.map_err(|e| EngineError::Nccl(e.0))
     }

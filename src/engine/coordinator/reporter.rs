@@ -5,16 +5,17 @@
 //! summary records.
 
 use super::timed::TimedSteps;
-use crate::dist::c10d::ReduceOp;
 use crate::dist::World;
 use crate::engine::clock::{PhaseClock, Phases};
 use crate::engine::config::TrainConfig;
 use crate::engine::evaluation::Evaluation;
 use crate::engine::tally::{Tally, Window};
 use crate::engine::worker::FromWorker;
-use crate::engine::{DeviceId, EngineError};
+use crate::engine::EngineError;
 use crate::flops::{ModelFlops, PeakFlops};
 use crate::record::{EpochStats, FinishReason, StepStats, Summary};
+use dpt_protocol::device::DeviceId;
+use dpt_sys::c10d::ReduceOp;
 
 /// The finished epochs, for the summary and the checkpoint.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -113,7 +114,7 @@ impl Reporter {
         self.clock.as_ref().map(PhaseClock::describe).unwrap_or_default()
     }
 
-    fn clock_failure(&self, e: crate::dist::c10d::C10dError) -> EngineError {
+    fn clock_failure(&self, e: dpt_sys::c10d::C10dError) -> EngineError {
         EngineError::Coordinator {
             replica: Some(0),
             device: Some(self.clock_device.to_string()),

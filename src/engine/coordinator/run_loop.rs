@@ -12,7 +12,6 @@ use std::time::Instant;
 use super::reporter::WindowEnd;
 use super::rewind::Plan;
 use super::{Coordinator, SLOW_WORK_FACTOR};
-use crate::dist::c10d::ReduceOp;
 use crate::engine::config::TrainConfig;
 use crate::engine::evaluation::Evaluation;
 use crate::engine::worker::{FromWorker, ToWorker};
@@ -20,6 +19,7 @@ use crate::engine::EngineError;
 use crate::input::shard::{epoch_order, replica_rows, shards, step_rows};
 use crate::persist::resume::Resume;
 use crate::record::{Change, FinishReason, Record};
+use dpt_sys::c10d::ReduceOp;
 
 /// How a run of the loop ended.
 pub(super) enum Leg {

@@ -15,8 +15,9 @@ use crate::dist::World;
 use crate::engine::optim::loss_scale::{DeviceScaler, LossScaler};
 use crate::engine::optim::OptimConfig;
 use crate::engine::worker::ReplicaHandles;
-use crate::engine::{DeviceId, EngineError};
+use crate::engine::EngineError;
 use crate::persist::resume::Resume;
+use dpt_protocol::device::DeviceId;
 use dpt_protocol::optim::loss_scale::LossScaling;
 
 /// What the update is asked to do, from the run's settings.

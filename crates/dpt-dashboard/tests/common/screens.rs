@@ -11,7 +11,7 @@ use dpt_dashboard::dashboard::view::{self, Look};
 use dpt_protocol::monitor::{DeviceSample, MonitorMsg, SampleSource};
 use dpt_protocol::record::Record;
 use dpt_protocol::record::{EpochStats, ReplicaTiming, RunInfo, StepStats, StepTiming};
-use dpt_protocol::DeviceId;
+use dpt_protocol::device::DeviceId;
 
 pub fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
