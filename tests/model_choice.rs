@@ -3,8 +3,8 @@
 
 use crate::common;
 
+use dpt_protocol::best::BestMetric;
 use dpt_protocol::device::DeviceId;
-use dpt_tui::engine::best::BestMetric;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{Engine, FinishReason, TrainConfig};
 use dpt_tui::model::ModelKind;

@@ -6,9 +6,9 @@ use serde::Serialize;
 
 use super::settings_args::not_set;
 use super::values::{parse, parse_betas, parse_bytes, parse_normalize, parse_on_off, parse_size};
+use dpt_protocol::best::BestMetric;
 use dpt_tui::data::tokens::TokenDtype;
 use dpt_tui::data::{DataFormat, Loader};
-use dpt_tui::engine::best::BestMetric;
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;
 use dpt_tui::engine::optim::schedule::Shape;
 use dpt_tui::engine::optim::OptimizerKind;

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use tch::{Device, Kind, Tensor};
 
-use dpt_sys::c10d::{Backend, Group};
 use super::world::DistError;
 use crate::settings::DistBackend;
 use dpt_protocol::device::DeviceId;
+use dpt_sys::c10d::{Backend, Group};
 
 /// One rank's devices as it checked in.
 #[derive(Debug, Clone, Copy)]

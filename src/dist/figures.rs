@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use dpt_sys::c10d::Store;
 use dpt_protocol::monitor::{DeviceSample, MonitorMsg};
+use dpt_sys::c10d::Store;
 
 fn key(rank: usize) -> String {
     format!("monitor/{rank}")

@@ -9,9 +9,9 @@ use thiserror::Error;
 
 use super::arrival::{self, check_settings, Arrival};
 use super::backend_choice::Choice;
-use dpt_sys::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
 use super::launch::Launch;
 use crate::settings::DistBackend;
+use dpt_sys::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
 
 /// Floats per allreduce bucket (25 MB, DDP's default bucket size): a large model's gradients go
 /// out as several messages in flight at once instead of one that must finish whole.

@@ -15,21 +15,6 @@ use dpt_protocol::device::DeviceId;
 pub use super::policies::{OnNan, SavePolicy};
 pub use dpt_protocol::config_error::{check_lr, ConfigError};
 
-/// The tensors of `model` (a built-in, or the TorchScript `script`), by name and shape.
-pub fn model_specs(model: ModelKind, script: Option<&ScriptModel>) -> Builder {
-    let mut b = Builder::default();
-    match script {
-        Some(s) => {
-            b.params = s.params.clone();
-            b.buffers = s.buffers.clone();
-        }
-        None => {
-            let _ = crate::model::build(model, &mut b);
-        }
-    }
-    b
-}
-
 /// The first device of `devices` that cannot run `--precision bf16`, by its compute capability
 /// (`capability(i)` for `cuda:i`; unknown capabilities pass).
 pub fn bf16_problem(
@@ -140,7 +125,7 @@ impl TrainConfig {
 
     /// The tensors the model trains and keeps, by name and shape, in the engine's order.
     pub fn specs(&self) -> Builder {
-        model_specs(self.model(), self.kit.script.as_deref())
+        crate::model::specs(self.model(), self.kit.script.as_deref())
     }
 
     /// How the run computes on its devices (asks CUDA for their compute capability).

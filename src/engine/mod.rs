@@ -2,7 +2,6 @@
 //! crossbeam channels between them, events out and controls in.
 
 pub mod allreduce;
-pub mod best;
 pub(crate) mod buckets;
 pub mod clock;
 pub(crate) mod config;

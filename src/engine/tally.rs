@@ -1,46 +1,12 @@
-//! The one accumulator of training figures: a [`Tally`] of loss, correct predictions, samples
-//! and seconds. Workers report one per window and per evaluation, the coordinator sums them per
-//! report window and per epoch ([`Window`], which adds the clock and the step timings), over
-//! finished epochs, and a checkpoint stores the epoch in progress as one.
+//! Training figures gathered over time: a [`Window`] sums the workers' [`Tally`]s (loss,
+//! correct predictions, samples and seconds; the type is the protocol's, since a checkpoint
+//! stores the epoch in progress as one) per report window and per epoch, and adds the clock and
+//! the step timings.
 
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::record::{ReplicaTiming, StepStats, StepTiming};
-
-/// Sums of training or test figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Tally {
-    /// Summed per-sample loss.
-    pub loss: f64,
-    pub correct: f64,
-    pub samples: f64,
-    pub seconds: f64,
-}
-
-impl Tally {
-    pub fn add(&mut self, t: Tally) {
-        self.loss += t.loss;
-        self.correct += t.correct;
-        self.samples += t.samples;
-        self.seconds += t.seconds;
-    }
-
-    /// Mean loss per sample.
-    pub fn mean_loss(&self) -> f64 {
-        self.loss / self.samples.max(1.0)
-    }
-
-    pub fn accuracy(&self) -> f64 {
-        self.correct / self.samples.max(1.0)
-    }
-
-    /// Samples per second.
-    pub fn throughput(&self) -> f64 {
-        self.samples / self.seconds.max(1e-9)
-    }
-}
+use dpt_protocol::tally::Tally;
 
 /// A tally being gathered since a point in time (a report window, an epoch), with its step
 /// timings; pauses do not count as training time.

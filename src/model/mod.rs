@@ -18,6 +18,21 @@ pub use resnet::Resnet18;
 
 pub use dpt_protocol::model::{Defaults, LossKind, ModelKind, Normalization, Precision, Task};
 
+/// The tensors of `model` (a built-in, or the TorchScript `script`), by name and shape.
+pub fn specs(model: ModelKind, script: Option<&script::ScriptModel>) -> Builder {
+    let mut b = Builder::default();
+    match script {
+        Some(s) => {
+            b.params = s.params.clone();
+            b.buffers = s.buffers.clone();
+        }
+        None => {
+            let _ = build(model, &mut b);
+        }
+    }
+    b
+}
+
 /// Declares a built-in model's tensors into `builder` and returns its forward pass; `None`
 /// for a TorchScript model, whose tensors come from its file (`script::ScriptModel`).
 pub fn build(model: ModelKind, builder: &mut Builder) -> Option<Box<dyn Network>> {

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use tch::{Kind, Tensor};
 use thiserror::Error;
 
-use crate::engine::optim::OptimizerKind;
 use crate::model::ModelKind;
+use dpt_protocol::optim::OptimizerKind;
 
 pub use super::checkpoint_state::CheckpointState;
 

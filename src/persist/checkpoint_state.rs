@@ -5,14 +5,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::best::BestKeeper;
-use crate::engine::optim::loss_scale::LossScaler;
-use crate::engine::optim::schedule::Schedule;
-use crate::engine::optim::OptimConfig;
-use crate::engine::tally::Tally;
 use crate::input::augment::{Augment, Preset};
 use crate::model::{ModelKind, Normalization};
 use crate::settings::{ModelChoice, Settings};
+use dpt_protocol::best::BestKeeper;
+use dpt_protocol::optim::loss_scale::LossScaler;
+use dpt_protocol::optim::schedule::Schedule;
+use dpt_protocol::optim::OptimConfig;
+use dpt_protocol::tally::Tally;
 
 /// The layout this version writes.
 const FORMAT: u32 = 2;

@@ -44,8 +44,7 @@ pub struct InitReport {
 impl InitFrom {
     /// Reads `path`: a safetensors file, or a directory holding `model.safetensors`.
     pub fn read(path: &Path) -> Result<InitFrom, InitError> {
-        let file =
-            if path.is_dir() { path.join(crate::engine::coordinator::WEIGHTS_FILE) } else { path.to_owned() };
+        let file = if path.is_dir() { path.join(crate::persist::WEIGHTS_FILE) } else { path.to_owned() };
         let err = |message: String| InitError { path: path.to_owned(), message };
         if !file.is_file() {
             return Err(err(format!("{} does not exist", file.display())));

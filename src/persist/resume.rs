@@ -5,7 +5,6 @@ use tch::Tensor;
 
 use super::checkpoint::{Checkpoint, CheckpointError, CheckpointState};
 use super::checkpoint_state::Continued;
-use crate::engine::config::model_specs;
 use crate::model::script::ScriptModel;
 use crate::model::ModelKind;
 
@@ -94,7 +93,7 @@ impl Resume {
                 expected: model,
             });
         }
-        let b = model_specs(model, script);
+        let b = crate::model::specs(model, script);
         let mut optimizer = Vec::new();
         for &slot in ckpt.state.settings.optimizer.kind.slots() {
             let list = ckpt.optimizer.iter().find(|(s, _)| s == slot).map_or(&[][..], |(_, l)| l);
@@ -126,7 +125,7 @@ impl Resume {
     /// A resume whose tensors are zeros of the model's sizes, to be filled by a broadcast from
     /// rank 0 (the only rank that reads the checkpoint).
     pub fn awaiting(state: CheckpointState, script: Option<&ScriptModel>) -> Resume {
-        let b = model_specs(state.model(), script);
+        let b = crate::model::specs(state.model(), script);
         let zeros = |specs: &[crate::model::TensorSpec]| {
             Tensor::zeros(
                 [specs.iter().map(crate::model::TensorSpec::numel).sum::<i64>()],

@@ -21,6 +21,7 @@ pub mod policies;
 pub mod record;
 pub mod run_dir;
 pub mod settings;
+pub mod tally;
 
 pub use control::Control;
 

@@ -32,12 +32,11 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
-use crate::engine::tally::Tally;
 use crate::engine::{EngineError, Outcome};
 use crate::persist::checkpoint::{Checkpoint, CheckpointState};
 use crate::persist::resume::{Continuation, Resume};
 use crate::record::{Change, Record};
-pub use persist::WEIGHTS_FILE;
+use dpt_protocol::tally::Tally;
 pub use pool::WorkerPool;
 pub use replicas::{ModelLayout, Replicas};
 
@@ -148,10 +147,10 @@ impl Coordinator {
         let b = &settings.best;
         let first = cfg.devices.first().copied().unwrap_or(dpt_protocol::device::DeviceId::Cpu);
         // A run without classes has its loss to judge by, not an accuracy.
-        let metric = if p.facts.classes > 0 { b.metric } else { crate::engine::best::BestMetric::ValLoss };
+        let metric = if p.facts.classes > 0 { b.metric } else { dpt_protocol::best::BestMetric::ValLoss };
         let persist = persist::Persistence::new(
             cfg.run_dir.clone(),
-            crate::engine::best::BestKeeper::new(metric, b.keep, b.early_stop),
+            dpt_protocol::best::BestKeeper::new(metric, b.keep, b.early_stop),
             persist::PersistSettings {
                 every: settings.checkpoints.every,
                 keep: settings.checkpoints.keep,

@@ -11,29 +11,20 @@ use std::time::Instant;
 use tch::Tensor;
 
 use super::writer::{keep_newest, CheckpointWriter, Job, Written};
-use crate::engine::best::{BestKeeper, Decision};
 use crate::engine::checkpoint_every::CheckpointEvery;
 use crate::engine::EngineError;
 use crate::model::script::ScriptModel;
 use crate::model::ModelKind;
 use crate::persist::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_FILE};
 use crate::persist::resume::Resume;
-use crate::persist::tensor_file;
+use crate::persist::{tensor_file, EMA_WEIGHTS_FILE, SCRIPT_FILE, WEIGHTS_FILE};
 use crate::record::Change;
-
-/// The weights' file name inside a run directory.
-pub const WEIGHTS_FILE: &str = "model.safetensors";
-
-/// The weights' moving average (`--ema`) beside the raw weights.
-pub const EMA_WEIGHTS_FILE: &str = "model_ema.safetensors";
+use dpt_protocol::best::{BestKeeper, Decision};
 
 /// Writes named tensors as safetensors at `path`, atomically.
 pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
     tensor_file::write(tensors, path).map_err(|cause| EngineError::Save { path: path.to_owned(), cause })
 }
-
-/// The trained TorchScript model in a run directory (`torch.jit.load` reads it).
-pub const SCRIPT_FILE: &str = "model.pt";
 
 /// Writes the user's TorchScript model with the trained `named` tensors to `path`, atomically.
 fn save_script(script: &ScriptModel, named: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
@@ -332,8 +323,8 @@ fn written(finished: Vec<Written>) -> Vec<Change> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::best::BestMetric;
     use crate::persist::checkpoint::CheckpointState;
+    use dpt_protocol::best::BestMetric;
 
     fn persistence(dir: Option<&Path>, best: BestKeeper, write_fault: bool) -> Persistence {
         let settings = PersistSettings {

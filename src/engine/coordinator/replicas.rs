@@ -7,7 +7,7 @@ use tch::{Device, Tensor};
 use crate::dist::World;
 use crate::engine::flat::Layout;
 use crate::engine::optim::ema::Ema;
-use crate::engine::optim::loss_scale::{DeviceScaler, LossScaler};
+use crate::engine::optim::loss_scale::{non_finite, DeviceScaler};
 use crate::engine::optim::{OptimConfig, OptimizerState};
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
@@ -296,9 +296,9 @@ impl Replicas {
     }
 
     /// Whether replica 0's parameters hold a NaN or an infinity, as a one-element tensor on
-    /// their device ([`LossScaler::non_finite`]; the caller fences, then reads).
+    /// their device ([`non_finite`]; the caller fences, then reads).
     pub fn non_finite_params(&self) -> Tensor {
-        LossScaler::non_finite(&self.params[0])
+        non_finite(&self.params[0])
     }
 
     /// Replica 0's named tensors, copied to the CPU.

@@ -9,12 +9,13 @@ use crate::dist::World;
 use crate::engine::clock::{PhaseClock, Phases};
 use crate::engine::config::TrainConfig;
 use crate::engine::evaluation::Evaluation;
-use crate::engine::tally::{Tally, Window};
+use crate::engine::tally::Window;
 use crate::engine::worker::FromWorker;
 use crate::engine::EngineError;
 use crate::flops::{ModelFlops, PeakFlops};
 use crate::record::{EpochStats, FinishReason, StepStats, Summary};
 use dpt_protocol::device::DeviceId;
+use dpt_protocol::tally::Tally;
 use dpt_sys::c10d::ReduceOp;
 
 /// The finished epochs, for the summary and the checkpoint.

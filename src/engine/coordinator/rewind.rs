@@ -229,9 +229,9 @@ mod tests {
 #[cfg(test)]
 mod points_tests {
     use super::*;
-    use crate::engine::best::{BestKeeper, BestMetric};
     use crate::engine::coordinator::persist::PersistSettings;
     use crate::persist::checkpoint::CheckpointState;
+    use dpt_protocol::best::{BestKeeper, BestMetric};
     use tch::Tensor;
 
     fn point(global_step: usize) -> Resume {

@@ -51,7 +51,7 @@ impl Coordinator {
     pub(super) fn epochs_from(
         &mut self,
         start: (usize, usize),
-        partial: Option<crate::engine::tally::Tally>,
+        partial: Option<dpt_protocol::tally::Tally>,
     ) -> Result<Leg, EngineError> {
         let steps_per_epoch = self.cfg.steps_per_epoch(self.facts.train_len);
         let (batch, seed) = (self.cfg.settings.recipe.batch_size, self.cfg.settings.recipe.seed);

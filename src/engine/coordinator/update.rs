@@ -12,12 +12,13 @@ use super::replicas::ReplicaTensors;
 use super::{ModelLayout, Replicas};
 use crate::device::gpu_wait::Waiting;
 use crate::dist::World;
-use crate::engine::optim::loss_scale::{DeviceScaler, LossScaler};
+use crate::engine::optim::loss_scale::{finite, DeviceScaler};
 use crate::engine::optim::OptimConfig;
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
 use crate::persist::resume::Resume;
 use dpt_protocol::device::DeviceId;
+use dpt_protocol::optim::loss_scale::LossScaler;
 use dpt_protocol::optim::loss_scale::LossScaling;
 
 /// What the update is asked to do, from the run's settings.
@@ -189,7 +190,7 @@ impl Update {
     pub(super) fn params_finite(&self) -> Result<bool, EngineError> {
         let found = self.replicas.non_finite_params();
         self.fence("the weights' finiteness check").fence(found.device())?;
-        Ok(LossScaler::finite(&found))
+        Ok(finite(&found))
     }
 
     /// With `placement.check_replicas`, that every replica still equals replica 0 after

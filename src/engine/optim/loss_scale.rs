@@ -14,81 +14,26 @@
 //! During a run the state lives on the device ([`DeviceScaler`]), as GradScaler keeps it: the
 //! check, the skip (by the fused optimizer kernels, which read `found_inf`) and the scale's
 //! update never wait for the host; [`LossScaler`] is its host form, for checkpoints and rewind
-//! points, and the rules' reference.
+//! points, and the rules' reference (the protocol's type, which checkpoints store).
 
-use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
-/// GradScaler's `growth_factor` and `backoff_factor` (its defaults; rarely changed).
-const GROWTH: f32 = 2.0;
-const BACKOFF: f32 = 0.5;
+use dpt_protocol::optim::loss_scale::{LossScaler, LossScaling, BACKOFF, GROWTH};
 
-pub use dpt_protocol::optim::loss_scale::LossScaling;
-
-/// The scaler's state: what a checkpoint keeps so that a resumed run scales as a straight one.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct LossScaler {
-    /// The settings' first scale (the run's setting, kept for a resume).
-    pub init: f32,
-    pub scale: f32,
-    /// Clean steps since the last change of the scale (`_growth_tracker`).
-    pub growth_tracker: u32,
-    /// Steps skipped since the run began (the optimizer's own step count leaves them out).
-    pub skipped: u64,
-    pub growth_interval: u32,
+/// Whether `t` holds a NaN or an infinity, as a one-element tensor on its device (not 0:
+/// it does), with the same kernel at a factor of 1, which leaves every value as it is: no
+/// full-size temporary (`isfinite().all()` makes a bool per element) and no host read.
+pub fn non_finite(t: &Tensor) -> Tensor {
+    let _guard = tch::no_grad_guard();
+    let one = Tensor::ones([1], (tch::Kind::Float, t.device()));
+    let mut found = Tensor::zeros([1], (tch::Kind::Float, t.device()));
+    t.shallow_clone().internal_amp_non_finite_check_and_unscale(&mut found, &one);
+    found
 }
 
-impl LossScaler {
-    pub fn new(cfg: LossScaling) -> Self {
-        LossScaler {
-            init: cfg.init,
-            scale: cfg.init,
-            growth_tracker: 0,
-            skipped: 0,
-            growth_interval: cfg.growth_interval,
-        }
-    }
-
-    /// The settings it runs by.
-    pub fn settings(&self) -> LossScaling {
-        LossScaling { init: self.init, growth_interval: self.growth_interval }
-    }
-
-    /// Whether `t` holds a NaN or an infinity, as a one-element tensor on its device (not 0:
-    /// it does), with the same kernel at a factor of 1, which leaves every value as it is: no
-    /// full-size temporary (`isfinite().all()` makes a bool per element) and no host read.
-    pub fn non_finite(t: &Tensor) -> Tensor {
-        let _guard = tch::no_grad_guard();
-        let one = Tensor::ones([1], (tch::Kind::Float, t.device()));
-        let mut found = Tensor::zeros([1], (tch::Kind::Float, t.device()));
-        t.shallow_clone().internal_amp_non_finite_check_and_unscale(&mut found, &one);
-        found
-    }
-
-    /// Whether a tensor checked by [`LossScaler::non_finite`] was finite (reads the device).
-    pub fn finite(found_inf: &Tensor) -> bool {
-        found_inf.double_value(&[0]) == 0.0
-    }
-
-    /// `_amp_update_scale_`: after a step whose gradient was finite (`clean`) or not.
-    pub fn update(&mut self, clean: bool) {
-        if !clean {
-            self.scale *= BACKOFF;
-            self.growth_tracker = 0;
-            self.skipped += 1;
-            return;
-        }
-        let successful = self.growth_tracker + 1;
-        if successful == self.growth_interval {
-            let grown = self.scale * GROWTH;
-            if grown.is_finite() {
-                self.scale = grown;
-            }
-            self.growth_tracker = 0;
-        } else {
-            self.growth_tracker = successful;
-        }
-    }
+/// Whether a tensor checked by [`non_finite`] was finite (reads the device).
+pub fn finite(found_inf: &Tensor) -> bool {
+    found_inf.double_value(&[0]) == 0.0
 }
 
 /// GradScaler's state on the device during a run, so that no step reads the host: the scale
@@ -270,7 +215,7 @@ mod tests {
     fn the_non_finite_check_agrees_with_isfinite_and_leaves_every_bit() {
         let values = [0.0f32, -0.0, f32::MIN_POSITIVE / 8.0, f32::MAX, -3.5, f32::MIN];
         let t = Tensor::from_slice(&values);
-        assert!(LossScaler::finite(&LossScaler::non_finite(&t)));
+        assert!(finite(&non_finite(&t)));
         let bits =
             |t: &Tensor| Vec::<f32>::try_from(t).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&t), values.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
@@ -280,7 +225,7 @@ mod tests {
             let t = Tensor::from_slice(&with);
             // torch's own answer on the same values.
             assert!(!bool::try_from(t.isfinite().all()).unwrap());
-            assert!(!LossScaler::finite(&LossScaler::non_finite(&t)), "{bad}");
+            assert!(!finite(&non_finite(&t)), "{bad}");
             assert_eq!(bits(&t), with.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         }
     }

@@ -20,13 +20,13 @@ use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::grad_sink::GradSink;
 use super::loss::{Objective, Scored};
-use super::tally::Tally;
 use crate::data::Dataset;
 use crate::input::batches::{Batch, Batches};
 use crate::input::loader::Decoding;
 use crate::input::shard::{mix_seed, shards};
 use crate::model::script::{ScriptModel, ScriptNet};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision, Task};
+use dpt_protocol::tally::Tally;
 use dpt_sys::c10d::flops::FlopCount;
 use dpt_sys::c10d::OwnRng;
 
@@ -149,7 +149,7 @@ impl Worker {
         {
             (_, Some(net)) => net,
             (Some(script), None) => {
-                builder = crate::engine::config::model_specs(setup.model, Some(script));
+                builder = crate::model::specs(setup.model, Some(script));
                 Box::new(ScriptNet::load(script, setup.device)?)
             }
             (None, None) => return Err(WorkerError::NoScript),

@@ -8,10 +8,10 @@ use ratatui::Terminal;
 use dpt_dashboard::dashboard::app::App;
 use dpt_dashboard::dashboard::theme::Theme;
 use dpt_dashboard::dashboard::view::{self, Look};
+use dpt_protocol::device::DeviceId;
 use dpt_protocol::monitor::{DeviceSample, MonitorMsg, SampleSource};
 use dpt_protocol::record::Record;
 use dpt_protocol::record::{EpochStats, ReplicaTiming, RunInfo, StepStats, StepTiming};
-use dpt_protocol::device::DeviceId;
 
 pub fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
