@@ -3,14 +3,13 @@
 //! dashboard. Then the run is resumed from its directory.
 
 use crate::common;
-use common::Dpt;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::records;
+use common::{records, Dpt};
 
 /// Starts a long headless run, waits for its first progress line, sends the signals in turn.
 fn interrupt(run: &Path, signals: &[&str]) -> (Option<i32>, String) {

@@ -13,8 +13,9 @@ use dpt_tui::record::Change;
 pub const BIN: &str = env!("CARGO_BIN_EXE_dpt-tui");
 
 /// `dpt-tui` as a test runs it: [`Command`]'s builder with what the tests' launches share
-/// (`--headless`, `--data`, `--run-dir`, a rank of a world on localhost, a private runtime
-/// directory), and ends that fail the test instead of returning errors. Arguments go on the
+/// (`--headless`, `--data`, `--run-dir`, a rank of a world on localhost, the jobs' registry in
+/// the temporary directory, a wrapper program), and ends that fail the test instead of
+/// returning errors. Arguments go on the
 /// command line in the order they are given (a flag given twice: the later wins).
 pub struct Dpt(Command);
 
@@ -115,12 +116,19 @@ impl Dpt {
 
     /// Runs it to its end; its stdout and stderr, the test failed with them when it failed.
     pub fn ok(&mut self) -> String {
-        super::ok(&self.output())
+        ok(&self.output())
     }
 
     pub fn spawn(&mut self) -> Child {
         self.0.spawn().expect("the binary starts")
     }
+}
+
+/// A finished command's stdout and stderr; fails the test, showing them, when it failed.
+pub fn ok(out: &Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
 }
 
 /// What a condition [`until`] polls says: done with a value, or not yet (with why, for the
@@ -193,7 +201,11 @@ pub fn until_record(
     loop {
         let r = match records.recv_deadline(deadline) {
             Ok(r) => r,
-            Err(e) => panic!("no record as wanted within {timeout:?} ({e}); got {before:?}"),
+            Err(e) => panic!(
+                "no record as wanted within {timeout:?} ({e}); {} others came, the last {:?}",
+                before.len(),
+                before.last()
+            ),
         };
         if want(&r) {
             return (r, before);

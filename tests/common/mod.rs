@@ -23,7 +23,7 @@ mod launch;
 pub mod pty;
 
 #[allow(unused_imports)] // each test binary uses its own share
-pub use launch::{until, until_record, within, Dpt, Polled, BIN};
+pub use launch::{ok, until, until_record, within, Dpt, Polled, BIN};
 
 /// The weights a run saved (`model.safetensors`), sorted by name.
 pub fn weights(run: &std::path::Path) -> Vec<(String, tch::Tensor)> {
@@ -267,13 +267,6 @@ pub fn training(extra: &[&str]) -> Vec<String> {
             .collect();
     v.extend(extra.iter().map(|s| (*s).to_owned()));
     v
-}
-
-/// A finished command's stdout and stderr; fails the test, showing them, when it failed.
-pub fn ok(out: &std::process::Output) -> String {
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
-    text
 }
 
 /// Largest difference relative to the largest magnitude, over tensors paired by name.
