@@ -4,8 +4,8 @@
 
 use crate::common;
 
+use common::Dpt;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -19,15 +19,17 @@ fn recorder(file: &Path) -> String {
 }
 
 fn headless(run: &Path, extra: &[&str], fault: Option<&str>) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    cmd.args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--log-every", "2"])
-        .args(["--data", common::subset_dir().to_str().unwrap(), "--train-limit", "1024"])
-        .args(["--run-dir", run.to_str().unwrap()])
+    let mut dpt = Dpt::new();
+    dpt.headless()
+        .args(["--devices", "cpu:2", "--epochs", "1", "--log-every", "2"])
+        .data(common::subset_dir())
+        .args(["--train-limit", "1024"])
+        .run_dir(run)
         .args(extra);
     if let Some(f) = fault {
-        cmd.env("DPT_INJECT_FAULT", f);
+        dpt.env("DPT_INJECT_FAULT", f);
     }
-    cmd.output().unwrap()
+    dpt.output()
 }
 
 #[test]

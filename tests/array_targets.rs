@@ -8,21 +8,21 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
+use common::Dpt;
+
 fn make(dir: &Path, kind: &str) {
     let made = common::run_script("array_targets.py", &["make", dir.to_str().unwrap(), kind]);
     assert!(made.status.success(), "array_targets.py make {kind}: {}", String::from_utf8_lossy(&made.stderr));
 }
 
 fn dpt(dir: &Path, run: &str, extra: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["--headless", "--data"])
-        .arg(dir.join("data.npz"))
-        .arg("--run-dir")
-        .arg(dir.join(run))
+    Dpt::new()
+        .headless()
+        .data(dir.join("data.npz"))
+        .run_dir(dir.join(run))
         .args(["--optimizer", "sgd", "--momentum", "0", "--weight-decay", "0", "--devices", "cpu:2"])
         .args(extra)
         .output()
-        .unwrap()
 }
 
 #[test]

@@ -5,8 +5,9 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::Dpt;
 use dpt_tui::input::augment::{self, draws, Preset};
 use dpt_tui::input::resized_crop;
 use tch::Tensor;
@@ -40,15 +41,15 @@ fn the_cifar_crop_and_flip_equal_torchvisions_own_on_the_same_draws() {
 
 fn dpt(run: &Path, extra: &[&str]) -> Output {
     let data = common::subset_dir();
-    Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["--headless", "--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "100"])
+    Dpt::new()
+        .headless()
+        .data(data)
+        .args(["--train-limit", "600", "--test-limit", "100"])
         .args(["--model", "lenet", "--batch-size", "100", "--epochs", "2", "--augment", "cifar"])
-        .arg("--run-dir")
-        .arg(run)
+        .run_dir(run)
         .args(extra)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .scratch_runtime()
         .output()
-        .unwrap()
 }
 
 fn largest_difference(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
@@ -81,13 +82,7 @@ fn augmentation_draws_per_sample_whatever_the_replicas_and_a_resume_continues_it
     // Stopped mid-epoch and resumed (the augmentation from the checkpoint): the same weights.
     let resumed = tmp.path().join("resumed");
     ok(dpt(&resumed, &["--devices", "cpu:2", "--max-steps", "4"]));
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["--headless", "--resume"])
-        .arg(&resumed)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap();
-    ok(out);
+    ok(Dpt::new().headless().arg("--resume").arg(&resumed).scratch_runtime().output());
     for ((n, a), (m, b)) in common::weights(&two).iter().zip(&common::weights(&resumed)) {
         assert_eq!(n, m);
         assert!(a.equal(b), "{n} differs after the resume");

@@ -6,14 +6,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::Dpt;
 use serde_json::Value;
 
-fn bench(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.arg("bench").args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir());
-    c
+fn bench(args: &[&str]) -> Output {
+    Dpt::new().arg("bench").args(args).scratch_runtime().output()
 }
 
 fn refused(out: &Output) -> String {
@@ -29,7 +28,7 @@ fn bad_input_is_refused_in_one_line_before_any_case_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let o = out.to_str().unwrap();
-    let run = |args: &[&str]| bench(args).output().unwrap();
+    let run = |args: &[&str]| bench(args);
     let e = refused(&run(&["--devices", "cpu", "--cases", "lenet,vgg", "--out", o]));
     assert!(e.contains("unknown bench case 'vgg'; use lenet, resnet18"), "{e}");
     let e = refused(&run(&["--devices", "cpu", "--budget", "30s", "--out", o]));
@@ -65,8 +64,7 @@ fn a_cpu_bench_runs_every_case_against_pytorch_within_its_budget() {
     let out = dir.path().join("bench");
     let python = common::python();
     let t0 = std::time::Instant::now();
-    let result =
-        bench(&["--devices", "cpu", "--python", &python, "--out", out.to_str().unwrap()]).output().unwrap();
+    let result = bench(&["--devices", "cpu", "--python", &python, "--out", out.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
     let text = format!("{stdout}{}", String::from_utf8_lossy(&result.stderr));
     assert!(result.status.success(), "{text}");
@@ -113,7 +111,6 @@ fn a_cpu_bench_runs_every_case_against_pytorch_within_its_budget() {
     assert!(md.contains("| case | devices | precision | batch | dpt-tui |"), "{md}");
     assert!(md.contains("| lenet | cpu | f32 | 256 |"), "{md}");
     assert!(Path::new(&out.join("runs/lenet/metrics.jsonl")).is_file(), "each run's record kept for `show`");
-    let again =
-        bench(&["--devices", "cpu", "--cases", "lenet", "--out", out.to_str().unwrap()]).output().unwrap();
+    let again = bench(&["--devices", "cpu", "--cases", "lenet", "--out", out.to_str().unwrap()]);
     assert!(refused(&again).contains("already holds a bench"), "an earlier bench is never written over");
 }

@@ -8,9 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 
+use common::Dpt;
 use serde_json::Value;
 
 /// One test at a time, its preparation included (writing JPEGs, tracing a model): a verdict
@@ -18,11 +19,13 @@ use serde_json::Value;
 /// `compute` where the straggler test's rank 0 shared its core with another test's encoding).
 static TURN: Mutex<()> = Mutex::new(());
 
-fn dpt(run: &Path, flags: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(["--headless", "--run-dir", run.to_str().unwrap(), "--epochs", "1"])
+fn dpt(run: &Path, flags: &[&str]) -> Dpt {
+    let mut c = Dpt::new();
+    c.headless()
+        .run_dir(run)
+        .args(["--epochs", "1"])
         .args(flags)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .scratch_runtime()
         .env_remove("DPT_INJECT_FAULT");
     c
 }
@@ -45,10 +48,7 @@ fn verdict(run: &Path) -> Value {
 
 /// `show RUN --why`'s output.
 fn why(run: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["show", run.to_str().unwrap(), "--why"])
-        .output()
-        .unwrap();
+    let out = Dpt::new().args(["show", run.to_str().unwrap(), "--why"]).output();
     assert!(out.status.success(), "{}", text(&out));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -82,8 +82,7 @@ fn one_decode_thread_for_a_tiny_model_is_input_bound() {
         ["--model", model.to_str().unwrap(), "--data", folder.to_str().unwrap(), "--loader", "stream"];
     let out = dpt(&run, &flags)
         .args(["--decode-threads", "1", "--devices", "cpu:1", "--batch-size", "64", "--log-every", "3"])
-        .output()
-        .unwrap();
+        .output();
     let said = text(&out);
     assert!(out.status.success(), "{said}");
     let b = verdict(&run);
@@ -112,8 +111,7 @@ fn an_injected_slow_replica_is_the_straggler() {
     let data = common::subset_dir();
     let out = dpt(&run, &["--data", data.to_str().unwrap(), "--devices", "cpu:2", "--log-every", "2"])
         .env("DPT_INJECT_FAULT", "slow-replica=1@40")
-        .output()
-        .unwrap();
+        .output();
     let said = text(&out);
     assert!(out.status.success(), "{said}");
     let b = verdict(&run);
@@ -126,36 +124,21 @@ fn an_injected_slow_replica_is_the_straggler() {
 /// Two processes of one replica each on this host, `pin` giving each its core (`taskset`), and
 /// `flags`; their outputs, rank 0's first.
 fn two_ranks(run: &Path, flags: &[&str], pin: Option<[&str; 2]>) -> Vec<String> {
-    let port = common::free_port().to_string();
+    let port = common::free_port();
     let ranks: Vec<_> = (0..2)
         .map(|r| {
             let mut c = match pin {
-                Some(cores) => {
-                    let mut c = Command::new("taskset");
-                    c.args(["-c", cores[r]]).arg(env!("CARGO_BIN_EXE_dpt-tui"));
-                    c
-                }
-                None => Command::new(env!("CARGO_BIN_EXE_dpt-tui")),
+                Some(cores) => Dpt::under("taskset", ["-c", cores[r]]),
+                None => Dpt::new(),
             };
-            c.args(["--headless", "--run-dir", run.to_str().unwrap(), "--epochs", "1", "--devices", "cpu:1"])
+            c.headless()
+                .run_dir(run)
+                .args(["--epochs", "1", "--devices", "cpu:1"])
                 .args(flags)
-                .args([
-                    "--rank",
-                    &r.to_string(),
-                    "--world-size",
-                    "2",
-                    "--master-addr",
-                    "127.0.0.1",
-                    "--master-port",
-                    &port,
-                ])
-                .env("LOCAL_WORLD_SIZE", "2")
-                .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+                .rank(r, 2, port)
                 .env_remove("DPT_INJECT_FAULT")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
+                .piped()
                 .spawn()
-                .unwrap()
         })
         .collect();
     ranks

@@ -1,17 +1,14 @@
 //! The real binary: headless output, the run directory's schema, exit codes on bad input.
 
 use crate::common;
+use common::Dpt;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 fn dpt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(args)
-        .env_remove("DPT_DATA")
-        .output()
-        .expect("the binary runs")
+    Dpt::new().args(args).env_remove("DPT_DATA").output()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -232,22 +229,18 @@ fn an_occupied_run_directory_is_never_overwritten() {
 
 #[test]
 fn a_doctor_rank_given_a_bad_spec_says_so_and_fails() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["doctor", "--peer", "nonsense"])
-        .output()
-        .unwrap();
+    let out = Dpt::new().args(["doctor", "--peer", "nonsense"]).output();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("internal to 'dpt-tui doctor'"));
 }
 
 #[test]
 fn doctor_checks_this_machine() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .arg("doctor")
         .env_remove("TORCH_NCCL_ASYNC_ERROR_HANDLING")
         .env_remove("NCCL_ASYNC_ERROR_HANDLING")
-        .output()
-        .unwrap();
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     for needle in [
@@ -295,11 +288,7 @@ fn a_libtorch_of_another_version_is_said_in_one_line() {
         }
     }
     std::fs::write(tmp.path().join("torch").join("version.py"), "__version__ = '2.11.9+cu130'\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .arg("--help")
-        .env("LD_LIBRARY_PATH", &lib)
-        .output()
-        .unwrap();
+    let out = Dpt::new().arg("--help").env("LD_LIBRARY_PATH", &lib).output();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("but loads torch 2.11.9+cu130") && err.contains("bash .ci/setup"), "{err}");

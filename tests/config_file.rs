@@ -4,15 +4,11 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 
+use common::Dpt;
 use dpt_tui::engine::optim::schedule::Shape;
 use dpt_tui::engine::optim::OptimizerKind;
 use dpt_tui::settings::Settings;
-
-fn dpt(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_dpt-tui")).args(args).output().unwrap()
-}
 
 fn weights(run: &Path) -> Vec<(String, tch::Tensor)> {
     let mut w = tch::Tensor::read_safetensors(run.join("model.safetensors")).unwrap();
@@ -37,15 +33,17 @@ fn a_runs_config_toml_repeats_it_and_flags_override_a_file() {
     .unwrap();
     let first = tmp.path().join("first");
     // The command line overrides the file: 1 epoch, not 5.
-    let out = dpt(&[
-        "--headless",
-        "--config",
-        recipe.to_str().unwrap(),
-        "--epochs",
-        "1",
-        "--run-dir",
-        first.to_str().unwrap(),
-    ]);
+    let out = Dpt::new()
+        .args([
+            "--headless",
+            "--config",
+            recipe.to_str().unwrap(),
+            "--epochs",
+            "1",
+            "--run-dir",
+            first.to_str().unwrap(),
+        ])
+        .output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -62,8 +60,9 @@ fn a_runs_config_toml_repeats_it_and_flags_override_a_file() {
     assert_eq!(tree.placement.devices, "cpu,cpu", "{written}");
     let again = tmp.path().join("again");
     let config = first.join("config.toml");
-    let out =
-        dpt(&["--headless", "--config", config.to_str().unwrap(), "--run-dir", again.to_str().unwrap()]);
+    let out = Dpt::new()
+        .args(["--headless", "--config", config.to_str().unwrap(), "--run-dir", again.to_str().unwrap()])
+        .output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for ((n, a), (m, b)) in weights(&first).iter().zip(&weights(&again)) {
         assert_eq!(n, m);
@@ -76,18 +75,20 @@ fn an_unknown_key_or_a_bad_file_is_one_line_and_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let bad = tmp.path().join("bad.toml");
     std::fs::write(&bad, "epochs = 2\nlearning_rate = 0.1\n").unwrap();
-    let out = dpt(&["--headless", "--config", bad.to_str().unwrap()]);
+    let out = Dpt::new().args(["--headless", "--config", bad.to_str().unwrap()]).output();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("unknown key 'learning_rate'"), "{stderr}");
-    let out = dpt(&["--headless", "--config", tmp.path().join("missing.toml").to_str().unwrap()]);
+    let out = Dpt::new()
+        .args(["--headless", "--config", tmp.path().join("missing.toml").to_str().unwrap()])
+        .output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
     // A table of the settings tree with a key the tree lacks: the key and the file are named.
     let nested = tmp.path().join("nested.toml");
     std::fs::write(&nested, "[optimizer]\nlr = 0.1\nlearning_rate = 0.1\n").unwrap();
-    let out = dpt(&["--headless", "--config", nested.to_str().unwrap()]);
+    let out = Dpt::new().args(["--headless", "--config", nested.to_str().unwrap()]).output();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -114,7 +115,7 @@ fn the_evaluation_batch_is_a_placement_setting_that_changes_no_figure_but_the_la
         ];
         args.extend(["--epochs", "1", "--devices", "cpu:2", "--run-dir", dir.to_str().unwrap()]);
         args.extend(extra);
-        (dpt(&args), dir)
+        (Dpt::new().args(&args).output(), dir)
     };
     let (out, plain) = run("plain", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -3,6 +3,7 @@
 //! status panel says what limits the step.
 
 use crate::common;
+use common::Dpt;
 
 use std::time::Duration;
 
@@ -227,19 +228,17 @@ fn a_finished_job_is_reaped_while_its_dashboard_stays_open() {
         let listed = tasks.filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).ok());
         listed.flat_map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>()).collect()
     };
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    common::until(WAIT, "end of the finished job", || {
         let left = children();
-        if left.is_empty() {
-            break;
-        }
         let states: Vec<String> = left
             .iter()
             .map(|c| std::fs::read_to_string(format!("/proc/{c}/stat")).unwrap_or_default())
             .collect();
-        assert!(std::time::Instant::now() < deadline, "the finished job lingers: {states:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        match left.is_empty() {
+            true => Ok(()),
+            false => Err(format!("it lingers: {states:?}")),
+        }
+    });
     tui.send("q");
     assert!(tui.wait_exit(WAIT).success());
 }
@@ -280,11 +279,10 @@ fn show_draws_a_second_run_under_the_first_with_what_differs() {
     let runs: Vec<std::path::PathBuf> =
         ["0.1", "0.4"].iter().map(|lr| tmp.path().join(format!("lr{lr}"))).collect();
     for (run, lr) in runs.iter().zip(["0.1", "0.4"]) {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        let out = Dpt::new()
             .args(["--headless", "--devices", "cpu", "--epochs", "2", "--train-limit", "512", "--lr", lr])
             .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-            .output()
-            .unwrap();
+            .output();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let mut tui = common::pty::PtyRun::spawn(

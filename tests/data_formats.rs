@@ -5,9 +5,9 @@
 //! CIFAR-format data and on an image folder.
 
 use crate::common;
+use common::Dpt;
 
 use std::path::Path;
-use std::process::Command;
 
 use dpt_tui::data::{DataError, DataFormat, Dataset, LoadOptions, Pixels, Split};
 use npyz::WriterBuilder;
@@ -143,11 +143,10 @@ fn an_image_folders_own_val_split_is_evaluated_each_epoch_and_named_val() {
 
     for (folder, named) in [(&only_val, "val acc"), (&both, "val acc")] {
         let run = tmp.path().join(format!("run-{}", folder.file_name().unwrap().to_string_lossy()));
-        let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        let out = Dpt::new()
             .args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--batch-size", "50"])
             .args(["--data", folder.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-            .output()
-            .unwrap();
+            .output();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains(named), "{stdout}");
@@ -160,11 +159,10 @@ fn an_image_folders_own_val_split_is_evaluated_each_epoch_and_named_val() {
             assert_eq!(records[0]["val_samples"], 60);
         }
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--val-fraction", "0.1", "--data", both.to_str().unwrap()])
         .args(["--run-dir", tmp.path().join("refused").to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("has its own val/ folder"));
 }
@@ -184,11 +182,10 @@ fn webdataset_shards_read_back_in_order_and_train() {
     assert_eq!(d.train.labels, data.train.labels);
     assert!(d.source.contains("WebDataset shards"), "{}", d.source);
     let run = tmp.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--batch-size", "50"])
         .args(["--data", dir.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("WebDataset shards in") && stdout.contains("val acc"), "{stdout}");
@@ -266,11 +263,10 @@ fn bad_image_folders_name_the_file_or_class() {
     assert!(d.skipped[0].starts_with(broken.to_str().unwrap()), "{:?}", d.skipped);
     assert!(d.source.contains("1 undecodable image skipped"), "{}", d.source);
     let run = dir.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--epochs", "1", "--batch-size", "10", "--max-bad-images", "0.1"])
         .args(["--data", dir.path().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -389,11 +385,10 @@ fn bad_arrays_say_what_is_wrong() {
 }
 
 fn train(data: &Path, model: &Path, run: &Path) -> (serde_json::Value, f64) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--devices", "cpu:2", "--epochs", "3", "--model", model.to_str().unwrap()])
         .args(["--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let records = common::wait_for_summary(run, std::time::Duration::from_secs(5));
     let acc = records.iter().rev().find_map(|r| r["test_acc"].as_f64()).unwrap();
@@ -420,10 +415,7 @@ fn a_user_cnn_learns_from_cifar_format_data_and_from_an_image_folder() {
     assert!(start["data"].as_str().unwrap().contains("image folder"));
     assert!(acc > 0.3, "well above chance (0.1): {acc}");
     // The built-in models take 1x28x28 images only.
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["--headless", "--model", "lenet", "--data", cifar.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = Dpt::new().args(["--headless", "--model", "lenet", "--data", cifar.to_str().unwrap()]).output();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("lenet takes 1x28x28 images") && stderr.contains("--model FILE.pt"), "{stderr}");

@@ -5,13 +5,14 @@
 //! rank (every rank checkpoints and exits 75; the same commands finish the run).
 
 use crate::common;
+use common::Dpt;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, ok, rank, rel_diff, training};
+use common::{free_port, ok, rel_diff, training, until};
 use dpt_tui::engine::Control;
 use dpt_tui::record::{Change, Record};
 use tch::Tensor;
@@ -37,11 +38,12 @@ fn run_world_with(tmp: &Path, name: &str, world: usize, devices: &str, mut args:
     args.extend(["--devices".to_owned(), devices.to_owned()]);
     let children: Vec<Child> = (0..world)
         .map(|r| {
-            let mut c = rank(r, world, port, &args);
+            let mut c = Dpt::new();
+            c.args(&args).rank(r, world, port);
             if r == 0 {
                 c.arg("--run-dir").arg(&run);
             }
-            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+            c.piped().spawn()
         })
         .collect();
     for c in children {
@@ -52,9 +54,7 @@ fn run_world_with(tmp: &Path, name: &str, world: usize, devices: &str, mut args:
 
 fn run_alone(tmp: &Path, name: &str, devices: &str, extra: &[&str]) -> PathBuf {
     let run = tmp.join(name);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(training(extra)).args(["--devices", devices]).arg("--run-dir").arg(&run);
-    ok(&c.output().unwrap());
+    Dpt::new().args(training(extra)).args(["--devices", devices]).run_dir(&run).ok();
     run
 }
 
@@ -95,9 +95,7 @@ fn a_gpt_on_token_data_trains_on_two_processes_as_on_one_with_as_many_replicas()
     // Each rank reads only its own windows: the same windows in the same order as one process.
     let two = run_world_with(tmp.path(), "two", 2, "cpu:1", args.clone());
     let one = tmp.path().join("one");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(&args).args(["--devices", "cpu:2"]).arg("--run-dir").arg(&one);
-    ok(&c.output().unwrap());
+    Dpt::new().args(&args).args(["--devices", "cpu:2"]).run_dir(&one).ok();
     assert_eq!(rel_diff(&common::weights(&two), &common::weights(&one)), 0.0);
 }
 
@@ -133,16 +131,13 @@ fn torchrun_starts_the_ranks() {
     let python =
         std::env::var("VIRTUAL_ENV").map(|v| PathBuf::from(v).join("bin/python")).unwrap_or("python3".into());
     let port = free_port().to_string();
-    let out = Command::new(python)
-        .args(["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", &port, "--no-python"])
-        .arg(env!("CARGO_BIN_EXE_dpt-tui"))
+    let torchrun =
+        ["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", &port, "--no-python"];
+    let text = Dpt::under(python, torchrun)
         .args(training(&["--epochs", "1", "--devices", "cpu:1"]))
-        .arg("--run-dir")
-        .arg(&run)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap();
-    let text = ok(&out);
+        .run_dir(&run)
+        .scratch_runtime()
+        .ok();
     assert!(text.contains("rank 1 of 2"), "{text}");
     let records = common::wait_for_summary(&run, WAIT);
     assert_eq!(records.last().unwrap()["reason"], "completed");
@@ -153,17 +148,18 @@ fn a_rank_that_never_arrives_is_named_within_the_timeout() {
     let port = free_port();
     let args = training(&["--epochs", "1", "--devices", "cpu:1", "--dist-timeout", "3"]);
     let t0 = Instant::now();
-    let out = rank(0, 3, port, &args)
+    let out = Dpt::new()
+        .args(&args)
+        .rank(0, 3, port)
         .arg("--run-dir")
         .arg(tempfile::tempdir().unwrap().path().join("r"))
-        .output()
-        .unwrap();
+        .output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("rank(s) [1, 2] of 3 never arrived within 3 s"), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(60));
     // A rank whose rank 0 never comes says so too.
-    let out = rank(1, 2, free_port(), &args).output().unwrap();
+    let out = Dpt::new().args(&args).rank(1, 2, free_port()).output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("cannot reach rank 0's store"), "{err}");
@@ -176,13 +172,14 @@ fn ranks_with_other_settings_are_refused_at_the_start() {
     let mut b = a.clone();
     b.extend(["--lr".to_owned(), "0.05".to_owned()]);
     let tmp = tempfile::tempdir().unwrap();
-    let r0 = rank(0, 2, port, &a)
+    let r0 = Dpt::new()
+        .args(&a)
+        .rank(0, 2, port)
         .arg("--run-dir")
         .arg(tmp.path().join("r"))
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r1 = rank(1, 2, port, &b).stderr(Stdio::piped()).spawn().unwrap();
+        .spawn();
+    let r1 = Dpt::new().args(&b).rank(1, 2, port).stderr(Stdio::piped()).spawn();
     for child in [r0, r1] {
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -197,14 +194,8 @@ fn a_rank_killed_mid_run_stops_the_others_and_the_run_resumes() {
     let run = tmp.path().join("run");
     let port = free_port();
     let args = training(&["--epochs", "6", "--devices", "cpu:1", "--dist-timeout", "20"]);
-    let r0 = rank(0, 2, port, &args)
-        .arg("--run-dir")
-        .arg(&run)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut r1 = rank(1, 2, port, &args).stdout(Stdio::piped()).spawn().unwrap();
+    let r0 = Dpt::new().args(&args).rank(0, 2, port).arg("--run-dir").arg(&run).piped().spawn();
+    let mut r1 = Dpt::new().args(&args).rank(1, 2, port).stdout(Stdio::piped()).spawn();
     // Once rank 1 has finished its first epoch (a checkpoint exists), it is killed.
     let lines = BufReader::new(r1.stdout.take().unwrap()).lines();
     for line in lines {
@@ -227,9 +218,9 @@ fn a_rank_killed_mid_run_stops_the_others_and_the_run_resumes() {
     let port = free_port();
     let mut resume = training(&["--devices", "cpu:1", "--resume"]);
     resume.push(run.to_str().unwrap().to_owned());
-    let r0 = rank(0, 2, port, &resume).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let r0 = Dpt::new().args(&resume).rank(0, 2, port).piped().spawn();
     let elsewhere = training(&["--devices", "cpu:1", "--resume", "/nowhere/run"]);
-    let r1 = rank(1, 2, port, &elsewhere).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let r1 = Dpt::new().args(&elsewhere).rank(1, 2, port).piped().spawn();
     let text0 = ok(&r0.wait_with_output().unwrap());
     let text1 = ok(&r1.wait_with_output().unwrap());
     assert!(
@@ -247,13 +238,9 @@ fn an_lr_change_on_rank_0_reaches_rank_1_at_the_same_step() {
     let port = free_port();
     let args =
         training(&["--epochs", "40", "--devices", "cpu:1", "--dist-timeout", "30", "--sample-ms", "200"]);
-    let r0 = rank(0, 2, port, &args).arg("--run-dir").arg(&run).stdout(Stdio::null()).spawn().unwrap();
-    let mut r1 = rank(1, 2, port, &args).stdout(Stdio::piped()).spawn().unwrap();
-    let deadline = Instant::now() + WAIT;
-    while dpt_tui::remote::client::server_info(&run).is_none() {
-        assert!(Instant::now() < deadline, "rank 0 serves its socket");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let r0 = Dpt::new().args(&args).rank(0, 2, port).arg("--run-dir").arg(&run).stdout(Stdio::null()).spawn();
+    let mut r1 = Dpt::new().args(&args).rank(1, 2, port).stdout(Stdio::piped()).spawn();
+    until(WAIT, "socket served by rank 0", || dpt_tui::remote::client::server_info(&run).is_some());
     let viewer = dpt_tui::remote::client::attach(&run, false).unwrap();
     viewer.controls.send(Control::SetLr { lr: 0.05 }).unwrap();
     let at0 = loop {
@@ -336,9 +323,7 @@ fn a_recipe_on_two_processes_ends_with_the_weights_of_one_with_as_many_replicas(
     .collect();
     let two = run_world_with(tmp.path(), "two", 2, "cpu:1", recipe.clone());
     let one = tmp.path().join("one");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(&recipe).args(["--devices", "cpu:2"]).arg("--run-dir").arg(&one);
-    ok(&c.output().unwrap());
+    Dpt::new().args(&recipe).args(["--devices", "cpu:2"]).run_dir(&one).ok();
     assert_eq!(
         rel_diff(&common::weights(&two), &common::weights(&one)),
         0.0,
@@ -356,16 +341,14 @@ fn the_preemption_signal_on_one_rank_checkpoints_all_and_the_same_commands_finis
     let args = training(&["--epochs", "6", "--devices", "cpu:1"]);
     let start = |args: &[String], slow: bool| {
         let port = free_port();
-        let mut r0 = rank(0, 2, port, args);
-        r0.arg("--run-dir").arg(&run);
-        let mut r1 = rank(1, 2, port, args);
+        let r0 = Dpt::new().args(args).rank(0, 2, port).run_dir(&run).piped().spawn();
+        let mut r1 = Dpt::new();
+        r1.args(args).rank(1, 2, port);
         if slow {
             // Every step 50 ms longer (no number changes), so the signal lands mid-run.
             r1.env("DPT_INJECT_FAULT", "slow-replica=1@50");
         }
-        let r0 = r0.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let r1 = r1.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        (r0, r1)
+        (r0, r1.piped().spawn())
     };
     let (r0, mut r1) = start(&args, true);
     let mut lines = BufReader::new(r1.stdout.take().unwrap()).lines();
@@ -416,26 +399,17 @@ fn torchrun_restarts_a_killed_rank_and_the_same_command_finishes_the_run() {
     let python =
         std::env::var("VIRTUAL_ENV").map(|v| PathBuf::from(v).join("bin/python")).unwrap_or("python3".into());
     let port = free_port().to_string();
-    let child = Command::new(python)
-        .args(["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", &port])
-        .args(["--max-restarts", "1", "--no-python"])
-        .arg(env!("CARGO_BIN_EXE_dpt-tui"))
+    let torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", &port];
+    let child = Dpt::under(python, torchrun.iter().chain(&["--max-restarts", "1", "--no-python"]))
         .args(training(&["--epochs", "6", "--devices", "cpu:1"]))
-        .arg("--run-dir")
-        .arg(&run)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .run_dir(&run)
+        .scratch_runtime()
         // Every step 50 ms longer (no number changes), so the kill lands mid-run.
         .env("DPT_INJECT_FAULT", "slow-replica=0@50")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .piped()
+        .spawn();
     // Once the first checkpoint exists, rank 1 dies.
-    let deadline = Instant::now() + WAIT;
-    while !run.join("checkpoint.safetensors").exists() {
-        assert!(Instant::now() < deadline, "no checkpoint after {WAIT:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until(WAIT, "checkpoint", || run.join("checkpoint.safetensors").exists());
     let victim = pid_of_rank(run.to_str().unwrap(), 1).expect("rank 1 is running");
     common::kill(victim, "KILL");
     let text = ok(&child.wait_with_output().unwrap());
@@ -454,9 +428,7 @@ fn a_run_checkpointed_on_two_ranks_resumes_on_one_and_back() {
     let straight = run_world(tmp.path(), "straight", 2, "cpu:1", &["--epochs", "2"]);
     // Two ranks stop at step 5; one process with both replicas finishes the run.
     let two = run_world(tmp.path(), "two", 2, "cpu:1", &["--epochs", "2", "--max-steps", "5"]);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(training(&["--devices", "cpu:2", "--resume"])).arg(&two);
-    let text = ok(&c.output().unwrap());
+    let text = Dpt::new().args(training(&["--devices", "cpu:2", "--resume"])).arg(&two).ok();
     assert!(text.contains("resumed from the checkpoint at epoch 1 step 5"), "{text}");
     let d = rel_diff(&common::weights(&straight), &common::weights(&two));
     assert!(d < 1e-6, "2 ranks then 1 process differ from a straight run by {d}");
@@ -465,9 +437,8 @@ fn a_run_checkpointed_on_two_ranks_resumes_on_one_and_back() {
     let port = free_port();
     let mut resume = training(&["--devices", "cpu:1", "--resume"]);
     resume.push(one.to_str().unwrap().to_owned());
-    let ranks: Vec<Child> = (0..2)
-        .map(|r| rank(r, 2, port, &resume).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap())
-        .collect();
+    let ranks: Vec<Child> =
+        (0..2).map(|r| Dpt::new().args(&resume).rank(r, 2, port).piped().spawn()).collect();
     for r in ranks {
         ok(&r.wait_with_output().unwrap());
     }
@@ -482,11 +453,12 @@ fn a_stopped_rank_is_named_by_every_other_rank_within_the_deadline() {
     let port = free_port();
     let args = training(&["--epochs", "6", "--devices", "cpu:1", "--dist-timeout", "8"]);
     let spawn = |r: usize| {
-        let mut c = rank(r, 3, port, &args);
+        let mut c = Dpt::new();
+        c.args(&args).rank(r, 3, port);
         if r == 0 {
             c.arg("--run-dir").arg(&run);
         }
-        c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        c.piped().spawn()
     };
     let (r0, mut r1, r2) = (spawn(0), spawn(1), spawn(2));
     let mut lines = BufReader::new(r1.stdout.take().unwrap()).lines();
@@ -521,12 +493,13 @@ fn ranks_started_by_hand_on_one_host_share_its_cores() {
     // ranks on this host instead.
     let ranks: Vec<Child> = (0..2)
         .map(|r| {
-            let mut c = rank(r, 2, port, &args);
+            let mut c = Dpt::new();
+            c.args(&args).rank(r, 2, port);
             c.env_remove("LOCAL_WORLD_SIZE");
             if r == 0 {
                 c.arg("--run-dir").arg(&run);
             }
-            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+            c.piped().spawn()
         })
         .collect();
     for r in ranks {

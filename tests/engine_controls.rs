@@ -3,24 +3,16 @@
 
 use crate::common;
 
-use crossbeam_channel::Receiver;
+use std::time::Duration;
+
+use common::until_record;
 use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::{Control, Engine, FinishReason, Record, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::record::Change;
 
-/// Receives events until one matches `want`, returning it and everything skipped.
-fn until(events: &Receiver<Record>, want: impl Fn(&Record) -> bool) -> (Record, Vec<Record>) {
-    let mut skipped = Vec::new();
-    for event in events.iter() {
-        if want(&event) {
-            return (event, skipped);
-        }
-        assert!(!matches!(event, Record::Event(Change::Failed { .. })), "run failed: {event:?}");
-        skipped.push(event);
-    }
-    panic!("event stream ended first; got {skipped:?}");
-}
+/// The longest wait for a record a test waits for.
+const WAIT: Duration = Duration::from_secs(300);
 
 #[test]
 fn mnist_net_learns_the_subset() {
@@ -67,12 +59,12 @@ fn pause_set_lr_save_and_stop_take_effect() {
     let events = engine.events().clone();
     let controls = engine.controls();
 
-    let (first, _) = until(&events, |e| matches!(e, Record::Step(_)));
+    let (first, _) = until_record(&events, WAIT, |e| matches!(e, Record::Step(_)));
     let Record::Step(first) = first else { unreachable!() };
     assert_eq!(first.lr, 0.2);
 
     controls.send(Control::Pause).unwrap();
-    let (paused, _) = until(&events, |e| matches!(e, Record::Event(Change::Paused { .. })));
+    let (paused, _) = until_record(&events, WAIT, |e| matches!(e, Record::Event(Change::Paused { .. })));
     let Record::Event(Change::Paused { global_step: paused_at }) = paused else { unreachable!() };
 
     // While paused: a bad lr is refused, a good one applied, a save written; no step runs.
@@ -81,7 +73,8 @@ fn pause_set_lr_save_and_stop_take_effect() {
     controls.send(Control::SetLr { lr: 0.05 }).unwrap();
     controls.send(Control::SaveNow).unwrap();
     controls.send(Control::Resume).unwrap();
-    let (resumed, during_pause) = until(&events, |e| matches!(e, Record::Event(Change::Resumed { .. })));
+    let (resumed, during_pause) =
+        until_record(&events, WAIT, |e| matches!(e, Record::Event(Change::Resumed { .. })));
     assert!(matches!(resumed, Record::Event(Change::Resumed { global_step }) if global_step == paused_at));
     assert!(
         !during_pause.iter().any(|e| matches!(e, Record::Step(_))),
@@ -95,13 +88,13 @@ fn pause_set_lr_save_and_stop_take_effect() {
     assert!(during_pause.iter().any(|e| matches!(e, Record::Event(Change::Saved { .. }))));
     assert!(dir.path().join("model.safetensors").exists());
 
-    let (next, _) = until(&events, |e| matches!(e, Record::Step(_)));
+    let (next, _) = until_record(&events, WAIT, |e| matches!(e, Record::Step(_)));
     let Record::Step(next) = next else { unreachable!() };
     assert_eq!(next.lr, 0.05);
     assert_eq!(next.global_step, paused_at + 1);
 
     controls.send(Control::Stop).unwrap();
-    let (finished, _) = until(&events, |e| matches!(e, Record::Summary(_)));
+    let (finished, _) = until_record(&events, WAIT, |e| matches!(e, Record::Summary(_)));
     let Record::Summary(summary) = finished else { unreachable!() };
     assert_eq!(summary.reason, FinishReason::Stopped);
     assert!(summary.global_steps < 50 * 2);

@@ -3,8 +3,7 @@
 //! the process leaves (with `_exit`, past the thread still inside it).
 
 use crate::common;
-
-use std::process::Command;
+use common::Dpt;
 
 use dpt_tui::persist::checkpoint::Checkpoint;
 
@@ -12,7 +11,7 @@ use dpt_tui::persist::checkpoint::Checkpoint;
 fn out_of_memory_says_what_ran_out_and_keeps_the_last_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--devices", "cpu:2", "--epochs", "3", "--batch-size", "64"])
         .args([
             "--data",
@@ -24,8 +23,7 @@ fn out_of_memory_says_what_ran_out_and_keeps_the_last_checkpoint() {
         ])
         .args(["--run-dir", run.to_str().unwrap()])
         .env("DPT_INJECT_FAULT", "worker-oom=1@6")
-        .output()
-        .unwrap();
+        .output();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     let line = stderr.lines().rfind(|l| l.contains("out of GPU memory")).expect(&stderr);
@@ -49,12 +47,11 @@ fn a_set_up_that_never_returns_fails_at_the_deadline_and_the_process_leaves() {
     let run = tmp.path().join("run");
     let started = std::time::Instant::now();
     // The helper thread stays inside the set-up, as in NCCL on a machine with PCIe ACS on.
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--devices", "cpu:2", "--epochs", "1", "--step-timeout", "2"])
         .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
         .env("DPT_INJECT_FAULT", "setup-hang")
-        .output()
-        .unwrap();
+        .output();
     let waited = started.elapsed();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);

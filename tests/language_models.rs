@@ -8,7 +8,6 @@ use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use dpt_protocol::device::DeviceId;
@@ -22,6 +21,7 @@ use dpt_tui::model::{ModelKind, Task};
 use dpt_tui::persist::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 
 use common::tokens::{make_gpt, token_dir, write_tokens, BLOCK, VOCAB};
+use common::Dpt;
 
 fn load(dir: &Path, batch: usize, every: usize, seed: u64) -> Arc<Dataset> {
     let layout = TokenLayout {
@@ -240,10 +240,6 @@ fn two_replicas_equal_one_and_a_stopped_run_resumes_exactly() {
     );
 }
 
-fn dpt(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("--headless").args(args).output().unwrap()
-}
-
 #[test]
 fn the_command_line_trains_a_gpt_whose_val_loss_falls_and_refuses_bad_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -253,7 +249,10 @@ fn the_command_line_trains_a_gpt_whose_val_loss_falls_and_refuses_bad_input() {
     let (data, gpt_s, run_s) = (data_dir.to_str().unwrap(), gpt.to_str().unwrap(), run.to_str().unwrap());
     let common_args = ["--model", gpt_s, "--data", data, "--batch-size", "16", "--optimizer", "adamw"];
     let train_args = ["--block-size", "16", "--steps", "150", "--eval-every", "50", "--lr", "1e-2"];
-    let out = dpt(&[&common_args[..], &train_args, &["--run-dir", run_s, "--devices", "cpu:2"]].concat());
+    let out = Dpt::new()
+        .headless()
+        .args([&common_args[..], &train_args, &["--run-dir", run_s, "--devices", "cpu:2"]].concat())
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
@@ -276,7 +275,10 @@ fn the_command_line_trains_a_gpt_whose_val_loss_falls_and_refuses_bad_input() {
     // Bad input: one line, exit 2, nothing written.
     let refused = |extra: &[&str], says: &str| {
         let bad = dir.path().join("bad-run");
-        let out = dpt(&[&common_args[..], extra, &["--run-dir", bad.to_str().unwrap()][..]].concat());
+        let out = Dpt::new()
+            .headless()
+            .args([&common_args[..], extra, &["--run-dir", bad.to_str().unwrap()][..]].concat())
+            .output();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
@@ -302,7 +304,7 @@ fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
     common::made_by_python(&gpt, "gpt.py", &["make", common::OUT, "256", &BLOCK.to_string(), "script"]);
     let cache = dir.path().join("cache");
     let run = |model: &Path, name: &str| {
-        Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        Dpt::new()
             .args(["--headless", "--model", model.to_str().unwrap(), "--data", text.to_str().unwrap()])
             .args(["--block-size", "16", "--steps", "150", "--eval-every", "75", "--batch-size", "16"])
             .args(["--optimizer", "adamw", "--lr", "1e-2", "--devices", "cpu:2"])
@@ -310,7 +312,6 @@ fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
             .arg(dir.path().join(name))
             .env("XDG_CACHE_HOME", &cache)
             .output()
-            .unwrap()
     };
     let out = run(&gpt, "run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -334,7 +335,7 @@ fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
         "the model writes its text's letters: {text:?}"
     );
     // `ls` counts its steps and names its best val loss (no accuracy).
-    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("ls").arg(dir.path()).output().unwrap();
+    let ls = Dpt::new().arg("ls").arg(dir.path()).output();
     let listing = String::from_utf8_lossy(&ls.stdout);
     let best = evals.iter().copied().fold(f64::INFINITY, f64::min);
     assert!(
@@ -394,14 +395,13 @@ fn a_gpt_runs_model_flops_are_counted_as_nanogpt_estimates_them() {
     write_tokens(&data.join("train.bin"), &ids);
     write_tokens(&data.join("val.bin"), &ids[..2_000]);
     let run = dir.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--model", gpt.to_str().unwrap(), "--data", data.to_str().unwrap()])
         .args(["--block-size", &shape[1], "--steps", "6", "--eval-every", "6", "--batch-size", "8"])
         .args(["--log-every", "2", "--devices", "cpu", "--sample-tokens", "0", "--checkpoint-every", "0"])
         .arg("--run-dir")
         .arg(&run)
-        .output()
-        .unwrap();
+        .output();
     let stdout = common::ok(&out);
     let records = common::records(&run);
     let summary = records.iter().find(|r| r["kind"] == "summary").expect("a summary");

@@ -2,6 +2,7 @@
 //! records and the run directory show them.
 
 use crate::common;
+use common::Dpt;
 
 use dpt_protocol::best::BestMetric;
 use dpt_protocol::device::DeviceId;
@@ -50,7 +51,7 @@ fn a_run_that_stops_improving_keeps_its_best_and_stops_early() {
 fn a_validation_split_is_evaluated_each_epoch_and_the_test_set_once_at_the_end() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--devices", "cpu:2", "--epochs", "2", "--batch-size", "100"])
         .args([
             "--data",
@@ -61,8 +62,7 @@ fn a_validation_split_is_evaluated_each_epoch_and_the_test_set_once_at_the_end()
             "120",
         ])
         .args(["--val-fraction", "0.2", "--keep-best", "1", "--run-dir", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("400 train / 100 val / 120 test samples"), "{stdout}");

@@ -4,9 +4,10 @@
 //! during the backward passes (the step records' `overlapped`).
 
 use crate::common;
+use common::Dpt;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 
 use common::{free_port, ok, rel_diff};
@@ -144,14 +145,12 @@ fn ranks(tmp: &Path, name: &str, world: usize, cap: f64) -> PathBuf {
     let (port, run) = (free_port(), tmp.join(name));
     let children: Vec<Child> = (0..world)
         .map(|r| {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-            c.args(flags(cap)).args(["--devices", "cpu:1", "--rank", &r.to_string()]);
-            c.args(["--world-size", &world.to_string(), "--master-addr", "127.0.0.1"]);
-            c.args(["--master-port", &port.to_string()]).env("LOCAL_WORLD_SIZE", world.to_string());
+            let mut c = Dpt::new();
+            c.args(flags(cap)).args(["--devices", "cpu:1"]).rank(r, world, port);
             if r == 0 {
                 c.arg("--run-dir").arg(&run);
             }
-            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+            c.piped().spawn()
         })
         .collect();
     for c in children {

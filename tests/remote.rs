@@ -2,12 +2,13 @@
 //! controls over the socket, protocol errors, refused peers, leaks, `ls`, `show` and `--png`.
 
 use crate::common;
+use common::{until, until_record, within, Dpt};
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dpt_tui::engine::{Control, Record};
 use dpt_tui::record::Change;
@@ -41,7 +42,7 @@ impl Job {
         let run = tmp.path().join("run");
         let xdg = private.then(|| tmp.path().join("xdg"));
         let data = common::subset_dir();
-        let mut front = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        let mut front = Dpt::new();
         if let Some(x) = &xdg {
             std::fs::create_dir_all(x).unwrap();
             front.env("XDG_RUNTIME_DIR", x);
@@ -66,8 +67,7 @@ impl Job {
                 "--run-dir",
                 run.to_str().unwrap(),
             ])
-            .output()
-            .unwrap();
+            .output();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains(&format!("attach with: dpt-tui attach {}", run.display())), "{stdout}");
@@ -80,8 +80,8 @@ impl Job {
     }
 
     /// A command of dpt-tui with this job's registry.
-    fn command(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+    fn command(&self) -> Dpt {
+        let mut c = Dpt::new();
         if let Some(x) = &self.xdg {
             c.env("XDG_RUNTIME_DIR", x);
         }
@@ -99,17 +99,6 @@ impl Drop for Job {
     }
 }
 
-/// Receives events until one matches.
-fn until(events: &crossbeam_channel::Receiver<Record>, want: impl Fn(&Record) -> bool) -> Record {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let e = events.recv_deadline(deadline).expect("the event came in time");
-        if want(&e) {
-            return e;
-        }
-    }
-}
-
 #[test]
 fn attach_change_the_lr_detach_and_attach_again() {
     let job = Job::start("1000");
@@ -118,17 +107,22 @@ fn attach_change_the_lr_detach_and_attach_again() {
         matches!(first.snapshot.records.first(), Some(Record::Start(_))),
         "the snapshot starts at the start"
     );
-    until(&first.records, |e| matches!(e, Record::Step(_)));
+    until_record(&first.records, WAIT, |e| matches!(e, Record::Step(_)));
     first.controls.send(Control::SetLr { lr: 0.05 }).unwrap();
-    until(&first.records, |e| matches!(e, Record::Event(Change::LrChanged { to, .. }) if *to == 0.05));
+    until_record(
+        &first.records,
+        WAIT,
+        |e| matches!(e, Record::Event(Change::LrChanged { to, .. }) if *to == 0.05),
+    );
     // A second viewer at the same time, read-only: its control is refused, the job unchanged.
     let second = attach(&job.run, true).unwrap();
     second.controls.send(Control::Pause).unwrap();
-    until(
+    until_record(
         &second.records,
+        WAIT,
         |e| matches!(e, Record::Event(Change::Refused { reason }) if reason.contains("read-only")),
     );
-    until(&first.records, |e| matches!(e, Record::Step(s) if s.lr == 0.05));
+    until_record(&first.records, WAIT, |e| matches!(e, Record::Step(s) if s.lr == 0.05));
     drop(first);
     drop(second);
 
@@ -140,7 +134,7 @@ fn attach_change_the_lr_detach_and_attach_again() {
     assert!(history.iter().any(|e| matches!(e, Record::Step(s) if s.lr == 0.2)));
     assert!(!again.snapshot.monitor.is_empty(), "device readings come with the snapshot");
     again.controls.send(Control::Stop).unwrap();
-    until(&again.records, |e| matches!(e, Record::Summary(_)));
+    until_record(&again.records, WAIT, |e| matches!(e, Record::Summary(_)));
     let records = common::wait_for_summary(&job.run, WAIT);
     assert!(records.iter().any(|r| r["event"] == "lr_changed" && r["to"] == 0.05));
     assert_eq!(records.last().unwrap()["reason"], "stopped");
@@ -150,24 +144,25 @@ fn attach_change_the_lr_detach_and_attach_again() {
 fn a_viewer_that_leaves_with_its_rewind_dialog_open_lets_the_run_go() {
     let job = Job::start("1000");
     let watch = attach(&job.run, true).unwrap();
-    until(&watch.records, |e| matches!(e, Record::Step(_)));
+    until_record(&watch.records, WAIT, |e| matches!(e, Record::Step(_)));
     let viewer = attach(&job.run, false).unwrap();
     // Asked twice (as a dialog reopened at once might), held once.
     viewer.controls.send(Control::Hold { on: true }).unwrap();
     viewer.controls.send(Control::Hold { on: true }).unwrap();
-    let Record::Event(Change::Paused { global_step: at }) =
-        until(&watch.records, |e| matches!(e, Record::Event(Change::Paused { .. })))
+    let (Record::Event(Change::Paused { global_step: at }), _) =
+        until_record(&watch.records, WAIT, |e| matches!(e, Record::Event(Change::Paused { .. })))
     else {
         unreachable!()
     };
     // Gone without closing its dialog (a terminal closed, a viewer killed).
     drop(viewer);
-    let resumed = until(&watch.records, |e| matches!(e, Record::Event(Change::Resumed { .. })));
+    let (resumed, _) =
+        until_record(&watch.records, WAIT, |e| matches!(e, Record::Event(Change::Resumed { .. })));
     assert_eq!(resumed, Record::Event(Change::Resumed { global_step: at }));
-    until(&watch.records, |e| matches!(e, Record::Step(s) if s.global_step > at));
+    until_record(&watch.records, WAIT, |e| matches!(e, Record::Step(s) if s.global_step > at));
     let stop = attach(&job.run, false).unwrap();
     stop.controls.send(Control::Stop).unwrap();
-    until(&watch.records, |e| matches!(e, Record::Summary(_)));
+    until_record(&watch.records, WAIT, |e| matches!(e, Record::Summary(_)));
 }
 
 fn raw(job: &Job) -> (UnixStream, std::io::Lines<BufReader<UnixStream>>) {
@@ -220,9 +215,9 @@ fn version_mismatch_bad_messages_and_foreign_users_leave_the_job_running() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
     // The job goes on.
     let viewer = attach(&job.run, false).unwrap();
-    until(&viewer.records, |e| matches!(e, Record::Step(_)));
+    until_record(&viewer.records, WAIT, |e| matches!(e, Record::Step(_)));
     viewer.controls.send(Control::Stop).unwrap();
-    until(&viewer.records, |e| matches!(e, Record::Summary(_)));
+    until_record(&viewer.records, WAIT, |e| matches!(e, Record::Summary(_)));
 }
 
 use std::os::unix::process::CommandExt;
@@ -231,18 +226,16 @@ use std::os::unix::process::CommandExt;
 fn a_hundred_attach_detach_cycles_leak_neither_threads_nor_descriptors() {
     let job = Job::start("1000");
     let warm = attach(&job.run, false).unwrap();
-    until(&warm.records, |e| matches!(e, Record::Step(_)));
+    until_record(&warm.records, WAIT, |e| matches!(e, Record::Step(_)));
     drop(warm);
     let settle = |job: &Job, target: (usize, usize)| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        until(Duration::from_secs(20), "settling of the threads and descriptors", || {
             let now = (job.count("task"), job.count("fd"));
-            if now.0 <= target.0 && now.1 <= target.1 {
-                return now;
+            match now.0 <= target.0 && now.1 <= target.1 {
+                true => Ok(now),
+                false => Err(format!("threads/fds {now:?}, before {target:?}")),
             }
-            assert!(Instant::now() < deadline, "threads/fds {now:?}, before {target:?}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     };
     let before = settle(&job, (usize::MAX, usize::MAX));
     for _ in 0..100 {
@@ -257,7 +250,7 @@ fn a_hundred_attach_detach_cycles_leak_neither_threads_nor_descriptors() {
     assert!(after.0 <= before.0 + PASSING && after.1 <= before.1 + PASSING, "{before:?} -> {after:?}");
     let v = attach(&job.run, false).unwrap();
     v.controls.send(Control::Stop).unwrap();
-    until(&v.records, |e| matches!(e, Record::Summary(_)));
+    until_record(&v.records, WAIT, |e| matches!(e, Record::Summary(_)));
 }
 
 #[test]
@@ -265,7 +258,7 @@ fn ls_show_png_and_a_dead_job() {
     let job = Job::start("2");
     common::wait_for_summary(&job.run, WAIT);
     let root = job.run.parent().unwrap();
-    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui")).arg("ls").arg(root).output().unwrap();
+    let ls = Dpt::new().arg("ls").arg(root).output();
     let text = String::from_utf8_lossy(&ls.stdout);
     assert!(
         text.lines().any(|l| l.starts_with("finished") && l.contains("lenet") && l.contains("2/2")),
@@ -273,13 +266,7 @@ fn ls_show_png_and_a_dead_job() {
     );
 
     let png = root.join("curves.png");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["show"])
-        .arg(&job.run)
-        .arg("--png")
-        .arg(&png)
-        .output()
-        .unwrap();
+    let out = Dpt::new().args(["show"]).arg(&job.run).arg("--png").arg(&png).output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
     let reader = decoder.read_info().expect("a valid PNG");
@@ -296,11 +283,9 @@ fn ls_show_png_and_a_dead_job() {
     let job = Job::start_private("1000");
     let socket = server_info(&job.run).unwrap().socket;
     let _ = Command::new("kill").args(["-9", &job.pid.to_string()]).status();
-    let deadline = Instant::now() + WAIT;
-    while Path::new(&format!("/proc/{}", job.pid)).exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let ls = job.command().arg("ls").arg(job.run.parent().unwrap()).output().unwrap();
+    // Gone, or still a zombie after WAIT (ls and attach are checked either way).
+    let _ = within(WAIT, || !Path::new(&format!("/proc/{}", job.pid)).exists());
+    let ls = job.command().arg("ls").arg(job.run.parent().unwrap()).output();
     assert!(
         String::from_utf8_lossy(&ls.stdout).lines().any(|l| l.starts_with("dead")),
         "{}",
@@ -313,11 +298,11 @@ fn ls_show_png_and_a_dead_job() {
         "{}",
         String::from_utf8_lossy(&ls.stdout)
     );
-    let pruned = job.command().args(["ls", "--prune"]).arg(job.run.parent().unwrap()).output().unwrap();
+    let pruned = job.command().args(["ls", "--prune"]).arg(job.run.parent().unwrap()).output();
     assert!(pruned.status.success());
     assert!(!socket.exists(), "ls --prune removed the stale socket");
     assert!(!job.run.join("server.json").exists(), "and the dead job's server.json");
-    let out = job.command().arg("attach").arg(&job.run).output().unwrap();
+    let out = job.command().arg("attach").arg(&job.run).output();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is not running (dead)"),
@@ -335,12 +320,11 @@ fn a_job_that_cannot_serve_viewers_fails_at_start_with_the_reason() {
         .unwrap();
     let run = tmp.path().join("run");
     let data = common::subset_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--detach", "--data", data.to_str().unwrap(), "--devices", "cpu", "--train-limit", "200"])
         .args(["--run-dir", run.to_str().unwrap()])
         .env("XDG_RUNTIME_DIR", &runtime)
-        .output()
-        .unwrap();
+        .output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("background job exited") && err.contains("is not a private folder"), "{err}");
@@ -352,45 +336,38 @@ fn data_a_background_job_refuses_is_named_and_leaves_no_run_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let missing = tmp.path().join("no-such-data");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--detach", "--data", missing.to_str().unwrap(), "--devices", "cpu"])
         .args(["--run-dir", run.to_str().unwrap()])
         .env("XDG_RUNTIME_DIR", tmp.path())
-        .output()
-        .unwrap();
+        .output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("no-such-data") && !err.contains("dpt-tui: dpt-tui:"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(!run.exists(), "the directory made for the run is gone again");
     // A setting the front can judge is refused before the run directory exists.
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--detach", "--data", common::subset_dir().to_str().unwrap(), "--lr", "-1"])
         .args(["--run-dir", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--lr"));
     assert!(!run.exists());
     // A finished run whose continuation is refused keeps its config.toml and its log.
     let data = common::subset_dir();
-    let first = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let first = Dpt::new()
         .args(["--detach", "--data", data.to_str().unwrap(), "--devices", "cpu", "--epochs", "1"])
         .args(["--train-limit", "256", "--test-limit", "128", "--run-dir", run.to_str().unwrap()])
         .env("XDG_RUNTIME_DIR", tmp.path())
-        .output()
-        .unwrap();
+        .output();
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     common::wait_for_summary(&run, WAIT);
     // The job is gone once it no longer serves (its server.json removed on the way out).
-    let deadline = Instant::now() + WAIT;
-    while run.join("server.json").exists() {
-        assert!(Instant::now() < deadline, "the finished job still serves");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until(WAIT, "end of the finished job's serving", || !run.join("server.json").exists());
     let config = std::fs::read(run.join("config.toml")).unwrap();
     let log = std::fs::read_to_string(run.join("server.log")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args([
             "--detach",
             "--resume",
@@ -401,8 +378,7 @@ fn data_a_background_job_refuses_is_named_and_leaves_no_run_directory() {
             "2",
         ])
         .env("XDG_RUNTIME_DIR", tmp.path())
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read(run.join("config.toml")).unwrap(), config, "the run's settings stay");
     let after = std::fs::read_to_string(run.join("server.log")).unwrap();
@@ -416,13 +392,12 @@ fn a_detached_job_is_listed_and_attached_from_any_directory() {
     let xdg = runtime.path().to_str().unwrap();
     let started_in = tempfile::tempdir().unwrap();
     let data = common::subset_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .current_dir(started_in.path())
+    let out = Dpt::new()
+        .dir(started_in.path())
         .env("XDG_RUNTIME_DIR", xdg)
         .args(["--detach", "--data", data.to_str().unwrap(), "--devices", "cpu:2", "--train-limit", "600"])
         .args(["--batch-size", "100", "--log-every", "2", "--epochs", "1000"])
-        .output()
-        .unwrap();
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     // The default run directory is under the starting directory, and every hint is absolute.
@@ -434,12 +409,7 @@ fn a_detached_job_is_listed_and_attached_from_any_directory() {
 
     // From elsewhere: `ls` lists the running job with its absolute path.
     let elsewhere = tempfile::tempdir().unwrap();
-    let ls = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .current_dir(elsewhere.path())
-        .env("XDG_RUNTIME_DIR", xdg)
-        .arg("ls")
-        .output()
-        .unwrap();
+    let ls = Dpt::new().dir(elsewhere.path()).env("XDG_RUNTIME_DIR", xdg).arg("ls").output();
     let text = String::from_utf8_lossy(&ls.stdout);
     assert!(
         text.lines().any(|l| l.starts_with("running") && l.ends_with(&run.display().to_string())),
@@ -456,16 +426,10 @@ fn a_detached_job_is_listed_and_attached_from_any_directory() {
     // With no job of ours running, a bare attach says what to do instead.
     let v = attach(&run, false).unwrap();
     v.controls.send(Control::Stop).unwrap();
-    until(&v.records, |e| matches!(e, Record::Summary(_)));
-    let deadline = Instant::now() + WAIT;
-    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .env("XDG_RUNTIME_DIR", xdg)
-        .arg("attach")
-        .output()
-        .unwrap();
+    until_record(&v.records, WAIT, |e| matches!(e, Record::Summary(_)));
+    // Gone, or still a zombie after WAIT (attach is checked either way).
+    let _ = within(WAIT, || !Path::new(&format!("/proc/{pid}")).exists());
+    let out = Dpt::new().env("XDG_RUNTIME_DIR", xdg).arg("attach").output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("none of your jobs is running"));
 }

@@ -4,24 +4,25 @@
 //! and changes nothing; each restart is in the record.
 
 use crate::common;
+use common::Dpt;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Output};
 
 use serde_json::Value;
 
 const EPOCHS: &str = "8";
 
-fn command(run: &Path, extra: &[&str]) -> Command {
+fn command(run: &Path, extra: &[&str]) -> Dpt {
     let data = common::subset_dir();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(["--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "100"])
+    let mut c = Dpt::new();
+    c.data(data)
+        .args(["--train-limit", "600", "--test-limit", "100"])
         .args(["--batch-size", "100", "--epochs", EPOCHS, "--devices", "cpu:2", "--headless"])
-        .arg("--run-dir")
-        .arg(run)
+        .run_dir(run)
         .args(extra)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .scratch_runtime()
         .env_remove("SLURM_RESTART_COUNT")
         .env_remove("TORCHELASTIC_RESTART_COUNT");
     c
@@ -31,13 +32,8 @@ type Lines = std::io::Lines<BufReader<ChildStdout>>;
 
 /// Starts `c` slowed down (every step 60 ms longer, which changes no number), and reads its
 /// lines until one starts with `line`; the rest of its lines are the caller's to read.
-fn start_until(mut c: Command, line: &str) -> (Child, Lines) {
-    let mut child = c
-        .env("DPT_INJECT_FAULT", "slow-replica=0@60")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+fn start_until(mut c: Dpt, line: &str) -> (Child, Lines) {
+    let mut child = c.env("DPT_INJECT_FAULT", "slow-replica=0@60").piped().spawn();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let found = lines.any(|l| l.unwrap().starts_with(line));
     if !found {
@@ -63,7 +59,7 @@ fn records(run: &Path) -> Vec<Value> {
 fn the_same_command_continues_after_a_kill_and_a_preemption_and_ends_as_a_straight_run() {
     let tmp = tempfile::tempdir().unwrap();
     let straight = tmp.path().join("straight");
-    let out = command(&straight, &[]).output().unwrap();
+    let out = command(&straight, &[]).output();
     assert!(out.status.success(), "{}", text(&out));
 
     let run = tmp.path().join("run");
@@ -75,7 +71,7 @@ fn the_same_command_continues_after_a_kill_and_a_preemption_and_ends_as_a_straig
 
     // Other settings: refused, naming them, and nothing saved is touched.
     let checkpoint = std::fs::read(run.join("checkpoint.safetensors")).unwrap();
-    let out = command(&run, &["--seed", "5", "--lr", "0.3"]).output().unwrap();
+    let out = command(&run, &["--seed", "5", "--lr", "0.3"]).output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -98,7 +94,7 @@ fn the_same_command_continues_after_a_kill_and_a_preemption_and_ends_as_a_straig
     // torchrun's restart: finishes the run.
     let mut restarted = command(&run, &[]);
     restarted.env("TORCHELASTIC_RESTART_COUNT", "2");
-    let out = restarted.output().unwrap();
+    let out = restarted.output();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("continuing the run (torchrun restart 2) from step"), "{}", text(&out));
 
@@ -126,7 +122,7 @@ fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
     let every = ["--epochs", "2", "--checkpoint-every", "4steps", "--keep-checkpoints", "3"];
     let mut c = command(&run, &every);
     c.args(["--model", "mnist-net"]);
-    let out = c.output().unwrap();
+    let out = c.output();
     assert!(out.status.success(), "{}", text(&out));
     let steps: Vec<u64> = records(&run)
         .iter()
@@ -145,7 +141,7 @@ fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
     );
     // The mid-epoch checkpoint of step 4, resumed elsewhere, ends with the same weights.
     let resumed = tmp.path().join("resumed");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--resume"])
         .arg(run.join("checkpoints/step-000000004.safetensors"))
         .args([
@@ -159,8 +155,7 @@ fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
         .args(["--devices", "cpu:2"])
         .arg("--run-dir")
         .arg(&resumed)
-        .output()
-        .unwrap();
+        .output();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("resumed from the checkpoint at epoch 1 step 4"), "{}", text(&out));
     for ((n, a), (m, b)) in common::weights(&run).iter().zip(&common::weights(&resumed)) {
@@ -168,7 +163,7 @@ fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
         assert!(a.equal(b), "{n} differs after resuming the step-4 checkpoint");
     }
     // A bad cadence is one line, exit 2.
-    let out = command(&tmp.path().join("bad"), &["--checkpoint-every", "5 fortnights"]).output().unwrap();
+    let out = command(&tmp.path().join("bad"), &["--checkpoint-every", "5 fortnights"]).output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a cadence"));
 }
@@ -177,21 +172,19 @@ fn checkpoints_by_steps_keep_the_newest_and_each_continues_exactly() {
 fn a_resume_takes_the_data_and_its_limits_from_the_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let straight = tmp.path().join("straight");
-    let out = command(&straight, &["--epochs", "2", "--val-fraction", "0.2"]).output().unwrap();
+    let out = command(&straight, &["--epochs", "2", "--val-fraction", "0.2"]).output();
     assert!(out.status.success(), "{}", text(&out));
     let run = tmp.path().join("run");
-    let out =
-        command(&run, &["--epochs", "2", "--val-fraction", "0.2", "--max-steps", "5"]).output().unwrap();
+    let out = command(&run, &["--epochs", "2", "--val-fraction", "0.2", "--max-steps", "5"]).output();
     assert!(out.status.success(), "{}", text(&out));
     // No data flag at all, from another folder: the checkpoint says which data and how much.
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--resume"])
         .arg(&run)
-        .current_dir(tmp.path())
+        .dir(tmp.path())
         .env_remove("DPT_DATA")
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap();
+        .scratch_runtime()
+        .output();
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("480 train / 120 val / 100 test samples"), "{said}");
@@ -231,15 +224,15 @@ fn an_image_folder_without_normalize_continues_by_the_same_command_as_a_straight
     write_rgb_folder(&data.join("test"), &subset.test, 60);
     let model = common::make_model("mlp", 3, tmp.path());
     let command = |run: &Path, extra: &[&str]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        let mut c = Dpt::new();
         c.args(["--headless", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()])
-            .args(["--batch-size", "50", "--epochs", "2", "--devices", "cpu:2", "--lr", "0.05", "--run-dir"])
-            .arg(run)
+            .args(["--batch-size", "50", "--epochs", "2", "--devices", "cpu:2", "--lr", "0.05"])
+            .run_dir(run)
             .args(extra)
-            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .scratch_runtime()
             .env_remove("SLURM_RESTART_COUNT")
             .env_remove("TORCHELASTIC_RESTART_COUNT");
-        c.output().unwrap()
+        c.output()
     };
     let straight = tmp.path().join("straight");
     let out = command(&straight, &[]);

@@ -4,10 +4,10 @@
 //! an attached viewer, as the dashboard steers it).
 
 use crate::common;
+use common::{until_record, Dpt};
 
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
 use dpt_protocol::device::DeviceId;
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;
 use dpt_tui::engine::{Continuation, Control, Engine, Record, Resume, TrainConfig};
@@ -16,19 +16,6 @@ use dpt_tui::persist::checkpoint::Checkpoint;
 use dpt_tui::record::Change;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-/// Receives records until one matches `want`, returning it and everything before it.
-fn until(records: &Receiver<Record>, want: impl Fn(&Record) -> bool) -> (Record, Vec<Record>) {
-    let mut before = Vec::new();
-    loop {
-        let r = records.recv_timeout(WAIT).expect("the run goes on");
-        assert!(!matches!(r, Record::Event(Change::Failed { .. })), "run failed: {r:?}");
-        if want(&r) {
-            return (r, before);
-        }
-        before.push(r);
-    }
-}
 
 /// Two CPU replicas of LeNet, 8 steps an epoch for 3 epochs, a rewind point and a kept
 /// checkpoint every 4 steps.
@@ -87,9 +74,10 @@ fn a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_skip() {
     let controls = engine.controls();
 
     // Pause in the second epoch, after the points at steps 4, 8 and 12 (the one at 0 dropped).
-    let (_, mut before) = until(&records, |r| matches!(r, Record::Step(s) if s.global_step >= 13));
+    let (_, mut before) =
+        until_record(&records, WAIT, |r| matches!(r, Record::Step(s) if s.global_step >= 13));
     controls.send(Control::Pause).unwrap();
-    let (paused, more) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let (paused, more) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Paused { .. })));
     before.extend(more);
     let Record::Event(Change::Paused { global_step: at }) = paused else { unreachable!() };
     let points: Vec<usize> = before
@@ -103,29 +91,30 @@ fn a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_skip() {
 
     // A step without a point is refused, naming the points kept.
     controls.send(Control::Rewind { global_step: 6, lr: Some(0.05), skip: true }).unwrap();
-    let (refused, _) = until(&records, |r| matches!(r, Record::Event(Change::Refused { .. })));
+    let (refused, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Refused { .. })));
     let Record::Event(Change::Refused { reason }) = refused else { unreachable!() };
     assert!(reason.contains("no rewind point at step 6") && reason.contains("8, 12"), "{reason}");
 
     controls.send(Control::Rewind { global_step: 8, lr: Some(0.05), skip: true }).unwrap();
-    let (rewound, _) = until(&records, |r| matches!(r, Record::Event(Change::Rewound { .. })));
+    let (rewound, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Rewound { .. })));
     let Record::Event(Change::Rewound { from, to, lr, skipped, epoch, step }) = rewound else {
         unreachable!()
     };
     assert_eq!((from, to, lr, epoch, step), (at, 8, 0.05, 1, 0));
     assert_eq!(skipped, at - 8, "the batches from the point to the pause");
-    let (next, _) = until(&records, |r| matches!(r, Record::Step(_)));
+    let (next, _) = until_record(&records, WAIT, |r| matches!(r, Record::Step(_)));
     let Record::Step(next) = next else { unreachable!() };
     assert_eq!((next.global_step, next.lr), (9, 0.05), "the run goes on from the point");
 
     // A save asked for now writes the data's place, ahead of the global step by the skip.
     controls.send(Control::Pause).unwrap();
-    let (paused, _) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let (paused, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Paused { .. })));
     let Record::Event(Change::Paused { global_step: now }) = paused else { unreachable!() };
     let elsewhere = tempfile::tempdir().unwrap();
     controls.send(Control::SaveTo { dir: elsewhere.path().to_owned() }).unwrap();
-    until(
+    until_record(
         &records,
+        WAIT,
         |r| matches!(r, Record::Event(Change::Checkpointed { path, .. }) if path.contains(elsewhere.path().to_str().unwrap())),
     );
     let saved = Checkpoint::read(&elsewhere.path().join("checkpoint.safetensors")).unwrap().state;
@@ -158,17 +147,17 @@ fn a_checkpoint_kept_on_disk_is_a_rewind_point_of_a_one_process_run() {
     cfg.settings.checkpoints.snapshots = 0;
     let engine = Engine::start(cfg, data.clone()).unwrap();
     let (records, controls) = (engine.events().clone(), engine.controls());
-    until(&records, |r| matches!(r, Record::Step(s) if s.global_step >= 13));
+    until_record(&records, WAIT, |r| matches!(r, Record::Step(s) if s.global_step >= 13));
     controls.send(Control::Pause).unwrap();
-    let (paused, _) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let (paused, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Paused { .. })));
     let Record::Event(Change::Paused { global_step: at }) = paused else { unreachable!() };
     controls.send(Control::Rewind { global_step: 6, lr: None, skip: false }).unwrap();
-    let (refused, _) = until(&records, |r| matches!(r, Record::Event(Change::Refused { .. })));
+    let (refused, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Refused { .. })));
     let Record::Event(Change::Refused { reason }) = refused else { unreachable!() };
     // Step 12's may still be on its way to the disk (the checkpoint thread writes it).
     assert!(reason.contains("the points are at steps 4, 8"), "the checkpoints on disk: {reason}");
     controls.send(Control::Rewind { global_step: 8, lr: Some(0.05), skip: true }).unwrap();
-    let (rewound, _) = until(&records, |r| matches!(r, Record::Event(Change::Rewound { .. })));
+    let (rewound, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Rewound { .. })));
     let Record::Event(Change::Rewound { to, skipped, .. }) = rewound else { unreachable!() };
     assert_eq!((to, skipped), (8, at - 8));
     let outcome = engine.join().unwrap();
@@ -182,15 +171,16 @@ fn a_hold_keeps_the_run_at_one_step_until_every_holder_lets_go_and_a_pause_outla
     let tmp = tempfile::tempdir().unwrap();
     let engine = Engine::start(config(tmp.path()), common::subset(512, 100)).unwrap();
     let (records, controls) = (engine.events().clone(), engine.controls());
-    until(&records, |r| matches!(r, Record::Step(s) if s.global_step >= 6));
+    until_record(&records, WAIT, |r| matches!(r, Record::Step(s) if s.global_step >= 6));
     // Two viewers' dialogs open.
     controls.send(Control::Hold { on: true }).unwrap();
     controls.send(Control::Hold { on: true }).unwrap();
-    let (paused, _) = until(&records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let (paused, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Paused { .. })));
     let Record::Event(Change::Paused { global_step: at }) = paused else { unreachable!() };
     // Another viewer's `p` does not let the run go from under them.
     controls.send(Control::Resume).unwrap();
-    let (refused, first) = until(&records, |r| matches!(r, Record::Event(Change::Refused { .. })));
+    let (refused, first) =
+        until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Refused { .. })));
     assert!(matches!(refused, Record::Event(Change::Refused { reason }) if reason.contains("rewind dialog")));
     // One closes; a user pauses under the other, which then closes too.
     controls.send(Control::Hold { on: false }).unwrap();
@@ -198,10 +188,12 @@ fn a_hold_keeps_the_run_at_one_step_until_every_holder_lets_go_and_a_pause_outla
     controls.send(Control::Hold { on: false }).unwrap();
     // An lr change, said at the step it is applied at: the run is still where it was held.
     controls.send(Control::SetLr { lr: 0.05 }).unwrap();
-    let (changed, between) = until(&records, |r| matches!(r, Record::Event(Change::LrChanged { .. })));
+    let (changed, between) =
+        until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::LrChanged { .. })));
     assert!(matches!(changed, Record::Event(Change::LrChanged { global_step, .. }) if global_step == at));
     controls.send(Control::Resume).unwrap();
-    let (resumed, more) = until(&records, |r| matches!(r, Record::Event(Change::Resumed { .. })));
+    let (resumed, more) =
+        until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Resumed { .. })));
     assert_eq!(resumed, Record::Event(Change::Resumed { global_step: at }));
     let held: Vec<&Record> = first.iter().chain(&between).chain(&more).collect();
     assert!(
@@ -229,12 +221,15 @@ fn two_ranks(args: &[String], run: &std::path::Path, env: &[(&str, &str)]) -> Ve
     let port = common::free_port();
     (0..2)
         .map(|r| {
-            let mut c = common::rank(r, 2, port, args);
-            c.envs(env.iter().copied());
-            if r == 0 {
-                c.arg("--run-dir").arg(run);
+            let mut c = Dpt::new();
+            c.args(args).rank(r, 2, port);
+            for (k, v) in env {
+                c.env(k, v);
             }
-            c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+            if r == 0 {
+                c.run_dir(run);
+            }
+            c.piped().spawn()
         })
         .collect()
 }
@@ -245,15 +240,13 @@ fn on_two_processes_a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_ski
     let run = tmp.path().join("run");
     // 100 ms more a step on each rank, so that the pause lands where it is asked.
     let ranks = two_ranks(&two_rank_flags(&[]), &run, &[("DPT_INJECT_FAULT", "slow-replica=0@100")]);
-    let deadline = std::time::Instant::now() + WAIT;
-    while dpt_tui::remote::client::server_info(&run).is_none() {
-        assert!(std::time::Instant::now() < deadline, "rank 0 serves its socket");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::until(WAIT, "socket served by rank 0", || dpt_tui::remote::client::server_info(&run).is_some());
     let viewer = dpt_tui::remote::client::attach(&run, false).unwrap();
-    let (_, mut seen) = until(&viewer.records, |r| matches!(r, Record::Step(s) if s.global_step >= 9));
+    let (_, mut seen) =
+        until_record(&viewer.records, WAIT, |r| matches!(r, Record::Step(s) if s.global_step >= 9));
     viewer.controls.send(Control::Pause).unwrap();
-    let (_, more) = until(&viewer.records, |r| matches!(r, Record::Event(Change::Paused { .. })));
+    let (_, more) =
+        until_record(&viewer.records, WAIT, |r| matches!(r, Record::Event(Change::Paused { .. })));
     seen.extend(more);
     let points: Vec<usize> = seen
         .iter()
@@ -265,7 +258,8 @@ fn on_two_processes_a_rewind_with_skip_ends_as_a_resume_with_the_same_lr_and_ski
     // The middle one of the three kept.
     let to = points[points.len() - 2];
     viewer.controls.send(Control::Rewind { global_step: to, lr: Some(0.05), skip: true }).unwrap();
-    let (rewound, _) = until(&viewer.records, |r| matches!(r, Record::Event(Change::Rewound { .. })));
+    let (rewound, _) =
+        until_record(&viewer.records, WAIT, |r| matches!(r, Record::Event(Change::Rewound { .. })));
     let Record::Event(Change::Rewound { to: back, skipped, .. }) = rewound else { unreachable!() };
     assert_eq!(back, to);
     assert!(skipped >= 2, "{skipped}");
@@ -294,8 +288,7 @@ fn the_same_resume_command_run_again_does_not_skip_or_set_the_lr_twice() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let dpt = |extra: &[&str]| {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-        c.args(common::training(&[["--epochs", "3"].as_slice(), extra].concat())).output().unwrap()
+        Dpt::new().args(common::training(&[["--epochs", "3"].as_slice(), extra].concat())).output()
     };
     // 600 images in batches of 100: 6 steps an epoch. Two steps, checkpointed at the end.
     common::ok(&dpt(&["--run-dir", run.to_str().unwrap(), "--max-steps", "2"]));

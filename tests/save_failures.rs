@@ -6,9 +6,9 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::Dpt;
 use dpt_tui::engine::Control;
 use dpt_tui::record::{Change, Record};
 use dpt_tui::remote::client::server_info;
@@ -16,13 +16,12 @@ use dpt_tui::remote::client::server_info;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// `dpt-tui args` with a 300 KB tmpfs mounted at `mount`, seen only by it and its children.
-fn on_small_fs(mount: &Path, args: &[&str]) -> Command {
+fn on_small_fs(mount: &Path, args: &[&str]) -> Dpt {
     std::fs::create_dir_all(mount).unwrap();
-    let mut c = Command::new("unshare");
-    c.args(["-rm", "sh", "-c", "mount -t tmpfs -o size=300k dpt-test \"$0\" && exec \"$@\""])
-        .arg(mount)
-        .arg(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(args);
+    let mount_then_exec = "mount -t tmpfs -o size=300k dpt-test \"$0\" && exec \"$@\"";
+    let wrapper = ["-rm", "sh", "-c", mount_then_exec].map(std::ffi::OsStr::new);
+    let mut c = Dpt::under("unshare", wrapper.iter().copied().chain([mount.as_os_str()]));
+    c.args(args);
     c
 }
 
@@ -56,7 +55,7 @@ fn headless_retries_a_failed_final_save_then_exits_1() {
     let mut args = training(&run);
     args.extend(["--headless", "--save-retries", "2", "--save-retry-secs", "0.1"].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = on_small_fs(&mount, &args).output().unwrap();
+    let out = on_small_fs(&mount, &args).output();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     let tries: Vec<&str> = stdout.lines().filter(|l| l.starts_with("cannot save")).collect();
@@ -77,7 +76,7 @@ fn a_background_job_pauses_until_its_weights_are_saved_elsewhere() {
     let mut args = vec!["--detach".to_owned()];
     args.extend(training(&run));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = on_small_fs(&mount, &args).env("XDG_RUNTIME_DIR", runtime.path()).output().unwrap();
+    let out = on_small_fs(&mount, &args).env("XDG_RUNTIME_DIR", runtime.path()).output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // The run directory is on the small file system, seen only inside the job's namespace;
     // the socket is not, and the hint names it.
@@ -113,8 +112,5 @@ fn a_background_job_pauses_until_its_weights_are_saved_elsewhere() {
     let weights = tch::Tensor::read_safetensors(elsewhere.join("model.safetensors")).unwrap();
     assert_eq!(weights.len(), 8, "lenet's tensors");
     assert!(elsewhere.join("checkpoint.safetensors").exists());
-    let deadline = Instant::now() + WAIT;
-    while Path::new(&format!("/proc/{}", info.pid)).exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _ = common::within(WAIT, || !Path::new(&format!("/proc/{}", info.pid)).exists());
 }

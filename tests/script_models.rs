@@ -4,9 +4,9 @@
 //! reloaded in Python, and every bad model refused before anything is written.
 
 use crate::common;
+use common::Dpt;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use dpt_protocol::device::DeviceId;
@@ -108,11 +108,10 @@ fn the_exported_model_reloads_in_python_with_the_accuracy_dpt_tui_reported() {
     let dir = tempfile::tempdir().unwrap();
     let model = common::make_model("cnn", 1, dir.path());
     let run = dir.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--devices", "cpu:2", "--epochs", "2", "--model", model.to_str().unwrap()])
         .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("cnn1.pt (TorchScript)"), "the start line names the file:\n{stdout}");
@@ -170,11 +169,10 @@ fn bad_models_are_refused_at_start_with_one_line_and_nothing_written() {
     ];
     for (model, needle) in cases {
         let run = dir.path().join("never");
-        let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+        let out = Dpt::new()
             .args(["--headless", "--devices", "cpu", "--model", model.to_str().unwrap()])
             .args(["--data", common::subset_dir().to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-            .output()
-            .unwrap();
+            .output();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{model:?}: {stderr}");
         assert!(stderr.contains(needle), "{model:?}: expected {needle:?} in {stderr}");

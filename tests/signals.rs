@@ -6,20 +6,19 @@ use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::records;
+use common::{records, Dpt};
 
 /// Starts a long headless run, waits for its first progress line, sends the signals in turn.
 fn interrupt(run: &Path, signals: &[&str]) -> (Option<i32>, String) {
     let data = common::subset_dir();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let mut child = Dpt::new()
         .args(["--data", data.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "400", "--log-every", "2"])
         .args(["--train-limit", "600", "--batch-size", "100", "--run-dir", run.to_str().unwrap()])
         .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut out = String::new();
     for line in lines.by_ref() {
@@ -57,7 +56,7 @@ fn sigint_stops_saves_and_says_how_to_resume() {
     assert_eq!(recs.last().unwrap()["reason"], "stopped");
 
     // Resume from the run directory; it continues there, to a new epoch count.
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args([
             "--data",
             common::subset_dir().to_str().unwrap(),
@@ -67,8 +66,7 @@ fn sigint_stops_saves_and_says_how_to_resume() {
             "600",
         ])
         .args(["--resume", run.to_str().unwrap(), "--epochs", "4"])
-        .output()
-        .unwrap();
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("resumed from the checkpoint at epoch"), "{stdout}");
@@ -135,8 +133,7 @@ fn bad_resume_input_is_exit_2() {
         (vec!["--resume", garbage.to_str().unwrap()], "cannot read checkpoint"),
         (vec!["--resume", "/no/such/run"], "cannot read checkpoint"),
     ] {
-        let out =
-            Command::new(env!("CARGO_BIN_EXE_dpt-tui")).args(["--data", d]).args(&args).output().unwrap();
+        let out = Dpt::new().args(["--data", d]).args(&args).output();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(needle), "{err}");
@@ -144,12 +141,11 @@ fn bad_resume_input_is_exit_2() {
     }
     // A real checkpoint of lenet, resumed as mnist-net.
     let run = tmp.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--data", d, "--train-limit", "200", "--max-steps", "1", "--run-dir", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     assert!(out.status.success());
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args([
             "--data",
             d,
@@ -160,15 +156,12 @@ fn bad_resume_input_is_exit_2() {
             "--resume",
             run.to_str().unwrap(),
         ])
-        .output()
-        .unwrap();
+        .output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("belongs to model 'lenet', not 'mnist-net'"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .args(["--data", d, "--train-limit", "300", "--resume", run.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out =
+        Dpt::new().args(["--data", d, "--train-limit", "300", "--resume", run.to_str().unwrap()]).output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("trained on 200 samples"), "{err}");

@@ -4,9 +4,9 @@
 //! than its budget, and names (and counts) images that fail to decode while training.
 
 use crate::common;
+use common::Dpt;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use dpt_tui::data::idx::encode_idx;
 use dpt_tui::data::{Pixels, Split};
@@ -48,18 +48,10 @@ fn write_jpeg_folder(dir: &Path, (train, test): (usize, usize), side: u32, color
     }
 }
 
-fn dpt(data: &Path, run: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(["--headless", "--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
-        .args(extra)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+fn dpt(data: &Path, run: &Path, extra: &[&str]) -> Dpt {
+    let mut c = Dpt::new();
+    c.headless().data(data).run_dir(run).args(extra).scratch_runtime();
     c
-}
-
-fn ok(out: Output) -> String {
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
-    text
 }
 
 fn largest_difference(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
@@ -76,9 +68,9 @@ fn resident_and_streamed(
     stream: &[&str],
 ) -> (String, std::path::PathBuf) {
     let resident = root.join("resident");
-    ok(dpt(data, &resident, flags).args(["--loader", "resident"]).output().unwrap());
+    dpt(data, &resident, flags).args(["--loader", "resident"]).ok();
     let streamed = root.join("streamed");
-    let said = ok(dpt(data, &streamed, flags).args(["--loader", "stream"]).args(stream).output().unwrap());
+    let said = dpt(data, &streamed, flags).args(["--loader", "stream"]).args(stream).ok();
     assert!(said.contains("streamed"), "the data's description says it streams: {said}");
     same_weights(&resident, &streamed);
     (said, streamed)
@@ -141,11 +133,11 @@ fn a_streamed_run_stopped_mid_epoch_continues_to_the_weights_of_a_straight_one()
     let flags = ["--model", "lenet", "--devices", "cpu:2", "--epochs", "2", "--batch-size", "100"];
     let flags = [&flags[..], &["--augment", "cifar", "--loader", "stream"]].concat();
     let straight = tmp.path().join("straight");
-    ok(dpt(&folder, &straight, &flags).output().unwrap());
+    dpt(&folder, &straight, &flags).ok();
     // Stopped at step 7 of 12 in the first epoch, then the same command finishes the run.
     let stopped = tmp.path().join("stopped");
-    ok(dpt(&folder, &stopped, &flags).args(["--max-steps", "7"]).output().unwrap());
-    let again = ok(dpt(&folder, &stopped, &flags).output().unwrap());
+    dpt(&folder, &stopped, &flags).args(["--max-steps", "7"]).ok();
+    let again = dpt(&folder, &stopped, &flags).ok();
     assert!(again.contains("continuing the run"), "{again}");
     same_weights(&straight, &stopped);
 }
@@ -162,7 +154,7 @@ fn streaming_keeps_the_process_within_its_budget_where_resident_data_does_not() 
         ["--model", model.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "1", "--batch-size", "100"];
     let peak = |loader: &[&str], run: &str| {
         let run = tmp.path().join(run);
-        ok(dpt(&folder, &run, &flags).args(loader).output().unwrap());
+        dpt(&folder, &run, &flags).args(loader).ok();
         summary(&run)["peak_rss_mib"].as_f64().expect("the summary records the peak memory")
     };
     let resident = peak(&["--loader", "resident"], "resident");
@@ -177,12 +169,11 @@ fn streaming_keeps_the_process_within_its_budget_where_resident_data_does_not() 
     assert!(streamed < 1200.0, "the whole process under 1.2 GB while streaming: {streamed:.0} MiB");
     // The same data under --loader auto and a budget it does not fit in streams.
     let run = tmp.path().join("auto");
-    let said = ok(dpt(&folder, &run, &flags).args(["--data-memory", "64M"]).output().unwrap());
+    let said = dpt(&folder, &run, &flags).args(["--data-memory", "64M"]).ok();
     assert!(said.contains("streamed"), "{said}");
     // A budget that cannot hold three batches per replica is refused, saying what to change.
     let tiny = tmp.path().join("tiny");
-    let out =
-        dpt(&folder, &tiny, &flags).args(["--loader", "stream", "--data-memory", "8M"]).output().unwrap();
+    let out = dpt(&folder, &tiny, &flags).args(["--loader", "stream", "--data-memory", "8M"]).output();
     assert_eq!(out.status.code(), Some(2));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -200,23 +191,14 @@ fn two_processes_stream_their_own_shards_to_the_weights_of_one_process() {
     let flags = ["--model", "lenet", "--epochs", "2", "--batch-size", "100", "--augment", "cifar"];
     let flags = [&flags[..], &["--loader", "stream", "--data-memory", "256K"]].concat();
     let one = tmp.path().join("one");
-    ok(dpt(&folder, &one, &flags).args(["--devices", "cpu:2"]).output().unwrap());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    dpt(&folder, &one, &flags).args(["--devices", "cpu:2"]).ok();
+    let port = common::free_port();
     let two = tmp.path().join("two");
     let ranks: Vec<_> = (0..2)
-        .map(|r| {
-            dpt(&folder, &two, &flags)
-                .args(["--devices", "cpu:1", "--rank", &r.to_string(), "--world-size", "2"])
-                .args(["--master-addr", "127.0.0.1", "--master-port", &port])
-                .env("LOCAL_WORLD_SIZE", "2")
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|r| dpt(&folder, &two, &flags).args(["--devices", "cpu:1"]).rank(r, 2, port).piped().spawn())
         .collect();
     for r in ranks {
-        ok(r.wait_with_output().unwrap());
+        common::ok(&r.wait_with_output().unwrap());
     }
     let d = largest_difference(&common::weights(&one), &common::weights(&two));
     assert!(d < 1e-5, "every sample once per epoch, split over the ranks as over the replicas ({d})");
@@ -249,7 +231,7 @@ fn images_that_fail_to_decode_while_streaming_are_named_counted_and_bounded() {
     ];
     let run = tmp.path().join("lenient");
     // 0.005 of 700 images: 3 may fail, each counted once however many epochs meet it.
-    let said = ok(dpt(&folder, &run, &flags).args(["--max-bad-images", "0.005"]).output().unwrap());
+    let said = dpt(&folder, &run, &flags).args(["--max-bad-images", "0.005"]).ok();
     assert!(said.contains(&format!("skipped an image that does not decode: {}", cut[1].display())), "{said}");
     let records = common::wait_for_summary(&run, std::time::Duration::from_secs(5));
     let skipped = |r: &&serde_json::Value| {
@@ -258,7 +240,7 @@ fn images_that_fail_to_decode_while_streaming_are_named_counted_and_bounded() {
     // Each epoch meets the three again.
     assert_eq!(records.iter().filter(skipped).count(), 6, "named in the record, every time");
     // More than the share allowed (0.001 of 700 images: none) fails the run, naming one.
-    let out = dpt(&folder, &tmp.path().join("strict"), &flags).output().unwrap();
+    let out = dpt(&folder, &tmp.path().join("strict"), &flags).output();
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -286,7 +268,7 @@ fn the_imagenet_recipe_streams_images_of_any_size_and_needs_a_folder() {
         ["--model", model.to_str().unwrap(), "--devices", "cpu:2", "--epochs", "2", "--batch-size", "50"];
     let flags = [&flags[..], &["--augment", "imagenet", "--image-size", "32,32"]].concat();
     let run = tmp.path().join("run");
-    let said = ok(dpt(&folder, &run, &flags).output().unwrap());
+    let said = dpt(&folder, &run, &flags).ok();
     assert!(
         said.contains("random-resized crop (scale 0.08-1, ratio 0.750-1.333) + horizontal flip"),
         "{said}"
@@ -295,13 +277,11 @@ fn the_imagenet_recipe_streams_images_of_any_size_and_needs_a_folder() {
     let last = summary(&run);
     assert_eq!(last["epochs_done"], 2, "{last}");
     // Asked to keep the data resident, or given data that is read whole, it says why not.
-    let out =
-        dpt(&folder, &tmp.path().join("resident"), &flags).args(["--loader", "resident"]).output().unwrap();
+    let out = dpt(&folder, &tmp.path().join("resident"), &flags).args(["--loader", "resident"]).output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("drop --loader resident"));
     let idx = common::subset_dir();
-    let out =
-        dpt(&idx, &tmp.path().join("idx"), &["--model", "lenet", "--augment", "imagenet"]).output().unwrap();
+    let out = dpt(&idx, &tmp.path().join("idx"), &["--model", "lenet", "--augment", "imagenet"]).output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
 }
@@ -344,12 +324,10 @@ fn a_large_folders_index_is_cached_for_the_next_run_until_the_folder_changes() {
     }
     let cache = tmp.path().join("cache");
     let run = |name: &str| {
-        let out = dpt(&folder, &tmp.path().join(name), &["--model", "lenet", "--devices", "cpu:1"])
+        dpt(&folder, &tmp.path().join(name), &["--model", "lenet", "--devices", "cpu:1"])
             .args(["--loader", "stream", "--max-steps", "1", "--batch-size", "8", "--max-bad-images", "1"])
             .env("XDG_CACHE_HOME", &cache)
-            .output()
-            .unwrap();
-        ok(out)
+            .ok()
     };
     let first = run("first");
     assert!(first.contains("20000 train"), "{first}");
@@ -390,7 +368,7 @@ fn uint8_npy_arrays_stream_from_their_rows_to_the_resident_weights() {
     let (said, _) = resident_and_streamed(&arrays, tmp.path(), &flags, &[]);
     assert!(said.contains("NumPy arrays in"), "{said}");
     // Arrays hold no image to crop at its own size.
-    let out = dpt(&arrays, &tmp.path().join("rrc"), &flags).args(["--augment", "imagenet"]).output().unwrap();
+    let out = dpt(&arrays, &tmp.path().join("rrc"), &flags).args(["--augment", "imagenet"]).output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an image folder or WebDataset shards"));
 }
@@ -433,14 +411,14 @@ fn cifar_batches_and_raw_idx_files_stream_from_their_rows_to_the_resident_weight
     let (said, _) = resident_and_streamed(&idx, &tmp.path().join("idx-runs"), &lenet, &[]);
     assert!(said.contains("IDX files in"), "{said}");
     let gz = common::subset_dir();
-    let out = dpt(&gz, &tmp.path().join("gz"), &lenet).args(["--loader", "stream"]).output().unwrap();
+    let out = dpt(&gz, &tmp.path().join("gz"), &lenet).args(["--loader", "stream"]).output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("gunzip the IDX files"), "{out:?}");
     // A truncated raw file is named before anything trains.
     let images = idx.join("train-images-idx3-ubyte");
     let bytes = std::fs::read(&images).unwrap();
     std::fs::write(&images, &bytes[..bytes.len() - 10]).unwrap();
-    let out = dpt(&idx, &tmp.path().join("cut"), &lenet).args(["--loader", "stream"]).output().unwrap();
+    let out = dpt(&idx, &tmp.path().join("cut"), &lenet).args(["--loader", "stream"]).output();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is truncated"), "{out:?}");
 }
@@ -457,6 +435,6 @@ fn a_gray_first_image_does_not_make_a_colour_folder_gray_when_streamed() {
     first.save(&files[0]).unwrap();
     let model = common::make_model("pooled", 3, tmp.path());
     let flags = ["--model", model.to_str().unwrap(), "--devices", "cpu:1", "--loader", "stream"];
-    let said = ok(dpt(&folder, &tmp.path().join("run"), &flags).args(["--max-steps", "1"]).output().unwrap());
+    let said = dpt(&folder, &tmp.path().join("run"), &flags).args(["--max-steps", "1"]).ok();
     assert!(said.contains("3x32x32"), "RGB, as all but one image: {said}");
 }

@@ -4,9 +4,9 @@
 //! run recorded without them, once.
 
 use crate::common;
+use common::Dpt;
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -72,12 +72,11 @@ fn every_scalar_reads_back_equal_with_tensorboards_reader_and_old_runs_get_their
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let data = common::subset_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let out = Dpt::new()
         .args(["--headless", "--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
         .args(["--devices", "cpu:2", "--epochs", "2", "--log-every", "3", "--lr", "0.15"])
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap();
+        .scratch_runtime()
+        .output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let tb = read_back(&run.join("tensorboard"));
     let compared = same_as_record(&tb, &common::records(&run));
@@ -93,12 +92,7 @@ fn every_scalar_reads_back_equal_with_tensorboards_reader_and_old_runs_get_their
 
     // A run recorded without event files gets them from its record, once.
     std::fs::remove_dir_all(run.join("tensorboard")).unwrap();
-    let show = |run: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-            .args(["show", run.to_str().unwrap(), "--tensorboard"])
-            .output()
-            .unwrap()
-    };
+    let show = |run: &Path| Dpt::new().args(["show", run.to_str().unwrap(), "--tensorboard"]).output();
     let out = show(&run);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("wrote "), "{out:?}");

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use crate::common;
+use common::Dpt;
 
 /// How many threads of process `pid` bear each name (an OpenMP helper bears its master's).
 fn thread_names(pid: u32) -> BTreeMap<String, usize> {
@@ -23,7 +24,7 @@ fn thread_names(pid: u32) -> BTreeMap<String, usize> {
 /// The thread names of a headless run on `data` with `flags`, once it has reported its third
 /// step (three updates done: the coordinator and the replica have run all their operations).
 fn names_at_third_step(data: &Path, run: &Path, flags: &[&str]) -> BTreeMap<String, usize> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
+    let mut child = Dpt::new()
         .args(["--headless", "--data", data.to_str().unwrap(), "--train-limit", "600", "--test-limit", "100"])
         .args(["--batch-size", "100", "--devices", "cpu", "--log-every", "1"])
         // Long enough to be still running when its third step is reported.
@@ -33,8 +34,7 @@ fn names_at_third_step(data: &Path, run: &Path, flags: &[&str]) -> BTreeMap<Stri
         .arg(run)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn();
     let mut steps = 0;
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
     for line in lines.map(Result::unwrap) {

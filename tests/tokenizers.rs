@@ -6,6 +6,7 @@
 //! token ids beyond the model's vocabulary are refused in one line before anything is written.
 
 use crate::common;
+use common::Dpt;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -172,12 +173,7 @@ fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
 }
 
 fn dpt(args: &[&str], cache: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_dpt-tui"))
-        .arg("--headless")
-        .args(args)
-        .env("XDG_CACHE_HOME", cache)
-        .output()
-        .unwrap()
+    Dpt::new().arg("--headless").args(args).env("XDG_CACHE_HOME", cache).output()
 }
 
 #[test]

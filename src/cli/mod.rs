@@ -240,3 +240,157 @@ pub struct Args {
     #[command(flatten)]
     pub settings: SettingsArgs,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use clap::FromArgMatches;
+
+    use super::{command, Args};
+    use dpt_tui::settings::Settings;
+
+    /// The training command's flags that are no setting of the tree, and why (clap's own
+    /// --help and --version are no arguments of the command it builds).
+    const NOT_SETTINGS: &[(&str, &str)] = &[
+        ("config", "names a layer of settings (a file), is none"),
+        ("resume", "names a layer of settings (the checkpoint's), is none"),
+        ("resume_lr", "a change made once at a resume, recorded as the run's event"),
+        ("skip_batches", "a change made once at a resume, recorded as the run's event"),
+        ("run_dir", "where the run is recorded, not what it computes"),
+        ("detach", "how this command runs: in the background"),
+        ("serve", "internal: the background job's own mode"),
+        ("headless", "how progress is shown"),
+        ("preempt_signal", "how the scheduler tells the process, not what it computes"),
+        ("rank", "the process's place in the world, given by its launcher"),
+        ("world_size", "the process's place in the world, given by its launcher"),
+        ("local_rank", "the process's place in the world, given by its launcher"),
+        ("master_addr", "the process's place in the world, given by its launcher"),
+        ("master_port", "the process's place in the world, given by its launcher"),
+        ("theme", "the dashboard's"),
+        ("ascii", "the dashboard's"),
+        ("fps", "the dashboard's"),
+        ("bell", "the dashboard's"),
+        ("sample_ms", "the dashboard's device sampling"),
+        ("notify", "the alerts' command, run beside the training"),
+    ];
+
+    /// A value each setting's flag takes, for those whose default is absent.
+    const SAMPLES: &[(&str, &str)] = &[
+        ("model.loss", "nll"),
+        ("model.normalize", "0.5,0.25"),
+        ("model.init_from", "weights.safetensors"),
+        ("data.format", "npz"),
+        ("data.image_size", "32,32"),
+        ("data.train_limit", "100"),
+        ("data.test_limit", "100"),
+        ("data.val_fraction", "0.1"),
+        ("data.tokenizer", "tokenizer.json"),
+        ("data.block_size", "16"),
+        ("recipe.steps", "100"),
+        ("recipe.eval_every", "10"),
+        ("recipe.lr_batch_ref", "256"),
+        ("recipe.clip_grad_norm", "1.0"),
+        ("recipe.ema", "0.999"),
+        ("recipe.augment", "cifar"),
+        ("recipe.crop_padding", "4"),
+        ("recipe.hflip", "off"),
+        ("schedule.shape", "cosine"),
+        ("best.metric", "val_loss"),
+        ("checkpoints.on_nan", "stop"),
+        ("placement.channels_last", "on"),
+        ("best.early_stop", "3"),
+        ("precision.tf32", "off"),
+        ("precision.loss_scale", "on"),
+        ("precision.loss_scale_init", "1024"),
+        ("precision.loss_scale_interval", "100"),
+        ("placement.cpu_threads", "2"),
+        ("placement.decode_threads", "2"),
+        ("placement.eval_batch_size", "64"),
+        ("placement.max_steps", "5"),
+    ];
+
+    /// The leaves of a tree keyed `section.key`, absent values (null) included.
+    fn leaves(v: &serde_json::Value, prefix: &str, out: &mut BTreeMap<String, serde_json::Value>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    leaves(v, &if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, out);
+                }
+            }
+            leaf => {
+                out.insert(prefix.to_owned(), leaf.clone());
+            }
+        }
+    }
+
+    /// The leaves of the flags layer `argv` gives, or why it gives none.
+    fn flags_layer(argv: &[&str]) -> Result<BTreeMap<String, serde_json::Value>, String> {
+        let matches = command().try_get_matches_from(argv).map_err(|e| format!("{argv:?}: {e}"))?;
+        let args = Args::from_arg_matches(&matches).map_err(|e| format!("{argv:?}: {e}"))?;
+        let layer = args.settings.layer().map_err(|e| format!("{argv:?}: {e}"))?;
+        let mut out = BTreeMap::new();
+        leaves(&serde_json::to_value(layer).expect("a layer serializes"), "", &mut out);
+        Ok(out)
+    }
+
+    /// Every flag of the training command (the subcommands take no settings) but the few of
+    /// [`NOT_SETTINGS`] is a setting of the tree by its id, `section.key`, and given alone it
+    /// sets that setting and no other in the flags layer: a flag serialized under a name the
+    /// tree lacks is refused by the strict flags layer, but only once someone gives it.
+    #[test]
+    fn every_flag_is_a_setting_of_the_tree_and_sets_only_it() {
+        let mut tree = BTreeMap::new();
+        leaves(&serde_json::to_value(Settings::default()).expect("settings serialize"), "", &mut tree);
+        let empty = flags_layer(&["dpt-tui"]).expect("no flags parse");
+        let cmd = command();
+        let (mut settings, mut wrong) = (0, Vec::new());
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if NOT_SETTINGS.iter().any(|(n, _)| *n == id) {
+                continue;
+            }
+            settings += 1;
+            // A setting's value may be a table of its own (a normalization's mean and std).
+            let within = |k: &str| k == id || k.strip_prefix(id).is_some_and(|rest| rest.starts_with('.'));
+            if id.split('.').count() != 2 || !tree.keys().any(|k| within(k)) {
+                wrong.push(format!("--{} (id {id}) is no setting of the tree", arg.get_long().unwrap_or(id)));
+                continue;
+            }
+            let Some(long) = arg.get_long().map(|l| format!("--{l}")) else {
+                wrong.push(format!("{id} has no long name"));
+                continue;
+            };
+            let sample = SAMPLES.iter().find(|(n, _)| *n == id).map(|(_, v)| (*v).to_owned());
+            let value = match tree.get(id).unwrap_or(&serde_json::Value::Null) {
+                _ if !arg.get_action().takes_values() => None,
+                _ if sample.is_some() => sample,
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Array(items) => {
+                    Some(items.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+                }
+                serde_json::Value::Null => {
+                    wrong.push(format!("{long}: no default to give it; add a value to SAMPLES"));
+                    continue;
+                }
+                other => Some(other.to_string()),
+            };
+            let argv: Vec<&str> = ["dpt-tui", &long].into_iter().chain(value.as_deref()).collect();
+            match flags_layer(&argv) {
+                Err(e) => wrong.push(e),
+                Ok(given) => {
+                    let set: Vec<&String> = given.keys().filter(|k| given.get(*k) != empty.get(*k)).collect();
+                    if set.is_empty() || !set.iter().all(|k| within(k)) {
+                        wrong.push(format!("{argv:?} sets {set:?} in the flags layer, not {id}"));
+                    }
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        assert!(settings > 60, "{settings} settings' flags walked");
+        for (name, _) in NOT_SETTINGS {
+            assert!(cmd.get_arguments().any(|a| a.get_id() == name), "NOT_SETTINGS names no flag {name}");
+            assert!(!tree.contains_key(*name), "{name} is a setting");
+        }
+    }
+}

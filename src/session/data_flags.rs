@@ -57,7 +57,7 @@ pub fn loader_config(
     (total_replicas, cores): (usize, usize),
 ) -> anyhow::Result<LoaderConfig> {
     let p = &cfg.settings.placement;
-    let per_replica = cfg.settings.recipe.batch_size.div_ceil(total_replicas.max(1));
+    let per_replica = cfg.settings.replica_batch(total_replicas);
     let batch_bytes = (per_replica * data.train.sample_len()) as u64;
     let local = cfg.devices.len() as u64;
     let fits = p.data_memory / (batch_bytes * local).max(1);

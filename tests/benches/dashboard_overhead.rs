@@ -10,6 +10,12 @@
 #[allow(dead_code)]
 mod pty;
 
+// What pty.rs uses of the tests' common module.
+#[path = "../common/launch.rs"]
+#[allow(dead_code)]
+mod launch;
+use launch::{until, BIN};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;

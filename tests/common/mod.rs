@@ -19,7 +19,11 @@ pub fn subset(train: usize, test: usize) -> Arc<Dataset> {
     Arc::new(data)
 }
 
+mod launch;
 pub mod pty;
+
+#[allow(unused_imports)] // each test binary uses its own share
+pub use launch::{ok, until, until_record, within, Dpt, Polled, BIN};
 
 /// The weights a run saved (`model.safetensors`), sorted by name.
 pub fn weights(run: &std::path::Path) -> Vec<(String, tch::Tensor)> {
@@ -35,8 +39,6 @@ pub fn kill(pid: u32, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid}");
 }
 
-/// The records of `run/metrics.jsonl` once its last record is the run's summary (a background
-/// job writes it after the test's own process has gone); panics after `timeout`.
 /// The records of `run`'s metrics.jsonl, every line one.
 pub fn records(run: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
@@ -46,20 +48,17 @@ pub fn records(run: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The records of `run/metrics.jsonl` once its last record is the run's summary (a background
+/// job writes it after the test's own process has gone); panics after `timeout`.
 pub fn wait_for_summary(run: &std::path::Path, timeout: std::time::Duration) -> Vec<serde_json::Value> {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
+    until(timeout, &format!("summary in {}", run.display()), || {
         let records: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect();
-        if records.last().is_some_and(|r| r["kind"] == "summary") {
-            return records;
-        }
-        assert!(std::time::Instant::now() < deadline, "no summary in {} after {timeout:?}", run.display());
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+        records.last().is_some_and(|r| r["kind"] == "summary").then_some(records)
+    })
 }
 
 /// Starts `dpt-tui` training on the shipped subset in a `cols`×`rows` pseudo-terminal, with its
@@ -268,24 +267,6 @@ pub fn training(extra: &[&str]) -> Vec<String> {
             .collect();
     v.extend(extra.iter().map(|s| (*s).to_owned()));
     v
-}
-
-/// Rank `rank` of `world` of the binary on localhost:`port`, with `args`.
-pub fn rank(rank: usize, world: usize, port: u16, args: &[String]) -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dpt-tui"));
-    c.args(args)
-        .args(["--rank", &rank.to_string(), "--world-size", &world.to_string()])
-        .args(["--master-addr", "127.0.0.1", "--master-port", &port.to_string()])
-        .env("LOCAL_WORLD_SIZE", world.to_string())
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
-    c
-}
-
-/// A finished command's stdout and stderr; fails the test, showing them, when it failed.
-pub fn ok(out: &std::process::Output) -> String {
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
-    text
 }
 
 /// Largest difference relative to the largest magnitude, over tensors paired by name.

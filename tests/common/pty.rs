@@ -2,7 +2,7 @@
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use portable_pty::{native_pty_system, Child, CommandBuilder, ExitStatus, MasterPty, PtySize};
 
@@ -20,7 +20,7 @@ impl PtyRun {
         let pair = native_pty_system()
             .openpty(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 })
             .expect("a pseudo-terminal opens");
-        let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_dpt-tui"));
+        let mut cmd = CommandBuilder::new(super::BIN);
         cmd.args(args);
         cmd.env("TERM", "xterm-256color");
         cmd.env("LANG", "C.UTF-8");
@@ -97,33 +97,25 @@ impl PtyRun {
     /// Waits until the screen is as `shown` says (`what`, in words); panics with the screen
     /// after `timeout`.
     pub fn wait_until(&mut self, what: &str, shown: impl Fn(&str) -> bool, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
+        super::until(timeout, what, || {
             let screen = self.contents();
             if shown(&screen) {
-                return screen;
+                return Ok(screen);
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("exited ({status:?}) before showing {what}; screen:\n{screen}");
             }
-            assert!(Instant::now() < deadline, "no {what} within {timeout:?}; screen:\n{screen}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Err(format!("screen:\n{screen}"))
+        })
     }
 
     /// Waits for the process to end.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("still running after {timeout:?}; screen:\n{}", self.contents());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // A process still running when the test fails is killed as the run is dropped.
+        super::until(timeout, "exit", || match self.child.try_wait().unwrap() {
+            Some(status) => Ok(status),
+            None => Err(format!("still running; screen:\n{}", self.contents())),
+        })
     }
 }
 

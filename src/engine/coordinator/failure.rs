@@ -59,7 +59,7 @@ pub(super) fn explain_oom(
     let context = crate::device::oom::OomContext {
         device: &device,
         replica,
-        per_replica: cfg.settings.recipe.batch_size.div_ceil(replicas),
+        per_replica: cfg.settings.replica_batch(replicas),
         on_device,
         checkpoint: checkpoint.map(|p| p.display().to_string()),
         half,

@@ -335,8 +335,13 @@ impl Settings {
     /// The most samples a forward pass of training takes on each of `replicas` replicas: a
     /// replica's share of the batch over `--accumulate`.
     pub fn micro_batch(&self, replicas: usize) -> usize {
-        let r = &self.recipe;
-        r.batch_size.div_ceil(replicas.max(1)).div_ceil(r.accumulate.max(1)).max(1)
+        self.replica_batch(replicas).div_ceil(self.recipe.accumulate.max(1)).max(1)
+    }
+
+    /// The most samples of a step's batch each of `replicas` replicas gets (all its
+    /// micro-batches'): the batch split over the replicas, rounded up.
+    pub fn replica_batch(&self, replicas: usize) -> usize {
+        self.recipe.batch_size.div_ceil(replicas.max(1))
     }
 
     /// The schedule's base rate: the optimizer's lr, scaled with the global batch when asked.
@@ -374,6 +379,16 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replicas_batch_micro_batch_and_evaluation_batch_are_derived_in_one_chain() {
+        let mut s = Settings::default();
+        (s.recipe.batch_size, s.recipe.accumulate) = (100, 3);
+        assert_eq!((s.replica_batch(3), s.micro_batch(3), s.eval_batch(3)), (34, 12, 12));
+        assert_eq!((s.replica_batch(0), s.micro_batch(1000)), (100, 1), "no replicas is one");
+        s.placement.eval_batch_size = NonZeroUsize::new(64);
+        assert_eq!(s.eval_batch(3), 64, "--eval-batch-size wins");
+    }
 
     #[test]
     fn the_tree_round_trips_through_toml() {

@@ -3,7 +3,7 @@
 //! tables, under the command line's flags. Each layer is a partial tree (TOML values: they
 //! hold NaN and infinities, which are refused as such, and absent values are no values); a
 //! later one replaces the values it names. A file naming a key the tree lacks is refused with
-//! the key and the file.
+//! the key and the file; so is a flags layer (a flag serialized under another name than its key).
 
 use std::path::{Path, PathBuf};
 
@@ -70,6 +70,13 @@ impl Layers<'_> {
             let mut v = layer(&Settings::default())?;
             merge(&mut v, f.tree.clone());
             read_tree(v, true).map_err(|message| SettingsError::File { path: f.path.clone(), message })?;
+        }
+        if let Some(flags) = &self.flags {
+            // The flags alone over the defaults, as strictly as a file: a flag serialized under
+            // a name the tree lacks is a bug of the flags' definitions, never a flag dropped.
+            let mut v = layer(&Settings::default())?;
+            merge(&mut v, flags.clone());
+            read_tree(v, true).map_err(|m| SettingsError::Value(format!("the command line's flags: {m}")))?;
         }
         let asked = {
             let mut v = Value::Table(Default::default());
@@ -301,6 +308,13 @@ mod tests {
         let text =
             Layers { file: Some(&f), ..Default::default() }.resolve().expect_err("refused").to_string();
         assert!(text.contains("recipe.epochs"), "{text}");
+    }
+
+    #[test]
+    fn a_flags_layer_naming_a_key_the_tree_lacks_is_refused_not_dropped() {
+        let flags = Some(toml::from_str("[optimizer]\nlearning_rate = 0.1\n").expect("test set-up"));
+        let e = Layers { flags, ..Default::default() }.resolve().expect_err("refused");
+        assert!(e.to_string().contains("optimizer.learning_rate"), "{e}");
     }
 
     #[test]
