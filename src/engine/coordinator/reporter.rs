@@ -284,17 +284,17 @@ impl Reporter {
             .collect()
     }
 
-    /// Ends epoch `epoch` (0-based) with its evaluation (and the moving average's, `ema`),
-    /// which took `eval_seconds`: counted as done, its record made. `classes`: 0 for a run
-    /// judged by its loss alone.
+    /// Ends epoch `epoch` (0-based), whose training figures were `train` when its evaluation
+    /// began ([`Reporter::epoch_so_far`]: the evaluation's time is not training time), with that
+    /// evaluation (and the moving average's, `ema`), which took `eval_seconds`: counted as done,
+    /// its record made. `classes`: 0 for a run judged by its loss alone.
     pub(super) fn end_epoch(
         &mut self,
         (epoch, lr, eval_seconds): (usize, f64, f64),
-        evaluation: &Evaluation,
-        ema: Option<Tally>,
+        train: Tally,
+        (evaluation, ema): (&Evaluation, Option<Tally>),
         classes: usize,
     ) -> EpochStats {
-        let train = self.epoch.now();
         let test = evaluation.sums;
         let stats = EpochStats {
             epoch: epoch + 1,
@@ -508,16 +508,21 @@ mod tests {
             2.0,
             &[1.0, 0.0, 1.0, 0.0],
         );
-        let stats = r.end_epoch((0, 0.1, 0.5), &evaluation, None, 2);
+        let train = r.epoch_so_far();
+        let stats = r.end_epoch((0, 0.1, 0.5), train, (&evaluation, None), 2);
         assert_eq!((stats.epoch, stats.test_acc, stats.train_loss), (1, 0.5, 0.5));
         assert!(stats.epoch_seconds >= 3.0, "the resumed epoch's seconds count");
+        assert_eq!(
+            stats.epoch_seconds, train.seconds,
+            "the time when the evaluation began: it is not training"
+        );
         let done = r.done();
         assert_eq!((done.epochs, done.last_test_acc, done.tally.samples), (1, Some(0.5), 2.0));
         assert_eq!(r.tested(0.9), Some(0.5), "the final test replaces the validation accuracy");
         let mut resumed = Reporter::new(1, 1, DeviceId::Cpu, None);
         resumed.restore(done);
         assert_eq!(resumed.done(), done);
-        let by_loss = r.end_epoch((1, 0.1, 0.5), &evaluation, None, 0);
+        let by_loss = r.end_epoch((1, 0.1, 0.5), r.epoch_so_far(), (&evaluation, None), 0);
         assert_eq!((r.done().epochs, r.done().last_test_acc), (2, None), "no classes: judged by the loss");
         assert_eq!(by_loss.test_loss, 0.5);
     }

@@ -231,6 +231,7 @@ impl Coordinator {
     /// Ends epoch `epoch` (0-based): its evaluation (and the moving average's), its record, a
     /// language model's sample, the best kept and the early stop.
     fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
+        let train = self.report.epoch_so_far();
         let eval_start = Instant::now();
         let evaluation = self.evaluate(false)?;
         let ema = match self.update.swap_in_ema() {
@@ -242,7 +243,7 @@ impl Coordinator {
             None => None,
         };
         let at = (epoch, self.steps.lr(), eval_start.elapsed().as_secs_f64());
-        let stats = self.report.end_epoch(at, &evaluation, ema, self.facts.classes);
+        let stats = self.report.end_epoch(at, train, (&evaluation, ema), self.facts.classes);
         self.channels.emit(Record::Epoch(Box::new(stats)));
         let seed = self.cfg.settings.recipe.seed;
         let sampling = super::sample::Sampling {
