@@ -113,6 +113,17 @@ impl TrainConfig {
         self.kit.script.as_ref().map_or(Task::Classify, |s| s.task)
     }
 
+    /// What the streaming loader's decoding is made from, in the loader's terms.
+    pub fn decoding(&self) -> crate::input::loader::DecodingSpec<'_> {
+        crate::input::loader::DecodingSpec {
+            loader: &self.loader,
+            augment: self.augment(),
+            seed: self.settings.recipe.seed,
+            max_bad: self.settings.data.max_bad,
+            cpu_teams: self.cpu_threads > 1 && self.devices.contains(&dpt_protocol::device::DeviceId::Cpu),
+        }
+    }
+
     /// The training augmentation.
     pub fn augment(&self) -> crate::input::augment::Augment {
         self.settings.recipe.augmentation()

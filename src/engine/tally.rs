@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::input::loader::LoaderTally;
 use crate::record::{ReplicaTiming, StepStats, StepTiming};
 use dpt_protocol::tally::Tally;
 
@@ -28,37 +29,6 @@ pub struct Window {
     pub buckets: (usize, usize),
     started: Instant,
     pub paused: Duration,
-}
-
-/// Sums of what the replicas' streaming loaders reported with their steps.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LoaderTally {
-    /// Batches taken, and the batches that were ready at each take, summed.
-    pub taken: usize,
-    pub ready: usize,
-    /// Images decoded, and the seconds decoding them took.
-    pub images: usize,
-    pub seconds: f64,
-}
-
-impl LoaderTally {
-    pub fn add(&mut self, t: LoaderTally) {
-        self.taken += t.taken;
-        self.ready += t.ready;
-        self.images += t.images;
-        self.seconds += t.seconds;
-    }
-
-    /// The window's figures, for a queue `depth` deep decoding on `threads` threads (none when
-    /// nothing was taken).
-    pub fn stats(&self, depth: usize, threads: usize) -> Option<crate::record::LoaderStats> {
-        (self.taken > 0).then(|| crate::record::LoaderStats {
-            ready: self.ready as f64 / self.taken as f64,
-            depth,
-            images_per_sec: self.images as f64 / self.seconds.max(1e-9),
-            threads: Some(threads),
-        })
-    }
 }
 
 impl Window {

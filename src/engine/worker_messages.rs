@@ -17,17 +17,11 @@ pub enum WorkerError {
     /// The shim refused: the device, the TorchScript model, a timing event.
     #[error(transparent)]
     Shim(#[from] dpt_sys::c10d::C10dError),
-    #[error("a step before the first epoch")]
-    NoEpoch,
     #[error("a TorchScript run without its model")]
     NoScript,
+    /// A batch could not be had (the loader, a token window, the epoch's order).
     #[error(transparent)]
-    Load(#[from] crate::input::loader::LoadError),
-    /// A token window could not be read.
-    #[error(transparent)]
-    Data(#[from] Box<crate::data::DataError>),
-    #[error("cannot start the loader thread: {0}")]
-    LoaderThread(String),
+    Batch(#[from] crate::input::batches::BatchError),
     #[error("the coordinator is gone")]
     CoordinatorGone,
     /// A panic inside libtorch or the worker, by its first line.
@@ -99,7 +93,7 @@ pub enum FromWorker {
         replica: usize,
         timing: Option<super::clock::Phases>,
         bad: Vec<String>,
-        loader: Option<super::tally::LoaderTally>,
+        loader: Option<crate::input::loader::LoaderTally>,
         flops: Option<f64>,
     },
     /// During a step's backward pass: every gradient of `bucket` is in the flat gradient buffer

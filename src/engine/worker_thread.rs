@@ -3,6 +3,8 @@
 
 pub use dpt_sys::panic_message;
 
+use crate::input::loader::DECODE_THREAD_PREFIX;
+
 /// Whether the current thread is an engine worker, the coordinator or a decode thread, whose
 /// panics are caught and reported (a failed run naming the replica; an image that failed to
 /// decode), so a panic hook may stay silent for them.
@@ -11,9 +13,6 @@ pub fn in_worker_thread() -> bool {
         n.starts_with(WORKER_THREAD_PREFIX) || n == "dpt-coordinator" || n.starts_with(DECODE_THREAD_PREFIX)
     })
 }
-
-/// The streaming loader's decode threads are named `dpt-decode-<n>`.
-pub const DECODE_THREAD_PREFIX: &str = "dpt-decode-";
 
 /// Worker threads are named `dpt-worker-<replica>`.
 pub const WORKER_THREAD_PREFIX: &str = "dpt-worker-";

@@ -8,7 +8,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::shard::mix_seed;
+use dpt_protocol::seed::mix_seed;
 
 pub use dpt_protocol::augment::{Augment, Preset};
 

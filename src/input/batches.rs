@@ -8,12 +8,42 @@ use std::sync::Arc;
 use tch::{Device, Kind, Tensor};
 
 use super::augment::{self, Augment};
+use super::loader::{Decoding, LoadError, LoaderTally};
 use super::loader::{Job, Loader};
 use super::resident::{Normalizer, Resident};
 use crate::data::tokens::TokenWindows;
-use crate::data::Pixels;
-use crate::engine::tally::LoaderTally;
-use crate::engine::worker::{WorkerError, WorkerSetup};
+use crate::data::{Dataset, Pixels};
+use dpt_protocol::model::Normalization;
+
+/// Why a worker's batch could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    #[error("a step before the first epoch")]
+    NoEpoch,
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// A token window could not be read.
+    #[error(transparent)]
+    Data(#[from] Box<crate::data::DataError>),
+    #[error("cannot start the loader thread: {0}")]
+    LoaderThread(String),
+}
+
+/// What one replica's batches come from and how they are made.
+pub struct BatchSpec {
+    pub replica: usize,
+    pub device: Device,
+    pub data: Arc<Dataset>,
+    /// The streaming loader's decoding, when the data is streamed (else it is resident).
+    pub loader: Option<Arc<Decoding>>,
+    /// Samples per evaluation batch of resident data and token windows (streamed data: the
+    /// loader's).
+    pub eval_batch: usize,
+    /// The training augmentation, and the seed of its draws.
+    pub augment: Augment,
+    pub seed: u64,
+    pub normalization: Normalization,
+}
 
 /// A batch on the device: the network's inputs and labels, the images left out because they
 /// did not decode, what taking it from the streaming loader told.
@@ -48,14 +78,14 @@ pub(crate) struct Batches {
 
 impl Batches {
     /// The splits uploaded to the replica's device, or its loader thread started.
-    pub fn new(setup: &WorkerSetup) -> Result<Batches, WorkerError> {
+    pub fn new(setup: &BatchSpec) -> Result<Batches, BatchError> {
         let (source, eval_batch) = match (&setup.loader, &setup.data.train.images, &setup.data.test.images) {
             (_, Pixels::Tokens(train), Pixels::Tokens(test)) => {
                 (Source::Tokens { train: train.clone(), test: test.clone() }, setup.eval_batch)
             }
             (Some(decoding), ..) => {
                 let loader = Loader::start(Arc::clone(decoding), setup.replica, setup.device)
-                    .map_err(|e| WorkerError::LoaderThread(e.to_string()))?;
+                    .map_err(|e| BatchError::LoaderThread(e.to_string()))?;
                 (Source::Streamed(loader), decoding.eval_batch)
             }
             (None, ..) => (
@@ -73,8 +103,8 @@ impl Batches {
             device: setup.device,
             source,
             epoch: (0, Arc::default()),
-            augment: setup.recipe.augmentation(),
-            seed: setup.recipe.seed,
+            augment: setup.augment,
+            seed: setup.seed,
             normalizer: Normalizer::new(
                 &setup.normalization,
                 train.images.unit(),
@@ -91,7 +121,7 @@ impl Batches {
         epoch: usize,
         order: Arc<Vec<i64>>,
         steps: Vec<(usize, usize)>,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), BatchError> {
         match &mut self.source {
             Source::Streamed(loader) => {
                 loader.submit(Job::Train { epoch, order: Arc::clone(&order), steps })?
@@ -107,14 +137,14 @@ impl Batches {
     }
 
     /// The step's training rows `start..start + len` of the epoch order.
-    pub fn train(&self, start: usize, len: usize) -> Result<Batch, WorkerError> {
+    pub fn train(&self, start: usize, len: usize) -> Result<Batch, BatchError> {
         let (epoch, order) = &self.epoch;
         match &self.source {
             Source::Resident { train, order: on_device, .. } => {
                 let index =
-                    on_device.as_ref().ok_or(WorkerError::NoEpoch)?.narrow(0, start as i64, len as i64);
+                    on_device.as_ref().ok_or(BatchError::NoEpoch)?.narrow(0, start as i64, len as i64);
                 // The host's copy of the order the device's came with; a step outside it is a bug.
-                let ids = order.get(start..start + len).ok_or(WorkerError::NoEpoch)?;
+                let ids = order.get(start..start + len).ok_or(BatchError::NoEpoch)?;
                 let x = self.augmented(train.images.index_select(0, &index), *epoch, ids);
                 Ok(Batch { x, y: train.labels.index_select(0, &index), bad: Vec::new(), loader: None })
             }
@@ -132,7 +162,7 @@ impl Batches {
     /// Token windows `indices` of `windows` on the device: inputs and targets, `[n, T]` int64,
     /// in one copy from page-locked memory that does not block the replica (nanoGPT's
     /// `get_batch`: `pin_memory()`, then `to(device, non_blocking=True)`).
-    fn tokens(&self, windows: &TokenWindows, indices: std::ops::Range<u64>) -> Result<Batch, WorkerError> {
+    fn tokens(&self, windows: &TokenWindows, indices: std::ops::Range<u64>) -> Result<Batch, BatchError> {
         let n = indices.end.saturating_sub(indices.start) as i64;
         let (mut both, y) = windows.read(indices).map_err(Box::new)?;
         both.extend(y);
@@ -143,7 +173,7 @@ impl Batches {
 
     /// Starts an evaluation of rows `start..start + len` of the validation split (`val`) or the
     /// test set; returns the batch size it goes in.
-    pub fn start_evaluation(&mut self, val: bool, start: usize, len: usize) -> Result<usize, WorkerError> {
+    pub fn start_evaluation(&mut self, val: bool, start: usize, len: usize) -> Result<usize, BatchError> {
         let batch = self.eval_batch;
         if let Source::Streamed(loader) = &mut self.source {
             loader.submit(Job::Evaluate { val, start, len, batch })?;
@@ -152,7 +182,7 @@ impl Batches {
     }
 
     /// The evaluation's rows `offset..offset + n` of the validation split (`val`) or the test set.
-    pub fn evaluation(&self, offset: usize, n: usize, val: bool) -> Result<Batch, WorkerError> {
+    pub fn evaluation(&self, offset: usize, n: usize, val: bool) -> Result<Batch, BatchError> {
         match &self.source {
             Source::Resident { test, val: v, .. } => {
                 let set = if val { v.as_ref().unwrap_or(test) } else { test };
@@ -167,7 +197,7 @@ impl Batches {
     }
 
     /// A streamed batch on the device (pinned host memory: the copy does not block), normalized.
-    fn upload(&self, b: super::loader::Batch) -> Result<Batch, WorkerError> {
+    fn upload(&self, b: super::loader::Batch) -> Result<Batch, BatchError> {
         let x = b.images.to_device_(self.device, Kind::Uint8, true, false);
         let y = b.labels.to_device_(self.device, Kind::Int64, true, false);
         Ok(Batch { x: self.normalizer.apply(&x), y, bad: b.bad, loader: Some(b.tally) })

@@ -19,9 +19,6 @@ use super::resized_crop;
 use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
 use crate::device::intra_op::ShortSpin;
-use crate::engine::config::TrainConfig;
-use crate::engine::tally::LoaderTally;
-use dpt_protocol::device::DeviceId;
 use dpt_sys::c10d::host::filled_bytes;
 
 /// Why a batch could not be made.
@@ -81,6 +78,53 @@ impl Default for LoaderConfig {
     }
 }
 
+/// Sums of what the replicas' streaming loaders reported with their steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoaderTally {
+    /// Batches taken, and the batches that were ready at each take, summed.
+    pub taken: usize,
+    pub ready: usize,
+    /// Images decoded, and the seconds decoding them took.
+    pub images: usize,
+    pub seconds: f64,
+}
+
+impl LoaderTally {
+    pub fn add(&mut self, t: LoaderTally) {
+        self.taken += t.taken;
+        self.ready += t.ready;
+        self.images += t.images;
+        self.seconds += t.seconds;
+    }
+
+    /// The window's figures, for a queue `depth` deep decoding on `threads` threads (none when
+    /// nothing was taken).
+    pub fn stats(&self, depth: usize, threads: usize) -> Option<crate::record::LoaderStats> {
+        (self.taken > 0).then(|| crate::record::LoaderStats {
+            ready: self.ready as f64 / self.taken as f64,
+            depth,
+            images_per_sec: self.images as f64 / self.seconds.max(1e-9),
+            threads: Some(threads),
+        })
+    }
+}
+
+/// The streaming loader's decode threads are named `dpt-decode-<n>`.
+pub const DECODE_THREAD_PREFIX: &str = "dpt-decode-";
+
+/// What a run's streamed decoding is made from (the engine's configuration, said in the
+/// loader's terms).
+pub struct DecodingSpec<'a> {
+    pub loader: &'a LoaderConfig,
+    /// The training augmentation and the seed of its draws.
+    pub augment: Augment,
+    pub seed: u64,
+    /// `data.max_bad`: the share of images that may fail to decode.
+    pub max_bad: f64,
+    /// CPU replicas run OpenMP teams of more than one thread beside the decode threads.
+    pub cpu_teams: bool,
+}
+
 /// How a loader decodes: shared by the replicas' loaders of one process.
 pub struct Decoding {
     pub data: Arc<Dataset>,
@@ -132,28 +176,27 @@ impl BadImages {
 impl Decoding {
     /// The decoding of a run whose training data is streamed (`None`: resident data): the
     /// process's pool of `dpt-decode-N` threads, shared by its replicas' loaders.
-    pub fn for_run(cfg: &TrainConfig, data: &Arc<Dataset>) -> std::io::Result<Option<Arc<Decoding>>> {
+    pub fn for_run(spec: DecodingSpec, data: &Arc<Dataset>) -> std::io::Result<Option<Arc<Decoding>>> {
         if !data.train.images.is_streamed() {
             return Ok(None);
         }
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(cfg.loader.decode_threads.max(1))
-            .thread_name(|i| format!("{}{i}", crate::engine::worker_thread::DECODE_THREAD_PREFIX))
+            .num_threads(spec.loader.decode_threads.max(1))
+            .thread_name(|i| format!("{DECODE_THREAD_PREFIX}{i}"))
             .start_handler(|_| crate::device::intra_op::keep_to_one_thread())
             .build()
             .map_err(std::io::Error::other)?;
         let total = data.train.len() + data.test.len() + data.val.as_ref().map_or(0, Split::len);
-        let teams = cfg.cpu_threads > 1 && cfg.devices.contains(&DeviceId::Cpu);
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-        let short_spin = if teams { Some(ShortSpin::start(cores)?) } else { None };
+        let short_spin = if spec.cpu_teams { Some(ShortSpin::start(cores)?) } else { None };
         Ok(Some(Arc::new(Decoding {
             data: Arc::clone(data),
             pool: Arc::new(pool),
-            prefetch: cfg.loader.prefetch,
-            eval_batch: cfg.loader.eval_batch,
-            augment: cfg.augment(),
-            seed: cfg.settings.recipe.seed,
-            bad: Arc::new(BadImages::new(cfg.settings.data.max_bad, total)),
+            prefetch: spec.loader.prefetch,
+            eval_batch: spec.loader.eval_batch,
+            augment: spec.augment,
+            seed: spec.seed,
+            bad: Arc::new(BadImages::new(spec.max_bad, total)),
             _short_spin: short_spin,
         })))
     }
@@ -318,9 +361,7 @@ fn decode_into(
                 // A decoder that panics on a malformed file fails that image, not the run.
                 let decode = || decode_one(decoding, stored, id as usize, shape, epoch, slot);
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
-                    Err(SampleError::DecoderPanicked(crate::engine::worker_thread::panic_message(
-                        panic.as_ref(),
-                    )))
+                    Err(SampleError::DecoderPanicked(dpt_sys::panic_message(panic.as_ref())))
                 })
             })
             .collect()

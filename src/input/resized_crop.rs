@@ -6,8 +6,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::shard::mix_seed;
 use crate::data::stream::Fit;
+use dpt_protocol::seed::mix_seed;
 
 pub use dpt_protocol::augment::{ResizedCrop, CROP_SHARE};
 

@@ -5,18 +5,10 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-/// SplitMix64: derives independent seeds (shuffles, dropout streams) from the run's seed.
-pub fn mix_seed(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The order in which epoch `epoch` visits the `n` training samples.
 pub fn epoch_order(seed: u64, epoch: usize, n: usize) -> Vec<i64> {
     let mut order: Vec<i64> = (0..n as i64).collect();
-    order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix_seed(seed, epoch as u64)));
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(dpt_protocol::seed::mix_seed(seed, epoch as u64)));
     order
 }
 

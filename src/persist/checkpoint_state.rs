@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::input::augment::{Augment, Preset};
+use dpt_protocol::augment::{Augment, Preset};
 use crate::model::{ModelKind, Normalization};
 use crate::settings::{ModelChoice, Settings};
 use dpt_protocol::best::BestKeeper;

@@ -42,7 +42,7 @@ fn our_loader(folder: &Path, threads: usize, batch: usize) -> f64 {
     cfg.settings.recipe.augment = Some(Preset::Imagenet);
     cfg.loader.decode_threads = threads;
     cfg.loader.prefetch = 2;
-    let decoding = Decoding::for_run(&cfg, &data).unwrap().expect("streamed");
+    let decoding = Decoding::for_run(cfg.decoding(), &data).unwrap().expect("streamed");
     let mut loader = Loader::start(decoding, 0, tch::Device::Cpu).unwrap();
     let n = data.train.len();
     let steps = n.div_ceil(batch);

@@ -20,6 +20,7 @@ pub mod optim;
 pub mod policies;
 pub mod record;
 pub mod run_dir;
+pub mod seed;
 pub mod settings;
 pub mod tally;
 

@@ -42,7 +42,8 @@ impl WorkerPool {
         let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
         let mut to_workers = Vec::new();
         let mut threads = Vec::new();
-        let decoding = crate::input::loader::Decoding::for_run(cfg, data).map_err(EngineError::Spawn)?;
+        let decoding =
+            crate::input::loader::Decoding::for_run(cfg.decoding(), data).map_err(EngineError::Spawn)?;
         for (replica, device) in cfg.devices.iter().enumerate() {
             let (tx, rx) = unbounded();
             let setup = WorkerSetup {

@@ -249,7 +249,7 @@ impl Coordinator {
         let sampling = super::sample::Sampling {
             count: self.cfg.settings.recipe.sample_tokens,
             leads: self.exchange.leads(),
-            seed: crate::input::shard::mix_seed(seed, self.steps.global_step() as u64) as i64,
+            seed: dpt_protocol::seed::mix_seed(seed, self.steps.global_step() as u64) as i64,
             timeout: self.cfg.step_timeout() * SLOW_WORK_FACTOR,
         };
         let sample = super::sample::sample_text(&self.pool, self.facts.sample_prompt.as_ref(), &sampling)?;

@@ -2,7 +2,8 @@
 //! plan, scaled by the live lr key, restored on a resume.
 
 use crate::engine::optim::schedule::LrPlan;
-use crate::input::shard::{mix_seed, shards};
+use crate::input::shard::shards;
+use dpt_protocol::seed::mix_seed;
 
 /// One replica's part of a step: its rows of the epoch order and its dropout seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

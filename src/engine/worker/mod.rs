@@ -21,11 +21,12 @@ use super::flat::FlatTensors;
 use super::grad_sink::GradSink;
 use super::loss::{Objective, Scored};
 use crate::data::Dataset;
-use crate::input::batches::{Batch, Batches};
+use crate::input::batches::{Batch, BatchSpec, Batches};
 use crate::input::loader::Decoding;
-use crate::input::shard::{mix_seed, shards};
+use crate::input::shard::shards;
 use crate::model::script::{ScriptModel, ScriptNet};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision, Task};
+use dpt_protocol::seed::mix_seed;
 use dpt_protocol::tally::Tally;
 use dpt_sys::c10d::flops::FlopCount;
 use dpt_sys::c10d::OwnRng;
@@ -182,7 +183,16 @@ impl Worker {
             None => None,
         };
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
-        let batches = Batches::new(&setup)?;
+        let batches = Batches::new(&BatchSpec {
+            replica: setup.replica,
+            device: setup.device,
+            data: Arc::clone(&setup.data),
+            loader: setup.loader.clone(),
+            eval_batch: setup.eval_batch,
+            augment: setup.recipe.augmentation(),
+            seed: setup.recipe.seed,
+            normalization: setup.normalization.clone(),
+        })?;
         Ok(Worker {
             replica: setup.replica,
             device: setup.device,
