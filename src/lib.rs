@@ -11,9 +11,9 @@ pub mod input;
 pub mod model;
 pub mod monitor;
 pub mod persist;
-pub use dpt_dashboard::{alert, dashboard, headless, remote, report, signals};
-pub use dpt_protocol::{
+pub use dpt_core::{
     atomic, error_chain, flops, record, root_cause, run_dir, settings, string_form, unix_now,
 };
+pub use dpt_dashboard::{alert, dashboard, headless, remote, report, signals};
 /// The OS calls the standard library lacks, from the one crate allowed `unsafe`.
 pub use dpt_sys::os as sys;

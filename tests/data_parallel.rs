@@ -3,7 +3,7 @@
 
 mod common;
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{Engine, FinishReason, Outcome, TrainConfig};
 use dpt_tui::model::{self, ModelKind};

@@ -254,7 +254,7 @@ fn an_lr_change_on_rank_0_reaches_rank_1_at_the_same_step() {
     let deadline = Instant::now() + WAIT;
     loop {
         let msg = viewer.monitor.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap();
-        if let dpt_protocol::monitor::MonitorMsg::Samples(samples) = msg {
+        if let dpt_core::monitor::MonitorMsg::Samples(samples) = msg {
             if samples.iter().any(|s| s.rank == Some(1) && s.host.is_some()) {
                 break;
             }

@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::until_record;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::{Control, Engine, FinishReason, Record, TrainConfig};
 use dpt_tui::model::ModelKind;
 use dpt_tui::record::Change;

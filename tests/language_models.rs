@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::data::tokens::{TokenDtype, TokenLayout};
 use dpt_tui::data::{DataFormat, Dataset, LoadOptions, Pixels};
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};

@@ -4,8 +4,8 @@
 use crate::common;
 use common::Dpt;
 
-use dpt_protocol::best::BestMetric;
-use dpt_protocol::device::DeviceId;
+use dpt_core::best::BestMetric;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{Engine, FinishReason, TrainConfig};
 use dpt_tui::model::ModelKind;

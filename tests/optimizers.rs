@@ -8,8 +8,8 @@ use crate::common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::optim::loss_scale::LossScaling;
+use dpt_core::device::DeviceId;
+use dpt_core::optim::loss_scale::LossScaling;
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
 use dpt_tui::engine::{Engine, Outcome, Resume, TrainConfig};

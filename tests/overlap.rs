@@ -11,7 +11,7 @@ use std::process::Child;
 use std::sync::Arc;
 
 use common::{free_port, ok, rel_diff};
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::{Engine, Outcome, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;

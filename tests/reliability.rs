@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::faults::Faults;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{

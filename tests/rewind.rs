@@ -8,7 +8,7 @@ use common::{until_record, Dpt};
 
 use std::time::Duration;
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;
 use dpt_tui::engine::{Continuation, Control, Engine, Record, Resume, TrainConfig};
 use dpt_tui::model::ModelKind;

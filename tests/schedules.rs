@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{Engine, TrainConfig};

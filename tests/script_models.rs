@@ -9,7 +9,7 @@ use common::Dpt;
 use std::path::Path;
 use std::sync::Arc;
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::optim::OptimConfig;
 use dpt_tui::engine::{Engine, FinishReason, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;

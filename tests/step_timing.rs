@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::engine::clock::WARMUP_STEPS;
 use dpt_tui::engine::{Engine, TrainConfig};
 use dpt_tui::model::ModelKind;

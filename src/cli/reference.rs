@@ -187,7 +187,7 @@ type Key<'a> = (String, Option<&'a clap::Arg>);
 fn settings() -> String {
     let mut out = header(
         "Settings",
-        "Every key of the settings tree (`crates/dpt-protocol/src/settings/`), by table, with its \
+        "Every key of the settings tree (`crates/dpt-core/src/settings/`), by table, with its \
          flag, its default and the flag's help. A `--config` file sets them as `[table]` `key = \
          value` ([config files](../guides/config-files.md)); `config.toml` in a run directory \
          holds a run's whole tree. The tree is resolved in one order: the model's defaults, under \
@@ -267,12 +267,12 @@ fn settings() -> String {
 // The record schema, read from the record module's source: its field names are the JSON keys
 // (no field is renamed), its doc comments the meanings.
 
-const RECORD_MOD: &str = include_str!("../../crates/dpt-protocol/src/record/mod.rs");
-const RECORD_STATS: &str = include_str!("../../crates/dpt-protocol/src/record/stats.rs");
-const RECORD_WIRE: &str = include_str!("../../crates/dpt-protocol/src/record/run_info_wire.rs");
-const BOTTLENECK: &str = include_str!("../../crates/dpt-protocol/src/record/bottleneck/mod.rs");
-const FLOPS: &str = include_str!("../../crates/dpt-protocol/src/flops.rs");
-const MODEL: &str = include_str!("../../crates/dpt-protocol/src/model.rs");
+const RECORD_MOD: &str = include_str!("../../crates/dpt-core/src/record/mod.rs");
+const RECORD_STATS: &str = include_str!("../../crates/dpt-core/src/record/stats.rs");
+const RECORD_WIRE: &str = include_str!("../../crates/dpt-core/src/record/run_info_wire.rs");
+const BOTTLENECK: &str = include_str!("../../crates/dpt-core/src/record/bottleneck/mod.rs");
+const FLOPS: &str = include_str!("../../crates/dpt-core/src/flops.rs");
+const MODEL: &str = include_str!("../../crates/dpt-core/src/model.rs");
 
 /// One field of a struct, or one variant of an enum (its fields in `ty`).
 struct Item {
@@ -400,7 +400,7 @@ fn records() -> String {
         "`metrics.jsonl` in a run directory is the run's record: one JSON object per line, tagged \
          by `kind`, each with `time` (RFC 3339, when it was written). Later versions add kinds and \
          fields, never remove these. The fields below are read from the record module's source \
-         (`crates/dpt-protocol/src/record/`); \"may be absent\" marks a field left out when it \
+         (`crates/dpt-core/src/record/`); \"may be absent\" marks a field left out when it \
          has no value. A resumed run continues the same file with a new `start` and a `restored` \
          event; records after a `restored` event supersede those of a higher `global_step` \
          before it.",

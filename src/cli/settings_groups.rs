@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::settings_args::not_set;
 use super::values::{parse, parse_betas, parse_bytes, parse_normalize, parse_on_off, parse_size};
-use dpt_protocol::best::BestMetric;
+use dpt_core::best::BestMetric;
 use dpt_tui::data::tokens::TokenDtype;
 use dpt_tui::data::{DataFormat, Loader};
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;

@@ -8,7 +8,7 @@ use thiserror::Error;
 use super::idx::IdxError;
 pub use super::split::{Pixels, Split};
 
-pub use dpt_protocol::data::DEFAULT_DATA_DIR;
+pub use dpt_core::data::DEFAULT_DATA_DIR;
 /// Height and width of the images every model takes.
 pub const IMAGE_SIDE: usize = 28;
 /// Number of classes in (Fashion-)MNIST.

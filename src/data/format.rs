@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::dataset::{DataError, Dataset, Split};
 
-pub use dpt_protocol::data::{DataFormat, DataSettings, Loader, DATA_MEMORY, MAX_BAD_IMAGES};
+pub use dpt_core::data::{DataFormat, DataSettings, Loader, DATA_MEMORY, MAX_BAD_IMAGES};
 
 /// How to load a data set: its format (detected when `None`) and, for image folders and
 /// shards, the size every image is resized to and the share of undecodable images left out

@@ -137,7 +137,7 @@ pub fn tokenized_in(
     std::io::copy(&mut train, &mut val).map_err(cache_error)?;
     train.set_len(split_at * width as u64).map_err(cache_error)?;
     drop((train, val));
-    dpt_protocol::atomic::write_bytes(&stamp_file, print.as_bytes()).map_err(cache_error)?;
+    dpt_core::atomic::write_bytes(&stamp_file, print.as_bytes()).map_err(cache_error)?;
     if started.elapsed() > Duration::from_secs(2) {
         let seconds = started.elapsed().as_secs_f64();
         eprintln!(

@@ -55,10 +55,8 @@ pub fn largest(file: &TokenFile) -> Result<Largest, DataError> {
     if let Some(c) = cached {
         // A cache that cannot be written costs the next start a scan, nothing else.
         let _ = c.parent().map(std::fs::create_dir_all);
-        let _ = dpt_protocol::atomic::write_bytes(
-            &c,
-            format!("{key}\n{} {}\n", found.id, found.offset).as_bytes(),
-        );
+        let _ =
+            dpt_core::atomic::write_bytes(&c, format!("{key}\n{} {}\n", found.id, found.offset).as_bytes());
     }
     Ok(found)
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 
 use super::dataset::{DataError, Dataset, Pixels, Split};
-pub use dpt_protocol::data::TokenDtype;
-use dpt_protocol::seed::mix_seed;
+pub use dpt_core::data::TokenDtype;
+use dpt_core::seed::mix_seed;
 
 /// One token file, opened for positioned reads.
 #[derive(Debug)]

@@ -43,10 +43,10 @@ pub fn load(cache: &Path, uuids: &[String]) -> Option<MeasuredBus> {
 
 /// The measurement across the CUDA devices `devices` (two or more distinct GPUs), from
 /// dpt-tui's cache.
-pub fn measured_for(devices: &[dpt_protocol::device::DeviceId]) -> Option<MeasuredBus> {
+pub fn measured_for(devices: &[dpt_core::device::DeviceId]) -> Option<MeasuredBus> {
     let mut cuda: Vec<usize> = devices
         .iter()
-        .filter_map(|d| if let dpt_protocol::device::DeviceId::Cuda(i) = d { Some(*i) } else { None })
+        .filter_map(|d| if let dpt_core::device::DeviceId::Cuda(i) = d { Some(*i) } else { None })
         .collect();
     cuda.sort_unstable();
     cuda.dedup();

@@ -13,7 +13,7 @@ pub mod peak;
 pub mod sync_debug;
 pub(crate) mod visible;
 
-use dpt_protocol::device::{DeviceError, DeviceId};
+use dpt_core::device::{DeviceError, DeviceId};
 
 /// The libtorch device of `device`.
 pub fn tch_device(device: DeviceId) -> tch::Device {

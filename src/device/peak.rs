@@ -4,7 +4,7 @@
 
 use crate::flops::PeakFlops;
 use crate::model::Precision;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 /// The distinct CUDA devices among `devices`, in order.
 fn distinct_gpus(devices: &[DeviceId]) -> Vec<usize> {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::backend_choice::{choose, fallback_identity, Choice, RankDevices};
 use super::world::DistError;
 use crate::settings::DistBackend;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 /// What each rank says when it arrives.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::world::DistError;
 use crate::settings::DistBackend;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_sys::c10d::{Backend, Group};
 
 /// One rank's devices as it checked in.

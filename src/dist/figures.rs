@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use dpt_protocol::monitor::{DeviceSample, MonitorMsg};
+use dpt_core::monitor::{DeviceSample, MonitorMsg};
 use dpt_sys::c10d::Store;
 
 fn key(rank: usize) -> String {

@@ -67,7 +67,7 @@ pub struct World {
     /// Host of each rank.
     pub hosts: Vec<String>,
     /// Devices of each rank, one per replica.
-    pub devices: Vec<Vec<dpt_protocol::device::DeviceId>>,
+    pub devices: Vec<Vec<dpt_core::device::DeviceId>>,
     /// Where small tensors of the collectives live (the GPU for NCCL).
     pub device: Device,
     group: Group,
@@ -96,7 +96,7 @@ impl World {
     pub fn join(
         launch: &Launch,
         asked: DistBackend,
-        local_devices: &[dpt_protocol::device::DeviceId],
+        local_devices: &[dpt_core::device::DeviceId],
         settings: serde_json::Value,
         timeout: Duration,
     ) -> Result<World, DistError> {

@@ -75,8 +75,8 @@ pub enum LocalReduce {
 impl LocalReduce {
     /// The path for replicas on `devices`: NCCL when they span two GPUs or more and nothing
     /// else, and the build has NCCL; tensor copies otherwise.
-    pub fn plan(devices: &[dpt_protocol::device::DeviceId], nccl: bool) -> LocalReduce {
-        use dpt_protocol::device::DeviceId;
+    pub fn plan(devices: &[dpt_core::device::DeviceId], nccl: bool) -> LocalReduce {
+        use dpt_core::device::DeviceId;
         if !nccl || !devices.iter().all(|d| matches!(d, DeviceId::Cuda(_))) {
             return LocalReduce::Copies;
         }
@@ -94,7 +94,7 @@ impl LocalReduce {
     }
 
     /// For the screen and the record: which path runs.
-    pub fn describe(&self, devices: &[dpt_protocol::device::DeviceId]) -> String {
+    pub fn describe(&self, devices: &[dpt_core::device::DeviceId]) -> String {
         match self {
             LocalReduce::Nccl { groups } => format!("nccl over {} GPUs", groups.len()),
             LocalReduce::Copies if devices.len() < 2 => "none (one replica)".to_owned(),
@@ -108,7 +108,7 @@ impl LocalReduce {
 #[cfg(test)]
 mod plan_tests {
     use super::LocalReduce;
-    use dpt_protocol::device::DeviceId::{Cpu, Cuda};
+    use dpt_core::device::DeviceId::{Cpu, Cuda};
 
     #[test]
     fn nccl_only_across_two_gpus_or_more() {

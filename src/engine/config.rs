@@ -10,10 +10,10 @@ use crate::model::script::ScriptModel;
 use crate::model::{Builder, ModelKind, Normalization, Precision, Task};
 use crate::persist::resume::Resume;
 use crate::settings::Settings;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 pub use super::policies::{OnNan, SavePolicy};
-pub use dpt_protocol::config_error::{check_lr, ConfigError};
+pub use dpt_core::config_error::{check_lr, ConfigError};
 
 /// The first device of `devices` that cannot run `--precision bf16`, by its compute capability
 /// (`capability(i)` for `cuda:i`; unknown capabilities pass).
@@ -120,7 +120,7 @@ impl TrainConfig {
             augment: self.augment(),
             seed: self.settings.recipe.seed,
             max_bad: self.settings.data.max_bad,
-            cpu_teams: self.cpu_threads > 1 && self.devices.contains(&dpt_protocol::device::DeviceId::Cpu),
+            cpu_teams: self.cpu_threads > 1 && self.devices.contains(&dpt_core::device::DeviceId::Cpu),
         }
     }
 

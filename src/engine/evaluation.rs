@@ -1,7 +1,7 @@
 //! One evaluation's figures over the whole evaluated set: loss and top-1 (the [`Tally`]), top-5
 //! hits, and the confusion counts from which per-class accuracy follows.
 
-use dpt_protocol::tally::Tally;
+use dpt_core::tally::Tally;
 
 /// Figures summed over replicas and ranks.
 #[derive(Debug, Clone, Default, PartialEq)]

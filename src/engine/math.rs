@@ -3,10 +3,10 @@
 //! and matrix products; a TorchScript model runs its forward under libtorch's autocast). One
 //! place decides, sets libtorch's process-wide switch, and says it in the start record.
 
-use dpt_protocol::settings::PrecisionSettings;
+use dpt_core::settings::PrecisionSettings;
 
 use crate::model::Precision;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_sys::c10d::{amp, C10dError};
 
 /// The run's arithmetic, decided once at start.

@@ -19,8 +19,8 @@ pub mod worker;
 pub(crate) mod worker_messages;
 pub(crate) mod worker_thread;
 
-pub use dpt_protocol::control as events;
-pub use dpt_protocol::{checkpoint_every, config_error, policies};
+pub use dpt_core::control as events;
+pub use dpt_core::{checkpoint_every, config_error, policies};
 
 use std::path::PathBuf;
 use std::sync::Arc;

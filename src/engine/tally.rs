@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::input::loader::LoaderTally;
 use crate::record::{ReplicaTiming, StepStats, StepTiming};
-use dpt_protocol::tally::Tally;
+use dpt_core::tally::Tally;
 
 /// A tally being gathered since a point in time (a report window, an epoch), with its step
 /// timings; pauses do not count as training time.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tch::Tensor;
 
-use dpt_protocol::tally::Tally;
+use dpt_core::tally::Tally;
 
 /// Why a worker failed.
 #[derive(Debug, thiserror::Error)]

@@ -8,9 +8,9 @@
 
 use tch::{Kind, Tensor};
 
-use dpt_protocol::seed::mix_seed;
+use dpt_core::seed::mix_seed;
 
-pub use dpt_protocol::augment::{Augment, Preset};
+pub use dpt_core::augment::{Augment, Preset};
 
 /// One sample's draw: the crop's top-left corner in the padded image, and the flip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

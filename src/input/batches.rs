@@ -13,7 +13,7 @@ use super::loader::{Job, Loader};
 use super::resident::{Normalizer, Resident};
 use crate::data::tokens::TokenWindows;
 use crate::data::{Dataset, Pixels};
-use dpt_protocol::model::Normalization;
+use dpt_core::model::Normalization;
 
 /// Why a worker's batch could not be had.
 #[derive(Debug, thiserror::Error)]

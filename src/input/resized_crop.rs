@@ -7,9 +7,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::data::stream::Fit;
-use dpt_protocol::seed::mix_seed;
+use dpt_core::seed::mix_seed;
 
-pub use dpt_protocol::augment::{ResizedCrop, CROP_SHARE};
+pub use dpt_core::augment::{ResizedCrop, CROP_SHARE};
 
 /// The region of an image of `(height, width)` sample `sample` of `epoch` is cropped to.
 pub fn region(crop: &ResizedCrop, seed: u64, epoch: usize, sample: i64, (height, width): (u32, u32)) -> Fit {

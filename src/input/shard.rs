@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 /// The order in which epoch `epoch` visits the `n` training samples.
 pub fn epoch_order(seed: u64, epoch: usize, n: usize) -> Vec<i64> {
     let mut order: Vec<i64> = (0..n as i64).collect();
-    order.shuffle(&mut ChaCha8Rng::seed_from_u64(dpt_protocol::seed::mix_seed(seed, epoch as u64)));
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(dpt_core::seed::mix_seed(seed, epoch as u64)));
     order
 }
 

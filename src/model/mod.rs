@@ -16,7 +16,7 @@ pub use lenet::Lenet;
 pub use mnist_net::MnistNet;
 pub use resnet::Resnet18;
 
-pub use dpt_protocol::model::{Defaults, LossKind, ModelKind, Normalization, Precision, Task};
+pub use dpt_core::model::{Defaults, LossKind, ModelKind, Normalization, Precision, Task};
 
 /// The tensors of `model` (a built-in, or the TorchScript `script`), by name and shape.
 pub fn specs(model: ModelKind, script: Option<&script::ScriptModel>) -> Builder {

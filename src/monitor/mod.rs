@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
-use dpt_protocol::monitor::{DeviceSample, MonitorMsg};
+use dpt_core::monitor::{DeviceSample, MonitorMsg};
 
 /// Starts the `dpt-monitor` thread sampling `devices` (duplicates removed) every `period`. It
 /// stops when `stop` is dropped or the receiver goes away.
@@ -72,7 +72,7 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dpt_protocol::monitor::SampleSource;
+    use dpt_core::monitor::SampleSource;
 
     #[test]
     fn a_gpu_nvml_cannot_read_gets_an_unavailable_sample_not_cpu_figures() {

@@ -12,10 +12,10 @@ use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
-use dpt_protocol::monitor::gpu::{own_pids, recognise, throttle_names, GpuDetail, GpuProcess, PidMatch};
+use dpt_core::monitor::gpu::{own_pids, recognise, throttle_names, GpuDetail, GpuProcess, PidMatch};
 
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::monitor::{DeviceSample, SampleSource};
+use dpt_core::device::DeviceId;
+use dpt_core::monitor::{DeviceSample, SampleSource};
 use dpt_sys::c10d::CudaIdentity;
 
 pub struct Gpus {

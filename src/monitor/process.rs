@@ -2,8 +2,8 @@
 
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::monitor::{DeviceSample, SampleSource};
+use dpt_core::device::DeviceId;
+use dpt_core::monitor::{DeviceSample, SampleSource};
 
 pub struct ProcessProbe {
     /// `None` where the OS gives sysinfo nothing to read; every figure is then absent.

@@ -14,11 +14,11 @@ use tch::{Kind, Tensor};
 use thiserror::Error;
 
 use crate::model::ModelKind;
-use dpt_protocol::optim::OptimizerKind;
+use dpt_core::optim::OptimizerKind;
 
 pub use super::checkpoint_state::CheckpointState;
 
-pub use dpt_protocol::run_dir::CHECKPOINT_FILE;
+pub use dpt_core::run_dir::CHECKPOINT_FILE;
 const STATE_KEY: &str = "__state__";
 
 /// A checkpoint that cannot be written or used.

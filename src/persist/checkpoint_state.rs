@@ -5,14 +5,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use dpt_protocol::augment::{Augment, Preset};
 use crate::model::{ModelKind, Normalization};
 use crate::settings::{ModelChoice, Settings};
-use dpt_protocol::best::BestKeeper;
-use dpt_protocol::optim::loss_scale::LossScaler;
-use dpt_protocol::optim::schedule::Schedule;
-use dpt_protocol::optim::OptimConfig;
-use dpt_protocol::tally::Tally;
+use dpt_core::augment::{Augment, Preset};
+use dpt_core::best::BestKeeper;
+use dpt_core::optim::loss_scale::LossScaler;
+use dpt_core::optim::schedule::Schedule;
+use dpt_core::optim::OptimConfig;
+use dpt_core::tally::Tally;
 
 /// The layout this version writes.
 const FORMAT: u32 = 2;

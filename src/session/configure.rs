@@ -12,7 +12,7 @@ use super::input;
 use super::model_inputs::{builtin_fits, normalization, sample_inputs};
 use crate::cli::Args;
 use crate::Failure;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::data::{Dataset, LoadOptions, Pixels, Split};
 use dpt_tui::device::{cpu_threads_per_replica, Machine};
 use dpt_tui::dist::World;

@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use super::input;
 use crate::cli::Args;
 use crate::Failure;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_tui::device::{resolve_devices, resolve_devices_for_rank, Machine};
 use dpt_tui::dist::launch::{self, Launch, LaunchFlags};
 use dpt_tui::dist::{DistError, World};

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_sys::c10d::{nccl_local_allreduce, Backend, Group, ReduceOp, Store};
 use dpt_tui::data::{Dataset, Split};
 use dpt_tui::device::driver::TORCH_BUILD;

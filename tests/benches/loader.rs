@@ -37,8 +37,7 @@ fn our_loader(folder: &Path, threads: usize, batch: usize) -> f64 {
     let options =
         LoadOptions { loader: LoaderChoice::Stream, image_size: Some((224, 224)), ..LoadOptions::default() };
     let data = Arc::new(Dataset::load_with(folder, options).expect("the folder indexes"));
-    let mut cfg =
-        TrainConfig::new(dpt_tui::model::ModelKind::Script, vec![dpt_protocol::device::DeviceId::Cpu]);
+    let mut cfg = TrainConfig::new(dpt_tui::model::ModelKind::Script, vec![dpt_core::device::DeviceId::Cpu]);
     cfg.settings.recipe.augment = Some(Preset::Imagenet);
     cfg.loader.decode_threads = threads;
     cfg.loader.prefetch = 2;

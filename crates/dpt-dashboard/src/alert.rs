@@ -209,8 +209,7 @@ mod tests {
         let mut a = Alerts::default();
         assert_eq!(a.on_record(&epoch(1, 0.7)), None);
         assert_eq!(a.on_record(&Record::Event(Change::Paused { global_step: 3 })), None);
-        let nan =
-            Record::Event(Change::NotFinite { global_step: 9, then: dpt_protocol::policies::OnNan::Pause });
+        let nan = Record::Event(Change::NotFinite { global_step: 9, then: dpt_core::policies::OnNan::Pause });
         let got = a.on_record(&nan).unwrap();
         assert_eq!((got.kind, got.epoch, got.test_acc), (AlertKind::Nan, 1, Some(0.7)));
         assert!(got.message.starts_with("the loss is not finite at step 9: paused"), "{}", got.message);

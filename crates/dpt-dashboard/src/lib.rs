@@ -11,4 +11,4 @@ pub mod remote;
 pub mod report;
 pub mod signals;
 
-use dpt_protocol::{atomic, config_error, flops, model, monitor, optim, record, run_dir, unix_now, Control};
+use dpt_core::{atomic, config_error, flops, model, monitor, optim, record, run_dir, unix_now, Control};

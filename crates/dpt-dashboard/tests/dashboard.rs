@@ -5,14 +5,14 @@ mod common;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+use dpt_core::device::DeviceId;
+use dpt_core::monitor::{DeviceSample, MonitorMsg, SampleSource};
+use dpt_core::record::Change;
+use dpt_core::record::Summary;
+use dpt_core::record::{FinishReason, Record};
+use dpt_core::Control;
 use dpt_dashboard::dashboard::app::{App, Overlay, PromptKind, RunState};
 use dpt_dashboard::dashboard::curves::CurveView;
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::monitor::{DeviceSample, MonitorMsg, SampleSource};
-use dpt_protocol::record::Change;
-use dpt_protocol::record::Summary;
-use dpt_protocol::record::{FinishReason, Record};
-use dpt_protocol::Control;
 
 use common::screens::{code, info, key, running_app, screen, step};
 
@@ -96,7 +96,7 @@ fn help_overlay_save_views_and_quit() {
     assert_eq!(app.run.state, RunState::Stopping);
     app.on_event(&Record::Summary(Box::new(Summary {
         val_acc: None,
-        model: dpt_protocol::model::ModelKind::Lenet,
+        model: dpt_core::model::ModelKind::Lenet,
         devices: vec![DeviceId::Cpu, DeviceId::Cpu],
         test_acc: Some(0.8),
         sec_per_epoch: Some(11.5),
@@ -271,7 +271,7 @@ fn capital_s_asks_for_a_folder_to_save_into() {
 fn a_multi_process_run_shows_every_ranks_devices() {
     let mut app = App::new(&[]);
     let mut i = info(&["cpu"]);
-    i.world = Some(dpt_protocol::record::stats::WorldInfo {
+    i.world = Some(dpt_core::record::stats::WorldInfo {
         rank: 0,
         backend: "gloo".into(),
         hosts: vec!["node-a".into(), "node-b".into()],
@@ -332,7 +332,7 @@ fn a_gpu_without_nvml_figures_says_why_and_never_shows_cpu_figures() {
 /// Writes `records` as the run directory `dir`'s metrics.jsonl.
 fn recorded(dir: &std::path::Path, records: &[Record]) {
     std::fs::create_dir_all(dir).unwrap();
-    let mut w = dpt_protocol::record::file::MetricsWriter::create(dir).unwrap();
+    let mut w = dpt_core::record::file::MetricsWriter::create(dir).unwrap();
     for r in records {
         w.write(r).unwrap();
     }
@@ -345,7 +345,7 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
     (other.lr, other.settings.optimizer.lr) = (0.05, 0.05);
     let summary = Summary {
         val_acc: None,
-        model: dpt_protocol::model::ModelKind::Lenet,
+        model: dpt_core::model::ModelKind::Lenet,
         devices: vec![DeviceId::Cpu, DeviceId::Cpu],
         test_acc: Some(0.7),
         sec_per_epoch: Some(11.5),
@@ -382,7 +382,7 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
     app.on_key(code(KeyCode::Enter));
     assert_eq!(app.curves.baselines.len(), 1);
     assert_eq!(app.curves.baselines[0].name, "slow-lr");
-    assert_eq!(app.curves.baselines[0].best, Some(dpt_protocol::record::compare::Best::TestAcc(0.7)));
+    assert_eq!(app.curves.baselines[0].best, Some(dpt_core::record::compare::Best::TestAcc(0.7)));
     let shot = screen(&app, 120, 40, false);
     assert!(shot.contains("[x] slow-lr"), "{shot}");
     assert!(shot.contains("lr") && shot.contains("0.05"), "the differing lr is in the table:\n{shot}");
@@ -430,21 +430,13 @@ fn c_shows_the_last_evaluation_by_class() {
 fn a_starved_streaming_loader_is_flagged_in_the_status() {
     let mut app = running_app();
     let Record::Step(mut s) = common::screens::step(1, 100, 0.5, 0.8, 0.1) else { unreachable!() };
-    s.loader = Some(dpt_protocol::record::LoaderStats {
-        ready: 0.1,
-        depth: 2,
-        images_per_sec: 812.0,
-        threads: None,
-    });
+    s.loader =
+        Some(dpt_core::record::LoaderStats { ready: 0.1, depth: 2, images_per_sec: 812.0, threads: None });
     app.on_event(&Record::Step(s.clone()));
     let text = screen(&app, 140, 40, false);
     assert!(text.contains("loader 0.1/2 ready, 812 img/s decoding (replicas wait for data)"), "{text}");
-    s.loader = Some(dpt_protocol::record::LoaderStats {
-        ready: 1.9,
-        depth: 2,
-        images_per_sec: 3100.0,
-        threads: None,
-    });
+    s.loader =
+        Some(dpt_core::record::LoaderStats { ready: 1.9, depth: 2, images_per_sec: 3100.0, threads: None });
     app.on_event(&Record::Step(s));
     let text = screen(&app, 140, 40, false);
     assert!(text.contains("loader 1.9/2 ready, 3100 img/s decoding") && !text.contains("wait for data"));
@@ -488,7 +480,7 @@ fn the_rewind_dialog_holds_the_run_from_opening_to_the_choice_sent() {
     // The offer after a loss that is not finite holds the paused run as well.
     app.on_event(&Record::Event(Change::NotFinite {
         global_step: 583,
-        then: dpt_protocol::policies::OnNan::Pause,
+        then: dpt_core::policies::OnNan::Pause,
     }));
     assert!(matches!(app.overlay, Some(Overlay::Rewind(_))));
     assert_eq!(app.hold(), Some(Control::Hold { on: true }));

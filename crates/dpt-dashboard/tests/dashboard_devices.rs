@@ -3,10 +3,10 @@
 
 mod common;
 
+use dpt_core::device::DeviceId;
+use dpt_core::monitor::{DeviceSample, MonitorMsg, SampleSource};
+use dpt_core::record::Record;
 use dpt_dashboard::dashboard::app::App;
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::monitor::{DeviceSample, MonitorMsg, SampleSource};
-use dpt_protocol::record::Record;
 
 use common::screens::{info, screen};
 

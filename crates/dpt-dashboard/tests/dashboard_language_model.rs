@@ -4,10 +4,10 @@
 
 mod common;
 
+use dpt_core::device::DeviceId;
+use dpt_core::model::Task;
+use dpt_core::record::{Change, EpochStats, Record, RunInfo};
 use dpt_dashboard::dashboard::app::App;
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::model::Task;
-use dpt_protocol::record::{Change, EpochStats, Record, RunInfo};
 
 use common::screens::{info, key, screen, step};
 
@@ -107,8 +107,8 @@ fn the_latest_sample_shows_under_the_curves_and_the_axis_counts_steps() {
 
 #[test]
 fn runs_without_classes_are_compared_by_their_best_val_loss() {
+    use dpt_core::record::compare::Baseline;
     use dpt_dashboard::dashboard::app::RunState;
-    use dpt_protocol::record::compare::Baseline;
     let mut app = language_model_app();
     let mut other = RunInfo { task: Task::ModelLoss, steps_per_epoch: 50, ..info(&["cpu", "cpu"]) };
     other.settings.optimizer.lr = 3e-3;

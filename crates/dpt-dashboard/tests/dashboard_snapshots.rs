@@ -6,18 +6,18 @@
 
 mod common;
 
+use dpt_core::device::DeviceId;
+use dpt_core::model::ModelKind;
+use dpt_core::record::{Change, Summary};
+use dpt_core::record::{FinishReason, Record};
 use dpt_dashboard::dashboard::app::App;
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::model::ModelKind;
-use dpt_protocol::record::{Change, Summary};
-use dpt_protocol::record::{FinishReason, Record};
 
 use common::screens::{running_app, screen, step};
+use dpt_core::flops::PeakFlops;
+use dpt_core::model::Precision;
+use dpt_core::record::bottleneck::{Bottleneck, Cause};
+use dpt_core::record::{ReplicaTiming, StepTiming};
 use dpt_dashboard::dashboard::curves::CurveView;
-use dpt_protocol::flops::PeakFlops;
-use dpt_protocol::model::Precision;
-use dpt_protocol::record::bottleneck::{Bottleneck, Cause};
-use dpt_protocol::record::{ReplicaTiming, StepTiming};
 
 fn paused() -> App {
     let mut app = running_app();
@@ -190,7 +190,7 @@ fn nan_offered() -> App {
     app.on_event(&point(500, 20.0));
     app.on_event(&Record::Event(Change::NotFinite {
         global_step: 570,
-        then: dpt_protocol::policies::OnNan::Pause,
+        then: dpt_core::policies::OnNan::Pause,
     }));
     app.on_event(&Record::Event(Change::Paused { global_step: 570 }));
     app

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::engine::config::TrainConfig;
 use crate::engine::{clock, EngineError};
 use crate::record::Change;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 /// How long the failure path waits for each GPU's queued work when it looks for the one that
 /// failed: a hung GPU counts as the failed one after it.

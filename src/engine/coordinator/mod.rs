@@ -36,7 +36,7 @@ use crate::engine::{EngineError, Outcome};
 use crate::persist::checkpoint::{Checkpoint, CheckpointState};
 use crate::persist::resume::{Continuation, Resume};
 use crate::record::{Change, Record};
-use dpt_protocol::tally::Tally;
+use dpt_core::tally::Tally;
 pub use pool::WorkerPool;
 pub use replicas::{ModelLayout, Replicas};
 
@@ -145,12 +145,12 @@ impl Coordinator {
         let total = p.world.as_ref().map_or(cfg.devices.len(), |w| w.total_replicas());
         let settings = &cfg.settings;
         let b = &settings.best;
-        let first = cfg.devices.first().copied().unwrap_or(dpt_protocol::device::DeviceId::Cpu);
+        let first = cfg.devices.first().copied().unwrap_or(dpt_core::device::DeviceId::Cpu);
         // A run without classes has its loss to judge by, not an accuracy.
-        let metric = if p.facts.classes > 0 { b.metric } else { dpt_protocol::best::BestMetric::ValLoss };
+        let metric = if p.facts.classes > 0 { b.metric } else { dpt_core::best::BestMetric::ValLoss };
         let persist = persist::Persistence::new(
             cfg.run_dir.clone(),
-            dpt_protocol::best::BestKeeper::new(metric, b.keep, b.early_stop),
+            dpt_core::best::BestKeeper::new(metric, b.keep, b.early_stop),
             persist::PersistSettings {
                 every: settings.checkpoints.every,
                 keep: settings.checkpoints.keep,

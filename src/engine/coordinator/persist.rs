@@ -19,7 +19,7 @@ use crate::persist::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_FILE};
 use crate::persist::resume::Resume;
 use crate::persist::{tensor_file, EMA_WEIGHTS_FILE, SCRIPT_FILE, WEIGHTS_FILE};
 use crate::record::Change;
-use dpt_protocol::best::{BestKeeper, Decision};
+use dpt_core::best::{BestKeeper, Decision};
 
 /// Writes named tensors as safetensors at `path`, atomically.
 pub fn save_named(tensors: &[(String, Tensor)], path: &Path) -> Result<(), EngineError> {
@@ -324,7 +324,7 @@ fn written(finished: Vec<Written>) -> Vec<Change> {
 mod tests {
     use super::*;
     use crate::persist::checkpoint::CheckpointState;
-    use dpt_protocol::best::BestMetric;
+    use dpt_core::best::BestMetric;
 
     fn persistence(dir: Option<&Path>, best: BestKeeper, write_fault: bool) -> Persistence {
         let settings = PersistSettings {

@@ -13,7 +13,7 @@ use crate::data::Dataset;
 use crate::engine::config::TrainConfig;
 use crate::engine::worker::{self, FromWorker, ToWorker, WorkerSetup};
 use crate::engine::EngineError;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 /// How long shutting down waits for the worker threads to leave.
 const JOIN_GRACE: Duration = Duration::from_secs(5);

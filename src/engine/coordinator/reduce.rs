@@ -31,7 +31,7 @@ use crate::engine::grad_sink::GradSink;
 use crate::engine::worker::{FromWorker, ReplicaHandles};
 use crate::engine::EngineError;
 use crate::record::Change;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 use dpt_sys::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, SideStream, Work};
 
 /// How gradients are summed: over this process's replicas (the reduction), then across the

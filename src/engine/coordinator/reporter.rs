@@ -14,8 +14,8 @@ use crate::engine::worker::FromWorker;
 use crate::engine::EngineError;
 use crate::flops::{ModelFlops, PeakFlops};
 use crate::record::{EpochStats, FinishReason, StepStats, Summary};
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::tally::Tally;
+use dpt_core::device::DeviceId;
+use dpt_core::tally::Tally;
 use dpt_sys::c10d::ReduceOp;
 
 /// The finished epochs, for the summary and the checkpoint.

@@ -231,7 +231,7 @@ mod points_tests {
     use super::*;
     use crate::engine::coordinator::persist::PersistSettings;
     use crate::persist::checkpoint::CheckpointState;
-    use dpt_protocol::best::{BestKeeper, BestMetric};
+    use dpt_core::best::{BestKeeper, BestMetric};
     use tch::Tensor;
 
     fn point(global_step: usize) -> Resume {

@@ -51,7 +51,7 @@ impl Coordinator {
     pub(super) fn epochs_from(
         &mut self,
         start: (usize, usize),
-        partial: Option<dpt_protocol::tally::Tally>,
+        partial: Option<dpt_core::tally::Tally>,
     ) -> Result<Leg, EngineError> {
         let steps_per_epoch = self.cfg.steps_per_epoch(self.facts.train_len);
         let (batch, seed) = (self.cfg.settings.recipe.batch_size, self.cfg.settings.recipe.seed);
@@ -249,7 +249,7 @@ impl Coordinator {
         let sampling = super::sample::Sampling {
             count: self.cfg.settings.recipe.sample_tokens,
             leads: self.exchange.leads(),
-            seed: dpt_protocol::seed::mix_seed(seed, self.steps.global_step() as u64) as i64,
+            seed: dpt_core::seed::mix_seed(seed, self.steps.global_step() as u64) as i64,
             timeout: self.cfg.step_timeout() * SLOW_WORK_FACTOR,
         };
         let sample = super::sample::sample_text(&self.pool, self.facts.sample_prompt.as_ref(), &sampling)?;

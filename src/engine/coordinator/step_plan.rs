@@ -3,7 +3,7 @@
 
 use crate::engine::optim::schedule::LrPlan;
 use crate::input::shard::shards;
-use dpt_protocol::seed::mix_seed;
+use dpt_core::seed::mix_seed;
 
 /// One replica's part of a step: its rows of the epoch order and its dropout seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

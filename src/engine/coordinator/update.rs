@@ -17,9 +17,9 @@ use crate::engine::optim::OptimConfig;
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
 use crate::persist::resume::Resume;
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::optim::loss_scale::LossScaler;
-use dpt_protocol::optim::loss_scale::LossScaling;
+use dpt_core::device::DeviceId;
+use dpt_core::optim::loss_scale::LossScaler;
+use dpt_core::optim::loss_scale::LossScaling;
 
 /// What the update is asked to do, from the run's settings.
 #[derive(Debug, Clone)]

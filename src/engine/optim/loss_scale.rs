@@ -18,7 +18,7 @@
 
 use tch::Tensor;
 
-use dpt_protocol::optim::loss_scale::{LossScaler, LossScaling, BACKOFF, GROWTH};
+use dpt_core::optim::loss_scale::{LossScaler, LossScaling, BACKOFF, GROWTH};
 
 /// Whether `t` holds a NaN or an infinity, as a one-element tensor on its device (not 0:
 /// it does), with the same kernel at a factor of 1, which leaves every value as it is: no

@@ -19,7 +19,7 @@ use tch::{Kind, Tensor};
 use super::flat::Layout;
 use dpt_sys::c10d::optim::{fused_adam, fused_sgd, AdamStep, OnDevice, SgdStep};
 
-pub use dpt_protocol::optim::{schedule, OptimConfig, OptimizerKind};
+pub use dpt_core::optim::{schedule, OptimConfig, OptimizerKind};
 
 /// Trainable tensors that share a weight decay, as views of the replica's flat buffers.
 struct Group {

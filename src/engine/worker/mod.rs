@@ -26,8 +26,8 @@ use crate::input::loader::Decoding;
 use crate::input::shard::shards;
 use crate::model::script::{ScriptModel, ScriptNet};
 use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision, Task};
-use dpt_protocol::seed::mix_seed;
-use dpt_protocol::tally::Tally;
+use dpt_core::seed::mix_seed;
+use dpt_core::tally::Tally;
 use dpt_sys::c10d::flops::FlopCount;
 use dpt_sys::c10d::OwnRng;
 

@@ -173,7 +173,7 @@ pub fn select(all: Vec<Case>, asked: Option<&str>) -> Result<Vec<Case>, String> 
     let names: Vec<&str> = asked.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
     for name in &names {
         if !CASE_NAMES.contains(name) {
-            return Err(format!("unknown bench case '{name}'; use {}", dpt_protocol::one_of(&CASE_NAMES)));
+            return Err(format!("unknown bench case '{name}'; use {}", dpt_core::one_of(&CASE_NAMES)));
         }
         if !all.iter().any(|c| c.name == *name) {
             return Err(format!("bench case '{name}' needs two GPUs or more; this bench has fewer"));

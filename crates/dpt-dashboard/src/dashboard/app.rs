@@ -4,7 +4,7 @@
 use crate::monitor::MonitorMsg;
 use crate::record::text::{Level, Narrator};
 use crate::record::{Change, Record};
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 use super::devices::{panels, rank_panels};
 use super::log::EventLog;
@@ -230,7 +230,7 @@ impl App {
                 self.run.sample = Some((*global_step, prompt.clone(), text.clone()))
             }
             // The NaN pause: offer the newest rewind point, at half the lr.
-            Change::NotFinite { then: dpt_protocol::policies::OnNan::Pause, .. }
+            Change::NotFinite { then: dpt_core::policies::OnNan::Pause, .. }
                 if self.viewer.steerable && self.overlay.is_none() =>
             {
                 self.overlay =

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use crate::monitor::{DeviceSample, SampleSource};
 use crate::record::straggler::stragglers;
 use crate::record::StepStats;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 /// How many samples the history keeps (two minutes at the default 1 s).
 pub const HISTORY: usize = 120;

@@ -9,7 +9,7 @@ use crate::model::ModelKind;
 use crate::record::history::History;
 use crate::record::{Change, FinishReason, Record};
 use crate::run_dir::CHECKPOINT_FILE;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 /// Where a recorded run stands, as `ls` lists it (the dashboard's live view of one is
 /// `dashboard::app::RunState`).

@@ -5,13 +5,13 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
+use dpt_core::device::DeviceId;
+use dpt_core::monitor::{DeviceSample, MonitorMsg, SampleSource};
+use dpt_core::record::Record;
+use dpt_core::record::{EpochStats, ReplicaTiming, RunInfo, StepStats, StepTiming};
 use dpt_dashboard::dashboard::app::App;
 use dpt_dashboard::dashboard::theme::Theme;
 use dpt_dashboard::dashboard::view::{self, Look};
-use dpt_protocol::device::DeviceId;
-use dpt_protocol::monitor::{DeviceSample, MonitorMsg, SampleSource};
-use dpt_protocol::record::Record;
-use dpt_protocol::record::{EpochStats, ReplicaTiming, RunInfo, StepStats, StepTiming};
 
 pub fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
@@ -129,7 +129,7 @@ pub fn screen(app: &App, width: u16, height: u16, ascii: bool) -> String {
 
 /// A sample of GPU `i` as NVML would give it, with every further figure.
 pub fn gpu_sample(i: usize, util: Option<f64>, note: Option<&str>) -> DeviceSample {
-    use dpt_protocol::monitor::gpu::{GpuDetail, GpuProcess};
+    use dpt_core::monitor::gpu::{GpuDetail, GpuProcess};
     DeviceSample {
         device: DeviceId::Cuda(i),
         source: SampleSource::Nvml,

@@ -12,7 +12,7 @@ use crate::dashboard::app::App;
 use crate::dashboard::devices::DeviceState;
 use crate::monitor::gpu::GpuDetail;
 use crate::monitor::SampleSource;
-use dpt_protocol::device::DeviceId;
+use dpt_core::device::DeviceId;
 
 const ASCII_BARS: bar::Set = bar::Set {
     full: "#",

@@ -1,7 +1,11 @@
-//! dpt-tui's vocabulary, without libtorch: the settings tree a run is configured by, the records
-//! it writes and serves, the controls it takes, the device readings it reports, and the names
-//! the command line, the files and the dashboard share. The engine and the dashboard both build
-//! on it; it builds on neither.
+//! dpt-tui's core without libtorch: what a run is in words and numbers, and the services that
+//! need no tensors. Its vocabulary: the settings tree a run is configured by, the records it
+//! writes and serves, the controls it takes, the device readings it reports, the state a
+//! checkpoint keeps (the tallies, the best kept, the loss scaler's), the seeds it derives, and the
+//! names the command line, the files and the dashboard share. Its services: the recorder that
+//! appends the records to `metrics.jsonl`, the TensorBoard writer, the bottleneck rules, the
+//! curves and comparisons the dashboard and `show` draw from the records. The engine and the
+//! dashboard both build on it; it builds on neither.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
