@@ -256,8 +256,7 @@ impl Coordinator {
                 run_loop::Leg::Rewind { plan, now } => start = self.rewind(plan, now)?,
             }
         };
-        let diverged = self.gate.flow().diverged();
-        if diverged {
+        if self.gate.flow().diverged() {
             // A loss found non-finite at the very last report ends the loop as if completed.
             reason = crate::record::FinishReason::Diverged;
         }
@@ -266,6 +265,8 @@ impl Coordinator {
             // Statistics of the partial window, so the curves and the checkpoint include them.
             self.report(position.0 + 1, position.1, steps_per_epoch)?;
         }
+        // The partial window's loss may have been the first not finite (`--on-nan stop`).
+        let diverged = self.gate.flow().diverged();
         // The periodic write in flight ends before the final save writes over it.
         let written = self.persist.note_written(true);
         self.channels.say(written);
