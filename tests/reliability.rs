@@ -187,6 +187,31 @@ fn a_nan_loss_stops_and_keeps_the_last_good_checkpoint() {
 }
 
 #[test]
+fn a_loss_first_not_finite_in_the_last_partial_window_skips_the_final_save() {
+    // 600 samples in batches of 100: 6 steps an epoch, reported every 4 and at the epoch's end.
+    // The run stops at its step limit of 9: steps 7 to 9 make the partial window its end
+    // reports, and the loss is not finite from the 8th step on (global step 7). The run has
+    // diverged: no final save is tried, and the epoch-1 checkpoint stays.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.on_nan = OnNan::Stop;
+    cfg.settings.placement.max_steps = Some(9);
+    cfg.kit.faults = Faults { nan_loss_from: Some(7), ..Faults::default() };
+    let (outcome, events) = run(cfg);
+    assert_eq!(outcome.unwrap().summary.reason, FinishReason::Diverged);
+    let said =
+        |want: &dyn Fn(&Change) -> bool| events.iter().any(|e| matches!(e, Record::Event(c) if want(c)));
+    assert!(said(&|c| matches!(c, Change::NotFinite { global_step: 9, then: OnNan::Stop })));
+    assert!(
+        !said(&|c| matches!(c, Change::Warning { message } if message.contains("not saved"))),
+        "no save of the bad weights is tried"
+    );
+    assert!(!said(&|c| matches!(c, Change::Saved { global_step: 9, .. })));
+    let ckpt = Checkpoint::read(dir.path()).unwrap();
+    assert_eq!(ckpt.state.global_step, 6, "the epoch-1 checkpoint stays");
+}
+
+#[test]
 fn a_nan_loss_pauses_or_is_ignored_as_asked() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());

@@ -256,17 +256,17 @@ impl Coordinator {
                 run_loop::Leg::Rewind { plan, now } => start = self.rewind(plan, now)?,
             }
         };
-        if self.gate.flow().diverged() {
-            // A loss found non-finite at the very last report ends the loop as if completed.
-            reason = crate::record::FinishReason::Diverged;
-        }
         let steps_per_epoch = self.cfg.steps_per_epoch(self.facts.train_len);
         if reason != crate::record::FinishReason::Completed && self.report.window_open() {
             // Statistics of the partial window, so the curves and the checkpoint include them.
             self.report(position.0 + 1, position.1, steps_per_epoch)?;
         }
-        // The partial window's loss may have been the first not finite (`--on-nan stop`).
+        // A loss found not finite at the very last report (which ends the loop as if
+        // completed) or in the partial window's (`--on-nan stop`): the run has diverged.
         let diverged = self.gate.flow().diverged();
+        if diverged {
+            reason = crate::record::FinishReason::Diverged;
+        }
         // The periodic write in flight ends before the final save writes over it.
         let written = self.persist.note_written(true);
         self.channels.say(written);
