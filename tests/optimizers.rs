@@ -363,10 +363,11 @@ fn a_frozen_backbone_stays_as_it_was_and_the_head_trains_as_in_pytorch() {
         let frozen: Vec<&str> = start.params.iter().filter(|p| p.frozen).map(|p| p.name.as_str()).collect();
         assert_eq!(frozen, ["fc1.weight", "fc1.bias"]);
         let mut offset = 0;
+        let initial_params = start.initial_values().unwrap().0;
         for spec in &start.params {
             let n = spec.numel() as usize;
             if spec.frozen {
-                let initial = tch::Tensor::from_slice(&start.initial_params[offset..offset + n])
+                let initial = initial_params.narrow(0, offset as i64, n as i64)
                     .view(spec.shape.as_slice());
                 for out in &outcomes {
                     let (_, t) = out.final_params.iter().find(|(name, _)| *name == spec.name).unwrap();

@@ -153,9 +153,7 @@ impl Engine {
         )?;
         let (mut initial_params, mut initial_buffers) = match (&cfg.kit.resume, &cfg.kit.script) {
             (Some(r), _) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
-            (None, Some(s)) => {
-                (Tensor::from_slice(&s.initial_params), Tensor::from_slice(&s.initial_buffers))
-            }
+            (None, Some(s)) => s.initial_values().map_err(StartError::ScriptWeights)?,
             (None, None) => {
                 let _own = OwnRng::open(cfg.settings.recipe.seed as i64, tch::Device::Cpu)?;
                 (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
@@ -300,6 +298,8 @@ pub enum StartError {
     Memory(Box<device_memory::MemoryRefusal>),
     #[error("{0}")]
     SyncDebug(String),
+    #[error("cannot read the model's initial weights: {0}")]
+    ScriptWeights(dpt_sys::c10d::C10dError),
     #[error("cannot set the GPUs' float32 math (TF32): {0}")]
     Math(dpt_sys::c10d::C10dError),
 }

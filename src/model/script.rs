@@ -50,16 +50,15 @@ pub enum ScriptError {
 }
 
 /// What the engine needs to know of a TorchScript model, read once from the file: the tensors
-/// it trains (names, shapes, initial values) and the classes it predicts. Plain data, shared
-/// by every replica and the coordinator.
+/// it trains (names and shapes) and the classes it predicts. Plain data, shared by every
+/// replica and the coordinator. The initial values stay in the file until the run starts
+/// ([`ScriptModel::initial_values`]): a copy of the weights held for the whole run would cost
+/// as much memory as the weights themselves.
 #[derive(Clone, PartialEq)]
 pub struct ScriptModel {
     pub path: PathBuf,
     pub params: Vec<TensorSpec>,
     pub buffers: Vec<TensorSpec>,
-    /// The file's parameter values, concatenated in order (every replica starts from them).
-    pub initial_params: Vec<f32>,
-    pub initial_buffers: Vec<f32>,
     pub classes: i64,
     /// Whether the code draws random numbers (dropout): each replica then draws from a stream
     /// seeded per step and replica, as the built-in models do.
@@ -98,17 +97,29 @@ pub struct SampleInputs {
     pub max_target: i64,
 }
 
-fn specs_and_values(named: &[(String, Tensor)]) -> (Vec<TensorSpec>, Vec<f32>) {
-    let mut values = Vec::new();
-    let specs = named
+fn specs(named: &[(String, Tensor)]) -> Vec<TensorSpec> {
+    named
         .iter()
-        .map(|(name, t)| {
-            let flat = t.detach().to_device(Device::Cpu).to_kind(Kind::Float).reshape([-1]);
-            values.extend(Vec::<f32>::try_from(&flat).unwrap_or_default());
-            TensorSpec { name: name.clone(), shape: t.size(), init: Init::Zeros, frozen: !t.requires_grad() }
+        .map(|(name, t)| TensorSpec {
+            name: name.clone(),
+            shape: t.size(),
+            init: Init::Zeros,
+            frozen: !t.requires_grad(),
         })
-        .collect();
-    (specs, values)
+        .collect()
+}
+
+/// `named`'s values concatenated in order as one flat float32 CPU tensor, refused unless
+/// they are the tensors `specs` describe (the file changed since it was read).
+fn flat_values(named: Vec<(String, Tensor)>, specs: &[TensorSpec], path: &Path) -> Result<Tensor, C10dError> {
+    let same = named.len() == specs.len()
+        && named.iter().zip(specs).all(|((n, t), s)| *n == s.name && t.size() == s.shape);
+    if !same {
+        return Err(C10dError(format!("{} changed since it was read; start the run again", path.display())));
+    }
+    let _guard = tch::no_grad_guard();
+    let parts: Vec<Tensor> = named.iter().map(|(_, t)| t.detach().to_kind(Kind::Float).reshape([-1])).collect();
+    Ok(if parts.is_empty() { Tensor::zeros([0], (Kind::Float, Device::Cpu)) } else { Tensor::cat(&parts, 0) })
 }
 
 /// The float32 buffers of a module (BatchNorm statistics), kept identical across replicas.
@@ -138,14 +149,10 @@ impl ScriptModel {
         if !(1..=2).contains(&inputs) {
             return Err(ScriptError::Inputs { path: path.to_owned(), inputs });
         }
-        let (params, initial_params) = specs_and_values(&params);
-        let (buffers, initial_buffers) = specs_and_values(&buffers);
         Ok(ScriptModel {
             path: path.to_owned(),
-            params,
-            buffers,
-            initial_params,
-            initial_buffers,
+            params: specs(&params),
+            buffers: specs(&buffers),
             classes: 0,
             vocab: None,
             random,
@@ -217,6 +224,16 @@ impl ScriptModel {
         self.path
             .file_name()
             .map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    }
+
+    /// The file's parameters and float buffers, each concatenated in order as one flat CPU
+    /// tensor: the values every replica starts from. Read from the file when the run starts,
+    /// and dropped once the replicas hold them.
+    pub fn initial_values(&self) -> Result<(Tensor, Tensor), C10dError> {
+        let module = ScriptModule::load(&self.path, Device::Cpu)?;
+        let params = flat_values(module.named_parameters()?, &self.params, &self.path)?;
+        let buffers = flat_values(float_buffers(&module)?, &self.buffers, &self.path)?;
+        Ok((params, buffers))
     }
 
     /// Writes the module with the tensors `named` (the trained values, by name, in logical

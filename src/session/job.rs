@@ -43,6 +43,7 @@ fn start_failure(e: StartError) -> Failure {
         StartError::Data(e) => input(*e),
         StartError::Memory(e) => input(*e),
         StartError::SyncDebug(e) => input(anyhow::anyhow!(e)),
+        e @ StartError::ScriptWeights(_) => input(anyhow::anyhow!(e.to_string())),
     }
 }
 

@@ -290,9 +290,10 @@ pub fn relative_error(
 ) -> f64 {
     let mut offset = 0;
     let (mut worst_diff, mut largest_move) = (0.0f64, 0.0f64);
+    let initial_params: Vec<f32> = Vec::try_from(&start.initial_values().expect("the model file").0).unwrap();
     for spec in &start.params {
         let n = spec.numel() as usize;
-        let initial = &start.initial_params[offset..offset + n];
+        let initial = &initial_params[offset..offset + n];
         offset += n;
         let (_, t) = ours.final_params.iter().find(|(name, _)| *name == spec.name).expect("trained tensor");
         let ours: Vec<f32> = Vec::try_from(&t.reshape([-1])).unwrap();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 
 use super::rewind::{between, Plan};
-use super::{Coordinator, Restored};
+use super::{Coordinator, Held, Restored};
 use crate::engine::config::{check_lr, SavePolicy};
 use crate::engine::events::Control;
 use crate::engine::EngineError;
@@ -192,8 +192,9 @@ impl Coordinator {
             });
             return Ok(());
         }
-        let weights = self.update.replicas().named_cpu();
-        let checkpoint = self.snapshot(position);
+        // Written before anything trains again: views, each tensor copied to the host in turn.
+        let weights = self.update.replicas().named_views();
+        let checkpoint = self.snapshot(position, Held::Views);
         let (said, result) = self.persist.save_all(&weights, &checkpoint, advice);
         self.channels.say(said);
         result

@@ -38,7 +38,7 @@ use crate::persist::resume::{Continuation, Resume};
 use crate::record::{Change, Record};
 use dpt_core::tally::Tally;
 pub use pool::WorkerPool;
-pub use replicas::{ModelLayout, Replicas};
+pub use replicas::{Held, ModelLayout, Replicas};
 
 /// Work slower than a training step (start-up, evaluation) gets this many step timeouts.
 const SLOW_WORK_FACTOR: u32 = 10;
@@ -289,13 +289,13 @@ impl Coordinator {
         let mut summary = self.report.summary(&self.cfg, ended, self.facts.classes);
         summary.val_acc = val_acc;
         self.channels.emit(Record::Summary(Box::new(summary.clone())));
-        Ok(Outcome { summary, final_params: self.update.replicas().named_cpu() })
+        Ok(Outcome { summary, final_params: self.update.replicas().named_host() })
     }
 
     /// The run's state as a checkpoint that continues at `position`, each part's own: the step
     /// plan's count and lr, the reporter's finished epochs and the epoch so far, the update's
     /// tensors and loss scale, the best evaluations kept; copied to the host.
-    fn snapshot(&self, position: (usize, usize)) -> Checkpoint {
+    fn snapshot(&self, position: (usize, usize), held: Held) -> Checkpoint {
         let cfg = &self.cfg;
         let done = self.report.done();
         let partial = if position.1 == 0 { Tally::default() } else { self.report.epoch_so_far() };
@@ -317,7 +317,7 @@ impl Coordinator {
             continued: cfg.kit.resume.as_deref().and_then(Resume::continued),
             ..CheckpointState::new(cfg.settings.clone(), cfg.normalization.clone())
         };
-        let t = self.update.tensors();
+        let t = self.update.tensors(held);
         Checkpoint { state, params: t.params, optimizer: t.optimizer, buffers: t.buffers, ema: t.ema }
     }
 

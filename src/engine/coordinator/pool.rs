@@ -29,7 +29,8 @@ pub struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// Starts one worker per device of `cfg`, each from copies of the initial tensors;
+    /// Starts one worker per device of `cfg`, each from the initial tensors (shared, read-only:
+    /// each worker copies them into its own buffers, and none holds them after);
     /// `replicas`: the run's replicas in all its processes.
     pub fn spawn(
         cfg: &TrainConfig,
@@ -57,8 +58,8 @@ impl WorkerPool {
                 eval_batch: cfg.settings.eval_batch(replicas),
                 normalization: cfg.normalization.clone(),
                 data: Arc::clone(data),
-                initial_params: initial_params.copy(),
-                initial_buffers: initial_buffers.copy(),
+                initial_params: initial_params.shallow_clone(),
+                initial_buffers: initial_buffers.shallow_clone(),
                 threads: cfg.cpu_threads,
                 faults: cfg.kit.faults.clone(),
                 channels_last: cfg.uses_channels_last(),

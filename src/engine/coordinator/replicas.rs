@@ -45,13 +45,29 @@ impl ModelLayout {
         }
     }
 
-    /// `flat` (laid out by `layout`) as named CPU tensors in logical order.
-    fn split(flat: &Tensor, layout: &Layout, specs: &[TensorSpec]) -> Vec<(String, Tensor)> {
-        specs.iter().map(|s| s.name.clone()).zip(layout.to_logical(flat, Device::Cpu)).collect()
+    /// `flat` (laid out by `layout`) as named tensors in logical order, held as `held` says.
+    fn split(flat: &Tensor, layout: &Layout, specs: &[TensorSpec], held: Held) -> Vec<(String, Tensor)> {
+        let tensors = match held {
+            Held::Views => layout.views(flat),
+            Held::Copies => layout.to_logical(flat, Device::Cpu),
+        };
+        specs.iter().map(|s| s.name.clone()).zip(tensors).collect()
     }
 }
 
-/// Replica 0's tensors as a checkpoint holds them: by name, on the host.
+/// How a snapshot of the replicas holds their tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Views of replica 0's buffers, on its device: for a write that ends before the next step
+    /// changes them (the final save, a best-kept checkpoint), which then copies nothing but the
+    /// one tensor being written.
+    Views,
+    /// Copies on the host: for what outlives the step (a rewind point, the periodic checkpoint
+    /// the writer thread writes while training goes on).
+    Copies,
+}
+
+/// Replica 0's tensors as a checkpoint holds them: by name, as views or host copies ([`Held`]).
 pub struct ReplicaTensors {
     pub params: NamedTensors,
     /// Each slot of the optimizer's state (`momentum`, `exp_avg`, …), by parameter name.
@@ -142,13 +158,13 @@ impl Replicas {
         }
     }
 
-    /// The moving average's parameters and buffers by name, on the CPU.
-    fn ema_by_name(&self) -> Option<(NamedTensors, NamedTensors)> {
+    /// The moving average's parameters and buffers by name.
+    fn ema_by_name(&self, held: Held) -> Option<(NamedTensors, NamedTensors)> {
         let ema = self.ema.as_ref()?;
         let l = &self.layout;
         Some((
-            ModelLayout::split(&ema.params, &l.params, &l.param_specs),
-            ModelLayout::split(&ema.buffers, &l.buffers, &l.buffer_specs),
+            ModelLayout::split(&ema.params, &l.params, &l.param_specs, held),
+            ModelLayout::split(&ema.buffers, &l.buffers, &l.buffer_specs, held),
         ))
     }
 
@@ -301,38 +317,35 @@ impl Replicas {
         non_finite(&self.params[0])
     }
 
-    /// Replica 0's named tensors, copied to the CPU.
-    pub fn named_cpu(&self) -> Vec<(String, Tensor)> {
-        self.named.iter().map(|(n, t)| (n.clone(), t.to_device(Device::Cpu).contiguous().copy())).collect()
+    /// Replica 0's named tensors (parameters, then buffers) as the module names them: views of
+    /// its buffers, on its device.
+    pub fn named_views(&self) -> Vec<(String, Tensor)> {
+        self.named.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect()
     }
 
-    /// Replica 0's tensors, optimizer state and moving average by name, on the CPU.
-    pub fn tensors(&self) -> ReplicaTensors {
+    /// Replica 0's named tensors on the host: views where replica 0 is on the CPU (what a run
+    /// hands back when it ends, when nothing trains them any more), copies from a GPU.
+    pub fn named_host(&self) -> Vec<(String, Tensor)> {
+        self.named.iter().map(|(n, t)| (n.clone(), t.detach().to_device(Device::Cpu))).collect()
+    }
+
+    /// Replica 0's tensors, optimizer state and moving average by name, held as `held` says.
+    pub fn tensors(&self, held: Held) -> ReplicaTensors {
+        let l = &self.layout;
         ReplicaTensors {
-            params: self.params_by_name(),
-            optimizer: self.optimizer_by_name(),
-            buffers: self.buffers_by_name(),
-            ema: self.ema_by_name(),
+            params: ModelLayout::split(&self.params[0], &l.params, &l.param_specs, held),
+            optimizer: self.optimizer_by_name(held),
+            buffers: ModelLayout::split(&self.buffers[0], &l.buffers, &l.buffer_specs, held),
+            ema: self.ema_by_name(held),
         }
     }
 
-    /// Replica 0's parameters, by name, on the CPU.
-    fn params_by_name(&self) -> Vec<(String, Tensor)> {
-        ModelLayout::split(&self.params[0], &self.layout.params, &self.layout.param_specs)
-    }
-
-    /// Replica 0's buffers, by name, on the CPU.
-    fn buffers_by_name(&self) -> Vec<(String, Tensor)> {
-        ModelLayout::split(&self.buffers[0], &self.layout.buffers, &self.layout.buffer_specs)
-    }
-
-    /// Replica 0's optimizer state: each slot's tensors by name, on the CPU.
-    fn optimizer_by_name(&self) -> Vec<(String, Vec<(String, Tensor)>)> {
+    /// Replica 0's optimizer state: each slot's tensors by name.
+    fn optimizer_by_name(&self, held: Held) -> Vec<(String, Vec<(String, Tensor)>)> {
+        let l = &self.layout;
         self.optim[0]
             .slots()
-            .map(|(slot, flat)| {
-                (slot.to_owned(), ModelLayout::split(flat, &self.layout.params, &self.layout.param_specs))
-            })
+            .map(|(slot, flat)| (slot.to_owned(), ModelLayout::split(flat, &l.params, &l.param_specs, held)))
             .collect()
     }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::reporter::WindowEnd;
 use super::rewind::Plan;
-use super::{Coordinator, SLOW_WORK_FACTOR};
+use super::{Coordinator, Held, SLOW_WORK_FACTOR};
 use crate::engine::config::TrainConfig;
 use crate::engine::evaluation::Evaluation;
 use crate::engine::worker::{FromWorker, ToWorker};
@@ -263,7 +263,7 @@ impl Coordinator {
         let (loss, acc) = (evaluation.sums.mean_loss(), evaluation.sums.accuracy());
         let judged = self.persist.judge(epoch + 1, loss, acc);
         let kept = (judged.keep() && self.persist.save_dir().is_some())
-            .then(|| (self.update.replicas().named_cpu(), self.snapshot((epoch + 1, 0))));
+            .then(|| (self.update.replicas().named_views(), self.snapshot((epoch + 1, 0), Held::Views)));
         let said = self.persist.keep_best(&judged, kept.as_ref().map(|(w, c)| (w.as_slice(), c)));
         self.channels.say(said);
         if judged.stop() {
@@ -279,7 +279,7 @@ impl Coordinator {
         let point = match self.update.params_finite() {
             Ok(true) => {
                 let model = self.cfg.settings.model_kind();
-                let snapshot = self.snapshot(position);
+                let snapshot = self.snapshot(position, Held::Copies);
                 Resume::new(
                     snapshot,
                     model,
@@ -324,7 +324,7 @@ impl Coordinator {
             return;
         }
         let said = match self.update.params_finite() {
-            Ok(true) => self.persist.submit(self.snapshot(position)),
+            Ok(true) => self.persist.submit(self.snapshot(position, Held::Copies)),
             Ok(false) => {
                 vec![Change::Warning {
                     message: "checkpoint not written: the parameters are not finite".into(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tch::Tensor;
 
-use super::replicas::ReplicaTensors;
+use super::replicas::{Held, ReplicaTensors};
 use super::{ModelLayout, Replicas};
 use crate::device::gpu_wait::Waiting;
 use crate::dist::World;
@@ -220,10 +220,10 @@ impl Update {
         self.replicas.put_back(own);
     }
 
-    /// Replica 0's tensors, optimizer state and moving average by name on the host: a
-    /// checkpoint's.
-    pub(super) fn tensors(&self) -> ReplicaTensors {
-        self.replicas.tensors()
+    /// Replica 0's tensors, optimizer state and moving average by name, held as `held` says:
+    /// a checkpoint's.
+    pub(super) fn tensors(&self, held: Held) -> ReplicaTensors {
+        self.replicas.tensors(held)
     }
 }
 
@@ -255,11 +255,11 @@ mod tests {
     fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
         let mut u = update(Some(LossScaling::default()));
         u.begin();
-        let before = u.replicas.tensors().params;
+        let before = u.replicas.tensors(Held::Copies).params;
         u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
         let applied = u.step(&[0], (1, 0.1, 0), None).unwrap();
         assert_eq!(applied.grad_norm.double_value(&[]), 0.0, "an overflowed step's norm is left out");
-        let after = u.replicas.tensors().params;
+        let after = u.replicas.tensors(Held::Copies).params;
         assert!(before.iter().zip(&after).all(|(a, b)| a.1.equal(&b.1)), "weights unchanged");
         assert_eq!(u.newly_skipped(), 1);
         assert_eq!(u.newly_skipped(), 0, "reported once");
@@ -275,7 +275,7 @@ mod tests {
         let applied = u.step(&[0], (2, 0.5, 0), None).unwrap();
         // The mean gradient (sum over 2 samples) is (0.5, 0.5, 1), its norm sqrt(1.5).
         assert!((applied.grad_norm.double_value(&[]) - 1.5f64.sqrt()).abs() < 1e-6);
-        let w: Vec<f32> = Vec::try_from(u.replicas.tensors().params[0].1.flatten(0, -1)).unwrap();
+        let w: Vec<f32> = Vec::try_from(u.replicas.tensors(Held::Copies).params[0].1.flatten(0, -1)).unwrap();
         assert_eq!(w, [0.75, 1.75], "plain SGD: w - lr * mean gradient");
         assert!(u.params_finite().unwrap());
         assert!(u.check_replicas(1).is_ok(), "one replica equals itself");
