@@ -11,7 +11,7 @@ use std::sync::Arc;
 use dpt_core::device::DeviceId;
 use dpt_core::optim::loss_scale::LossScaling;
 use dpt_tui::engine::optim::schedule::{Schedule, Shape};
-use dpt_tui::engine::optim::{OptimConfig, OptimizerKind};
+use dpt_tui::engine::optim::{OptimConfig, OptimizerKind, Zero};
 use dpt_tui::engine::{Engine, Outcome, Resume, TrainConfig};
 use dpt_tui::model::script::ScriptModel;
 use dpt_tui::model::ModelKind;
@@ -101,8 +101,9 @@ fn check_model(kind: &str, recipe: impl Into<Recipe>) -> Vec<Outcome> {
         recipe.accumulate
     );
     let mut outcomes = Vec::new();
-    for replicas in [1, 2] {
-        let mut cfg = config(&model, recipe.optim, replicas);
+    // One replica, two, and two with the optimizer state split between them (--zero 1).
+    for (replicas, zero) in [(1, Zero::Off), (2, Zero::Off), (2, Zero::States)] {
+        let mut cfg = config(&model, OptimConfig { zero, ..recipe.optim }, replicas);
         cfg.settings.recipe.clip_grad_norm = recipe.clip;
         cfg.settings.recipe.label_smoothing = recipe.label_smoothing;
         cfg.settings.recipe.accumulate = recipe.accumulate;
@@ -112,6 +113,11 @@ fn check_model(kind: &str, recipe: impl Into<Recipe>) -> Vec<Outcome> {
         assert!(e < 1e-4, "{what} on {replicas} replica(s) is {e} away from PyTorch's");
         outcomes.push(ours);
     }
+    // The sharded update is the same arithmetic on the same values: bit-equal weights.
+    let bits = |o: &Outcome| -> Vec<(String, Vec<f32>)> {
+        o.final_params.iter().map(|(n, t)| (n.clone(), Vec::try_from(&t.reshape([-1])).unwrap())).collect()
+    };
+    assert_eq!(bits(&outcomes[1]), bits(&outcomes[2]), "{what}: --zero 1 ends with the weights of --zero 0");
     outcomes
 }
 
@@ -159,7 +165,7 @@ fn fused_equals_torch_fused(optim: OptimConfig) {
         .collect();
     let layout = Layout::new(&specs, false);
     let params = tch::Tensor::from_slice(&floats(&theirs["initial"]));
-    let mut state = OptimizerState::new(optim, &params, &layout, |i| !specs[i].frozen);
+    let mut state = OptimizerState::new(optim, &params, &layout, |i| !specs[i].frozen, ((0, layout.total()), &[]));
     for grads in theirs["grads"].as_array().unwrap() {
         let grad_sum = tch::Tensor::from_slice(&floats(grads));
         state.step(&grad_sum, (optim.lr, batch), false, None);

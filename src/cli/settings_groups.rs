@@ -11,7 +11,7 @@ use dpt_tui::data::tokens::TokenDtype;
 use dpt_tui::data::{DataFormat, Loader};
 use dpt_tui::engine::checkpoint_every::CheckpointEvery;
 use dpt_tui::engine::optim::schedule::Shape;
-use dpt_tui::engine::optim::OptimizerKind;
+use dpt_tui::engine::optim::{OptimizerKind, Zero};
 use dpt_tui::engine::OnNan;
 use dpt_tui::input::augment::Preset;
 use dpt_tui::model::{LossKind, Normalization, Precision};
@@ -120,6 +120,11 @@ pub struct OptimizerArgs {
     #[arg(id = "optimizer.decay_all", long = "decay-all")]
     #[serde(skip_serializing_if = "not_set")]
     pub decay_all: bool,
+    /// ZeRO stage: 1 splits the optimizer state (moments, momentum) over this process's
+    /// replicas, each updating its shard of the weights, then gathering them; the same
+    /// weights as 0 (every replica holds all of it) in less memory [default: 0].
+    #[arg(id = "optimizer.zero", long = "zero", value_name = "0|1", value_parser = parse::<Zero>)]
+    pub zero: Option<Zero>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]

@@ -169,15 +169,22 @@ impl TrainConfig {
             (Task::Classify, Some(m)) => m.classes.max(0) as u64,
             (Task::Classify, None) => data.classes as u64,
         };
-        let memory = ReplicaMemory::of(&MemoryInputs {
-            params: self.specs().param_count().max(0) as u64,
-            optimizer_buffers: s.optimizer.kind.slots().len() as u64,
-            ema: s.recipe.ema.is_some(),
-            precision: s.precision.format,
-            micro_batch: s.micro_batch(replicas) as u64,
-            eval_batch: s.eval_batch(replicas) as u64,
-            outputs_per_sample,
-        });
+        let here = self.devices.len() as u64;
+        let estimate = |optimizer_shards| {
+            ReplicaMemory::of(&MemoryInputs {
+                params: self.specs().param_count().max(0) as u64,
+                optimizer_buffers: s.optimizer.kind.slots().len() as u64,
+                optimizer_shards,
+                ema: s.recipe.ema.is_some(),
+                precision: s.precision.format,
+                micro_batch: s.micro_batch(replicas) as u64,
+                eval_batch: s.eval_batch(replicas) as u64,
+                outputs_per_sample,
+            })
+        };
+        let memory = estimate(if s.optimizer.zero.shards_states() { here } else { 1 });
+        // The stage that would fit, where this run's replicas could split their state.
+        let sharded = (!s.optimizer.zero.shards_states() && here > 1).then(|| estimate(here));
         let mut gpus: Vec<usize> = self
             .devices
             .iter()
@@ -188,7 +195,16 @@ impl TrainConfig {
         for i in gpus {
             let Some((name, total)) = gpu(i) else { continue };
             let sharing = self.devices.iter().filter(|d| **d == DeviceId::Cuda(i)).count();
-            memory.check(&format!("cuda:{i} ({name})"), total, sharing)?;
+            let device = format!("cuda:{i} ({name})");
+            memory.check(&device, total, sharing).map_err(|mut refusal| {
+                if let Some(z) = sharded.filter(|z| z.check(&device, total, sharing).is_ok()) {
+                    refusal.fix = format!(
+                        "--zero 1 fits: the optimizer state split over the {here} replicas, {:.1} GiB each in all",
+                        z.peak() as f64 / f64::from(1u32 << 30)
+                    );
+                }
+                refusal
+            })?;
         }
         Ok(())
     }
@@ -254,6 +270,7 @@ impl TrainConfig {
         if accumulate > per_replica {
             return Err(ConfigError::AccumulateTooFine { accumulate, per_replica });
         }
+        self.settings.optimizer.zero.check(self.devices.len(), 1).map_err(ConfigError::Zero)?;
         if self.model() == ModelKind::Script && self.kit.script.is_none() {
             return Err(ConfigError::ScriptMissing);
         }

@@ -26,6 +26,8 @@ pub struct MemoryInputs {
     /// Optimizer slots the size of the parameters (Adam's two moments, SGD's momentum; the
     /// fused kernels need no scratch beside them).
     pub optimizer_buffers: u64,
+    /// The replicas the optimizer state is split over (`--zero 1`; 1: each holds all of it).
+    pub optimizer_shards: u64,
     pub ema: bool,
     pub precision: Precision,
     pub micro_batch: u64,
@@ -45,7 +47,8 @@ impl ReplicaMemory {
         };
         // Weights and gradient sums in f32; the autocast (or built-in) casts of the weights in
         // the low format, held for the forward.
-        let state = i.params * (2 * F32 + i.optimizer_buffers * F32 + u64::from(i.ema) * F32 + low);
+        let shard = i.params.div_ceil(i.optimizer_shards.max(1));
+        let state = i.params * (2 * F32 + u64::from(i.ema) * F32 + low) + shard * i.optimizer_buffers * F32;
         let output = if low == 0 { F32 } else { low };
         ReplicaMemory {
             state,
@@ -73,7 +76,7 @@ impl ReplicaMemory {
         } else {
             "use a smaller model, more GPUs for fewer replicas each, or --precision bf16"
         };
-        Err(MemoryRefusal { device: device.to_owned(), total, need, replicas, memory: *self, fix })
+        Err(MemoryRefusal { device: device.to_owned(), total, need, replicas, memory: *self, fix: fix.to_owned() })
     }
 }
 
@@ -89,7 +92,7 @@ pub struct MemoryRefusal {
     pub need: u64,
     pub replicas: usize,
     pub memory: ReplicaMemory,
-    pub fix: &'static str,
+    pub fix: String,
 }
 
 fn gib(bytes: u64) -> String {
@@ -105,6 +108,7 @@ mod tests {
         ReplicaMemory::of(&MemoryInputs {
             params: 124_475_904,
             optimizer_buffers: 2,
+            optimizer_shards: 1,
             ema: false,
             precision: Precision::Bf16,
             micro_batch,
@@ -158,6 +162,7 @@ mod tests {
         let lenet = ReplicaMemory::of(&MemoryInputs {
             params: 61_706,
             optimizer_buffers: 1,
+            optimizer_shards: 1,
             ema: true,
             precision: Precision::F32,
             micro_batch: 256,
@@ -167,5 +172,24 @@ mod tests {
         assert_eq!(lenet.state, 61_706 * 16);
         assert_eq!(lenet.step_outputs, 256 * 10 * 12);
         assert_eq!(lenet.eval_outputs, 256 * 10 * 8);
+    }
+
+    #[test]
+    fn zero_1_keeps_a_shard_of_the_optimizer_state() {
+        let of = |shards| {
+            ReplicaMemory::of(&MemoryInputs {
+                params: 124_475_904,
+                optimizer_buffers: 2,
+                optimizer_shards: shards,
+                ema: false,
+                precision: Precision::F32,
+                micro_batch: 1,
+                eval_batch: 1,
+                outputs_per_sample: 1,
+            })
+        };
+        // f32 weights and gradients whole, AdamW's two moments over 8 replicas.
+        assert_eq!(of(1).state, 124_475_904 * 16);
+        assert_eq!(of(8).state, 124_475_904 * 8 + 124_475_904 / 8 * 8);
     }
 }

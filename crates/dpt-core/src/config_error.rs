@@ -10,6 +10,8 @@ use crate::optim::schedule::ScheduleError;
 pub enum ConfigError {
     #[error("--batch-size must be at least 1")]
     ZeroBatch,
+    #[error("{0}")]
+    Zero(String),
     #[error("--snapshots {snapshots}: the rewind points need {needed} of host memory ({each} each{per_host}) and {available} is available; keep fewer with --snapshots K, or none with --snapshots 0")]
     SnapshotMemory { snapshots: usize, each: String, per_host: String, needed: String, available: String },
     #[error("--batch-size {batch} is smaller than the {replicas} replicas; use a batch of at least {replicas} or fewer devices")]

@@ -167,6 +167,7 @@ impl Coordinator {
             check_replicas: settings.placement.check_replicas,
             fence: (first, cfg.step_timeout()),
             fault: cfg.kit.faults.coordinator_panic,
+            replicas: (cfg.devices.len(), total),
         };
         Coordinator {
             steps: step_plan::StepPlan::new(cfg.lr_plan(p.facts.train_len)),
@@ -235,6 +236,7 @@ impl Coordinator {
         }
         let accounts = run_info::Accounts {
             param_count: self.update.replicas().param_count(),
+            memory: self.update.replicas().state_bytes(),
             lr: (self.steps.lr(), self.steps.scale()),
             allreduce: self.exchange.describe(),
             world: self.exchange.world(),

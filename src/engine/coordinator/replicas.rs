@@ -8,12 +8,13 @@ use crate::dist::World;
 use crate::engine::flat::Layout;
 use crate::engine::optim::ema::Ema;
 use crate::engine::optim::loss_scale::{non_finite, DeviceScaler};
-use crate::engine::optim::{OptimConfig, OptimizerState};
+use crate::engine::optim::{OptimConfig, OptimizerState, Zero};
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
 use crate::model::TensorSpec;
 use crate::persist::checkpoint::NamedTensors;
 use crate::persist::resume::Resume;
+use crate::record::stats::StateBytes;
 
 /// Names and layouts of the model's tensors in the flat buffers.
 pub struct ModelLayout {
@@ -90,11 +91,23 @@ pub struct Replicas {
     ema: Option<Ema>,
     /// Replica 0's tensors by name (views into its buffers).
     named: Vec<(String, Tensor)>,
+    /// The replicas in this process, which `--zero 1` splits the optimizer state over, and in
+    /// the whole run, whose shard boundaries cut every replica's update alike.
+    count: (usize, usize),
 }
 
 impl Replicas {
+    /// One replica's tensors (a unit test's).
+    #[cfg(test)]
     pub fn new(layout: ModelLayout) -> Self {
+        Replicas::over(layout, (1, 1))
+    }
+
+    /// The tensors of this process's `count.0` replicas of the run's `count.1`, added in turn
+    /// ([`Replicas::add`]).
+    pub fn over(layout: ModelLayout, count: (usize, usize)) -> Self {
         Replicas {
+            count,
             layout,
             params: Vec::new(),
             grads: Vec::new(),
@@ -172,7 +185,12 @@ impl Replicas {
     pub fn add(&mut self, handles: ReplicaHandles, optim: OptimConfig) {
         let ReplicaHandles { params, grads, buffers, named_params, named_buffers, .. } = handles;
         let specs = &self.layout.param_specs;
-        self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, |i| !specs[i].frozen));
+        let total = self.layout.params.total();
+        let shard = optim.zero.shard(total, self.optim.len(), self.count.0);
+        let (_, all) = self.count;
+        let cuts: Vec<i64> = (1..all).map(|i| Zero::States.shard(total, i, all).0).collect();
+        let trainable = |i: usize| !specs[i].frozen;
+        self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, trainable, (shard, &cuts)));
         self.devices.push(params.device());
         self.params.push(params);
         self.grads.push(grads);
@@ -230,6 +248,44 @@ impl Replicas {
         found_inf: Option<&Tensor>,
     ) {
         self.optim[i].step(&self.grads[holder], (lr, batch), divided, found_inf);
+    }
+
+    /// Whether each replica holds only its shard of the optimizer state (`--zero 1`).
+    pub fn sharded(&self) -> bool {
+        self.optim.first().is_some_and(|o| o.shard() != (0, self.layout.params.total()))
+    }
+
+    /// Under `--zero 1`, copies each replica's updated shard of the weights into every other
+    /// replica (the all-gather), so that all hold the same weights again; nothing unsharded.
+    pub fn gather_shards(&mut self) {
+        if !self.sharded() {
+            return;
+        }
+        let _guard = tch::no_grad_guard();
+        for (i, state) in self.optim.iter().enumerate() {
+            let (start, end) = state.shard();
+            if start == end {
+                continue;
+            }
+            let updated = self.params[i].narrow(0, start, end - start);
+            for (j, params) in self.params.iter().enumerate() {
+                if j != i {
+                    params.narrow(0, start, end - start).copy_(&updated);
+                }
+            }
+        }
+    }
+
+    /// What one replica holds for the whole run: its flat weights and gradient sums, and its
+    /// optimizer state (all of it, or under `--zero 1` the largest shard's).
+    pub fn state_bytes(&self) -> StateBytes {
+        let bytes = |t: &Tensor| (t.numel() * t.kind().elt_size_in_bytes()) as u64;
+        StateBytes {
+            weights: self.params.first().map_or(0, bytes),
+            gradients: self.grads.first().map_or(0, bytes),
+            optimizer: self.optim.iter().map(|o| o.slots().map(|(_, t)| bytes(t)).sum::<u64>()).max().unwrap_or(0),
+            optimizer_shards: if self.sharded() { self.optim.len() } else { 1 },
+        }
     }
 
     /// Sets every replica's count of optimizer steps taken.
@@ -340,12 +396,27 @@ impl Replicas {
         }
     }
 
-    /// Replica 0's optimizer state: each slot's tensors by name.
+    /// The optimizer state, each slot's tensors by name: replica 0's, or under `--zero 1` every
+    /// replica's shard gathered on the host (a copy already, so held as views of it).
     fn optimizer_by_name(&self, held: Held) -> Vec<(String, Vec<(String, Tensor)>)> {
         let l = &self.layout;
+        let sharded = self.sharded();
         self.optim[0]
             .slots()
-            .map(|(slot, flat)| (slot.to_owned(), ModelLayout::split(flat, &l.params, &l.param_specs, held)))
+            .enumerate()
+            .map(|(k, (slot, flat))| {
+                let named = if sharded {
+                    let shards: Vec<Tensor> = self
+                        .optim
+                        .iter()
+                        .filter_map(|o| o.slots().nth(k).map(|(_, t)| t.to_device(Device::Cpu)))
+                        .collect();
+                    ModelLayout::split(&Tensor::cat(&shards, 0), &l.params, &l.param_specs, Held::Views)
+                } else {
+                    ModelLayout::split(flat, &l.params, &l.param_specs, held)
+                };
+                (slot.to_owned(), named)
+            })
             .collect()
     }
 

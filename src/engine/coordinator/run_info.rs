@@ -9,6 +9,8 @@ use crate::record::RunInfo;
 pub(super) struct Accounts<'a> {
     /// The update's.
     pub(super) param_count: i64,
+    /// The update's: what one replica holds.
+    pub(super) memory: crate::record::stats::StateBytes,
     /// The step plan's: the lr of the first step and the live key's scale.
     pub(super) lr: (f64, f64),
     /// The exchange's: how gradients are summed, and the other processes.
@@ -38,6 +40,7 @@ pub(super) fn run_info(cfg: &TrainConfig, facts: &RunFacts, parts: Accounts) -> 
         resumed_at: cfg.kit.resume.as_ref().map(|r| r.state.global_step),
         started_unix: Some(crate::unix_now()),
         snapshot_bytes: facts.snapshot_bytes,
+        memory: Some(parts.memory),
         bus_bandwidth: facts.bus_bandwidth,
         allreduce: parts.allreduce,
         restart: cfg.restart.clone(),

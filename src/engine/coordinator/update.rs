@@ -38,6 +38,9 @@ pub(super) struct UpdateSettings {
     pub(super) fence: (DeviceId, Duration),
     /// A test's injected panic while updating replica R at step S.
     pub(super) fault: Option<(usize, usize)>,
+    /// This process's replicas, which `--zero 1` splits the optimizer state over, and the
+    /// run's in all.
+    pub(super) replicas: (usize, usize),
 }
 
 /// A step's update done: the mean gradient's norm before clipping (on the device; 0 for an
@@ -60,8 +63,8 @@ pub(super) struct Update {
 impl Update {
     pub(super) fn new(layout: ModelLayout, settings: UpdateSettings) -> Update {
         Update {
+            replicas: Replicas::over(layout, settings.replicas),
             settings,
-            replicas: Replicas::new(layout),
             scaler: None,
             skipped_reported: 0,
             touching: None,
@@ -160,9 +163,12 @@ impl Update {
             }
             let device = self.replicas.devices()[i];
             let found_inf = self.scaler.as_ref().map(|s| s.found_inf_on(device));
-            self.replicas.update(i, holder, (lr, batch), holders[..i].contains(&holder), found_inf.as_ref());
+            // Sharded, each replica divides only its own shard of a shared holder's sum.
+            let divided = !self.replicas.sharded() && holders[..i].contains(&holder);
+            self.replicas.update(i, holder, (lr, batch), divided, found_inf.as_ref());
         }
         self.touching = None;
+        self.replicas.gather_shards();
         if let Some(s) = &mut self.scaler {
             let clean = s.clean().to_device(norm.device());
             norm = norm.where_self(&clean, &norm.zeros_like());
@@ -230,6 +236,7 @@ impl Update {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dpt_core::optim::Zero;
 
     /// An update over one replica of two parameters on the CPU, without handles from a worker.
     fn update(scaling: Option<LossScaling>) -> Update {
@@ -242,6 +249,7 @@ mod tests {
             check_replicas: true,
             fence: (DeviceId::Cpu, Duration::from_secs(5)),
             fault: None,
+            replicas: (1, 1),
         };
         let optimizer = settings.optimizer;
         let mut u = Update::new(layout, settings);
@@ -280,5 +288,87 @@ mod tests {
         assert!(u.params_finite().unwrap());
         assert!(u.check_replicas(1).is_ok(), "one replica equals itself");
         assert_eq!(u.newly_skipped(), 0, "nothing skipped without scaling");
+    }
+
+    /// A rewind point holding `t`, as a checkpoint of it reads back.
+    fn point_of(t: ReplicaTensors) -> Resume {
+        let flat = |named: &[(String, Tensor)]| {
+            Tensor::cat(&named.iter().map(|(_, t)| t.reshape([-1])).collect::<Vec<_>>(), 0)
+        };
+        let settings = dpt_core::settings::Settings::default();
+        let normalization = settings.model_kind().normalization();
+        Resume {
+            state: crate::persist::checkpoint::CheckpointState::new(settings, normalization),
+            params: flat(&t.params),
+            optimizer: t.optimizer.iter().map(|(slot, l)| (slot.clone(), flat(l))).collect(),
+            buffers: Tensor::zeros([0], tch::kind::FLOAT_CPU),
+            ema: None,
+            then: crate::persist::resume::Continuation::default(),
+        }
+    }
+
+    /// `n` CPU replicas of three parameters (8 values, so that 3 shards split tensors) under
+    /// AdamW with weight decay, the optimizer state whole or split by `zero`.
+    fn replicated(zero: dpt_core::optim::Zero, n: usize) -> Update {
+        let layout = ModelLayout::of_params(&[&[3], &[2, 2], &[1]]);
+        let optimizer = OptimConfig {
+            kind: dpt_core::optim::OptimizerKind::AdamW,
+            weight_decay: 0.1,
+            zero,
+            ..OptimConfig::sgd(0.01, 0.0, 0.0)
+        };
+        let settings = UpdateSettings {
+            optimizer,
+            scaling: None,
+            clip: Some(1.0),
+            ema: None,
+            check_replicas: true,
+            fence: (DeviceId::Cpu, Duration::from_secs(5)),
+            fault: None,
+            replicas: (n, n),
+        };
+        let mut u = Update::new(layout, settings);
+        for _ in 0..n {
+            let params = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.25, -0.75, 1.5, 3.0, -2.0]);
+            u.replicas.add_flat(params, Tensor::zeros([0], tch::kind::FLOAT_CPU), optimizer);
+        }
+        u.begin();
+        u
+    }
+
+    #[test]
+    fn a_sharded_optimizer_state_ends_with_the_weights_and_state_of_the_whole_one() {
+        let (mut whole, mut sharded) = (replicated(Zero::Off, 3), replicated(Zero::States, 3));
+        assert!(!whole.replicas.sharded() && sharded.replicas.sharded());
+        assert_eq!(sharded.replicas.state_bytes().optimizer, 2 * 3 * 4, "two moments of the largest shard");
+        assert_eq!(whole.replicas.state_bytes().optimizer, 2 * 8 * 4);
+        assert_eq!(sharded.replicas.state_bytes().optimizer_shards, 3);
+        assert_eq!(sharded.replicas.state_bytes().weights, 8 * 4, "the weights stay whole");
+        for step in 0..4 {
+            for u in [&mut whole, &mut sharded] {
+                for i in 0..3 {
+                    let g: Vec<f32> = (0..8).map(|k| ((k * 7 + step * 3) % 5) as f32 - 2.0).collect();
+                    u.replicas().grad(i).copy_(&Tensor::from_slice(&g));
+                }
+                u.step(&[0, 1, 2], (4, 0.01, step as usize), None).unwrap();
+            }
+            assert!(sharded.check_replicas(step as usize).is_ok(), "every replica holds the gathered weights");
+        }
+        let (a, b) = (whole.tensors(Held::Copies), sharded.tensors(Held::Copies));
+        let same = |x: &[(String, Tensor)], y: &[(String, Tensor)]| {
+            x.len() == y.len() && x.iter().zip(y).all(|((n, t), (m, u))| n == m && t.equal(u))
+        };
+        assert!(same(&a.params, &b.params), "bit-equal weights");
+        assert_eq!(a.optimizer.len(), 2);
+        for ((slot, x), (other, y)) in a.optimizer.iter().zip(&b.optimizer) {
+            assert_eq!(slot, other);
+            assert!(same(x, y), "the gathered {slot} equals the whole one");
+        }
+        // A checkpoint of the sharded run restores into the whole one and back.
+        let point = point_of(b);
+        whole.restore(&point);
+        sharded.restore(&point);
+        let (c, d) = (whole.tensors(Held::Copies), sharded.tensors(Held::Copies));
+        assert!(c.optimizer.iter().zip(&d.optimizer).all(|((_, x), (_, y))| same(x, y)));
     }
 }

@@ -10,6 +10,13 @@
 //! `grad_scale`, and the step count a tensor on the device, so a step reads nothing from the
 //! host. Weight decay is per tensor, as parameter groups give it: the tensors the decay rule
 //! selects in one call, the others in a second with none.
+//!
+//! Under `--zero 1` a replica's state covers one shard of the flat parameters
+//! ([`dpt_core::optim::Zero::shard`]): its slots are the shard's length, its groups the
+//! trainable ranges inside the shard, and its step updates those ranges only. With several
+//! replicas the ranges are cut at the shards' boundaries whether or not the state is split
+//! (`cuts`): the fused CPU kernels' vector loops and thread chunks start where a range starts,
+//! so cutting them alike keeps a sharded update bit-equal to an unsharded one.
 
 pub mod ema;
 pub mod loss_scale;
@@ -19,7 +26,7 @@ use tch::{Kind, Tensor};
 use super::flat::Layout;
 use dpt_sys::c10d::optim::{fused_adam, fused_sgd, AdamStep, OnDevice, SgdStep};
 
-pub use dpt_core::optim::{schedule, OptimConfig, OptimizerKind};
+pub use dpt_core::optim::{schedule, OptimConfig, OptimizerKind, Zero};
 
 /// Trainable tensors that share a weight decay, as views of the replica's flat buffers.
 struct Group {
@@ -37,7 +44,9 @@ struct Group {
 /// no decay, no state change (their state stays zero).
 pub struct OptimizerState {
     cfg: OptimConfig,
-    /// In the order of `cfg.kind.slots()`, flat like the parameters.
+    /// The range of the flat parameters this state covers (all of them unsharded).
+    shard: (i64, i64),
+    /// In the order of `cfg.kind.slots()`, flat like the parameters over `shard`.
     slots: Vec<Tensor>,
     groups: Vec<Group>,
     /// 0-dim float32 on the device: the steps taken, as Adam's bias correction counts them.
@@ -48,45 +57,74 @@ pub struct OptimizerState {
 
 impl OptimizerState {
     /// Zeroed state for the flat parameter buffer `params` laid out by `layout`, updating the
-    /// tensors `trainable` (their ranges: [`Layout::runs`]) selects.
+    /// tensors `trainable` (their ranges: [`Layout::runs`]) selects within `shard`, the range
+    /// of the flat buffer this replica updates (`(0, layout.total())` unsharded), each range
+    /// cut at the offsets `cuts`.
     pub fn new(
         cfg: OptimConfig,
         params: &Tensor,
         layout: &Layout,
         trainable: impl Fn(usize) -> bool,
+        (shard, cuts): ((i64, i64), &[i64]),
     ) -> Self {
-        let slots: Vec<Tensor> = cfg.kind.slots().iter().map(|_| params.zeros_like()).collect();
+        let (start, end) = shard;
+        let slots: Vec<Tensor> =
+            cfg.kind.slots().iter().map(|_| Tensor::zeros([end - start], (Kind::Float, params.device()))).collect();
         let scalar = || Tensor::zeros([], (Kind::Float, params.device()));
         let step = scalar();
         let dims: Vec<usize> = layout.segments().map(|(_, _, d)| d).collect();
         let groups = [(true, cfg.weight_decay), (false, 0.0)]
             .into_iter()
             .map(|(decayed, weight_decay)| {
-                let ranges = layout.runs(|i| trainable(i) && cfg.decays(dims[i]) == decayed);
-                let views = |t: &Tensor| ranges.iter().map(|&(o, n)| t.narrow(0, o, n)).collect::<Vec<_>>();
+                let ranges: Vec<(i64, i64)> = layout
+                    .runs(|i| trainable(i) && cfg.decays(dims[i]) == decayed)
+                    .into_iter()
+                    .filter_map(|(o, n)| {
+                        let (lo, hi) = (o.max(start), (o + n).min(end));
+                        (lo < hi).then_some((lo, hi))
+                    })
+                    .flat_map(|(lo, hi)| {
+                        let inner = cuts.iter().copied().filter(move |&c| lo < c && c < hi);
+                        let bounds: Vec<i64> = std::iter::once(lo).chain(inner).chain(std::iter::once(hi)).collect();
+                        bounds.windows(2).map(|w| (w[0], w[1] - w[0])).collect::<Vec<_>>()
+                    })
+                    .collect();
                 Group {
                     weight_decay,
-                    params: views(params),
-                    slots: slots.iter().map(views).collect(),
+                    params: ranges.iter().map(|&(o, n)| params.narrow(0, o, n)).collect(),
+                    slots: slots.iter().map(|s| ranges.iter().map(|&(o, n)| s.narrow(0, o - start, n)).collect()).collect(),
                     steps: ranges.iter().map(|_| step.shallow_clone()).collect(),
                     ranges,
                 }
             })
             .filter(|g| !g.ranges.is_empty())
             .collect();
-        OptimizerState { cfg, slots, groups, step, grad_scale: scalar() }
+        OptimizerState { cfg, shard, slots, groups, step, grad_scale: scalar() }
     }
 
-    /// The state slots by name (flat, like the parameters).
+    /// The range of the flat parameters this state covers.
+    pub fn shard(&self) -> (i64, i64) {
+        self.shard
+    }
+
+    /// The state slots by name (flat, like the parameters over [`OptimizerState::shard`]).
     pub fn slots(&self) -> impl Iterator<Item = (&'static str, &Tensor)> {
         self.cfg.kind.slots().iter().copied().zip(&self.slots)
     }
 
-    /// Fills the slot `name` from `logical` (its tensors concatenated in logical order).
+    /// Fills the slot `name` from `logical` (its tensors concatenated in logical order): the
+    /// whole slot laid out on the host, then this state's shard of it copied in.
     pub fn load_slot(&self, name: &str, layout: &Layout, logical: &Tensor) {
-        if let Some(i) = self.cfg.kind.slots().iter().position(|s| *s == name) {
+        let Some(i) = self.cfg.kind.slots().iter().position(|s| *s == name) else { return };
+        let (start, end) = self.shard;
+        if (start, end) == (0, layout.total()) {
             layout.load_logical(&self.slots[i], logical);
+            return;
         }
+        let whole = Tensor::zeros([layout.total()], (Kind::Float, tch::Device::Cpu));
+        layout.load_logical(&whole, logical);
+        let _guard = tch::no_grad_guard();
+        self.slots[i].shallow_clone().copy_(&whole.narrow(0, start, end - start));
     }
 
     /// Sets the count of steps taken (a resumed or rewound run's: its steps less the skipped

@@ -3,6 +3,9 @@
 
 pub mod loss_scale;
 pub mod schedule;
+pub mod zero;
+
+pub use zero::Zero;
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +50,9 @@ pub struct OptimConfig {
     /// dimensions (weights, not biases or normalization scales). SGD always decays every one,
     /// as `torch.optim.SGD` does.
     pub decay_all: bool,
+    /// The ZeRO stage: whether each replica holds only its shard of the optimizer state.
+    #[serde(default)]
+    pub zero: Zero,
 }
 
 impl Default for OptimConfig {
@@ -69,6 +75,7 @@ impl OptimConfig {
             betas: (0.9, 0.999),
             eps: 1e-8,
             decay_all: false,
+            zero: Zero::Off,
         }
     }
 

@@ -53,6 +53,9 @@ pub struct RunInfo {
     /// Host memory the rewind points take when all `--snapshots` are kept (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_bytes: Option<u64>,
+    /// What one replica holds for the whole run, by part (absent in runs recorded before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<StateBytes>,
     /// The allreduce bus bandwidth `dpt-tui doctor` measured across this run's GPUs, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bus_bandwidth: Option<super::bottleneck::MeasuredBus>,
@@ -106,6 +109,7 @@ impl Default for RunInfo {
             resumed_at: None,
             started_unix: None,
             snapshot_bytes: None,
+            memory: None,
             bus_bandwidth: None,
             allreduce: String::new(),
             timing: String::new(),
@@ -409,4 +413,15 @@ pub struct Summary {
     /// process's GPUs, in MiB (what `torch.cuda.max_memory_allocated` reports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_device_mib: Vec<f64>,
+}
+
+/// The bytes one replica holds for the whole run: its weights, its gradient sums and its
+/// optimizer state (under `--zero 1`, its shard of the state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateBytes {
+    pub weights: u64,
+    pub gradients: u64,
+    pub optimizer: u64,
+    /// The replicas the optimizer state is split over (1: each holds all of it).
+    pub optimizer_shards: usize,
 }

@@ -371,6 +371,19 @@ fn start_line(info: &RunInfo) -> String {
         info.optimizer_label(),
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
         + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }
+        + &info.memory.map_or(String::new(), |m| {
+            let shard = match m.optimizer_shards {
+                0 | 1 => String::new(),
+                n => format!(" (--zero 1: a 1/{n} shard)"),
+            };
+            let points = info.snapshot_bytes.map_or(String::new(), |b| format!(", rewind points {}", size(b)));
+            format!(
+                ", memory per replica: weights {}, gradients {}, optimizer state {}{shard}{points}",
+                size(m.weights),
+                size(m.gradients),
+                size(m.optimizer)
+            )
+        })
         + &if info.math.is_empty() { String::new() } else { format!(", math: {}", info.math) }
         + &info.data.as_ref().map_or(String::new(), |d| format!("; data: {d}"))
         + &info.augment.as_ref().map_or(String::new(), |a| format!(", augmented: {a}"))
@@ -391,3 +404,13 @@ pub fn loss_scale(s: &StepStats) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Bytes in MiB, or in GiB from 1 GiB on (`190.3 MiB`, `2.1 GiB`).
+fn size(bytes: u64) -> String {
+    let mib = bytes as f64 / f64::from(1u32 << 20);
+    if mib < 1024.0 {
+        format!("{mib:.1} MiB")
+    } else {
+        format!("{:.1} GiB", mib / 1024.0)
+    }
+}
