@@ -80,6 +80,43 @@ impl Layout {
             .collect()
     }
 
+    /// The tensors of a flat buffer held in `parts` (each part's offset in the flat buffer and
+    /// its values; together they cover it, in order, on any devices): a view into the part that
+    /// holds a tensor whole, else that tensor's values gathered from the parts it spans, on the
+    /// host (a copy of that one tensor).
+    pub fn views_of_parts(&self, parts: &[(i64, Tensor)]) -> Vec<Tensor> {
+        let _guard = tch::no_grad_guard();
+        self.entries
+            .iter()
+            .map(|(offset, shape, strides)| {
+                let (start, end) = (*offset, offset + shape.iter().product::<i64>());
+                let spans: Vec<&(i64, Tensor)> = parts
+                    .iter()
+                    .filter(|(at, part)| *at < end.max(start + 1) && start < at + part.numel() as i64)
+                    .collect();
+                match spans.as_slice() {
+                    [(at, part)] => part.as_strided(shape.as_slice(), strides.as_slice(), start - at),
+                    _ => {
+                        let pieces: Vec<Tensor> = spans
+                            .iter()
+                            .map(|(at, part)| {
+                                let lo = start.max(*at);
+                                let hi = end.min(at + part.numel() as i64);
+                                part.narrow(0, lo - at, hi - lo).to_device(Device::Cpu)
+                            })
+                            .collect();
+                        let joined = if pieces.is_empty() {
+                            Tensor::zeros([0], (Kind::Float, Device::Cpu))
+                        } else {
+                            Tensor::cat(&pieces, 0)
+                        };
+                        joined.as_strided(shape.as_slice(), strides.as_slice(), 0)
+                    }
+                }
+            })
+            .collect()
+    }
+
     /// Contiguous copies of the tensors of `flat`, in logical order, on `device`.
     pub fn to_logical(&self, flat: &Tensor, device: Device) -> Vec<Tensor> {
         let _guard = tch::no_grad_guard();
@@ -171,5 +208,27 @@ mod tests {
             cl.views(&Tensor::zeros([cl.total()], (Kind::Float, Device::Cpu)))[2].stride(),
             vec![500, 1, 100, 20]
         );
+    }
+
+    #[test]
+    fn tensors_read_from_parts_equal_the_flat_buffers_and_share_a_whole_parts_storage() {
+        // LeNet channels-last, split in three parts at offsets inside tensors.
+        let mut b = Builder::default();
+        crate::model::build(ModelKind::Lenet, &mut b);
+        let layout = Layout::new(&b.params, true);
+        let flat = Tensor::arange(layout.total(), (Kind::Float, Device::Cpu));
+        let cuts = [0, 100, 2_000, layout.total()];
+        let parts: Vec<(i64, Tensor)> =
+            cuts.windows(2).map(|w| (w[0], flat.narrow(0, w[0], w[1] - w[0]).copy())).collect();
+        let from_parts = layout.views_of_parts(&parts);
+        let whole = layout.views(&flat);
+        assert_eq!(from_parts.len(), whole.len());
+        for (a, b) in from_parts.iter().zip(&whole) {
+            assert_eq!(a.size(), b.size());
+            assert!(a.equal(b), "same values in logical order");
+        }
+        // conv1.weight (180 values) spans parts 0 and 1 and is gathered; fc2.bias lies in part 2.
+        let last = from_parts.last().unwrap();
+        assert_eq!(last.data_ptr(), parts[2].1.narrow(0, layout.total() - 2_000 - 10, 10).data_ptr());
     }
 }

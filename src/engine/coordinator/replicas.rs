@@ -396,8 +396,10 @@ impl Replicas {
         }
     }
 
-    /// The optimizer state, each slot's tensors by name: replica 0's, or under `--zero 1` every
-    /// replica's shard gathered on the host (a copy already, so held as views of it).
+    /// The optimizer state, each slot's tensors by name: replica 0's, or under `--zero 1` read
+    /// from every replica's shard, tensor by tensor (a tensor a shard holds whole is a view of
+    /// it; one split between shards is gathered alone), so that no whole copy of the state is
+    /// made beside the shards.
     fn optimizer_by_name(&self, held: Held) -> Vec<(String, Vec<(String, Tensor)>)> {
         let l = &self.layout;
         let sharded = self.sharded();
@@ -406,12 +408,16 @@ impl Replicas {
             .enumerate()
             .map(|(k, (slot, flat))| {
                 let named = if sharded {
-                    let shards: Vec<Tensor> = self
+                    let parts: Vec<(i64, Tensor)> = self
                         .optim
                         .iter()
-                        .filter_map(|o| o.slots().nth(k).map(|(_, t)| t.to_device(Device::Cpu)))
+                        .filter_map(|o| o.slots().nth(k).map(|(_, t)| (o.shard().0, t.shallow_clone())))
                         .collect();
-                    ModelLayout::split(&Tensor::cat(&shards, 0), &l.params, &l.param_specs, Held::Views)
+                    let tensors = l.params.views_of_parts(&parts).into_iter().map(|v| match held {
+                        Held::Views => v,
+                        Held::Copies => v.to_device(Device::Cpu).contiguous().copy(),
+                    });
+                    l.param_specs.iter().map(|s| s.name.clone()).zip(tensors).collect()
                 } else {
                     ModelLayout::split(flat, &l.params, &l.param_specs, held)
                 };
