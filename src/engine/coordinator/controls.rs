@@ -205,6 +205,10 @@ impl Coordinator {
     /// few times; a run whose weights could not be saved ends as failed, never as done.
     pub(super) fn final_save(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
         let global_step = self.steps.global_step();
+        // Training is over: the pages its activations took go back to the system before the
+        // save reloads a TorchScript module beside the weights, so the save adds nothing to
+        // the run's peak.
+        crate::sys::release_free_memory();
         match self.cfg.save_policy {
             SavePolicy::WaitForUser => {
                 let advice = "paused with the weights in memory: free some space and press s to retry, or S to save into another folder; q gives up";
