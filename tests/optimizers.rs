@@ -483,8 +483,17 @@ fn a_checkpoint_moves_between_sharded_and_whole_optimizer_states_and_replica_cou
     let path = common::make_model("mlp", 1, dir.path());
     let model = Arc::new(ScriptModel::read(&path).unwrap());
     let optim = adam(OptimizerKind::AdamW, 0.05, false);
-    let run_in = |cfg: TrainConfig, run: &std::path::Path| TrainConfig { run_dir: Some(run.to_owned()), ..cfg };
-    let straight = train(config(&model, optim, 2));
+    // The EMA, a cosine schedule and dynamic loss scaling with an overflow (found on replica 1
+    // at step 1: the step is skipped on every shard) ride along.
+    let recipe = |mut cfg: TrainConfig| {
+        cfg.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
+        cfg.settings.recipe.ema = Some(0.7);
+        cfg.settings.precision.scale_loss(LossScaling { init: 1024.0, growth_interval: 3 });
+        cfg.kit.faults.grad_overflow = vec![(1, 1)];
+        cfg
+    };
+    let run_in = |cfg: TrainConfig, run: &std::path::Path| TrainConfig { run_dir: Some(run.to_owned()), ..recipe(cfg) };
+    let straight = train(recipe(config(&model, optim, 2)));
     let run = dir.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
     let legs = [(2, Zero::States, Some(2)), (1, Zero::Off, Some(4)), (3, Zero::States, None)];
@@ -499,7 +508,13 @@ fn a_checkpoint_moves_between_sharded_and_whole_optimizer_states_and_replica_cou
             assert_eq!(slots, ["exp_avg", "exp_avg_sq"], "the whole state, whatever wrote it");
             cfg.kit.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&model), &run).unwrap()));
         }
-        last = Some(train(cfg));
+        let outcome = train(cfg);
+        if last.is_none() {
+            let ckpt = Checkpoint::read(&run).unwrap();
+            let scaler = ckpt.state.loss_scaler.expect("the scaler is checkpointed");
+            assert_eq!(scaler.skipped, 1, "the overflow found on one shard skipped the step");
+        }
+        last = Some(outcome);
     }
     let d = common::max_relative_difference(&straight, &last.expect("three legs"));
     assert!(d < 1e-5, "the chain 2 (sharded) -> 1 -> 3 (sharded) differs from a straight run by {d}");

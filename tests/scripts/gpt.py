@@ -23,6 +23,10 @@
     bf16 the forward under torch.autocast. Times STEPS steps after WARMUP and prints one JSON
     line: samples_per_sec, tokens_per_sec, ms_per_step, peak_mib, and flops_per_sample (one
     window's forward, as FlopCounterMode counts it).
+
+`python gpt.py memory MODEL.pt DATA_DIR BLOCK BATCH STEPS THREADS`
+    PyTorch's plain loop on the TorchScript file MODEL.pt on the CPU, as dpt-tui trains it (fused
+    AdamW, weight decay 0, then one evaluation batch); prints peak_mib, the peak resident memory.
 """
 import json
 import math
@@ -215,11 +219,44 @@ def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device
                       "threads": torch.get_num_threads()}))
 
 
+def memory(model_path, data, block, batch, steps, threads):
+    """PyTorch's plain loop on a TorchScript file, as dpt-tui trains it: fused AdamW (weight
+    decay 0), `steps` steps of `batch` windows and one evaluation batch; prints the peak resident
+    memory in MiB (the reference of BENCHMARKS' "Memory against PyTorch's loop")."""
+    import resource
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = torch.jit.load(model_path)
+    path = f"{data}/train.bin"
+    tokens = torch.from_file(path, shared=False, size=os.path.getsize(path) // 2, dtype=torch.uint16)
+
+    def window_batch():
+        ix = torch.randint(len(tokens) - block - 1, (batch,))
+        x = torch.stack([tokens[i:i + block].long() for i in ix])
+        y = torch.stack([tokens[i + 1:i + 1 + block].long() for i in ix])
+        return x, y
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)
+    model.train()
+    for _ in range(steps):
+        x, y = window_batch()
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    model.eval()
+    with torch.no_grad():
+        model(*window_batch())
+    print(json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
 def main():
     if sys.argv[1] == "bench":
         ints = list(map(int, sys.argv[3:11]))
         threads = int(sys.argv[13]) if len(sys.argv) > 13 else None
         bench(sys.argv[2], *ints, sys.argv[11], sys.argv[12], threads)
+    elif sys.argv[1] == "memory":
+        memory(sys.argv[2], sys.argv[3], *map(int, sys.argv[4:8]))
     elif sys.argv[1] == "make":
         make(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], *map(int, sys.argv[6:9]))
     elif sys.argv[1] == "reference":
