@@ -424,3 +424,24 @@ fn a_gpt_runs_model_flops_are_counted_as_nanogpt_estimates_them() {
     assert!(steps.iter().all(|s| s["model_flops"].as_f64().is_some_and(|f| f > 0.0)), "{steps:?}");
     assert!(stdout.contains("FLOP/s"), "the progress lines and the summary say it: {stdout}");
 }
+
+#[test]
+fn a_gpt_that_fits_two_gpus_only_with_its_optimizer_state_split_is_told_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = token_dir(dir.path(), 4000);
+    let data = load(&data_dir, 4, 4, 0);
+    let m = model(&make_gpt("script", dir.path()), &data);
+    let mut cfg = config(&m, 2, 4, 8, 4);
+    cfg.devices = vec![DeviceId::Cuda(0), DeviceId::Cuda(1)];
+    let params = m.params.iter().map(|p| p.numel() as u64).sum::<u64>();
+    // The figures of this run, from a refusal on a GPU of no memory.
+    let none = |_: usize| Some(("Empty GPU".to_owned(), 0));
+    let whole = cfg.check_device_memory(&data, 2, none).expect_err("nothing fits 0 bytes").memory;
+    // Room for a replica whose AdamW moments (8 bytes a parameter) are split in two, not whole.
+    let sharded_need = whole.peak() - params.div_ceil(2) * 4;
+    let gpu = |_: usize| Some(("Small GPU".to_owned(), sharded_need + 1024));
+    let e = cfg.check_device_memory(&data, 2, gpu).expect_err("the whole state does not fit");
+    assert!(e.fix.starts_with("--zero 1 fits: the optimizer state split over the 2 replicas"), "{}", e.fix);
+    cfg.settings.optimizer.zero = dpt_tui::engine::optim::Zero::States;
+    cfg.check_device_memory(&data, 2, gpu).expect("with --zero 1 it fits");
+}

@@ -165,7 +165,8 @@ fn fused_equals_torch_fused(optim: OptimConfig) {
         .collect();
     let layout = Layout::new(&specs, false);
     let params = tch::Tensor::from_slice(&floats(&theirs["initial"]));
-    let mut state = OptimizerState::new(optim, &params, &layout, |i| !specs[i].frozen, ((0, layout.total()), &[]));
+    let mut state =
+        OptimizerState::new(optim, &params, &layout, |i| !specs[i].frozen, ((0, layout.total()), &[]));
     for grads in theirs["grads"].as_array().unwrap() {
         let grad_sum = tch::Tensor::from_slice(&floats(grads));
         state.step(&grad_sum, (optim.lr, batch), false, None);
@@ -373,8 +374,7 @@ fn a_frozen_backbone_stays_as_it_was_and_the_head_trains_as_in_pytorch() {
         for spec in &start.params {
             let n = spec.numel() as usize;
             if spec.frozen {
-                let initial = initial_params.narrow(0, offset as i64, n as i64)
-                    .view(spec.shape.as_slice());
+                let initial = initial_params.narrow(0, offset as i64, n as i64).view(spec.shape.as_slice());
                 for out in &outcomes {
                     let (_, t) = out.final_params.iter().find(|(name, _)| *name == spec.name).unwrap();
                     assert!(
@@ -492,7 +492,10 @@ fn a_checkpoint_moves_between_sharded_and_whole_optimizer_states_and_replica_cou
         cfg.kit.faults.grad_overflow = vec![(1, 1)];
         cfg
     };
-    let run_in = |cfg: TrainConfig, run: &std::path::Path| TrainConfig { run_dir: Some(run.to_owned()), ..recipe(cfg) };
+    let run_in = |cfg: TrainConfig, run: &std::path::Path| TrainConfig {
+        run_dir: Some(run.to_owned()),
+        ..recipe(cfg)
+    };
     let straight = train(recipe(config(&model, optim, 2)));
     let run = dir.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
@@ -506,7 +509,8 @@ fn a_checkpoint_moves_between_sharded_and_whole_optimizer_states_and_replica_cou
             let mut slots: Vec<&str> = ckpt.optimizer.iter().map(|(s, _)| s.as_str()).collect();
             slots.sort_unstable();
             assert_eq!(slots, ["exp_avg", "exp_avg_sq"], "the whole state, whatever wrote it");
-            cfg.kit.resume = Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&model), &run).unwrap()));
+            cfg.kit.resume =
+                Some(Box::new(Resume::new(ckpt, ModelKind::Script, Some(&model), &run).unwrap()));
         }
         let outcome = train(cfg);
         if last.is_none() {

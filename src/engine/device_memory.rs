@@ -76,7 +76,14 @@ impl ReplicaMemory {
         } else {
             "use a smaller model, more GPUs for fewer replicas each, or --precision bf16"
         };
-        Err(MemoryRefusal { device: device.to_owned(), total, need, replicas, memory: *self, fix: fix.to_owned() })
+        Err(MemoryRefusal {
+            device: device.to_owned(),
+            total,
+            need,
+            replicas,
+            memory: *self,
+            fix: fix.to_owned(),
+        })
     }
 }
 

@@ -118,7 +118,8 @@ fn flat_values(named: Vec<(String, Tensor)>, specs: &[TensorSpec], path: &Path) 
         return Err(C10dError(format!("{} changed since it was read; start the run again", path.display())));
     }
     let _guard = tch::no_grad_guard();
-    let parts: Vec<Tensor> = named.iter().map(|(_, t)| t.detach().to_kind(Kind::Float).reshape([-1])).collect();
+    let parts: Vec<Tensor> =
+        named.iter().map(|(_, t)| t.detach().to_kind(Kind::Float).reshape([-1])).collect();
     Ok(if parts.is_empty() { Tensor::zeros([0], (Kind::Float, Device::Cpu)) } else { Tensor::cat(&parts, 0) })
 }
 

@@ -91,11 +91,12 @@ pub fn write(tensors: &[(String, Tensor)], path: &Path) -> std::io::Result<()> {
         })
         .collect::<std::io::Result<_>>()?;
     atomic::write_with(path, |tmp| {
-        safetensors::tensor::serialize_to_file(streamed.iter().map(|(n, t)| (*n, t)), &None, tmp)
-            .map_err(|e| match e {
+        safetensors::tensor::serialize_to_file(streamed.iter().map(|(n, t)| (*n, t)), &None, tmp).map_err(
+            |e| match e {
                 safetensors::SafeTensorError::IoError(io) => io,
                 other => std::io::Error::other(format!("{other:?}")),
-            })?;
+            },
+        )?;
         // A copy that failed wrote zeros in its place: the file is refused, not renamed.
         failed.take().map_or(Ok(()), Err)
     })

@@ -283,7 +283,12 @@ impl Replicas {
         StateBytes {
             weights: self.params.first().map_or(0, bytes),
             gradients: self.grads.first().map_or(0, bytes),
-            optimizer: self.optim.iter().map(|o| o.slots().map(|(_, t)| bytes(t)).sum::<u64>()).max().unwrap_or(0),
+            optimizer: self
+                .optim
+                .iter()
+                .map(|o| o.slots().map(|(_, t)| bytes(t)).sum::<u64>())
+                .max()
+                .unwrap_or(0),
             optimizer_shards: if self.sharded() { self.optim.len() } else { 1 },
         }
     }

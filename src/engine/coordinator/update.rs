@@ -352,7 +352,10 @@ mod tests {
                 }
                 u.step(&[0, 1, 2], (4, 0.01, step as usize), None).unwrap();
             }
-            assert!(sharded.check_replicas(step as usize).is_ok(), "every replica holds the gathered weights");
+            assert!(
+                sharded.check_replicas(step as usize).is_ok(),
+                "every replica holds the gathered weights"
+            );
         }
         let (a, b) = (whole.tensors(Held::Copies), sharded.tensors(Held::Copies));
         let same = |x: &[(String, Tensor)], y: &[(String, Tensor)]| {

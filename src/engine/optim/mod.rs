@@ -68,8 +68,12 @@ impl OptimizerState {
         (shard, cuts): ((i64, i64), &[i64]),
     ) -> Self {
         let (start, end) = shard;
-        let slots: Vec<Tensor> =
-            cfg.kind.slots().iter().map(|_| Tensor::zeros([end - start], (Kind::Float, params.device()))).collect();
+        let slots: Vec<Tensor> = cfg
+            .kind
+            .slots()
+            .iter()
+            .map(|_| Tensor::zeros([end - start], (Kind::Float, params.device())))
+            .collect();
         let scalar = || Tensor::zeros([], (Kind::Float, params.device()));
         let step = scalar();
         let dims: Vec<usize> = layout.segments().map(|(_, _, d)| d).collect();
@@ -85,14 +89,18 @@ impl OptimizerState {
                     })
                     .flat_map(|(lo, hi)| {
                         let inner = cuts.iter().copied().filter(move |&c| lo < c && c < hi);
-                        let bounds: Vec<i64> = std::iter::once(lo).chain(inner).chain(std::iter::once(hi)).collect();
+                        let bounds: Vec<i64> =
+                            std::iter::once(lo).chain(inner).chain(std::iter::once(hi)).collect();
                         bounds.windows(2).map(|w| (w[0], w[1] - w[0])).collect::<Vec<_>>()
                     })
                     .collect();
                 Group {
                     weight_decay,
                     params: ranges.iter().map(|&(o, n)| params.narrow(0, o, n)).collect(),
-                    slots: slots.iter().map(|s| ranges.iter().map(|&(o, n)| s.narrow(0, o - start, n)).collect()).collect(),
+                    slots: slots
+                        .iter()
+                        .map(|s| ranges.iter().map(|&(o, n)| s.narrow(0, o - start, n)).collect())
+                        .collect(),
                     steps: ranges.iter().map(|_| step.shallow_clone()).collect(),
                     ranges,
                 }
