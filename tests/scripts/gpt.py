@@ -150,6 +150,14 @@ def reference(model, data, block, batch, steps, spec):
     print(json.dumps({k: p.detach().flatten().tolist() for k, p in net.named_parameters()}))
 
 
+def draw_windows(tokens, block, batch):
+    """`batch` windows of `block` tokens and their next tokens, drawn as nanoGPT's get_batch does."""
+    ix = torch.randint(len(tokens) - block - 1, (batch,))
+    x = torch.stack([tokens[i:i + block].long() for i in ix])
+    y = torch.stack([tokens[i + 1:i + 1 + block].long() for i in ix])
+    return x, y
+
+
 def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device, precision, threads=None):
     import resource
     import time
@@ -167,9 +175,7 @@ def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device
     tokens = torch.from_file(path, shared=False, size=os.path.getsize(path) // 2, dtype=torch.uint16)
 
     def window_batch():
-        ix = torch.randint(len(tokens) - block - 1, (batch,))
-        x = torch.stack([tokens[i:i + block].long() for i in ix])
-        y = torch.stack([tokens[i + 1:i + 1 + block].long() for i in ix])
+        x, y = draw_windows(tokens, block, batch)
         if dev.type == "cuda":
             return x.pin_memory().to(dev, non_blocking=True), y.pin_memory().to(dev, non_blocking=True)
         return x, y
@@ -231,10 +237,7 @@ def memory(model_path, data, block, batch, steps, threads):
     tokens = torch.from_file(path, shared=False, size=os.path.getsize(path) // 2, dtype=torch.uint16)
 
     def window_batch():
-        ix = torch.randint(len(tokens) - block - 1, (batch,))
-        x = torch.stack([tokens[i:i + block].long() for i in ix])
-        y = torch.stack([tokens[i + 1:i + 1 + block].long() for i in ix])
-        return x, y
+        return draw_windows(tokens, block, batch)
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)
     model.train()

@@ -196,6 +196,19 @@ fn nan_offered() -> App {
     app
 }
 
+/// Two H100s whose replicas hold a half shard of the optimizer state each (`--zero 1`): what
+/// each holds under its device's gauges.
+fn zero_state_held() -> App {
+    let mut app = common::screens::gpu_app();
+    app.devices.state = Some(dpt_core::record::StateBytes {
+        weights: 497_903_616,
+        gradients: 497_903_616,
+        optimizer: 497_903_616,
+        optimizer_shards: 2,
+    });
+    app
+}
+
 macro_rules! screens {
     ($($name:ident: $app:expr),* $(,)?) => {$(
         #[test]
@@ -221,6 +234,7 @@ screens! {
     rewound_branch_dimmed: rewound(),
     nan_rewind_offered: nan_offered(),
     mfu_measured_on_gpus: mfu_measured(),
+    zero_state_held_per_device: zero_state_held(),
 }
 
 #[test]

@@ -34,7 +34,7 @@ pub mod text;
 use serde::{Deserialize, Serialize};
 
 pub use stats::{
-    EpochStats, FinishReason, LoaderStats, ReplicaTiming, RunInfo, StepStats, StepTiming, Summary,
+    EpochStats, FinishReason, LoaderStats, ReplicaTiming, RunInfo, StateBytes, StepStats, StepTiming, Summary,
 };
 
 /// One entry of the run's record.

@@ -126,7 +126,7 @@ impl App {
         App {
             run: RunPanel::default(),
             curves: CurvesPanel::default(),
-            devices: DevicesPanel { panels: panels(devices), nvml_note: None },
+            devices: DevicesPanel { panels: panels(devices), nvml_note: None, state: None },
             log: EventLog::default(),
             overlay: None,
             viewer: Viewer::default(),
@@ -173,6 +173,7 @@ impl App {
                 } else if self.devices.panels.is_empty() {
                     self.devices.panels = panels(&info.devices);
                 }
+                self.devices.state = info.memory;
                 self.run.points.keep = info.settings.checkpoints.snapshots;
                 // A one-process run's checkpoints kept on disk are points too.
                 self.run.points.keep_on_disk =

@@ -112,6 +112,8 @@ pub struct CurvesPanel {
 pub struct DevicesPanel {
     pub panels: Vec<DeviceState>,
     pub nvml_note: Option<String>,
+    /// What one replica holds for the whole run (the start record's), shown under each device.
+    pub state: Option<dpt_core::record::StateBytes>,
 }
 
 /// What this viewer may do and what it has asked.

@@ -160,3 +160,28 @@ fn changes_read_as_sentences_with_their_level() {
     assert_eq!(l.level, Level::Error);
     assert!(l.text.contains("No space left") && l.text.contains("press s"), "{}", l.text);
 }
+
+#[test]
+fn the_start_line_says_what_a_replica_holds_and_its_shard() {
+    let info = |optimizer_shards| {
+        Record::Start(Box::new(RunInfo {
+            memory: Some(crate::record::StateBytes {
+                weights: 199_581_696,
+                gradients: 199_581_696,
+                optimizer: 399_163_392 / optimizer_shards as u64,
+                optimizer_shards,
+            }),
+            snapshot_bytes: Some(3 * (600 << 20)),
+            ..RunInfo::default()
+        }))
+    };
+    let line = |r: &Record| Narrator::default().line(r).expect("a start line").text;
+    assert!(
+        line(&info(1)).contains(
+            ", memory per replica: weights 190.3 MiB, gradients 190.3 MiB, optimizer state 380.7 MiB, rewind points 1.8 GiB"
+        ),
+        "{}",
+        line(&info(1))
+    );
+    assert!(line(&info(2)).contains("optimizer state 190.3 MiB (--zero 1: a 1/2 shard), rewind points"));
+}

@@ -13,6 +13,7 @@ use crate::dashboard::devices::DeviceState;
 use crate::monitor::gpu::GpuDetail;
 use crate::monitor::SampleSource;
 use dpt_core::device::DeviceId;
+use dpt_core::record::StateBytes;
 
 const ASCII_BARS: bar::Set = bar::Set {
     full: "#",
@@ -41,7 +42,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
         return;
     }
     // Each device gets the rows its figures need; as many devices as fit are shown.
-    let heights: Vec<u16> = app.devices.panels.iter().map(|d| rows_needed(d, compact)).collect();
+    let state = app.devices.state.as_ref().filter(|_| !compact);
+    let heights: Vec<u16> =
+        app.devices.panels.iter().map(|d| rows_needed(d, compact) + u16::from(state.is_some())).collect();
     let mut used = 0;
     let n = heights.iter().take_while(|h| {
         used += **h;
@@ -50,7 +53,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool
     let n = n.count().max(1);
     let rows = Layout::vertical(heights[..n].iter().map(|h| Constraint::Length(*h))).split(inner);
     for (d, row) in app.devices.panels.iter().zip(rows.iter()) {
-        device(frame, *row, d, look, compact);
+        device(frame, *row, d, look, (compact, state));
     }
     if n < app.devices.panels.len() {
         let more = format!("+{} more devices: enlarge the terminal", app.devices.panels.len() - n);
@@ -74,7 +77,14 @@ fn rows_needed(d: &DeviceState, compact: bool) -> u16 {
     6 + extra
 }
 
-fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: bool) {
+/// `held`: what each replica holds for the run, shown where there is room (not `compact`).
+fn device(
+    frame: &mut Frame,
+    area: Rect,
+    d: &DeviceState,
+    look: &Look,
+    (compact, held): (bool, Option<&StateBytes>),
+) {
     let t = look.theme;
     let s = d.latest.as_ref();
     let fallback = d.is_process_fallback();
@@ -140,7 +150,11 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
         extra.push(Span::styled(format!("{power:.0} W "), t.fg(t.text)));
     }
     extra.extend(replica_spans(d, look, compact));
-    let mut lines = vec![header, util_line, mem_line, Line::from(extra)];
+    let mut lines = vec![header, util_line, mem_line];
+    if let Some(h) = held {
+        lines.push(held_line(h, d.replicas.len(), look));
+    }
+    lines.push(Line::from(extra));
     if let Some(g) = s.and_then(|s| s.gpu.as_deref()) {
         lines.extend(gpu_lines(g, d, look, compact));
     }
@@ -160,6 +174,20 @@ fn device(frame: &mut Frame, area: Rect, d: &DeviceState, look: &Look, compact: 
             .bar_set(if look.ascii { ASCII_BARS } else { bar::NINE_LEVELS });
         frame.render_widget(spark, Rect { y: area.y + text_rows, height: 1, ..area });
     }
+}
+
+/// What each replica on the device holds for the whole run: weights (`w`), gradient sums (`g`)
+/// and optimizer state (`opt`, its shard's under `--zero 1`), in GiB; `xN` for N replicas.
+fn held_line(h: &StateBytes, replicas: usize, look: &Look) -> Line<'static> {
+    let t = look.theme;
+    let shard =
+        if h.optimizer_shards > 1 { format!(" (1/{} shard)", h.optimizer_shards) } else { String::new() };
+    let each = if replicas > 1 { format!(" x{replicas}") } else { String::new() };
+    let (w, g, o) = (gib(h.weights), gib(h.gradients), gib(h.optimizer));
+    Line::from(vec![
+        Span::styled("held ", t.fg(t.dim)),
+        Span::styled(format!("w {w} g {g} opt {o} GiB{shard}{each}"), t.fg(t.text)),
+    ])
 }
 
 /// A GPU's further figures: clocks, links, ECC and fan on one line (n/a where NVML gives
