@@ -177,17 +177,27 @@ fn device(
 }
 
 /// What each replica on the device holds for the whole run: weights (`w`), gradient sums (`g`)
-/// and optimizer state (`opt`, its shard's under `--zero 1`), in GiB; `xN` for N replicas.
+/// and optimizer state (`opt`, its shard's under `--zero 1`); `xN` for N replicas.
 fn held_line(h: &StateBytes, replicas: usize, look: &Look) -> Line<'static> {
     let t = look.theme;
     let shard =
         if h.optimizer_shards > 1 { format!(" (1/{} shard)", h.optimizer_shards) } else { String::new() };
     let each = if replicas > 1 { format!(" x{replicas}") } else { String::new() };
-    let (w, g, o) = (gib(h.weights), gib(h.gradients), gib(h.optimizer));
+    let (w, g, o) = (short(h.weights), short(h.gradients), short(h.optimizer));
     Line::from(vec![
         Span::styled("held ", t.fg(t.dim)),
-        Span::styled(format!("w {w} g {g} opt {o} GiB{shard}{each}"), t.fg(t.text)),
+        Span::styled(format!("w {w} g {g} opt {o}{shard}{each}"), t.fg(t.text)),
     ])
+}
+
+/// Bytes in few characters, as the process line gives them: `0.5M`, `475M`, `1.4G`.
+fn short(bytes: u64) -> String {
+    let mib = bytes as f64 / f64::from(1u32 << 20);
+    match mib {
+        m if m >= 1024.0 => format!("{}G", gib(bytes)),
+        m if m >= 10.0 => format!("{m:.0}M"),
+        m => format!("{m:.1}M"),
+    }
 }
 
 /// A GPU's further figures: clocks, links, ECC and fan on one line (n/a where NVML gives
