@@ -288,7 +288,8 @@ pub struct CheckpointArgs {
     #[arg(id = "checkpoints.snapshot_every", long = "snapshot-every", value_name = "Nsteps|10m", value_parser = parse::<CheckpointEvery>)]
     pub snapshot_every: Option<CheckpointEvery>,
     /// Keep the K newest rewind points in host memory (`r` in the dashboard goes back to
-    /// one; 0: none) [default: 3].
+    /// one; 0: none) [default: 3, fewer where they would take more than half the host memory
+    /// available at start].
     #[arg(id = "checkpoints.snapshots", long = "snapshots", value_name = "K")]
     pub snapshots: Option<usize>,
 }

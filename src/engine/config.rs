@@ -52,6 +52,9 @@ pub struct TrainConfig {
     pub save_policy: SavePolicy,
     /// Where weights are saved; `None` saves nothing.
     pub run_dir: Option<PathBuf>,
+    /// `checkpoints.snapshots` is the default, not asked for: a one-process run keeps as many
+    /// of those rewind points as fit half the host memory available at start.
+    pub points_sized: bool,
     /// Set when this attempt continues the run in its directory (the same command again).
     pub restart: Option<crate::record::stats::Restart>,
     pub kit: RunKit,
@@ -89,6 +92,7 @@ impl TrainConfig {
             on_nan: OnNan::Stop,
             save_policy: SavePolicy::Retry { tries: 0, every: Duration::ZERO },
             run_dir: None,
+            points_sized: false,
             restart: None,
             kit: RunKit::default(),
         }

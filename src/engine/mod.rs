@@ -147,12 +147,25 @@ impl Engine {
         );
         let ranks_here =
             world.as_ref().map_or(1, |w| w.hosts.iter().filter(|h| **h == w.hosts[w.rank]).count());
-        let snapshot_bytes = coordinator::check_point_memory(
-            cfg.settings.checkpoints.snapshots,
-            each,
-            ranks_here,
-            crate::sys::available_memory_bytes(),
-        )?;
+        let available = crate::sys::available_memory_bytes();
+        let mut start_notes = Vec::new();
+        let asked = cfg.settings.checkpoints.snapshots;
+        if cfg.points_sized && world.is_none() {
+            let keep = coordinator::points_that_fit(asked, each, available);
+            if keep < asked {
+                let size = crate::device::oom::human;
+                start_notes.push(crate::record::Change::Warning {
+                    message: format!(
+                        "keeping {keep} rewind point(s) in host memory, not {asked}: each takes {}, and {} is available; --snapshots K sets the count",
+                        size(each),
+                        available.map_or_else(|| "?".to_owned(), size)
+                    ),
+                });
+                cfg.settings.checkpoints.snapshots = keep;
+            }
+        }
+        let snapshot_bytes =
+            coordinator::check_point_memory(cfg.settings.checkpoints.snapshots, each, ranks_here, available)?;
         let (mut initial_params, mut initial_buffers) = match (&cfg.kit.resume, &cfg.kit.script) {
             (Some(r), _) => (r.params.shallow_clone(), r.buffers.shallow_clone()),
             (None, Some(s)) => s.initial_values().map_err(StartError::ScriptWeights)?,
@@ -161,19 +174,18 @@ impl Engine {
                 (flat::initial_flat(&builder.params), flat::initial_flat(&builder.buffers))
             }
         };
-        let init_report = match (cfg.kit.init_from.take(), &cfg.kit.resume) {
-            (Some(init), None) => {
-                let r =
-                    init.apply(&builder.params, &builder.buffers, &mut initial_params, &mut initial_buffers);
-                Some(crate::record::Change::InitFrom {
+        if let (Some(init), None) = (cfg.kit.init_from.take(), &cfg.kit.resume) {
+            let r = init.apply(&builder.params, &builder.buffers, &mut initial_params, &mut initial_buffers);
+            start_notes.insert(
+                0,
+                crate::record::Change::InitFrom {
                     path: init.path.display().to_string(),
                     loaded: r.loaded,
                     missing: r.missing,
                     unused: r.unused,
-                })
-            }
-            _ => None,
-        };
+                },
+            );
+        }
         if let Some(w) = &world {
             // Every replica of every rank starts from global replica 0's weights and buffers.
             w.broadcast(&mut initial_params).map_err(EngineError::from)?;
@@ -208,7 +220,7 @@ impl Engine {
                 }
             },
             classes,
-            init_report,
+            start_notes,
             sample_prompt: sample_prompt(&cfg, &data)?,
             snapshot_bytes,
             bus_bandwidth: crate::device::bus::measured_for(&cfg.devices),

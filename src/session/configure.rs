@@ -45,6 +45,8 @@ fn config_file(args: &Args) -> Result<Option<ConfigFile>, Failure> {
 /// name: the TorchScript model, the weights to start from.
 struct Settled {
     settings: Settings,
+    /// No layer asked for a count of rewind points: the default is sized to the machine.
+    points_sized: bool,
     script: Option<ScriptModel>,
     init_from: Option<Box<dpt_tui::persist::init_from::InitFrom>>,
 }
@@ -55,6 +57,7 @@ fn settle(args: &Args, state: Option<&CheckpointState>) -> Result<Settled, Failu
     let flags = args.settings.layer().map_err(input)?;
     let layers = Layers { checkpoint: state.map(|s| &s.settings), file: file.as_ref(), flags: Some(flags) };
     let settings = layers.resolve().map_err(input)?;
+    let points_sized = !layers.asks("checkpoints", "snapshots");
     // Cheap checks first, so a typo does not wait for the data to load.
     settings.validate().map_err(input)?;
     let script = match settings.model.name.file() {
@@ -71,7 +74,7 @@ fn settle(args: &Args, state: Option<&CheckpointState>) -> Result<Settled, Failu
         (Some(_), Some(_)) | (None, _) => None,
         (Some(path), None) => Some(Box::new(dpt_tui::persist::init_from::InitFrom::read(path).map_err(input)?)),
     };
-    Ok(Settled { settings, script, init_from })
+    Ok(Settled { settings, points_sized, script, init_from })
 }
 
 /// The settings and the run to continue, if `--resume` asks for one. In a multi-process run
@@ -155,7 +158,8 @@ fn configure(
     devices: Vec<DeviceId>,
     world: Option<&World>,
 ) -> Result<TrainConfig, Failure> {
-    let (Settled { mut settings, script, init_from }, resume) = settle_with_resume(args, world)?;
+    let (Settled { mut settings, points_sized, script, init_from }, resume) =
+        settle_with_resume(args, world)?;
     let cpu_threads =
         settings.placement.cpu_threads.unwrap_or_else(|| cpu_threads_per_replica(&devices, machine.cores));
     // The run's record and config.toml say where it ran, so `--config` repeats it exactly.
@@ -171,6 +175,7 @@ fn configure(
     };
     let mut cfg = TrainConfig::with_settings(settings, devices);
     (cfg.cpu_threads, cfg.on_nan, cfg.save_policy) = (cpu_threads, on_nan, save_policy);
+    cfg.points_sized = points_sized;
     cfg.kit.script = script.map(Arc::new);
     cfg.kit.init_from = init_from;
     cfg.kit.resume = resume.map(Box::new);

@@ -19,7 +19,7 @@ mod reduce;
 pub mod replicas;
 mod reporter;
 mod rewind;
-pub use rewind::{check_point_memory, point_bytes};
+pub use rewind::{check_point_memory, point_bytes, points_that_fit};
 mod run_info;
 mod run_loop;
 pub mod sample;
@@ -68,7 +68,9 @@ pub struct RunFacts {
     /// Classes an evaluation counts (rows and columns of its confusion counts).
     pub classes: usize,
     /// What `--init-from` loaded, said once the run starts.
-    pub init_report: Option<Change>,
+    /// What the start says after its line: the weights `--init-from` loaded, the rewind points
+    /// sized to the machine.
+    pub start_notes: Vec<Change>,
     /// A language model on text: the prompt each evaluation's sample continues, and the
     /// tokens the model sees at once.
     pub sample_prompt: Option<sample::Prompt>,
@@ -244,8 +246,8 @@ impl Coordinator {
         };
         let info = run_info::run_info(&self.cfg, &self.facts, accounts);
         self.channels.emit(Record::Start(Box::new(info)));
-        if let Some(report) = self.facts.init_report.take() {
-            self.channels.emit(report);
+        for note in std::mem::take(&mut self.facts.start_notes) {
+            self.channels.emit(note);
         }
         if let Some(r) = &resumed {
             let s = &r.state;

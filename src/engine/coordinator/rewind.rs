@@ -166,6 +166,15 @@ pub fn point_bytes(params: i64, buffers: i64, slots: usize, ema: bool) -> u64 {
     4 * (params.max(0) as u64 * (copies + slots as u64) + buffers.max(0) as u64 * copies)
 }
 
+/// How many of `keep` points of `each` bytes a one-process run keeps when no count was asked
+/// for: as many as fit half of the `available` host memory (the other half is the run's own).
+pub fn points_that_fit(keep: usize, each: u64, available: Option<u64>) -> usize {
+    match available {
+        Some(available) if each > 0 => keep.min(usize::try_from(available / 2 / each).unwrap_or(usize::MAX)),
+        _ => keep,
+    }
+}
+
 /// The host memory the `keep` points of `each` bytes take on this host, where `ranks_here`
 /// processes keep theirs; refused with the numbers when more than `available`.
 pub fn check_point_memory(
@@ -197,7 +206,16 @@ pub fn check_point_memory(
 
 #[cfg(test)]
 mod tests {
-    use super::{between, check_point_memory, point_bytes, skipped};
+    use super::{between, check_point_memory, point_bytes, points_that_fit, skipped};
+
+    #[test]
+    fn the_default_points_are_as_many_as_fit_half_the_available_memory() {
+        let gib = 1u64 << 30;
+        assert_eq!(points_that_fit(3, gib, Some(16 * gib)), 3);
+        assert_eq!(points_that_fit(3, gib, Some(5 * gib)), 2, "2 GiB of points in 5 available");
+        assert_eq!(points_that_fit(3, 4 * gib, Some(5 * gib)), 0, "none fits half");
+        assert_eq!(points_that_fit(3, gib, None), 3, "unknown memory: the default");
+    }
 
     #[test]
     fn the_points_memory_is_counted_and_refused_with_the_numbers() {

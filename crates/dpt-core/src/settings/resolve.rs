@@ -62,6 +62,14 @@ fn at(v: &Value, section: &str, key: &str) -> Option<Value> {
 }
 
 impl Layers<'_> {
+    /// Whether a layer sets `section.key`: the flags, the file, or a resumed run's settings
+    /// (which were sized or asked for that run). Otherwise the key is its default.
+    pub fn asks(&self, section: &str, key: &str) -> bool {
+        self.checkpoint.is_some()
+            || self.flags.as_ref().is_some_and(|f| at(f, section, key).is_some())
+            || self.file.is_some_and(|f| at(&f.tree, section, key).is_some())
+    }
+
     /// The settings these layers give, with what follows from them filled in (absolute paths;
     /// the random-resized crop's streaming and default size).
     pub fn resolve(&self) -> Result<Settings, SettingsError> {
@@ -265,6 +273,19 @@ mod tests {
         std::fs::write(&path, text).expect("test set-up");
         let f = ConfigFile::read(&path).expect("test set-up");
         (dir, f)
+    }
+
+    #[test]
+    fn a_key_is_asked_by_a_flag_a_file_or_a_resumed_run_else_it_is_the_default() {
+        let key = ("checkpoints", "snapshots");
+        assert!(!Layers::default().asks(key.0, key.1));
+        let flags: Value = toml::from_str("[checkpoints]\nsnapshots = 1").expect("toml");
+        assert!(Layers { flags: Some(flags.clone()), ..Layers::default() }.asks(key.0, key.1));
+        assert!(!Layers { flags: Some(flags), ..Layers::default() }.asks("checkpoints", "keep"));
+        let (_dir, f) = file("[checkpoints]\nsnapshots = 0\n");
+        assert!(Layers { file: Some(&f), ..Layers::default() }.asks(key.0, key.1));
+        let resumed = Settings::default();
+        assert!(Layers { checkpoint: Some(&resumed), ..Layers::default() }.asks(key.0, key.1));
     }
 
     #[test]
