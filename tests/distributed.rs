@@ -509,3 +509,25 @@ fn ranks_started_by_hand_on_one_host_share_its_cores() {
     let cores = std::thread::available_parallelism().unwrap().get();
     assert_eq!(records[0]["cpu_threads_per_replica"], (cores / 2).max(1), "{}", records[0]);
 }
+
+#[test]
+fn zero_1_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
+    // Each process splits SGD's momentum over its two replicas; the run's grid of 4 parts cuts
+    // every update alike, sharded or not, so the weights are the same bits.
+    let tmp = tempfile::tempdir().unwrap();
+    let epochs = ["--epochs", "2"];
+    let whole = run_world(tmp.path(), "whole", 2, "cpu:2", &epochs);
+    let sharded = run_world(tmp.path(), "sharded", 2, "cpu:2", &["--epochs", "2", "--zero", "1"]);
+    assert_eq!(rel_diff(&common::weights(&whole), &common::weights(&sharded)), 0.0);
+    // Rank 0's checkpoint holds the whole state: its process's two shards cover it.
+    let moments = tensors(&sharded, "checkpoint.safetensors");
+    let whole_moments = tensors(&whole, "checkpoint.safetensors");
+    assert!(moments.iter().any(|(n, _)| n.starts_with("momentum.")), "the momentum is checkpointed");
+    for (name, t) in moments.iter().filter(|(n, _)| n.starts_with("momentum.")) {
+        let (_, u) = whole_moments.iter().find(|(n, _)| n == name).expect("the same tensors");
+        assert!(t.equal(u), "{name} differs from the unsharded run's");
+    }
+    let records = common::wait_for_summary(&sharded, WAIT);
+    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
+    assert_eq!(start["memory"]["optimizer_shards"], 2);
+}

@@ -274,7 +274,7 @@ impl TrainConfig {
         if accumulate > per_replica {
             return Err(ConfigError::AccumulateTooFine { accumulate, per_replica });
         }
-        self.settings.optimizer.zero.check(self.devices.len(), 1).map_err(ConfigError::Zero)?;
+        self.settings.optimizer.zero.check(self.devices.len()).map_err(ConfigError::Zero)?;
         if self.model() == ModelKind::Script && self.kit.script.is_none() {
             return Err(ConfigError::ScriptMissing);
         }

@@ -114,8 +114,6 @@ impl Engine {
         cfg.validate(data.train.len(), data.test.len())?;
         cfg.validate_devices()?;
         let replicas = cfg.kit.world.as_ref().map_or(cfg.devices.len(), |w| w.total_replicas());
-        let processes = cfg.kit.world.as_ref().map_or(1, |w| w.size);
-        cfg.settings.optimizer.zero.check(cfg.devices.len(), processes).map_err(ConfigError::Zero)?;
         cfg.check_device_memory(&data, replicas, crate::device::peak::gpu_facts)
             .map_err(|e| StartError::Memory(Box::new(e)))?;
         let world = cfg.kit.world.take();

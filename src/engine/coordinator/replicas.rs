@@ -186,9 +186,9 @@ impl Replicas {
         let ReplicaHandles { params, grads, buffers, named_params, named_buffers, .. } = handles;
         let specs = &self.layout.param_specs;
         let total = self.layout.params.total();
-        let shard = optim.zero.shard(total, self.optim.len(), self.count.0);
+        let shard = optim.zero.shard(total, self.optim.len(), self.count);
         let (_, all) = self.count;
-        let cuts: Vec<i64> = (1..all).map(|i| Zero::States.shard(total, i, all).0).collect();
+        let cuts: Vec<i64> = (1..all).map(|g| Zero::grid(total, g, all)).collect();
         let trainable = |i: usize| !specs[i].frozen;
         self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, trainable, (shard, &cuts)));
         self.devices.push(params.device());
