@@ -227,23 +227,29 @@ fn adamw_with_decay_on_every_tensor_equals_torch_optim_adamw() {
     check(adam(OptimizerKind::AdamW, 0.5, true));
 }
 
+/// `cfg` with a cosine schedule with warm-up, the weights' EMA, and dynamic loss scaling whose
+/// scaled gradient overflows on replica 1 at step 1: what a checkpoint must carry besides the
+/// weights and the optimizer state.
+fn riding_along(mut cfg: TrainConfig) -> TrainConfig {
+    cfg.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
+    cfg.settings.recipe.ema = Some(0.7);
+    cfg.settings.precision.scale_loss(LossScaling { init: 1024.0, growth_interval: 3 });
+    cfg.kit.faults.grad_overflow = vec![(1, 1)];
+    cfg
+}
+
 #[test]
 fn an_adamw_run_resumed_mid_way_ends_where_a_straight_run_does() {
     let dir = tempfile::tempdir().unwrap();
     let path = common::make_model("mlp", 1, dir.path());
     let model = Arc::new(ScriptModel::read(&path).unwrap());
     let optim = adam(OptimizerKind::AdamW, 0.05, false);
-    // A cosine schedule with warm-up and the weights' EMA ride along.
-    let recipe = |mut cfg: TrainConfig, dir: &std::path::Path| {
+    // A cosine schedule, the weights' EMA and dynamic loss scaling with an overflow before the
+    // checkpoint ride along: the resumed run needs the scale, the growth count and the skipped
+    // steps.
+    let recipe = |cfg: TrainConfig, dir: &std::path::Path| {
         std::fs::create_dir_all(dir).unwrap();
-        cfg.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
-        cfg.settings.recipe.ema = Some(0.7);
-        // Dynamic loss scaling too, with an overflow before the checkpoint: the resumed run
-        // needs the scale, the growth count and the skipped steps.
-        cfg.settings.precision.scale_loss(LossScaling { init: 1024.0, growth_interval: 3 });
-        cfg.kit.faults.grad_overflow = vec![(1, 1)];
-        cfg.run_dir = Some(dir.to_owned());
-        cfg
+        TrainConfig { run_dir: Some(dir.to_owned()), ..riding_along(cfg) }
     };
     let straight_dir = dir.path().join("straight");
     let straight = train(recipe(config(&model, optim, 2), &straight_dir));
@@ -483,20 +489,13 @@ fn a_checkpoint_moves_between_sharded_and_whole_optimizer_states_and_replica_cou
     let path = common::make_model("mlp", 1, dir.path());
     let model = Arc::new(ScriptModel::read(&path).unwrap());
     let optim = adam(OptimizerKind::AdamW, 0.05, false);
-    // The EMA, a cosine schedule and dynamic loss scaling with an overflow (found on replica 1
-    // at step 1: the step is skipped on every shard) ride along.
-    let recipe = |mut cfg: TrainConfig| {
-        cfg.settings.schedule = Schedule { shape: Shape::Cosine, warmup_steps: 2, min_lr: 1e-4, gamma: 0.1 };
-        cfg.settings.recipe.ema = Some(0.7);
-        cfg.settings.precision.scale_loss(LossScaling { init: 1024.0, growth_interval: 3 });
-        cfg.kit.faults.grad_overflow = vec![(1, 1)];
-        cfg
-    };
+    // The EMA, a schedule and the loss scale ride along; the overflow is found on replica 1 at
+    // step 1, and the step is skipped on every shard.
     let run_in = |cfg: TrainConfig, run: &std::path::Path| TrainConfig {
         run_dir: Some(run.to_owned()),
-        ..recipe(cfg)
+        ..riding_along(cfg)
     };
-    let straight = train(recipe(config(&model, optim, 2)));
+    let straight = train(riding_along(config(&model, optim, 2)));
     let run = dir.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
     let legs = [(2, Zero::States, Some(2)), (1, Zero::Off, Some(4)), (3, Zero::States, None)];

@@ -12,6 +12,7 @@
 mod controls;
 mod failure;
 mod flow;
+mod layout;
 mod overlap;
 mod persist;
 pub mod pool;
