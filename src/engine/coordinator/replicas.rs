@@ -142,7 +142,10 @@ impl Replicas {
     #[cfg(test)]
     pub fn add_flat(&mut self, params: Tensor, buffers: Tensor, optim: OptimConfig) {
         let grads = params.zeros_like();
-        let views = |flat: &Tensor, layout: &Layout, specs: &[TensorSpec]| -> Vec<(String, Tensor)> {
+        let views = |flat: &Tensor,
+                     layout: &crate::engine::flat::Layout,
+                     specs: &[TensorSpec]|
+         -> Vec<(String, Tensor)> {
             specs.iter().map(|s| s.name.clone()).zip(layout.views(flat)).collect()
         };
         let named_params = views(&params, &self.layout.params, &self.layout.param_specs);
