@@ -162,6 +162,9 @@ impl Engine {
                 cfg.settings.checkpoints.snapshots = keep;
             }
         }
+        // A periodic checkpoint holds what a rewind point holds, copied for its writer thread.
+        let checkpoint_bytes =
+            (cfg.run_dir.is_some() && cfg.settings.checkpoints.every.is_on()).then_some(each);
         let snapshot_bytes =
             coordinator::check_point_memory(cfg.settings.checkpoints.snapshots, each, ranks_here, available)?;
         let (mut initial_params, mut initial_buffers) = match (&cfg.kit.resume, &cfg.kit.script) {
@@ -221,6 +224,7 @@ impl Engine {
             start_notes,
             sample_prompt: sample_prompt(&cfg, &data)?,
             snapshot_bytes,
+            checkpoint_bytes,
             bus_bandwidth: crate::device::bus::measured_for(&cfg.devices),
             peak_flops: crate::device::peak::peak_flops(
                 &cfg.devices,

@@ -20,6 +20,14 @@ impl Default for CheckpointEvery {
 }
 
 impl CheckpointEvery {
+    /// Whether any checkpoint is ever due (0 steps, epochs or seconds: never).
+    pub fn is_on(self) -> bool {
+        match self {
+            CheckpointEvery::Epochs(n) | CheckpointEvery::Steps(n) => n > 0,
+            CheckpointEvery::Time(t) => !t.is_zero(),
+        }
+    }
+
     /// Whether a checkpoint is due after the step that made `global_step` steps in all, `since`
     /// the last one was written; `epoch_end`: that step ended epoch `epochs_done` (1-based).
     pub fn due(self, global_step: usize, epoch_end: Option<usize>, since: Duration) -> bool {
@@ -87,6 +95,10 @@ mod tests {
             assert_eq!(every.to_string().parse::<CheckpointEvery>(), Ok(every), "{every} round trips");
         }
         assert!("steps".parse::<CheckpointEvery>().is_err());
+        assert!(CheckpointEvery::Epochs(1).is_on() && CheckpointEvery::Time(Duration::from_secs(1)).is_on());
+        for off in ["0", "0steps", "0s"] {
+            assert!(!off.parse::<CheckpointEvery>().unwrap().is_on(), "{off} is never due");
+        }
         assert!("5 fortnights".parse::<CheckpointEvery>().unwrap_err().contains("Nsteps"));
         let zero = Duration::ZERO;
         assert!(CheckpointEvery::Steps(500).due(1000, None, zero));

@@ -77,6 +77,8 @@ pub struct RunFacts {
     pub sample_prompt: Option<sample::Prompt>,
     /// Host memory the rewind points take when all are kept.
     pub snapshot_bytes: Option<u64>,
+    /// The host memory a periodic checkpoint's copy takes (none without periodic checkpoints).
+    pub checkpoint_bytes: Option<u64>,
     /// The allreduce bus bandwidth doctor measured across this run's GPUs.
     pub bus_bandwidth: Option<crate::record::bottleneck::MeasuredBus>,
     /// What the run's GPUs can do at most in its precision, for the MFU.

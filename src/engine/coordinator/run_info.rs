@@ -40,6 +40,7 @@ pub(super) fn run_info(cfg: &TrainConfig, facts: &RunFacts, parts: Accounts) -> 
         resumed_at: cfg.kit.resume.as_ref().map(|r| r.state.global_step),
         started_unix: Some(crate::unix_now()),
         snapshot_bytes: facts.snapshot_bytes,
+        checkpoint_bytes: facts.checkpoint_bytes,
         memory: Some(parts.memory),
         bus_bandwidth: facts.bus_bandwidth,
         allreduce: parts.allreduce,

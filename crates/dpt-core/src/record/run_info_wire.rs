@@ -42,6 +42,8 @@ pub(super) struct RunInfoWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     snapshot_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    checkpoint_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     memory: Option<super::stats::StateBytes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bus_bandwidth: Option<super::bottleneck::MeasuredBus>,
@@ -165,6 +167,7 @@ impl From<RunInfo> for RunInfoWire {
             resumed_at: i.resumed_at,
             started_unix: i.started_unix,
             snapshot_bytes: i.snapshot_bytes,
+            checkpoint_bytes: i.checkpoint_bytes,
             memory: i.memory,
             bus_bandwidth: i.bus_bandwidth,
             allreduce: i.allreduce,
@@ -202,6 +205,7 @@ impl From<RunInfoWire> for RunInfo {
             resumed_at: w.resumed_at,
             started_unix: w.started_unix,
             snapshot_bytes: w.snapshot_bytes,
+            checkpoint_bytes: w.checkpoint_bytes,
             memory: w.memory,
             bus_bandwidth: w.bus_bandwidth,
             allreduce: w.allreduce,

@@ -53,6 +53,10 @@ pub struct RunInfo {
     /// Host memory the rewind points take when all `--snapshots` are kept (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_bytes: Option<u64>,
+    /// Host memory a periodic checkpoint's copy takes while its thread writes it (absent: no
+    /// periodic checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_bytes: Option<u64>,
     /// What one replica holds for the whole run, by part (absent in runs recorded before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<StateBytes>,
@@ -109,6 +113,7 @@ impl Default for RunInfo {
             resumed_at: None,
             started_unix: None,
             snapshot_bytes: None,
+            checkpoint_bytes: None,
             memory: None,
             bus_bandwidth: None,
             allreduce: String::new(),

@@ -376,7 +376,8 @@ fn start_line(info: &RunInfo) -> String {
                 0 | 1 => String::new(),
                 n => format!(" (--zero 1: a 1/{n} shard)"),
             };
-            let points = info.snapshot_bytes.map_or(String::new(), |b| format!(", rewind points {}", size(b)));
+            let points = info.snapshot_bytes.map_or(String::new(), |b| format!(", rewind points {}", size(b)))
+                + &info.checkpoint_bytes.map_or(String::new(), |b| format!(", checkpoint copy {}", size(b)));
             format!(
                 ", memory per replica: weights {}, gradients {}, optimizer state {}{shard}{points}",
                 size(m.weights),

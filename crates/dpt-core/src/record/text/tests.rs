@@ -172,13 +172,14 @@ fn the_start_line_says_what_a_replica_holds_and_its_shard() {
                 optimizer_shards,
             }),
             snapshot_bytes: Some(3 * (600 << 20)),
+            checkpoint_bytes: Some(600 << 20),
             ..RunInfo::default()
         }))
     };
     let line = |r: &Record| Narrator::default().line(r).expect("a start line").text;
     assert!(
         line(&info(1)).contains(
-            ", memory per replica: weights 190.3 MiB, gradients 190.3 MiB, optimizer state 380.7 MiB, rewind points 1.8 GiB"
+            ", memory per replica: weights 190.3 MiB, gradients 190.3 MiB, optimizer state 380.7 MiB, rewind points 1.8 GiB, checkpoint copy 600.0 MiB"
         ),
         "{}",
         line(&info(1))
