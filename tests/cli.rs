@@ -129,7 +129,7 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     std::fs::write(&theme, "accent = [1, 2\n").unwrap();
     refused(&["--data", d, "--run-dir", r, "--theme", theme.to_str().unwrap()], "is malformed");
     refused(&["--data", d, "--run-dir", r, "--fps", "0"], "--fps");
-    refused(&["--data", d, "--run-dir", r, "--devices", "cpu", "--zero", "1"], "and this process has one");
+    refused(&["--data", d, "--run-dir", r, "--devices", "cpu", "--zero", "1"], "and this run has one");
     refused(&["--data", d, "--run-dir", r, "--zero", "2"], "unknown ZeRO stage '2'; use 0 or 1");
     // The data and model flags of the bring-your-own-model work.
     refused(&["--data", d, "--run-dir", r, "--normalize", "0.5"], "--normalize takes MEAN,STD");

@@ -512,14 +512,14 @@ fn ranks_started_by_hand_on_one_host_share_its_cores() {
 
 #[test]
 fn zero_1_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
-    // Each process splits SGD's momentum over its two replicas; the run's grid of 4 parts cuts
-    // every update alike, sharded or not, so the weights are the same bits.
+    // SGD's momentum split over the run's 4 replicas, two in each process; the run's grid of
+    // 4 parts cuts every update alike, sharded or not, so the weights are the same bits.
     let tmp = tempfile::tempdir().unwrap();
     let epochs = ["--epochs", "2"];
     let whole = run_world(tmp.path(), "whole", 2, "cpu:2", &epochs);
     let sharded = run_world(tmp.path(), "sharded", 2, "cpu:2", &["--epochs", "2", "--zero", "1"]);
     assert_eq!(rel_diff(&common::weights(&whole), &common::weights(&sharded)), 0.0);
-    // Rank 0's checkpoint holds the whole state: its process's two shards cover it.
+    // Rank 0's checkpoint holds the whole state, gathered from both processes' shards.
     let moments = tensors(&sharded, "checkpoint.safetensors");
     let whole_moments = tensors(&whole, "checkpoint.safetensors");
     assert!(moments.iter().any(|(n, _)| n.starts_with("momentum.")), "the momentum is checkpointed");
@@ -529,5 +529,124 @@ fn zero_1_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
     }
     let records = common::wait_for_summary(&sharded, WAIT);
     let start = records.iter().find(|r| r["kind"] == "start").unwrap();
-    assert_eq!(start["memory"]["optimizer_shards"], 2);
+    assert_eq!(start["memory"]["optimizer_shards"], 4);
+}
+
+/// Every tensor of `file` in runs `a` and `b` is the same, bit for bit (the state's record
+/// aside: its settings and timings are each run's own).
+fn same_tensors(a: &Path, b: &Path, file: &str) {
+    let kept = |run: &Path| -> Vec<(String, Tensor)> {
+        tensors(run, file).into_iter().filter(|(n, _)| !n.starts_with("__")).collect()
+    };
+    let (x, y) = (kept(a), kept(b));
+    assert_eq!(x.len(), y.len(), "{file}: the same tensors");
+    for ((n, t), (m, u)) in x.iter().zip(&y) {
+        assert_eq!(n, m, "{file}: the same names");
+        assert!(t.equal(u), "{file}: {n} differs");
+    }
+}
+
+#[test]
+fn zero_1_over_two_processes_of_one_replica_saves_the_whole_state_and_resumes_whole_in_one() {
+    // Each rank holds AdamW's moments of half the weights and broadcasts its updated half.
+    // Every save gathers the halves: the periodic checkpoints (rank 0's decision, every 3
+    // steps), the best kept, the rewind points and the final save.
+    let tmp = tempfile::tempdir().unwrap();
+    // The suite's flags less SGD's momentum, which AdamW refuses.
+    let adamw = |extra: &[&str]| {
+        let mut args = training(&["--optimizer", "adamw", "--lr", "0.01", "--ema", "0.9", "--epochs", "2"]);
+        let at = args.iter().position(|a| a == "--momentum").unwrap();
+        args.drain(at..at + 2);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let saves = ["--keep-best", "1", "--checkpoint-every", "3steps"];
+    let whole = run_world_with(tmp.path(), "whole", 2, "cpu:1", adamw(&saves));
+    let sharded =
+        run_world_with(tmp.path(), "sharded", 2, "cpu:1", adamw(&[&saves[..], &["--zero", "1"]].concat()));
+    for file in ["model.safetensors", "model_ema.safetensors", "checkpoint.safetensors"] {
+        same_tensors(&whole, &sharded, file);
+    }
+    let best = |run: &Path| {
+        let kept: Vec<_> = std::fs::read_dir(run.join("best")).unwrap().map(|e| e.unwrap().path()).collect();
+        assert_eq!(kept.len(), 1, "one best kept: {kept:?}");
+        kept[0].clone()
+    };
+    same_tensors(&best(&whole), &best(&sharded), "checkpoint.safetensors");
+    let moments = tensors(&sharded, "checkpoint.safetensors");
+    assert!(moments.iter().any(|(n, _)| n.starts_with("exp_avg_sq.")), "the moments are checkpointed");
+    let records = common::wait_for_summary(&sharded, WAIT);
+    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
+    assert_eq!(start["memory"]["optimizer_shards"], 2, "{}", start["memory"]);
+    let taken = records.iter().filter(|r| r["event"] == "snapshot").count();
+    assert!(taken > 0, "rewind points were taken (and gathered)");
+    // Stopped at step 5 by two sharded ranks, finished by one process of both replicas, whole
+    // (the same sums in the same order as the two ranks').
+    let part = run_world_with(tmp.path(), "part", 2, "cpu:1", adamw(&["--zero", "1", "--max-steps", "5"]));
+    let text = Dpt::new().args(adamw(&["--devices", "cpu:2", "--zero", "0", "--resume"])).arg(&part).ok();
+    assert!(text.contains("resumed from the checkpoint at epoch 1 step 5"), "{text}");
+    let d = rel_diff(&common::weights(&whole), &common::weights(&part));
+    assert!(d < 1e-6, "2 sharded ranks then 1 whole process differ from a straight run by {d}");
+    // And back: one whole process stops at step 5, two sharded ranks each load their half.
+    let one = tmp.path().join("one");
+    Dpt::new().args(adamw(&["--devices", "cpu:2", "--max-steps", "5"])).run_dir(&one).ok();
+    let port = free_port();
+    let mut resume = adamw(&["--devices", "cpu:1", "--zero", "1", "--resume"]);
+    resume.push(one.to_str().unwrap().to_owned());
+    let ranks: Vec<Child> =
+        (0..2).map(|r| Dpt::new().args(&resume).rank(r, 2, port).piped().spawn()).collect();
+    for r in ranks {
+        ok(&r.wait_with_output().unwrap());
+    }
+    let d = rel_diff(&common::weights(&whole), &common::weights(&one));
+    assert!(d < 1e-6, "1 whole process then 2 sharded ranks differ from a straight run by {d}");
+}
+
+#[test]
+fn a_save_asked_of_rank_0_under_zero_1_gathers_the_state_of_every_rank() {
+    // The `s` key reaches rank 0 alone; the ranks agree on the save at the next boundary and
+    // all send their shards, so rank 0 writes the whole momentum and the run goes on.
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_port();
+    let args = training(&["--epochs", "40", "--devices", "cpu:1", "--zero", "1", "--dist-timeout", "30"]);
+    let r0 = Dpt::new().args(&args).rank(0, 2, port).arg("--run-dir").arg(&run).stdout(Stdio::null()).spawn();
+    let r1 = Dpt::new().args(&args).rank(1, 2, port).stdout(Stdio::null()).spawn();
+    until(WAIT, "socket served by rank 0", || dpt_tui::remote::client::server_info(&run).is_some());
+    let viewer = dpt_tui::remote::client::attach(&run, false).unwrap();
+    // After a step, so that every half of the momentum has moved.
+    while !matches!(viewer.records.recv_timeout(WAIT).unwrap(), Record::Step(_)) {}
+    viewer.controls.send(Control::SaveNow).unwrap();
+    let at = loop {
+        if let Record::Event(Change::Checkpointed { global_step, .. }) =
+            viewer.records.recv_timeout(WAIT).unwrap()
+        {
+            break global_step;
+        }
+    };
+    let saved = tensors(&run, "checkpoint.safetensors");
+    let weights = tensors(&run, "model.safetensors");
+    for (name, w) in &weights {
+        let (_, m) =
+            saved.iter().find(|(n, _)| *n == format!("momentum.{name}")).expect("every tensor's momentum");
+        assert_eq!(m.size(), w.size(), "momentum.{name} is whole");
+    }
+    // Both halves are there: the momentum after steps is nowhere all zero over a half.
+    let flat = Tensor::cat(
+        &saved
+            .iter()
+            .filter(|(n, _)| n.starts_with("momentum."))
+            .map(|(_, t)| t.flatten(0, -1))
+            .collect::<Vec<_>>(),
+        0,
+    );
+    let half = flat.size()[0] / 2;
+    assert!(at > 0, "saved after a step");
+    for part in [flat.narrow(0, 0, half), flat.narrow(0, half, half)] {
+        assert!(part.abs().sum(tch::Kind::Double).double_value(&[]) > 0.0, "a half of the momentum is empty");
+    }
+    viewer.controls.send(Control::Stop).unwrap();
+    for mut r in [r0, r1] {
+        assert!(r.wait().unwrap().success());
+    }
 }

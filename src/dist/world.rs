@@ -179,7 +179,7 @@ impl World {
 
     /// The global index of this rank's first replica.
     pub fn replica_offset(&self) -> usize {
-        self.replicas[..self.rank].iter().sum()
+        self.replica_offset_of(self.rank)
     }
 
     /// Sums `flat` (a contiguous tensor) over all ranks in place, in buckets in flight together.
@@ -237,16 +237,27 @@ impl World {
 
     /// Copies rank 0's `t` to every rank, in place (through the collectives' device).
     pub fn broadcast(&self, t: &mut Tensor) -> Result<(), DistError> {
+        self.broadcast_from(t, 0)
+    }
+
+    /// Copies rank `root`'s `t` (a contiguous tensor) to every rank, in place, through the
+    /// collectives' device (a copy there and back where `t` lives elsewhere).
+    pub fn broadcast_from(&self, t: &mut Tensor, root: usize) -> Result<(), DistError> {
         if t.device() == self.device {
             let mut one = [t.shallow_clone()];
-            let work = self.group.broadcast(&mut one, 0).map_err(|e| self.lost(e))?;
+            let work = self.group.broadcast(&mut one, root).map_err(|e| self.lost(e))?;
             return self.settle(work);
         }
         let mut one = [t.to_device(self.device)];
-        let work = self.group.broadcast(&mut one, 0).map_err(|e| self.lost(e))?;
+        let work = self.group.broadcast(&mut one, root).map_err(|e| self.lost(e))?;
         self.settle(work)?;
         t.copy_(&one[0]);
         Ok(())
+    }
+
+    /// The global index of rank `r`'s first replica.
+    pub fn replica_offset_of(&self, r: usize) -> usize {
+        self.replicas[..r].iter().sum()
     }
 
     /// Copies rank 0's `values` to every rank (as `allreduce_values`, on the CPU beside NCCL).

@@ -173,7 +173,7 @@ impl TrainConfig {
             (Task::Classify, Some(m)) => m.classes.max(0) as u64,
             (Task::Classify, None) => data.classes as u64,
         };
-        let here = self.devices.len() as u64;
+        let all = replicas as u64;
         let estimate = |optimizer_shards| {
             ReplicaMemory::of(&MemoryInputs {
                 params: self.specs().param_count().max(0) as u64,
@@ -186,9 +186,9 @@ impl TrainConfig {
                 outputs_per_sample,
             })
         };
-        let memory = estimate(if s.optimizer.zero.shards_states() { here } else { 1 });
+        let memory = estimate(if s.optimizer.zero.shards_states() { all } else { 1 });
         // The stage that would fit, where this run's replicas could split their state.
-        let sharded = (!s.optimizer.zero.shards_states() && here > 1).then(|| estimate(here));
+        let sharded = (!s.optimizer.zero.shards_states() && all > 1).then(|| estimate(all));
         let mut gpus: Vec<usize> = self
             .devices
             .iter()
@@ -203,7 +203,7 @@ impl TrainConfig {
             memory.check(&device, total, sharing).map_err(|mut refusal| {
                 if let Some(z) = sharded.filter(|z| z.check(&device, total, sharing).is_ok()) {
                     refusal.fix = format!(
-                        "--zero 1 fits: the optimizer state split over the {here} replicas, {:.1} GiB each in all",
+                        "--zero 1 fits: the optimizer state split over the {all} replicas, {:.1} GiB each in all",
                         z.peak() as f64 / f64::from(1u32 << 30)
                     );
                 }
@@ -239,9 +239,14 @@ impl TrainConfig {
         }
     }
 
-    /// Rejects settings that cannot train, given the data's size (without touching CUDA).
-    pub fn validate(&self, train_len: usize, test_len: usize) -> Result<(), ConfigError> {
-        self.validate_settings()?;
+    /// Rejects settings that cannot train, given the data's size and the run's replicas in
+    /// all (without touching CUDA).
+    pub fn validate(
+        &self,
+        (train_len, test_len): (usize, usize),
+        replicas: usize,
+    ) -> Result<(), ConfigError> {
+        self.validate_settings(replicas)?;
         let plan = self.lr_plan(train_len);
         self.settings.schedule.check(plan.base, plan.total)?;
         if train_len == 0 {
@@ -261,9 +266,9 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// Rejects settings that cannot train on these devices with this model and checkpoint
-    /// (the settings' own checks are `Settings::validate`'s).
-    pub fn validate_settings(&self) -> Result<(), ConfigError> {
+    /// Rejects settings that cannot train on these devices, in a run of `replicas` in all,
+    /// with this model and checkpoint (the settings' own checks are `Settings::validate`'s).
+    pub fn validate_settings(&self, replicas: usize) -> Result<(), ConfigError> {
         self.settings.validate_numbers()?;
         let batch = self.settings.recipe.batch_size;
         if batch < self.devices.len() {
@@ -274,7 +279,7 @@ impl TrainConfig {
         if accumulate > per_replica {
             return Err(ConfigError::AccumulateTooFine { accumulate, per_replica });
         }
-        self.settings.optimizer.zero.check(self.devices.len()).map_err(ConfigError::Zero)?;
+        self.settings.optimizer.zero.check(replicas).map_err(ConfigError::Zero)?;
         if self.model() == ModelKind::Script && self.kit.script.is_none() {
             return Err(ConfigError::ScriptMissing);
         }

@@ -111,9 +111,9 @@ pub struct Engine {
 impl Engine {
     /// Checks `cfg` against `data`, starts the workers and the coordinator.
     pub fn start(mut cfg: TrainConfig, data: Arc<Dataset>) -> Result<Engine, StartError> {
-        cfg.validate(data.train.len(), data.test.len())?;
-        cfg.validate_devices()?;
         let replicas = cfg.kit.world.as_ref().map_or(cfg.devices.len(), |w| w.total_replicas());
+        cfg.validate((data.train.len(), data.test.len()), replicas)?;
+        cfg.validate_devices()?;
         cfg.check_device_memory(&data, replicas, crate::device::peak::gpu_facts)
             .map_err(|e| StartError::Memory(Box::new(e)))?;
         let world = cfg.kit.world.take();

@@ -182,7 +182,7 @@ fn configure(
     if let Ok(spec) = std::env::var("DPT_INJECT_FAULT") {
         cfg.kit.faults = spec.parse().map_err(|e: String| input(anyhow!("DPT_INJECT_FAULT: {e}")))?;
     }
-    cfg.validate_settings().map_err(input)?;
+    cfg.validate_settings(world.map_or(cfg.devices.len(), World::total_replicas)).map_err(input)?;
     if args.continuing {
         cfg.restart = Some(super::restart::restart_by(|k| std::env::var(k).ok()));
     }
@@ -287,8 +287,8 @@ fn load_data(cfg: &mut TrainConfig, machine: Machine, world: Option<&World>) -> 
         }
         data.carve_val(f, cfg.settings.recipe.seed);
     }
-    cfg.validate(data.train.len(), data.test.len()).map_err(input)?;
     let replicas = world.map_or(cfg.devices.len(), World::total_replicas);
+    cfg.validate((data.train.len(), data.test.len()), replicas).map_err(input)?;
     cfg.loader = super::data_flags::loader_config(cfg, &data, (replicas, machine.cores)).map_err(input)?;
     if let Some(script) = cfg.kit.script.as_mut() {
         // Bad models are refused here, before the run directory exists (the dashboard front's

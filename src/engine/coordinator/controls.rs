@@ -11,8 +11,12 @@ use super::{Coordinator, Held, Restored};
 use crate::engine::config::{check_lr, SavePolicy};
 use crate::engine::events::Control;
 use crate::engine::EngineError;
+use crate::persist::checkpoint::Checkpoint;
 use crate::persist::resume::Continuation;
 use crate::record::{Change, FinishReason};
+
+/// A save gathered and ready to write: the weights by name and the checkpoint.
+type Prepared = (Vec<(String, tch::Tensor)>, Checkpoint);
 use dpt_sys::c10d::ReduceOp;
 
 /// How often a paused rank 0 tells the other ranks it is still paused (well inside any
@@ -78,6 +82,7 @@ impl Coordinator {
             plan.map_or(f64::NEG_INFINITY, |p| p.global_step as f64),
             plan.and_then(|p| p.lr).unwrap_or(f64::NEG_INFINITY),
             flag(plan.is_some_and(|p| p.skip)),
+            flag(leader && self.save_asked),
         ];
         w.allreduce_values(&mut v, ReduceOp::Max)?;
         let global_step = self.steps.global_step();
@@ -103,7 +108,24 @@ impl Coordinator {
         if v[4] > 0.0 && self.gate.end(FinishReason::Preempted) {
             self.channels.emit(Change::Preempted { global_step });
         }
+        if v[9] > 0.0 {
+            // Every rank gathers the split state; rank 0 writes it (a failed write is said).
+            self.save_asked = false;
+            if let Some(prepared) = self.prepare_save(self.data_at)? {
+                let _ = self.write_save(&prepared, RETRY_ADVICE);
+            }
+        }
         Ok(())
+    }
+
+    /// A save asked for between steps: now, or where the optimizer state is split over the
+    /// ranks, once they have agreed on it (the next agreement, at this boundary).
+    fn save_between_steps(&mut self) {
+        if self.split() {
+            self.save_asked = true;
+        } else {
+            let _ = self.save(self.data_at, RETRY_ADVICE);
+        }
     }
 
     /// Applies one control between steps.
@@ -118,14 +140,14 @@ impl Coordinator {
                 Err(e) => Change::Refused { reason: e.to_string() },
             }),
             Control::SaveNow => {
-                let _ = self.save(self.data_at, RETRY_ADVICE);
+                self.save_between_steps();
                 None
             }
             Control::SaveTo { dir } => {
                 let (taken, said) = self.persist.set_save_dir(dir);
                 self.channels.emit(said);
                 if taken {
-                    let _ = self.save(self.data_at, RETRY_ADVICE);
+                    self.save_between_steps();
                 }
                 None
             }
@@ -183,19 +205,38 @@ impl Coordinator {
     /// failure says what failed and how to retry (`advice`). Parameters that are not finite
     /// are never written over good files.
     pub(super) fn save(&mut self, position: (usize, usize), advice: &str) -> Result<(), EngineError> {
-        if self.persist.save_dir().is_none() {
-            return Ok(());
+        match self.prepare_save(position)? {
+            Some(prepared) => self.write_save(&prepared, advice),
+            None => Ok(()),
         }
+    }
+
+    /// What a save at `position` writes: the weights and the checkpoint, as views written
+    /// before anything trains again (each tensor copied to the host in turn); none where this
+    /// rank saves nothing or the weights are not finite (which is said). Where the optimizer
+    /// state is split over the ranks, every rank calls this together.
+    fn prepare_save(&mut self, position: (usize, usize)) -> Result<Option<Prepared>, EngineError> {
+        let keep = self.persist.save_dir().is_some();
+        if !keep && !self.split() {
+            return Ok(None);
+        }
+        // The weights are the same on every rank, and so is this answer.
         if !self.update.params_finite()? {
-            self.channels.emit(Change::Warning {
-                message: "weights and checkpoint not saved: they are not finite".into(),
-            });
-            return Ok(());
+            if keep {
+                self.channels.emit(Change::Warning {
+                    message: "weights and checkpoint not saved: they are not finite".into(),
+                });
+            }
+            return Ok(None);
         }
-        // Written before anything trains again: views, each tensor copied to the host in turn.
-        let weights = self.update.replicas().named_views();
-        let checkpoint = self.snapshot(position, Held::Views);
-        let (said, result) = self.persist.save_all(&weights, &checkpoint, advice);
+        let checkpoint = self.snapshot_for(keep, position, Held::Views)?;
+        Ok(checkpoint.map(|c| (self.update.replicas().named_views(), c)))
+    }
+
+    /// Writes a prepared save, reporting each file; on a failure says what failed and how to
+    /// retry (`advice`).
+    fn write_save(&mut self, (weights, checkpoint): &Prepared, advice: &str) -> Result<(), EngineError> {
+        let (said, result) = self.persist.save_all(weights, checkpoint, advice);
         self.channels.say(said);
         result
     }
@@ -209,10 +250,13 @@ impl Coordinator {
         // save reloads a TorchScript module beside the weights, so the save adds nothing to
         // the run's peak.
         crate::sys::release_free_memory();
+        // Gathered once (a collective where the state is split over the ranks); the retries
+        // write the same tensors, which nothing trains any more.
+        let Some(prepared) = self.prepare_save(position)? else { return Ok(()) };
         match self.cfg.save_policy {
             SavePolicy::WaitForUser => {
                 let advice = "paused with the weights in memory: free some space and press s to retry, or S to save into another folder; q gives up";
-                let Err(mut failure) = self.save(position, advice) else { return Ok(()) };
+                let Err(mut failure) = self.write_save(&prepared, advice) else { return Ok(()) };
                 // Shown as paused while the weights wait in memory; the loop itself is over.
                 if !self.gate.flow().is_paused() {
                     self.channels.emit(Change::Paused { global_step });
@@ -242,7 +286,7 @@ impl Coordinator {
                             continue;
                         }
                     }
-                    match self.save(position, advice) {
+                    match self.write_save(&prepared, advice) {
                         Ok(()) => {
                             self.channels.emit(Change::Resumed { global_step });
                             return Ok(());
@@ -263,7 +307,7 @@ impl Coordinator {
                         )
                     }
                 };
-                let Err(mut failure) = self.save(position, &advice(tries)) else { return Ok(()) };
+                let Err(mut failure) = self.write_save(&prepared, &advice(tries)) else { return Ok(()) };
                 for left in (0..tries).rev() {
                     // A stop gives up; another folder is taken; nothing else waits on us.
                     match self.channels.controls.recv_timeout(every) {
@@ -274,7 +318,7 @@ impl Coordinator {
                         }
                         _ => {}
                     }
-                    match self.save(position, &advice(left)) {
+                    match self.write_save(&prepared, &advice(left)) {
                         Ok(()) => return Ok(()),
                         Err(e) => failure = e,
                     }

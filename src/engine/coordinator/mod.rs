@@ -142,6 +142,9 @@ pub struct Coordinator {
     /// The (epoch, step) of the data that trains next (a save asked for between steps writes
     /// it into the checkpoint).
     data_at: (usize, usize),
+    /// Rank 0 was asked to save and the optimizer state is split over the ranks: every rank
+    /// saves together once the ranks have agreed on it.
+    save_asked: bool,
 }
 
 impl Coordinator {
@@ -172,7 +175,7 @@ impl Coordinator {
             check_replicas: settings.placement.check_replicas,
             fence: (first, cfg.step_timeout()),
             fault: cfg.kit.faults.coordinator_panic,
-            replicas: (cfg.devices.len(), total),
+            replicas: (p.world.as_ref().map_or(0, |w| w.replica_offset()), total),
         };
         Coordinator {
             steps: step_plan::StepPlan::new(cfg.lr_plan(p.facts.train_len)),
@@ -184,6 +187,7 @@ impl Coordinator {
             gate: flow::Gate::default(),
             points: rewind::Points::new(settings.checkpoints.snapshots, settings.checkpoints.snapshot_every),
             data_at: (0, 0),
+            save_asked: false,
             channels: Channels { events: p.events, controls: p.controls },
             facts: p.facts,
             pool: p.pool,
@@ -301,8 +305,10 @@ impl Coordinator {
 
     /// The run's state as a checkpoint that continues at `position`, each part's own: the step
     /// plan's count and lr, the reporter's finished epochs and the epoch so far, the update's
-    /// tensors and loss scale, the best evaluations kept; copied to the host.
-    fn snapshot(&self, position: (usize, usize), held: Held) -> Checkpoint {
+    /// tensors and loss scale, the best evaluations kept; held as `held` says. Where the
+    /// optimizer state is split over the ranks, every rank takes it (or its part,
+    /// [`Coordinator::snapshot_for`]) at the same point.
+    fn snapshot(&self, position: (usize, usize), held: Held) -> Result<Checkpoint, EngineError> {
         let cfg = &self.cfg;
         let done = self.report.done();
         let partial = if position.1 == 0 { Tally::default() } else { self.report.epoch_so_far() };
@@ -324,8 +330,31 @@ impl Coordinator {
             continued: cfg.kit.resume.as_deref().and_then(Resume::continued),
             ..CheckpointState::new(cfg.settings.clone(), cfg.normalization.clone())
         };
-        let t = self.update.tensors(held);
-        Checkpoint { state, params: t.params, optimizer: t.optimizer, buffers: t.buffers, ema: t.ema }
+        let t = self.update.tensors(held, self.exchange.world())?;
+        Ok(Checkpoint { state, params: t.params, optimizer: t.optimizer, buffers: t.buffers, ema: t.ema })
+    }
+
+    /// The checkpoint at `position` where this rank `keep`s it (writes it); else, where the
+    /// optimizer state is split over the ranks, this rank's part in another's gathering it.
+    fn snapshot_for(
+        &self,
+        keep: bool,
+        position: (usize, usize),
+        held: Held,
+    ) -> Result<Option<Checkpoint>, EngineError> {
+        if keep {
+            return self.snapshot(position, held).map(Some);
+        }
+        if self.split() {
+            self.update.replicas().lend_shards(self.exchange.world())?;
+        }
+        Ok(None)
+    }
+
+    /// Whether the optimizer state is split over the run's processes (`--zero 1` across
+    /// ranks): saving the state is then a collective every rank takes part in.
+    fn split(&self) -> bool {
+        self.update.replicas().split_over(self.exchange.world())
     }
 
     /// Puts a checkpoint's (or a rewind point's) state back into every part, then goes on as

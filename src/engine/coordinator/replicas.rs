@@ -5,6 +5,7 @@
 use tch::{Device, Tensor};
 
 pub use super::layout::{Held, ModelLayout, ReplicaTensors};
+
 use crate::dist::World;
 use crate::engine::optim::ema::Ema;
 use crate::engine::optim::loss_scale::{non_finite, DeviceScaler};
@@ -29,23 +30,24 @@ pub struct Replicas {
     ema: Option<Ema>,
     /// Replica 0's tensors by name (views into its buffers).
     named: Vec<(String, Tensor)>,
-    /// The replicas in this process, which `--zero 1` splits the optimizer state over, and in
-    /// the whole run, whose shard boundaries cut every replica's update alike.
-    count: (usize, usize),
+    /// The global index of this process's first replica, and the run's replicas in all: the
+    /// grid that cuts every replica's update alike, whose parts `--zero 1` splits the
+    /// optimizer state into.
+    span: (usize, usize),
 }
 
 impl Replicas {
     /// One replica's tensors (a unit test's).
     #[cfg(test)]
     pub fn new(layout: ModelLayout) -> Self {
-        Replicas::over(layout, (1, 1))
+        Replicas::over(layout, (0, 1))
     }
 
-    /// The tensors of this process's `count.0` replicas of the run's `count.1`, added in turn
-    /// ([`Replicas::add`]).
-    pub fn over(layout: ModelLayout, count: (usize, usize)) -> Self {
+    /// The tensors of this process's replicas, the first of them replica `span.0` of the run's
+    /// `span.1`, added in turn ([`Replicas::add`]).
+    pub fn over(layout: ModelLayout, span: (usize, usize)) -> Self {
         Replicas {
-            count,
+            span,
             layout,
             params: Vec::new(),
             grads: Vec::new(),
@@ -124,8 +126,8 @@ impl Replicas {
         let ReplicaHandles { params, grads, buffers, named_params, named_buffers, .. } = handles;
         let specs = &self.layout.param_specs;
         let total = self.layout.params.total();
-        let shard = optim.zero.shard(total, self.optim.len(), self.count);
-        let (_, all) = self.count;
+        let (first, all) = self.span;
+        let shard = optim.zero.shard(total, first + self.optim.len(), all);
         let cuts: Vec<i64> = (1..all).map(|g| Zero::grid(total, g, all)).collect();
         let trainable = |i: usize| !specs[i].frozen;
         self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, trainable, (shard, &cuts)));
@@ -197,10 +199,12 @@ impl Replicas {
     }
 
     /// Under `--zero 1`, copies each replica's updated shard of the weights into every other
-    /// replica (the all-gather), so that all hold the same weights again; nothing unsharded.
-    pub fn gather_shards(&mut self) {
+    /// replica (the all-gather), so that all hold the same weights again: within the process by
+    /// copies, then from each of `world`'s ranks its block (its replicas' shards, together in
+    /// its replica 0) by a broadcast; nothing unsharded.
+    pub fn gather_shards(&mut self, world: Option<&World>) -> Result<(), EngineError> {
         if !self.sharded() {
-            return;
+            return Ok(());
         }
         let _guard = tch::no_grad_guard();
         for (i, state) in self.optim.iter().enumerate() {
@@ -215,10 +219,41 @@ impl Replicas {
                 }
             }
         }
+        let Some(w) = world.filter(|w| w.size > 1) else { return Ok(()) };
+        // Every rank sends its block in turn (rank order) and takes the others'.
+        for r in 0..w.size {
+            let (start, end) = self.block_of(w, r);
+            if start == end {
+                continue;
+            }
+            let mut block = self.params[0].narrow(0, start, end - start);
+            w.broadcast_from(&mut block, r)?;
+            if r != w.rank {
+                for params in &self.params[1..] {
+                    params.narrow(0, start, end - start).copy_(&block);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The range of the flat parameters whose optimizer state rank `r`'s replicas hold
+    /// together (their grid parts, neighbours).
+    fn block_of(&self, w: &World, r: usize) -> (i64, i64) {
+        let (total, all) = (self.layout.params.total(), self.span.1);
+        let first = w.replica_offset_of(r);
+        (Zero::grid(total, first, all), Zero::grid(total, first + w.replicas[r], all))
+    }
+
+    /// Whether the optimizer state is split over several processes (`--zero 1` in a run of
+    /// `world`): a checkpoint's state is then gathered from every rank.
+    pub fn split_over(&self, world: Option<&World>) -> bool {
+        self.sharded() && world.is_some_and(|w| w.size > 1)
     }
 
     /// What one replica holds for the whole run: its flat weights and gradient sums, and its
-    /// optimizer state (all of it, or under `--zero 1` the largest shard's).
+    /// optimizer state (all of it, or under `--zero 1` the largest of this process's shards,
+    /// one of the run's as many as it has replicas).
     pub fn state_bytes(&self) -> StateBytes {
         let bytes = |t: &Tensor| (t.numel() * t.kind().elt_size_in_bytes()) as u64;
         StateBytes {
@@ -230,7 +265,7 @@ impl Replicas {
                 .map(|o| o.slots().map(|(_, t)| bytes(t)).sum::<u64>())
                 .max()
                 .unwrap_or(0),
-            optimizer_shards: if self.sharded() { self.optim.len() } else { 1 },
+            optimizer_shards: if self.sharded() { self.span.1 } else { 1 },
         }
     }
 
@@ -332,44 +367,94 @@ impl Replicas {
     }
 
     /// Replica 0's tensors, optimizer state and moving average by name, held as `held` says.
-    pub fn tensors(&self, held: Held) -> ReplicaTensors {
+    /// With the state split over `world`'s ranks ([`Replicas::split_over`]) this is a
+    /// collective: every rank calls it, or [`Replicas::lend_shards`], at the same point.
+    pub fn tensors(&self, held: Held, world: Option<&World>) -> Result<ReplicaTensors, EngineError> {
         let l = &self.layout;
-        ReplicaTensors {
+        Ok(ReplicaTensors {
             params: ModelLayout::split(&self.params[0], &l.params, &l.param_specs, held),
-            optimizer: self.optimizer_by_name(held),
+            optimizer: self.optimizer_by_name(held, world)?,
             buffers: ModelLayout::split(&self.buffers[0], &l.buffers, &l.buffer_specs, held),
             ema: self.ema_by_name(held),
+        })
+    }
+
+    /// A rank that writes nothing takes its part in the collective of another's
+    /// [`Replicas::tensors`]: it sends its shards and lets the others' pass.
+    pub fn lend_shards(&self, world: Option<&World>) -> Result<(), EngineError> {
+        for k in 0..self.optim.first().map_or(0, |o| o.slots().count()) {
+            self.slot_parts(k, world, false)?;
         }
+        Ok(())
     }
 
     /// The optimizer state, each slot's tensors by name: replica 0's, or under `--zero 1` read
     /// from every replica's shard, tensor by tensor (a tensor a shard holds whole is a view of
     /// it; one split between shards is gathered alone), so that no whole copy of the state is
-    /// made beside the shards.
-    fn optimizer_by_name(&self, held: Held) -> Vec<(String, Vec<(String, Tensor)>)> {
+    /// made beside the shards; another rank's shards come to the host.
+    fn optimizer_by_name(
+        &self,
+        held: Held,
+        world: Option<&World>,
+    ) -> Result<Vec<(String, NamedTensors)>, EngineError> {
         let l = &self.layout;
         let sharded = self.sharded();
-        self.optim[0]
-            .slots()
-            .enumerate()
-            .map(|(k, (slot, flat))| {
-                let named = if sharded {
-                    let parts: Vec<(i64, Tensor)> = self
-                        .optim
-                        .iter()
-                        .filter_map(|o| o.slots().nth(k).map(|(_, t)| (o.shard().0, t.shallow_clone())))
-                        .collect();
-                    let tensors = l.params.views_of_parts(&parts).into_iter().map(|v| match held {
-                        Held::Views => v,
-                        Held::Copies => v.to_device(Device::Cpu).contiguous().copy(),
-                    });
-                    l.param_specs.iter().map(|s| s.name.clone()).zip(tensors).collect()
+        let mut slots = Vec::new();
+        for (k, (slot, flat)) in self.optim[0].slots().enumerate() {
+            let named = if sharded {
+                let parts = self.slot_parts(k, world, true)?;
+                let tensors = l.params.views_of_parts(&parts).into_iter().map(|v| match held {
+                    Held::Views => v,
+                    Held::Copies => v.to_device(Device::Cpu).contiguous().copy(),
+                });
+                l.param_specs.iter().map(|s| s.name.clone()).zip(tensors).collect()
+            } else {
+                ModelLayout::split(flat, &l.params, &l.param_specs, held)
+            };
+            slots.push((slot.to_owned(), named));
+        }
+        Ok(slots)
+    }
+
+    /// Slot `k`'s shards with their offsets in the flat buffer: this process's (handles on its
+    /// replicas' state), and with the state split over `world`'s ranks every other's, which
+    /// each rank broadcasts in turn, one shard in flight, copied to the host where `keep`
+    /// (else dropped at once).
+    fn slot_parts(
+        &self,
+        k: usize,
+        world: Option<&World>,
+        keep: bool,
+    ) -> Result<Vec<(i64, Tensor)>, EngineError> {
+        let own = |o: &OptimizerState| o.slots().nth(k).map(|(_, t)| (o.shard().0, t.shallow_clone()));
+        let Some(w) = world.filter(|_| self.split_over(world)) else {
+            return Ok(self.optim.iter().filter_map(own).collect());
+        };
+        let (first, all) = self.span;
+        let total = self.layout.params.total();
+        let mut parts = Vec::new();
+        for r in 0..w.size {
+            let from = w.replica_offset_of(r);
+            for g in from..from + w.replicas[r] {
+                let (start, end) = (Zero::grid(total, g, all), Zero::grid(total, g + 1, all));
+                if r == w.rank {
+                    let Some((at, t)) = own(&self.optim[g - first]) else { continue };
+                    if end > start {
+                        w.broadcast_from(&mut t.shallow_clone(), r)?;
+                    }
+                    parts.push((at, t));
                 } else {
-                    ModelLayout::split(flat, &l.params, &l.param_specs, held)
-                };
-                (slot.to_owned(), named)
-            })
-            .collect()
+                    let mut t = Tensor::empty([end - start], (tch::Kind::Float, w.device));
+                    if end > start {
+                        w.broadcast_from(&mut t, r)?;
+                    }
+                    if keep {
+                        parts.push((start, t.to_device(Device::Cpu)));
+                    }
+                }
+            }
+        }
+        Ok(parts)
     }
 
     /// Number of parameters.

@@ -82,7 +82,7 @@ impl Coordinator {
                     return Ok(Leg::Ended { reason: FinishReason::StepLimit, position });
                 }
                 if self.points.due() {
-                    self.take_point(position);
+                    self.take_point(position)?;
                 }
                 let (start, len) = step_rows(step, batch, self.facts.train_len);
                 self.train_step(start, len)?;
@@ -96,7 +96,7 @@ impl Coordinator {
                 self.checkpoint_if_due(
                     None,
                     ((step + 1) / steps_per_epoch + epoch, (step + 1) % steps_per_epoch),
-                );
+                )?;
                 if run_done {
                     // A run measured in steps: its last evaluation period may be shorter.
                     break;
@@ -104,7 +104,7 @@ impl Coordinator {
             }
             self.end_epoch(epoch)?;
             position = (epoch + 1, 0);
-            self.checkpoint_if_due(Some(epoch + 1), position);
+            self.checkpoint_if_due(Some(epoch + 1), position)?;
             if self.gate.flow().early_stopped() {
                 return Ok(Leg::Ended { reason: FinishReason::EarlyStopped, position });
             }
@@ -262,8 +262,14 @@ impl Coordinator {
         // evaluation's loss or accuracy.
         let (loss, acc) = (evaluation.sums.mean_loss(), evaluation.sums.accuracy());
         let judged = self.persist.judge(epoch + 1, loss, acc);
-        let kept = (judged.keep() && self.persist.save_dir().is_some())
-            .then(|| (self.update.replicas().named_views(), self.snapshot((epoch + 1, 0), Held::Views)));
+        // Every rank judges the same evaluation alike: where the state is split over the ranks,
+        // all gather the checkpoint of one kept and the rank that saves keeps it.
+        let kept = match judged.keep() {
+            true => self
+                .snapshot_for(self.persist.save_dir().is_some(), (epoch + 1, 0), Held::Views)?
+                .map(|c| (self.update.replicas().named_views(), c)),
+            false => None,
+        };
         let said = self.persist.keep_best(&judged, kept.as_ref().map(|(w, c)| (w.as_slice(), c)));
         self.channels.say(said);
         if judged.stop() {
@@ -274,12 +280,12 @@ impl Coordinator {
 
     /// Takes a rewind point at the boundary before `position`: the checkpoint's tensors copied
     /// to the host and laid out as a resume reads them (none when the weights are not finite).
-    fn take_point(&mut self, position: (usize, usize)) {
+    fn take_point(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
         let global_step = self.steps.global_step();
         let point = match self.update.params_finite() {
             Ok(true) => {
                 let model = self.cfg.settings.model_kind();
-                let snapshot = self.snapshot(position, Held::Copies);
+                let snapshot = self.snapshot(position, Held::Copies)?;
                 Resume::new(
                     snapshot,
                     model,
@@ -308,31 +314,49 @@ impl Coordinator {
                 self.channels.emit(Change::Warning { message });
             }
         }
+        Ok(())
     }
 
     /// The periodic checkpoint, if one is due after the step that made the global step count
     /// (`epoch_end`: the 1-based epoch that step ended), continuing at `position`: copied to
     /// the host here and written by the checkpoint thread; a failure is a warning (the previous
-    /// checkpoint is intact).
-    fn checkpoint_if_due(&mut self, epoch_end: Option<usize>, position: (usize, usize)) {
+    /// checkpoint is intact). Where the optimizer state is split over the ranks, rank 0's
+    /// decision is every rank's, and all gather the checkpoint together.
+    fn checkpoint_if_due(
+        &mut self,
+        epoch_end: Option<usize>,
+        position: (usize, usize),
+    ) -> Result<(), EngineError> {
         // A step-or-time checkpoint due on an epoch's last step waits for its evaluation.
         let last_of_epoch = epoch_end.is_none() && position.1 == 0;
-        if last_of_epoch
-            || finished(&self.cfg, self.steps.global_step(), position)
-            || !self.persist.checkpoint_due(self.steps.global_step(), epoch_end)
-        {
-            return;
+        if last_of_epoch || finished(&self.cfg, self.steps.global_step(), position) {
+            return Ok(());
         }
+        let mut due = self.persist.checkpoint_due(self.steps.global_step(), epoch_end);
+        if let Some(w) = self.exchange.world().filter(|_| self.split()) {
+            let mut decided = [if due { 1.0 } else { 0.0 }];
+            w.broadcast_values(&mut decided)?;
+            due = decided[0] > 0.0;
+        }
+        if !due {
+            return Ok(());
+        }
+        let keep = self.persist.save_dir().is_some();
         let said = match self.update.params_finite() {
-            Ok(true) => self.persist.submit(self.snapshot(position, Held::Copies)),
-            Ok(false) => {
+            Ok(true) => match self.snapshot_for(keep, position, Held::Copies)? {
+                Some(checkpoint) => self.persist.submit(checkpoint),
+                None => Vec::new(),
+            },
+            Ok(false) if keep => {
                 vec![Change::Warning {
                     message: "checkpoint not written: the parameters are not finite".into(),
                 }]
             }
+            Ok(false) => Vec::new(),
             // The device did not answer: the next step's own deadline ends the run.
             Err(e) => vec![Change::Warning { message: format!("checkpoint not written: {e}") }],
         };
         self.channels.say(said);
+        Ok(())
     }
 }

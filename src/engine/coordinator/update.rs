@@ -38,8 +38,8 @@ pub(super) struct UpdateSettings {
     pub(super) fence: (DeviceId, Duration),
     /// A test's injected panic while updating replica R at step S.
     pub(super) fault: Option<(usize, usize)>,
-    /// This process's replicas, which `--zero 1` splits the optimizer state over, and the
-    /// run's in all.
+    /// The global index of this process's first replica, and the run's replicas in all
+    /// (which `--zero 1` splits the optimizer state over).
     pub(super) replicas: (usize, usize),
 }
 
@@ -168,7 +168,7 @@ impl Update {
             self.replicas.update(i, holder, (lr, batch), divided, found_inf.as_ref());
         }
         self.touching = None;
-        self.replicas.gather_shards();
+        self.replicas.gather_shards(world)?;
         if let Some(s) = &mut self.scaler {
             let clean = s.clean().to_device(norm.device());
             norm = norm.where_self(&clean, &norm.zeros_like());
@@ -227,9 +227,10 @@ impl Update {
     }
 
     /// Replica 0's tensors, optimizer state and moving average by name, held as `held` says:
-    /// a checkpoint's.
-    pub(super) fn tensors(&self, held: Held) -> ReplicaTensors {
-        self.replicas.tensors(held)
+    /// a checkpoint's (a collective where the state is split over `world`'s ranks:
+    /// [`Replicas::tensors`]).
+    pub(super) fn tensors(&self, held: Held, world: Option<&World>) -> Result<ReplicaTensors, EngineError> {
+        self.replicas.tensors(held, world)
     }
 }
 
@@ -249,7 +250,7 @@ mod tests {
             check_replicas: true,
             fence: (DeviceId::Cpu, Duration::from_secs(5)),
             fault: None,
-            replicas: (1, 1),
+            replicas: (0, 1),
         };
         let optimizer = settings.optimizer;
         let mut u = Update::new(layout, settings);
@@ -263,11 +264,11 @@ mod tests {
     fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
         let mut u = update(Some(LossScaling::default()));
         u.begin();
-        let before = u.replicas.tensors(Held::Copies).params;
+        let before = u.replicas.tensors(Held::Copies, None).unwrap().params;
         u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
         let applied = u.step(&[0], (1, 0.1, 0), None).unwrap();
         assert_eq!(applied.grad_norm.double_value(&[]), 0.0, "an overflowed step's norm is left out");
-        let after = u.replicas.tensors(Held::Copies).params;
+        let after = u.replicas.tensors(Held::Copies, None).unwrap().params;
         assert!(before.iter().zip(&after).all(|(a, b)| a.1.equal(&b.1)), "weights unchanged");
         assert_eq!(u.newly_skipped(), 1);
         assert_eq!(u.newly_skipped(), 0, "reported once");
@@ -283,7 +284,9 @@ mod tests {
         let applied = u.step(&[0], (2, 0.5, 0), None).unwrap();
         // The mean gradient (sum over 2 samples) is (0.5, 0.5, 1), its norm sqrt(1.5).
         assert!((applied.grad_norm.double_value(&[]) - 1.5f64.sqrt()).abs() < 1e-6);
-        let w: Vec<f32> = Vec::try_from(u.replicas.tensors(Held::Copies).params[0].1.flatten(0, -1)).unwrap();
+        let w: Vec<f32> =
+            Vec::try_from(u.replicas.tensors(Held::Copies, None).unwrap().params[0].1.flatten(0, -1))
+                .unwrap();
         assert_eq!(w, [0.75, 1.75], "plain SGD: w - lr * mean gradient");
         assert!(u.params_finite().unwrap());
         assert!(u.check_replicas(1).is_ok(), "one replica equals itself");
@@ -325,7 +328,7 @@ mod tests {
             check_replicas: true,
             fence: (DeviceId::Cpu, Duration::from_secs(5)),
             fault: None,
-            replicas: (n, n),
+            replicas: (0, n),
         };
         let mut u = Update::new(layout, settings);
         for _ in 0..n {
@@ -357,7 +360,8 @@ mod tests {
                 "every replica holds the gathered weights"
             );
         }
-        let (a, b) = (whole.tensors(Held::Copies), sharded.tensors(Held::Copies));
+        let (a, b) =
+            (whole.tensors(Held::Copies, None).unwrap(), sharded.tensors(Held::Copies, None).unwrap());
         let same = |x: &[(String, Tensor)], y: &[(String, Tensor)]| {
             x.len() == y.len() && x.iter().zip(y).all(|((n, t), (m, u))| n == m && t.equal(u))
         };
@@ -371,7 +375,8 @@ mod tests {
         let point = point_of(b);
         whole.restore(&point);
         sharded.restore(&point);
-        let (c, d) = (whole.tensors(Held::Copies), sharded.tensors(Held::Copies));
+        let (c, d) =
+            (whole.tensors(Held::Copies, None).unwrap(), sharded.tensors(Held::Copies, None).unwrap());
         assert!(c.optimizer.iter().zip(&d.optimizer).all(|((_, x), (_, y))| same(x, y)));
     }
 }

@@ -2,19 +2,18 @@
 //! stages (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion
 //! Parameter Models"), with the names DeepSpeed gives them.
 //!
-//! Stage 1 splits the optimizer state over each process's replicas: replica `i` of a process's
-//! `n` holds the state of one contiguous shard of the flat parameters ([`Zero::shard`]), updates
-//! that shard from the summed gradient, and the updated shards are then copied into the
-//! process's other replicas (an all-gather). The gradients are still summed into every replica,
-//! so the communication is the allreduce's, and the update is the same elementwise arithmetic on
-//! the same values: a sharded run ends with the weights of the unsharded one, bit for bit. Each
-//! process holds the whole state over its replicas, so a checkpoint needs nothing from another
-//! process.
+//! Stage 1 splits the optimizer state over every replica of the run, in all its processes:
+//! replica `g` of the run's `all` holds the state of one contiguous shard of the flat parameters
+//! ([`Zero::shard`], part `g` of the run's grid), updates that shard from the summed gradient,
+//! and the updated shards are then copied into every other replica (an all-gather: within a
+//! process by copies, across processes by a broadcast from each rank of its block). The
+//! gradients are still summed into every replica, so the communication is the allreduce's plus
+//! the weights' all-gather, and the update is the same elementwise arithmetic on the same
+//! values: a sharded run ends with the weights of the unsharded one, bit for bit.
 //!
-//! The shards are made of the run's grid ([`Zero::grid`]): the flat buffer cut in as many
-//! near-equal parts as the run has replicas, in all its processes. Every run cuts its update at
-//! that grid, sharded or not, so a process's shards (groups of neighbouring parts) are updated in
-//! the very pieces an unsharded update takes.
+//! The shards are the parts of the run's grid ([`Zero::grid`]): the flat buffer cut in as many
+//! near-equal parts as the run has replicas. Every run cuts its update at that grid, sharded or
+//! not, so the shards are updated in the very pieces an unsharded update takes.
 
 use serde::{Deserialize, Serialize};
 
@@ -48,20 +47,19 @@ impl Zero {
     }
 
     /// The range `[start, end)` of a flat buffer of `total` elements whose optimizer state
-    /// replica `i` of a process's `here` holds, in a run of `all` replicas: the whole buffer
-    /// unsharded, else the `i`-th of `here` near-equal groups of the grid's `all` parts.
-    pub fn shard(self, total: i64, i: usize, (here, all): (usize, usize)) -> (i64, i64) {
-        if !self.shards_states() || here <= 1 {
+    /// replica `g` of the run's `all` holds: the whole buffer unsharded (or in a run of one
+    /// replica), else part `g` of the grid.
+    pub fn shard(self, total: i64, g: usize, all: usize) -> (i64, i64) {
+        if !self.shards_states() || all <= 1 {
             return (0, total);
         }
-        let part = |k: usize| k * all / here;
-        (Zero::grid(total, part(i), all), Zero::grid(total, part(i + 1), all))
+        (Zero::grid(total, g, all), Zero::grid(total, g + 1, all))
     }
 
-    /// Refuses the stage for a process of `here` replicas, in one line.
-    pub fn check(self, here: usize) -> Result<(), String> {
-        if self.shards_states() && here < 2 {
-            return Err("--zero 1 splits the optimizer state over each process's replicas, and this process has one; give it two devices or more (--devices cpu:2, cuda:0,cuda:1) or leave --zero out".into());
+    /// Refuses the stage for a run of `all` replicas in all its processes, in one line.
+    pub fn check(self, all: usize) -> Result<(), String> {
+        if self.shards_states() && all < 2 {
+            return Err("--zero 1 splits the optimizer state over the run's replicas, and this run has one; give it two devices or more (--devices cpu:2, cuda:0,cuda:1, or several processes) or leave --zero out".into());
         }
         Ok(())
     }
@@ -75,30 +73,26 @@ mod tests {
     fn the_shards_cover_the_buffer_once_in_order() {
         for (total, n) in [(10, 3), (9, 3), (2, 3), (0, 2), (129_068, 4)] {
             let mut next = 0;
-            for i in 0..n {
-                let (start, end) = Zero::States.shard(total, i, (n, n));
-                assert_eq!(start, next, "{total} over {n}: shard {i} starts where {} ended", i.max(1) - 1);
+            for g in 0..n {
+                let (start, end) = Zero::States.shard(total, g, n);
+                assert_eq!(start, next, "{total} over {n}: shard {g} starts where {} ended", g.max(1) - 1);
                 assert!(end - start >= total / n as i64 && end - start <= total / n as i64 + 1);
                 next = end;
             }
             assert_eq!(next, total);
         }
-        assert_eq!(Zero::Off.shard(10, 1, (3, 3)), (0, 10), "unsharded: the whole buffer");
+        assert_eq!(Zero::Off.shard(10, 1, 3), (0, 10), "unsharded: the whole buffer");
+        assert_eq!(Zero::States.shard(10, 0, 1), (0, 10), "one replica: the whole buffer");
     }
 
     #[test]
-    fn a_process_shards_are_groups_of_the_runs_grid() {
-        // 10 values over 4 replicas in all: the grid starts at 0, 3, 6, 8. A process of 2 of
-        // them holds the whole buffer in two shards that begin and end on the grid.
+    fn each_replica_of_the_run_holds_one_part_of_its_grid() {
+        // 10 values over 4 replicas in all: the grid starts at 0, 3, 6, 8, whichever process
+        // each replica is in.
         let grid: Vec<i64> = (0..=4).map(|g| Zero::grid(10, g, 4)).collect();
         assert_eq!(grid, [0, 3, 6, 8, 10]);
-        assert_eq!(Zero::States.shard(10, 0, (2, 4)), (0, 6));
-        assert_eq!(Zero::States.shard(10, 1, (2, 4)), (6, 10));
-        // 3 replicas here of 6: two parts each.
-        let shards: Vec<(i64, i64)> = (0..3).map(|i| Zero::States.shard(100, i, (3, 6))).collect();
-        // The grid of 100 over 6 starts at 0, 17, 34, 51, 68, 84.
-        assert_eq!(shards, [(0, 34), (34, 68), (68, 100)]);
-        assert!(shards.iter().all(|(s, _)| (0..=6).any(|g| Zero::grid(100, g, 6) == *s)));
+        let shards: Vec<(i64, i64)> = (0..4).map(|g| Zero::States.shard(10, g, 4)).collect();
+        assert_eq!(shards, [(0, 3), (3, 6), (6, 8), (8, 10)]);
     }
 
     #[test]
@@ -106,7 +100,7 @@ mod tests {
         assert_eq!("1".parse(), Ok(Zero::States));
         assert_eq!("off".parse(), Ok(Zero::Off));
         assert!("2".parse::<Zero>().unwrap_err().contains("use 0 or 1"));
-        assert!(Zero::States.check(1).unwrap_err().contains("this process has one"));
+        assert!(Zero::States.check(1).unwrap_err().contains("this run has one"));
         assert_eq!(Zero::States.check(2), Ok(()));
         assert_eq!(Zero::Off.check(1), Ok(()));
     }
