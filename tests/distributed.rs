@@ -605,11 +605,23 @@ fn zero_1_over_two_processes_of_one_replica_saves_the_whole_state_and_resumes_wh
 #[test]
 fn a_save_asked_of_rank_0_under_zero_1_gathers_the_state_of_every_rank() {
     // The `s` key reaches rank 0 alone; the ranks agree on the save at the next boundary and
-    // all send their shards, so rank 0 writes the whole momentum and the run goes on.
+    // all send their shards, so rank 0 writes the whole momentum and the run goes on. The
+    // periodic checkpoints go by rank 0's clock, which it tells the others after every step.
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let port = free_port();
-    let args = training(&["--epochs", "40", "--devices", "cpu:1", "--zero", "1", "--dist-timeout", "30"]);
+    let args = training(&[
+        "--epochs",
+        "40",
+        "--devices",
+        "cpu:1",
+        "--zero",
+        "1",
+        "--dist-timeout",
+        "30",
+        "--checkpoint-every",
+        "1s",
+    ]);
     let r0 = Dpt::new().args(&args).rank(0, 2, port).arg("--run-dir").arg(&run).stdout(Stdio::null()).spawn();
     let r1 = Dpt::new().args(&args).rank(1, 2, port).stdout(Stdio::null()).spawn();
     until(WAIT, "socket served by rank 0", || dpt_tui::remote::client::server_info(&run).is_some());
@@ -644,6 +656,16 @@ fn a_save_asked_of_rank_0_under_zero_1_gathers_the_state_of_every_rank() {
     assert!(at > 0, "saved after a step");
     for part in [flat.narrow(0, 0, half), flat.narrow(0, half, half)] {
         assert!(part.abs().sum(tch::Kind::Double).double_value(&[]) > 0.0, "a half of the momentum is empty");
+    }
+    // A clock's checkpoint later: every rank followed rank 0's decision and gathered it.
+    loop {
+        if let Record::Event(Change::Checkpointed { global_step, .. }) =
+            viewer.records.recv_timeout(WAIT).unwrap()
+        {
+            if global_step > at {
+                break;
+            }
+        }
     }
     viewer.controls.send(Control::Stop).unwrap();
     for mut r in [r0, r1] {

@@ -120,9 +120,9 @@ pub struct OptimizerArgs {
     #[arg(id = "optimizer.decay_all", long = "decay-all")]
     #[serde(skip_serializing_if = "not_set")]
     pub decay_all: bool,
-    /// ZeRO stage: 1 splits the optimizer state (moments, momentum) over this process's
-    /// replicas, each updating its shard of the weights, then gathering them; the same
-    /// weights as 0 (every replica holds all of it) in less memory [default: 0].
+    /// ZeRO stage: 1 splits the optimizer state (moments, momentum) over every replica of the
+    /// run, in all its processes, each updating its shard of the weights, then gathering them;
+    /// the same weights as 0 (every replica holds all of it) in less memory [default: 0].
     #[arg(id = "optimizer.zero", long = "zero", value_name = "0|1", value_parser = parse::<Zero>)]
     pub zero: Option<Zero>,
 }

@@ -170,8 +170,19 @@ impl Persistence {
     /// (`epoch_end`: the 1-based epoch that step ended) and there is a folder to write it in;
     /// when it is, its clock starts again.
     pub(super) fn checkpoint_due(&mut self, global_step: usize, epoch_end: Option<usize>) -> bool {
-        let due = self.save_dir.is_some()
-            && self.settings.every.due(global_step, epoch_end, self.last_checkpoint.elapsed());
+        self.save_dir.is_some() && self.cadence_due(global_step, epoch_end)
+    }
+
+    /// Whether the periodic checkpoints are due by a clock (`--checkpoint-every 20m`), which
+    /// only rank 0's can say, rather than by steps or epochs, which every rank counts alike.
+    pub(super) fn cadence_by_clock(&self) -> bool {
+        matches!(self.settings.every, CheckpointEvery::Time(t) if !t.is_zero())
+    }
+
+    /// Whether the cadence alone makes a periodic checkpoint due, whether or not this rank
+    /// saves (a rank's part in gathering a checkpoint split over the ranks).
+    pub(super) fn cadence_due(&mut self, global_step: usize, epoch_end: Option<usize>) -> bool {
+        let due = self.settings.every.due(global_step, epoch_end, self.last_checkpoint.elapsed());
         if due {
             self.last_checkpoint = Instant::now();
         }

@@ -320,8 +320,9 @@ impl Coordinator {
     /// The periodic checkpoint, if one is due after the step that made the global step count
     /// (`epoch_end`: the 1-based epoch that step ended), continuing at `position`: copied to
     /// the host here and written by the checkpoint thread; a failure is a warning (the previous
-    /// checkpoint is intact). Where the optimizer state is split over the ranks, rank 0's
-    /// decision is every rank's, and all gather the checkpoint together.
+    /// checkpoint is intact). Where the optimizer state is split over the ranks, every rank
+    /// decides alike (a clock's decision is rank 0's, sent to all) and all gather the
+    /// checkpoint together.
     fn checkpoint_if_due(
         &mut self,
         epoch_end: Option<usize>,
@@ -332,12 +333,18 @@ impl Coordinator {
         if last_of_epoch || finished(&self.cfg, self.steps.global_step(), position) {
             return Ok(());
         }
-        let mut due = self.persist.checkpoint_due(self.steps.global_step(), epoch_end);
-        if let Some(w) = self.exchange.world().filter(|_| self.split()) {
-            let mut decided = [if due { 1.0 } else { 0.0 }];
-            w.broadcast_values(&mut decided)?;
-            due = decided[0] > 0.0;
-        }
+        let global_step = self.steps.global_step();
+        let due = match self.exchange.world().filter(|_| self.split()) {
+            // Every rank takes part: steps and epochs say the same on each, a clock is rank 0's.
+            Some(w) if self.persist.cadence_by_clock() => {
+                let mut decided =
+                    [if self.persist.checkpoint_due(global_step, epoch_end) { 1.0 } else { 0.0 }];
+                w.broadcast_values(&mut decided)?;
+                decided[0] > 0.0
+            }
+            Some(_) => self.persist.cadence_due(global_step, epoch_end),
+            None => self.persist.checkpoint_due(global_step, epoch_end),
+        };
         if !due {
             return Ok(());
         }
