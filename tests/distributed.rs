@@ -52,6 +52,18 @@ fn run_world_with(tmp: &Path, name: &str, world: usize, devices: &str, mut args:
     run
 }
 
+/// Resumes `run` on `world` ranks with the flags `args` (ending in `--resume`), each one's
+/// checkpoint the same file, and waits for them to succeed.
+fn resume_on_ranks(world: usize, mut args: Vec<String>, run: &Path) {
+    let port = free_port();
+    args.push(run.to_str().unwrap().to_owned());
+    let ranks: Vec<Child> =
+        (0..world).map(|r| Dpt::new().args(&args).rank(r, world, port).piped().spawn()).collect();
+    for r in ranks {
+        ok(&r.wait_with_output().unwrap());
+    }
+}
+
 fn run_alone(tmp: &Path, name: &str, devices: &str, extra: &[&str]) -> PathBuf {
     let run = tmp.join(name);
     Dpt::new().args(training(extra)).args(["--devices", devices]).run_dir(&run).ok();
@@ -434,14 +446,7 @@ fn a_run_checkpointed_on_two_ranks_resumes_on_one_and_back() {
     assert!(d < 1e-6, "2 ranks then 1 process differ from a straight run by {d}");
     // And back: one process stops at step 5, two ranks finish it.
     let one = run_alone(tmp.path(), "one", "cpu:2", &["--epochs", "2", "--max-steps", "5"]);
-    let port = free_port();
-    let mut resume = training(&["--devices", "cpu:1", "--resume"]);
-    resume.push(one.to_str().unwrap().to_owned());
-    let ranks: Vec<Child> =
-        (0..2).map(|r| Dpt::new().args(&resume).rank(r, 2, port).piped().spawn()).collect();
-    for r in ranks {
-        ok(&r.wait_with_output().unwrap());
-    }
+    resume_on_ranks(2, training(&["--devices", "cpu:1", "--resume"]), &one);
     let d = rel_diff(&common::weights(&straight), &common::weights(&one));
     assert!(d < 1e-6, "1 process then 2 ranks differ from a straight run by {d}");
 }
@@ -590,14 +595,7 @@ fn zero_1_over_two_processes_of_one_replica_saves_the_whole_state_and_resumes_wh
     // And back: one whole process stops at step 5, two sharded ranks each load their half.
     let one = tmp.path().join("one");
     Dpt::new().args(adamw(&["--devices", "cpu:2", "--max-steps", "5"])).run_dir(&one).ok();
-    let port = free_port();
-    let mut resume = adamw(&["--devices", "cpu:1", "--zero", "1", "--resume"]);
-    resume.push(one.to_str().unwrap().to_owned());
-    let ranks: Vec<Child> =
-        (0..2).map(|r| Dpt::new().args(&resume).rank(r, 2, port).piped().spawn()).collect();
-    for r in ranks {
-        ok(&r.wait_with_output().unwrap());
-    }
+    resume_on_ranks(2, adamw(&["--devices", "cpu:1", "--zero", "1", "--resume"]), &one);
     let d = rel_diff(&common::weights(&whole), &common::weights(&one));
     assert!(d < 1e-6, "1 whole process then 2 sharded ranks differ from a straight run by {d}");
 }
