@@ -346,7 +346,7 @@ impl Coordinator {
             return self.snapshot(position, held).map(Some);
         }
         if self.split() {
-            self.update.replicas().lend_shards(self.exchange.world())?;
+            self.update.replicas().by_name(self.exchange.world()).lend_shards()?;
         }
         Ok(None)
     }

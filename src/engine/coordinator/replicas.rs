@@ -1,6 +1,7 @@
 //! The replicas' tensors as the coordinator holds them: shallow handles on every worker's flat
 //! parameter, gradient and buffer storage, and each replica's optimizer state (its shard under
-//! `--zero 1`); the model's names and layouts (`layout.rs`) turn them into named tensors.
+//! `--zero 1`); the model's names and layouts (`layout.rs`) turn them into named tensors, and a
+//! checkpoint reads them by name (`replicas/by_name.rs`).
 
 use tch::{Device, Tensor};
 
@@ -13,9 +14,11 @@ use crate::engine::optim::{OptimConfig, OptimizerState, Zero};
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
 use crate::model::TensorSpec;
-use crate::persist::checkpoint::NamedTensors;
 use crate::persist::resume::Resume;
 use crate::record::stats::StateBytes;
+
+mod by_name;
+pub use by_name::StateByName;
 
 /// Every replica's tensors in this process.
 pub struct Replicas {
@@ -109,16 +112,6 @@ impl Replicas {
             p.copy_(&own.0);
             b.copy_(&own.1);
         }
-    }
-
-    /// The moving average's parameters and buffers by name.
-    fn ema_by_name(&self, held: Held) -> Option<(NamedTensors, NamedTensors)> {
-        let ema = self.ema.as_ref()?;
-        let l = &self.layout;
-        Some((
-            ModelLayout::split(&ema.params, &l.params, &l.param_specs, held),
-            ModelLayout::split(&ema.buffers, &l.buffers, &l.buffer_specs, held),
-        ))
     }
 
     /// Takes a ready replica's handles (in replica order) and makes its optimizer state.
@@ -366,95 +359,19 @@ impl Replicas {
         self.named.iter().map(|(n, t)| (n.clone(), t.detach().to_device(Device::Cpu))).collect()
     }
 
-    /// Replica 0's tensors, optimizer state and moving average by name, held as `held` says.
-    /// With the state split over `world`'s ranks ([`Replicas::split_over`]) this is a
-    /// collective: every rank calls it, or [`Replicas::lend_shards`], at the same point.
-    pub fn tensors(&self, held: Held, world: Option<&World>) -> Result<ReplicaTensors, EngineError> {
-        let l = &self.layout;
-        Ok(ReplicaTensors {
-            params: ModelLayout::split(&self.params[0], &l.params, &l.param_specs, held),
-            optimizer: self.optimizer_by_name(held, world)?,
-            buffers: ModelLayout::split(&self.buffers[0], &l.buffers, &l.buffer_specs, held),
-            ema: self.ema_by_name(held),
-        })
-    }
-
-    /// A rank that writes nothing takes its part in the collective of another's
-    /// [`Replicas::tensors`]: it sends its shards and lets the others' pass.
-    pub fn lend_shards(&self, world: Option<&World>) -> Result<(), EngineError> {
-        for k in 0..self.optim.first().map_or(0, |o| o.slots().count()) {
-            self.slot_parts(k, world, false)?;
+    /// Replica 0's state by name, as a checkpoint reads it, its optimizer state gathered over
+    /// `world`'s ranks where it is split over them ([`Replicas::split_over`]).
+    pub fn by_name<'a>(&'a self, world: Option<&'a World>) -> StateByName<'a> {
+        StateByName {
+            layout: &self.layout,
+            params: &self.params[0],
+            buffers: &self.buffers[0],
+            optim: &self.optim,
+            ema: self.ema.as_ref(),
+            sharded: self.sharded(),
+            span: self.span,
+            split: world.filter(|_| self.split_over(world)),
         }
-        Ok(())
-    }
-
-    /// The optimizer state, each slot's tensors by name: replica 0's, or under `--zero 1` read
-    /// from every replica's shard, tensor by tensor (a tensor a shard holds whole is a view of
-    /// it; one split between shards is gathered alone), so that no whole copy of the state is
-    /// made beside the shards; another rank's shards come to the host.
-    fn optimizer_by_name(
-        &self,
-        held: Held,
-        world: Option<&World>,
-    ) -> Result<Vec<(String, NamedTensors)>, EngineError> {
-        let l = &self.layout;
-        let sharded = self.sharded();
-        let mut slots = Vec::new();
-        for (k, (slot, flat)) in self.optim[0].slots().enumerate() {
-            let named = if sharded {
-                let parts = self.slot_parts(k, world, true)?;
-                let tensors = l.params.views_of_parts(&parts).into_iter().map(|v| match held {
-                    Held::Views => v,
-                    Held::Copies => v.to_device(Device::Cpu).contiguous().copy(),
-                });
-                l.param_specs.iter().map(|s| s.name.clone()).zip(tensors).collect()
-            } else {
-                ModelLayout::split(flat, &l.params, &l.param_specs, held)
-            };
-            slots.push((slot.to_owned(), named));
-        }
-        Ok(slots)
-    }
-
-    /// Slot `k`'s shards with their offsets in the flat buffer: this process's (handles on its
-    /// replicas' state), and with the state split over `world`'s ranks every other's, which
-    /// each rank broadcasts in turn, one shard in flight, copied to the host where `keep`
-    /// (else dropped at once).
-    fn slot_parts(
-        &self,
-        k: usize,
-        world: Option<&World>,
-        keep: bool,
-    ) -> Result<Vec<(i64, Tensor)>, EngineError> {
-        let own = |o: &OptimizerState| o.slots().nth(k).map(|(_, t)| (o.shard().0, t.shallow_clone()));
-        let Some(w) = world.filter(|_| self.split_over(world)) else {
-            return Ok(self.optim.iter().filter_map(own).collect());
-        };
-        let (first, all) = self.span;
-        let total = self.layout.params.total();
-        let mut parts = Vec::new();
-        for r in 0..w.size {
-            let from = w.replica_offset_of(r);
-            for g in from..from + w.replicas[r] {
-                let (start, end) = (Zero::grid(total, g, all), Zero::grid(total, g + 1, all));
-                if r == w.rank {
-                    let Some((at, t)) = own(&self.optim[g - first]) else { continue };
-                    if end > start {
-                        w.broadcast_from(&mut t.shallow_clone(), r)?;
-                    }
-                    parts.push((at, t));
-                } else {
-                    let mut t = Tensor::empty([end - start], (tch::Kind::Float, w.device));
-                    if end > start {
-                        w.broadcast_from(&mut t, r)?;
-                    }
-                    if keep {
-                        parts.push((start, t.to_device(Device::Cpu)));
-                    }
-                }
-            }
-        }
-        Ok(parts)
     }
 
     /// Number of parameters.

@@ -228,9 +228,9 @@ impl Update {
 
     /// Replica 0's tensors, optimizer state and moving average by name, held as `held` says:
     /// a checkpoint's (a collective where the state is split over `world`'s ranks:
-    /// [`Replicas::tensors`]).
+    /// [`super::replicas::StateByName::tensors`]).
     pub(super) fn tensors(&self, held: Held, world: Option<&World>) -> Result<ReplicaTensors, EngineError> {
-        self.replicas.tensors(held, world)
+        self.replicas.by_name(world).tensors(held)
     }
 }
 
@@ -264,11 +264,11 @@ mod tests {
     fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
         let mut u = update(Some(LossScaling::default()));
         u.begin();
-        let before = u.replicas.tensors(Held::Copies, None).unwrap().params;
+        let before = u.replicas.by_name(None).tensors(Held::Copies).unwrap().params;
         u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
         let applied = u.step(&[0], (1, 0.1, 0), None).unwrap();
         assert_eq!(applied.grad_norm.double_value(&[]), 0.0, "an overflowed step's norm is left out");
-        let after = u.replicas.tensors(Held::Copies, None).unwrap().params;
+        let after = u.replicas.by_name(None).tensors(Held::Copies).unwrap().params;
         assert!(before.iter().zip(&after).all(|(a, b)| a.1.equal(&b.1)), "weights unchanged");
         assert_eq!(u.newly_skipped(), 1);
         assert_eq!(u.newly_skipped(), 0, "reported once");
@@ -285,7 +285,7 @@ mod tests {
         // The mean gradient (sum over 2 samples) is (0.5, 0.5, 1), its norm sqrt(1.5).
         assert!((applied.grad_norm.double_value(&[]) - 1.5f64.sqrt()).abs() < 1e-6);
         let w: Vec<f32> =
-            Vec::try_from(u.replicas.tensors(Held::Copies, None).unwrap().params[0].1.flatten(0, -1))
+            Vec::try_from(u.replicas.by_name(None).tensors(Held::Copies).unwrap().params[0].1.flatten(0, -1))
                 .unwrap();
         assert_eq!(w, [0.75, 1.75], "plain SGD: w - lr * mean gradient");
         assert!(u.params_finite().unwrap());
