@@ -12,7 +12,7 @@ pub mod model;
 pub mod monitor;
 pub mod persist;
 pub use dpt_core::{
-    atomic, error_chain, flops, record, root_cause, run_dir, settings, string_form, unix_now,
+    atomic, error_chain, flops, record, root_cause, run_dir, settings, string_form, sweep, unix_now,
 };
 pub use dpt_dashboard::{alert, dashboard, headless, remote, report, signals};
 /// The OS calls the standard library lacks, from the one crate allowed `unsafe`.

@@ -65,6 +65,8 @@ mod signals;
 mod step_timing;
 #[path = "streaming.rs"]
 mod streaming;
+#[path = "sweep.rs"]
+mod sweep;
 #[path = "targets.rs"]
 mod targets;
 #[path = "tensorboard.rs"]

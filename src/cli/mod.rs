@@ -104,7 +104,7 @@ pub enum Command {
     /// Open the dashboard on a recorded run's metrics.jsonl, or draw its curves as a picture.
     Show {
         /// The run directory; more runs after it are drawn under it as baselines, with a table
-        /// of the settings in which they differ.
+        /// of the settings in which they differ. A sweep's folder prints its table of trials.
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
         /// Write the curves to this PNG file (960x640) instead of opening the dashboard.
@@ -120,6 +120,10 @@ pub enum Command {
         /// Write TensorBoard event files into RUN/tensorboard/ for a run recorded without them.
         #[arg(long, conflicts_with_all = ["png", "svg", "why"])]
         tensorboard: bool,
+        /// A sweep's table of trials as CSV on stdout (a sweep's folder prints its table
+        /// without it).
+        #[arg(long, conflicts_with_all = ["png", "svg", "why", "tensorboard"])]
+        csv: bool,
     },
     /// Internal: write the generated reference pages (`docs/reference/`) into DIR.
     #[command(hide = true)]
@@ -236,6 +240,26 @@ pub struct Args {
     #[arg(long, help_heading = "Dashboard", value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub sample_ms: u64,
 
+    /// Run a sweep: one trial per combination of the values of every `--sweep` (a setting's key,
+    /// `optimizer.lr`, or its flag's name, `lr`; values as a list `0.05,0.1`, integers `1..5`,
+    /// or `log:1e-4..1e-2:5` / `lin:0.1..0.5:5`). Each trial is a run of its own in the folder
+    /// --run-dir names; the same command run again continues the sweep.
+    #[arg(long, help_heading = "Sweeps", value_name = "KEY=VALUES")]
+    pub sweep: Vec<String>,
+
+    /// Run N trials drawn at random (by --seed) from the --sweep values' combinations.
+    #[arg(long, help_heading = "Sweeps", value_name = "N", requires = "sweep")]
+    pub sweep_random: Option<usize>,
+
+    /// The most trials a sweep may make.
+    #[arg(long, help_heading = "Sweeps", value_name = "N", default_value_t = 256)]
+    pub max_trials: usize,
+
+    /// Devices per trial: GPUs on a GPU machine [default: 1], cores on the CPU [default: the
+    /// cores shared by up to 4 trials at once]; as many trials run at once as fit.
+    #[arg(long, help_heading = "Sweeps", value_name = "N", requires = "sweep", value_parser = clap::value_parser!(u64).range(1..))]
+    pub trial_devices: Option<u64>,
+
     /// The run's settings, grouped as the settings tree is (`dpt_tui::settings`).
     #[command(flatten)]
     pub settings: SettingsArgs,
@@ -273,6 +297,10 @@ mod tests {
         ("bell", "the dashboard's"),
         ("sample_ms", "the dashboard's device sampling"),
         ("notify", "the alerts' command, run beside the training"),
+        ("sweep", "makes many runs, each with its own settings"),
+        ("sweep_random", "how many runs a sweep makes"),
+        ("max_trials", "how many runs a sweep may make"),
+        ("trial_devices", "where a sweep places its runs"),
     ];
 
     /// A value each setting's flag takes, for those whose default is absent.

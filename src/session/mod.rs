@@ -1,7 +1,8 @@
 //! One invocation of `dpt-tui`, by command: training (`job.rs` trains in this process, `front.rs`
 //! starts it in the background and opens the dashboard on it; `restart.rs` continues a run
 //! started again, `dist.rs` joins a multi-process run), `attach`, `ls`, `show`, `doctor` and
-//! `bench`. The flags become a training configuration in one place, `configure.rs`.
+//! `bench`; a sweep of many runs (`sweep/`). The flags become a training configuration in one
+//! place, `configure.rs`.
 
 mod attach;
 mod bench;
@@ -16,6 +17,7 @@ mod ls;
 mod model_inputs;
 mod restart;
 mod show;
+mod sweep;
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -45,6 +47,10 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         Some(Command::Ls { dir, prune }) => return ls::run(&dir, prune),
         Some(Command::Show { runs, why: true, .. }) => return show::why(&runs),
         Some(Command::Show { runs, tensorboard: true, .. }) => return show::tensorboard(&runs),
+        Some(Command::Show { runs, csv, .. }) if show::is_sweep(&runs) => return show::sweep(&runs, csv),
+        Some(Command::Show { csv: true, .. }) => {
+            return Err(input(anyhow::anyhow!("--csv writes a sweep's table; name a sweep's folder")))
+        }
         Some(Command::Show { runs, png, svg, .. }) => {
             return show::run(&runs, png.as_deref(), svg.as_deref(), &args)
         }
@@ -64,6 +70,13 @@ pub fn run(args: Args) -> Result<u8, Failure> {
             return crate::cli::reference::write(&dir).map(|()| 0).map_err(failed("writing the reference"))
         }
         None => {}
+    }
+    if !args.sweep.is_empty() {
+        let argv: Vec<String> =
+            std::env::args_os().map(|a| a.into_string()).collect::<Result<_, _>>().map_err(|a| {
+                input(anyhow::anyhow!("a sweep's arguments must be UTF-8 text: {}", a.to_string_lossy()))
+            })?;
+        return sweep::run(&args, &argv);
     }
     // One process of several (torchrun, srun, by hand): every rank trains in the foreground;
     // rank 0 serves its socket, so `dpt-tui attach` opens the dashboard on the whole run.

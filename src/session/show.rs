@@ -1,6 +1,7 @@
 //! `dpt-tui show RUN [RUN…]`: the dashboard on a recorded run's `metrics.jsonl` (the other runs
 //! drawn under it as baselines, with a table of the settings in which they differ), or with
-//! `--png` / `--svg` one run's curves as a picture for a report.
+//! `--png` / `--svg` one run's curves as a picture for a report; a sweep's folder, its table of
+//! trials (`--csv`: as CSV).
 
 use std::path::{Path, PathBuf};
 
@@ -131,5 +132,26 @@ pub fn run(all: &[PathBuf], png: Option<&Path>, svg: Option<&Path>, args: &Args)
     };
     dashboard::run(source, &watch.messages, dashboard_options(args, theme))
         .map_err(failed("the dashboard failed"))?;
+    Ok(0)
+}
+
+/// Whether `all` names one sweep's folder.
+pub fn is_sweep(all: &[PathBuf]) -> bool {
+    matches!(all, [one] if one.join(dpt_tui::sweep::SWEEP_FILE).is_file())
+}
+
+/// `dpt-tui show SWEEP [--csv]`: the sweep's table of trials, as text or CSV.
+pub fn sweep(all: &[PathBuf], csv: bool) -> Result<u8, Failure> {
+    let [folder] = all else { return Err(input(anyhow!("name one sweep's folder"))) };
+    let path = folder.join(dpt_tui::sweep::SWEEP_FILE);
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| input(anyhow!("cannot read {}: {e}", path.display())))?;
+    let file: dpt_tui::sweep::SweepFile = serde_json::from_str(&text)
+        .map_err(|e| input(anyhow!("{} is not a sweep's state: {e}", path.display())))?;
+    if csv {
+        print!("{}", super::sweep::table::csv(folder, &file));
+    } else {
+        super::sweep::table::print(folder, &file);
+    }
     Ok(0)
 }

@@ -26,6 +26,7 @@ pub mod record;
 pub mod run_dir;
 pub mod seed;
 pub mod settings;
+pub mod sweep;
 pub mod tally;
 
 pub use control::Control;

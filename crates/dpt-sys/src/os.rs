@@ -31,6 +31,20 @@ pub fn in_new_session(cmd: &mut std::process::Command) {
     }
 }
 
+/// Makes the child `cmd` starts receive SIGTERM when the thread that started it ends (the
+/// process killed, even by SIGKILL): a sweep's trials then checkpoint and stop rather than run
+/// on unwatched.
+pub fn terminate_with_parent(cmd: &mut std::process::Command) {
+    // SAFETY: prctl is async-signal-safe, as code between fork and exec must be; it changes
+    // only the child's own death signal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+}
+
 /// Ends the process at once with `code`, as `_exit` does: no atexit handlers, no static
 /// destructors (libtorch's and NCCL's would block on a thread still inside NCCL). Write and
 /// flush what must be said first.

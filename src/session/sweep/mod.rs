@@ -1,0 +1,303 @@
+//! `dpt-tui … --sweep KEY=VALUES`: many runs from one command. The plan (`plan.rs`) makes the
+//! trials and checks every one first; here they run, each a normal run of its own started as
+//! a child process in the sweep's folder, as many at once as the machine has places for
+//! (`--trial-devices`), the next starting as one ends. `sweep.json` keeps every trial's state,
+//! rewritten at each change, so the same command run again (after a kill, a reboot, a requeue)
+//! keeps the finished trials, continues the interrupted ones from their checkpoints (a trial's
+//! run directory continues as any run's does) and starts the rest. A line per trial event, and
+//! the table of trials at the end (`table.rs`, which `dpt-tui show SWEEP` prints too).
+
+mod plan;
+pub mod table;
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+
+use crate::cli::Args;
+use crate::Failure;
+use dpt_tui::sweep::{SweepFile, TrialState, SWEEP_FILE};
+use plan::{Plan, Slot};
+
+use super::input;
+
+/// How long the sweep waits for an earlier sweep's trial process (its sweep killed) to stop.
+const EARLIER_STOP: Duration = Duration::from_secs(120);
+
+/// Runs the sweep `args` asks for; `argv` is the command line as typed.
+pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
+    let mut plan = plan::plan(args, argv)?;
+    let state_path = plan.folder.join(SWEEP_FILE);
+    if let Some(earlier) = read_state(&state_path)? {
+        if !earlier.same_plan(&plan.file) {
+            return Err(input(anyhow!(
+                "{} holds another sweep (its command, swept values or trials differ); name another --run-dir, or run its own command again to continue it",
+                plan.folder.display()
+            )));
+        }
+        plan.file.trials = earlier.trials;
+    } else if plan.folder.is_dir() && std::fs::read_dir(&plan.folder).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(input(anyhow!(
+            "{} is not empty and holds no sweep; name a new or empty folder with --run-dir",
+            plan.folder.display()
+        )));
+    }
+    std::fs::create_dir_all(&plan.folder)
+        .map_err(|e| input(anyhow!("cannot create the sweep's folder {}: {e}", plan.folder.display())))?;
+    let mut sweep = Sweep { plan, state_path, started: Instant::now() };
+    sweep.settle_earlier()?;
+    sweep.save()?;
+    let total = sweep.plan.file.trials.len();
+    let kept = sweep.count(TrialState::Finished);
+    let places: Vec<String> = sweep.plan.slots.iter().map(Slot::describe).collect();
+    println!(
+        "sweep: {total} trials ({kept} finished before), {} at once on {} → {}",
+        places.len(),
+        places.first().map_or("", String::as_str),
+        sweep.plan.folder.display()
+    );
+    sweep.run_all()?;
+    println!();
+    table::print(&sweep.plan.folder, &sweep.plan.file);
+    let failed = sweep.count(TrialState::Failed);
+    let interrupted = sweep.count(TrialState::Interrupted);
+    if failed + interrupted == 0 {
+        return Ok(0);
+    }
+    Err(Failure::Run(anyhow!(
+        "{failed} failed and {interrupted} interrupted of {total} trials; the same command runs them again (finished trials are kept)"
+    )))
+}
+
+/// A sweep under way.
+struct Sweep {
+    plan: Plan,
+    state_path: PathBuf,
+    started: Instant,
+}
+
+/// A trial's process ended.
+struct Ended {
+    trial: usize,
+    slot: usize,
+    status: std::io::Result<ExitStatus>,
+    seconds: f64,
+}
+
+impl Sweep {
+    fn count(&self, state: TrialState) -> usize {
+        self.plan.file.trials.iter().filter(|t| t.state == state).count()
+    }
+
+    fn save(&self) -> Result<(), Failure> {
+        let text = serde_json::to_string_pretty(&self.plan.file).map_err(|e| Failure::Run(e.into()))?;
+        dpt_tui::atomic::write_bytes(&self.state_path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", self.state_path.display()))
+            .map_err(Failure::Run)
+    }
+
+    /// An earlier sweep process's trials: those it left running are waited for (a killed
+    /// sweep's trials stop at their next step with a checkpoint) and continued; a failed trial
+    /// runs again, its run directory kept beside when it holds no checkpoint to continue.
+    fn settle_earlier(&mut self) -> Result<(), Failure> {
+        for i in 0..self.plan.file.trials.len() {
+            let dir = self.plan.trial_dir(i);
+            let t = &mut self.plan.file.trials[i];
+            if t.state == TrialState::Running {
+                if let Some(pid) = t.pid.filter(|&p| runs_in(p, &dir)) {
+                    println!("sweep: waiting for {}'s earlier process (pid {pid}) to stop", t.dir);
+                    let deadline = Instant::now() + EARLIER_STOP;
+                    while runs_in(pid, &dir) {
+                        if Instant::now() > deadline {
+                            return Err(input(anyhow!(
+                                "{} still runs in process {pid} from an earlier sweep; stop it (kill {pid}) and run the command again",
+                                t.dir
+                            )));
+                        }
+                        // Not our child: nothing to wait on but its entry in /proc.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                // Its end was not seen: its records tell whether it completed.
+                t.state = match table::Result::read(&dir).completed {
+                    true => TrialState::Finished,
+                    false => TrialState::Interrupted,
+                };
+                t.pid = None;
+            }
+            let fresh_start = !dpt_tui::persist::checkpoint::checkpoint_path(&dir).is_file();
+            if t.state == TrialState::Failed && fresh_start && dir.exists() {
+                let kept = (1..).map(|n| dir.with_extension(format!("failed-{n}"))).find(|p| !p.exists());
+                if let Some(kept) = kept {
+                    std::fs::rename(&dir, &kept).map_err(|e| {
+                        Failure::Run(anyhow!("cannot move the failed {} aside: {e}", dir.display()))
+                    })?;
+                    println!("sweep: {} failed before; its attempt is kept as {}", t.dir, kept.display());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every trial not finished, as many at once as there are slots.
+    fn run_all(&mut self) -> Result<(), Failure> {
+        let mut queue: VecDeque<usize> = (0..self.plan.file.trials.len())
+            .filter(|&i| self.plan.file.trials[i].state != TrialState::Finished)
+            .collect();
+        let mut free: Vec<usize> = (0..self.plan.slots.len()).rev().collect();
+        let (tx, rx) = crossbeam_channel::unbounded::<Ended>();
+        let mut running = 0usize;
+        loop {
+            while let (Some(&trial), Some(slot)) = (queue.front(), free.pop()) {
+                queue.pop_front();
+                match self.start(trial, slot, tx.clone()) {
+                    Ok(()) => running += 1,
+                    Err(e) => {
+                        free.push(slot);
+                        self.mark_failed(trial, format!("{e:#}"))?;
+                    }
+                }
+            }
+            if running == 0 {
+                return Ok(());
+            }
+            let ended = rx.recv().map_err(|e| Failure::Run(e.into()))?;
+            running -= 1;
+            free.push(ended.slot);
+            self.ended(ended)?;
+        }
+    }
+
+    /// Starts trial `i` in slot `slot`; its end is sent on `tx`.
+    fn start(&mut self, i: usize, slot: usize, tx: crossbeam_channel::Sender<Ended>) -> anyhow::Result<()> {
+        let place = self.plan.slots[slot].clone();
+        let argv = self.plan.trial_argv(i, &place);
+        let log_path = self.log_path(i);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("cannot open {}", log_path.display()))?;
+        let exe = std::env::current_exe().context("cannot find dpt-tui's own executable")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(&argv).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        dpt_tui::sys::terminate_with_parent(&mut cmd);
+        let mut child = cmd.spawn().context("cannot start the trial")?;
+        let t = &mut self.plan.file.trials[i];
+        t.state = TrialState::Running;
+        t.pid = Some(child.id());
+        t.devices = place.describe();
+        t.reason = None;
+        let continues = dpt_tui::persist::checkpoint::checkpoint_path(&self.plan.trial_dir(i)).is_file();
+        println!(
+            "[{}] {} {} on {}: {}",
+            self.clock(),
+            self.name(i),
+            if continues { "continues" } else { "started" },
+            place.describe(),
+            self.plan.describe(i)
+        );
+        let started = Instant::now();
+        std::thread::Builder::new()
+            .name(format!("dpt-trial-{i}"))
+            .spawn(move || {
+                let status = child.wait();
+                let _ = tx.send(Ended { trial: i, slot, status, seconds: started.elapsed().as_secs_f64() });
+            })
+            .context("cannot start a thread to wait for the trial")?;
+        self.save().map_err(|f| match f {
+            Failure::Input(e) | Failure::Run(e) => e,
+        })
+    }
+
+    /// Records how a trial's process ended, and says so.
+    fn ended(&mut self, e: Ended) -> Result<(), Failure> {
+        let i = e.trial;
+        let status = match e.status {
+            Ok(s) => s,
+            Err(err) => return self.mark_failed(i, format!("cannot wait for its process: {err}")),
+        };
+        let t = &mut self.plan.file.trials[i];
+        t.pid = None;
+        if status.success() {
+            t.state = TrialState::Finished;
+            let result = table::Result::read(&self.plan.trial_dir(i));
+            println!("[{}] {} finished in {:.1} s: {}", self.clock(), self.name(i), e.seconds, result.line());
+            return self.save();
+        }
+        // A signal's exit (the run's own after SIGINT/SIGTERM, or the preemption's 75) leaves
+        // a checkpoint to continue from.
+        let code = status.code();
+        if matches!(code, Some(75 | 130 | 143)) || code.is_none() {
+            t.state = TrialState::Interrupted;
+            let how = code.map_or_else(|| "by a signal".to_owned(), |c| format!("with status {c}"));
+            println!(
+                "[{}] {} was interrupted ({how}); the same sweep command continues it",
+                self.clock(),
+                self.name(i)
+            );
+            return self.save();
+        }
+        let reason =
+            last_error(&self.log_path(i)).unwrap_or_else(|| format!("exit status {}", code.unwrap_or(-1)));
+        self.mark_failed(i, reason)
+    }
+
+    fn mark_failed(&mut self, i: usize, reason: String) -> Result<(), Failure> {
+        let t = &mut self.plan.file.trials[i];
+        t.state = TrialState::Failed;
+        t.pid = None;
+        t.reason = Some(reason.clone());
+        println!(
+            "[{}] {} failed: {reason} (its output: {})",
+            self.clock(),
+            self.name(i),
+            self.log_path(i).display()
+        );
+        self.save()
+    }
+
+    /// `trial-002 (3/4)`.
+    fn name(&self, i: usize) -> String {
+        format!("{} ({}/{})", self.plan.file.trials[i].dir, i + 1, self.plan.file.trials.len())
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.plan.folder.join(format!("{}.log", self.plan.file.trials[i].dir))
+    }
+
+    /// The time since the sweep process started, as `mm:ss`.
+    fn clock(&self) -> String {
+        let s = self.started.elapsed().as_secs();
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
+}
+
+/// `sweep.json` if the folder has one.
+fn read_state(path: &Path) -> Result<Option<SweepFile>, Failure> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(input(anyhow!("cannot read {}: {e}", path.display()))),
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        input(anyhow!("{} is not a sweep's state ({e}); name another --run-dir", path.display()))
+    })
+}
+
+/// Whether process `pid` is a trial running in `dir` (its command line names the folder).
+fn runs_in(pid: u32, dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let needle = format!("--run-dir={}", dir.display());
+    cmdline.split(|&b| b == 0).any(|arg| arg == needle.as_bytes())
+}
+
+/// A trial's own error: the last `dpt-tui: …` line of its output.
+fn last_error(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().rev().find_map(|l| l.strip_prefix("dpt-tui: ")).map(str::to_owned)
+}

@@ -1,0 +1,186 @@
+//! A sweep's table: each trial's swept values, state and results (read from its run's own
+//! records), and the trials that differ by their seed alone as mean ± standard deviation. The
+//! sweep prints it at its end, `dpt-tui show SWEEP` at any time, `--csv` as CSV.
+
+use std::path::Path;
+
+use dpt_tui::record::file::read_records;
+use dpt_tui::record::Record;
+use dpt_tui::sweep::{mean_std, seed_groups, SweepFile, TrialState};
+
+use super::plan::short_key;
+
+/// What a trial's records say so far.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Result {
+    pub epochs: usize,
+    pub train_loss: Option<f64>,
+    pub test_loss: Option<f64>,
+    pub test_acc: Option<f64>,
+    pub best_acc: Option<f64>,
+    /// Training time over its epochs (evaluation and pauses left out).
+    pub seconds: f64,
+    /// Its run ended as asked: every epoch ran, or its early stop or step limit ended it.
+    pub completed: bool,
+    /// Its loss stopped being finite and `--on-nan stop` ended it.
+    pub diverged: bool,
+}
+
+impl Result {
+    /// The results in `dir`'s records (none where it has none yet).
+    pub fn read(dir: &Path) -> Result {
+        let mut r = Result::default();
+        for record in read_records(dir).unwrap_or_default() {
+            if let Record::Epoch(e) = &record {
+                r.epochs = e.epoch;
+                r.train_loss = Some(e.train_loss).filter(|v| v.is_finite());
+                r.test_loss = Some(e.test_loss).filter(|v| v.is_finite());
+                r.test_acc = Some(e.test_acc);
+                r.best_acc = Some(r.best_acc.map_or(e.test_acc, |b: f64| b.max(e.test_acc)));
+                r.seconds += e.epoch_seconds;
+            }
+            if let Record::Summary(s) = &record {
+                use dpt_tui::record::stats::FinishReason::{Completed, Diverged, EarlyStopped, StepLimit};
+                r.completed = matches!(s.reason, Completed | EarlyStopped | StepLimit);
+                r.diverged = s.reason == Diverged;
+            }
+        }
+        r
+    }
+
+    /// `test acc 0.812 (best 0.815), train loss 0.52 after 2 epochs`.
+    pub fn line(&self) -> String {
+        let said = self.said();
+        if self.diverged {
+            return format!("the loss diverged; {said}");
+        }
+        said
+    }
+
+    fn said(&self) -> String {
+        match (self.test_acc, self.best_acc) {
+            (Some(acc), Some(best)) => format!(
+                "test acc {acc:.4} (best {best:.4}), test loss {}, train loss {} after {} epoch{}",
+                num(self.test_loss),
+                num(self.train_loss),
+                self.epochs,
+                if self.epochs == 1 { "" } else { "s" }
+            ),
+            _ => "no epoch finished".to_owned(),
+        }
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
+}
+
+/// The table's header and rows, as text cells.
+fn cells(folder: &Path, file: &SweepFile) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut header = vec!["trial".to_owned()];
+    header.extend(file.axes.iter().map(|a| short_key(&a.key).to_owned()));
+    header.extend(
+        ["state", "epochs", "test acc", "best acc", "test loss", "train loss", "seconds"].map(str::to_owned),
+    );
+    let rows = file
+        .trials
+        .iter()
+        .map(|t| {
+            let r = Result::read(&folder.join(&t.dir));
+            let mut row = vec![t.dir.clone()];
+            row.extend(t.values.iter().cloned());
+            let diverged = t.state == TrialState::Finished && r.diverged;
+            row.push(if diverged { "diverged" } else { t.state.label() }.to_owned());
+            row.push(r.epochs.to_string());
+            row.push(num(r.test_acc));
+            row.push(num(r.best_acc));
+            row.push(num(r.test_loss));
+            row.push(num(r.train_loss));
+            row.push(format!("{:.1}", r.seconds));
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
+/// The table as aligned text, then the seed groups' means, then each failed trial's reason.
+pub fn text(folder: &Path, file: &SweepFile) -> String {
+    let (header, rows) = cells(folder, file);
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).chain([header[c].len()]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    let mut out = vec![line(&header)];
+    out.extend(rows.iter().map(|r| line(r)));
+    out.extend(groups(folder, file));
+    for t in file.trials.iter().filter(|t| t.state == TrialState::Failed) {
+        out.push(format!("{} failed: {}", t.dir, t.reason.as_deref().unwrap_or("no reason recorded")));
+    }
+    out.join("\n")
+}
+
+/// The table as CSV (values quoted where they hold a comma or a quote).
+pub fn csv(folder: &Path, file: &SweepFile) -> String {
+    let (header, rows) = cells(folder, file);
+    let quote = |c: &String| {
+        if c.contains([',', '"', '\n']) {
+            format!("\"{}\"", c.replace('"', "\"\""))
+        } else {
+            c.clone()
+        }
+    };
+    std::iter::once(&header)
+        .chain(&rows)
+        .map(|r| r.iter().map(quote).collect::<Vec<_>>().join(","))
+        .map(|l| l + "\n")
+        .collect()
+}
+
+/// With a seed axis and another: per group of trials that differ by their seed alone, the
+/// finished trials' final and best test accuracy as mean ± standard deviation.
+fn groups(folder: &Path, file: &SweepFile) -> Vec<String> {
+    let Some(seed_axis) = file.axes.iter().position(|a| a.key == "recipe.seed") else { return Vec::new() };
+    if file.axes.len() < 2 {
+        return Vec::new();
+    }
+    let values: Vec<Vec<String>> = file.trials.iter().map(|t| t.values.clone()).collect();
+    let mut out =
+        vec![String::new(), "over the seeds (finished trials; mean ± standard deviation):".to_owned()];
+    for members in seed_groups(&values, Some(seed_axis)) {
+        let first = &file.trials[members[0]];
+        let name: Vec<String> = file
+            .axes
+            .iter()
+            .zip(&first.values)
+            .enumerate()
+            .filter(|(a, _)| *a != seed_axis)
+            .map(|(_, (axis, v))| format!("{}={v}", short_key(&axis.key)))
+            .collect();
+        let results: Vec<Result> = members
+            .iter()
+            .map(|&i| &file.trials[i])
+            .filter(|t| t.state == TrialState::Finished)
+            .map(|t| Result::read(&folder.join(&t.dir)))
+            .collect();
+        let finals: Vec<f64> = results.iter().filter_map(|r| r.test_acc).collect();
+        let bests: Vec<f64> = results.iter().filter_map(|r| r.best_acc).collect();
+        let said = match (mean_std(&finals), mean_std(&bests)) {
+            (Some((m, s)), Some((bm, bs))) => format!(
+                "test acc {m:.4} ± {s:.4}, best {bm:.4} ± {bs:.4} ({} of {} seeds)",
+                finals.len(),
+                members.len()
+            ),
+            _ => format!("no finished trial yet (0 of {} seeds)", members.len()),
+        };
+        out.push(format!("  {}: {said}", name.join(" ")));
+    }
+    out
+}
+
+/// Prints the sweep's table.
+pub fn print(folder: &Path, file: &SweepFile) {
+    println!("{}", text(folder, file));
+}

@@ -1,0 +1,187 @@
+//! Sweeps end to end: bad sweeps refused before any trial starts; a 2 × 2 sweep (lr × seed) of
+//! lenet with two trials at once, each trial ending with the weights of the same settings run
+//! alone; the same command after the sweep was killed with SIGKILL continues its trials from
+//! their checkpoints and ends equal; a failing trial is marked failed with its reason while the
+//! others finish; `show SWEEP` prints the table, the seeds' means and `--csv`.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use crate::common::{self, until, Dpt};
+
+/// Cores per trial that make two trials run at once on this machine.
+fn half_the_cores() -> usize {
+    (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1)
+}
+
+/// The sweep's training flags: lenet on the shipped subset, 2 epochs, lr × seed.
+fn sweep_flags(data: &Path, per: usize) -> Vec<String> {
+    [
+        "--data",
+        data.to_str().unwrap(),
+        "--epochs",
+        "2",
+        "--log-every",
+        "2",
+        "--sweep",
+        "lr=0.3,0.9",
+        "--sweep",
+        "seed=1..2",
+        "--trial-devices",
+        &per.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn sweep(folder: &Path, flags: &[String]) -> Dpt {
+    let mut c = Dpt::new();
+    c.args(flags).run_dir(folder).scratch_runtime().env_remove("DPT_INJECT_FAULT");
+    c
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn assert_same_weights(a: &Path, b: &Path) {
+    let (x, y) = (common::weights(a), common::weights(b));
+    assert_eq!(x.len(), y.len());
+    for ((n, t), (m, u)) in x.iter().zip(&y) {
+        assert_eq!(n, m);
+        assert!(t.equal(u), "{n} differs between {} and {}", a.display(), b.display());
+    }
+}
+
+#[test]
+fn a_sweep_runs_each_trial_as_its_run_alone_and_its_command_again_finishes_a_killed_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let per = half_the_cores();
+    let flags = sweep_flags(&data, per);
+    let whole = tmp.path().join("whole");
+    let out = sweep(&whole, &flags).ok();
+    assert!(out.contains("sweep: 4 trials (0 finished before), 2 at once on cpu"), "{out}");
+    assert_eq!(out.matches(" finished in ").count(), 4, "{out}");
+    // The trials, in order: lr 0.3 seeds 1 and 2, then lr 0.9.
+    let settings = [("0.3", "1"), ("0.3", "2"), ("0.9", "1"), ("0.9", "2")];
+    for (i, (lr, seed)) in settings.iter().enumerate() {
+        let alone = tmp.path().join(format!("alone-{i}"));
+        let threads = per.to_string();
+        Dpt::new()
+            .headless()
+            .data(&data)
+            .run_dir(&alone)
+            .args(["--epochs", "2", "--log-every", "2", "--lr", lr, "--seed", seed])
+            .args(["--devices", "cpu", "--cpu-threads", &threads])
+            .scratch_runtime()
+            .env_remove("DPT_INJECT_FAULT")
+            .ok();
+        assert_same_weights(&whole.join(format!("trial-00{i}")), &alone);
+    }
+
+    // `show`: the table, the means over the seeds, CSV.
+    let shown = Dpt::new().args(["show", whole.to_str().unwrap()]).ok();
+    assert!(shown.lines().next().unwrap().starts_with("trial      lr   seed  state"), "{shown}");
+    assert_eq!(shown.lines().filter(|l| l.contains("  finished  ")).count(), 4, "{shown}");
+    assert!(shown.contains("  lr=0.3: test acc ") && shown.contains("(2 of 2 seeds)"), "{shown}");
+    let csv = Dpt::new().args(["show", whole.to_str().unwrap(), "--csv"]).ok();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], "trial,lr,seed,state,epochs,test acc,best acc,test loss,train loss,seconds");
+    assert_eq!(rows.len(), 5, "{csv}");
+    assert!(rows[4].starts_with("trial-003,0.9,2,finished,2,"), "{csv}");
+
+    // Killed with SIGKILL while its first trials train: its trials get SIGTERM, checkpoint
+    // and stop; the same command continues them and starts the rest.
+    let killed = tmp.path().join("killed");
+    let mut first = sweep(&killed, &flags).stdout(Stdio::null()).spawn();
+    let metrics = killed.join("trial-000").join("metrics.jsonl");
+    until(Duration::from_secs(120), "trial-000's first step record", || {
+        std::fs::read_to_string(&metrics).is_ok_and(|t| t.contains(r#""kind":"step""#))
+    });
+    common::kill(first.id(), "KILL");
+    first.wait().unwrap();
+    let again = sweep(&killed, &flags).ok();
+    assert!(again.contains("trial-000 (1/4) continues on cpu"), "{again}");
+    assert_eq!(again.matches(" finished in ").count(), 4, "{again}");
+    for i in 0..4 {
+        let dir = format!("trial-00{i}");
+        assert_same_weights(&killed.join(&dir), &whole.join(&dir));
+    }
+    // Run once more, it has nothing left to do.
+    let done = sweep(&killed, &flags).ok();
+    assert!(done.contains("sweep: 4 trials (4 finished before)"), "{done}");
+    assert!(!done.contains(" started on ") && !done.contains(" continues on "), "{done}");
+}
+
+#[test]
+fn a_failing_trial_is_marked_failed_with_its_reason_and_the_others_finish() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let missing = tmp.path().join("no-such-data");
+    let folder = tmp.path().join("sweep");
+    let values = format!("data={},{}", data.display(), missing.display());
+    let out = sweep(&folder, &["--epochs".into(), "1".into(), "--sweep".into(), values]).output();
+    let text = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("trial-000 (1/2) finished in "), "{text}");
+    assert!(text.contains("trial-001 (2/2) failed: "), "{text}");
+    assert!(text.contains("dpt-tui: 1 failed and 0 interrupted of 2 trials"), "{text}");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(state["trials"][0]["state"], "finished");
+    assert_eq!(state["trials"][1]["state"], "failed");
+    let reason = state["trials"][1]["reason"].as_str().unwrap();
+    assert!(reason.contains("no-such-data"), "{reason}");
+    let shown = Dpt::new().args(["show", folder.to_str().unwrap()]).ok();
+    assert!(shown.contains(&format!("trial-001 failed: {reason}")), "{shown}");
+}
+
+#[test]
+fn bad_sweeps_are_refused_in_one_line_before_any_trial_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let cases: [(&[&str], &str); 9] = [
+        (&["--sweep", "optimizer.lrr=0.1"], "`optimizer.lrr` is no setting"),
+        (&["--sweep", "lr=abc"], "trial trial-000 (lr=abc): invalid value 'abc' for '--lr <LR>'"),
+        (&["--sweep", "lr=-0.1,0.1"], "trial trial-000 (lr=-0.1): --lr must be a positive finite number"),
+        (&["--sweep", "seed=5..1"], "the range 5..1 is empty"),
+        (&["--sweep", "seed=1..300"], "the sweep makes 300 trials, more than --max-trials 256"),
+        (
+            &["--sweep", "seed=1..3", "--max-trials", "2"],
+            "the sweep makes 3 trials, more than --max-trials 2",
+        ),
+        (&["--sweep", "devices=cpu,cpu:2"], "placement.devices cannot be swept"),
+        (&["--devices", "cpu", "--sweep", "lr=0.1"], "--devices does not apply to a sweep"),
+        (&["--sweep", "lr=0.1", "--sweep", "optimizer.lr=0.2"], "optimizer.lr is swept twice"),
+    ];
+    for (i, (flags, said)) in cases.iter().enumerate() {
+        let folder = tmp.path().join(format!("s{i}"));
+        let out = Dpt::new()
+            .data(&data)
+            .args(["--epochs", "1"])
+            .args(*flags)
+            .run_dir(&folder)
+            .scratch_runtime()
+            .output();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: one line: {err}");
+        assert!(err.starts_with("dpt-tui: ") && err.contains(said), "{flags:?}: {err}");
+        assert!(!folder.exists(), "{flags:?}: nothing written");
+    }
+    // A folder that holds another sweep is not taken over.
+    let folder = tmp.path().join("other");
+    let first = ["--epochs", "1", "--train-limit", "200", "--sweep", "seed=1"];
+    Dpt::new().data(&data).args(first).run_dir(&folder).scratch_runtime().ok();
+    let out = Dpt::new()
+        .data(&data)
+        .args(["--epochs", "1", "--train-limit", "200", "--sweep", "seed=2"])
+        .run_dir(&folder)
+        .scratch_runtime()
+        .output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("holds another sweep"), "{err}");
+}
