@@ -2,7 +2,8 @@
 //! lenet with two trials at once, each trial ending with the weights of the same settings run
 //! alone; the same command after the sweep was killed with SIGKILL continues its trials from
 //! their checkpoints and ends equal; a failing trial is marked failed with its reason while the
-//! others finish; `show SWEEP` prints the table, the seeds' means and `--csv`.
+//! others finish; SIGTERM stops a sweep, its trials checkpointed; `show SWEEP` prints the
+//! table, the seeds' means and `--csv`.
 
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -184,4 +185,35 @@ fn bad_sweeps_are_refused_in_one_line_before_any_trial_starts() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("holds another sweep"), "{err}");
+}
+
+#[test]
+fn sigterm_stops_a_sweep_its_trials_checkpointed_and_none_started_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("sweep");
+    let per = half_the_cores().to_string();
+    let flags: Vec<String> =
+        ["--epochs", "3", "--log-every", "2", "--sweep", "lr=0.1,0.2,0.3", "--trial-devices", &per]
+            .map(str::to_owned)
+            .to_vec();
+    let mut c = sweep(&folder, &flags);
+    c.data(&data).piped();
+    let child = c.spawn();
+    let metrics = folder.join("trial-000").join("metrics.jsonl");
+    until(Duration::from_secs(120), "trial-000's first step record", || {
+        std::fs::read_to_string(&metrics).is_ok_and(|t| t.contains(r#""kind":"step""#))
+    });
+    common::kill(child.id(), "TERM");
+    let out = child.wait_with_output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(143), "{said}");
+    assert!(said.contains("sweep: SIGTERM: the running trials checkpoint and stop"), "{said}");
+    assert!(said.contains("trial-000 (1/3) was interrupted (with status 143)"), "{said}");
+    assert!(!said.contains("trial-002 (3/3) started"), "no trial starts after the signal: {said}");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(state["trials"][0]["state"], "interrupted");
+    assert_eq!(state["trials"][2]["state"], "pending");
+    assert!(folder.join("trial-000").join("checkpoint.safetensors").is_file());
 }

@@ -67,13 +67,27 @@ pub fn kill_process_group(group: u32) -> std::io::Result<()> {
     signal_group(group, libc::SIGKILL)
 }
 
+/// Sends `signal` to process `pid` (a child this process started); one already gone is not an
+/// error.
+pub fn signal_process(pid: u32, signal: i32) -> std::io::Result<()> {
+    let Ok(id) = i32::try_from(pid) else {
+        return Err(std::io::Error::other(format!("process {pid} is out of range")));
+    };
+    send(id, signal)
+}
+
 fn signal_group(group: u32, signal: libc::c_int) -> std::io::Result<()> {
     let Ok(id) = i32::try_from(group) else {
         return Err(std::io::Error::other(format!("process group {group} is out of range")));
     };
-    // SAFETY: kill takes any pid and signal; a negative pid names a process group, and it
-    // touches no memory.
-    let done = unsafe { libc::kill(-id, signal) };
+    send(-id, signal)
+}
+
+/// `kill(target, signal)`: a positive target names a process, a negative one a process group;
+/// one already gone is not an error.
+fn send(target: i32, signal: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: kill takes any pid and signal, and touches no memory.
+    let done = unsafe { libc::kill(target, signal) };
     match done {
         0 => Ok(()),
         _ => match std::io::Error::last_os_error() {

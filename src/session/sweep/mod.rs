@@ -20,6 +20,7 @@ use anyhow::{anyhow, Context};
 
 use crate::cli::Args;
 use crate::Failure;
+use dpt_tui::signals::SignalMsg;
 use dpt_tui::sweep::{SweepFile, TrialState, SWEEP_FILE};
 use plan::{Plan, Slot};
 
@@ -54,17 +55,24 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     let total = sweep.plan.file.trials.len();
     let kept = sweep.count(TrialState::Finished);
     let places: Vec<String> = sweep.plan.slots.iter().map(Slot::describe).collect();
-    println!(
+    say(&format!(
         "sweep: {total} trials ({kept} finished before), {} at once on {} → {}",
         places.len(),
         places.first().map_or("", String::as_str),
         sweep.plan.folder.display()
-    );
-    sweep.run_all()?;
-    println!();
-    table::print(&sweep.plan.folder, &sweep.plan.file);
+    ));
+    let signals = super::watch_signals(args)?;
+    let stopped = sweep.run_all(&signals.messages)?;
+    say("");
+    say(&table::text(&sweep.plan.folder, &sweep.plan.file));
     let failed = sweep.count(TrialState::Failed);
     let interrupted = sweep.count(TrialState::Interrupted);
+    if let Some(code) = stopped {
+        say(&format!(
+            "sweep: stopped; the same command continues it ({interrupted} interrupted, {failed} failed)"
+        ));
+        return Ok(code);
+    }
     if failed + interrupted == 0 {
         return Ok(0);
     }
@@ -109,7 +117,7 @@ impl Sweep {
             let t = &mut self.plan.file.trials[i];
             if t.state == TrialState::Running {
                 if let Some(pid) = t.pid.filter(|&p| runs_in(p, &dir)) {
-                    println!("sweep: waiting for {}'s earlier process (pid {pid}) to stop", t.dir);
+                    say(&format!("sweep: waiting for {}'s earlier process (pid {pid}) to stop", t.dir));
                     let deadline = Instant::now() + EARLIER_STOP;
                     while runs_in(pid, &dir) {
                         if Instant::now() > deadline {
@@ -136,39 +144,76 @@ impl Sweep {
                     std::fs::rename(&dir, &kept).map_err(|e| {
                         Failure::Run(anyhow!("cannot move the failed {} aside: {e}", dir.display()))
                     })?;
-                    println!("sweep: {} failed before; its attempt is kept as {}", t.dir, kept.display());
+                    say(&format!(
+                        "sweep: {} failed before; its attempt is kept as {}",
+                        t.dir,
+                        kept.display()
+                    ));
                 }
             }
         }
         Ok(())
     }
 
-    /// Runs every trial not finished, as many at once as there are slots.
-    fn run_all(&mut self) -> Result<(), Failure> {
+    /// Runs every trial not finished, as many at once as there are slots. A stop signal
+    /// (SIGINT, SIGTERM) or the preemption signal is passed on to the running trials, which
+    /// checkpoint and stop, and no trial starts after it; returns then the sweep's exit status.
+    fn run_all(&mut self, signals: &crossbeam_channel::Receiver<SignalMsg>) -> Result<Option<u8>, Failure> {
         let mut queue: VecDeque<usize> = (0..self.plan.file.trials.len())
             .filter(|&i| self.plan.file.trials[i].state != TrialState::Finished)
             .collect();
         let mut free: Vec<usize> = (0..self.plan.slots.len()).rev().collect();
         let (tx, rx) = crossbeam_channel::unbounded::<Ended>();
-        let mut running = 0usize;
+        let mut running: Vec<usize> = Vec::new();
+        let mut stopped = None;
+        let mut signals = signals.clone();
         loop {
             while let (Some(&trial), Some(slot)) = (queue.front(), free.pop()) {
                 queue.pop_front();
                 match self.start(trial, slot, tx.clone()) {
-                    Ok(()) => running += 1,
+                    Ok(()) => running.push(trial),
                     Err(e) => {
                         free.push(slot);
                         self.mark_failed(trial, format!("{e:#}"))?;
                     }
                 }
             }
-            if running == 0 {
-                return Ok(());
+            if running.is_empty() {
+                return Ok(stopped);
             }
-            let ended = rx.recv().map_err(|e| Failure::Run(e.into()))?;
-            running -= 1;
-            free.push(ended.slot);
-            self.ended(ended)?;
+            crossbeam_channel::select! {
+                recv(rx) -> ended => {
+                    let ended = ended.map_err(|e| Failure::Run(e.into()))?;
+                    running.retain(|&t| t != ended.trial);
+                    free.push(ended.slot);
+                    self.ended(ended)?;
+                }
+                recv(signals) -> msg => {
+                    let (signal, code) = match msg {
+                        Ok(SignalMsg::Stop(n)) => (n, dpt_tui::signals::exit_code(n)),
+                        Ok(SignalMsg::Preempt(n)) => (n, dpt_tui::signals::EX_TEMPFAIL),
+                        // The terminal is gone: the sweep goes on, its lines unseen.
+                        Ok(SignalMsg::Hangup) => continue,
+                        Err(_) => {
+                            signals = crossbeam_channel::never();
+                            continue;
+                        }
+                    };
+                    stopped.get_or_insert(code);
+                    queue.clear();
+                    say(&format!(
+                        "[{}] sweep: {}: the running trials checkpoint and stop; no other trial starts",
+                        self.clock(),
+                        dpt_tui::signals::name(signal)
+                    ));
+                    for &t in &running {
+                        if let Some(pid) = self.plan.file.trials[t].pid {
+                            // A trial already gone has nothing to stop.
+                            let _ = dpt_tui::sys::signal_process(pid, signal);
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -193,14 +238,14 @@ impl Sweep {
         t.devices = place.describe();
         t.reason = None;
         let continues = dpt_tui::persist::checkpoint::checkpoint_path(&self.plan.trial_dir(i)).is_file();
-        println!(
+        say(&format!(
             "[{}] {} {} on {}: {}",
             self.clock(),
             self.name(i),
             if continues { "continues" } else { "started" },
             place.describe(),
             self.plan.describe(i)
-        );
+        ));
         let started = Instant::now();
         std::thread::Builder::new()
             .name(format!("dpt-trial-{i}"))
@@ -226,7 +271,13 @@ impl Sweep {
         if status.success() {
             t.state = TrialState::Finished;
             let result = table::Result::read(&self.plan.trial_dir(i));
-            println!("[{}] {} finished in {:.1} s: {}", self.clock(), self.name(i), e.seconds, result.line());
+            say(&format!(
+                "[{}] {} finished in {:.1} s: {}",
+                self.clock(),
+                self.name(i),
+                e.seconds,
+                result.line()
+            ));
             return self.save();
         }
         // A signal's exit (the run's own after SIGINT/SIGTERM, or the preemption's 75) leaves
@@ -235,11 +286,11 @@ impl Sweep {
         if matches!(code, Some(75 | 130 | 143)) || code.is_none() {
             t.state = TrialState::Interrupted;
             let how = code.map_or_else(|| "by a signal".to_owned(), |c| format!("with status {c}"));
-            println!(
+            say(&format!(
                 "[{}] {} was interrupted ({how}); the same sweep command continues it",
                 self.clock(),
                 self.name(i)
-            );
+            ));
             return self.save();
         }
         let reason =
@@ -252,12 +303,12 @@ impl Sweep {
         t.state = TrialState::Failed;
         t.pid = None;
         t.reason = Some(reason.clone());
-        println!(
+        say(&format!(
             "[{}] {} failed: {reason} (its output: {})",
             self.clock(),
             self.name(i),
             self.log_path(i).display()
-        );
+        ));
         self.save()
     }
 
@@ -300,4 +351,11 @@ fn runs_in(pid: u32, dir: &Path) -> bool {
 fn last_error(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines().rev().find_map(|l| l.strip_prefix("dpt-tui: ")).map(str::to_owned)
+}
+
+/// Prints a line of the sweep's; a terminal gone (SIGHUP, a dropped connection) does not stop
+/// the sweep.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }

@@ -304,9 +304,14 @@ mod tests {
     fn keys_are_the_trees_or_the_flags_names() {
         assert_eq!(setting_flag("optimizer.lr").expect("accepted"), ("optimizer.lr".into(), "--lr".into()));
         assert_eq!(setting_flag("lr").expect("accepted"), ("optimizer.lr".into(), "--lr".into()));
-        assert_eq!(setting_flag("batch_size").expect("accepted"), ("recipe.batch_size".into(), "--batch-size".into()));
+        assert_eq!(
+            setting_flag("batch_size").expect("accepted"),
+            ("recipe.batch_size".into(), "--batch-size".into())
+        );
         assert_eq!(setting_flag("seed").expect("accepted").0, "recipe.seed");
-        assert!(setting_flag("optimizer.lrr").expect_err("refused").contains("`optimizer.lrr` is no setting"));
+        assert!(setting_flag("optimizer.lrr")
+            .expect_err("refused")
+            .contains("`optimizer.lrr` is no setting"));
         assert!(setting_flag("devices").expect_err("refused").contains("placement.devices cannot be swept"));
         assert!(setting_flag("run-dir").expect_err("refused").contains("--run-dir is no setting"));
         assert_eq!(
@@ -327,9 +332,15 @@ mod tests {
         );
         assert!(slots(2, 64, Some(3), 10).expect_err("refused").contains("more GPUs than this machine's 2"));
         // The CPU: up to 4 trials at once share the cores.
-        assert_eq!(slots(0, 2, None, 4).expect("accepted"), vec![Slot { devices: "cpu".into(), threads: Some(1) }; 2]);
+        assert_eq!(
+            slots(0, 2, None, 4).expect("accepted"),
+            vec![Slot { devices: "cpu".into(), threads: Some(1) }; 2]
+        );
         assert_eq!(slots(0, 16, None, 4).expect("accepted").len(), 4);
-        assert_eq!(slots(0, 16, None, 2).expect("accepted"), vec![Slot { devices: "cpu".into(), threads: Some(8) }; 2]);
+        assert_eq!(
+            slots(0, 16, None, 2).expect("accepted"),
+            vec![Slot { devices: "cpu".into(), threads: Some(8) }; 2]
+        );
         assert_eq!(slots(0, 16, None, 1).expect("accepted").len(), 1);
         assert_eq!(slots(0, 16, Some(5), 9).expect("accepted").len(), 3);
         assert!(slots(0, 2, Some(3), 4).expect_err("refused").contains("more cores than this machine's 2"));
