@@ -2,7 +2,8 @@
 //! lenet with two trials at once, each trial ending with the weights of the same settings run
 //! alone; the same command after the sweep was killed with SIGKILL continues its trials from
 //! their checkpoints and ends equal; a failing trial is marked failed with its reason while the
-//! others finish; SIGTERM stops a sweep, its trials checkpointed; `show SWEEP` prints the
+//! others finish; SIGTERM stops a sweep, its trials checkpointed; `--prune median` and
+//! `--prune asha` stop a trial that falls behind and start the next; `show SWEEP` prints the
 //! table, the seeds' means and `--csv`.
 
 use std::path::Path;
@@ -63,7 +64,7 @@ fn a_sweep_runs_each_trial_as_its_run_alone_and_its_command_again_finishes_a_kil
     let flags = sweep_flags(&data, per);
     let whole = tmp.path().join("whole");
     let out = sweep(&whole, &flags).ok();
-    assert!(out.contains("sweep: 4 trials (0 finished before), 2 at once on cpu"), "{out}");
+    assert!(out.contains("sweep: 4 trials (0 done before), 2 at once on cpu"), "{out}");
     assert_eq!(out.matches(" finished in ").count(), 4, "{out}");
     // The trials, in order: lr 0.3 seeds 1 and 2, then lr 0.9.
     let settings = [("0.3", "1"), ("0.3", "2"), ("0.9", "1"), ("0.9", "2")];
@@ -112,7 +113,7 @@ fn a_sweep_runs_each_trial_as_its_run_alone_and_its_command_again_finishes_a_kil
     }
     // Run once more, it has nothing left to do.
     let done = sweep(&killed, &flags).ok();
-    assert!(done.contains("sweep: 4 trials (4 finished before)"), "{done}");
+    assert!(done.contains("sweep: 4 trials (4 done before)"), "{done}");
     assert!(!done.contains(" started on ") && !done.contains(" continues on "), "{done}");
 }
 
@@ -216,4 +217,85 @@ fn sigterm_stops_a_sweep_its_trials_checkpointed_and_none_started_after_it() {
     assert_eq!(state["trials"][0]["state"], "interrupted");
     assert_eq!(state["trials"][2]["state"], "pending");
     assert!(folder.join("trial-000").join("checkpoint.safetensors").is_file());
+}
+
+/// All the cores for one trial: the trials run one after another, so that which have finished
+/// when another is judged does not depend on timing.
+fn all_the_cores() -> String {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
+}
+
+fn state_of(folder: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(folder.join("sweep.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn median_pruning_stops_a_trial_below_the_finished_trials_median_and_the_next_one_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("sweep");
+    let cores = all_the_cores();
+    // Five trials that learn, then one whose lr is far too small, then one more.
+    let flags = [
+        "--model",
+        "mnist-net",
+        "--epochs",
+        "4",
+        "--sweep",
+        "lr=0.05,0.04,0.06,0.03,0.07,0.0001,0.05001",
+        "--trial-devices",
+        &cores,
+        "--prune",
+        "median",
+    ];
+    let mut c = sweep(&folder, &flags.map(str::to_owned));
+    let out = c.data(&data).ok();
+    let state = state_of(&folder);
+    for i in 0..5 {
+        assert_eq!(state["trials"][i]["state"], "finished", "{out}");
+    }
+    assert_eq!(state["trials"][5]["state"], "pruned", "{out}");
+    let why = state["trials"][5]["reason"].as_str().unwrap();
+    assert!(why.contains("its best val_acc") && why.contains("is worse than the median"), "{why}");
+    assert!(why.ends_with("of 5 finished trials"), "{why}");
+    assert!(out.contains("trial-005 (6/7) pruned: at epoch "), "{out}");
+    assert!(out.contains("trial-006 (7/7) started on "), "the next trial takes its place: {out}");
+    let records = common::records(&folder.join("trial-005"));
+    let epochs = records.iter().filter(|r| r["kind"] == "epoch").count();
+    assert!(epochs < 4, "stopped before its last epoch: {epochs}");
+}
+
+#[test]
+fn asha_stops_a_trial_outside_the_best_quarter_at_its_rung_and_it_stays_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("sweep");
+    let cores = all_the_cores();
+    let flags = [
+        "--model",
+        "mnist-net",
+        "--epochs",
+        "4",
+        "--sweep",
+        "lr=0.05,0.0001",
+        "--trial-devices",
+        &cores,
+        "--prune",
+        "asha",
+    ]
+    .map(str::to_owned);
+    let out = sweep(&folder, &flags).data(&data).ok();
+    let state = state_of(&folder);
+    assert_eq!(state["trials"][0]["state"], "finished", "{out}");
+    assert_eq!(state["trials"][0]["rungs"].as_array().unwrap().len(), 2, "epochs 1 and 4 are rungs: {state}");
+    assert_eq!(state["trials"][1]["state"], "pruned", "{out}");
+    let why = state["trials"][1]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("at rung 0 (epoch 1) its val_acc") && why.contains("not among the best 1 of the 2"),
+        "{why}"
+    );
+    // The same command again: a stopped trial is not run again.
+    let again = sweep(&folder, &flags).data(&data).ok();
+    assert!(again.contains("sweep: 2 trials (2 done before)"), "{again}");
+    assert!(!again.contains(" started on ") && !again.contains(" continues on "), "{again}");
 }

@@ -251,6 +251,12 @@ pub struct Args {
     #[arg(long, help_heading = "Sweeps", value_name = "N", requires = "sweep")]
     pub sweep_random: Option<usize>,
 
+    /// Stop trials that fall behind, as Optuna's pruners: `median` (once 5 trials finished, a
+    /// trial below their median at an epoch) or `asha` (successive halving at epochs 1, 4,
+    /// 16…, the best quarter going on); `none` runs every trial to its end.
+    #[arg(long, help_heading = "Sweeps", value_name = "RULE", default_value = "none", value_parser = values::parse::<dpt_tui::sweep::prune::Prune>)]
+    pub prune: dpt_tui::sweep::prune::Prune,
+
     /// The most trials a sweep may make.
     #[arg(long, help_heading = "Sweeps", value_name = "N", default_value_t = 256)]
     pub max_trials: usize,
@@ -300,6 +306,7 @@ mod tests {
         ("sweep", "makes many runs, each with its own settings"),
         ("sweep_random", "how many runs a sweep makes"),
         ("max_trials", "how many runs a sweep may make"),
+        ("prune", "which of a sweep's runs stop early"),
         ("trial_devices", "where a sweep places its runs"),
     ];
 

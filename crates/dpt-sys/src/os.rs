@@ -67,6 +67,12 @@ pub fn kill_process_group(group: u32) -> std::io::Result<()> {
     signal_group(group, libc::SIGKILL)
 }
 
+/// Asks process `pid` (a child this process started) to end, with SIGTERM; one already gone is
+/// not an error.
+pub fn terminate_process(pid: u32) -> std::io::Result<()> {
+    signal_process(pid, libc::SIGTERM)
+}
+
 /// Sends `signal` to process `pid` (a child this process started); one already gone is not an
 /// error.
 pub fn signal_process(pid: u32, signal: i32) -> std::io::Result<()> {

@@ -5,9 +5,12 @@
 //! rewritten at each change, so the same command run again (after a kill, a reboot, a requeue)
 //! keeps the finished trials, continues the interrupted ones from their checkpoints (a trial's
 //! run directory continues as any run's does) and starts the rest. A line per trial event, and
-//! the table of trials at the end (`table.rs`, which `dpt-tui show SWEEP` prints too).
+//! the table of trials at the end (`table.rs`, which `dpt-tui show SWEEP` prints too). With
+//! `--prune`, trials that fall behind are stopped early (`pruning.rs`).
 
 mod plan;
+mod progress;
+mod pruning;
 pub mod table;
 
 use std::collections::VecDeque;
@@ -28,6 +31,8 @@ use super::input;
 
 /// How long the sweep waits for an earlier sweep's trial process (its sweep killed) to stop.
 const EARLIER_STOP: Duration = Duration::from_secs(120);
+/// How often a pruning sweep reads its running trials' new records.
+const PRUNE_POLL: Duration = Duration::from_millis(500);
 
 /// Runs the sweep `args` asks for; `argv` is the command line as typed.
 pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
@@ -49,14 +54,16 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     }
     std::fs::create_dir_all(&plan.folder)
         .map_err(|e| input(anyhow!("cannot create the sweep's folder {}: {e}", plan.folder.display())))?;
-    let mut sweep = Sweep { plan, state_path, started: Instant::now() };
+    let metric = super::configure::asked(args)?.best.metric;
+    let pruning = pruning::Pruning::new(args.prune, metric, &plan.folder, &plan.file.trials);
+    let mut sweep = Sweep { plan, state_path, started: Instant::now(), pruning };
     sweep.settle_earlier()?;
     sweep.save()?;
     let total = sweep.plan.file.trials.len();
-    let kept = sweep.count(TrialState::Finished);
+    let kept = sweep.count(TrialState::Finished) + sweep.count(TrialState::Pruned);
     let places: Vec<String> = sweep.plan.slots.iter().map(Slot::describe).collect();
     say(&format!(
-        "sweep: {total} trials ({kept} finished before), {} at once on {} → {}",
+        "sweep: {total} trials ({kept} done before), {} at once on {} → {}",
         places.len(),
         places.first().map_or("", String::as_str),
         sweep.plan.folder.display()
@@ -86,6 +93,7 @@ struct Sweep {
     plan: Plan,
     state_path: PathBuf,
     started: Instant,
+    pruning: pruning::Pruning,
 }
 
 /// A trial's process ended.
@@ -160,13 +168,18 @@ impl Sweep {
     /// checkpoint and stop, and no trial starts after it; returns then the sweep's exit status.
     fn run_all(&mut self, signals: &crossbeam_channel::Receiver<SignalMsg>) -> Result<Option<u8>, Failure> {
         let mut queue: VecDeque<usize> = (0..self.plan.file.trials.len())
-            .filter(|&i| self.plan.file.trials[i].state != TrialState::Finished)
+            .filter(|&i| !matches!(self.plan.file.trials[i].state, TrialState::Finished | TrialState::Pruned))
             .collect();
         let mut free: Vec<usize> = (0..self.plan.slots.len()).rev().collect();
         let (tx, rx) = crossbeam_channel::unbounded::<Ended>();
         let mut running: Vec<usize> = Vec::new();
         let mut stopped = None;
         let mut signals = signals.clone();
+        // The trials' records are read for the pruner this often; nothing is read without one.
+        let ticks = match self.pruning.active() {
+            true => crossbeam_channel::tick(PRUNE_POLL),
+            false => crossbeam_channel::never(),
+        };
         loop {
             while let (Some(&trial), Some(slot)) = (queue.front(), free.pop()) {
                 queue.pop_front();
@@ -188,6 +201,7 @@ impl Sweep {
                     free.push(ended.slot);
                     self.ended(ended)?;
                 }
+                recv(ticks) -> _ => self.prune()?,
                 recv(signals) -> msg => {
                     let (signal, code) = match msg {
                         Ok(SignalMsg::Stop(n)) => (n, dpt_tui::signals::exit_code(n)),
@@ -238,6 +252,7 @@ impl Sweep {
         t.devices = place.describe();
         t.reason = None;
         let continues = dpt_tui::persist::checkpoint::checkpoint_path(&self.plan.trial_dir(i)).is_file();
+        self.pruning.started(i, &self.plan.trial_dir(i));
         say(&format!(
             "[{}] {} {} on {}: {}",
             self.clock(),
@@ -266,8 +281,10 @@ impl Sweep {
             Ok(s) => s,
             Err(err) => return self.mark_failed(i, format!("cannot wait for its process: {err}")),
         };
+        let asked_to_stop = self.pruning.ended(i, status.success());
         let t = &mut self.plan.file.trials[i];
         t.pid = None;
+        t.rungs = self.pruning.rungs(i).to_vec();
         if status.success() {
             t.state = TrialState::Finished;
             let result = table::Result::read(&self.plan.trial_dir(i));
@@ -283,6 +300,16 @@ impl Sweep {
         // A signal's exit (the run's own after SIGINT/SIGTERM, or the preemption's 75) leaves
         // a checkpoint to continue from.
         let code = status.code();
+        if let Some(why) = asked_to_stop.filter(|_| matches!(code, Some(143) | None)) {
+            t.state = TrialState::Pruned;
+            t.reason = Some(why);
+            say(&format!(
+                "[{}] {} stopped early; its place goes to the next trial",
+                self.clock(),
+                self.name(i)
+            ));
+            return self.save();
+        }
         if matches!(code, Some(75 | 130 | 143)) || code.is_none() {
             t.state = TrialState::Interrupted;
             let how = code.map_or_else(|| "by a signal".to_owned(), |c| format!("with status {c}"));
@@ -296,6 +323,19 @@ impl Sweep {
         let reason =
             last_error(&self.log_path(i)).unwrap_or_else(|| format!("exit status {}", code.unwrap_or(-1)));
         self.mark_failed(i, reason)
+    }
+
+    /// Judges the running trials' new epochs; asks those that fell behind to stop (SIGTERM:
+    /// they checkpoint and end, and their place goes to the next trial).
+    fn prune(&mut self) -> Result<(), Failure> {
+        for (t, why) in self.pruning.poll() {
+            say(&format!("[{}] {} pruned: {why}", self.clock(), self.name(t)));
+            if let Some(pid) = self.plan.file.trials[t].pid {
+                // A trial already gone is recorded as it ended.
+                let _ = dpt_tui::sys::terminate_process(pid);
+            }
+        }
+        Ok(())
     }
 
     fn mark_failed(&mut self, i: usize, reason: String) -> Result<(), Failure> {

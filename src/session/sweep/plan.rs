@@ -16,8 +16,8 @@ use super::super::input;
 
 /// The sweep's flags (with a value, then without), which no trial gets; `--run-dir` names the
 /// sweep's folder, and each trial gets its own.
-const SWEEP_VALUE_FLAGS: [&str; 5] =
-    ["--sweep", "--sweep-random", "--max-trials", "--trial-devices", "--run-dir"];
+const SWEEP_VALUE_FLAGS: [&str; 6] =
+    ["--sweep", "--sweep-random", "--max-trials", "--trial-devices", "--prune", "--run-dir"];
 const SWEEP_SWITCHES: [&str; 1] = ["--headless"];
 
 /// Flags that make no sense for a sweep, and why.
@@ -135,6 +135,7 @@ pub fn plan(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
             reason: None,
             pid: None,
             devices: String::new(),
+            rungs: Vec::new(),
         })
         .collect();
     let plan = Plan { folder, file: SweepFile { command, axes, trials }, flags, slots };

@@ -116,8 +116,9 @@ pub fn text(folder: &Path, file: &SweepFile) -> String {
     let mut out = vec![line(&header)];
     out.extend(rows.iter().map(|r| line(r)));
     out.extend(groups(folder, file));
-    for t in file.trials.iter().filter(|t| t.state == TrialState::Failed) {
-        out.push(format!("{} failed: {}", t.dir, t.reason.as_deref().unwrap_or("no reason recorded")));
+    for t in file.trials.iter().filter(|t| matches!(t.state, TrialState::Failed | TrialState::Pruned)) {
+        let reason = t.reason.as_deref().unwrap_or("no reason recorded");
+        out.push(format!("{} {}: {reason}", t.dir, t.state.label()));
     }
     out.join("\n")
 }

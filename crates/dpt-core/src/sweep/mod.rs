@@ -1,7 +1,9 @@
 //! A sweep in words and numbers: its axes (`--sweep KEY=VALUES`), the trials they cross into
 //! (or a random draw of them), the state of every trial as `sweep.json` keeps it, and the
 //! trials of the same settings but their seed grouped into a mean and a standard deviation.
-//! Running the trials is the binary's (`session::sweep`).
+//! Running the trials is the binary's (`session::sweep`); stopping them early is `prune.rs`'s.
+
+pub mod prune;
 
 use std::collections::BTreeMap;
 
@@ -188,6 +190,8 @@ pub enum TrialState {
     /// Stopped by a signal with its checkpoint: the same sweep command continues it.
     Interrupted,
     Finished,
+    /// Stopped early by `--prune` for falling behind; not run again.
+    Pruned,
     Failed,
 }
 
@@ -198,6 +202,7 @@ impl TrialState {
             TrialState::Running => "running",
             TrialState::Interrupted => "interrupted",
             TrialState::Finished => "finished",
+            TrialState::Pruned => "pruned",
             TrialState::Failed => "failed",
         }
     }
@@ -220,6 +225,9 @@ pub struct Trial {
     /// The devices it ran on last.
     #[serde(default)]
     pub devices: String,
+    /// Under `--prune asha`, its value at each rung it reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rungs: Vec<f64>,
 }
 
 /// A sweep's plan and its trials' states: `sweep.json`.
