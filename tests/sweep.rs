@@ -94,6 +94,16 @@ fn a_sweep_runs_each_trial_as_its_run_alone_and_its_command_again_finishes_a_kil
     assert_eq!(rows.len(), 5, "{csv}");
     assert!(rows[4].starts_with("trial-003,0.9,2,finished,2,"), "{csv}");
 
+    // Every trial's curves in one picture, one colour and one legend entry per lr.
+    let picture = tmp.path().join("sweep.svg");
+    Dpt::new().args(["show", whole.to_str().unwrap(), "--svg", picture.to_str().unwrap()]).ok();
+    let svg = std::fs::read_to_string(&picture).unwrap();
+    assert_eq!((svg.matches("\nlr=0.3\n").count(), svg.matches("\nlr=0.9\n").count()), (2, 2), "{svg}");
+    assert!(svg.contains("whole — 4 trials, by lr"));
+    let png = tmp.path().join("sweep.png");
+    Dpt::new().args(["show", whole.to_str().unwrap(), "--png", png.to_str().unwrap()]).ok();
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+
     // Killed with SIGKILL while its first trials train: its trials get SIGTERM, checkpoint
     // and stop; the same command continues them and starts the rest.
     let killed = tmp.path().join("killed");
@@ -110,6 +120,12 @@ fn a_sweep_runs_each_trial_as_its_run_alone_and_its_command_again_finishes_a_kil
     for i in 0..4 {
         let dir = format!("trial-00{i}");
         assert_same_weights(&killed.join(&dir), &whole.join(&dir));
+    }
+    // `ls` lists both sweeps with their trials' states.
+    let listed = Dpt::new().args(["ls", tmp.path().to_str().unwrap()]).ok();
+    for folder in [&whole, &killed] {
+        let line = listed.lines().find(|l| l.ends_with(folder.to_str().unwrap())).unwrap_or_default();
+        assert!(line.starts_with("done       4 finished of 4"), "{listed}");
     }
     // Run once more, it has nothing left to do.
     let done = sweep(&killed, &flags).ok();

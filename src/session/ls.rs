@@ -1,5 +1,6 @@
-//! `dpt-tui ls [DIR] [--prune]`: the user's live jobs, wherever they run, and the runs under
-//! DIR (default `./runs`). Listing changes nothing; `--prune` removes what dead jobs left.
+//! `dpt-tui ls [DIR] [--prune]`: the user's live jobs, wherever they run, the runs under DIR
+//! (default `./runs`) and the sweeps there. Listing changes nothing; `--prune` removes what
+//! dead jobs left.
 
 use std::path::Path;
 
@@ -46,8 +47,37 @@ pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
             println!("(* resumable: dpt-tui --resume RUN)");
         }
     }
+    sweeps(dir);
     if listing.stale > 0 && !prune {
         println!("{} dead job(s) left a socket behind; 'dpt-tui ls --prune' removes them", listing.stale);
     }
     Ok(0)
+}
+
+/// The sweeps in `dir`'s folders (a folder with a `sweep.json`), newest first.
+fn sweeps(dir: &Path) {
+    let mut found: Vec<(std::time::SystemTime, std::path::PathBuf, dpt_tui::sweep::SweepFile)> =
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter_map(|p| {
+                        let state = p.join(dpt_tui::sweep::SWEEP_FILE);
+                        let modified = std::fs::metadata(&state).and_then(|m| m.modified()).ok()?;
+                        let file = serde_json::from_str(&std::fs::read_to_string(&state).ok()?).ok()?;
+                        Some((modified, p, file))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    if found.is_empty() {
+        return;
+    }
+    found.sort_by_key(|e| std::cmp::Reverse(e.0));
+    println!();
+    println!("{:<10} {:<44} {:<22}  SWEEP", "STATE", "TRIALS", "BEST ACC");
+    for (_, path, file) in &found {
+        let (state, trials, best) = super::sweep::table::summary(path, file);
+        println!("{state:<10} {trials:<44} {best:<22}  {}", path.display());
+    }
 }

@@ -28,6 +28,7 @@ use crate::cli::{Args, Command};
 use crate::Failure;
 use dpt_tui::dashboard::{self, theme::Theme};
 use dpt_tui::device::Machine;
+use dpt_tui::report::Format;
 use dpt_tui::signals::SignalWatch;
 
 /// Bad input: exit 2.
@@ -47,7 +48,9 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         Some(Command::Ls { dir, prune }) => return ls::run(&dir, prune),
         Some(Command::Show { runs, why: true, .. }) => return show::why(&runs),
         Some(Command::Show { runs, tensorboard: true, .. }) => return show::tensorboard(&runs),
-        Some(Command::Show { runs, csv, .. }) if show::is_sweep(&runs) => return show::sweep(&runs, csv),
+        Some(Command::Show { runs, csv, png, svg, .. }) if show::is_sweep(&runs) => {
+            return show::sweep(&runs, csv, [(png.as_deref(), Format::Png), (svg.as_deref(), Format::Svg)])
+        }
         Some(Command::Show { csv: true, .. }) => {
             return Err(input(anyhow::anyhow!("--csv writes a sweep's table; name a sweep's folder")))
         }

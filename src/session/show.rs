@@ -140,18 +140,70 @@ pub fn is_sweep(all: &[PathBuf]) -> bool {
     matches!(all, [one] if one.join(dpt_tui::sweep::SWEEP_FILE).is_file())
 }
 
-/// `dpt-tui show SWEEP [--csv]`: the sweep's table of trials, as text or CSV.
-pub fn sweep(all: &[PathBuf], csv: bool) -> Result<u8, Failure> {
+/// `dpt-tui show SWEEP [--csv | --png FILE | --svg FILE]`: the sweep's table of trials, as text
+/// or CSV, or every trial's curves in one picture.
+pub fn sweep(all: &[PathBuf], csv: bool, pictures: [(Option<&Path>, Format); 2]) -> Result<u8, Failure> {
     let [folder] = all else { return Err(input(anyhow!("name one sweep's folder"))) };
     let path = folder.join(dpt_tui::sweep::SWEEP_FILE);
     let text =
         std::fs::read_to_string(&path).map_err(|e| input(anyhow!("cannot read {}: {e}", path.display())))?;
     let file: dpt_tui::sweep::SweepFile = serde_json::from_str(&text)
         .map_err(|e| input(anyhow!("{} is not a sweep's state: {e}", path.display())))?;
+    if pictures.iter().any(|(p, _)| p.is_some()) {
+        let (trials, values) = swept_curves(folder, &file);
+        let name = folder
+            .file_name()
+            .map_or_else(|| folder.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let by = file
+            .axes
+            .first()
+            .map_or(String::new(), |a| format!(", by {}", super::sweep::table::short_key(&a.key)));
+        let title = format!("{name} — {} trials{by}", trials.len());
+        for (path, format) in pictures {
+            if let Some(path) = path {
+                report::write_sweep(&trials, values, &title, path, format).map_err(input)?;
+                println!("wrote {}", runs::absolute(path).display());
+            }
+        }
+        return Ok(0);
+    }
     if csv {
         print!("{}", super::sweep::table::csv(folder, &file));
     } else {
         super::sweep::table::print(folder, &file);
     }
     Ok(0)
+}
+
+/// Each trial's curves with the value of the sweep's first setting it ran with, and how many
+/// values that setting has; trials with nothing recorded yet are left out.
+fn swept_curves(folder: &Path, file: &dpt_tui::sweep::SweepFile) -> (Vec<report::sweep::SweptCurves>, usize) {
+    let axis = file.axes.first();
+    // The values in their order as numbers where they all are numbers (colours then follow
+    // the value), else as listed.
+    let mut order: Vec<String> = axis.map_or_else(Vec::new, |a| a.values.clone());
+    let numbers: Option<Vec<f64>> = order.iter().map(|v| v.parse::<f64>().ok()).collect();
+    if let Some(n) = numbers {
+        let mut paired: Vec<(f64, String)> = n.into_iter().zip(order).collect();
+        paired.sort_by(|a, b| a.0.total_cmp(&b.0));
+        order = paired.into_iter().map(|(_, v)| v).collect();
+    }
+    let mut trials: Vec<report::sweep::SweptCurves> = file
+        .trials
+        .iter()
+        .filter_map(|t| {
+            let records = dpt_tui::record::file::read_records(&folder.join(&t.dir)).ok()?;
+            let curves = dpt_tui::record::curves::Curves::of(&records);
+            if curves.test_loss.is_empty() {
+                return None;
+            }
+            let value = t.values.first().cloned().unwrap_or_default();
+            let rank = order.iter().position(|v| *v == value).unwrap_or(0);
+            let key = axis.map_or("", |a| super::sweep::table::short_key(&a.key));
+            Some(report::sweep::SweptCurves { value: format!("{key}={value}"), rank, curves })
+        })
+        .collect();
+    // Drawn, and named in the legend, in the values' order.
+    trials.sort_by_key(|t| t.rank);
+    (trials, order.len().max(1))
 }

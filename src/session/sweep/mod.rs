@@ -45,6 +45,12 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
                 plan.folder.display()
             )));
         }
+        if let Some(pid) = earlier.pid.filter(|&p| p != std::process::id() && sweep_runs(p)) {
+            return Err(input(anyhow!(
+                "{} is being run by another sweep process (pid {pid}); wait for it or stop it (kill {pid})",
+                plan.folder.display()
+            )));
+        }
         plan.file.trials = earlier.trials;
     } else if plan.folder.is_dir() && std::fs::read_dir(&plan.folder).is_ok_and(|mut d| d.next().is_some()) {
         return Err(input(anyhow!(
@@ -52,6 +58,7 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
             plan.folder.display()
         )));
     }
+    plan.file.pid = Some(std::process::id());
     std::fs::create_dir_all(&plan.folder)
         .map_err(|e| input(anyhow!("cannot create the sweep's folder {}: {e}", plan.folder.display())))?;
     let metric = super::configure::asked(args)?.best.metric;
@@ -72,6 +79,8 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     let stopped = sweep.run_all(&signals.messages)?;
     say("");
     say(&table::text(&sweep.plan.folder, &sweep.plan.file));
+    sweep.plan.file.pid = None;
+    sweep.save()?;
     let failed = sweep.count(TrialState::Failed);
     let interrupted = sweep.count(TrialState::Interrupted);
     if let Some(code) = stopped {
@@ -378,6 +387,12 @@ fn read_state(path: &Path) -> Result<Option<SweepFile>, Failure> {
     serde_json::from_str(&text).map(Some).map_err(|e| {
         input(anyhow!("{} is not a sweep's state ({e}); name another --run-dir", path.display()))
     })
+}
+
+/// Whether process `pid` is a sweep's (its command line has `--sweep`).
+pub fn sweep_runs(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    cmdline.split(|&b| b == 0).any(|arg| arg == b"--sweep" || arg.starts_with(b"--sweep="))
 }
 
 /// Whether process `pid` is a trial running in `dir` (its command line names the folder).

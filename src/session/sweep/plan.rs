@@ -138,7 +138,7 @@ pub fn plan(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
             rungs: Vec::new(),
         })
         .collect();
-    let plan = Plan { folder, file: SweepFile { command, axes, trials }, flags, slots };
+    let plan = Plan { folder, file: SweepFile { command, axes, trials, pid: None }, flags, slots };
     for (i, t) in plan.file.trials.iter().enumerate() {
         check_trial(&plan.trial_argv(i, &plan.slots[0]))
             .map_err(|e| input(anyhow!("trial {} ({}): {e}", t.dir, plan.describe(i))))?;

@@ -8,7 +8,7 @@ use dpt_tui::record::file::read_records;
 use dpt_tui::record::Record;
 use dpt_tui::sweep::{mean_std, seed_groups, SweepFile, TrialState};
 
-use super::plan::short_key;
+pub use super::plan::short_key;
 
 /// What a trial's records say so far.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -184,4 +184,39 @@ fn groups(folder: &Path, file: &SweepFile) -> Vec<String> {
 /// Prints the sweep's table.
 pub fn print(folder: &Path, file: &SweepFile) {
     println!("{}", text(folder, file));
+}
+
+/// One line of `dpt-tui ls` for the sweep in `folder`: whether a sweep process runs it, its
+/// trials by state, and its best trial by test accuracy.
+pub fn summary(folder: &Path, file: &SweepFile) -> (String, String, String) {
+    let state = match file.pid.filter(|&p| super::sweep_runs(p)) {
+        Some(_) => "running",
+        None if file.trials.iter().all(|t| matches!(t.state, TrialState::Finished | TrialState::Pruned)) => {
+            "done"
+        }
+        None => "stopped",
+    };
+    let order = [
+        TrialState::Finished,
+        TrialState::Running,
+        TrialState::Pruned,
+        TrialState::Interrupted,
+        TrialState::Failed,
+        TrialState::Pending,
+    ];
+    let counts: Vec<String> = order
+        .iter()
+        .filter_map(|s| {
+            let n = file.trials.iter().filter(|t| t.state == *s).count();
+            (n > 0).then(|| format!("{n} {}", s.label()))
+        })
+        .collect();
+    let trials = format!("{} of {}", counts.join(", "), file.trials.len());
+    let best = file
+        .trials
+        .iter()
+        .filter_map(|t| Result::read(&folder.join(&t.dir)).best_acc.map(|b| (b, &t.dir)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map_or("-".to_owned(), |(b, dir)| format!("{dir} {b:.4}"));
+    (state.to_owned(), trials, best)
 }

@@ -237,6 +237,9 @@ pub struct SweepFile {
     pub command: Vec<String>,
     pub axes: Vec<Axis>,
     pub trials: Vec<Trial>,
+    /// The sweep process running it, while one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
 }
 
 impl SweepFile {

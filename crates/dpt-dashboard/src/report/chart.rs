@@ -75,7 +75,7 @@ type PanelSeries<'a> = (&'a [Series<'a>], &'a [&'a [(f64, f64)]]);
 /// The corner of the plot the legend covers the fewest points in: a box about the legend's
 /// size (a third of the width, two fifths of the height) in each corner, upper right first on
 /// a tie. Accuracy rises into the upper right, where a loss legend belongs.
-fn legend_corner(
+pub(super) fn legend_corner(
     series: &[&[(f64, f64)]],
     (x0, x1): (f64, f64),
     (y0, y1): (f64, f64),

@@ -6,6 +6,7 @@
 //! the same on every machine and needs no system font.
 
 mod chart;
+pub mod sweep;
 
 use std::path::Path;
 
@@ -73,10 +74,29 @@ pub fn write(records: &[Record], run_dir: &Path, path: &Path, format: Format) ->
     let name = run_dir
         .file_name()
         .map_or_else(|| run_dir.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let svg = svg(records, &name)?;
+    save(svg(records, &name)?, path, format)
+}
+
+/// `svg` written atomically into `path` as `format`.
+fn save(svg: String, path: &Path, format: Format) -> Result<(), ReportError> {
     let bytes = match format {
         Format::Svg => svg.into_bytes(),
         Format::Png => png(&svg)?,
     };
     atomic::write_bytes(path, &bytes).map_err(|cause| ReportError::Write { path: path.to_owned(), cause })
+}
+
+/// Draws `trials` (a sweep's, `values` values of its first swept setting) under `title` into
+/// `path`, written atomically.
+pub fn write_sweep(
+    trials: &[sweep::SweptCurves],
+    values: usize,
+    title: &str,
+    path: &Path,
+    format: Format,
+) -> Result<(), ReportError> {
+    if trials.is_empty() {
+        return Err(ReportError::Empty);
+    }
+    save(sweep::draw(trials, values, title).map_err(ReportError::Draw)?, path, format)
 }
