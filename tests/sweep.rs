@@ -104,6 +104,36 @@ fn a_sweep_runs_each_trial_as_its_run_alone_and_its_command_again_finishes_a_kil
     Dpt::new().args(["show", whole.to_str().unwrap(), "--png", png.to_str().unwrap()]).ok();
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
 
+    // TensorBoard's HParams plugin: the experiment (the swept settings, typed as the runs
+    // recorded them, and the metric tags) and each trial's end, read by TensorBoard's reader.
+    let read = |dir: &Path| -> serde_json::Value {
+        let out = common::run_script("tensorboard_read.py", &[dir.join("tensorboard")]);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let tb = read(&whole);
+    let experiment = &tb["experiment"];
+    assert_eq!(experiment["hparams"]["optimizer.lr"]["type"], "DATA_TYPE_FLOAT64", "{tb}");
+    assert_eq!(experiment["hparams"]["optimizer.lr"]["values"], serde_json::json!([0.3, 0.9]));
+    assert_eq!(experiment["hparams"]["recipe.seed"]["values"], serde_json::json!([1.0, 2.0]));
+    assert_eq!(experiment["metrics"], serde_json::json!(["test/accuracy", "test/loss", "train/epoch_loss"]));
+    let trial = read(&whole.join("trial-002"));
+    assert_eq!(trial["status"], "STATUS_SUCCESS", "{trial}");
+    assert_eq!(trial["hparams"]["optimizer.lr"], 0.9, "the run's own session start");
+    assert!(trial["scalars"]["test/accuracy"].as_array().is_some_and(|a| a.len() == 2), "{trial}");
+    // The plugin's own backend lists the four trials with their lr, seed, final accuracy and end.
+    let out = common::run_script("hparams_sessions.py", &[&whole]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["hparams"], serde_json::json!(["optimizer.lr", "recipe.seed"]), "{listed}");
+    let groups = listed["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 4, "{listed}");
+    let g = groups.iter().find(|g| g["name"] == "trial-002/tensorboard").unwrap();
+    assert_eq!(g["hparams"], serde_json::json!({"optimizer.lr": 0.9, "recipe.seed": 1.0}));
+    assert_eq!(g["statuses"], serde_json::json!(["STATUS_SUCCESS"]));
+    let shown_acc = Dpt::new().args(["show", whole.to_str().unwrap(), "--csv"]).ok();
+    let row = shown_acc.lines().find(|l| l.starts_with("trial-002,")).unwrap();
+    let acc: f64 = row.split(',').nth(5).unwrap().parse().unwrap();
+    assert!((g["metrics"]["test/accuracy"].as_f64().unwrap() - acc).abs() < 1e-4, "{g} against {row}");
+
     // Killed with SIGKILL while its first trials train: its trials get SIGTERM, checkpoint
     // and stop; the same command continues them and starts the rest.
     let killed = tmp.path().join("killed");

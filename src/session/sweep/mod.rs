@@ -8,6 +8,7 @@
 //! the table of trials at the end (`table.rs`, which `dpt-tui show SWEEP` prints too). With
 //! `--prune`, trials that fall behind are stopped early (`pruning.rs`).
 
+mod hparams;
 mod plan;
 mod progress;
 mod pruning;
@@ -23,6 +24,7 @@ use anyhow::{anyhow, Context};
 
 use crate::cli::Args;
 use crate::Failure;
+use dpt_tui::record::tensorboard::SessionStatus;
 use dpt_tui::signals::SignalMsg;
 use dpt_tui::sweep::{SweepFile, TrialState, SWEEP_FILE};
 use plan::{Plan, Slot};
@@ -81,6 +83,9 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     say(&table::text(&sweep.plan.folder, &sweep.plan.file));
     sweep.plan.file.pid = None;
     sweep.save()?;
+    if let Err(e) = hparams::experiment(&sweep.plan.folder, &sweep.plan.file) {
+        say(&format!("sweep: cannot write the TensorBoard experiment (the HParams view): {e}"));
+    }
     let failed = sweep.count(TrialState::Failed);
     let interrupted = sweep.count(TrialState::Interrupted);
     if let Some(code) = stopped {
@@ -291,12 +296,21 @@ impl Sweep {
             Err(err) => return self.mark_failed(i, format!("cannot wait for its process: {err}")),
         };
         let asked_to_stop = self.pruning.ended(i, status.success());
+        let dir = self.plan.trial_dir(i);
         let t = &mut self.plan.file.trials[i];
         t.pid = None;
         t.rungs = self.pruning.rungs(i).to_vec();
         if status.success() {
+            let result = table::Result::read(&dir);
+            let status = if result.diverged { SessionStatus::Failure } else { SessionStatus::Success };
+            if let Err(e) = hparams::session_end(&dir, status) {
+                say(&format!(
+                    "sweep: cannot write {}'s end for TensorBoard: {e}",
+                    self.plan.file.trials[i].dir
+                ));
+            }
+            let t = &mut self.plan.file.trials[i];
             t.state = TrialState::Finished;
-            let result = table::Result::read(&self.plan.trial_dir(i));
             say(&format!(
                 "[{}] {} finished in {:.1} s: {}",
                 self.clock(),
@@ -309,6 +323,7 @@ impl Sweep {
         // A signal's exit (the run's own after SIGINT/SIGTERM, or the preemption's 75) leaves
         // a checkpoint to continue from.
         let code = status.code();
+        let t = &mut self.plan.file.trials[i];
         if let Some(why) = asked_to_stop.filter(|_| matches!(code, Some(143) | None)) {
             t.state = TrialState::Pruned;
             t.reason = Some(why);
@@ -348,6 +363,9 @@ impl Sweep {
     }
 
     fn mark_failed(&mut self, i: usize, reason: String) -> Result<(), Failure> {
+        if let Err(e) = hparams::session_end(&self.plan.trial_dir(i), SessionStatus::Failure) {
+            say(&format!("sweep: cannot write {}'s end for TensorBoard: {e}", self.plan.file.trials[i].dir));
+        }
         let t = &mut self.plan.file.trials[i];
         t.state = TrialState::Failed;
         t.pid = None;

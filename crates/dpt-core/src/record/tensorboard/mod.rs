@@ -21,14 +21,25 @@ use crate::record::Record;
 use scalars::Scalars;
 
 use proto::{
-    Event, HParamsPluginData, PluginData, ProtoValue, SessionStartInfo, Summary, SummaryMetadata, Value,
+    Event, Experiment, HParamInfo, HParamsPluginData, ListValue, MetricInfo, MetricName, PluginData,
+    ProtoValue, SessionEndInfo, SessionStartInfo, Summary, SummaryMetadata, Value,
 };
 
 /// The event files' folder inside a run directory.
 pub const TENSORBOARD_DIR: &str = "tensorboard";
 
-/// The tag TensorBoard's HParams plugin reads a run's hyperparameters from.
+/// The tags TensorBoard's HParams plugin reads a run's hyperparameters, its end, and an
+/// experiment's table from.
 const SESSION_START_TAG: &str = "_hparams_/session_start_info";
+const SESSION_END_TAG: &str = "_hparams_/session_end_info";
+const EXPERIMENT_TAG: &str = "_hparams_/experiment";
+
+/// How a session (a sweep's trial) ended, as the HParams plugin's `Status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionStatus {
+    Success = 1,
+    Failure = 2,
+}
 
 /// One hyperparameter's value.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,15 +107,54 @@ impl EventFile {
     /// The run's hyperparameters, as the HParams plugin's session start.
     pub fn hparams(&mut self, wall_time: f64, hparams: &BTreeMap<String, HParam>) -> std::io::Result<()> {
         let values = hparams.iter().map(|(k, v)| (k.clone(), ProtoValue::from(v))).collect();
-        let content = HParamsPluginData {
-            version: 0,
+        let data = HParamsPluginData {
             session_start_info: Some(SessionStartInfo { hparams: values, start_time_secs: wall_time }),
-        }
-        .encode_to_vec();
+            ..HParamsPluginData::default()
+        };
+        self.plugin_data(wall_time, SESSION_START_TAG, &data)
+    }
+
+    /// A session's end (a sweep's trial), for the HParams plugin's status column.
+    pub fn session_end(&mut self, wall_time: f64, status: SessionStatus) -> std::io::Result<()> {
+        let end = SessionEndInfo { status: status as i32, end_time_secs: wall_time };
+        let data = HParamsPluginData { session_end_info: Some(end), ..HParamsPluginData::default() };
+        self.plugin_data(wall_time, SESSION_END_TAG, &data)
+    }
+
+    /// A sweep's experiment: the hyperparameters swept, each with the values it takes, and the
+    /// metric tags, which are what the HParams plugin's table shows of every session.
+    pub fn experiment(
+        &mut self,
+        wall_time: f64,
+        hparams: &[(String, Vec<HParam>)],
+        metrics: &[String],
+    ) -> std::io::Result<()> {
+        let hparam_infos = hparams
+            .iter()
+            .map(|(name, values)| HParamInfo {
+                name: name.clone(),
+                r#type: match values.first() {
+                    Some(HParam::Number(_)) => 3,
+                    Some(HParam::Bool(_)) => 2,
+                    _ => 1,
+                },
+                domain_discrete: Some(ListValue { values: values.iter().map(ProtoValue::from).collect() }),
+            })
+            .collect();
+        let metric_infos = metrics
+            .iter()
+            .map(|tag| MetricInfo { name: Some(MetricName { group: String::new(), tag: tag.clone() }) })
+            .collect();
+        let experiment = Experiment { time_created_secs: wall_time, hparam_infos, metric_infos };
+        let data = HParamsPluginData { experiment: Some(experiment), ..HParamsPluginData::default() };
+        self.plugin_data(wall_time, EXPERIMENT_TAG, &data)
+    }
+
+    fn plugin_data(&mut self, wall_time: f64, tag: &str, data: &HParamsPluginData) -> std::io::Result<()> {
+        let content = data.encode_to_vec();
         let metadata =
             SummaryMetadata { plugin_data: Some(PluginData { plugin_name: "hparams".into(), content }) };
-        let value =
-            vec![Value { tag: SESSION_START_TAG.into(), simple_value: None, metadata: Some(metadata) }];
+        let value = vec![Value { tag: tag.into(), simple_value: None, metadata: Some(metadata) }];
         self.write(&Event { wall_time, summary: Some(Summary { value }), ..Event::default() })
     }
 }

@@ -1,6 +1,6 @@
 //! The protocol-buffer messages of TensorBoard's event files, with the field numbers of
 //! TensorFlow's `event.proto` and `summary.proto`, the HParams plugin's `plugin_data.proto` and
-//! `google/protobuf/struct.proto`; only the fields written here. A `oneof` member is an
+//! `api.proto`, and `google/protobuf/struct.proto`; only the fields written here. A `oneof` member is an
 //! optional field of its number (the same bytes on the wire).
 
 use std::collections::BTreeMap;
@@ -53,8 +53,65 @@ pub struct PluginData {
 pub struct HParamsPluginData {
     #[prost(int32, tag = "1")]
     pub version: i32,
+    #[prost(message, optional, tag = "2")]
+    pub experiment: Option<Experiment>,
     #[prost(message, optional, tag = "3")]
     pub session_start_info: Option<SessionStartInfo>,
+    #[prost(message, optional, tag = "4")]
+    pub session_end_info: Option<SessionEndInfo>,
+}
+
+/// The HParams plugin's `Experiment` (`api.proto`): which hyperparameters and metrics its
+/// table shows.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Experiment {
+    #[prost(double, tag = "3")]
+    pub time_created_secs: f64,
+    #[prost(message, repeated, tag = "4")]
+    pub hparam_infos: Vec<HParamInfo>,
+    #[prost(message, repeated, tag = "5")]
+    pub metric_infos: Vec<MetricInfo>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HParamInfo {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// `DataType`: 1 string, 2 bool, 3 float64.
+    #[prost(int32, tag = "4")]
+    pub r#type: i32,
+    #[prost(message, optional, tag = "5")]
+    pub domain_discrete: Option<ListValue>,
+}
+
+/// `google.protobuf.ListValue`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListValue {
+    #[prost(message, repeated, tag = "1")]
+    pub values: Vec<ProtoValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MetricInfo {
+    #[prost(message, optional, tag = "1")]
+    pub name: Option<MetricName>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MetricName {
+    #[prost(string, tag = "1")]
+    pub group: String,
+    #[prost(string, tag = "2")]
+    pub tag: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SessionEndInfo {
+    /// `Status`: 1 success, 2 failure.
+    #[prost(int32, tag = "1")]
+    pub status: i32,
+    #[prost(double, tag = "2")]
+    pub end_time_secs: f64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -38,8 +38,7 @@ impl Scalars {
             Record::Start(info) => {
                 self.classes = info.task.has_classes();
                 self.block = info.settings.data.block_size.filter(|_| info.has_perplexity());
-                let val = info.val_samples.is_some() || info.test_split.as_deref() == Some("val");
-                self.split = if val { "val" } else { "test" };
+                self.split = split_of(info);
                 return None;
             }
             Record::Step(s) => {
@@ -87,6 +86,33 @@ impl Scalars {
         }
         Some((self.step as i64, v))
     }
+}
+
+/// The split a run evaluates on, as its tags name it.
+fn split_of(info: &RunInfo) -> &'static str {
+    let val = info.val_samples.is_some() || info.test_split.as_deref() == Some("val");
+    if val {
+        "val"
+    } else {
+        "test"
+    }
+}
+
+/// The tags of the figures a run writes after each epoch's evaluation (as [`Scalars::of`]
+/// writes them), the ones that rank runs first: accuracy (with classes), loss, perplexity (a
+/// language model), then the training loss.
+pub fn epoch_metric_tags(info: &RunInfo) -> Vec<String> {
+    let split = split_of(info);
+    let mut tags = Vec::new();
+    if info.task.has_classes() {
+        tags.push(format!("{split}/accuracy"));
+    }
+    tags.push(format!("{split}/loss"));
+    if info.settings.data.block_size.is_some() && info.has_perplexity() {
+        tags.push(format!("{split}/perplexity"));
+    }
+    tags.push("train/epoch_loss".to_owned());
+    tags
 }
 
 /// The run's resolved settings as hyperparameters (`optimizer.lr`, `recipe.batch_size`, …),
