@@ -345,3 +345,24 @@ fn asha_stops_a_trial_outside_the_best_quarter_at_its_rung_and_it_stays_stopped(
     assert!(again.contains("sweep: 2 trials (2 done before)"), "{again}");
     assert!(!again.contains(" started on ") && !again.contains(" continues on "), "{again}");
 }
+
+#[test]
+fn a_detached_sweep_runs_in_the_background_its_lines_in_sweep_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("sweep");
+    let flags =
+        ["--epochs", "1", "--train-limit", "500", "--sweep", "seed=1..2", "--detach"].map(str::to_owned);
+    let said = sweep(&folder, &flags).data(&data).ok();
+    assert!(said.contains("sweep: 2 trials started in the background (pid "), "{said}");
+    assert!(said.contains(&format!("follow it:  tail -f {}", folder.join("sweep.log").display())), "{said}");
+    let done = || {
+        let state = state_of(&folder);
+        let finished = state["trials"].as_array().unwrap().iter().all(|t| t["state"] == "finished");
+        finished && state.get("pid").is_none()
+    };
+    until(Duration::from_secs(180), "the detached sweep's end", done);
+    let log = std::fs::read_to_string(folder.join("sweep.log")).unwrap();
+    assert!(log.contains("trial-001 (2/2) finished in "), "{log}");
+    assert!(log.lines().any(|l| l.starts_with("trial-000  1     finished")), "the table: {log}");
+}

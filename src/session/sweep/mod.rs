@@ -38,31 +38,12 @@ const PRUNE_POLL: Duration = Duration::from_millis(500);
 
 /// Runs the sweep `args` asks for; `argv` is the command line as typed.
 pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
-    let mut plan = plan::plan(args, argv)?;
+    let mut plan = claim(args, argv)?;
     let state_path = plan.folder.join(SWEEP_FILE);
-    if let Some(earlier) = read_state(&state_path)? {
-        if !earlier.same_plan(&plan.file) {
-            return Err(input(anyhow!(
-                "{} holds another sweep (its command, swept values or trials differ); name another --run-dir, or run its own command again to continue it",
-                plan.folder.display()
-            )));
-        }
-        if let Some(pid) = earlier.pid.filter(|&p| p != std::process::id() && sweep_runs(p)) {
-            return Err(input(anyhow!(
-                "{} is being run by another sweep process (pid {pid}); wait for it or stop it (kill {pid})",
-                plan.folder.display()
-            )));
-        }
-        plan.file.trials = earlier.trials;
-    } else if plan.folder.is_dir() && std::fs::read_dir(&plan.folder).is_ok_and(|mut d| d.next().is_some()) {
-        return Err(input(anyhow!(
-            "{} is not empty and holds no sweep; name a new or empty folder with --run-dir",
-            plan.folder.display()
-        )));
+    if args.detach {
+        return detach(&plan, &state_path, argv);
     }
     plan.file.pid = Some(std::process::id());
-    std::fs::create_dir_all(&plan.folder)
-        .map_err(|e| input(anyhow!("cannot create the sweep's folder {}: {e}", plan.folder.display())))?;
     let metric = super::configure::asked(args)?.best.metric;
     let pruning = pruning::Pruning::new(args.prune, metric, &plan.folder, &plan.file.trials);
     let mut sweep = Sweep { plan, state_path, started: Instant::now(), pruning };
@@ -100,6 +81,72 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     Err(Failure::Run(anyhow!(
         "{failed} failed and {interrupted} interrupted of {total} trials; the same command runs them again (finished trials are kept)"
     )))
+}
+
+/// The sweep `args` asks for, checked, with the states its folder holds of an earlier run of
+/// the same command; the folder created.
+fn claim(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
+    let mut plan = plan::plan(args, argv)?;
+    let state_path = plan.folder.join(SWEEP_FILE);
+    if let Some(earlier) = read_state(&state_path)? {
+        if !earlier.same_plan(&plan.file) {
+            return Err(input(anyhow!(
+                "{} holds another sweep (its command, swept values or trials differ); name another --run-dir, or run its own command again to continue it",
+                plan.folder.display()
+            )));
+        }
+        if let Some(pid) = earlier.pid.filter(|&p| p != std::process::id() && sweep_runs(p)) {
+            return Err(input(anyhow!(
+                "{} is being run by another sweep process (pid {pid}); wait for it or stop it (kill {pid})",
+                plan.folder.display()
+            )));
+        }
+        plan.file.trials = earlier.trials;
+    } else if plan.folder.is_dir() && std::fs::read_dir(&plan.folder).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(input(anyhow!(
+            "{} is not empty and holds no sweep; name a new or empty folder with --run-dir",
+            plan.folder.display()
+        )));
+    }
+    std::fs::create_dir_all(&plan.folder)
+        .map_err(|e| input(anyhow!("cannot create the sweep's folder {}: {e}", plan.folder.display())))?;
+    Ok(plan)
+}
+
+/// `--detach`: the checked sweep's state written, the same command (less `--detach`) started
+/// in a session of its own, its lines going to `sweep.log` in the sweep's folder; says how to
+/// follow and stop it.
+fn detach(plan: &Plan, state_path: &Path, argv: &[String]) -> Result<u8, Failure> {
+    let text = serde_json::to_string_pretty(&plan.file).map_err(|e| Failure::Run(e.into()))?;
+    dpt_tui::atomic::write_bytes(state_path, text.as_bytes())
+        .map_err(|e| input(anyhow!("cannot write {}: {e}", state_path.display())))?;
+    let log_path = plan.folder.join("sweep.log");
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| input(anyhow!("cannot open {}: {e}", log_path.display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Run(anyhow!("cannot find dpt-tui's own executable: {e}")))?;
+    let mut cmd = Command::new(exe);
+    let clone = |f: &File| f.try_clone().map_err(|e| Failure::Run(e.into()));
+    cmd.args(argv.iter().skip(1).filter(|a| a.as_str() != "--detach"))
+        .stdin(Stdio::null())
+        .stdout(clone(&log)?)
+        .stderr(log);
+    dpt_tui::sys::in_new_session(&mut cmd);
+    let child =
+        cmd.spawn().map_err(|e| Failure::Run(anyhow!("cannot start the sweep in the background: {e}")))?;
+    let folder = plan.folder.display();
+    say(&format!(
+        "sweep: {} trials started in the background (pid {}) → {folder}",
+        plan.file.trials.len(),
+        child.id()
+    ));
+    say(&format!("follow it:  tail -f {}", log_path.display()));
+    say(&format!("its table:  dpt-tui show {folder}"));
+    say(&format!("stop it:    kill {} (its trials checkpoint; the same command continues it)", child.id()));
+    Ok(0)
 }
 
 /// A sweep under way.
@@ -159,15 +206,19 @@ impl Sweep {
                 };
                 t.pid = None;
             }
-            let fresh_start = !dpt_tui::persist::checkpoint::checkpoint_path(&dir).is_file();
-            if t.state == TrialState::Failed && fresh_start && dir.exists() {
-                let kept = (1..).map(|n| dir.with_extension(format!("failed-{n}"))).find(|p| !p.exists());
+            // An attempt that failed, or stopped before its first checkpoint, leaves a run
+            // directory the trial cannot continue: it is kept aside and the trial starts anew.
+            let no_checkpoint = !dpt_tui::persist::checkpoint::checkpoint_path(&dir).is_file();
+            let again = matches!(t.state, TrialState::Failed | TrialState::Interrupted);
+            if again && no_checkpoint && dir.exists() {
+                let label = t.state.label();
+                let kept = (1..).map(|n| dir.with_extension(format!("{label}-{n}"))).find(|p| !p.exists());
                 if let Some(kept) = kept {
                     std::fs::rename(&dir, &kept).map_err(|e| {
-                        Failure::Run(anyhow!("cannot move the failed {} aside: {e}", dir.display()))
+                        Failure::Run(anyhow!("cannot move the {label} {} aside: {e}", dir.display()))
                     })?;
                     say(&format!(
-                        "sweep: {} failed before; its attempt is kept as {}",
+                        "sweep: {} {label} before without a checkpoint; its attempt is kept as {}",
                         t.dir,
                         kept.display()
                     ));

@@ -18,14 +18,13 @@ use super::super::input;
 /// sweep's folder, and each trial gets its own.
 const SWEEP_VALUE_FLAGS: [&str; 6] =
     ["--sweep", "--sweep-random", "--max-trials", "--trial-devices", "--prune", "--run-dir"];
-const SWEEP_SWITCHES: [&str; 1] = ["--headless"];
+const SWEEP_SWITCHES: [&str; 2] = ["--headless", "--detach"];
 
 /// Flags that make no sense for a sweep, and why.
-const REFUSED: [(&str, &str); 6] = [
+const REFUSED: [(&str, &str); 5] = [
     ("--devices", "a sweep places each trial itself: give --trial-devices"),
     ("--cpu-threads", "a sweep places each trial itself: give --trial-devices"),
     ("--resume", "a sweep continues when the same command runs again with the same --run-dir"),
-    ("--detach", "a sweep runs in the foreground for now: start it under nohup, tmux or a job script"),
     ("--rank", "a sweep runs its trials on this machine"),
     ("--world-size", "a sweep runs its trials on this machine"),
 ];
