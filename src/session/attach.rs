@@ -21,6 +21,17 @@ pub fn run(run: Option<&Path>, read_only: bool, args: &Args) -> Result<u8, Failu
             ))
         })?,
     };
+    if run_dir.join(dpt_tui::sweep::SWEEP_FILE).is_file() {
+        let d = run_dir.display();
+        let running: Vec<String> = super::sweep::running_trials(&run_dir);
+        let open = match running.first() {
+            Some(t) => format!("'dpt-tui attach {}' opens a running trial's", run_dir.join(t).display()),
+            None => "none of its trials runs now".to_owned(),
+        };
+        return Err(input(anyhow!(
+            "{d} is a sweep, which has no dashboard of its own yet: 'dpt-tui show {d}' prints its table; {open}"
+        )));
+    }
     if !client::is_live(&run_dir) {
         let d = run_dir.display();
         let state =

@@ -458,6 +458,16 @@ fn read_state(path: &Path) -> Result<Option<SweepFile>, Failure> {
     })
 }
 
+/// The folders of the sweep in `folder`'s trials that run now (a sweep process's, still alive).
+pub fn running_trials(folder: &Path) -> Vec<String> {
+    let Ok(Some(file)) = read_state(&folder.join(SWEEP_FILE)) else { return Vec::new() };
+    file.trials
+        .into_iter()
+        .filter(|t| t.state == TrialState::Running && t.pid.is_some_and(|p| runs_in(p, &folder.join(&t.dir))))
+        .map(|t| t.dir)
+        .collect()
+}
+
 /// Whether process `pid` is a sweep's (its command line has `--sweep`).
 pub fn sweep_runs(pid: u32) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
