@@ -7,7 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::SIZE;
-use crate::record::curves::{y_range, Curves, MarkKind};
+use crate::record::curves::{Curves, MarkKind};
 use crate::record::{Record, Summary};
 
 const TRAIN_LOSS: RGBColor = RGBColor(214, 120, 0);
@@ -111,34 +111,9 @@ fn panel(
 ) -> Result<(), String> {
     let mut slices: Vec<&[(f64, f64)]> = series.iter().map(|s| s.1).collect();
     slices.extend(abandoned.iter().copied());
-    let Some((lo, hi)) = y_range(&slices, (0.0, x_max), false) else { return Ok(()) };
-    // Ticks on whole epochs, or on round step counts for a run measured in steps.
-    let (unit, per_x) = curves.x_unit();
-    let x_step = nice_step(x_max * per_x, 10).max(1.0) / per_x;
-    let y_step = nice_step(hi - lo, 6);
-    // Ticks fall on multiples of the step: the axis starts and ends on one.
-    let (y0, y1) = ((lo / y_step).floor() * y_step, (hi / y_step).ceil() * y_step);
-    // The last whole epoch gets its tick too.
-    let x_end = x_max + x_step * 1e-6;
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, (FONT, 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d((0.0..x_end).step(x_step), (y0..y1 + y_step * 1e-6).step(y_step))
-        .map_err(|e| e.to_string())?;
-    let decimals = (-y_step.log10().floor()).max(0.0) as usize;
-    chart
-        .configure_mesh()
-        .x_desc(unit)
-        .x_label_formatter(&|x| format!("{:.0}", x * per_x))
-        .y_label_formatter(&|y| format!("{y:.decimals$}"))
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
-        .light_line_style(WHITE)
-        .bold_line_style(RGBColor(225, 225, 225))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let Some((mut chart, (y0, y1), x_end)) = panel_axes!(area, caption, curves, &slices, x_max) else {
+        return Ok(());
+    };
     for (kind, color, name) in [
         (MarkKind::LrChange, LR_MARK, "lr change"),
         (MarkKind::Pause, PAUSE_MARK, "pause"),

@@ -5,6 +5,50 @@
 //! SVG rendered by `resvg` with DejaVu Sans, which is embedded in the binary, so a picture looks
 //! the same on every machine and needs no system font.
 
+/// A panel's chart over `$area` captioned `$caption`, for the points of `$slices` up to `$x_max`
+/// (in `$curves`' unit of x), its mesh drawn: `Some((chart, (y0, y1), x_end))`, the y axis on
+/// multiples of its tick step; `None` when no point is finite. Returns from the calling
+/// function (`Result<_, String>`) on a drawing error. A macro, as the chart's coordinate type
+/// cannot be named outside `plotters`.
+macro_rules! panel_axes {
+    ($area:expr, $caption:expr, $curves:expr, $slices:expr, $x_max:expr) => {{
+        use plotters::prelude::*;
+        match crate::record::curves::y_range($slices, (0.0, $x_max), false) {
+            None => None,
+            Some((lo, hi)) => {
+                // Ticks on whole epochs, or on round step counts for a run measured in steps.
+                let (unit, per_x) = $curves.x_unit();
+                let x_step = crate::report::chart::nice_step($x_max * per_x, 10).max(1.0) / per_x;
+                let y_step = crate::report::chart::nice_step(hi - lo, 6);
+                // Ticks fall on multiples of the step: the axis starts and ends on one.
+                let (y0, y1) = ((lo / y_step).floor() * y_step, (hi / y_step).ceil() * y_step);
+                // The last whole epoch gets its tick too.
+                let x_end = $x_max + x_step * 1e-6;
+                let mut chart = ChartBuilder::on($area)
+                    .caption($caption, ("sans-serif", 18))
+                    .margin(12)
+                    .x_label_area_size(40)
+                    .y_label_area_size(60)
+                    .build_cartesian_2d((0.0..x_end).step(x_step), (y0..y1 + y_step * 1e-6).step(y_step))
+                    .map_err(|e| e.to_string())?;
+                let decimals = (-y_step.log10().floor()).max(0.0) as usize;
+                chart
+                    .configure_mesh()
+                    .x_desc(unit)
+                    .x_label_formatter(&|x| format!("{:.0}", x * per_x))
+                    .y_label_formatter(&|y| format!("{y:.decimals$}"))
+                    .label_style(("sans-serif", 14))
+                    .axis_desc_style(("sans-serif", 15))
+                    .light_line_style(WHITE)
+                    .bold_line_style(RGBColor(225, 225, 225))
+                    .draw()
+                    .map_err(|e| e.to_string())?;
+                Some((chart, (y0, y1), x_end))
+            }
+        }
+    }};
+}
+
 mod chart;
 pub mod sweep;
 
