@@ -195,7 +195,7 @@ fn a_failing_trial_is_marked_failed_with_its_reason_and_the_others_finish() {
 fn bad_sweeps_are_refused_in_one_line_before_any_trial_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let data = common::subset_dir();
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--sweep", "optimizer.lrr=0.1"], "`optimizer.lrr` is no setting"),
         (&["--sweep", "lr=abc"], "trial trial-000 (lr=abc): invalid value 'abc' for '--lr <LR>'"),
         (&["--sweep", "lr=-0.1,0.1"], "trial trial-000 (lr=-0.1): --lr must be a positive finite number"),
@@ -208,6 +208,7 @@ fn bad_sweeps_are_refused_in_one_line_before_any_trial_starts() {
         (&["--sweep", "devices=cpu,cpu:2"], "placement.devices cannot be swept"),
         (&["--devices", "cpu", "--sweep", "lr=0.1"], "--devices does not apply to a sweep"),
         (&["--sweep", "lr=0.1", "--sweep", "optimizer.lr=0.2"], "optimizer.lr is swept twice"),
+        (&["--sweep", "lr=0.1", "--on-nan", "pause"], "--on-nan pause would hold the trial forever"),
     ];
     for (i, (flags, said)) in cases.iter().enumerate() {
         let folder = tmp.path().join(format!("s{i}"));

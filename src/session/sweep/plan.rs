@@ -245,7 +245,8 @@ fn setting_flag(key: &str) -> Result<(String, String), String> {
 }
 
 /// Checks a trial's command line as the run checks its own before it loads anything: the
-/// flags parse, the settings resolve and are valid.
+/// flags parse, the settings resolve and are valid; and it does not pause on a loss that is
+/// not finite.
 fn check_trial(argv: &[String]) -> Result<(), String> {
     let full: Vec<std::ffi::OsString> =
         std::iter::once("dpt-tui".into()).chain(argv.iter().map(Into::into)).collect();
@@ -257,7 +258,12 @@ fn check_trial(argv: &[String]) -> Result<(), String> {
     let settings = super::super::configure::asked(&args).map_err(|f| match f {
         Failure::Input(e) | Failure::Run(e) => format!("{e:#}"),
     })?;
-    settings.validate().map_err(|e| e.to_string())
+    settings.validate().map_err(|e| e.to_string())?;
+    if settings.checkpoints.on_nan == Some(dpt_tui::engine::OnNan::Pause) {
+        // A trial runs without a dashboard: nobody would answer the pause.
+        return Err("--on-nan pause would hold the trial forever: a sweep's trial whose loss stops being finite stops; give --on-nan stop or ignore".to_owned());
+    }
+    Ok(())
 }
 
 /// A clap error's first line, without its `error: `.
