@@ -1,0 +1,330 @@
+//! A sweep under way: its trials started as child processes, as many at once as there are
+//! places, the next as one ends; each end recorded in `sweep.json` (finished, interrupted,
+//! pruned, failed) and said in a line; a stop signal passed on to the running trials; and an
+//! earlier sweep process's trials settled before anything starts.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+
+use crate::Failure;
+use dpt_tui::record::tensorboard::SessionStatus;
+use dpt_tui::signals::SignalMsg;
+use dpt_tui::sweep::TrialState;
+
+use super::plan::Plan;
+use super::{hparams, input, last_error, pruning, runs_in, say, table};
+
+/// How long the sweep waits for an earlier sweep's trial process (its sweep killed) to stop.
+const EARLIER_STOP: Duration = Duration::from_secs(120);
+/// How often a pruning sweep reads its running trials' new records.
+const PRUNE_POLL: Duration = Duration::from_millis(500);
+
+/// A sweep under way.
+pub struct Sweep {
+    pub plan: Plan,
+    state_path: PathBuf,
+    started: Instant,
+    pruning: pruning::Pruning,
+}
+
+/// A trial's process ended.
+struct Ended {
+    trial: usize,
+    slot: usize,
+    status: std::io::Result<ExitStatus>,
+    seconds: f64,
+}
+
+impl Sweep {
+    /// The sweep of `plan`, its state kept in `state_path`, its trials judged by `pruning`.
+    pub fn new(plan: Plan, state_path: PathBuf, pruning: pruning::Pruning) -> Sweep {
+        Sweep { plan, state_path, started: Instant::now(), pruning }
+    }
+
+    pub fn count(&self, state: TrialState) -> usize {
+        self.plan.file.trials.iter().filter(|t| t.state == state).count()
+    }
+
+    pub fn save(&self) -> Result<(), Failure> {
+        let text = serde_json::to_string_pretty(&self.plan.file).map_err(|e| Failure::Run(e.into()))?;
+        dpt_tui::atomic::write_bytes(&self.state_path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", self.state_path.display()))
+            .map_err(Failure::Run)
+    }
+
+    /// An earlier sweep process's trials: those it left running are waited for (a killed
+    /// sweep's trials stop at their next step with a checkpoint) and continued; a failed trial
+    /// runs again, its run directory kept beside when it holds no checkpoint to continue.
+    pub fn settle_earlier(&mut self) -> Result<(), Failure> {
+        for i in 0..self.plan.file.trials.len() {
+            let dir = self.plan.trial_dir(i);
+            let t = &mut self.plan.file.trials[i];
+            if t.state == TrialState::Running {
+                if let Some(pid) = t.pid.filter(|&p| runs_in(p, &dir)) {
+                    say(&format!("sweep: waiting for {}'s earlier process (pid {pid}) to stop", t.dir));
+                    let deadline = Instant::now() + EARLIER_STOP;
+                    while runs_in(pid, &dir) {
+                        if Instant::now() > deadline {
+                            return Err(input(anyhow!(
+                                "{} still runs in process {pid} from an earlier sweep; stop it (kill {pid}) and run the command again",
+                                t.dir
+                            )));
+                        }
+                        // Not our child: nothing to wait on but its entry in /proc.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                // Its end was not seen: its records tell whether it completed.
+                t.state = match table::Result::read(&dir).completed {
+                    true => TrialState::Finished,
+                    false => TrialState::Interrupted,
+                };
+                t.pid = None;
+            }
+            // An attempt that failed, or stopped before its first checkpoint, leaves a run
+            // directory the trial cannot continue: it is kept aside and the trial starts anew.
+            let no_checkpoint = !dpt_tui::persist::checkpoint::checkpoint_path(&dir).is_file();
+            let again = matches!(t.state, TrialState::Failed | TrialState::Interrupted);
+            if again && no_checkpoint && dir.exists() {
+                let label = t.state.label();
+                let kept = (1..).map(|n| dir.with_extension(format!("{label}-{n}"))).find(|p| !p.exists());
+                if let Some(kept) = kept {
+                    std::fs::rename(&dir, &kept).map_err(|e| {
+                        Failure::Run(anyhow!("cannot move the {label} {} aside: {e}", dir.display()))
+                    })?;
+                    say(&format!(
+                        "sweep: {} {label} before without a checkpoint; its attempt is kept as {}",
+                        t.dir,
+                        kept.display()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every trial not finished, as many at once as there are slots. A stop signal
+    /// (SIGINT, SIGTERM) or the preemption signal is passed on to the running trials, which
+    /// checkpoint and stop, and no trial starts after it; returns then the sweep's exit status.
+    pub fn run_all(
+        &mut self,
+        signals: &crossbeam_channel::Receiver<SignalMsg>,
+    ) -> Result<Option<u8>, Failure> {
+        let mut queue: VecDeque<usize> = (0..self.plan.file.trials.len())
+            .filter(|&i| !matches!(self.plan.file.trials[i].state, TrialState::Finished | TrialState::Pruned))
+            .collect();
+        let mut free: Vec<usize> = (0..self.plan.slots.len()).rev().collect();
+        let (tx, rx) = crossbeam_channel::unbounded::<Ended>();
+        let mut running: Vec<usize> = Vec::new();
+        let mut stopped = None;
+        let mut signals = signals.clone();
+        // The trials' records are read for the pruner this often; nothing is read without one.
+        let ticks = match self.pruning.active() {
+            true => crossbeam_channel::tick(PRUNE_POLL),
+            false => crossbeam_channel::never(),
+        };
+        loop {
+            while let (Some(&trial), Some(slot)) = (queue.front(), free.pop()) {
+                queue.pop_front();
+                match self.start(trial, slot, tx.clone()) {
+                    Ok(()) => running.push(trial),
+                    Err(e) => {
+                        free.push(slot);
+                        self.mark_failed(trial, format!("{e:#}"))?;
+                    }
+                }
+            }
+            if running.is_empty() {
+                return Ok(stopped);
+            }
+            crossbeam_channel::select! {
+                recv(rx) -> ended => {
+                    let ended = ended.map_err(|e| Failure::Run(e.into()))?;
+                    running.retain(|&t| t != ended.trial);
+                    free.push(ended.slot);
+                    self.ended(ended)?;
+                }
+                recv(ticks) -> _ => self.prune()?,
+                recv(signals) -> msg => {
+                    let (signal, code) = match msg {
+                        Ok(SignalMsg::Stop(n)) => (n, dpt_tui::signals::exit_code(n)),
+                        Ok(SignalMsg::Preempt(n)) => (n, dpt_tui::signals::EX_TEMPFAIL),
+                        // The terminal is gone: the sweep goes on, its lines unseen.
+                        Ok(SignalMsg::Hangup) => continue,
+                        Err(_) => {
+                            signals = crossbeam_channel::never();
+                            continue;
+                        }
+                    };
+                    stopped.get_or_insert(code);
+                    queue.clear();
+                    say(&format!(
+                        "[{}] sweep: {}: the running trials checkpoint and stop; no other trial starts",
+                        self.clock(),
+                        dpt_tui::signals::name(signal)
+                    ));
+                    for &t in &running {
+                        if let Some(pid) = self.plan.file.trials[t].pid {
+                            // A trial already gone has nothing to stop.
+                            let _ = dpt_tui::sys::signal_process(pid, signal);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts trial `i` in slot `slot`; its end is sent on `tx`.
+    fn start(&mut self, i: usize, slot: usize, tx: crossbeam_channel::Sender<Ended>) -> anyhow::Result<()> {
+        let place = self.plan.slots[slot].clone();
+        let argv = self.plan.trial_argv(i, &place);
+        let log_path = self.log_path(i);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("cannot open {}", log_path.display()))?;
+        let exe = std::env::current_exe().context("cannot find dpt-tui's own executable")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(&argv).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        dpt_tui::sys::terminate_with_parent(&mut cmd);
+        let mut child = cmd.spawn().context("cannot start the trial")?;
+        let t = &mut self.plan.file.trials[i];
+        t.state = TrialState::Running;
+        t.pid = Some(child.id());
+        t.devices = place.describe();
+        t.reason = None;
+        let continues = dpt_tui::persist::checkpoint::checkpoint_path(&self.plan.trial_dir(i)).is_file();
+        self.pruning.started(i, &self.plan.trial_dir(i));
+        say(&format!(
+            "[{}] {} {} on {}: {}",
+            self.clock(),
+            self.name(i),
+            if continues { "continues" } else { "started" },
+            place.describe(),
+            self.plan.describe(i)
+        ));
+        let started = Instant::now();
+        std::thread::Builder::new()
+            .name(format!("dpt-trial-{i}"))
+            .spawn(move || {
+                let status = child.wait();
+                let _ = tx.send(Ended { trial: i, slot, status, seconds: started.elapsed().as_secs_f64() });
+            })
+            .context("cannot start a thread to wait for the trial")?;
+        self.save().map_err(|f| match f {
+            Failure::Input(e) | Failure::Run(e) => e,
+        })
+    }
+
+    /// Records how a trial's process ended, and says so.
+    fn ended(&mut self, e: Ended) -> Result<(), Failure> {
+        let i = e.trial;
+        let status = match e.status {
+            Ok(s) => s,
+            Err(err) => return self.mark_failed(i, format!("cannot wait for its process: {err}")),
+        };
+        let asked_to_stop = self.pruning.ended(i, status.success());
+        let dir = self.plan.trial_dir(i);
+        let t = &mut self.plan.file.trials[i];
+        t.pid = None;
+        t.rungs = self.pruning.rungs(i).to_vec();
+        if status.success() {
+            let result = table::Result::read(&dir);
+            let status = if result.diverged { SessionStatus::Failure } else { SessionStatus::Success };
+            if let Err(e) = hparams::session_end(&dir, status) {
+                say(&format!(
+                    "sweep: cannot write {}'s end for TensorBoard: {e}",
+                    self.plan.file.trials[i].dir
+                ));
+            }
+            let t = &mut self.plan.file.trials[i];
+            t.state = TrialState::Finished;
+            say(&format!(
+                "[{}] {} finished in {:.1} s: {}",
+                self.clock(),
+                self.name(i),
+                e.seconds,
+                result.line()
+            ));
+            return self.save();
+        }
+        // A signal's exit (the run's own after SIGINT/SIGTERM, or the preemption's 75) leaves
+        // a checkpoint to continue from.
+        let code = status.code();
+        let t = &mut self.plan.file.trials[i];
+        if let Some(why) = asked_to_stop.filter(|_| matches!(code, Some(143) | None)) {
+            t.state = TrialState::Pruned;
+            t.reason = Some(why);
+            say(&format!(
+                "[{}] {} stopped early; its place goes to the next trial",
+                self.clock(),
+                self.name(i)
+            ));
+            return self.save();
+        }
+        if matches!(code, Some(75 | 130 | 143)) || code.is_none() {
+            t.state = TrialState::Interrupted;
+            let how = code.map_or_else(|| "by a signal".to_owned(), |c| format!("with status {c}"));
+            say(&format!(
+                "[{}] {} was interrupted ({how}); the same sweep command continues it",
+                self.clock(),
+                self.name(i)
+            ));
+            return self.save();
+        }
+        let reason =
+            last_error(&self.log_path(i)).unwrap_or_else(|| format!("exit status {}", code.unwrap_or(-1)));
+        self.mark_failed(i, reason)
+    }
+
+    /// Judges the running trials' new epochs; asks those that fell behind to stop (SIGTERM:
+    /// they checkpoint and end, and their place goes to the next trial).
+    fn prune(&mut self) -> Result<(), Failure> {
+        for (t, why) in self.pruning.poll() {
+            say(&format!("[{}] {} pruned: {why}", self.clock(), self.name(t)));
+            if let Some(pid) = self.plan.file.trials[t].pid {
+                // A trial already gone is recorded as it ended.
+                let _ = dpt_tui::sys::terminate_process(pid);
+            }
+        }
+        Ok(())
+    }
+
+    fn mark_failed(&mut self, i: usize, reason: String) -> Result<(), Failure> {
+        if let Err(e) = hparams::session_end(&self.plan.trial_dir(i), SessionStatus::Failure) {
+            say(&format!("sweep: cannot write {}'s end for TensorBoard: {e}", self.plan.file.trials[i].dir));
+        }
+        let t = &mut self.plan.file.trials[i];
+        t.state = TrialState::Failed;
+        t.pid = None;
+        t.reason = Some(reason.clone());
+        say(&format!(
+            "[{}] {} failed: {reason} (its output: {})",
+            self.clock(),
+            self.name(i),
+            self.log_path(i).display()
+        ));
+        self.save()
+    }
+
+    /// `trial-002 (3/4)`.
+    fn name(&self, i: usize) -> String {
+        format!("{} ({}/{})", self.plan.file.trials[i].dir, i + 1, self.plan.file.trials.len())
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.plan.folder.join(format!("{}.log", self.plan.file.trials[i].dir))
+    }
+
+    /// The time since the sweep process started, as `mm:ss`.
+    fn clock(&self) -> String {
+        let s = self.started.elapsed().as_secs();
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
+}
