@@ -192,6 +192,9 @@ impl Sweep {
         let exe = std::env::current_exe().context("cannot find dpt-tui's own executable")?;
         let mut cmd = Command::new(exe);
         cmd.args(&argv).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        if let Some(gpus) = &place.visible {
+            cmd.env("CUDA_VISIBLE_DEVICES", gpus);
+        }
         dpt_tui::sys::terminate_with_parent(&mut cmd);
         let mut child = cmd.spawn().context("cannot start the trial")?;
         let t = &mut self.plan.file.trials[i];
