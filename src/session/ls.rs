@@ -20,9 +20,10 @@ pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
         }
     }
     let listing = runs::listing(dir);
-    if listing.runs.is_empty() {
+    let sweeps = sweeps_in(dir);
+    if listing.runs.is_empty() && sweeps.is_empty() {
         println!("no running jobs, and no runs in {}", runs::absolute(dir).display());
-    } else {
+    } else if !listing.runs.is_empty() {
         println!("{:<10} {:<12} {:<18} {:>15} {:>10}  RUN", "STATE", "MODEL", "DEVICES", "PROGRESS", "BEST");
         for r in &listing.runs {
             let state =
@@ -47,7 +48,7 @@ pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
             println!("(* resumable: dpt-tui --resume RUN)");
         }
     }
-    sweeps(dir);
+    print_sweeps(&sweeps, !listing.runs.is_empty());
     if listing.stale > 0 && !prune {
         println!("{} dead job(s) left a socket behind; 'dpt-tui ls --prune' removes them", listing.stale);
     }
@@ -55,7 +56,7 @@ pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
 }
 
 /// The sweeps in `dir`'s folders (a folder with a `sweep.json`), newest first.
-fn sweeps(dir: &Path) {
+fn sweeps_in(dir: &Path) -> Vec<(std::path::PathBuf, dpt_tui::sweep::SweepFile)> {
     let mut found: Vec<(std::time::SystemTime, std::path::PathBuf, dpt_tui::sweep::SweepFile)> =
         std::fs::read_dir(dir)
             .map(|rd| {
@@ -70,13 +71,20 @@ fn sweeps(dir: &Path) {
                     .collect()
             })
             .unwrap_or_default();
-    if found.is_empty() {
+    found.sort_by_key(|e| std::cmp::Reverse(e.0));
+    found.into_iter().map(|(_, p, f)| (p, f)).collect()
+}
+
+/// The sweeps' table, apart from the runs' above it (`after_runs`).
+fn print_sweeps(sweeps: &[(std::path::PathBuf, dpt_tui::sweep::SweepFile)], after_runs: bool) {
+    if sweeps.is_empty() {
         return;
     }
-    found.sort_by_key(|e| std::cmp::Reverse(e.0));
-    println!();
+    if after_runs {
+        println!();
+    }
     println!("{:<10} {:<44} {:<22}  SWEEP", "STATE", "TRIALS", "BEST ACC");
-    for (_, path, file) in &found {
+    for (path, file) in sweeps {
         let (state, trials, best) = super::sweep::table::summary(path, file);
         println!("{state:<10} {trials:<44} {best:<22}  {}", path.display());
     }
