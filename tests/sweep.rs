@@ -225,6 +225,20 @@ fn bad_sweeps_are_refused_in_one_line_before_any_trial_starts() {
         assert!(err.starts_with("dpt-tui: ") && err.contains(said), "{flags:?}: {err}");
         assert!(!folder.exists(), "{flags:?}: nothing written");
     }
+    // A --config file that holds `sweep` would make every trial a sweep.
+    let config = tmp.path().join("sweep.toml");
+    std::fs::write(&config, "sweep = [\"seed=1..2\"]\n").unwrap();
+    let folder = tmp.path().join("from-config");
+    let out = Dpt::new()
+        .data(&data)
+        .args(["--config", config.to_str().unwrap()])
+        .run_dir(&folder)
+        .scratch_runtime()
+        .output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("its --config file holds `sweep` or `detach`"), "{err}");
+    assert!(!folder.exists());
     // A folder that holds another sweep is not taken over.
     let folder = tmp.path().join("other");
     let first = ["--epochs", "1", "--train-limit", "200", "--sweep", "seed=1"];
@@ -257,6 +271,12 @@ fn sigterm_stops_a_sweep_its_trials_checkpointed_and_none_started_after_it() {
     until(Duration::from_secs(120), "trial-000's first step record", || {
         std::fs::read_to_string(&metrics).is_ok_and(|t| t.contains(r#""kind":"step""#))
     });
+    // The same sweep started again meanwhile is refused: one sweep process per folder.
+    let mut again = sweep(&folder, &flags);
+    let second = again.data(&data).output();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(err.contains("is being run by another sweep process (pid "), "{err}");
     common::kill(child.id(), "TERM");
     let out = child.wait_with_output().unwrap();
     let said = text(&out);
@@ -356,18 +376,25 @@ fn asha_stops_a_trial_outside_the_best_quarter_at_its_rung_and_it_stays_stopped(
 fn a_detached_sweep_runs_in_the_background_its_lines_in_sweep_log() {
     let tmp = tempfile::tempdir().unwrap();
     let data = common::subset_dir();
-    let folder = tmp.path().join("sweep");
-    let flags =
-        ["--epochs", "1", "--train-limit", "500", "--sweep", "seed=1..2", "--detach"].map(str::to_owned);
-    let said = sweep(&folder, &flags).data(&data).ok();
+    // No --run-dir: the default folder is named once, by the command, and the background
+    // process runs that one.
+    let flags = ["--epochs", "1", "--train-limit", "500", "--sweep", "seed=1..2", "--detach"];
+    let said = Dpt::new().dir(tmp.path()).data(&data).args(flags).scratch_runtime().ok();
     assert!(said.contains("sweep: 2 trials started in the background (pid "), "{said}");
-    assert!(said.contains(&format!("follow it:  tail -f {}", folder.join("sweep.log").display())), "{said}");
+    let folders: Vec<_> =
+        std::fs::read_dir(tmp.path().join("runs")).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    let folder = folders[0].clone();
+    let name = folder.file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(name.ends_with("-sweep-lenet"), "{name}");
+    assert!(said.contains(&format!("follow it:  tail -f runs/{name}/sweep.log")), "{said}");
     let done = || {
         let state = state_of(&folder);
         let finished = state["trials"].as_array().unwrap().iter().all(|t| t["state"] == "finished");
         finished && state.get("pid").is_none()
     };
     until(Duration::from_secs(180), "the detached sweep's end", done);
+    assert_eq!(std::fs::read_dir(tmp.path().join("runs")).unwrap().count(), 1, "no second folder");
     let log = std::fs::read_to_string(folder.join("sweep.log")).unwrap();
     assert!(log.contains("trial-001 (2/2) finished in "), "{log}");
     assert!(log.lines().any(|l| l.starts_with("trial-000  1     finished")), "the table: {log}");

@@ -35,11 +35,16 @@ pub fn in_new_session(cmd: &mut std::process::Command) {
 /// process killed, even by SIGKILL): a sweep's trials then checkpoint and stop rather than run
 /// on unwatched.
 pub fn terminate_with_parent(cmd: &mut std::process::Command) {
-    // SAFETY: prctl is async-signal-safe, as code between fork and exec must be; it changes
-    // only the child's own death signal.
+    let parent = std::process::id();
+    // SAFETY: prctl and getppid are async-signal-safe, as code between fork and exec must be;
+    // prctl changes only the child's own death signal.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            // The parent may have died before the signal was asked for: then nothing runs.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(std::io::Error::other("the process that started this one has ended"));
+            }
             Ok(())
         });
     }
@@ -65,6 +70,21 @@ pub fn terminate_process_group(group: u32) -> std::io::Result<()> {
 /// [`terminate_process_group`]).
 pub fn kill_process_group(group: u32) -> std::io::Result<()> {
     signal_group(group, libc::SIGKILL)
+}
+
+/// Takes an exclusive lock on `file` (`flock`), held until the file is closed; `false` when
+/// another process holds it. The lock goes with the process: a killed holder frees it.
+pub fn try_lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock takes any descriptor; this one is open for as long as `file` is borrowed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    match std::io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        e => Err(e),
+    }
 }
 
 /// Asks process `pid` (a child this process started) to end, with SIGTERM; one already gone is

@@ -31,17 +31,16 @@ use super::input;
 
 /// Runs the sweep `args` asks for; `argv` is the command line as typed.
 pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
-    let mut plan = claim(args, argv)?;
+    let (mut plan, lock) = claim(args, argv)?;
     let state_path = plan.folder.join(SWEEP_FILE);
     if args.detach {
+        // The background process takes the folder's lock over.
+        drop(lock);
         return detach(&plan, &state_path, argv);
     }
     plan.file.pid = Some(std::process::id());
     let metric = super::configure::asked(args)?.best.metric;
-    let pruning = pruning::Pruning::new(args.prune, metric, &plan.folder, &plan.file.trials);
-    let mut sweep = runner::Sweep::new(plan, state_path, pruning);
-    sweep.settle_earlier()?;
-    sweep.save()?;
+    let mut sweep = runner::Sweep::open(plan, state_path, (args.prune, metric))?;
     let total = sweep.plan.file.trials.len();
     let kept = sweep.count(TrialState::Finished) + sweep.count(TrialState::Pruned);
     let places: Vec<String> = sweep.plan.slots.iter().map(Slot::describe).collect();
@@ -49,7 +48,7 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
         "sweep: {total} trials ({kept} done before), {} at once on {} → {}",
         places.len(),
         places.first().map_or("", String::as_str),
-        sweep.plan.folder.display()
+        sweep.plan.shown.display()
     ));
     let signals = super::watch_signals(args)?;
     let stopped = sweep.run_all(&signals.messages)?;
@@ -76,34 +75,60 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     )))
 }
 
+/// The file a sweep process holds locked in its folder while it runs it.
+const LOCK_FILE: &str = ".sweep.lock";
+
 /// The sweep `args` asks for, checked, with the states its folder holds of an earlier run of
-/// the same command; the folder created.
-fn claim(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
+/// the same command; the folder created and locked for this process (the lock held as long as
+/// the returned file is).
+fn claim(args: &Args, argv: &[String]) -> Result<(Plan, File), Failure> {
     let mut plan = plan::plan(args, argv)?;
-    let state_path = plan.folder.join(SWEEP_FILE);
-    if let Some(earlier) = read_state(&state_path)? {
-        if !earlier.same_plan(&plan.file) {
+    let (folder, shown) = (plan.folder.clone(), plan.shown.display().to_string());
+    let state_path = folder.join(SWEEP_FILE);
+    let earlier = read_state(&state_path)?;
+    let busy = |pid: Option<u32>| {
+        let who = pid.map_or_else(
+            || "another sweep process".to_owned(),
+            |p| format!("another sweep process (pid {p})"),
+        );
+        let stop = pid.map_or_else(String::new, |p| format!(" (kill {p})"));
+        input(anyhow!("{shown} is being run by {who}; wait for it or stop it{stop}"))
+    };
+    match &earlier {
+        Some(e) if !e.same_plan(&plan.file) => {
             return Err(input(anyhow!(
-                "{} holds another sweep (its command, swept values or trials differ); name another --run-dir, or run its own command again to continue it",
-                plan.folder.display()
-            )));
+                "{shown} holds another sweep (its command, swept values or trials differ); name another --run-dir, or run its own command again to continue it"
+            )))
         }
-        if let Some(pid) = earlier.pid.filter(|&p| p != std::process::id() && sweep_runs(p)) {
-            return Err(input(anyhow!(
-                "{} is being run by another sweep process (pid {pid}); wait for it or stop it (kill {pid})",
-                plan.folder.display()
-            )));
+        Some(_) => {}
+        None => {
+            let own = |name: &std::ffi::OsStr| name == LOCK_FILE || name == "sweep.log";
+            let entries = std::fs::read_dir(&folder).map(|d| d.flatten().any(|e| !own(&e.file_name())));
+            if entries.unwrap_or(false) {
+                return Err(input(anyhow!(
+                    "{shown} is not empty and holds no sweep; name a new or empty folder with --run-dir"
+                )));
+            }
         }
-        plan.file.trials = earlier.trials;
-    } else if plan.folder.is_dir() && std::fs::read_dir(&plan.folder).is_ok_and(|mut d| d.next().is_some()) {
-        return Err(input(anyhow!(
-            "{} is not empty and holds no sweep; name a new or empty folder with --run-dir",
-            plan.folder.display()
-        )));
     }
-    std::fs::create_dir_all(&plan.folder)
-        .map_err(|e| input(anyhow!("cannot create the sweep's folder {}: {e}", plan.folder.display())))?;
-    Ok(plan)
+    std::fs::create_dir_all(&folder)
+        .map_err(|e| input(anyhow!("cannot create the sweep's folder {shown}: {e}")))?;
+    let lock_path = folder.join(LOCK_FILE);
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| input(anyhow!("cannot open {}: {e}", lock_path.display())))?;
+    match dpt_tui::sys::try_lock_exclusive(&lock) {
+        Ok(true) => {}
+        Ok(false) => return Err(busy(earlier.as_ref().and_then(|e| e.pid))),
+        Err(e) => return Err(input(anyhow!("cannot lock {}: {e}", lock_path.display()))),
+    }
+    if let Some(e) = earlier {
+        plan.file.trials = e.trials;
+    }
+    Ok((plan, lock))
 }
 
 /// `--detach`: the checked sweep's state written, the same command (less `--detach`) started
@@ -114,6 +139,7 @@ fn detach(plan: &Plan, state_path: &Path, argv: &[String]) -> Result<u8, Failure
     dpt_tui::atomic::write_bytes(state_path, text.as_bytes())
         .map_err(|e| input(anyhow!("cannot write {}: {e}", state_path.display())))?;
     let log_path = plan.folder.join("sweep.log");
+    let shown_log = plan.shown.join("sweep.log");
     let log = File::options()
         .create(true)
         .append(true)
@@ -123,20 +149,22 @@ fn detach(plan: &Plan, state_path: &Path, argv: &[String]) -> Result<u8, Failure
         .map_err(|e| Failure::Run(anyhow!("cannot find dpt-tui's own executable: {e}")))?;
     let mut cmd = Command::new(exe);
     let clone = |f: &File| f.try_clone().map_err(|e| Failure::Run(e.into()));
+    // The folder named as this process resolved it (a default one is named once, here).
     cmd.args(argv.iter().skip(1).filter(|a| a.as_str() != "--detach"))
+        .arg(format!("--run-dir={}", plan.folder.display()))
         .stdin(Stdio::null())
         .stdout(clone(&log)?)
         .stderr(log);
     dpt_tui::sys::in_new_session(&mut cmd);
     let child =
         cmd.spawn().map_err(|e| Failure::Run(anyhow!("cannot start the sweep in the background: {e}")))?;
-    let folder = plan.folder.display();
+    let folder = plan.shown.display();
     say(&format!(
         "sweep: {} trials started in the background (pid {}) → {folder}",
         plan.file.trials.len(),
         child.id()
     ));
-    say(&format!("follow it:  tail -f {}", log_path.display()));
+    say(&format!("follow it:  tail -f {}", shown_log.display()));
     say(&format!("its table:  dpt-tui show {folder}"));
     say(&format!("stop it:    kill {} (its trials checkpoint; the same command continues it)", child.id()));
     Ok(0)
@@ -168,6 +196,15 @@ pub fn running_trials(folder: &Path) -> Vec<String> {
 pub fn sweep_runs(pid: u32) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
     cmdline.split(|&b| b == 0).any(|arg| arg == b"--sweep" || arg.starts_with(b"--sweep="))
+}
+
+/// A process running in `dir` (its command line has `--run-dir=DIR`, as a trial's has), if any.
+fn process_in(dir: &Path) -> Option<u32> {
+    let procs = std::fs::read_dir("/proc").ok()?;
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .find(|&pid| pid != std::process::id() && runs_in(pid, dir))
 }
 
 /// Whether process `pid` is a trial running in `dir` (its command line names the folder).

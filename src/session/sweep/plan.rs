@@ -37,7 +37,10 @@ const UNSWEPT: [(&str, &str); 2] = [
 
 /// A sweep ready to run: its folder, its plan and the places its trials run in.
 pub struct Plan {
+    /// The sweep's folder, absolute: trials are started, and recognised, by it.
     pub folder: PathBuf,
+    /// The folder as the command named it, for what the sweep says.
+    pub shown: PathBuf,
     pub file: SweepFile,
     /// Each swept key's flag (`--lr`), in axis order.
     pub flags: Vec<String>,
@@ -149,6 +152,9 @@ pub fn plan(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
         let name = Path::new(&model).file_stem().map_or(model.clone(), |s| s.to_string_lossy().into_owned());
         dpt_tui::run_dir::default_run_dir(&format!("sweep-{name}"))
     });
+    let shown = folder.clone();
+    let folder = std::path::absolute(&folder)
+        .map_err(|e| input(anyhow!("cannot resolve the sweep's folder {}: {e}", folder.display())))?;
     let width = values.len().saturating_sub(1).to_string().len().max(3);
     let trials = values
         .into_iter()
@@ -163,7 +169,7 @@ pub fn plan(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
             rungs: Vec::new(),
         })
         .collect();
-    let plan = Plan { folder, file: SweepFile { command, axes, trials, pid: None }, flags, slots };
+    let plan = Plan { folder, shown, file: SweepFile { command, axes, trials, pid: None }, flags, slots };
     for (i, t) in plan.file.trials.iter().enumerate() {
         check_trial(&plan.trial_argv(i, &plan.slots[0]))
             .map_err(|e| input(anyhow!("trial {} ({}): {e}", t.dir, plan.describe(i))))?;
@@ -281,6 +287,10 @@ fn check_trial(argv: &[String]) -> Result<(), String> {
         crate::cli::command().try_get_matches_from(expanded).map_err(|e| first_line(&e.to_string()))?;
     let args =
         <Args as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|e| first_line(&e.to_string()))?;
+    if !args.sweep.is_empty() || args.detach {
+        // Only a --config file can give them to a trial.
+        return Err("its --config file holds `sweep` or `detach`, which a trial cannot take; give them on the command line".to_owned());
+    }
     let settings = super::super::configure::asked(&args).map_err(|f| match f {
         Failure::Input(e) | Failure::Run(e) => format!("{e:#}"),
     })?;

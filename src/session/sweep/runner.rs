@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 
 use crate::Failure;
+use dpt_core::best::BestMetric;
 use dpt_tui::record::tensorboard::SessionStatus;
 use dpt_tui::signals::SignalMsg;
+use dpt_tui::sweep::prune::Prune;
 use dpt_tui::sweep::TrialState;
 
 use super::plan::Plan;
-use super::{hparams, input, last_error, pruning, runs_in, say, table};
+use super::{hparams, input, last_error, process_in, pruning, runs_in, say, table};
 
 /// How long the sweep waits for an earlier sweep's trial process (its sweep killed) to stop.
 const EARLIER_STOP: Duration = Duration::from_secs(120);
@@ -30,6 +32,8 @@ pub struct Sweep {
     state_path: PathBuf,
     started: Instant,
     pruning: pruning::Pruning,
+    /// A signal asked the sweep to stop: the trials ending now were stopped by it.
+    stopping: bool,
 }
 
 /// A trial's process ended.
@@ -41,9 +45,20 @@ struct Ended {
 }
 
 impl Sweep {
-    /// The sweep of `plan`, its state kept in `state_path`, its trials judged by `pruning`.
-    pub fn new(plan: Plan, state_path: PathBuf, pruning: pruning::Pruning) -> Sweep {
-        Sweep { plan, state_path, started: Instant::now(), pruning }
+    /// The sweep of `plan`, its state kept in `state_path`: an earlier sweep process's trials
+    /// settled first ([`Sweep::settle_earlier`]), then the pruner (`rule` on `metric`) set up
+    /// from what they left, and the state written.
+    pub fn open(
+        plan: Plan,
+        state_path: PathBuf,
+        (rule, metric): (Prune, BestMetric),
+    ) -> Result<Sweep, Failure> {
+        let pruning = pruning::Pruning::new(Prune::None, metric, &plan.folder, &plan.file.trials);
+        let mut sweep = Sweep { plan, state_path, started: Instant::now(), pruning, stopping: false };
+        sweep.settle_earlier()?;
+        sweep.pruning = pruning::Pruning::new(rule, metric, &sweep.plan.folder, &sweep.plan.file.trials);
+        sweep.save()?;
+        Ok(sweep)
     }
 
     pub fn count(&self, state: TrialState) -> usize {
@@ -57,28 +72,33 @@ impl Sweep {
             .map_err(Failure::Run)
     }
 
-    /// An earlier sweep process's trials: those it left running are waited for (a killed
-    /// sweep's trials stop at their next step with a checkpoint) and continued; a failed trial
-    /// runs again, its run directory kept beside when it holds no checkpoint to continue.
-    pub fn settle_earlier(&mut self) -> Result<(), Failure> {
+    /// An earlier sweep process's trials: any process still running in a trial's directory
+    /// (a killed sweep's trial, stopping at its next step with a checkpoint) is waited for;
+    /// those left running are then continued, or counted finished where their records say so;
+    /// a failed trial runs again, its run directory kept beside when it holds no checkpoint to
+    /// continue, and so does an interrupted one without a checkpoint.
+    fn settle_earlier(&mut self) -> Result<(), Failure> {
         for i in 0..self.plan.file.trials.len() {
             let dir = self.plan.trial_dir(i);
             let t = &mut self.plan.file.trials[i];
-            if t.state == TrialState::Running {
-                if let Some(pid) = t.pid.filter(|&p| runs_in(p, &dir)) {
-                    say(&format!("sweep: waiting for {}'s earlier process (pid {pid}) to stop", t.dir));
-                    let deadline = Instant::now() + EARLIER_STOP;
-                    while runs_in(pid, &dir) {
-                        if Instant::now() > deadline {
-                            return Err(input(anyhow!(
-                                "{} still runs in process {pid} from an earlier sweep; stop it (kill {pid}) and run the command again",
-                                t.dir
-                            )));
-                        }
-                        // Not our child: nothing to wait on but its entry in /proc.
-                        std::thread::sleep(Duration::from_millis(100));
+            if matches!(t.state, TrialState::Finished | TrialState::Pruned) {
+                continue;
+            }
+            if let Some(pid) = process_in(&dir) {
+                say(&format!("sweep: waiting for {}'s earlier process (pid {pid}) to stop", t.dir));
+                let deadline = Instant::now() + EARLIER_STOP;
+                while runs_in(pid, &dir) {
+                    if Instant::now() > deadline {
+                        return Err(input(anyhow!(
+                            "{} still runs in process {pid} from an earlier sweep; stop it (kill {pid}) and run the command again",
+                            t.dir
+                        )));
                     }
+                    // Not our child: nothing to wait on but its entry in /proc.
+                    std::thread::sleep(Duration::from_millis(100));
                 }
+            }
+            if t.state == TrialState::Running {
                 // Its end was not seen: its records tell whether it completed.
                 t.state = match table::Result::read(&dir).completed {
                     true => TrialState::Finished,
@@ -97,6 +117,8 @@ impl Sweep {
                     std::fs::rename(&dir, &kept).map_err(|e| {
                         Failure::Run(anyhow!("cannot move the {label} {} aside: {e}", dir.display()))
                     })?;
+                    // The new attempt starts at its first epoch: no rung is behind it.
+                    t.rungs.clear();
                     say(&format!(
                         "sweep: {} {label} before without a checkpoint; its attempt is kept as {}",
                         t.dir,
@@ -162,6 +184,7 @@ impl Sweep {
                         }
                     };
                     stopped.get_or_insert(code);
+                    self.stopping = true;
                     queue.clear();
                     say(&format!(
                         "[{}] sweep: {}: the running trials checkpoint and stop; no other trial starts",
@@ -213,16 +236,23 @@ impl Sweep {
             self.plan.describe(i)
         ));
         let started = Instant::now();
-        std::thread::Builder::new()
-            .name(format!("dpt-trial-{i}"))
-            .spawn(move || {
-                let status = child.wait();
-                let _ = tx.send(Ended { trial: i, slot, status, seconds: started.elapsed().as_secs_f64() });
-            })
-            .context("cannot start a thread to wait for the trial")?;
-        self.save().map_err(|f| match f {
-            Failure::Input(e) | Failure::Run(e) => e,
-        })
+        let pid = child.id();
+        let waiter = std::thread::Builder::new().name(format!("dpt-trial-{i}")).spawn(move || {
+            let status = child.wait();
+            let _ = tx.send(Ended { trial: i, slot, status, seconds: started.elapsed().as_secs_f64() });
+        });
+        if let Err(e) = waiter {
+            // Nothing would see it end: it is asked to stop (it checkpoints), and counted
+            // interrupted by the next sweep, which waits for it first.
+            let _ = dpt_tui::sys::terminate_process(pid);
+            say(&format!("sweep: cannot watch {} (a thread: {e}); it is stopped", self.name(i)));
+            return Err(anyhow!("cannot start a thread to wait for the trial: {e}"));
+        }
+        // The trial runs: a state that cannot be written is said, and written at its next change.
+        if let Err(Failure::Input(e) | Failure::Run(e)) = self.save() {
+            say(&format!("sweep: {e:#}"));
+        }
+        Ok(())
     }
 
     /// Records how a trial's process ended, and says so.
@@ -261,7 +291,9 @@ impl Sweep {
         // a checkpoint to continue from.
         let code = status.code();
         let t = &mut self.plan.file.trials[i];
-        if let Some(why) = asked_to_stop.filter(|_| matches!(code, Some(143) | None)) {
+        // Asked to stop by the pruner, it ends as SIGTERM has it end (143, or 75 when SIGTERM
+        // is the run's preemption signal): pruned, unless the sweep itself is stopping.
+        if let Some(why) = asked_to_stop.filter(|_| !self.stopping) {
             t.state = TrialState::Pruned;
             t.reason = Some(why);
             say(&format!(

@@ -50,7 +50,11 @@ fn values(text: &str) -> Result<Vec<String>, String> {
     if let Some(spaced) = text.strip_prefix("lin:") {
         return spaced_range(spaced, false);
     }
-    if let Some((a, b)) = text.split_once("..") {
+    // A range of numbers; anything else with `..` (a path `../data`) is a value.
+    let range = text.split_once("..").filter(|(a, b)| {
+        !text.contains(',') && a.trim().parse::<f64>().is_ok() && b.trim().parse::<f64>().is_ok()
+    });
+    if let Some((a, b)) = range {
         let (a, b): (i64, i64) = match (a.trim().parse(), b.trim().parse()) {
             (Ok(a), Ok(b)) => (a, b),
             _ => {
@@ -131,23 +135,27 @@ fn short(v: f64) -> String {
 pub fn trials(axes: &[Axis], random: Option<(usize, u64)>, most: usize) -> Result<Vec<Vec<String>>, String> {
     let total = axes.iter().try_fold(1usize, |n, a| n.checked_mul(a.values.len()));
     let total = total.unwrap_or(usize::MAX);
-    let chosen: Vec<usize> = match random {
-        None => (0..total.min(most + 1)).collect(),
+    let count = match random {
+        None => total,
         Some((0, _)) => return Err("--sweep-random 0 draws no trial; give at least 1".to_owned()),
         Some((n, _)) if n > total => {
             return Err(format!(
                 "--sweep-random {n} asks for more trials than the {total} the --sweep values make; give at most {total}"
             ))
         }
-        Some((n, seed)) => draw(total, n, seed),
+        Some((n, _)) => n,
     };
-    let count = if random.is_some() { chosen.len() } else { total };
+    // Refused before anything the size of the count is made.
     if count > most {
         return Err(format!(
             "the sweep makes {} trials, more than --max-trials {most}: sweep fewer values, draw some with --sweep-random N, or raise --max-trials",
             if count == usize::MAX { "too many".to_owned() } else { count.to_string() }
         ));
     }
+    let chosen: Vec<usize> = match random {
+        Some((n, seed)) => draw(total, n, seed),
+        None => (0..total).collect(),
+    };
     Ok(chosen.into_iter().map(|i| combination(axes, i)).collect())
 }
 
@@ -306,6 +314,8 @@ mod tests {
         assert_eq!(axis("lr=lin:0.1..0.5:5").values, ["0.1", "0.2", "0.3", "0.4", "0.5"]);
         assert_eq!(axis("lr=log:0.1..0.1:1").values, ["0.1"]);
         assert_eq!(axis("model.name=lenet,mnist-net").key, "model.name");
+        assert_eq!(axis("data=../a,../b").values, ["../a", "../b"], "paths are values, not ranges");
+        assert_eq!(axis("data=../a").values, ["../a"]);
     }
 
     #[test]
@@ -349,6 +359,9 @@ mod tests {
         assert!(trials(&axes, Some((101, 1)), 256).unwrap_err().contains("at most 100"));
         assert!(trials(&axes, Some((0, 1)), 256).unwrap_err().contains("no trial"));
         assert!(trials(&axes, Some((20, 1)), 10).unwrap_err().contains("makes 20 trials"));
+        let huge = [axis("a=log:1e-4..1e-1:10000"), axis("b=1..10000")];
+        assert!(trials(&huge, Some((1_000_000, 1)), 256).unwrap_err().contains("more than --max-trials 256"));
+        assert_eq!(trials(&[axis("seed=1..3")], None, usize::MAX).unwrap().len(), 3, "no overflow");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   one while fewer than 4 have reached it).
 //!
 //! The value is the evaluation the run's `--best-metric` names (accuracy: higher is better;
-//! loss: lower). A value that is not finite stops the trial under either rule.
+//! loss: lower). Under the median rule a trial none of whose values so far is a number is
+//! stopped; under ASHA a value at a rung that is not finite stops it.
 
 use serde::{Deserialize, Serialize};
 
@@ -78,11 +79,16 @@ impl Pruner {
         if finished < MEDIAN_STARTUP {
             return None;
         }
-        let best = own.iter().copied().reduce(|a, b| if self.metric.better(b, a) { b } else { a })?;
+        // The best value so far, NaNs left out (Optuna's nanmax / nanmin); none: stopped.
+        let best =
+            own.iter()
+                .copied()
+                .filter(|v| !v.is_nan())
+                .reduce(|a, b| if self.metric.better(b, a) { b } else { a });
         let name = self.metric.name();
-        if !best.is_finite() {
-            return Some(format!("its {name} is not finite at epoch {epoch}"));
-        }
+        let Some(best) = best else {
+            return Some(format!("its {name} is not a number at any epoch up to {epoch}"));
+        };
         let mut at: Vec<f64> = curves
             .iter()
             .enumerate()
@@ -184,7 +190,12 @@ mod tests {
         curves[6] = running(&[3.4]);
         assert_eq!(loss.judge(6, &mut curves), None);
         curves[6] = running(&[f64::NAN]);
-        assert!(loss.judge(6, &mut curves).unwrap().contains("not finite"));
+        assert!(loss.judge(6, &mut curves).unwrap().contains("not a number at any epoch up to 1"));
+        // A NaN once does not stick: the best of the others is judged.
+        curves[6] = running(&[f64::NAN, 2.5]);
+        let mut five: Vec<Curve> = [1.0, 2.0, 3.0, 4.0, 5.0].iter().map(|&v| finished(&[v, v])).collect();
+        five.push(curves[6].clone());
+        assert_eq!(loss.judge(5, &mut five), None, "2.5 is below the epoch-2 median 3.0");
         // Trials shorter than the epoch judged do not count.
         let mut curves: Vec<Curve> = (0..5).map(|_| finished(&[0.9])).collect();
         curves.push(running(&[0.1, 0.1]));
