@@ -10,6 +10,7 @@
 //! `--prune`, trials that fall behind are stopped early (`pruning.rs`).
 
 mod hparams;
+mod place;
 mod plan;
 mod progress;
 mod pruning;
@@ -25,7 +26,8 @@ use anyhow::anyhow;
 use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::sweep::{SweepFile, TrialState, SWEEP_FILE};
-use plan::{Plan, Slot};
+use place::Slot;
+use plan::Plan;
 
 use super::input;
 
