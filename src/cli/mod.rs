@@ -4,6 +4,7 @@
 pub mod reference;
 mod settings_args;
 mod settings_groups;
+mod sweep_args;
 mod values;
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 pub use settings_args::SettingsArgs;
+pub use sweep_args::SweepArgs;
 
 pub use values::OnOff;
 
@@ -240,31 +242,9 @@ pub struct Args {
     #[arg(long, help_heading = "Dashboard", value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub sample_ms: u64,
 
-    /// Run a sweep: one trial per combination of the values of every `--sweep` (a setting's key,
-    /// `optimizer.lr`, or its flag's name, `lr`; values as a list `0.05,0.1`, integers `1..5`,
-    /// or `log:1e-4..1e-2:5` / `lin:0.1..0.5:5`). Each trial is a run of its own in the folder
-    /// --run-dir names; the same command run again continues the sweep.
-    #[arg(long, help_heading = "Sweeps", value_name = "KEY=VALUES")]
-    pub sweep: Vec<String>,
-
-    /// Run N trials drawn at random (by --seed) from the --sweep values' combinations.
-    #[arg(long, help_heading = "Sweeps", value_name = "N", requires = "sweep")]
-    pub sweep_random: Option<usize>,
-
-    /// Stop trials that fall behind, as Optuna's pruners: `median` (once 5 trials finished, a
-    /// trial below their median at an epoch) or `asha` (successive halving at epochs 1, 4,
-    /// 16…, the best quarter going on); `none` runs every trial to its end.
-    #[arg(long, help_heading = "Sweeps", value_name = "RULE", default_value = "none", value_parser = values::parse::<dpt_tui::sweep::prune::Prune>)]
-    pub prune: dpt_tui::sweep::prune::Prune,
-
-    /// The most trials a sweep may make.
-    #[arg(long, help_heading = "Sweeps", value_name = "N", default_value_t = 256)]
-    pub max_trials: usize,
-
-    /// Devices per trial: GPUs on a GPU machine [default: 1], cores on the CPU [default: the
-    /// cores shared by up to 4 trials at once]; as many trials run at once as fit.
-    #[arg(long, help_heading = "Sweeps", value_name = "N", requires = "sweep", value_parser = clap::value_parser!(u64).range(1..))]
-    pub trial_devices: Option<u64>,
+    /// A sweep's flags: many runs from this command (`sweep_args.rs`).
+    #[command(flatten)]
+    pub sweeps: SweepArgs,
 
     /// The run's settings, grouped as the settings tree is (`dpt_tui::settings`).
     #[command(flatten)]

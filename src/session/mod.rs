@@ -74,7 +74,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         }
         None => {}
     }
-    if !args.sweep.is_empty() {
+    if !args.sweeps.sweep.is_empty() {
         let argv: Vec<String> =
             std::env::args_os().map(|a| a.into_string()).collect::<Result<_, _>>().map_err(|a| {
                 input(anyhow::anyhow!("a sweep's arguments must be UTF-8 text: {}", a.to_string_lossy()))

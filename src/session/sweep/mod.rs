@@ -42,7 +42,7 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     }
     plan.file.pid = Some(std::process::id());
     let metric = super::configure::asked(args)?.best.metric;
-    let mut sweep = runner::Sweep::open(plan, state_path, (args.prune, metric))?;
+    let mut sweep = runner::Sweep::open(plan, state_path, (args.sweeps.prune, metric))?;
     let total = sweep.plan.file.trials.len();
     let kept = sweep.count(TrialState::Finished) + sweep.count(TrialState::Pruned);
     let places: Vec<String> = sweep.plan.slots.iter().map(Slot::describe).collect();

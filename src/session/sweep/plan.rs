@@ -64,7 +64,7 @@ pub fn plan(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
     let command = shared(argv);
     let mut axes = Vec::new();
     let mut flags = Vec::new();
-    for spec in &args.sweep {
+    for spec in &args.sweeps.sweep {
         let axis = Axis::parse(spec).map_err(|e| input(anyhow!(e)))?;
         let (key, flag) = setting_flag(&axis.key).map_err(|e| input(anyhow!("--sweep {spec}: {e}")))?;
         if axes.iter().any(|a: &Axis| a.key == key) {
@@ -76,10 +76,10 @@ pub fn plan(args: &Args, argv: &[String]) -> Result<Plan, Failure> {
         flags.push(flag);
     }
     let seed = args.settings.recipe.seed.unwrap_or(0);
-    let values = trials(&axes, args.sweep_random.map(|n| (n, seed)), args.max_trials)
+    let values = trials(&axes, args.sweeps.sweep_random.map(|n| (n, seed)), args.sweeps.max_trials)
         .map_err(|e| input(anyhow!(e)))?;
     let machine = Machine::survey("auto");
-    let per = args.trial_devices.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let per = args.sweeps.trial_devices.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let slots = slots((machine.cuda_devices, machine.cores), per, values.len(), visible.as_deref())
         .map_err(|e| input(anyhow!(e)))?;
@@ -223,7 +223,7 @@ fn check_trial(argv: &[String]) -> Result<(), String> {
         crate::cli::command().try_get_matches_from(expanded).map_err(|e| first_line(&e.to_string()))?;
     let args =
         <Args as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|e| first_line(&e.to_string()))?;
-    if !args.sweep.is_empty() || args.detach {
+    if !args.sweeps.sweep.is_empty() || args.detach {
         // Only a --config file can give them to a trial.
         return Err("its --config file holds `sweep` or `detach`, which a trial cannot take; give them on the command line".to_owned());
     }
