@@ -32,17 +32,14 @@ fn train_tokenizer(kind: &str, out: &Path, files: &[PathBuf]) {
     args.extend([out.display().to_string(), TOKENIZER_VOCAB.to_string()]);
     args.extend(files.iter().map(|f| f.display().to_string()));
     tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let codec = TextCodec::open(out.parent().unwrap(), Some(out)).unwrap();
+    // The trainers stop early when nothing is left to learn.
+    assert!((258..=TOKENIZER_VOCAB).contains(&codec.vocab_size()), "{}", codec.vocab_size());
 }
 
-/// Tokenizes the `.txt` files of `text` with `tok`, cut as `cutting` says, and compares the
-/// cache with the ids Python's `Tokenizer.encode` gives each file whole: the number of tokens,
-/// or how they differ (the first token that does).
-fn compare_with_python(
-    text: &Path,
-    files: &[PathBuf],
-    tok: &Path,
-    cutting: Cutting,
-) -> Result<usize, String> {
+/// The ids of the `.txt` files of `text` with `tok`: ours, cut as `cutting` says, and those
+/// Python's `Tokenizer.encode` gives each file whole.
+fn ours_and_pythons(text: &Path, files: &[PathBuf], tok: &Path, cutting: Cutting) -> (Vec<u16>, Vec<u16>) {
     let scratch = tok.with_extension("ref");
     std::fs::create_dir_all(&scratch).unwrap();
     let (ref_train, ref_val) = (scratch.join("train.bin"), scratch.join("val.bin"));
@@ -52,15 +49,25 @@ fn compare_with_python(
     tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
 
     let codec = TextCodec::open(text, Some(tok)).unwrap();
-    // The trainers stop early when nothing is left to learn.
-    assert!((258..=TOKENIZER_VOCAB).contains(&codec.vocab_size()), "{}", codec.vocab_size());
-    let cache = tokenized_in(text, &codec, &scratch.join("cache"), cutting).unwrap();
+    // The cache's key is the files and the tokenizer: a folder of its own per cutting.
+    let home = scratch.join(format!("cache-{}-{}-{}", cutting.piece, cutting.overlap, cutting.whole));
+    let cache = tokenized_in(text, &codec, &home, cutting).unwrap();
     let ids = |files: [&Path; 2]| -> Vec<u16> {
         let bytes = [std::fs::read(files[0]).unwrap(), std::fs::read(files[1]).unwrap()].concat();
         bytes.chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
     };
-    let ours = ids([&cache.join("train.bin"), &cache.join("val.bin")]);
-    let theirs = ids([&ref_train, &ref_val]);
+    (ids([&cache.join("train.bin"), &cache.join("val.bin")]), ids([&ref_train, &ref_val]))
+}
+
+/// [`ours_and_pythons`] compared: the number of tokens, or how they differ (the first token
+/// that does).
+fn compare_with_python(
+    text: &Path,
+    files: &[PathBuf],
+    tok: &Path,
+    cutting: Cutting,
+) -> Result<usize, String> {
+    let (ours, theirs) = ours_and_pythons(text, files, tok, cutting);
     if ours != theirs {
         let first = ours.iter().zip(&theirs).position(|(x, y)| x != y);
         return Err(format!(
@@ -130,14 +137,10 @@ fn the_cache_holds_what_hugging_faces_own_library_makes_of_the_text() {
     assert_ne!(bytes_cache.unwrap(), cache);
 }
 
-/// Python sources, prose with tabs and runs of spaces, and a line longer than a piece, cut into
-/// pieces of 8 KiB: every kind of tokenizer gives Python's ids for each file whole, also those
-/// that encode a piece's start as a text's start (a `Metaspace` or a prefix space add a word
-/// boundary there that the whole file does not have).
-#[test]
-fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
-    let dir = tempfile::tempdir().unwrap();
-    let text = dir.path().join("text");
+/// Python sources, prose with tabs and runs of spaces, and a line longer than a piece, as
+/// three files in `dir/text`: the folder and the files.
+fn text_of_every_kind(dir: &Path) -> (PathBuf, [PathBuf; 3]) {
+    let text = dir.join("text");
     std::fs::create_dir_all(&text).unwrap();
     let files = [text.join("a-source.txt"), text.join("b-prose.txt"), text.join("c-long-line.txt")];
     let mut sources: Vec<PathBuf> = std::fs::read_dir(common::script("."))
@@ -154,22 +157,141 @@ fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
     // overlapping pieces in it.
     let long_line = prose(80_000, 4).replace('\n', " ");
     std::fs::write(&files[2], format!("{}{long_line}\n{}", prose(3_000, 5), prose(3_000, 6))).unwrap();
-    let cutting = Cutting { piece: 8 << 10, overlap: 1 << 10 };
+    (text, files)
+}
+
+/// Pieces of 8 KiB, each with the 1 KiB before it; a file whose tokenizer's ties depend on the
+/// whole text is encoded whole up to `whole` bytes.
+fn small_pieces(whole: usize) -> Cutting {
+    Cutting { piece: 8 << 10, overlap: 1 << 10, whole }
+}
+
+/// The text of [`text_of_every_kind`] cut into pieces of 8 KiB: every kind of tokenizer gives
+/// Python's ids for each file whole, also those that encode a piece's start as a text's start
+/// (a `Metaspace` or a prefix space add a word boundary there that the whole file does not
+/// have); a Unigram behind a `Metaspace` that does not split at spaces, whose ties depend on the
+/// whole text, has its files encoded whole.
+#[test]
+fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, files) = text_of_every_kind(dir.path());
     let differences: Vec<String> = ["byte-level", "prefix-space", "metaspace", "metaspace-first"]
         .into_iter()
         .filter_map(|kind| {
             let tok = dir.path().join(format!("{kind}.json"));
             train_tokenizer(kind, &tok, &files);
-            let line_safe = TextCodec::open(&text, Some(&tok)).unwrap().line_safe();
+            let codec = TextCodec::open(&text, Some(&tok)).unwrap();
             assert_eq!(
-                line_safe,
+                codec.line_safe(),
                 kind == "byte-level",
                 "{kind}: cut at line breaks only when nothing joins across"
             );
-            compare_with_python(&text, &files, &tok, cutting).err()
+            assert_eq!(codec.whole_text_ties(), kind == "metaspace-first", "{kind}: ties of the whole text");
+            compare_with_python(&text, &files, &tok, small_pieces(128 << 10)).err()
         })
         .collect();
     assert!(differences.is_empty(), "{differences:#?}");
+}
+
+/// A Unigram of letters and runs of 1, 4 and 8 spaces behind a `Metaspace` that does not split
+/// at spaces (Llama 2's kind), saved as `path`: twelve spaces are 4 + 8 or 8 + 4, at the same
+/// score, and which it keeps depends on how the score summed since the text's start rounds.
+fn unigram_with_ties(path: &Path) {
+    let mut vocab = vec![
+        serde_json::json!(["<unk>", 0.0]),
+        serde_json::json!(["\n", -2.650595278838571]),
+        serde_json::json!(["▁", -2.753028703004931]),
+        serde_json::json!(["▁▁▁▁", -4.212512622854189]),
+        serde_json::json!(["▁▁▁▁▁▁▁▁", -5.837206754350296]),
+    ];
+    for (i, c) in ('a'..='z').enumerate() {
+        let i = i as f64;
+        vocab.push(serde_json::json!([c.to_string(), -(3.0 + 0.1371 * i + 0.0123 * i * i)]));
+    }
+    let metaspace = serde_json::json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false});
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "normalizer": null,
+        "added_tokens": [{"id": 0, "content": "<unk>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "pre_tokenizer": metaspace, "post_processor": null, "decoder": metaspace,
+        "model": {"type": "Unigram", "unk_id": 0, "vocab": vocab, "byte_fallback": false},
+    });
+    std::fs::write(path, serde_json::to_vec(&json).unwrap()).unwrap();
+}
+
+/// Lines of letters, each indented by twelve spaces, from a fixed stream.
+fn indented(bytes: usize, seed: u64) -> String {
+    let mut x = seed;
+    let mut draw = move |n: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let mut text = String::new();
+    while text.len() < bytes {
+        text.push_str("            ");
+        for _ in 0..1 + draw(8) {
+            let word: String = (0..1 + draw(7)).map(|_| char::from(b'a' + draw(26) as u8)).collect();
+            text.push_str(&word);
+            text.push(' ');
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// A Unigram behind a `Metaspace` that does not split at spaces (Llama 2's kind): each file is
+/// encoded whole, which alone breaks its ties as Python does; cut into pieces (a file longer
+/// than `Cutting::whole`), its ids differ from Python's, but only where two segmentations of the
+/// same bytes score the same (each stretch where the ids differ covers the same bytes, and its
+/// scores sum to the same, to float rounding).
+#[test]
+fn a_unigram_over_whole_lines_breaks_its_ties_as_python_only_when_encoded_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::create_dir_all(&text).unwrap();
+    let files = [text.join("a.txt"), text.join("b.txt")];
+    std::fs::write(&files[0], indented(1 << 20, 1)).unwrap();
+    std::fs::write(&files[1], indented(30_000, 2)).unwrap();
+    let tok = dir.path().join("ties.json");
+    unigram_with_ties(&tok);
+    assert!(TextCodec::open(&text, Some(&tok)).unwrap().whole_text_ties());
+    compare_with_python(&text, &files, &tok, small_pieces(2 << 20)).unwrap();
+
+    let (ours, theirs) = ours_and_pythons(&text, &files, &tok, small_pieces(0));
+    let model: serde_json::Value = serde_json::from_slice(&std::fs::read(&tok).unwrap()).unwrap();
+    let vocab: Vec<(usize, f64)> = model["model"]["vocab"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().len(), p[1].as_f64().unwrap()))
+        .collect();
+    // Walk both: where both have a token boundary at the same byte (of the normalized text),
+    // the stretches since the last such place must score the same.
+    let (mut i, mut j, mut at_i, mut at_j) = (0, 0, 0, 0);
+    let (mut score_i, mut score_j, mut ties) = (0.0f64, 0.0f64, 0);
+    let (mut stretch_i, mut stretch_j) = (0, 0);
+    while i < ours.len() || j < theirs.len() {
+        if j == theirs.len() || (i < ours.len() && at_i <= at_j) {
+            let (len, score) = vocab[usize::from(ours[i])];
+            (at_i, score_i, i) = (at_i + len, score_i + score, i + 1);
+        } else {
+            let (len, score) = vocab[usize::from(theirs[j])];
+            (at_j, score_j, j) = (at_j + len, score_j + score, j + 1);
+        }
+        if at_i == at_j {
+            let same = ours[stretch_i..i] == theirs[stretch_j..j];
+            let close = (score_i - score_j).abs() <= 1e-9 * score_i.abs().max(1.0);
+            assert!(
+                same || close,
+                "ids {stretch_i}..{i} score {score_i} against Python's {stretch_j}..{j} {score_j}"
+            );
+            ties += usize::from(!same);
+            (stretch_i, stretch_j, score_i, score_j) = (i, j, 0.0, 0.0);
+        }
+    }
+    assert_eq!(at_i, at_j, "the same bytes");
+    // A fixed text and tokenizer: 8 of its ties are broken otherwise in pieces of 8 KiB.
+    assert!(ties > 0, "cut into pieces, some ties are broken otherwise");
 }
 
 fn dpt(args: &[&str], cache: &Path) -> std::process::Output {

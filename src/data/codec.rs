@@ -138,6 +138,20 @@ impl TextCodec {
             && tokenizer.get_added_tokens_decoder().values().all(|t| !t.content.contains('\n'))
     }
 
+    /// Whether the ids of a stretch of text may depend on where its encoding began, however far
+    /// before it. A Unigram model keeps each pre-token's best-scoring segmentation, and of two
+    /// that score the same (`▁▁▁▁` then `▁▁▁▁▁▁▁▁`, or the reverse) the one whose score, summed
+    /// from the pre-token's start, rounds higher. Behind a pre-tokenizer that splits at white
+    /// space the pre-tokens are words, the same in a piece as in the whole file; behind one that
+    /// does not (a `Metaspace` with `split: false`, as Llama 2's, or none) the pre-token is the
+    /// whole text, and only the file encoded at once breaks its ties as Python's
+    /// `Tokenizer.encode` does.
+    pub fn whole_text_ties(&self) -> bool {
+        let TextCodec::Tokenizer { tokenizer, .. } = self else { return false };
+        matches!(tokenizer.get_model(), ModelWrapper::Unigram(_))
+            && !tokenizer.get_pre_tokenizer().is_some_and(splits_at_white_space)
+    }
+
     /// The ids of each of `pieces`, encoded in parallel without their offsets (for pieces cut
     /// where [`TextCodec::line_safe`] allows).
     pub fn encode_ids(&self, pieces: &[&str]) -> Result<Vec<Vec<u32>>, String> {
@@ -178,6 +192,19 @@ impl TextCodec {
     }
 }
 
+/// Whether `pre` (or a pre-tokenizer of its sequence) splits text at white space.
+fn splits_at_white_space(pre: &PreTokenizerWrapper) -> bool {
+    match pre {
+        PreTokenizerWrapper::Metaspace(m) => m.get_split(),
+        PreTokenizerWrapper::ByteLevel(b) => b.use_regex,
+        PreTokenizerWrapper::Whitespace(_)
+        | PreTokenizerWrapper::WhitespaceSplit(_)
+        | PreTokenizerWrapper::BertPreTokenizer(_) => true,
+        PreTokenizerWrapper::Sequence(s) => s.as_ref().iter().any(splits_at_white_space),
+        _ => false,
+    }
+}
+
 /// Where `text` may be cut for a [`TextCodec::line_safe`] tokenizer: after a line break between
 /// two characters that are not white space, the first such place at or after `from`; none in
 /// the text.
@@ -200,6 +227,43 @@ pub struct TokenAt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tokenizer of `model` (a Unigram of a few pieces, or a BPE) behind `pre_tokenizer`.
+    fn tokenizer(model: &str, pre_tokenizer: &str) -> TextCodec {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let model = match model {
+            "Unigram" => r#"{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0.0],["▁",-2.5],["a",-3.0]]}"#,
+            _ => r#"{"type":"BPE","vocab":{"a":0,"▁":1},"merges":[]}"#,
+        };
+        let json = format!(
+            r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+                "pre_tokenizer":{pre_tokenizer},"post_processor":null,"decoder":null,"model":{model}}}"#
+        );
+        let path = dir.path().join("tokenizer.json");
+        std::fs::write(&path, json).expect("written");
+        TextCodec::open(dir.path(), Some(&path)).expect("a tokenizer")
+    }
+
+    #[test]
+    fn only_a_unigram_over_text_not_split_at_white_space_has_ties_of_the_whole_text() {
+        let metaspace = |split: bool| {
+            format!(r#"{{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":{split}}}"#)
+        };
+        let whitespace_in_sequence = r#"{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},{"type":"WhitespaceSplit"}]}"#;
+        let digits = r#"{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true}]}"#;
+        let cases = [
+            ("Unigram", metaspace(false), true),
+            ("Unigram", "null".to_owned(), true),
+            ("Unigram", digits.to_owned(), true),
+            ("Unigram", metaspace(true), false),
+            ("Unigram", whitespace_in_sequence.to_owned(), false),
+            ("BPE", metaspace(false), false),
+        ];
+        for (model, pre, ties) in cases {
+            assert_eq!(tokenizer(model, &pre).whole_text_ties(), ties, "{model} behind {pre}");
+        }
+        assert!(!TextCodec::Bytes.whole_text_ties());
+    }
 
     #[test]
     fn bytes_round_trip() {

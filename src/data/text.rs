@@ -63,9 +63,9 @@ pub fn tokenized_in(
     if files.is_empty() {
         return Err(DataError::Unknown { path: dir });
     }
-    // 3: each file's ids those of the file whole (2 cut files where some tokenizers encode a
-    // piece's start otherwise).
-    let mut print = format!("dpt-tui text 3 {} {}\n", codec.key(), dir.display());
+    // 4: a Unigram tokenizer's files encoded whole (3 cut them, its ties broken otherwise; 2 cut
+    // files where some tokenizers encode a piece's start otherwise).
+    let mut print = format!("dpt-tui text 4 {} {}\n", codec.key(), dir.display());
     let mut total = 0u64;
     for f in &files {
         let m = std::fs::metadata(f).map_err(|e| DataError::Read { path: f.clone(), why: e.to_string() })?;
@@ -102,8 +102,7 @@ pub fn tokenized_in(
                 Ok(ids) => train.write(&ids).map_err(cache_error)?,
                 Err(PieceError::Tokenizer(why)) => return Err(encode_error(why)),
                 Err(PieceError::NoSeam(_)) => {
-                    // Two of its pieces share no tokens: the file is encoded whole, the one case
-                    // that holds a whole file.
+                    // Two of its pieces share no tokens: the file is encoded whole.
                     let text = std::fs::read(f).map_err(read_error)?;
                     let ids = codec.encode_whole(&String::from_utf8_lossy(&text)).map_err(encode_error)?;
                     train.rewind(from).map_err(cache_error)?;
@@ -113,6 +112,15 @@ pub fn tokenized_in(
                 }
             }
             if n == 0 {
+                if encoder.outgrew_whole() {
+                    eprintln!(
+                        "dpt-tui: {} is over {} MiB and was encoded in pieces: where two of its \
+                         tokenizer's segmentations score the same, a piece may keep the other one \
+                         than the whole file would",
+                        f.display(),
+                        cutting.whole >> 20
+                    );
+                }
                 break;
             }
             if said.elapsed() > Duration::from_secs(2) {
@@ -270,7 +278,7 @@ mod tests {
             "model":{"type":"WordLevel","vocab":{"a":0,"[UNK]":1},"unk_token":"[UNK]"}}"#;
         std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
         let codec = TextCodec::open(dir.path(), None).unwrap();
-        let cutting = Cutting { piece: 16, overlap: 4 };
+        let cutting = Cutting { piece: 16, overlap: 4, whole: 0 };
         let cache = tokenized_in(dir.path(), &codec, home.path(), cutting).unwrap();
         let ids: Vec<u16> =
             [std::fs::read(cache.join("train.bin")).unwrap(), std::fs::read(cache.join("val.bin")).unwrap()]
