@@ -184,11 +184,11 @@ fn a_failing_trial_is_marked_failed_with_its_reason_and_the_others_finish() {
     assert!(reason.contains("no-such-data"), "{reason}");
     let shown = Dpt::new().args(["show", folder.to_str().unwrap()]).ok();
     assert!(shown.contains(&format!("trial-001 failed: {reason}")), "{shown}");
-    // `attach` names what to open instead of a sweep dashboard.
+    // Without a terminal, `attach` names what to open instead of the sweep board.
     let out = Dpt::new().args(["attach", folder.to_str().unwrap()]).scratch_runtime().output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("is a sweep, which has no dashboard of its own yet: 'dpt-tui show "), "{err}");
+    assert!(err.contains("the sweep board needs a terminal; 'dpt-tui show "), "{err}");
 }
 
 #[test]

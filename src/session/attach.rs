@@ -22,15 +22,8 @@ pub fn run(run: Option<&Path>, read_only: bool, args: &Args) -> Result<u8, Failu
         })?,
     };
     if run_dir.join(dpt_tui::sweep::SWEEP_FILE).is_file() {
-        let d = run_dir.display();
-        let running: Vec<String> = super::sweep::running_trials(&run_dir);
-        let open = match running.first() {
-            Some(t) => format!("'dpt-tui attach {}' opens a running trial's", run_dir.join(t).display()),
-            None => "none of its trials runs now".to_owned(),
-        };
-        return Err(input(anyhow!(
-            "{d} is a sweep, which has no dashboard of its own yet: 'dpt-tui show {d}' prints its table; {open}"
-        )));
+        let shown = run.map_or_else(|| run_dir.display().to_string(), |r| r.display().to_string());
+        return super::sweep::watch::watch(&run_dir, &shown, read_only, args);
     }
     if !client::is_live(&run_dir) {
         let d = run_dir.display();

@@ -123,6 +123,7 @@ pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> R
         attached: true,
         run_dir: Some(run_dir.to_owned()),
         baselines: Vec::new(),
+        returns: false,
     };
     let end = dashboard::run(source, &watch.messages, dashboard_options(args, theme))
         .map_err(failed("the dashboard failed"))?;

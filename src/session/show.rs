@@ -129,6 +129,7 @@ pub fn run(all: &[PathBuf], png: Option<&Path>, svg: Option<&Path>, args: &Args)
         attached: false,
         run_dir: Some(run_dir),
         baselines,
+        returns: false,
     };
     dashboard::run(source, &watch.messages, dashboard_options(args, theme))
         .map_err(failed("the dashboard failed"))?;

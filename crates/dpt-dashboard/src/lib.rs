@@ -10,5 +10,6 @@ pub mod headless;
 pub mod remote;
 pub mod report;
 pub mod signals;
+pub mod sweep_board;
 
 use dpt_core::{atomic, config_error, flops, model, monitor, optim, record, run_dir, unix_now, Control};

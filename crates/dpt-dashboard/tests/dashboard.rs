@@ -494,3 +494,19 @@ fn the_rewind_dialog_holds_the_run_from_opening_to_the_choice_sent() {
     read_only.on_key(key('r'));
     assert_eq!(read_only.hold(), None, "a viewer that may not steer holds nothing");
 }
+
+#[test]
+fn esc_in_a_trial_opened_from_the_sweep_board_goes_back_and_the_run_goes_on() {
+    let mut app = running_app();
+    app.viewer.attached = true;
+    app.viewer.returns = true;
+    let s = screen(&app, 120, 30, false);
+    assert!(s.contains("Esc  back to the sweep"), "{s}");
+    assert!(app.on_key(code(KeyCode::Esc)).is_empty(), "no stop is sent");
+    assert!(app.viewer.quit && app.viewer.detached, "the board comes back; the run goes on");
+    // Without the board behind it, Esc asks to stop the run, as q does.
+    let mut app = running_app();
+    app.viewer.attached = true;
+    app.on_key(code(KeyCode::Esc));
+    assert!(!app.viewer.detached);
+}

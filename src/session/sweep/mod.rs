@@ -16,8 +16,10 @@ mod progress;
 mod pruning;
 mod runner;
 pub mod table;
+pub mod watch;
 
 use std::fs::File;
+use std::io::IsTerminal;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -35,16 +37,22 @@ use super::input;
 pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     let (mut plan, lock) = claim(args, argv)?;
     let state_path = plan.folder.join(SWEEP_FILE);
-    if args.detach {
+    let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if args.detach || (!args.headless && terminal) {
         // The background process takes the folder's lock over.
         drop(lock);
-        return detach(&plan, &state_path, argv);
+        detach(&plan, &state_path, argv)?;
+        if args.detach {
+            return Ok(0);
+        }
+        // With a terminal, the board on it, as a run's dashboard on its background job.
+        return watch::watch(&plan.folder, &plan.shown.display().to_string(), false, args);
     }
     plan.file.pid = Some(std::process::id());
     let metric = super::configure::asked(args)?.best.metric;
     let mut sweep = runner::Sweep::open(plan, state_path, (args.sweeps.prune, metric))?;
     let total = sweep.plan.file.trials.len();
-    let kept = sweep.count(TrialState::Finished) + sweep.count(TrialState::Pruned);
+    let kept = sweep.plan.file.trials.iter().filter(|t| t.state.is_settled()).count();
     let places: Vec<String> = sweep.plan.slots.iter().map(Slot::describe).collect();
     say(&format!(
         "sweep: {total} trials ({kept} done before), {} at once on {} → {}",
@@ -182,16 +190,6 @@ fn read_state(path: &Path) -> Result<Option<SweepFile>, Failure> {
     serde_json::from_str(&text).map(Some).map_err(|e| {
         input(anyhow!("{} is not a sweep's state ({e}); name another --run-dir", path.display()))
     })
-}
-
-/// The folders of the sweep in `folder`'s trials that run now (a sweep process's, still alive).
-pub fn running_trials(folder: &Path) -> Vec<String> {
-    let Ok(Some(file)) = read_state(&folder.join(SWEEP_FILE)) else { return Vec::new() };
-    file.trials
-        .into_iter()
-        .filter(|t| t.state == TrialState::Running && t.pid.is_some_and(|p| runs_in(p, &folder.join(&t.dir))))
-        .map(|t| t.dir)
-        .collect()
 }
 
 /// Whether process `pid` is a sweep's (its command line has `--sweep`).

@@ -149,15 +149,7 @@ impl Plan {
     }
 }
 
-/// A key as a table names it: its last part (`lr` for `optimizer.lr`), or its section where
-/// that says more (`model` for `model.name`, `data` for `data.path`).
-pub fn short_key(key: &str) -> &str {
-    match key.rsplit_once('.') {
-        Some((section, "name" | "path")) => section,
-        Some((_, last)) => last,
-        None => key,
-    }
-}
+pub use dpt_tui::sweep::short_key;
 
 /// Whether `flag` is on the command line, alone or as `flag=value`.
 fn given(argv: &[String], flag: &str) -> bool {

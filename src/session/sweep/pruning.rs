@@ -30,7 +30,7 @@ impl Pruning {
             .iter()
             .map(|t| {
                 let mut curve = Curve { rungs: t.rungs.clone(), ..Curve::default() };
-                if rule != Prune::None && matches!(t.state, TrialState::Finished | TrialState::Pruned) {
+                if rule != Prune::None && t.state.is_settled() {
                     let mut p = Progress::of(&folder.join(&t.dir));
                     p.read(metric);
                     curve.values = p.curve.values;

@@ -81,7 +81,7 @@ impl Sweep {
         for i in 0..self.plan.file.trials.len() {
             let dir = self.plan.trial_dir(i);
             let t = &mut self.plan.file.trials[i];
-            if matches!(t.state, TrialState::Finished | TrialState::Pruned) {
+            if t.state.is_settled() {
                 continue;
             }
             if let Some(pid) = process_in(&dir) {
@@ -138,7 +138,7 @@ impl Sweep {
         signals: &crossbeam_channel::Receiver<SignalMsg>,
     ) -> Result<Option<u8>, Failure> {
         let mut queue: VecDeque<usize> = (0..self.plan.file.trials.len())
-            .filter(|&i| !matches!(self.plan.file.trials[i].state, TrialState::Finished | TrialState::Pruned))
+            .filter(|&i| !self.plan.file.trials[i].state.is_settled())
             .collect();
         let mut free: Vec<usize> = (0..self.plan.slots.len()).rev().collect();
         let (tx, rx) = crossbeam_channel::unbounded::<Ended>();
@@ -277,6 +277,17 @@ impl Sweep {
                 ));
             }
             let t = &mut self.plan.file.trials[i];
+            if result.stopped && !self.stopping {
+                t.state = TrialState::Stopped;
+                t.reason = Some("stopped by its user".to_owned());
+                say(&format!(
+                    "[{}] {} was stopped by its user after {} epochs; its place goes to the next trial",
+                    self.clock(),
+                    self.name(i),
+                    result.epochs
+                ));
+                return self.save();
+            }
             t.state = TrialState::Finished;
             say(&format!(
                 "[{}] {} finished in {:.1} s: {}",

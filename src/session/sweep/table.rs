@@ -24,6 +24,8 @@ pub struct Result {
     pub completed: bool,
     /// Its loss stopped being finite and `--on-nan stop` ended it.
     pub diverged: bool,
+    /// Its user stopped it (from its dashboard or the sweep's).
+    pub stopped: bool,
 }
 
 impl Result {
@@ -40,9 +42,12 @@ impl Result {
                 r.seconds += e.epoch_seconds;
             }
             if let Record::Summary(s) = &record {
-                use dpt_tui::record::stats::FinishReason::{Completed, Diverged, EarlyStopped, StepLimit};
+                use dpt_tui::record::stats::FinishReason::{
+                    Completed, Diverged, EarlyStopped, StepLimit, Stopped,
+                };
                 r.completed = matches!(s.reason, Completed | EarlyStopped | StepLimit);
                 r.diverged = s.reason == Diverged;
+                r.stopped = s.reason == Stopped;
             }
         }
         r
@@ -116,7 +121,11 @@ pub fn text(folder: &Path, file: &SweepFile) -> String {
     let mut out = vec![line(&header)];
     out.extend(rows.iter().map(|r| line(r)));
     out.extend(groups(folder, file));
-    for t in file.trials.iter().filter(|t| matches!(t.state, TrialState::Failed | TrialState::Pruned)) {
+    for t in file
+        .trials
+        .iter()
+        .filter(|t| matches!(t.state, TrialState::Failed | TrialState::Pruned | TrialState::Stopped))
+    {
         let reason = t.reason.as_deref().unwrap_or("no reason recorded");
         out.push(format!("{} {}: {reason}", t.dir, t.state.label()));
     }
@@ -191,15 +200,14 @@ pub fn print(folder: &Path, file: &SweepFile) {
 pub fn summary(folder: &Path, file: &SweepFile) -> (String, String, String) {
     let state = match file.pid.filter(|&p| super::sweep_runs(p)) {
         Some(_) => "running",
-        None if file.trials.iter().all(|t| matches!(t.state, TrialState::Finished | TrialState::Pruned)) => {
-            "done"
-        }
+        None if file.trials.iter().all(|t| t.state.is_settled()) => "done",
         None => "stopped",
     };
     let order = [
         TrialState::Finished,
         TrialState::Running,
         TrialState::Pruned,
+        TrialState::Stopped,
         TrialState::Interrupted,
         TrialState::Failed,
         TrialState::Pending,

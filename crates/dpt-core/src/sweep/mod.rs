@@ -200,10 +200,17 @@ pub enum TrialState {
     Finished,
     /// Stopped early by `--prune` for falling behind; not run again.
     Pruned,
+    /// Stopped by its user (from its dashboard or the sweep's); not run again.
+    Stopped,
     Failed,
 }
 
 impl TrialState {
+    /// A trial kept as it is by the same command run again: finished, pruned or stopped.
+    pub fn is_settled(self) -> bool {
+        matches!(self, TrialState::Finished | TrialState::Pruned | TrialState::Stopped)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             TrialState::Pending => "pending",
@@ -211,8 +218,19 @@ impl TrialState {
             TrialState::Interrupted => "interrupted",
             TrialState::Finished => "finished",
             TrialState::Pruned => "pruned",
+            TrialState::Stopped => "stopped",
             TrialState::Failed => "failed",
         }
+    }
+}
+
+/// A key as a table names it: its last part (`lr` for `optimizer.lr`), or its section where
+/// that says more (`model` for `model.name`, `data` for `data.path`).
+pub fn short_key(key: &str) -> &str {
+    match key.rsplit_once('.') {
+        Some((section, "name" | "path")) => section,
+        Some((_, last)) => last,
+        None => key,
     }
 }
 

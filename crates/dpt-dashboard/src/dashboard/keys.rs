@@ -101,6 +101,11 @@ impl App {
                     Some(Overlay::Prompt { kind: PromptKind::SaveDir, input: String::new(), error: None });
                 none()
             }
+            Action::Quit if code == KeyCode::Esc && self.viewer.returns => {
+                self.viewer.detached = !self.run.state.is_over();
+                self.viewer.quit = true;
+                none()
+            }
             Action::Quit if self.run.state.is_over() || !self.viewer.steerable => {
                 self.viewer.quit = true;
                 none()

@@ -71,26 +71,48 @@ pub fn locale_is_utf8() -> bool {
     false
 }
 
-fn spawn_input(stop: Arc<AtomicBool>) -> std::io::Result<Receiver<TermEvent>> {
-    let (tx, rx) = unbounded();
-    std::thread::Builder::new().name("dpt-input".into()).spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            // Poll with a timeout so the thread notices `stop` without a key press.
-            match event::poll(Duration::from_millis(100)) {
-                Ok(true) => match event::read() {
-                    Ok(ev) => {
-                        if tx.send(ev).is_err() {
-                            return;
+/// The terminal's input, read on a thread of its own (polled, so that it notices when it is no
+/// longer wanted); dropped, the thread is stopped and joined, so that the next screen's reader
+/// is the only one.
+pub(crate) struct Input {
+    pub events: Receiver<TermEvent>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Input {
+    pub(crate) fn spawn() -> std::io::Result<Input> {
+        let (tx, events) = unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name("dpt-input".into()).spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                // Poll with a timeout so the thread notices `stop` without a key press.
+                match event::poll(Duration::from_millis(100)) {
+                    Ok(true) => match event::read() {
+                        Ok(ev) => {
+                            if tx.send(ev).is_err() {
+                                return;
+                            }
                         }
-                    }
+                        Err(_) => return,
+                    },
+                    Ok(false) => {}
                     Err(_) => return,
-                },
-                Ok(false) => {}
-                Err(_) => return,
+                }
             }
+        })?;
+        Ok(Input { events, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
-    })?;
-    Ok(rx)
+    }
 }
 
 /// Where the dashboard's data comes from: a job (attached over its socket) or a recorded run.
@@ -103,6 +125,8 @@ pub struct Source {
     pub controls: Option<Sender<Control>>,
     /// A live job in another process (`d` detaches from it).
     pub attached: bool,
+    /// Opened from a sweep's board: Esc goes back to it (the job goes on).
+    pub returns: bool,
     /// The run's directory: its neighbours are the runs `b` offers as baselines.
     pub run_dir: Option<std::path::PathBuf>,
     /// Recorded runs drawn under this one from the start (`dpt-tui show A B`).
@@ -132,6 +156,7 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     let mut app = App::new(&[]);
     app.viewer.steerable = source.controls.is_some();
     app.viewer.attached = source.attached;
+    app.viewer.returns = source.returns;
     app.curves.run_dir = source.run_dir.clone();
     app.curves.baselines = source.baselines.clone();
     // What happened before this viewer came is history: it rings no bell.
@@ -151,8 +176,8 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
         }
     };
     let mut tui = terminal::Tui::enter()?;
-    let stop_input = Arc::new(AtomicBool::new(false));
-    let input = spawn_input(Arc::clone(&stop_input))?;
+    let terminal_input = Input::spawn()?;
+    let input = terminal_input.events.clone();
     let look = Look { theme: &opts.theme, ascii: opts.ascii };
     let ticker = tick(Duration::from_millis(1000 / u64::from(opts.fps.clamp(1, 60))));
     let (mut events, mut monitor_rx, mut signals) = (source.records, source.monitor, signals.clone());
@@ -233,7 +258,7 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     if app.viewer.holding {
         send(Control::Hold { on: false });
     }
-    stop_input.store(true, Ordering::Relaxed);
+    drop(terminal_input);
     drop(tui);
     result.map(|()| End { app, hangup, interrupted })
 }

@@ -133,6 +133,8 @@ pub struct Viewer {
     pub attached: bool,
     /// This viewer's rewind dialog holds the run (it sent `Control::Hold { on: true }`).
     pub holding: bool,
+    /// Opened from a sweep's board: Esc goes back to it, the run going on.
+    pub returns: bool,
 }
 
 impl Default for Viewer {
@@ -145,6 +147,7 @@ impl Default for Viewer {
             steerable: true,
             attached: false,
             holding: false,
+            returns: false,
         }
     }
 }

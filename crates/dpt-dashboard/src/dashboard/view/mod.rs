@@ -120,7 +120,11 @@ fn too_small(frame: &mut Frame, area: Rect, look: &Look) {
 }
 
 fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
-    let keys = crate::dashboard::keys::footer(app.run.state.is_over(), compact, !app.curves.data.no_classes);
+    let mut keys =
+        crate::dashboard::keys::footer(app.run.state.is_over(), compact, !app.curves.data.no_classes);
+    if app.viewer.returns {
+        keys.insert(0, ("Esc", "back to the sweep"));
+    }
     let theme = look.theme;
     let mut spans = Vec::new();
     // Keys that do not fit are left out, never cut; the help key (last) always shows.
