@@ -4,7 +4,8 @@
 //! their checkpoints and ends equal; a failing trial is marked failed with its reason while the
 //! others finish; SIGTERM stops a sweep, its trials checkpointed; `--prune median` and
 //! `--prune asha` stop a trial that falls behind and start the next; `show SWEEP` prints the
-//! table, the seeds' means and `--csv`.
+//! table, the seeds' means and `--csv`; the sweep board in a real terminal opens a trial's
+//! dashboard and comes back, stops a trial, sets another's lr and stops the sweep.
 
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -398,4 +399,114 @@ fn a_detached_sweep_runs_in_the_background_its_lines_in_sweep_log() {
     let log = std::fs::read_to_string(folder.join("sweep.log")).unwrap();
     assert!(log.contains("trial-001 (2/2) finished in "), "{log}");
     assert!(log.lines().any(|l| l.starts_with("trial-000  1     finished")), "the table: {log}");
+}
+
+/// Stops the sweep whose folder it names when dropped, in case its test failed while it ran in
+/// the background.
+struct StopSweep<'a>(&'a Path);
+
+impl Drop for StopSweep<'_> {
+    fn drop(&mut self) {
+        let state = std::fs::read_to_string(self.0.join("sweep.json")).unwrap_or_default();
+        let pid = serde_json::from_str::<serde_json::Value>(&state).ok().and_then(|s| s["pid"].as_u64());
+        if let Some(pid) = pid {
+            let _ = dpt_tui::sys::terminate_process(pid as u32);
+        }
+    }
+}
+
+/// The row of `trial` on the board's screen.
+fn row<'a>(screen: &'a str, trial: &str) -> &'a str {
+    screen.lines().find(|l| l.contains(&format!("{trial} "))).unwrap_or("")
+}
+
+/// The sweep board in a real terminal: a sweep started with one opens it; Enter opens a running
+/// trial's own dashboard and Esc comes back; `x` stops that trial (recorded as stopped, its place
+/// going to the next trial), `l` sets another's lr, `X` stops the sweep, `q` closes the board.
+#[test]
+fn the_sweep_board_opens_stops_and_steers_trials_in_a_real_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("sweep");
+    let _stop = StopSweep(&folder);
+    let per = half_the_cores().to_string();
+    let args = [
+        "--data",
+        data.to_str().unwrap(),
+        "--epochs",
+        "500",
+        "--sweep",
+        "lr=0.9,1.5,2.0",
+        "--trial-devices",
+        &per,
+        "--run-dir",
+        folder.to_str().unwrap(),
+    ];
+    let wait = Duration::from_secs(90);
+    let mut tui = common::pty::PtyRun::spawn(&args, 130, 36, &[]);
+    let running =
+        |s: &str| row(s, "trial-000").contains("running") && row(s, "trial-001").contains("running");
+    tui.wait_until("the board with two trials running", running, wait);
+    // trial-000, selected first: its own dashboard, then back.
+    tui.send("\r");
+    let opened = |s: &str| s.contains("RUNNING") && s.contains("back to the sweep");
+    let screen = tui.wait_until("trial-000's dashboard", opened, wait);
+    assert!(screen.contains("lenet on [cpu]"), "{screen}");
+    tui.send("\x1b");
+    tui.wait_for("trials · test acc", wait);
+    tui.send("x");
+    tui.wait_for("Stop trial-000?", wait);
+    tui.send("y");
+    let next = |s: &str| row(s, "trial-000").contains("stopped") && row(s, "trial-002").contains("running");
+    tui.wait_until("trial-000 stopped and the next trial started", next, wait);
+    tui.send("j");
+    tui.send("l");
+    tui.wait_for("trial-001's new lr", wait);
+    tui.send("0.5\r");
+    tui.wait_for("trial-001: lr 0.5 from its next step", wait);
+    tui.send("X");
+    tui.wait_for("Stop the sweep?", wait);
+    tui.send("y");
+    tui.wait_for("· stopped ·", wait);
+    tui.send("q");
+    let status = tui.wait_exit(wait);
+    assert!(status.success(), "{status:?}\n{}", tui.contents());
+
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("sweep.json")).unwrap()).unwrap();
+    let states: Vec<&str> = (0..3).map(|i| state["trials"][i]["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["stopped", "interrupted", "interrupted"], "{state}");
+    assert_eq!(state["trials"][0]["reason"], "stopped by its user");
+    let records = std::fs::read_to_string(folder.join("trial-001/metrics.jsonl")).unwrap();
+    assert!(records.contains(r#""event":"lr_changed","from":1.5,"to":0.5"#), "{records}");
+    // The same command leaves the stopped trial as it is and continues the other two.
+    let shown = Dpt::new().args(["show", folder.to_str().unwrap()]).ok();
+    assert!(shown.contains("trial-000 stopped: stopped by its user"), "{shown}");
+}
+
+/// An upgrade during a sweep: its executable's file replaced while its first trial runs, the
+/// next trial still starts, from the sweep's own version.
+#[test]
+fn trials_start_after_the_sweeps_executable_file_was_replaced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("sweep");
+    let exe = tmp.path().join("dpt-tui");
+    std::fs::copy(common::BIN, &exe).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).to_string();
+    let flags = ["--epochs", "2", "--train-limit", "1000", "--sweep", "seed=1,2", "--trial-devices", &cores];
+    let child = std::process::Command::new(&exe)
+        .args(["--headless", "--data", data.to_str().unwrap(), "--run-dir", folder.to_str().unwrap()])
+        .args(flags)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until(Duration::from_secs(60), "start of trial-000", || folder.join("trial-000.log").exists());
+    std::fs::remove_file(&exe).unwrap();
+    std::fs::write(&exe, "#!/bin/sh\nexit 3\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("trial-001 (2/2) finished in "), "{text}");
 }

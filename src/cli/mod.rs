@@ -46,10 +46,10 @@ pub fn command() -> clap::Command {
 /// Commands besides training.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
-    /// Reopen the dashboard on a running job, from any directory (your most recently started
-    /// one by default).
+    /// Reopen the dashboard on a running job, or a sweep's board, from any directory (your most
+    /// recently started job by default).
     Attach {
-        /// The run directory, or the folder name of one of your running jobs.
+        /// The run directory, or the folder name of one of your running jobs, or a sweep's folder.
         run: Option<PathBuf>,
         /// Watch without the right to pause, change the lr, save or stop.
         #[arg(long)]

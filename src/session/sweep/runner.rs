@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -213,7 +213,13 @@ impl Sweep {
             .open(&log_path)
             .with_context(|| format!("cannot open {}", log_path.display()))?;
         let exe = std::env::current_exe().context("cannot find dpt-tui's own executable")?;
-        let mut cmd = Command::new(exe);
+        // This process's own executable, also when its file was replaced since it started (an
+        // upgrade during a long sweep): every trial then runs the sweep's version, named as
+        // its file is.
+        let own = Path::new("/proc/self/exe");
+        let mut cmd = Command::new(if own.exists() { own } else { exe.as_path() });
+        let name = exe.to_string_lossy();
+        std::os::unix::process::CommandExt::arg0(&mut cmd, name.trim_end_matches(" (deleted)"));
         cmd.args(&argv).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         if let Some(gpus) = &place.visible {
             cmd.env("CUDA_VISIBLE_DEVICES", gpus);

@@ -194,6 +194,8 @@ pub fn watch(folder: &Path, shown: &str, read_only: bool, args: &Args) -> Result
             Exit::Quit | Exit::Hangup => {
                 if board.data().running {
                     println!("the sweep goes on; its board again: dpt-tui attach {shown}");
+                } else if let Ok(Some(file)) = read_state(&folder.join(SWEEP_FILE)) {
+                    println!("{}", super::table::text(folder, &file));
                 }
                 return Ok(0);
             }

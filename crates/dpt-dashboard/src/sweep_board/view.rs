@@ -180,7 +180,9 @@ fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
             let t = &data.trials[i];
             let mut cells = vec![Cell::from(t.dir.clone())];
             cells.extend(t.values.iter().map(|v| Cell::from(v.clone())));
-            cells.push(Cell::from(t.state.label()).style(theme.fg(state_colour(t.state, look))));
+            // Started, its dashboard not served yet (loading its data, say).
+            let label = if t.state == TrialState::Running && !t.live { "starting" } else { t.state.label() };
+            cells.push(Cell::from(label).style(theme.fg(state_colour(t.state, look))));
             cells.push(Cell::from(if t.state == TrialState::Pending {
                 "-".to_owned()
             } else {
