@@ -510,3 +510,32 @@ fn trials_start_after_the_sweeps_executable_file_was_replaced() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("trial-001 (2/2) finished in "), "{text}");
 }
+
+/// `dpt-tui show SWEEP --csv | head -1` on a table longer than a pipe holds: the command ends
+/// quietly when the reader closes the pipe, as `ls` or `cat` would, without a panic.
+#[test]
+fn a_table_printed_into_a_closed_pipe_ends_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("sweep");
+    std::fs::create_dir_all(&folder).unwrap();
+    let trials: Vec<serde_json::Value> = (0..4000)
+        .map(|i| serde_json::json!({"values": [i.to_string()], "dir": format!("trial-{i:04}"), "state": "pending"}))
+        .collect();
+    let values: Vec<String> = (0..4000).map(|i| i.to_string()).collect();
+    let state = serde_json::json!({"command": [], "axes": [{"key": "recipe.seed", "values": values}], "trials": trials});
+    std::fs::write(folder.join("sweep.json"), state.to_string()).unwrap();
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["show", folder.to_str().unwrap(), "--csv"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 5];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    assert_eq!(&first, b"trial");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(libc::SIGPIPE), "{err}");
+}

@@ -45,10 +45,17 @@ fn failed<E: Into<anyhow::Error>>(context: &'static str) -> impl FnOnce(E) -> Fa
 pub fn run(args: Args) -> Result<u8, Failure> {
     match args.command.clone() {
         Some(Command::Attach { run, read_only }) => return attach::run(run.as_deref(), read_only, &args),
-        Some(Command::Ls { dir, prune }) => return ls::run(&dir, prune),
-        Some(Command::Show { runs, why: true, .. }) => return show::why(&runs),
+        Some(Command::Ls { dir, prune }) => {
+            dpt_tui::sys::end_quietly_on_closed_pipe();
+            return ls::run(&dir, prune);
+        }
+        Some(Command::Show { runs, why: true, .. }) => {
+            dpt_tui::sys::end_quietly_on_closed_pipe();
+            return show::why(&runs);
+        }
         Some(Command::Show { runs, tensorboard: true, .. }) => return show::tensorboard(&runs),
         Some(Command::Show { runs, csv, png, svg, .. }) if show::is_sweep(&runs) => {
+            dpt_tui::sys::end_quietly_on_closed_pipe();
             return show::sweep(&runs, csv, [(png.as_deref(), Format::Png), (svg.as_deref(), Format::Svg)])
         }
         Some(Command::Show { csv: true, .. }) => {

@@ -19,6 +19,18 @@ pub fn available_memory_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Lets a closed pipe end this process quietly, as it ends `ls` or `cat` (`dpt-tui ls | head`):
+/// the default action of SIGPIPE. Rust's runtime sets SIGPIPE to be ignored, and a write to the
+/// closed pipe would then fail and `println!` panic; the commands that only print ask for the
+/// default here rather than rely on a library loaded with libtorch restoring it.
+pub fn end_quietly_on_closed_pipe() {
+    // SAFETY: setting a signal's disposition to its default has no preconditions; no handler
+    // of this process's is replaced (SIGPIPE has none).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Makes the child `cmd` starts leave this terminal's session (setsid), so closing the terminal
 /// or losing the SSH connection does not signal it.
 pub fn in_new_session(cmd: &mut std::process::Command) {
