@@ -479,7 +479,7 @@ fn the_sweep_board_opens_stops_and_steers_trials_in_a_real_terminal() {
     assert_eq!(state["trials"][0]["reason"], "stopped by its user");
     let records = std::fs::read_to_string(folder.join("trial-001/metrics.jsonl")).unwrap();
     assert!(records.contains(r#""event":"lr_changed","from":1.5,"to":0.5"#), "{records}");
-    // The same command leaves the stopped trial as it is and continues the other two.
+    // `show` gives the stopped trial's reason.
     let shown = Dpt::new().args(["show", folder.to_str().unwrap()]).ok();
     assert!(shown.contains("trial-000 stopped: stopped by its user"), "{shown}");
 }
@@ -503,6 +503,7 @@ fn trials_start_after_the_sweeps_executable_file_was_replaced() {
         .spawn()
         .unwrap();
     until(Duration::from_secs(60), "start of trial-000", || folder.join("trial-000.log").exists());
+    assert!(!folder.join("trial-001.log").exists(), "trial-001 starts after the file is replaced");
     std::fs::remove_file(&exe).unwrap();
     std::fs::write(&exe, "#!/bin/sh\nexit 3\n").unwrap();
     let out = child.wait_with_output().unwrap();

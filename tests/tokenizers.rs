@@ -194,7 +194,7 @@ fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
 }
 
 /// A Unigram of letters and runs of 1, 4 and 8 spaces behind a `Metaspace` that does not split
-/// at spaces (Llama 2's kind), saved as `path`: twelve spaces are 4 + 8 or 8 + 4, at the same
+/// at spaces, saved as `path`: twelve spaces are 4 + 8 or 8 + 4, at the same
 /// score, and which it keeps depends on how the score summed since the text's start rounds.
 fn unigram_with_ties(path: &Path) {
     let mut vocab = vec![
@@ -239,7 +239,7 @@ fn indented(bytes: usize, seed: u64) -> String {
     text
 }
 
-/// A Unigram behind a `Metaspace` that does not split at spaces (Llama 2's kind): each file is
+/// A Unigram behind a `Metaspace` that does not split at spaces: each file is
 /// encoded whole, which alone breaks its ties as Python does; cut into pieces (a file longer
 /// than `Cutting::whole`), its ids differ from Python's, but only where two segmentations of the
 /// same bytes score the same (each stretch where the ids differ covers the same bytes, and its

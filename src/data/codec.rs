@@ -143,8 +143,8 @@ impl TextCodec {
     /// that score the same (`▁▁▁▁` then `▁▁▁▁▁▁▁▁`, or the reverse) the one whose score, summed
     /// from the pre-token's start, rounds higher. Behind a pre-tokenizer that splits at white
     /// space the pre-tokens are words, the same in a piece as in the whole file; behind one that
-    /// does not (a `Metaspace` with `split: false`, as Llama 2's, or none) the pre-token is the
-    /// whole text, and only the file encoded at once breaks its ties as Python's
+    /// does not (a `Metaspace` with `split: false`, or none) the pre-token is the whole
+    /// text, and only the file encoded at once breaks its ties as Python's
     /// `Tokenizer.encode` does.
     pub fn whole_text_ties(&self) -> bool {
         let TextCodec::Tokenizer { tokenizer, .. } = self else { return false };

@@ -115,16 +115,7 @@ fn remove_unused(run_dir: &Path) {
 pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> Result<u8, Failure> {
     let attached = client::attach(run_dir, read_only).map_err(|e| Failure::Run(e.into()))?;
     let watch = watch_signals(args)?;
-    let source = dashboard::Source {
-        snapshot: attached.snapshot,
-        records: attached.records,
-        monitor: attached.monitor,
-        controls: (!read_only).then_some(attached.controls),
-        attached: true,
-        run_dir: Some(run_dir.to_owned()),
-        baselines: Vec::new(),
-        returns: false,
-    };
+    let source = dashboard::Source::job(attached, run_dir, read_only);
     let end = dashboard::run(source, &watch.messages, dashboard_options(args, theme))
         .map_err(failed("the dashboard failed"))?;
     let dir = run_dir.display();

@@ -56,7 +56,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         Some(Command::Show { runs, tensorboard: true, .. }) => return show::tensorboard(&runs),
         Some(Command::Show { runs, csv, png, svg, .. }) if show::is_sweep(&runs) => {
             dpt_tui::sys::end_quietly_on_closed_pipe();
-            return show::sweep(&runs, csv, [(png.as_deref(), Format::Png), (svg.as_deref(), Format::Svg)])
+            return show::sweep(&runs, csv, [(png.as_deref(), Format::Png), (svg.as_deref(), Format::Svg)]);
         }
         Some(Command::Show { csv: true, .. }) => {
             return Err(input(anyhow::anyhow!("--csv writes a sweep's table; name a sweep's folder")))

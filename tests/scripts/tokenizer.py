@@ -5,8 +5,8 @@
     `byte-level` (a BPE with GPT-2's pre-tokenizer and decoder and an <|endoftext|> special
     token), `prefix-space` (the same with `add_prefix_space`, as RoBERTa's), `metaspace` (a
     SentencePiece-style Unigram behind a `Metaspace` pre-tokenizer, as T5's) or
-    `metaspace-first` (the same with a `▁` before the text's first word only and the text not
-    split at spaces, as Llama 2's).
+    `metaspace-first` (the same Unigram behind Llama 2's pre-tokenizer: a `▁` before the text's
+    first word only, the text not split at spaces).
 
 `python tokenizer.py encode TOKENIZER.json TRAIN.bin VAL.bin FILE...`
     Encodes each FILE whole (UTF-8 text, no special tokens added), joins the ids in the order

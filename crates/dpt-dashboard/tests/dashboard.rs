@@ -504,6 +504,12 @@ fn esc_in_a_trial_opened_from_the_sweep_board_goes_back_and_the_run_goes_on() {
     assert!(s.contains("Esc  back to the sweep"), "{s}");
     assert!(app.on_key(code(KeyCode::Esc)).is_empty(), "no stop is sent");
     assert!(app.viewer.quit && app.viewer.detached, "the board comes back; the run goes on");
+    // Ctrl-C too: stopping a trial for good takes the board's own key.
+    let mut app = running_app();
+    app.viewer.returns = true;
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), crossterm::event::KeyModifiers::CONTROL);
+    assert!(app.on_key(ctrl_c).is_empty(), "no stop is sent");
+    assert!(app.viewer.quit && app.viewer.detached);
     // Without the board behind it, Esc asks to stop the run, as q does.
     let mut app = running_app();
     app.viewer.attached = true;

@@ -38,7 +38,12 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     let (mut plan, lock) = claim(args, argv)?;
     let state_path = plan.folder.join(SWEEP_FILE);
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-    if args.detach || (!args.headless && terminal) {
+    let board = !args.detach && !args.headless && terminal;
+    if board {
+        // What the board needs is checked before the sweep starts without it.
+        super::theme(args)?;
+    }
+    if args.detach || board {
         // The background process takes the folder's lock over.
         drop(lock);
         detach(&plan, &state_path, argv)?;
@@ -46,7 +51,7 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
             return Ok(0);
         }
         // With a terminal, the board on it, as a run's dashboard on its background job.
-        return watch::watch(&plan.folder, &plan.shown.display().to_string(), false, args);
+        return watch::watch(&plan.folder, &plan.shown.display().to_string(), false, true, args);
     }
     plan.file.pid = Some(std::process::id());
     let metric = super::configure::asked(args)?.best.metric;

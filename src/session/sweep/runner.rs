@@ -268,13 +268,14 @@ impl Sweep {
             Ok(s) => s,
             Err(err) => return self.mark_failed(i, format!("cannot wait for its process: {err}")),
         };
-        let asked_to_stop = self.pruning.ended(i, status.success());
         let dir = self.plan.trial_dir(i);
+        let result = table::Result::read(&dir);
+        // A trial its user stopped did not finish: the pruner does not compare others with it.
+        let asked_to_stop = self.pruning.ended(i, status.success() && !result.stopped);
         let t = &mut self.plan.file.trials[i];
         t.pid = None;
         t.rungs = self.pruning.rungs(i).to_vec();
         if status.success() {
-            let result = table::Result::read(&dir);
             let status = if result.diverged { SessionStatus::Failure } else { SessionStatus::Success };
             if let Err(e) = hparams::session_end(&dir, status) {
                 say(&format!(
@@ -283,7 +284,9 @@ impl Sweep {
                 ));
             }
             let t = &mut self.plan.file.trials[i];
-            if result.stopped && !self.stopping {
+            // Its user's stop took effect (it ended as a stopped run does, with status 0),
+            // also when the sweep was asked to stop meanwhile.
+            if result.stopped {
                 t.state = TrialState::Stopped;
                 t.reason = Some("stopped by its user".to_owned());
                 say(&format!(

@@ -203,23 +203,8 @@ pub fn summary(folder: &Path, file: &SweepFile) -> (String, String, String) {
         None if file.trials.iter().all(|t| t.state.is_settled()) => "done",
         None => "stopped",
     };
-    let order = [
-        TrialState::Finished,
-        TrialState::Running,
-        TrialState::Pruned,
-        TrialState::Stopped,
-        TrialState::Interrupted,
-        TrialState::Failed,
-        TrialState::Pending,
-    ];
-    let counts: Vec<String> = order
-        .iter()
-        .filter_map(|s| {
-            let n = file.trials.iter().filter(|t| t.state == *s).count();
-            (n > 0).then(|| format!("{n} {}", s.label()))
-        })
-        .collect();
-    let trials = format!("{} of {}", counts.join(", "), file.trials.len());
+    let states: Vec<TrialState> = file.trials.iter().map(|t| t.state).collect();
+    let trials = TrialState::count(&states);
     let best = file
         .trials
         .iter()

@@ -40,8 +40,11 @@ struct Followed {
 
 impl Followed {
     fn read(&mut self, dir: &Path) {
-        let tail = self.tail.get_or_insert_with(|| Tail::of(dir));
-        for record in tail.read() {
+        let read = self.tail.get_or_insert_with(|| Tail::of(dir)).read();
+        if read.restarted {
+            (self.curves, self.epoch_seconds) = (Curves::default(), Vec::new());
+        }
+        for record in read.records {
             if let Record::Epoch(e) = &record {
                 self.epoch_seconds.truncate(e.epoch.saturating_sub(1));
                 self.epoch_seconds.push(e.epoch_seconds + e.eval_seconds);
@@ -56,11 +59,17 @@ pub struct Follower {
     folder: PathBuf,
     shown: String,
     trials: HashMap<String, Followed>,
+    /// The bytes of `sweep.log` written before this board's sweep process started (none when
+    /// the board opens on a sweep started earlier): an error there is an earlier attempt's.
+    log_from: usize,
 }
 
 impl Follower {
-    pub fn new(folder: &Path, shown: &str) -> Follower {
-        Follower { folder: folder.to_owned(), shown: shown.to_owned(), trials: HashMap::new() }
+    /// The sweep in `folder`; `just_started` when its sweep process was started for this board.
+    pub fn new(folder: &Path, shown: &str, just_started: bool) -> Follower {
+        let log = std::fs::metadata(folder.join("sweep.log")).map_or(0, |m| m.len() as usize);
+        let log_from = if just_started { log } else { 0 };
+        Follower { folder: folder.to_owned(), shown: shown.to_owned(), trials: HashMap::new(), log_from }
     }
 
     /// The sweep as it is now; none while its `sweep.json` cannot be read.
@@ -104,21 +113,35 @@ impl Follower {
                 live: t.state == TrialState::Running && client::is_live(&dir),
             });
         }
+        let running = file.pid.is_some_and(sweep_runs);
+        let unsettled = file.trials.iter().any(|t| !t.state.is_settled());
+        let problem = (!running && unsettled).then(|| self.last_error()).flatten();
         Some(SweepData {
             folder: self.shown.clone(),
             axes,
             seed_axis,
             metric: if no_classes { Metric::TestLoss } else { Metric::TestAcc },
             trials: rows,
-            running: file.pid.is_some_and(sweep_runs),
+            running,
+            problem,
         })
     }
 }
 
+impl Follower {
+    /// The last error line the sweep process wrote (its `dpt-tui: …` line) since this board's
+    /// sweep started.
+    fn last_error(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.folder.join("sweep.log")).ok()?;
+        let ours = text.get(self.log_from..)?;
+        ours.lines().rev().find_map(|l| l.strip_prefix("dpt-tui: ")).map(str::to_owned)
+    }
+}
+
 /// The sweep's data, read every [`REFRESH`] on a thread of its own until the receiver goes.
-fn feed(folder: &Path, shown: &str) -> Result<Receiver<SweepData>, Failure> {
+fn feed(folder: &Path, shown: &str, just_started: bool) -> Result<Receiver<SweepData>, Failure> {
     let (tx, rx) = bounded(1);
-    let mut follower = Follower::new(folder, shown);
+    let mut follower = Follower::new(folder, shown, just_started);
     std::thread::Builder::new()
         .name("dpt-sweep-feed".into())
         .spawn(move || loop {
@@ -163,8 +186,14 @@ fn act(folder: &Path, action: &Action) -> Result<String, String> {
 }
 
 /// The board on the sweep in `folder` until it closes, with each trial opened from it in
-/// between; the exit status.
-pub fn watch(folder: &Path, shown: &str, read_only: bool, args: &Args) -> Result<u8, Failure> {
+/// between (`just_started`: its sweep process was started for it); the exit status.
+pub fn watch(
+    folder: &Path,
+    shown: &str,
+    read_only: bool,
+    just_started: bool,
+    args: &Args,
+) -> Result<u8, Failure> {
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if !terminal {
         return Err(super::input(anyhow!(
@@ -174,23 +203,22 @@ pub fn watch(folder: &Path, shown: &str, read_only: bool, args: &Args) -> Result
     let theme = super::super::theme(args)?;
     let options = super::super::dashboard_options(args, theme.clone());
     let signals = super::super::watch_signals(args)?;
-    let data = feed(folder, shown)?;
-    let mut board = Board::default();
-    let mut act = |a: &Action| {
-        if read_only {
-            return Err("read-only (attach without --read-only to stop or steer)".to_owned());
-        }
-        act(folder, a)
-    };
+    let data = feed(folder, shown, just_started)?;
+    let mut board = if read_only { Board::read_only() } else { Board::default() };
+    let mut act = |a: &Action| act(folder, a);
     loop {
         let exit = sweep_board::run(&mut board, &data, &mut act, &signals.messages, &options)
             .map_err(|e| Failure::Run(anyhow!("the sweep board failed: {e}")))?;
         match exit {
-            Exit::Open(dir) => {
-                if let Err(e) = open_trial(&folder.join(&dir), read_only, &signals.messages, &options) {
-                    board.note = Some(format!("{dir}: {e}"));
+            Exit::Open(dir) => match open_trial(&folder.join(&dir), read_only, &signals.messages, &options) {
+                Ok(end) if end.hangup => return Ok(0),
+                Ok(end) => {
+                    if let Some(signal) = end.interrupted {
+                        return Ok(dpt_tui::signals::exit_code(signal));
+                    }
                 }
-            }
+                Err(e) => board.note = Some(format!("{dir}: {e}")),
+            },
             Exit::Quit | Exit::Hangup => {
                 if board.data().running {
                     println!("the sweep goes on; its board again: dpt-tui attach {shown}");
@@ -204,23 +232,15 @@ pub fn watch(folder: &Path, shown: &str, read_only: bool, args: &Args) -> Result
     }
 }
 
-/// A trial's own dashboard, opened from the board: Esc comes back, the trial going on.
+/// A trial's own dashboard, opened from the board: Esc comes back, the trial going on. How it
+/// ended (the terminal gone, a signal) is the board's too.
 fn open_trial(
     dir: &Path,
     read_only: bool,
     signals: &Receiver<dpt_tui::signals::SignalMsg>,
     options: &dashboard::Options,
-) -> Result<(), String> {
+) -> Result<dashboard::End, String> {
     let attached = client::attach(dir, read_only).map_err(|e| e.to_string())?;
-    let source = dashboard::Source {
-        snapshot: attached.snapshot,
-        records: attached.records,
-        monitor: attached.monitor,
-        controls: (!read_only).then_some(attached.controls),
-        attached: true,
-        returns: true,
-        run_dir: Some(dir.to_owned()),
-        baselines: Vec::new(),
-    };
-    dashboard::run(source, signals, options.clone()).map(|_| ()).map_err(|e| e.to_string())
+    let source = dashboard::Source { returns: true, ..dashboard::Source::job(attached, dir, read_only) };
+    dashboard::run(source, signals, options.clone()).map_err(|e| e.to_string())
 }

@@ -206,6 +206,29 @@ pub enum TrialState {
 }
 
 impl TrialState {
+    /// Every state, in the order a count of trials names them.
+    pub const ORDER: [TrialState; 7] = [
+        TrialState::Running,
+        TrialState::Finished,
+        TrialState::Pruned,
+        TrialState::Stopped,
+        TrialState::Interrupted,
+        TrialState::Failed,
+        TrialState::Pending,
+    ];
+
+    /// Trials counted by state: `2 running, 1 finished, 1 pending of 4`.
+    pub fn count(states: &[TrialState]) -> String {
+        let counts: Vec<String> = TrialState::ORDER
+            .iter()
+            .filter_map(|s| {
+                let n = states.iter().filter(|t| *t == s).count();
+                (n > 0).then(|| format!("{n} {}", s.label()))
+            })
+            .collect();
+        format!("{} of {}", counts.join(", "), states.len())
+    }
+
     /// A trial kept as it is by the same command run again: finished, pruned or stopped.
     pub fn is_settled(self) -> bool {
         matches!(self, TrialState::Finished | TrialState::Pruned | TrialState::Stopped)

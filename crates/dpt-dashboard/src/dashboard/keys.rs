@@ -20,6 +20,13 @@ impl App {
         }
         self.dirty = true;
         if key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL) {
+            // From a sweep's board, Ctrl-C goes back to it as Esc does: the board's own Ctrl-C
+            // closes it, and stopping a trial (for good) takes its own key there.
+            if self.viewer.returns {
+                self.viewer.detached = !self.run.state.is_over();
+                self.viewer.quit = true;
+                return Vec::new();
+            }
             return self.request_stop();
         }
         match self.overlay.take() {

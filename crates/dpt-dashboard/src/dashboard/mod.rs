@@ -133,6 +133,26 @@ pub struct Source {
     pub baselines: Vec<crate::record::compare::Baseline>,
 }
 
+impl Source {
+    /// The job of `run_dir` as `attached` over its socket, steerable unless `read_only`.
+    pub fn job(
+        attached: crate::remote::client::Attached,
+        run_dir: &std::path::Path,
+        read_only: bool,
+    ) -> Source {
+        Source {
+            snapshot: attached.snapshot,
+            records: attached.records,
+            monitor: attached.monitor,
+            controls: (!read_only).then_some(attached.controls),
+            attached: true,
+            returns: false,
+            run_dir: Some(run_dir.to_owned()),
+            baselines: Vec::new(),
+        }
+    }
+}
+
 /// How the dashboard ended.
 pub struct End {
     /// The final state, whose summary or failure the caller prints after the screen is restored.
@@ -185,6 +205,13 @@ pub fn run(source: Source, signals: &Receiver<SignalMsg>, opts: Options) -> Resu
     let result = loop {
         select! {
             recv(signals) -> sig => match sig {
+                // Opened from a sweep's board, the signal is the board's: it leaves, and the
+                // trial goes on for the sweep to stop as it stops its trials.
+                Ok(SignalMsg::Stop(number) | SignalMsg::Preempt(number)) if app.viewer.returns => {
+                    interrupted = Some(number);
+                    app.viewer.detached = !app.run.state.is_over();
+                    app.viewer.quit = true;
+                }
                 Ok(msg @ (SignalMsg::Stop(number) | SignalMsg::Preempt(number))) => {
                     interrupted = Some(number);
                     app.viewer.stop_requested = true;

@@ -20,6 +20,8 @@ pub struct SweepData {
     pub trials: Vec<TrialRow>,
     /// A sweep process runs it now.
     pub running: bool,
+    /// Why its sweep process ended before its trials did (its last error line), when it said.
+    pub problem: Option<String>,
 }
 
 /// The figure trials are compared by: the test accuracy, or the test loss for runs without
@@ -149,9 +151,20 @@ pub struct Board {
     pub overlay: Option<Overlay>,
     /// The last thing an action said (its outcome or why it could not be done).
     pub note: Option<String>,
+    /// Opened with `--read-only`: trials can be opened and watched, not stopped or steered.
+    read_only: bool,
 }
 
 impl Board {
+    /// A board that watches only (`attach --read-only`).
+    pub fn read_only() -> Board {
+        Board { read_only: true, ..Board::default() }
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     pub fn data(&self) -> &SweepData {
         &self.data
     }
@@ -180,11 +193,15 @@ impl Board {
             let order = match column {
                 Column::Trial => x.dir.cmp(&y.dir),
                 Column::Value(i) => {
+                    // Numbers in numeric order, before any value that is not one (in text
+                    // order): a total order over any mix.
                     let (p, q) = (x.values.get(i), y.values.get(i));
                     let parse = |v: Option<&String>| v.and_then(|v| v.parse::<f64>().ok());
                     match (parse(p), parse(q)) {
-                        (Some(p), Some(q)) => p.total_cmp(&q),
-                        _ => p.cmp(&q),
+                        (Some(a), Some(b)) => a.total_cmp(&b),
+                        (Some(_), None) => std::cmp::Ordering::Less,
+                        (None, Some(_)) => std::cmp::Ordering::Greater,
+                        (None, None) => p.cmp(&q),
                     }
                 }
                 Column::State => x.state.label().cmp(y.state.label()),
@@ -313,6 +330,9 @@ impl Board {
             KeyCode::Char('s') => self.next_sort(),
             KeyCode::Char('r') => self.descending = !self.descending,
             KeyCode::Char('?') => self.overlay = Some(Overlay::Help),
+            KeyCode::Char('x' | 'l' | 'X') if self.read_only => {
+                self.note = Some("read-only: attach without --read-only to stop or steer".to_owned());
+            }
             KeyCode::Enter => match (live, name) {
                 (Some(dir), _) => return Some(Action::Open(dir)),
                 (None, Some(dir)) => {
@@ -408,6 +428,7 @@ pub(crate) mod tests {
                 row("trial-003", ["0.05", "2"], TrialState::Pending, None, false),
             ],
             running: true,
+            problem: None,
         }
     }
 
@@ -458,14 +479,17 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn numbers_sort_as_numbers() {
+    fn numbers_sort_as_numbers_before_other_values() {
         let mut data = sweep();
         data.trials[0].values[0] = "10".to_owned();
+        data.trials[1].values[0] = "4bit".to_owned();
+        data.trials[2].values[0] = "8".to_owned();
+        data.trials[3].values[0] = "16".to_owned();
         let mut board = Board::default();
         board.update(data);
         press(&mut board, KeyCode::Char('s'));
         press(&mut board, KeyCode::Char('s'));
-        assert_eq!(dirs(&board), ["trial-002", "trial-003", "trial-001", "trial-000"]);
+        assert_eq!(dirs(&board), ["trial-002", "trial-000", "trial-003", "trial-001"]);
     }
 
     #[test]
@@ -508,6 +532,17 @@ pub(crate) mod tests {
         board.update(done);
         assert_eq!(press(&mut board, KeyCode::Char('X')), None);
         assert_eq!(board.overlay, None);
+        // Read-only: opened and watched, not stopped or steered.
+        let mut board = Board::read_only();
+        board.update(sweep());
+        press(&mut board, KeyCode::Down);
+        press(&mut board, KeyCode::Down);
+        for key in ['x', 'l', 'X'] {
+            assert_eq!(press(&mut board, KeyCode::Char(key)), None);
+            assert_eq!(board.overlay, None, "{key}");
+            assert!(board.note.as_deref().is_some_and(|n| n.starts_with("read-only")), "{key}");
+        }
+        assert_eq!(press(&mut board, KeyCode::Enter), Some(Action::Open("trial-002".into())));
     }
 
     #[test]

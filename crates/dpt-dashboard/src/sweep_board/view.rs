@@ -5,7 +5,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table, Wrap};
+use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
 use dpt_core::sweep::TrialState;
@@ -62,15 +62,17 @@ pub fn draw(frame: &mut Frame, board: &Board, look: &Look) {
             frame.render_widget(Paragraph::new(lines).block(block), group_area);
         }
     }
-    let note = board.note.clone().or_else(|| {
+    let problem = || data.problem.as_ref().map(|p| format!("the sweep ended: {p}"));
+    let reason = || {
         board
             .selected()
             .and_then(|t| t.reason.as_ref().map(|r| format!("{} {}: {r}", t.dir, t.state.label())))
-    });
+    };
+    let note = board.note.clone().or_else(problem).or_else(reason);
     if let Some(note) = note {
         frame.render_widget(Paragraph::new(note).style(look.theme.fg(look.theme.warning)), note_area);
     }
-    footer(frame, footer_area, look);
+    footer(frame, footer_area, look, board.is_read_only());
     if let Some(overlay) = &board.overlay {
         draw_overlay(frame, area, overlay, board, look);
     }
@@ -80,22 +82,7 @@ pub fn draw(frame: &mut Frame, board: &Board, look: &Look) {
 fn title<'a>(board: &Board, look: &Look) -> Line<'a> {
     let data = board.data();
     let sep = format!(" {} ", look.sep());
-    let order = [
-        TrialState::Running,
-        TrialState::Finished,
-        TrialState::Pruned,
-        TrialState::Stopped,
-        TrialState::Interrupted,
-        TrialState::Failed,
-        TrialState::Pending,
-    ];
-    let counts: Vec<String> = order
-        .iter()
-        .filter_map(|s| {
-            let n = data.trials.iter().filter(|t| t.state == *s).count();
-            (n > 0).then(|| format!("{n} {}", s.label()))
-        })
-        .collect();
+    let states: Vec<TrialState> = data.trials.iter().map(|t| t.state).collect();
     let (state, colour) = if data.running {
         ("running", look.theme.running)
     } else if data.trials.iter().all(|t| t.state.is_settled()) {
@@ -108,10 +95,7 @@ fn title<'a>(board: &Board, look: &Look) -> Line<'a> {
         Span::raw(sep.clone()),
         Span::styled(state, look.theme.fg(colour).add_modifier(Modifier::BOLD)),
         Span::raw(sep.clone()),
-        Span::styled(
-            format!("{} of {}", counts.join(", "), data.trials.len()),
-            look.theme.fg(look.theme.text),
-        ),
+        Span::styled(TrialState::count(&states), look.theme.fg(look.theme.text)),
     ];
     if let (Some(column), descending) = board.sort() {
         let arrow = match (look.ascii, descending) {
@@ -173,8 +157,9 @@ fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
     let scale = y_range(&curves, (f64::NEG_INFINITY, f64::INFINITY), false);
     let best = board.best().map(|t| t.dir.clone());
     let selected = board.selected().map(|t| t.dir.clone());
-    let rows: Vec<Row> = board
-        .rows()
+    let order = board.rows();
+    let at = order.iter().position(|&i| selected.as_ref() == Some(&data.trials[i].dir));
+    let rows: Vec<Row> = order
         .into_iter()
         .map(|i| {
             let t = &data.trials[i];
@@ -216,7 +201,13 @@ fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
     }));
     widths.extend([11, 9, 7, 7, 8, THUMB as u16].map(Constraint::Length));
     let block = look.panel(format!("trials {} {}", look.sep(), data.metric.name()));
-    frame.render_widget(Table::new(rows, widths).header(header).block(block).column_spacing(2), area);
+    // The selected row stays in view: the table scrolls to it.
+    let mut state = TableState::default().with_selected(at);
+    frame.render_stateful_widget(
+        Table::new(rows, widths).header(header).block(block).column_spacing(2),
+        area,
+        &mut state,
+    );
 }
 
 /// A trial's curve in `THUMB` cells, as bars of eight heights on the sweep's `scale`.
@@ -288,7 +279,7 @@ fn curve(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
     frame.render_widget(plot, plot_area);
 }
 
-fn footer(frame: &mut Frame, area: Rect, look: &Look) {
+fn footer(frame: &mut Frame, area: Rect, look: &Look, read_only: bool) {
     let keys = [
         ("↑↓", "select"),
         ("Enter", "open trial"),
@@ -303,6 +294,9 @@ fn footer(frame: &mut Frame, area: Rect, look: &Look) {
     let mut spans = Vec::new();
     let mut room = area.width as usize;
     for (k, what) in keys {
+        if read_only && matches!(k, "x" | "l" | "X") {
+            continue;
+        }
         let k = if look.ascii && k == "↑↓" { "j/k" } else { k };
         let width = k.chars().count() + what.chars().count() + 5;
         if width > room {
@@ -421,5 +415,29 @@ mod tests {
             crossterm::event::KeyModifiers::NONE,
         ));
         insta::assert_snapshot!("sweep_board_help_ascii_100x24", screen(&board, 100, 24, true));
+    }
+
+    #[test]
+    fn the_table_scrolls_to_the_selected_trial() {
+        let mut data = sweep();
+        let template = data.trials[3].clone();
+        data.trials = (0..40)
+            .map(|i| TrialRow {
+                dir: format!("trial-{i:03}"),
+                values: vec![format!("{i}"), "1".into()],
+                ..template.clone()
+            })
+            .collect();
+        let mut board = Board::default();
+        board.update(data);
+        for _ in 0..30 {
+            board.on_key(crossterm::event::KeyEvent::new(
+                crossterm::event::KeyCode::Down,
+                crossterm::event::KeyModifiers::NONE,
+            ));
+        }
+        let s = screen(&board, 100, 24, false);
+        assert!(s.contains("trial-030 "), "the selected row is shown:\n{s}");
+        assert!(!s.contains("trial-000 "), "{s}");
     }
 }
