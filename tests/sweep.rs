@@ -401,8 +401,8 @@ fn a_detached_sweep_runs_in_the_background_its_lines_in_sweep_log() {
     assert!(log.lines().any(|l| l.starts_with("trial-000  1     finished")), "the table: {log}");
 }
 
-/// Stops the sweep whose folder it names when dropped, in case its test failed while it ran in
-/// the background.
+/// Stops the sweep whose folder it names when dropped (a test that failed, or left it running
+/// in the background), and waits for it to end before the folder goes.
 struct StopSweep<'a>(&'a Path);
 
 impl Drop for StopSweep<'_> {
@@ -411,6 +411,11 @@ impl Drop for StopSweep<'_> {
         let pid = serde_json::from_str::<serde_json::Value>(&state).ok().and_then(|s| s["pid"].as_u64());
         if let Some(pid) = pid {
             let _ = dpt_tui::sys::terminate_process(pid as u32);
+            let proc = format!("/proc/{pid}");
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while Path::new(&proc).exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
 }
@@ -539,4 +544,30 @@ fn a_table_printed_into_a_closed_pipe_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(libc::SIGPIPE), "{err}");
+}
+
+/// The terminal of a sweep's board goes away (a dropped SSH connection): the board's process
+/// leaves at once, and the sweep goes on in the background.
+#[test]
+fn a_boards_terminal_that_goes_away_ends_the_board_and_the_sweep_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("sweep");
+    let _stop = StopSweep(&folder);
+    let args = ["--data", data.to_str().unwrap(), "--epochs", "500", "--sweep", "lr=0.9,1.5"];
+    let mut tui = common::pty::PtyRun::spawn(
+        &[&args[..], &["--run-dir", folder.to_str().unwrap()]].concat(),
+        120,
+        30,
+        &[],
+    );
+    let wait = Duration::from_secs(90);
+    tui.wait_until("a running trial on the board", |s| row(s, "trial-000").contains("running"), wait);
+    tui.hang_up();
+    // Not a hang in the terminal's reader (crossterm keeps reading the end of the file).
+    tui.wait_exit(Duration::from_secs(30));
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("sweep.json")).unwrap()).unwrap();
+    let pid = state["pid"].as_u64().expect("the sweep process runs") as u32;
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "the sweep goes on");
 }

@@ -63,9 +63,12 @@ pub fn tokenized_in(
     if files.is_empty() {
         return Err(DataError::Unknown { path: dir });
     }
-    // 4: a Unigram tokenizer's files encoded whole (3 cut them, its ties broken otherwise; 2 cut
-    // files where some tokenizers encode a piece's start otherwise).
-    let mut print = format!("dpt-tui text 4 {} {}\n", codec.key(), dir.display());
+    // 3: each file's ids those of the file whole (2 cut files where some tokenizers encode a
+    // piece's start otherwise); 4 for a tokenizer whose ties need the whole text, whose files
+    // are now encoded whole (3 cut them, breaking some ties otherwise). Other tokenizers' caches
+    // stay valid.
+    let version = if codec.whole_text_ties() { 4 } else { 3 };
+    let mut print = format!("dpt-tui text {version} {} {}\n", codec.key(), dir.display());
     let mut total = 0u64;
     for f in &files {
         let m = std::fs::metadata(f).map_err(|e| DataError::Read { path: f.clone(), why: e.to_string() })?;
@@ -232,6 +235,26 @@ mod tests {
             cache,
             "another file: tokenized again"
         );
+        // Caches made before a Unigram's files were encoded whole stay valid for every other
+        // codec: their key's version is still 3.
+        let stamp = std::fs::read_to_string(cache.join("source.txt")).unwrap();
+        assert!(stamp.starts_with("dpt-tui text 3 bytes "), "{stamp}");
+    }
+
+    #[test]
+    fn a_tokenizer_whose_ties_need_the_whole_text_has_caches_of_their_own() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+            "pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":false},
+            "post_processor":null,"decoder":null,
+            "model":{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0.0],["▁",-2.5],["a",-3.0]]}}"#;
+        std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a a aa a ".repeat(20)).unwrap();
+        let codec = TextCodec::open(dir.path(), None).unwrap();
+        let cache = tokenized_in(dir.path(), &codec, home.path(), Cutting::default()).unwrap();
+        let stamp = std::fs::read_to_string(cache.join("source.txt")).unwrap();
+        assert!(stamp.starts_with("dpt-tui text 4 tokenizer "), "{stamp}");
     }
 
     #[test]

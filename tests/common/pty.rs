@@ -1,6 +1,7 @@
 //! Drives the real binary in a pseudo-terminal and reads its screen through a VT100 emulator.
 
-use std::io::{Read, Write};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -8,10 +9,13 @@ use portable_pty::{native_pty_system, Child, CommandBuilder, ExitStatus, MasterP
 
 pub struct PtyRun {
     child: Box<dyn Child + Send + Sync>,
-    writer: Box<dyn Write + Send>,
+    /// The terminal's side of the user: `None` once hung up.
+    writer: Option<Box<dyn Write + Send>>,
     screen: Arc<Mutex<vt100::Parser>>,
     bells: Arc<std::sync::atomic::AtomicUsize>,
-    _master: Box<dyn MasterPty + Send>,
+    master: Option<Box<dyn MasterPty + Send>>,
+    /// The thread reading the screen, and what stops it (before the terminal closes).
+    reading: Option<(std::thread::JoinHandle<()>, Arc<AtomicBool>)>,
 }
 
 impl PtyRun {
@@ -30,24 +34,38 @@ impl PtyRun {
         }
         let child = pair.slave.spawn_command(cmd).expect("the binary starts");
         drop(pair.slave);
-        let mut reader = pair.master.try_clone_reader().expect("pty reader");
+        // Read through the master's own descriptor, polled, so that the terminal can be closed
+        // (`hang_up`) with nothing else holding it open.
+        let fd = pair.master.as_raw_fd().expect("a pty master's descriptor");
         let writer = pair.master.take_writer().expect("pty writer");
         let screen = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
         let parser = Arc::clone(&screen);
         let bells = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let rung = Arc::clone(&bells);
-        std::thread::spawn(move || {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
+            while !stopped.load(Ordering::SeqCst) {
+                let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd; `fd` stays open until this thread is joined.
+                let ready = unsafe { libc::poll(&mut poll, 1, 50) };
+                if ready <= 0 {
+                    continue;
+                }
+                // SAFETY: `buf` is writable for its length; `fd` is open (as above).
+                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                if n <= 0 {
                     break;
                 }
+                let n = n as usize;
                 let bel = buf[..n].iter().filter(|&&b| b == 0x07).count();
-                rung.fetch_add(bel, std::sync::atomic::Ordering::SeqCst);
+                rung.fetch_add(bel, Ordering::SeqCst);
                 parser.lock().unwrap().process(&buf[..n]);
             }
         });
-        PtyRun { child, writer, screen, bells, _master: pair.master }
+        let reading = Some((thread, stop));
+        PtyRun { child, writer: Some(writer), screen, bells, master: Some(pair.master), reading }
     }
 
     /// How many BEL bytes the program wrote so far.
@@ -62,8 +80,20 @@ impl PtyRun {
 
     /// Types `text` into the terminal.
     pub fn send(&mut self, text: &str) {
-        self.writer.write_all(text.as_bytes()).unwrap();
-        self.writer.flush().unwrap();
+        let writer = self.writer.as_mut().expect("a terminal not hung up");
+        writer.write_all(text.as_bytes()).unwrap();
+        writer.flush().unwrap();
+    }
+
+    /// Closes the terminal, as a dropped SSH connection does: the program reads the end of
+    /// its input and gets SIGHUP.
+    pub fn hang_up(&mut self) {
+        if let Some((thread, stop)) = self.reading.take() {
+            stop.store(true, Ordering::SeqCst);
+            let _ = thread.join();
+        }
+        self.writer = None;
+        self.master = None;
     }
 
     /// What the screen shows now.

@@ -72,20 +72,28 @@ pub fn locale_is_utf8() -> bool {
 }
 
 /// The terminal's input, read on a thread of its own (polled, so that it notices when it is no
-/// longer wanted); dropped, the thread is stopped and joined, so that the next screen's reader
-/// is the only one.
+/// longer wanted). Dropped, the thread is stopped and waited for, so that the next screen's
+/// reader is the only one; but not for long: on a terminal that went away, crossterm's reader
+/// keeps reading the end of the file without returning (its loop waits for `WouldBlock` only),
+/// and the process must still be able to leave.
 pub(crate) struct Input {
     pub events: Receiver<TermEvent>,
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    ended: Receiver<()>,
 }
+
+/// How long dropping an [`Input`] waits for its thread: a poll's period and some.
+const INPUT_STOP: Duration = Duration::from_millis(500);
 
 impl Input {
     pub(crate) fn spawn() -> std::io::Result<Input> {
         let (tx, events) = unbounded();
+        let (alive, ended) = crossbeam_channel::bounded::<()>(0);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new().name("dpt-input".into()).spawn(move || {
+        std::thread::Builder::new().name("dpt-input".into()).spawn(move || {
+            let _alive = alive;
             while !flag.load(Ordering::Relaxed) {
                 // Poll with a timeout so the thread notices `stop` without a key press.
                 match event::poll(Duration::from_millis(100)) {
@@ -102,16 +110,15 @@ impl Input {
                 }
             }
         })?;
-        Ok(Input { events, stop, thread: Some(thread) })
+        Ok(Input { events, stop, ended })
     }
 }
 
 impl Drop for Input {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        // Returns when the thread ends (its sender dropped), or after INPUT_STOP.
+        let _ = self.ended.recv_timeout(INPUT_STOP);
     }
 }
 
