@@ -131,9 +131,34 @@ fn num(v: Option<f64>) -> String {
 fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
     let data = board.data();
     let theme = look.theme;
+    // The columns' widths; on a narrow terminal the columns close up, then the thumbnails go,
+    // so that every trial's name and figures stay whole.
+    let mut widths: Vec<u16> = vec![data.trials.iter().map(|t| t.dir.len()).max().unwrap_or(5).max(5) as u16];
+    widths.extend(data.axes.iter().enumerate().map(|(a, name)| {
+        let w =
+            data.trials.iter().filter_map(|t| t.values.get(a)).map(|v| v.chars().count()).max().unwrap_or(1);
+        w.max(name.chars().count()) as u16
+    }));
+    widths.extend([11, 9, 7, 7, 8]);
+    let inner = area.width.saturating_sub(2);
+    // The thumbnails' cells: up to THUMB, at least 4, in what the other columns leave.
+    let room =
+        |spacing: u16| inner.saturating_sub(widths.iter().sum::<u16>() + spacing * widths.len() as u16);
+    let (spacing, thumb) = [2, 1]
+        .into_iter()
+        .map(|spacing| (spacing, room(spacing).min(THUMB as u16)))
+        .find(|&(_, thumb)| thumb >= 4)
+        .unwrap_or((1, 0));
+    let curve = thumb > 0;
+    if curve {
+        widths.push(thumb);
+    }
     let mut header = vec!["trial".to_owned()];
     header.extend(data.axes.iter().cloned());
-    header.extend(["state", "epoch", "latest", "best", "ETA", "curve"].map(str::to_owned));
+    header.extend(["state", "epoch", "latest", "best", "ETA"].map(str::to_owned));
+    if curve {
+        header.push("curve".to_owned());
+    }
     let (sorted, _) = board.sort();
     let sorted_at = sorted.map(|c| match c {
         Column::Trial => 0,
@@ -183,7 +208,12 @@ fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
             cells.push(Cell::from(
                 t.eta.filter(|_| t.state == TrialState::Running).map_or("-".to_owned(), hms),
             ));
-            cells.push(Cell::from(thumbnail(t, scale, look.ascii)).style(theme.fg(theme.test_acc)));
+            if curve {
+                cells.push(
+                    Cell::from(thumbnail(t, scale, usize::from(thumb), look.ascii))
+                        .style(theme.fg(theme.test_acc)),
+                );
+            }
             let row = Row::new(cells);
             if selected.as_ref() == Some(&t.dir) {
                 row.style(theme.highlight())
@@ -192,26 +222,19 @@ fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
             }
         })
         .collect();
-    let mut widths =
-        vec![Constraint::Length(data.trials.iter().map(|t| t.dir.len()).max().unwrap_or(5).max(5) as u16)];
-    widths.extend(data.axes.iter().enumerate().map(|(a, name)| {
-        let w =
-            data.trials.iter().filter_map(|t| t.values.get(a)).map(|v| v.chars().count()).max().unwrap_or(1);
-        Constraint::Length(w.max(name.chars().count()) as u16)
-    }));
-    widths.extend([11, 9, 7, 7, 8, THUMB as u16].map(Constraint::Length));
+    let widths: Vec<Constraint> = widths.into_iter().map(Constraint::Length).collect();
     let block = look.panel(format!("trials {} {}", look.sep(), data.metric.name()));
     // The selected row stays in view: the table scrolls to it.
     let mut state = TableState::default().with_selected(at);
     frame.render_stateful_widget(
-        Table::new(rows, widths).header(header).block(block).column_spacing(2),
+        Table::new(rows, widths).header(header).block(block).column_spacing(spacing),
         area,
         &mut state,
     );
 }
 
-/// A trial's curve in `THUMB` cells, as bars of eight heights on the sweep's `scale`.
-fn thumbnail(t: &TrialRow, scale: Option<(f64, f64)>, ascii: bool) -> String {
+/// A trial's curve in `cells` cells, as bars of eight heights on the sweep's `scale`.
+fn thumbnail(t: &TrialRow, scale: Option<(f64, f64)>, cells: usize, ascii: bool) -> String {
     let (Some((lo, hi)), false) = (scale, t.curve.is_empty()) else { return String::new() };
     let levels: &[char] = if ascii {
         &['_', '.', '-', '-', '=', '=', '#', '#']
@@ -219,8 +242,8 @@ fn thumbnail(t: &TrialRow, scale: Option<(f64, f64)>, ascii: bool) -> String {
         &['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█']
     };
     let n = t.curve.len();
-    // The latest `THUMB` evaluations, or every one when fewer.
-    t.curve[n.saturating_sub(THUMB)..]
+    // The latest `cells` evaluations, or every one when fewer.
+    t.curve[n.saturating_sub(cells)..]
         .iter()
         .map(|&(_, y)| {
             if !y.is_finite() {
@@ -415,6 +438,20 @@ mod tests {
             crossterm::event::KeyModifiers::NONE,
         ));
         insta::assert_snapshot!("sweep_board_help_ascii_100x24", screen(&board, 100, 24, true));
+    }
+
+    #[test]
+    fn on_80_columns_the_names_and_figures_stay_whole() {
+        let mut board = Board::default();
+        board.update(sweep());
+        let s = screen(&board, 80, 24, false);
+        assert!(s.contains("│trial-002 0.05 1    running"), "the columns close up:\n{s}");
+        assert!(s.contains("0:00:12"), "{s}");
+        let s = screen(&board, 70, 24, false);
+        assert!(
+            s.contains("trial-002") && s.contains("0:00:12") && !s.contains("curve"),
+            "the thumbnails go:\n{s}"
+        );
     }
 
     #[test]
