@@ -36,6 +36,21 @@ struct Followed {
     curves: Curves,
     /// Each epoch's seconds (training and evaluation), by epoch.
     epoch_seconds: Vec<f64>,
+    /// The trial process seen serving its socket: it is not asked again at every refresh.
+    served_by: Option<u32>,
+}
+
+impl Followed {
+    /// Whether the running trial's process `pid` serves its dashboard: asked of its socket
+    /// until it answers once.
+    fn live(&mut self, dir: &Path, pid: Option<u32>) -> bool {
+        if pid.is_some() && self.served_by == pid {
+            return true;
+        }
+        let live = client::is_live(dir);
+        self.served_by = if live { pid } else { None };
+        live
+    }
 }
 
 impl Followed {
@@ -110,7 +125,7 @@ impl Follower {
                 best,
                 eta,
                 curve,
-                live: t.state == TrialState::Running && client::is_live(&dir),
+                live: t.state == TrialState::Running && followed.live(&dir, t.pid),
             });
         }
         let running = file.pid.is_some_and(sweep_runs);
