@@ -97,8 +97,11 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
     };
     let monitor = monitor::spawn(&devices, period, monitor_tx, monitor_stop)
         .map_err(failed("cannot start the device monitor"))?;
-    let (hub, hub_thread) =
-        Hub::spawn(history, recorder.records, recorder.readings).map_err(failed("cannot start the hub"))?;
+    // The printer's subscription (and the notifier's) is made as the hub starts: a run short
+    // enough to end before they could ask would otherwise leave them nothing.
+    let first = if args.notify.is_some() { vec![PRINTER_BUFFER; 2] } else { vec![PRINTER_BUFFER] };
+    let (hub, mut subscriptions, hub_thread) = Hub::spawn(history, recorder.records, recorder.readings, &first)
+        .map_err(failed("cannot start the hub"))?;
     let controls = engine.controls();
     // For a headless run, viewers are a convenience: without a socket it still trains. A
     // background job exists to be attached to: without one it stops and says why.
@@ -115,10 +118,9 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
             None
         }
     };
-    let (snapshot, printed) =
-        hub.subscribe(PRINTER_BUFFER).ok_or_else(|| Failure::Run(anyhow!("the run ended at once")))?;
+    let (snapshot, printed) = subscriptions.remove(0);
     // --notify: the alerts of this run (from its start on), off the training's path.
-    let notifier = match (&args.notify, hub.subscribe(PRINTER_BUFFER)) {
+    let notifier = match (&args.notify, subscriptions.pop()) {
         (Some(command), Some((seen, live))) => {
             let skip = seen.records.iter().rposition(|r| matches!(r, Record::Start(_))).unwrap_or(0);
             let records =

@@ -46,17 +46,30 @@ pub struct Hub {
 
 impl Hub {
     /// Starts the `dpt-hub` thread over the engine's (recorded) records and the monitor;
-    /// `history` holds what came before (a resumed run's earlier records).
+    /// `history` holds what came before (a resumed run's earlier records). `first` are the
+    /// capacities of subscriptions made before the thread starts, one per entry: they miss
+    /// nothing even when the run ends before [`Hub::subscribe`] could be asked (a one-step
+    /// run), which is what the job's own printer needs.
+    #[allow(clippy::type_complexity)]
     pub fn spawn(
         history: History,
         records: Receiver<Record>,
         monitor: Receiver<MonitorMsg>,
-    ) -> std::io::Result<(Hub, JoinHandle<()>)> {
+        first: &[usize],
+    ) -> std::io::Result<(Hub, Vec<(Snapshot, Receiver<HubMsg>)>, JoinHandle<()>)> {
         let (requests, incoming) = unbounded::<Subscribe>();
+        let (subscribers, subscriptions): (Vec<_>, Vec<_>) = first
+            .iter()
+            .map(|&capacity| {
+                let (tx, rx) = bounded(capacity.max(1));
+                let snapshot = Snapshot { records: history.records().to_vec(), monitor: Vec::new() };
+                (tx, (snapshot, rx))
+            })
+            .unzip();
         let handle = std::thread::Builder::new()
             .name("dpt-hub".into())
-            .spawn(move || run(history, records, monitor, incoming))?;
-        Ok((Hub { requests }, handle))
+            .spawn(move || run(history, records, monitor, incoming, subscribers))?;
+        Ok((Hub { requests }, subscriptions, handle))
     }
 
     /// The run so far and a channel of what follows, without a gap between them; `None` once
@@ -73,9 +86,9 @@ fn run(
     records: Receiver<Record>,
     monitor: Receiver<MonitorMsg>,
     requests: Receiver<Subscribe>,
+    mut subscribers: Vec<Sender<HubMsg>>,
 ) {
     let mut samples: VecDeque<MonitorMsg> = VecDeque::new();
-    let mut subscribers: Vec<Sender<HubMsg>> = Vec::new();
     let (mut monitor, mut requests) = (monitor, requests);
     let publish = |subs: &mut Vec<Sender<HubMsg>>, msg: HubMsg| {
         subs.retain(|s| match s.try_send(msg.clone()) {
@@ -129,7 +142,7 @@ mod tests {
     fn snapshot_then_live_and_slow_subscribers_are_dropped() {
         let (etx, erx) = unbounded();
         let (_mtx, mrx) = unbounded::<MonitorMsg>();
-        let (hub, handle) = Hub::spawn(History::default(), erx, mrx).unwrap();
+        let (hub, _, handle) = Hub::spawn(History::default(), erx, mrx, &[]).unwrap();
         etx.send(Record::Event(Change::Paused { global_step: 1 })).unwrap();
         let (snap, rx) = hub.subscribe(8).unwrap();
         // The first event is either in the snapshot or live, never both, never lost.
@@ -148,5 +161,33 @@ mod tests {
         // The slow subscriber got at most what fits, then was dropped.
         assert!(slow.iter().count() <= 1);
         assert!(hub.subscribe(4).is_none(), "no subscriptions after the run");
+    }
+
+    #[test]
+    fn a_subscription_made_at_the_start_sees_a_run_that_ended_before_anyone_asked() {
+        let (etx, erx) = unbounded();
+        let (_mtx, mrx) = unbounded::<MonitorMsg>();
+        let mut earlier = History::default();
+        earlier.push(Record::Event(Change::Paused { global_step: 0 }));
+        // The whole run is over before the hub's thread even starts.
+        for i in 1..4 {
+            etx.send(Record::Event(Change::Resumed { global_step: i })).unwrap();
+        }
+        drop(etx);
+        let (hub, mut first, handle) = Hub::spawn(earlier, erx, mrx, &[8, 8]).unwrap();
+        handle.join().unwrap();
+        assert!(hub.subscribe(4).is_none(), "a subscription asked for now finds the run over");
+        assert_eq!(first.len(), 2);
+        let (snapshot, live) = first.pop().unwrap();
+        assert_eq!(snapshot.records, vec![Record::Event(Change::Paused { global_step: 0 })]);
+        let steps: Vec<usize> = live
+            .iter()
+            .filter_map(HubMsg::record)
+            .map(|r| match r {
+                Record::Event(Change::Resumed { global_step }) => global_step,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(steps, [1, 2, 3]);
     }
 }
