@@ -199,6 +199,29 @@ impl World {
             .map_err(|e| self.lost(e))
     }
 
+    /// Starts summing `flat` (a contiguous tensor) over all ranks into rank `root`'s, in place
+    /// there, in chunks of at most [`BUCKET_ELEMS`]; `root`'s `flat` holds the sum once
+    /// [`World::finish`] has taken what this returns, the others' are left as they were.
+    pub fn start_reduce(&self, flat: &Tensor, root: usize) -> Result<Vec<Work<'static>>, DistError> {
+        flat.split(BUCKET_ELEMS, 0)
+            .into_iter()
+            .map(|c| self.group.reduce_owned(c, root))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.lost(e))
+    }
+
+    /// Reduces `t` (a few values, on the collectives' device or copied there and back) over
+    /// all ranks in place by `op`; under NCCL the host does not wait for it.
+    pub fn allreduce_in_place(&self, t: &mut Tensor, op: ReduceOp) -> Result<(), DistError> {
+        let on = if t.device() == self.device { t.shallow_clone() } else { t.to_device(self.device) };
+        let work = self.group.allreduce_owned(vec![on.shallow_clone()], op).map_err(|e| self.lost(e))?;
+        self.settle(work)?;
+        if t.device() != self.device {
+            t.copy_(&on);
+        }
+        Ok(())
+    }
+
     /// Ends the collectives `pending` started, in order (see [`World::settle`]).
     pub fn finish(&self, pending: Vec<Work<'static>>) -> Result<(), DistError> {
         pending.into_iter().try_for_each(|w| self.settle(w))

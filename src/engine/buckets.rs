@@ -143,6 +143,14 @@ impl Buckets {
         self.of_param.get(k).copied().flatten()
     }
 
+    /// Where trainable parameter `k`'s gradient lies in its bucket: (bucket, offset from the
+    /// bucket's start, scalars); `None` for an empty tensor.
+    pub fn place(&self, k: usize) -> Option<(usize, i64, i64)> {
+        let b = self.of(k)?;
+        let (offset, scalars) = self.params[k];
+        Some((b, offset - self.ranges[b].0, scalars))
+    }
+
     /// How many parameters bucket `b` holds.
     pub fn params_in(&self, b: usize) -> usize {
         self.sizes[b]

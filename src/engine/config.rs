@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::faults::Faults;
 use super::optim::schedule::LrPlan;
+use super::optim::Zero;
 use crate::model::script::ScriptModel;
 use crate::model::{Builder, ModelKind, Normalization, Precision, Task};
 use crate::persist::resume::Resume;
@@ -174,11 +175,13 @@ impl TrainConfig {
             (Task::Classify, None) => data.classes as u64,
         };
         let all = replicas as u64;
-        let estimate = |optimizer_shards| {
+        let estimate = |zero: Zero| {
+            let shards = |split: bool| if split { all } else { 1 };
             ReplicaMemory::of(&MemoryInputs {
                 params: self.specs().param_count().max(0) as u64,
                 optimizer_buffers: s.optimizer.kind.slots().len() as u64,
-                optimizer_shards,
+                optimizer_shards: shards(zero.shards_states()),
+                gradient_shards: shards(zero.shards_gradients()),
                 ema: s.recipe.ema.is_some(),
                 precision: s.precision.format,
                 micro_batch: s.micro_batch(replicas) as u64,
@@ -186,9 +189,14 @@ impl TrainConfig {
                 outputs_per_sample,
             })
         };
-        let memory = estimate(if s.optimizer.zero.shards_states() { all } else { 1 });
-        // The stage that would fit, where this run's replicas could split their state.
-        let sharded = (!s.optimizer.zero.shards_states() && all > 1).then(|| estimate(all));
+        let memory = estimate(s.optimizer.zero);
+        // The stages that would split more, where this run's replicas could: the first that
+        // fits is named.
+        let further: Vec<(Zero, ReplicaMemory)> = [Zero::States, Zero::Gradients]
+            .into_iter()
+            .filter(|&z| all > 1 && z > s.optimizer.zero)
+            .map(|z| (z, estimate(z)))
+            .collect();
         let mut gpus: Vec<usize> = self
             .devices
             .iter()
@@ -201,10 +209,15 @@ impl TrainConfig {
             let sharing = self.devices.iter().filter(|d| **d == DeviceId::Cuda(i)).count();
             let device = format!("cuda:{i} ({name})");
             memory.check(&device, total, sharing).map_err(|mut refusal| {
-                if let Some(z) = sharded.filter(|z| z.check(&device, total, sharing).is_ok()) {
+                if let Some((z, m)) = further.iter().find(|(_, m)| m.check(&device, total, sharing).is_ok()) {
+                    let what = if z.shards_gradients() {
+                        "the gradients and the optimizer state"
+                    } else {
+                        "the optimizer state"
+                    };
                     refusal.fix = format!(
-                        "--zero 1 fits: the optimizer state split over the {all} replicas, {:.1} GiB each in all",
-                        z.peak() as f64 / f64::from(1u32 << 30)
+                        "--zero {z} fits: {what} split over the {all} replicas, {:.1} GiB each in all",
+                        m.peak() as f64 / f64::from(1u32 << 30)
                     );
                 }
                 refusal
@@ -280,6 +293,9 @@ impl TrainConfig {
             return Err(ConfigError::AccumulateTooFine { accumulate, per_replica });
         }
         self.settings.optimizer.zero.check(replicas).map_err(ConfigError::Zero)?;
+        if self.settings.optimizer.zero.shards_gradients() && self.settings.placement.bucket_cap_mb <= 0.0 {
+            return Err(ConfigError::Zero("--zero 2 reduces the gradients bucket by bucket as the backward pass makes them, and --bucket-cap-mb 0 turns the buckets off; give the buckets a size (25 MiB is the default) or use --zero 1".into()));
+        }
         if self.model() == ModelKind::Script && self.kit.script.is_none() {
             return Err(ConfigError::ScriptMissing);
         }

@@ -26,8 +26,10 @@ pub struct MemoryInputs {
     /// Optimizer slots the size of the parameters (Adam's two moments, SGD's momentum; the
     /// fused kernels need no scratch beside them).
     pub optimizer_buffers: u64,
-    /// The replicas the optimizer state is split over (`--zero 1`; 1: each holds all of it).
+    /// The replicas the optimizer state is split over (`--zero 1` and `2`; 1: each holds all of it).
     pub optimizer_shards: u64,
+    /// The replicas the gradient sums are split over (`--zero 2`; 1: each holds all of them).
+    pub gradient_shards: u64,
     pub ema: bool,
     pub precision: Precision,
     pub micro_batch: u64,
@@ -48,7 +50,9 @@ impl ReplicaMemory {
         // Weights and gradient sums in f32; the autocast (or built-in) casts of the weights in
         // the low format, held for the forward.
         let shard = i.params.div_ceil(i.optimizer_shards.max(1));
-        let state = i.params * (2 * F32 + u64::from(i.ema) * F32 + low) + shard * i.optimizer_buffers * F32;
+        let gradients = i.params.div_ceil(i.gradient_shards.max(1)) * F32;
+        let state =
+            i.params * (F32 + u64::from(i.ema) * F32 + low) + gradients + shard * i.optimizer_buffers * F32;
         let output = if low == 0 { F32 } else { low };
         ReplicaMemory {
             state,
@@ -116,6 +120,7 @@ mod tests {
             params: 124_475_904,
             optimizer_buffers: 2,
             optimizer_shards: 1,
+            gradient_shards: 1,
             ema: false,
             precision: Precision::Bf16,
             micro_batch,
@@ -170,6 +175,7 @@ mod tests {
             params: 61_706,
             optimizer_buffers: 1,
             optimizer_shards: 1,
+            gradient_shards: 1,
             ema: true,
             precision: Precision::F32,
             micro_batch: 256,
@@ -182,12 +188,13 @@ mod tests {
     }
 
     #[test]
-    fn zero_1_keeps_a_shard_of_the_optimizer_state() {
-        let of = |shards| {
+    fn zero_1_keeps_a_shard_of_the_optimizer_state_and_zero_2_of_the_gradients_too() {
+        let of = |(shards, gradient_shards)| {
             ReplicaMemory::of(&MemoryInputs {
                 params: 124_475_904,
                 optimizer_buffers: 2,
                 optimizer_shards: shards,
+                gradient_shards,
                 ema: false,
                 precision: Precision::F32,
                 micro_batch: 1,
@@ -196,7 +203,9 @@ mod tests {
             })
         };
         // f32 weights and gradients whole, AdamW's two moments over 8 replicas.
-        assert_eq!(of(1).state, 124_475_904 * 16);
-        assert_eq!(of(8).state, 124_475_904 * 8 + 124_475_904 / 8 * 8);
+        assert_eq!(of((1, 1)).state, 124_475_904 * 16);
+        assert_eq!(of((8, 1)).state, 124_475_904 * 8 + 124_475_904 / 8 * 8);
+        // Stage 2: the f32 gradient sums split too, a 1/8 shard of 4 bytes a parameter.
+        assert_eq!(of((8, 8)).state, 124_475_904 * 4 + 124_475_904 / 8 * 4 + 124_475_904 / 8 * 8);
     }
 }

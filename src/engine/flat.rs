@@ -72,6 +72,12 @@ impl Layout {
         self.entries.iter().map(|(offset, shape, _)| (*offset, shape.iter().product(), shape.len()))
     }
 
+    /// Tensor `i`'s shape and strides in the flat buffer.
+    pub fn form(&self, i: usize) -> (Vec<i64>, Vec<i64>) {
+        let (_, shape, strides) = &self.entries[i];
+        (shape.clone(), strides.clone())
+    }
+
     /// One view per tensor into `flat`.
     pub fn views(&self, flat: &Tensor) -> Vec<Tensor> {
         self.entries

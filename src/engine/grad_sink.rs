@@ -4,6 +4,12 @@
 //! the step's last micro-batch, tells the coordinator each bucket whose gradients are all in.
 //! It also records the order the first micro-batch's gradients arrive in, from which the
 //! coordinator re-plans the buckets once (see `engine::buckets`).
+//!
+//! Under `--zero 2` a replica has no whole gradient buffer: each bucket gets a buffer of its
+//! own, made when the step's first gradient of it arrives and kept only until the coordinator
+//! has reduced it and kept the replica's shard of the sum ([`GradSink::release`]). A gradient the
+//! sink has written goes on through the backward pass as a one-element stand-in
+//! ([`Handled::Kept`]), so the backward pass does not hold a second copy of it either.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +18,16 @@ use tch::Tensor;
 
 use super::buckets::Buckets;
 use super::worker_messages::FromWorker;
-use dpt_sys::c10d::CudaEvent;
+use dpt_sys::c10d::{CudaEvent, Handled};
+
+/// Where the hooks write each trainable parameter's gradient.
+pub enum Destination {
+    /// Views of the replica's flat gradient buffer, one per trainable parameter.
+    Views(Vec<Tensor>),
+    /// Each bucket's own buffer, made on `device` when needed (`--zero 2`); `forms`: each
+    /// trainable parameter's shape and strides in the flat buffer, kept in the bucket's.
+    Buckets { forms: Vec<(Vec<i64>, Vec<i64>)>, device: tch::Device },
+}
 
 /// One replica's hooks' shared state.
 pub struct GradSink {
@@ -28,8 +43,10 @@ struct State {
     /// (the first micro-batch after the hooks were set).
     arrival: Vec<usize>,
     recording: bool,
-    /// The gradient views of the trainable parameters (the hooks' destinations).
-    views: Vec<Tensor>,
+    /// Where the gradients go.
+    destination: Destination,
+    /// Under [`Destination::Buckets`], each bucket's buffer of this step, once made.
+    staged: Vec<Option<Tensor>>,
     /// Which parameters' hooks wrote during the current micro-batch.
     written: Vec<bool>,
     /// Whether the current micro-batch adds to the earlier ones' gradients.
@@ -54,20 +71,21 @@ struct Handed {
 }
 
 impl GradSink {
-    /// Hooks every one of `leaves` (the trainable parameters, paired with their gradient
-    /// `views`), reporting to the coordinator through `replies`.
+    /// Hooks every one of `leaves` (the trainable parameters, whose gradients go to
+    /// `destination`), reporting to the coordinator through `replies`.
     pub fn hook(
         replica: usize,
         leaves: &[&Tensor],
-        views: &[Tensor],
+        destination: Destination,
         buckets: Arc<Buckets>,
         replies: Sender<FromWorker>,
     ) -> Result<Arc<GradSink>, dpt_sys::c10d::C10dError> {
         let state = State {
-            arrival: Vec::with_capacity(views.len()),
+            arrival: Vec::with_capacity(leaves.len()),
             recording: true,
-            views: views.iter().map(Tensor::shallow_clone).collect(),
-            written: vec![false; views.len()],
+            destination,
+            staged: (0..buckets.len()).map(|_| None).collect(),
+            written: vec![false; leaves.len()],
             adding: false,
             last: false,
             left: vec![0; buckets.len()],
@@ -81,7 +99,7 @@ impl GradSink {
             let weak = Arc::downgrade(&sink);
             dpt_sys::c10d::on_grad(leaf, move |grad| match weak.upgrade() {
                 Some(sink) => sink.take(k, &grad),
-                None => Ok(()),
+                None => Ok(Handled::PassOn),
             })?;
         }
         Ok(sink)
@@ -104,7 +122,37 @@ impl GradSink {
         let mut s = self.lock();
         s.left = vec![0; buckets.len()];
         s.handed = (0..buckets.len()).map(|_| Vec::new()).collect();
+        s.staged = (0..buckets.len()).map(|_| None).collect();
         s.buckets = buckets;
+    }
+
+    /// Under `--zero 2`, bucket `b`'s buffer of this step (made of zeros if no gradient of it
+    /// came: an empty shard of the batch); `None` when the gradients go to the flat buffer.
+    /// The coordinator asks only once the bucket is reported, when no hook writes it.
+    pub fn staged(&self, b: usize) -> Result<Option<Tensor>, tch::TchError> {
+        let mut s = self.lock();
+        if matches!(s.destination, Destination::Views(_)) {
+            return Ok(None);
+        }
+        s.bucket_buffer(b).map(Some)
+    }
+
+    /// Drops this step's bucket buffers, once the coordinator has kept what it needs of them.
+    pub fn release(&self) {
+        self.lock().staged.iter_mut().for_each(|b| *b = None);
+    }
+
+    /// Writes trainable parameter `k`'s gradient `grad` (copied on the step's first
+    /// micro-batch, added on the others) unless its hook did during this micro-batch: the
+    /// worker's call for the gradients the backward pass returned without a hook seeing them
+    /// (an undefined one, of a parameter the pass did not reach, writes zeros).
+    pub fn fill(&self, k: usize, grad: &Tensor) -> Result<(), tch::TchError> {
+        let _guard = tch::no_grad_guard();
+        let mut s = self.lock();
+        if s.written.get(k).copied().unwrap_or(true) {
+            return Ok(());
+        }
+        s.write(k, grad)
     }
 
     /// Orders the calling thread's current stream after the writes of bucket `b`'s gradients,
@@ -141,28 +189,18 @@ impl GradSink {
         }
     }
 
-    /// Whether trainable parameter `k`'s hook wrote during the current micro-batch (one whose
-    /// gradient the backward pass did not compute was not: the caller writes it).
-    pub fn wrote(&self, k: usize) -> bool {
-        self.lock().written.get(k).copied().unwrap_or(false)
-    }
-
     /// The hook: parameter `k`'s gradient is `grad`.
-    fn take(&self, k: usize, grad: &Tensor) -> Result<(), tch::TchError> {
+    fn take(&self, k: usize, grad: &Tensor) -> Result<Handled, tch::TchError> {
         let _guard = tch::no_grad_guard();
         let mut s = self.lock();
-        let adding = s.adding;
-        let view = &mut s.views[k];
-        let done = if adding { view.f_add_(grad).map(drop) } else { view.f_copy_(grad) };
-        done?;
         if s.recording && !s.written[k] {
             s.arrival.push(k);
         }
-        s.written[k] = true;
+        s.write(k, grad)?;
         if !s.last {
-            return Ok(());
+            return Ok(Handled::Kept);
         }
-        let Some(b) = s.buckets.of(k) else { return Ok(()) };
+        let Some(b) = s.buckets.of(k) else { return Ok(Handled::Kept) };
         if let tch::Device::Cuda(i) = grad.device() {
             s.mark(b, i).map_err(|e| tch::TchError::Torch(e.0))?;
         }
@@ -171,7 +209,7 @@ impl GradSink {
             // A gone coordinator is noticed by the worker's next send.
             let _ = self.replies.send(FromWorker::BucketReady { replica: self.replica, bucket: b });
         }
-        Ok(())
+        Ok(Handled::Kept)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -180,6 +218,45 @@ impl GradSink {
 }
 
 impl State {
+    /// Writes parameter `k`'s gradient to its destination (copied or added, by the
+    /// micro-batch); an undefined `grad` is a zero gradient.
+    fn write(&mut self, k: usize, grad: &Tensor) -> Result<(), tch::TchError> {
+        let adding = self.adding;
+        let mut dest = match &self.destination {
+            Destination::Views(views) => views[k].shallow_clone(),
+            Destination::Buckets { forms, .. } => {
+                let (shape, strides) = forms[k].clone();
+                let Some((b, at, _)) = self.buckets.place(k) else {
+                    self.written[k] = true;
+                    return Ok(());
+                };
+                // The bucket's buffer is a storage of its own, starting at its start.
+                self.bucket_buffer(b)?.f_as_strided(shape.as_slice(), strides.as_slice(), at)?
+            }
+        };
+        match (grad.defined(), adding) {
+            (false, true) => {}
+            (false, false) => drop(dest.f_zero_()?),
+            (true, true) => drop(dest.f_add_(grad)?),
+            (true, false) => dest.f_copy_(grad)?,
+        }
+        self.written[k] = true;
+        Ok(())
+    }
+
+    /// Bucket `b`'s buffer of this step, made of zeros the first time it is asked for.
+    fn bucket_buffer(&mut self, b: usize) -> Result<Tensor, tch::TchError> {
+        let Destination::Buckets { device, .. } = self.destination else {
+            return Err(tch::TchError::Torch("gradients go to the flat buffer, not to bucket buffers".into()));
+        };
+        if let Some(t) = &self.staged[b] {
+            return Ok(t.shallow_clone());
+        }
+        let made = Tensor::f_zeros([self.buckets.ranges[b].1], (tch::Kind::Float, device))?;
+        self.staged[b] = Some(made.shallow_clone());
+        Ok(made)
+    }
+
     /// Records bucket `b`'s event for the calling thread's current stream on CUDA device
     /// `device`, just after a write of one of its gradients there (an event made the first time
     /// the bucket meets that stream, then kept).

@@ -202,7 +202,9 @@ impl Engine {
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let buckets = cfg.bucket_bytes(world.is_some());
-        let pool = WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets, replicas)?;
+        let first = world.as_ref().map_or(0, |w| w.replica_offset());
+        let pool =
+            WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets, (first, replicas))?;
         let facts = RunFacts {
             train_len: data.train.len(),
             test_len: data.test.len(),

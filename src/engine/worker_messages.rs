@@ -19,6 +19,9 @@ pub enum WorkerError {
     Shim(#[from] dpt_sys::c10d::C10dError),
     #[error("a TorchScript run without its model")]
     NoScript,
+    /// `--zero 2` without gradient buckets (the settings refuse it first).
+    #[error("--zero 2 needs gradient buckets (--bucket-cap-mb above 0)")]
+    ShardWithoutBuckets,
     /// A batch could not be had (the loader, a token window, the epoch's order).
     #[error(transparent)]
     Batch(#[from] crate::input::batches::BatchError),

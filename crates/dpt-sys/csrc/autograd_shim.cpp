@@ -6,6 +6,7 @@
 #include "c10d_shim.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
@@ -22,13 +23,20 @@ extern "C" {
 int dpt_on_grad(at::Tensor* leaf, dpt_grad_fn fn, void* ctx, dpt_drop_fn drop, char** err) {
   std::shared_ptr<void> owner(ctx, drop);
   DPT_GUARD(err, -1, {
-    leaf->register_hook([fn, owner](const at::Tensor& grad) {
+    leaf->register_hook([fn, owner](const at::Tensor& grad) -> at::Tensor {
       char* message = nullptr;
-      if (fn(owner.get(), new at::Tensor(grad), &message) != 0) {
+      int code = fn(owner.get(), new at::Tensor(grad), &message);
+      if (code == 2) {
+        // A tensor hook's result replaces the gradient when defined and of the same shape,
+        // type and device (torch/csrc/autograd/cpp_hook.cpp): one zero seen at every index.
+        return at::zeros({}, grad.options()).expand(grad.sizes());
+      }
+      if (code != 0) {
         std::string why = message != nullptr ? message : "a gradient hook failed";
         std::free(message);
         TORCH_CHECK(false, why);
       }
+      return at::Tensor();
     });
     return 0;
   })

@@ -187,6 +187,18 @@ dpt_work* dpt_broadcast(dpt_group* g, at::Tensor* const* tensors, size_t n, int 
   })
 }
 
+// Sums the ranks' tensors into rank `root`'s; the others' are left as they were.
+dpt_work* dpt_reduce(dpt_group* g, at::Tensor* const* tensors, size_t n, int root, char** err) {
+  DPT_GUARD(err, nullptr, {
+    auto v = tensors_of(tensors, n);
+    c10::OptionalDeviceGuard guard(cuda_device_of(v));
+    c10d::ReduceOptions opts;
+    opts.rootRank = root;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    return new dpt_work{g->p->reduce(v, opts)};
+  })
+}
+
 int dpt_work_wait(dpt_work* w, int64_t timeout_ms, char** err) {
   DPT_GUARD(err, -1, {
     w->p->wait(std::chrono::milliseconds(timeout_ms));

@@ -29,8 +29,10 @@ typedef struct dpt_rng_scope dpt_rng_scope;
 typedef struct dpt_flops dpt_flops;
 typedef struct dpt_autocast dpt_autocast;
 
-// Rust's side of a gradient hook: takes over `grad` (an owned handle) and returns 0, or
-// non-zero with a malloc'ed message in *message, which then fails the backward pass.
+// Rust's side of a gradient hook: takes over `grad` (an owned handle) and returns 0 (the
+// gradient goes on as it is), 2 (Rust kept its values: a zero stand-in of 4 bytes goes on in
+// its place, so the backward pass holds no second copy), or 1 with a malloc'ed message in
+// *message, which then fails the backward pass.
 typedef int (*dpt_grad_fn)(void* ctx, dpt_tensor* grad, char** message);
 // Frees a hook's `ctx` once the hook is gone.
 typedef void (*dpt_drop_fn)(void* ctx);
@@ -53,6 +55,7 @@ dpt_group* dpt_gloo_group(dpt_store* s, int rank, int size, int64_t timeout_ms, 
 void dpt_group_free(dpt_group* g);
 dpt_work* dpt_allreduce(dpt_group* g, dpt_tensor* const* tensors, size_t n, int op, char** err);
 dpt_work* dpt_broadcast(dpt_group* g, dpt_tensor* const* tensors, size_t n, int root, char** err);
+dpt_work* dpt_reduce(dpt_group* g, dpt_tensor* const* tensors, size_t n, int root, char** err);
 int dpt_work_wait(dpt_work* w, int64_t timeout_ms, char** err);
 void dpt_work_free(dpt_work* w);
 

@@ -31,13 +31,14 @@ pub struct WorkerPool {
 impl WorkerPool {
     /// Starts one worker per device of `cfg`, each from the initial tensors (shared, read-only:
     /// each worker copies them into its own buffers, and none holds them after);
-    /// `replicas`: the run's replicas in all its processes.
+    /// `replicas`: the global index of this process's first replica, and the run's replicas in
+    /// all its processes.
     pub fn spawn(
         cfg: &TrainConfig,
         data: &Arc<Dataset>,
         (initial_params, initial_buffers): (&Tensor, &Tensor),
         bucket_bytes: Option<(i64, i64)>,
-        replicas: usize,
+        (first, replicas): (usize, usize),
     ) -> Result<WorkerPool, EngineError> {
         let (reply_tx, from_workers) = unbounded();
         let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
@@ -45,6 +46,7 @@ impl WorkerPool {
         let mut threads = Vec::new();
         let decoding =
             crate::input::loader::Decoding::for_run(cfg.decoding(), data).map_err(EngineError::Spawn)?;
+        let zero = cfg.settings.optimizer.zero;
         for (replica, device) in cfg.devices.iter().enumerate() {
             let (tx, rx) = unbounded();
             let setup = WorkerSetup {
@@ -66,6 +68,9 @@ impl WorkerPool {
                 precision: cfg.settings.precision.format,
                 loader: decoding.clone(),
                 bucket_bytes,
+                grad_shard: zero
+                    .shards_gradients()
+                    .then(|| zero.shard(initial_params.numel() as i64, first + replica, replicas)),
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();

@@ -18,7 +18,7 @@ use super::buckets::Buckets;
 use super::clock::PhaseClock;
 use super::faults::Faults;
 use super::flat::FlatTensors;
-use super::grad_sink::GradSink;
+use super::grad_sink::{Destination, GradSink};
 use super::loss::{Objective, Scored};
 use crate::data::Dataset;
 use crate::input::batches::{Batch, BatchSpec, Batches};
@@ -62,6 +62,9 @@ pub struct WorkerSetup {
     /// With the allreduce overlapping the backward pass: the buckets' byte limits (first,
     /// others); `None`: gradients are reduced after the backward pass.
     pub bucket_bytes: Option<(i64, i64)>,
+    /// Under `--zero 2`, the range of the flat gradient this replica keeps the sum of (its
+    /// gradient buffer is that long; the backward pass writes bucket buffers of the sink's).
+    pub grad_shard: Option<(i64, i64)>,
 }
 
 struct Worker {
@@ -166,20 +169,35 @@ impl Worker {
         if let Some(own) = net.adopt(&params.views, &buffers.views) {
             params.views = own;
         }
-        let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
         // Gradient views laid out like the parameters, so the flat update pairs them up; the
-        // frozen parameters' stay zero and are left out of the backward pass.
+        // frozen parameters' stay zero and are left out of the backward pass. Under --zero 2
+        // the buffer is this replica's shard of the sums, which the coordinator writes.
         let trainable: Vec<usize> =
             (0..builder.params.len()).filter(|&i| !builder.params[i].frozen).collect();
-        let all_grad_views = params.layout.views(&grads);
-        let grad_views: Vec<Tensor> = trainable.iter().map(|&i| all_grad_views[i].shallow_clone()).collect();
+        let (grads, grad_views) = match setup.grad_shard {
+            Some((start, end)) => (Tensor::zeros([end - start], (Kind::Float, setup.device)), Vec::new()),
+            None => {
+                let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
+                let all = params.layout.views(&grads);
+                let views = trainable.iter().map(|&i| all[i].shallow_clone()).collect();
+                (grads, views)
+            }
+        };
         let sink = match setup.bucket_bytes {
             Some((first, cap)) => {
                 let segments: Vec<(i64, i64)> = params.layout.segments().map(|(o, n, _)| (o, n)).collect();
                 let buckets = Arc::new(Buckets::plan(&segments, &trainable, first, cap));
                 let leaves: Vec<&Tensor> = trainable.iter().map(|&i| &params.views[i]).collect();
-                Some(GradSink::hook(setup.replica, &leaves, &grad_views, buckets, replies.clone())?)
+                let destination = match setup.grad_shard {
+                    Some(_) => Destination::Buckets {
+                        forms: trainable.iter().map(|&i| params.layout.form(i)).collect(),
+                        device: setup.device,
+                    },
+                    None => Destination::Views(grad_views.iter().map(Tensor::shallow_clone).collect()),
+                };
+                Some(GradSink::hook(setup.replica, &leaves, destination, buckets, replies.clone())?)
             }
+            None if setup.grad_shard.is_some() => return Err(WorkerError::ShardWithoutBuckets),
             None => None,
         };
         let acc = |kind| Tensor::zeros([], (kind, setup.device));
@@ -276,8 +294,11 @@ impl Worker {
         let mut counted = None;
         if len == 0 {
             // A last batch smaller than the replica count leaves this shard empty (as does a
-            // streamed batch none of whose images decode).
-            let _ = self.grads.zero_();
+            // streamed batch none of whose images decode); under --zero 2 the sink's bucket
+            // buffers start at zero, and the gradient buffer is the coordinator's.
+            if self.grad_views.len() == self.trainable.len() {
+                let _ = self.grads.zero_();
+            }
             self.clock.mark()?;
         } else {
             let masks = self.dropout_masks(len as i64, dropout_seed)?;
@@ -328,13 +349,21 @@ impl Worker {
                 let grads =
                     Tensor::f_run_backward(&[scaled.as_ref().unwrap_or(&loss)], &inputs, false, false)?;
                 let _guard = tch::no_grad_guard();
-                for (k, (view, g)) in self.grad_views.iter_mut().zip(&grads).enumerate() {
-                    if self.sink.as_ref().is_some_and(|s| s.wrote(k)) {
-                        // Its hook wrote it already.
-                    } else if i == 0 {
-                        view.copy_(g);
-                    } else {
-                        let _ = view.g_add_(g);
+                match &self.sink {
+                    // What the hooks did not see (a parameter the pass did not reach).
+                    Some(sink) => {
+                        for (k, g) in grads.iter().enumerate() {
+                            sink.fill(k, g)?;
+                        }
+                    }
+                    None => {
+                        for (view, g) in self.grad_views.iter_mut().zip(&grads) {
+                            if i == 0 {
+                                view.copy_(g);
+                            } else {
+                                let _ = view.g_add_(g);
+                            }
+                        }
                     }
                 }
                 let _ = self.loss_sum.f_add_(&loss.detach())?;

@@ -11,6 +11,15 @@
 //! the weights' all-gather, and the update is the same elementwise arithmetic on the same
 //! values: a sharded run ends with the weights of the unsharded one, bit for bit.
 //!
+//! Stage 2 also splits the gradient sums: a replica's gradient buffer is its shard only. The
+//! backward pass writes each bucket's gradients into a buffer of the bucket's size, kept only
+//! until the bucket is summed; the bucket's sum is then reduced over the replicas to the owner of
+//! each part of it (one reduce per owner, as DeepSpeed's stage 2 reduces a bucket's slices to
+//! their owning ranks), half the bytes of an allreduce, and each replica keeps the part of its
+//! shard. The weights' all-gather makes up the other half: the bytes are an allreduce's. The
+//! sums are the same values summed in another order across processes (within float32 summation
+//! order of the unsharded run's), and the gradient norm is summed from every shard's.
+//!
 //! The shards are the parts of the run's grid ([`Zero::grid`]): the flat buffer cut in as many
 //! near-equal parts as the run has replicas. Every run cuts its update at that grid, sharded or
 //! not, so the shards are updated in the very pieces an unsharded update takes.
@@ -18,7 +27,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The ZeRO stage of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub enum Zero {
     /// Every replica holds the whole optimizer state (data parallelism as DDP runs it).
     #[default]
@@ -27,14 +36,22 @@ pub enum Zero {
     /// Stage 1: each replica holds the optimizer state of its shard only.
     #[serde(rename = "1")]
     States,
+    /// Stage 2: each replica holds the optimizer state and the gradient sums of its shard only.
+    #[serde(rename = "2")]
+    Gradients,
 }
 
-crate::names!(Zero, "ZeRO stage", { Off => "0" | "off", States => "1" });
+crate::names!(Zero, "ZeRO stage", { Off => "0" | "off", States => "1", Gradients => "2" });
 
 impl Zero {
-    /// Whether the optimizer state is split over the replicas.
+    /// Whether the optimizer state is split over the replicas (stages 1 and 2).
     pub fn shards_states(self) -> bool {
-        self == Zero::States
+        self != Zero::Off
+    }
+
+    /// Whether the gradient sums are split over the replicas too (stage 2).
+    pub fn shards_gradients(self) -> bool {
+        self == Zero::Gradients
     }
 
     /// Where part `g` of the grid of a flat buffer of `total` elements cut in `all` near-equal
@@ -59,7 +76,8 @@ impl Zero {
     /// Refuses the stage for a run of `all` replicas in all its processes, in one line.
     pub fn check(self, all: usize) -> Result<(), String> {
         if self.shards_states() && all < 2 {
-            return Err("--zero 1 splits the optimizer state over the run's replicas, and this run has one; give it two devices or more (--devices cpu:2, cuda:0,cuda:1, or several processes) or leave --zero out".into());
+            let what = if self.shards_gradients() { "the gradients and the optimizer state" } else { "the optimizer state" };
+            return Err(format!("--zero {self} splits {what} over the run's replicas, and this run has one; give it two devices or more (--devices cpu:2, cuda:0,cuda:1, or several processes) or leave --zero out"));
         }
         Ok(())
     }
@@ -99,8 +117,12 @@ mod tests {
     fn the_stage_is_read_as_a_number_and_refused_where_it_cannot_split() {
         assert_eq!("1".parse(), Ok(Zero::States));
         assert_eq!("off".parse(), Ok(Zero::Off));
-        assert!("2".parse::<Zero>().unwrap_err().contains("use 0 or 1"));
+        assert_eq!("2".parse(), Ok(Zero::Gradients));
+        assert!("3".parse::<Zero>().unwrap_err().contains("use 0, 1 or 2"));
         assert!(Zero::States.check(1).unwrap_err().contains("this run has one"));
+        assert!(Zero::Gradients.check(1).unwrap_err().starts_with("--zero 2 splits the gradients"));
+        assert!(Zero::Gradients.shards_states() && !Zero::States.shards_gradients());
+        assert_eq!(Zero::Gradients.shard(10, 1, 4), (3, 6), "stage 2 shards as stage 1 does");
         assert_eq!(Zero::States.check(2), Ok(()));
         assert_eq!(Zero::Off.check(1), Ok(()));
     }

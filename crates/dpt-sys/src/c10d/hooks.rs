@@ -21,13 +21,24 @@ extern "C" {
     ) -> i32;
 }
 
+/// What a hook did with a gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// The gradient goes on through the backward pass as it is.
+    PassOn,
+    /// The hook kept its values: a zero of the gradient's shape that holds one element (an
+    /// expanded scalar) goes on in its place, so that the backward pass does not keep a second
+    /// copy of it until it returns.
+    Kept,
+}
+
 /// Calls `f` with `leaf`'s gradient each time a backward pass computes it, before it is
 /// accumulated or returned; `f` runs on the thread running that part of the backward pass (the
 /// caller's on a CPU, the device's autograd thread on a GPU). An error from `f`, or a panic in
 /// it, fails that backward pass with its message. The hook lives as long as `leaf`.
 pub fn on_grad<F, E>(leaf: &Tensor, f: F) -> Result<(), C10dError>
 where
-    F: Fn(Tensor) -> Result<(), E> + Send + Sync + 'static,
+    F: Fn(Tensor) -> Result<Handled, E> + Send + Sync + 'static,
     E: std::fmt::Display,
 {
     let ctx = Box::into_raw(Box::new(f)).cast::<c_void>();
@@ -45,14 +56,15 @@ where
 /// Runs the closure on a gradient; its error (or panic) becomes a malloc'ed message.
 unsafe extern "C" fn run_hook<F, E>(ctx: *mut c_void, grad: *mut CTensor, message: *mut *mut c_char) -> i32
 where
-    F: Fn(Tensor) -> Result<(), E>,
+    F: Fn(Tensor) -> Result<Handled, E>,
     E: std::fmt::Display,
 {
     // SAFETY: `ctx` is the `Box<F>` made in `on_grad`, alive while the hook is; `grad` is a
     // fresh heap handle the shim hands over.
     let (f, grad) = unsafe { (&*ctx.cast::<F>(), Tensor::from_ptr(grad)) };
     let why = match catch_unwind(AssertUnwindSafe(|| f(grad))) {
-        Ok(Ok(())) => return 0,
+        Ok(Ok(Handled::PassOn)) => return 0,
+        Ok(Ok(Handled::Kept)) => return 2,
         Ok(Err(why)) => why.to_string(),
         Err(panic) => crate::panic_message(&*panic),
     };
@@ -74,7 +86,7 @@ mod tests {
 
     use tch::{Kind, Tensor};
 
-    use super::on_grad;
+    use super::{on_grad, Handled};
 
     /// Which leaf's gradient each hook call saw, in order.
     type Seen = Arc<Mutex<Vec<(char, Vec<f32>)>>>;
@@ -88,7 +100,7 @@ mod tests {
             let seen = Arc::clone(&seen);
             on_grad(leaf, move |g| {
                 seen.lock().unwrap().push((name, Vec::<f32>::try_from(&g).unwrap()));
-                Ok::<(), String>(())
+                Ok::<_, String>(Handled::PassOn)
             })
             .unwrap();
         }
@@ -103,12 +115,12 @@ mod tests {
     #[test]
     fn an_error_in_the_hook_fails_the_backward_pass_with_its_message() {
         let a = Tensor::ones([2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
-        on_grad(&a, |_| Err::<(), _>("the bucket is gone")).unwrap();
+        on_grad(&a, |_| Err::<Handled, _>("the bucket is gone")).unwrap();
         let loss = (&a * 2.0).sum(Kind::Float);
         let e = Tensor::f_run_backward(&[loss], &[&a], false, false).expect_err("the hook failed");
         assert!(e.to_string().contains("the bucket is gone"), "{e}");
         let b = Tensor::ones([2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
-        on_grad(&b, |_| -> Result<(), String> { panic!("a bug in the hook") }).unwrap();
+        on_grad(&b, |_| -> Result<Handled, String> { panic!("a bug in the hook") }).unwrap();
         let loss = (&b * 2.0).sum(Kind::Float);
         let e = Tensor::f_run_backward(&[loss], &[&b], false, false).expect_err("the hook panicked");
         assert!(e.to_string().contains("a bug in the hook"), "{e}");
@@ -117,6 +129,25 @@ mod tests {
     #[test]
     fn a_leaf_that_does_not_require_grad_cannot_be_hooked() {
         let a = Tensor::ones([2], (Kind::Float, tch::Device::Cpu));
-        assert!(on_grad(&a, |_| Ok::<(), String>(())).is_err());
+        assert!(on_grad(&a, |_| Ok::<_, String>(Handled::PassOn)).is_err());
+    }
+
+    #[test]
+    fn a_kept_gradient_goes_on_as_a_one_element_zero_of_its_shape() {
+        let a = Tensor::ones([3, 4], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+        let kept: Arc<Mutex<Option<Tensor>>> = Arc::default();
+        let into = Arc::clone(&kept);
+        on_grad(&a, move |g| {
+            *into.lock().unwrap() = Some(g.copy());
+            Ok::<_, String>(Handled::Kept)
+        })
+        .unwrap();
+        let loss = (&a * 2.0).sum(Kind::Float);
+        let grads = Tensor::run_backward(&[loss], &[&a], false, false);
+        assert_eq!(grads[0].size(), [3, 4]);
+        assert_eq!(grads[0].stride(), [0, 0], "a stand-in, not a copy");
+        assert_eq!(grads[0].abs().sum(Kind::Float).double_value(&[]), 0.0);
+        let kept = kept.lock().unwrap().take().expect("the hook ran");
+        assert_eq!(Vec::<f32>::try_from(&kept.reshape([-1])).unwrap(), vec![2.0; 12]);
     }
 }

@@ -28,7 +28,7 @@ pub mod optim;
 mod rng;
 mod store;
 
-pub use hooks::on_grad;
+pub use hooks::{on_grad, Handled};
 pub use rng::OwnRng;
 use store::RawStore;
 pub use store::Store;
@@ -75,6 +75,13 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> *mut RawWork;
     fn dpt_broadcast(
+        g: *mut RawGroup,
+        t: *const *mut CTensor,
+        n: usize,
+        root: i32,
+        err: *mut *mut c_char,
+    ) -> *mut RawWork;
+    fn dpt_reduce(
         g: *mut RawGroup,
         t: *const *mut CTensor,
         n: usize,
@@ -219,6 +226,21 @@ impl Group {
         // SAFETY: as in `allreduce_sum`.
         let p = call(|err| unsafe { dpt_broadcast(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), root, err) })?;
         Ok(Work(non_null(p, "broadcast")?, PhantomData))
+    }
+}
+
+impl Group {
+    /// Starts summing every rank's `tensor` into rank `root`'s, in place there (the others'
+    /// are left as they were). As with [`Group::allreduce_owned`], c10d keeps its own reference
+    /// to the storage until the work ends, and the caller reads it only after waiting.
+    pub fn reduce_owned(&self, tensor: Tensor, root: usize) -> Result<Work<'static>, C10dError> {
+        let root = i32::try_from(root).map_err(|_| C10dError("root rank too large".into()))?;
+        let mut tensors = [tensor];
+        let ptrs: Vec<*mut CTensor> = tensors.iter_mut().map(Tensor::as_mut_ptr).collect();
+        // SAFETY: live group and tensor handle; c10d holds its own reference to the tensor's
+        // storage for the work's life, so the handle may go when this returns.
+        let p = call(|err| unsafe { dpt_reduce(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), root, err) })?;
+        Ok(Work(non_null(p, "reduce")?, PhantomData))
     }
 }
 
