@@ -601,6 +601,74 @@ fn zero_1_over_two_processes_of_one_replica_saves_the_whole_state_and_resumes_wh
 }
 
 #[test]
+fn zero_2_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
+    // SGD's momentum and the gradient sums split over the run's 4 replicas, two in each
+    // process: each bucket's local sum is reduced to the rank whose block it meets. Two ranks
+    // add the same two values whichever way they go, so the weights are the same bits.
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = run_world(tmp.path(), "whole", 2, "cpu:2", &["--epochs", "2"]);
+    let sharded = run_world(tmp.path(), "sharded", 2, "cpu:2", &["--epochs", "2", "--zero", "2"]);
+    assert_eq!(rel_diff(&common::weights(&whole), &common::weights(&sharded)), 0.0);
+    let moments = tensors(&sharded, "checkpoint.safetensors");
+    let whole_moments = tensors(&whole, "checkpoint.safetensors");
+    for (name, t) in moments.iter().filter(|(n, _)| n.starts_with("momentum.")) {
+        let (_, u) = whole_moments.iter().find(|(n, _)| n == name).expect("the same tensors");
+        assert!(t.equal(u), "{name} differs from the unsharded run's");
+    }
+    let records = common::wait_for_summary(&sharded, WAIT);
+    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
+    assert_eq!(start["memory"]["optimizer_shards"], 4);
+    assert_eq!(start["memory"]["gradient_shards"], 4);
+    let whole_start = common::wait_for_summary(&whole, WAIT);
+    let whole_start = whole_start.iter().find(|r| r["kind"] == "start").unwrap();
+    let gradients = |r: &serde_json::Value| r["memory"]["gradients"].as_u64().unwrap();
+    // 129,068 f32 sums over 4 replicas: a quarter each.
+    assert_eq!(gradients(start), gradients(whole_start) / 4);
+}
+
+#[test]
+fn zero_2_with_adamw_clipping_and_accumulation_moves_its_checkpoint_from_2_ranks_to_1_and_to_3() {
+    // The clipping norm is summed from every shard's squares over the ranks (another order
+    // than the whole gradient's); the rest is the unsharded run's arithmetic.
+    let tmp = tempfile::tempdir().unwrap();
+    let adamw = |extra: &[&str]| {
+        let mut args = training(&[
+            "--optimizer",
+            "adamw",
+            "--lr",
+            "0.01",
+            "--clip-grad-norm",
+            "0.5",
+            "--accumulate",
+            "2",
+            "--epochs",
+            "2",
+        ]);
+        let at = args.iter().position(|a| a == "--momentum").unwrap();
+        args.drain(at..at + 2);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let whole = run_world_with(tmp.path(), "whole", 2, "cpu:1", adamw(&[]));
+    let sharded = run_world_with(tmp.path(), "sharded", 2, "cpu:1", adamw(&["--zero", "2"]));
+    let d = rel_diff(&common::weights(&whole), &common::weights(&sharded));
+    // 4e-6 seen: the clip coefficient moves in its last bits, and AdamW carries that on.
+    assert!(d < 1e-5, "--zero 2 differs from --zero 0 by {d}");
+    // 2 sharded ranks stop at step 5, one whole process of two replicas goes on to step 9, and
+    // 3 sharded ranks finish: each loads the whole state saved and keeps its part.
+    let part = run_world_with(tmp.path(), "part", 2, "cpu:1", adamw(&["--zero", "2", "--max-steps", "5"]));
+    let text =
+        Dpt::new().args(adamw(&["--devices", "cpu:2", "--zero", "0", "--max-steps", "9", "--resume"])).arg(&part).ok();
+    assert!(text.contains("resumed from the checkpoint at epoch 1 step 5"), "{text}");
+    resume_on_ranks(3, adamw(&["--devices", "cpu:1", "--zero", "2", "--resume"]), &part);
+    let d = rel_diff(&common::weights(&whole), &common::weights(&part));
+    assert!(d < 1e-5, "2 sharded ranks, 1 whole process, 3 sharded ranks differ from a straight run by {d}");
+    let records = common::wait_for_summary(&part, WAIT);
+    let last_start = records.iter().rev().find(|r| r["kind"] == "start").unwrap();
+    assert_eq!(last_start["memory"]["gradient_shards"], 3, "{}", last_start["memory"]);
+}
+
+#[test]
 fn a_save_asked_of_rank_0_under_zero_1_gathers_the_state_of_every_rank() {
     // The `s` key reaches rank 0 alone; the ranks agree on the save at the next boundary and
     // all send their shards, so rank 0 writes the whole momentum and the run goes on. The

@@ -122,8 +122,10 @@ pub struct OptimizerArgs {
     pub decay_all: bool,
     /// ZeRO stage: 1 splits the optimizer state (moments, momentum) over every replica of the
     /// run, in all its processes, each updating its shard of the weights, then gathering them;
-    /// the same weights as 0 (every replica holds all of it) in less memory [default: 0].
-    #[arg(id = "optimizer.zero", long = "zero", value_name = "0|1", value_parser = parse::<Zero>)]
+    /// 2 splits the gradient sums too, each bucket reduced to the replicas that own its parts as
+    /// the backward pass goes; the same weights as 0 (every replica holds all of it) in less
+    /// memory [default: 0].
+    #[arg(id = "optimizer.zero", long = "zero", value_name = "0|1|2", value_parser = parse::<Zero>)]
     pub zero: Option<Zero>,
 }
 

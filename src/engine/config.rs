@@ -293,6 +293,11 @@ impl TrainConfig {
             return Err(ConfigError::AccumulateTooFine { accumulate, per_replica });
         }
         self.settings.optimizer.zero.check(replicas).map_err(ConfigError::Zero)?;
+        if let (true, Some((a, b))) =
+            (self.settings.optimizer.zero.shards_gradients(), self.kit.script.as_ref().and_then(|s| s.shared.clone()))
+        {
+            return Err(ConfigError::Zero(format!("--zero 2 cuts the flat gradient at the shards' boundaries and cannot keep {a} and {b} together: the model's parameters share storage; hold them as one parameter (the same tensor under both names, as a tied embedding is) or use --zero 1")));
+        }
         if self.settings.optimizer.zero.shards_gradients() && self.settings.placement.bucket_cap_mb <= 0.0 {
             return Err(ConfigError::Zero("--zero 2 reduces the gradients bucket by bucket as the backward pass makes them, and --bucket-cap-mb 0 turns the buckets off; give the buckets a size (25 MiB is the default) or use --zero 1".into()));
         }

@@ -71,6 +71,29 @@ pub struct ScriptModel {
     /// The token ids a language model's output covers (the last dimension of its `[n, T, V]`
     /// logits), found by [`ScriptModel::check`]; `None` for a model that shows none.
     pub vocab: Option<i64>,
+    /// The first two distinct parameters whose values lie in the same memory (one a view of
+    /// the other's storage), by name: `--zero 2` refuses to cut them apart.
+    pub shared: Option<(String, String)>,
+}
+
+/// The first two of `named` whose values overlap in memory (distinct tensors on one storage;
+/// the same tensor under two names is listed once already).
+fn sharing(named: &[(String, Tensor)]) -> Option<(String, String)> {
+    let extent = |t: &Tensor| {
+        let start = t.data_ptr() as usize;
+        let last: i64 = t.size().iter().zip(t.stride()).map(|(n, s)| (n - 1).max(0) * s).sum();
+        let bytes = if t.numel() == 0 { 0 } else { (last as usize + 1) * t.kind().elt_size_in_bytes() };
+        (start, start + bytes)
+    };
+    let spans: Vec<(usize, usize)> = named.iter().map(|(_, t)| extent(t)).collect();
+    for (i, a) in spans.iter().enumerate() {
+        for (j, b) in spans.iter().enumerate().skip(i + 1) {
+            if a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1 {
+                return Some((named[i].0.clone(), named[j].0.clone()));
+            }
+        }
+    }
+    None
 }
 
 impl std::fmt::Debug for ScriptModel {
@@ -154,6 +177,7 @@ impl ScriptModel {
             path: path.to_owned(),
             params: specs(&params),
             buffers: specs(&buffers),
+            shared: sharing(&params),
             classes: 0,
             vocab: None,
             random,

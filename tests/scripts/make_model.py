@@ -62,6 +62,21 @@ class Pooled(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 4).flatten(1))
 
 
+class Overlapping(nn.Module):
+    """Two biases cut from one tensor so that they overlap: `low` and `high` share 5 values."""
+
+    def __init__(self, inputs: int = 784, classes: int = 10):
+        super().__init__()
+        self.fc1 = nn.Linear(inputs, 64)
+        self.fc2 = nn.Linear(64, classes, bias=False)
+        both = torch.zeros(classes + classes // 2)
+        self.low = nn.Parameter(both[:classes])
+        self.high = nn.Parameter(both[classes // 2 :])
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x.flatten(1)))) + self.low + self.high
+
+
 class NoParams(nn.Module):
     def forward(self, x):
         return x.flatten(1)[:, :10]
@@ -111,6 +126,8 @@ def main():
         m = torch.jit.script(Fails())
     elif kind == "head-first":
         m = torch.jit.script(HeadFirst(channels * side * side))
+    elif kind == "overlapping":
+        m = torch.jit.script(Overlapping(channels * side * side))
     elif kind == "double":
         m = torch.jit.script(Mlp().double())
     else:

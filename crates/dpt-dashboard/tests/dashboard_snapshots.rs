@@ -205,6 +205,7 @@ fn zero_state_held() -> App {
         gradients: 497_903_616,
         optimizer: 497_903_616,
         optimizer_shards: 2,
+        gradient_shards: 1,
     });
     app
 }

@@ -14,6 +14,13 @@
 //!
 //! A bucket's sum is the same element by element as the whole buffer's: bit for bit within a
 //! process, and across processes as far as the collective's own order of summation allows.
+//!
+//! Under `--zero 2` the buckets are the sink's own buffers (`engine::grad_sink`): a bucket's sum
+//! over the local replicas goes to the ranks as one reduce per rank whose block of the flat
+//! buffer the bucket meets (each rank's part of it summed to that rank only: a reduce-scatter
+//! cut at the shard grid, as DeepSpeed's stage 2 reduces a bucket's slices to their owners),
+//! and once the step's collectives are done each replica copies its shard's part of the sum into
+//! its gradient buffer and the bucket buffers are dropped.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -54,10 +61,25 @@ pub(super) struct Exchange {
     replanned: bool,
     /// On several GPUs with buckets, the device events the overlap figure comes from.
     probe: Option<RefCell<OverlapProbe>>,
+    /// Whether the sums are reduced to the replicas that keep their shards (`--zero 2`).
+    shards_gradients: bool,
 }
 
-/// The collectives over the ranks a step has started and not yet waited for.
-pub(super) type InFlight = Vec<Work<'static>>;
+/// What a step's reduction has started and not yet finished: the collectives over the ranks,
+/// and under `--zero 2` the buckets whose sums the replicas keep their shards of once those
+/// are done.
+#[derive(Default)]
+pub(super) struct InFlight {
+    works: Vec<Work<'static>>,
+    kept: Vec<Kept>,
+}
+
+/// A bucket summed under `--zero 2`: its range of the flat buffer, and per local replica the
+/// buffer its shard's part of the sum is read from.
+struct Kept {
+    range: (i64, i64),
+    sources: Vec<Tensor>,
+}
 
 /// A step's replies, with what its bucketed reduction started while they came.
 pub(super) struct Gathered {
@@ -98,6 +120,7 @@ impl Exchange {
             sinks: Vec::new(),
             replanned: false,
             probe: None,
+            shards_gradients: false,
         }
     }
 
@@ -147,6 +170,7 @@ impl Exchange {
     /// test's set-up that never returns).
     pub(super) fn set_up(&mut self, replicas: &Replicas, hang: bool) -> Result<(), EngineError> {
         self.runs = replicas.trainable_runs();
+        self.shards_gradients = replicas.shards_gradients();
         if let LocalReduce::Nccl { groups } = &self.local {
             let devices: Vec<tch::Device> = groups.iter().map(|g| replicas.devices()[g[0]]).collect();
             if let (Some(tch::Device::Cuda(i)), Some(_)) = (devices.first(), &self.buckets) {
@@ -201,6 +225,9 @@ impl Exchange {
             format!(" + {} across {} ranks{why}", format!("{:?}", w.backend).to_lowercase(), w.size)
         });
         let when = match &self.buckets {
+            Some(b) if self.shards_gradients => {
+                format!(", {} bucket(s) reduced to their shards' replicas (--zero 2)", b.len())
+            }
             Some(b) if b.len() == 1 => ", 1 bucket (nothing to overlap)".to_owned(),
             Some(b) => format!(", {} buckets overlapping backward", b.len()),
             None if devices.len() > 1 || world.is_some() => ", after backward".to_owned(),
@@ -221,14 +248,14 @@ impl Exchange {
         let timeout = self.timeout;
         let Some(buckets) = &self.buckets else {
             let replies = pool.gather(timeout)?;
-            return Ok(Gathered { replies, in_flight: Vec::new(), early: 0, buckets: 0 });
+            return Ok(Gathered { replies, in_flight: InFlight::default(), early: 0, buckets: 0 });
         };
         let probe = self.probe.as_ref();
         if let Some(p) = probe {
             p.borrow_mut().begin(sampled);
         }
         let mut ready = Readiness::new(buckets.len(), self.devices.len());
-        let mut in_flight = Vec::new();
+        let mut in_flight = InFlight::default();
         let mut early = 0;
         let replies = pool.gather_with(timeout, |msg| {
             let launch = match msg {
@@ -251,7 +278,11 @@ impl Exchange {
                 for sink in &self.sinks {
                     sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
                 }
-                in_flight.extend(self.reduce_range(replicas, buckets.ranges[b])?);
+                if replicas.shards_gradients() {
+                    self.reduce_bucket_sharded(replicas, b, buckets.ranges[b], &mut in_flight)?;
+                } else {
+                    in_flight.works.extend(self.reduce_range(replicas, buckets.ranges[b])?);
+                }
                 drop(side);
                 if let Some(p) = probe {
                     p.borrow_mut().summed(b, buckets.len()).map_err(|e| EngineError::Nccl(e.0))?;
@@ -272,6 +303,7 @@ impl Exchange {
         replicas: &Replicas,
         in_flight: InFlight,
     ) -> Result<Reduced, EngineError> {
+        let InFlight { works, kept } = in_flight;
         if self.buckets.is_none() {
             for &run in &self.runs {
                 // Nothing is left in flight across runs: each run's sum is waited for here.
@@ -279,7 +311,10 @@ impl Exchange {
                 self.finish_world(started)?;
             }
         } else {
-            self.finish_world(in_flight)?;
+            self.finish_world(works)?;
+        }
+        if replicas.shards_gradients() {
+            return self.keep_shards(replicas, kept);
         }
         if let LocalReduce::Nccl { groups } = &self.local {
             // The update reads the sums on the GPUs' current streams.
@@ -339,7 +374,93 @@ impl Exchange {
         }
     }
 
-    fn finish_world(&self, in_flight: InFlight) -> Result<(), EngineError> {
+    /// Under `--zero 2`, bucket `b` (at `range` of the flat buffer): its buffers summed over
+    /// the local replicas, then its sum over the ranks started as one reduce to each rank
+    /// whose block it meets; what each replica will keep its shard from is left in `flight`.
+    fn reduce_bucket_sharded(
+        &self,
+        replicas: &Replicas,
+        b: usize,
+        range: (i64, i64),
+        flight: &mut InFlight,
+    ) -> Result<(), EngineError> {
+        let mut staged = Vec::with_capacity(self.sinks.len());
+        for sink in &self.sinks {
+            let buffer = sink.staged(b).map_err(|e| EngineError::Nccl(e.to_string()))?;
+            staged.push(buffer.ok_or_else(|| EngineError::Nccl("--zero 2 without bucket buffers".into()))?);
+        }
+        let first = match &self.local {
+            LocalReduce::Copies => {
+                sum_into_first(&mut staged);
+                staged[0].shallow_clone()
+            }
+            LocalReduce::Nccl { groups } => self.nccl_sum(&mut staged, groups)?,
+        };
+        // Within one process every GPU's first replica has the sum (NCCL's allreduce); across
+        // processes only the first GPU's receives the ranks' sum.
+        let sources = match (&self.local, &self.world) {
+            (LocalReduce::Nccl { groups }, None) => (0..staged.len())
+                .map(|i| {
+                    let g = groups.iter().find(|g| g.contains(&i)).map_or(0, |g| g[0]);
+                    staged[g].shallow_clone()
+                })
+                .collect(),
+            _ => staged.iter().map(|_| first.shallow_clone()).collect(),
+        };
+        if let Some(w) = &self.world {
+            let _side = match (&self.local, first.device()) {
+                (LocalReduce::Nccl { .. }, tch::Device::Cuda(i)) => {
+                    Some(SideStream::enter(i).map_err(|e| EngineError::Nccl(e.0))?)
+                }
+                _ => None,
+            };
+            let (start, end) = (range.0, range.0 + range.1);
+            for rank in 0..w.size {
+                let (lo, hi) = replicas.block_of(w, rank);
+                let (lo, hi) = (lo.max(start), hi.min(end));
+                if lo < hi {
+                    flight.works.extend(w.start_reduce(&first.narrow(0, lo - start, hi - lo), rank)?);
+                }
+            }
+        }
+        flight.kept.push(Kept { range, sources });
+        Ok(())
+    }
+
+    /// Under `--zero 2`, once the step's collectives are done: each replica copies its shard's
+    /// part of every bucket's sum into its gradient buffer, and the bucket buffers are dropped.
+    /// Each replica then holds its own shard: it is its own holder.
+    fn keep_shards(&self, replicas: &Replicas, kept: Vec<Kept>) -> Result<Reduced, EngineError> {
+        let _guard = tch::no_grad_guard();
+        if let LocalReduce::Nccl { groups } = &self.local {
+            // The copies read the sums on the GPUs' current streams.
+            let firsts: Vec<Tensor> = match kept.first() {
+                Some(k) => groups.iter().map(|g| k.sources[g[0]].shallow_clone()).collect(),
+                None => Vec::new(),
+            };
+            if !firsts.is_empty() {
+                nccl_side_join(&firsts).map_err(|e| EngineError::Nccl(e.0))?;
+            }
+        }
+        let replicas_here = self.sinks.len();
+        for Kept { range: (start, len), sources } in &kept {
+            let end = start + len;
+            for (i, source) in sources.iter().enumerate() {
+                let (lo, hi) = replicas.grad_range(i);
+                let (from, to) = (lo.max(*start), hi.min(end));
+                if from < to {
+                    replicas.grad(i).narrow(0, from - lo, to - from).copy_(&source.narrow(0, from - start, to - from));
+                }
+            }
+        }
+        drop(kept);
+        for sink in &self.sinks {
+            sink.release();
+        }
+        Ok(Reduced { holders: (0..replicas_here).collect() })
+    }
+
+    fn finish_world(&self, in_flight: Vec<Work<'static>>) -> Result<(), EngineError> {
         match &self.world {
             Some(w) => Ok(w.finish(in_flight)?),
             None => Ok(()),
@@ -361,7 +482,7 @@ impl Exchange {
 
     /// Sums `range` of the flat gradients over the local replicas into the first replica's
     /// buffer, and starts its sum over the ranks.
-    fn reduce_range(&self, replicas: &Replicas, range: (i64, i64)) -> Result<InFlight, EngineError> {
+    fn reduce_range(&self, replicas: &Replicas, range: (i64, i64)) -> Result<Vec<Work<'static>>, EngineError> {
         let mut grads = replicas.grads_over(range);
         let first = match &self.local {
             LocalReduce::Copies => {
@@ -451,7 +572,7 @@ mod tests {
         replicas.grad(1).copy_(&Tensor::from_slice(&[3.0f32, 4.0]));
         let mut e = exchange(&[DeviceId::Cpu, DeviceId::Cpu]);
         e.set_up(&replicas, false).unwrap();
-        let reduced = e.finish_reduce(&replicas, Vec::new()).unwrap();
+        let reduced = e.finish_reduce(&replicas, InFlight::default()).unwrap();
         for &h in &reduced.holders {
             assert_eq!(Vec::<f32>::try_from(replicas.grad(h)).unwrap(), [4.0, 6.0]);
         }

@@ -37,6 +37,8 @@ pub struct Replicas {
     /// grid that cuts every replica's update alike, whose parts `--zero 1` splits the
     /// optimizer state into.
     span: (usize, usize),
+    /// The run's ZeRO stage (the replicas' optimizer settings').
+    zero: Zero,
 }
 
 impl Replicas {
@@ -59,6 +61,7 @@ impl Replicas {
             devices: Vec::new(),
             ema: None,
             named: Vec::new(),
+            zero: Zero::Off,
         }
     }
 
@@ -67,9 +70,24 @@ impl Replicas {
         &self.devices
     }
 
-    /// Replica `i`'s flat gradient (a shallow handle on its buffer).
+    /// Replica `i`'s flat gradient (a shallow handle on its buffer): the whole flat buffer's,
+    /// or under `--zero 2` its shard's ([`Replicas::grad_range`]).
     pub fn grad(&self, i: usize) -> Tensor {
         self.grads[i].shallow_clone()
+    }
+
+    /// Whether each replica keeps only its shard of the gradient sums (`--zero 2`).
+    pub fn shards_gradients(&self) -> bool {
+        self.zero.shards_gradients() && self.span.1 > 1
+    }
+
+    /// The range of the flat buffer replica `i`'s gradient buffer holds.
+    pub fn grad_range(&self, i: usize) -> (i64, i64) {
+        let total = self.layout.params.total();
+        match self.shards_gradients() {
+            true => self.zero.shard(total, self.span.0 + i, self.span.1),
+            false => (0, total),
+        }
     }
 
     /// Starts the moving average of the weights from replica 0's (or from `saved`, a
@@ -121,6 +139,7 @@ impl Replicas {
         let total = self.layout.params.total();
         let (first, all) = self.span;
         let shard = optim.zero.shard(total, first + self.optim.len(), all);
+        self.zero = optim.zero;
         let cuts: Vec<i64> = (1..all).map(|g| Zero::grid(total, g, all)).collect();
         let trainable = |i: usize| !specs[i].frozen;
         self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, trainable, (shard, &cuts)));
@@ -183,7 +202,8 @@ impl Replicas {
         divided: bool,
         found_inf: Option<&Tensor>,
     ) {
-        self.optim[i].step(&self.grads[holder], (lr, batch), divided, found_inf);
+        let from = self.grad_range(holder).0;
+        self.optim[i].step((&self.grads[holder], from), (lr, batch), divided, found_inf);
     }
 
     /// Whether each replica holds only its shard of the optimizer state (`--zero 1`).
@@ -232,7 +252,7 @@ impl Replicas {
 
     /// The range of the flat parameters whose optimizer state rank `r`'s replicas hold
     /// together (their grid parts, neighbours).
-    fn block_of(&self, w: &World, r: usize) -> (i64, i64) {
+    pub fn block_of(&self, w: &World, r: usize) -> (i64, i64) {
         let (total, all) = (self.layout.params.total(), self.span.1);
         let first = w.replica_offset_of(r);
         (Zero::grid(total, first, all), Zero::grid(total, first + w.replicas[r], all))
@@ -259,6 +279,7 @@ impl Replicas {
                 .max()
                 .unwrap_or(0),
             optimizer_shards: if self.sharded() { self.span.1 } else { 1 },
+            gradient_shards: if self.shards_gradients() { self.span.1 } else { 1 },
         }
     }
 
@@ -289,22 +310,49 @@ impl Replicas {
     /// The global L2 norm of the mean gradient (the reduced sum over `batch` samples) in the
     /// buffers `holders` name, as a 0-dim tensor on replica 0's device (no host sync); with
     /// `max_norm`, first scales every holder's gradient as `clip_grad_norm_` does:
-    /// `min(1, max_norm / (norm + 1e-6))`.
-    pub fn grad_norm(&mut self, holders: &[usize], batch: usize, max_norm: Option<f64>) -> Tensor {
+    /// `min(1, max_norm / (norm + 1e-6))`. Under `--zero 2` each replica holds a shard of the
+    /// sum: the norm is summed from every shard's, over `world`'s ranks too.
+    pub fn grad_norm(
+        &mut self,
+        holders: &[usize],
+        batch: usize,
+        max_norm: Option<f64>,
+        world: Option<&World>,
+    ) -> Result<Tensor, EngineError> {
         let _guard = tch::no_grad_guard();
+        let clip = |g: &mut Tensor, norm: &Tensor| {
+            if let Some(max) = max_norm {
+                let coef = ((norm + 1e-6).reciprocal() * max).clamp_max(1.0);
+                let _ = g.g_mul_(&coef.to_device(g.device()));
+            }
+        };
+        let device = self.params[0].device();
+        if self.shards_gradients() {
+            // The squares of every shard's norm, summed on replica 0's device.
+            let mut squares = Tensor::zeros([1], (tch::Kind::Float, device));
+            for g in &self.grads {
+                let n = g.norm().to_device(device);
+                let _ = squares.g_add_(&(&n * &n));
+            }
+            if let Some(w) = world.filter(|w| w.size > 1) {
+                w.allreduce_in_place(&mut squares, dpt_sys::c10d::ReduceOp::Sum)?;
+            }
+            let norm = squares.sqrt().reshape([]) / batch as f64;
+            for g in &mut self.grads {
+                clip(g, &norm);
+            }
+            return Ok(norm);
+        }
         let mut first = None;
         for (i, &h) in holders.iter().enumerate() {
             if holders[..i].contains(&h) {
                 continue;
             }
             let norm = self.grads[h].norm() / batch as f64;
-            if let Some(max) = max_norm {
-                let coef = ((&norm + 1e-6).reciprocal() * max).clamp_max(1.0);
-                let _ = self.grads[h].g_mul_(&coef);
-            }
+            clip(&mut self.grads[h], &norm);
             first.get_or_insert(norm);
         }
-        first.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.params[0].device())))
+        Ok(first.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, device))))
     }
 
     /// Unscales the reduced gradient in every buffer `holders` names, checked into the

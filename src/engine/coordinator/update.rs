@@ -154,8 +154,11 @@ impl Update {
         if let Some(scaler) = &mut self.scaler {
             scaler.begin_step();
             self.replicas.unscale(holders, scaler, batch);
+            if let Some(w) = world.filter(|w| w.size > 1 && self.replicas.shards_gradients()) {
+                scaler.agree(w)?;
+            }
         }
-        let mut norm = self.replicas.grad_norm(holders, batch, self.settings.clip);
+        let mut norm = self.replicas.grad_norm(holders, batch, self.settings.clip, world)?;
         for (i, &holder) in holders.iter().enumerate() {
             self.touching = Some(i);
             if self.settings.fault == Some((i, global_step)) {

@@ -113,7 +113,18 @@ impl DeviceScaler {
         } else {
             let mut found = Tensor::zeros([1], (tch::Kind::Float, device));
             grad.internal_amp_non_finite_check_and_unscale(&mut found, &factor.to_device(device));
+            // Under --zero 2 each holder carries a shard of its own: an overflow in any of them
+            // skips the step.
+            let either = self.found_inf.maximum(&found.to_device(self.found_inf.device()));
+            self.found_inf.copy_(&either);
         }
+    }
+
+    /// Under `--zero 2` across processes, each rank checked its own shards: an overflow found
+    /// on any rank skips the step on every rank (the flag's maximum over `world`, on the
+    /// device).
+    pub fn agree(&mut self, world: &crate::dist::World) -> Result<(), crate::dist::DistError> {
+        world.allreduce_in_place(&mut self.found_inf, dpt_sys::c10d::ReduceOp::Max)
     }
 
     /// The step's `found_inf` on `device`, for the fused optimizer kernels there.

@@ -141,15 +141,16 @@ impl OptimizerState {
         let _ = self.step.fill_(taken as f64);
     }
 
-    /// Updates the parameters from `grad_sum` (the flat gradient summed over `batch` samples)
-    /// at learning rate `lr`, counting the step on the device. `divided`: an earlier replica's
+    /// Updates the parameters from `grad_sum` (the flat gradient summed over `batch` samples,
+    /// from flat offset `grads_from` on: the whole buffer from 0, or under `--zero 2` the
+    /// shard's range) at learning rate `lr`, counting the step on the device. `divided`: an earlier replica's
     /// update on this device already divided `grad_sum` by the batch in place (the fused
     /// kernels write the divided gradient back), so this one takes it as it is. `found_inf`
     /// (dynamic loss scaling's, on this device): when it holds 1 the kernels change nothing and
     /// the step is not counted, as `torch.optim`'s fused step does under GradScaler.
     pub fn step(
         &mut self,
-        grad_sum: &Tensor,
+        (grad_sum, grads_from): (&Tensor, i64),
         (lr, batch): (f64, usize),
         divided: bool,
         found_inf: Option<&Tensor>,
@@ -160,7 +161,8 @@ impl OptimizerState {
         let _ = self.grad_scale.fill_(batch as f64);
         let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf };
         for g in &self.groups {
-            let grads: Vec<Tensor> = g.ranges.iter().map(|&(o, n)| grad_sum.narrow(0, o, n)).collect();
+            let grads: Vec<Tensor> =
+                g.ranges.iter().map(|&(o, n)| grad_sum.narrow(0, o - grads_from, n)).collect();
             let done = match c.kind {
                 OptimizerKind::Sgd => {
                     let h = SgdStep {

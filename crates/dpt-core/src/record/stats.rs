@@ -429,4 +429,12 @@ pub struct StateBytes {
     pub optimizer: u64,
     /// The replicas the optimizer state is split over (1: each holds all of it).
     pub optimizer_shards: usize,
+    /// The replicas the gradient sums are split over (`--zero 2`; 1: each holds all of them;
+    /// records written before stage 2 have none).
+    #[serde(default = "one_shard")]
+    pub gradient_shards: usize,
+}
+
+fn one_shard() -> usize {
+    1
 }

@@ -372,9 +372,10 @@ fn start_line(info: &RunInfo) -> String {
     ) + &if info.allreduce.is_empty() { String::new() } else { format!(", allreduce: {}", info.allreduce) }
         + &if info.timing.is_empty() { String::new() } else { format!(", step timing: {}", info.timing) }
         + &info.memory.map_or(String::new(), |m| {
-            let shard = match m.optimizer_shards {
-                0 | 1 => String::new(),
-                n => format!(" (--zero 1: a 1/{n} shard)"),
+            let shard = match (m.optimizer_shards, m.gradient_shards) {
+                (0 | 1, _) => String::new(),
+                (n, 0 | 1) => format!(" (--zero 1: a 1/{n} shard)"),
+                (n, _) => format!(" (--zero 2: 1/{n} shards of both)"),
             };
             let points = info.snapshot_bytes.map_or(String::new(), |b| format!(", rewind points {}", size(b)))
                 + &info.checkpoint_bytes.map_or(String::new(), |b| format!(", checkpoint copy {}", size(b)));

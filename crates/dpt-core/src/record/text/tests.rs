@@ -163,13 +163,14 @@ fn changes_read_as_sentences_with_their_level() {
 
 #[test]
 fn the_start_line_says_what_a_replica_holds_and_its_shard() {
-    let info = |optimizer_shards| {
+    let info = |(optimizer_shards, gradient_shards): (usize, usize)| {
         Record::Start(Box::new(RunInfo {
             memory: Some(crate::record::StateBytes {
                 weights: 199_581_696,
-                gradients: 199_581_696,
+                gradients: 199_581_696 / gradient_shards as u64,
                 optimizer: 399_163_392 / optimizer_shards as u64,
                 optimizer_shards,
+                gradient_shards,
             }),
             snapshot_bytes: Some(3 * (600 << 20)),
             checkpoint_bytes: Some(600 << 20),
@@ -178,11 +179,16 @@ fn the_start_line_says_what_a_replica_holds_and_its_shard() {
     };
     let line = |r: &Record| Narrator::default().line(r).expect("a start line").text;
     assert!(
-        line(&info(1)).contains(
+        line(&info((1, 1))).contains(
             ", memory per replica: weights 190.3 MiB, gradients 190.3 MiB, optimizer state 380.7 MiB, rewind points 1.8 GiB, checkpoint copy 600.0 MiB"
         ),
         "{}",
-        line(&info(1))
+        line(&info((1, 1)))
     );
-    assert!(line(&info(2)).contains("optimizer state 190.3 MiB (--zero 1: a 1/2 shard), rewind points"));
+    assert!(line(&info((2, 1))).contains("optimizer state 190.3 MiB (--zero 1: a 1/2 shard), rewind points"));
+    let zero_2 = line(&info((2, 2)));
+    assert!(
+        zero_2.contains("gradients 95.2 MiB, optimizer state 190.3 MiB (--zero 2: 1/2 shards of both), rewind"),
+        "{zero_2}"
+    );
 }

@@ -180,8 +180,11 @@ fn device(
 /// and optimizer state (`opt`, its shard's under `--zero 1`); `xN` for N replicas.
 fn held_line(h: &StateBytes, replicas: usize, look: &Look) -> Line<'static> {
     let t = look.theme;
-    let shard =
-        if h.optimizer_shards > 1 { format!(" (1/{} shard)", h.optimizer_shards) } else { String::new() };
+    let shard = match (h.optimizer_shards, h.gradient_shards) {
+        (0 | 1, _) => String::new(),
+        (n, 0 | 1) => format!(" (1/{n} shard)"),
+        (n, _) => format!(" (g, opt 1/{n} shards)"),
+    };
     let each = if replicas > 1 { format!(" x{replicas}") } else { String::new() };
     let (w, g, o) = (short(h.weights), short(h.gradients), short(h.optimizer));
     Line::from(vec![
