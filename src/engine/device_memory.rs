@@ -208,4 +208,32 @@ mod tests {
         // Stage 2: the f32 gradient sums split too, a 1/8 shard of 4 bytes a parameter.
         assert_eq!(of((8, 8)).state, 124_475_904 * 4 + 124_475_904 / 8 * 4 + 124_475_904 / 8 * 8);
     }
+
+    #[test]
+    fn the_readmes_table_of_gpt2_on_8_gpus_is_this_estimate() {
+        // README "Memory and --zero" and docs/guides/memory.md: bf16, AdamW, 8 replicas.
+        let table = [
+            (124_439_808, ["2.1", "1.3", "0.9"]),
+            (354_823_168, ["5.9", "3.6", "2.5"]),
+            (774_030_080, ["13.0", "7.9", "5.4"]),
+            (1_557_611_200, ["26.1", "16.0", "10.9"]),
+        ];
+        for (params, columns) in table {
+            for ((optimizer_shards, gradient_shards), want) in [(1, 1), (8, 1), (8, 8)].into_iter().zip(columns) {
+                let state = ReplicaMemory::of(&MemoryInputs {
+                    params,
+                    optimizer_buffers: 2,
+                    optimizer_shards,
+                    gradient_shards,
+                    ema: false,
+                    precision: Precision::Bf16,
+                    micro_batch: 0,
+                    eval_batch: 0,
+                    outputs_per_sample: 0,
+                })
+                .state;
+                assert_eq!(format!("{:.1}", state as f64 / f64::from(1u32 << 30)), want, "{params}");
+            }
+        }
+    }
 }

@@ -6,8 +6,10 @@
 //! coordinator re-plans the buckets once (see `engine::buckets`).
 //!
 //! Under `--zero 2` a replica has no whole gradient buffer: each bucket gets a buffer of its
-//! own, made when the step's first gradient of it arrives and kept only until the coordinator
-//! has reduced it and kept the replica's shard of the sum ([`GradSink::release`]). A gradient the
+//! own when the step's first gradient of it arrives, held only until the coordinator has reduced
+//! it and kept the replica's shard of the sum ([`GradSink::release`]); a released buffer is kept
+//! for the next bucket, so a step takes as many as are in use at once and no more, made once
+//! (DeepSpeed's stage 2 reuses its bucket buffers the same way). A gradient the
 //! sink has written goes on through the backward pass as a one-element stand-in
 //! ([`Handled::Kept`]), so the backward pass does not hold a second copy of it either.
 
@@ -45,8 +47,11 @@ struct State {
     recording: bool,
     /// Where the gradients go.
     destination: Destination,
-    /// Under [`Destination::Buckets`], each bucket's buffer of this step, once made.
+    /// Under [`Destination::Buckets`], each bucket's buffer of this step, once taken (a
+    /// buffer of the pool, at least the bucket's length).
     staged: Vec<Option<Tensor>>,
+    /// Released bucket buffers, for the next buckets to take.
+    pool: Vec<Tensor>,
     /// Which parameters' hooks wrote during the current micro-batch.
     written: Vec<bool>,
     /// Whether the current micro-batch adds to the earlier ones' gradients.
@@ -85,6 +90,7 @@ impl GradSink {
             recording: true,
             destination,
             staged: (0..buckets.len()).map(|_| None).collect(),
+            pool: Vec::new(),
             written: vec![false; leaves.len()],
             adding: false,
             last: false,
@@ -122,6 +128,8 @@ impl GradSink {
         let mut s = self.lock();
         s.left = vec![0; buckets.len()];
         s.handed = (0..buckets.len()).map(|_| Vec::new()).collect();
+        let held: Vec<Tensor> = s.staged.iter_mut().filter_map(Option::take).collect();
+        s.pool.extend(held);
         s.staged = (0..buckets.len()).map(|_| None).collect();
         s.buckets = buckets;
     }
@@ -137,9 +145,13 @@ impl GradSink {
         s.bucket_buffer(b).map(Some)
     }
 
-    /// Drops this step's bucket buffers, once the coordinator has kept what it needs of them.
-    pub fn release(&self) {
-        self.lock().staged.iter_mut().for_each(|b| *b = None);
+    /// Gives bucket `b`'s buffer back to the pool, once the coordinator has kept what it needs
+    /// of it (the next bucket the backward pass starts takes it).
+    pub fn release(&self, b: usize) {
+        let mut s = self.lock();
+        if let Some(t) = s.staged.get_mut(b).and_then(Option::take) {
+            s.pool.push(t);
+        }
     }
 
     /// Writes trainable parameter `k`'s gradient `grad` (copied on the step's first
@@ -249,12 +261,20 @@ impl State {
         let Destination::Buckets { device, .. } = self.destination else {
             return Err(tch::TchError::Torch("gradients go to the flat buffer, not to bucket buffers".into()));
         };
+        let len = self.buckets.ranges[b].1;
         if let Some(t) = &self.staged[b] {
-            return Ok(t.shallow_clone());
+            return t.f_narrow(0, 0, len);
         }
-        let made = Tensor::f_zeros([self.buckets.ranges[b].1], (tch::Kind::Float, device))?;
-        self.staged[b] = Some(made.shallow_clone());
-        Ok(made)
+        // The smallest pooled buffer that holds the bucket, else a new one.
+        let fit = (0..self.pool.len()).filter(|&i| self.pool[i].numel() as i64 >= len).min_by_key(|&i| self.pool[i].numel());
+        let buffer = match fit {
+            Some(i) => self.pool.swap_remove(i),
+            None => Tensor::f_empty([len], (tch::Kind::Float, device))?,
+        };
+        let mut view = buffer.f_narrow(0, 0, len)?;
+        let _ = view.f_zero_()?;
+        self.staged[b] = Some(buffer);
+        Ok(view)
     }
 
     /// Records bucket `b`'s event for the calling thread's current stream on CUDA device

@@ -210,6 +210,19 @@ fn zero_state_held() -> App {
     app
 }
 
+/// The same under `--zero 2`: the gradient sums split over the two replicas too.
+fn zero_2_state_held() -> App {
+    let mut app = common::screens::gpu_app();
+    app.devices.state = Some(dpt_core::record::StateBytes {
+        weights: 497_903_616,
+        gradients: 248_951_808,
+        optimizer: 497_903_616,
+        optimizer_shards: 2,
+        gradient_shards: 2,
+    });
+    app
+}
+
 macro_rules! screens {
     ($($name:ident: $app:expr),* $(,)?) => {$(
         #[test]
@@ -236,6 +249,7 @@ screens! {
     nan_rewind_offered: nan_offered(),
     mfu_measured_on_gpus: mfu_measured(),
     zero_state_held_per_device: zero_state_held(),
+    zero_2_state_held_per_device: zero_2_state_held(),
 }
 
 #[test]

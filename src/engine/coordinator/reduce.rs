@@ -19,10 +19,13 @@
 //! over the local replicas goes to the ranks as one reduce per rank whose block of the flat
 //! buffer the bucket meets (each rank's part of it summed to that rank only: a reduce-scatter
 //! cut at the shard grid, as DeepSpeed's stage 2 reduces a bucket's slices to their owners),
-//! and once the step's collectives are done each replica copies its shard's part of the sum into
-//! its gradient buffer and the bucket buffers are dropped.
+//! and once a bucket's collectives are done each replica copies its shard's part of the sum into
+//! its gradient buffer and gives the bucket's buffer back to its sink. At most
+//! [`BUCKETS_IN_FLIGHT`] buckets wait for their reduces at once: as a newer one starts, the
+//! oldest is waited for and kept, so the buffers in use stay few whatever the model's size.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,20 +68,26 @@ pub(super) struct Exchange {
     shards_gradients: bool,
 }
 
+/// Under `--zero 2`, the most buckets whose reduces a step leaves in flight at once; the
+/// oldest is finished as a newer one starts (DeepSpeed's stage 2 double-buffers its buckets).
+const BUCKETS_IN_FLIGHT: usize = 2;
+
 /// What a step's reduction has started and not yet finished: the collectives over the ranks,
-/// and under `--zero 2` the buckets whose sums the replicas keep their shards of once those
-/// are done.
+/// and under `--zero 2` the buckets whose sums the replicas keep their shards of once their
+/// collectives are done, oldest first.
 #[derive(Default)]
 pub(super) struct InFlight {
     works: Vec<Work<'static>>,
-    kept: Vec<Kept>,
+    kept: VecDeque<Kept>,
 }
 
-/// A bucket summed under `--zero 2`: its range of the flat buffer, and per local replica the
-/// buffer its shard's part of the sum is read from.
+/// A bucket summed under `--zero 2`: which it is, its range of the flat buffer, per local
+/// replica the buffer its shard's part of the sum is read from, and its reduces over the ranks.
 struct Kept {
+    bucket: usize,
     range: (i64, i64),
     sources: Vec<Tensor>,
+    works: Vec<Work<'static>>,
 }
 
 /// A step's replies, with what its bucketed reduction started while they came.
@@ -279,11 +288,17 @@ impl Exchange {
                     sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
                 }
                 if replicas.shards_gradients() {
-                    self.reduce_bucket_sharded(replicas, b, buckets.ranges[b], &mut in_flight)?;
+                    let kept = self.reduce_bucket_sharded(replicas, b, buckets.ranges[b])?;
+                    in_flight.kept.push_back(kept);
                 } else {
                     in_flight.works.extend(self.reduce_range(replicas, buckets.ranges[b])?);
                 }
                 drop(side);
+                while in_flight.kept.len() > BUCKETS_IN_FLIGHT {
+                    if let Some(oldest) = in_flight.kept.pop_front() {
+                        self.keep_bucket(replicas, oldest)?;
+                    }
+                }
                 if let Some(p) = probe {
                     p.borrow_mut().summed(b, buckets.len()).map_err(|e| EngineError::Nccl(e.0))?;
                 }
@@ -314,7 +329,11 @@ impl Exchange {
             self.finish_world(works)?;
         }
         if replicas.shards_gradients() {
-            return self.keep_shards(replicas, kept);
+            for k in kept {
+                self.keep_bucket(replicas, k)?;
+            }
+            // Each replica holds its own shard: it is its own holder.
+            return Ok(Reduced { holders: (0..self.sinks.len()).collect() });
         }
         if let LocalReduce::Nccl { groups } = &self.local {
             // The update reads the sums on the GPUs' current streams.
@@ -376,14 +395,9 @@ impl Exchange {
 
     /// Under `--zero 2`, bucket `b` (at `range` of the flat buffer): its buffers summed over
     /// the local replicas, then its sum over the ranks started as one reduce to each rank
-    /// whose block it meets; what each replica will keep its shard from is left in `flight`.
-    fn reduce_bucket_sharded(
-        &self,
-        replicas: &Replicas,
-        b: usize,
-        range: (i64, i64),
-        flight: &mut InFlight,
-    ) -> Result<(), EngineError> {
+    /// whose block it meets; returns it in flight, with what each replica will keep its shard
+    /// from.
+    fn reduce_bucket_sharded(&self, replicas: &Replicas, b: usize, range: (i64, i64)) -> Result<Kept, EngineError> {
         let mut staged = Vec::with_capacity(self.sinks.len());
         for sink in &self.sinks {
             let buffer = sink.staged(b).map_err(|e| EngineError::Nccl(e.to_string()))?;
@@ -407,6 +421,7 @@ impl Exchange {
                 .collect(),
             _ => staged.iter().map(|_| first.shallow_clone()).collect(),
         };
+        let mut works = Vec::new();
         if let Some(w) = &self.world {
             let _side = match (&self.local, first.device()) {
                 (LocalReduce::Nccl { .. }, tch::Device::Cuda(i)) => {
@@ -419,45 +434,37 @@ impl Exchange {
                 let (lo, hi) = replicas.block_of(w, rank);
                 let (lo, hi) = (lo.max(start), hi.min(end));
                 if lo < hi {
-                    flight.works.extend(w.start_reduce(&first.narrow(0, lo - start, hi - lo), rank)?);
+                    works.extend(w.start_reduce(&first.narrow(0, lo - start, hi - lo), rank)?);
                 }
             }
         }
-        flight.kept.push(Kept { range, sources });
-        Ok(())
+        Ok(Kept { bucket: b, range, sources, works })
     }
 
-    /// Under `--zero 2`, once the step's collectives are done: each replica copies its shard's
-    /// part of every bucket's sum into its gradient buffer, and the bucket buffers are dropped.
-    /// Each replica then holds its own shard: it is its own holder.
-    fn keep_shards(&self, replicas: &Replicas, kept: Vec<Kept>) -> Result<Reduced, EngineError> {
+    /// Under `--zero 2`, finishes bucket `k`: waits for its reduces, copies each replica's
+    /// shard's part of its sum into the replica's gradient buffer (on the GPUs' current streams,
+    /// after their side streams), and gives its buffers back to the sinks.
+    fn keep_bucket(&self, replicas: &Replicas, k: Kept) -> Result<(), EngineError> {
+        let Kept { bucket, range: (start, len), sources, works } = k;
+        self.finish_world(works)?;
         let _guard = tch::no_grad_guard();
         if let LocalReduce::Nccl { groups } = &self.local {
-            // The copies read the sums on the GPUs' current streams.
-            let firsts: Vec<Tensor> = match kept.first() {
-                Some(k) => groups.iter().map(|g| k.sources[g[0]].shallow_clone()).collect(),
-                None => Vec::new(),
-            };
-            if !firsts.is_empty() {
-                nccl_side_join(&firsts).map_err(|e| EngineError::Nccl(e.0))?;
+            let firsts: Vec<Tensor> = groups.iter().map(|g| sources[g[0]].shallow_clone()).collect();
+            nccl_side_join(&firsts).map_err(|e| EngineError::Nccl(e.0))?;
+        }
+        let end = start + len;
+        for (i, source) in sources.iter().enumerate() {
+            let (lo, hi) = replicas.grad_range(i);
+            let (from, to) = (lo.max(start), hi.min(end));
+            if from < to {
+                replicas.grad(i).narrow(0, from - lo, to - from).copy_(&source.narrow(0, from - start, to - from));
             }
         }
-        let replicas_here = self.sinks.len();
-        for Kept { range: (start, len), sources } in &kept {
-            let end = start + len;
-            for (i, source) in sources.iter().enumerate() {
-                let (lo, hi) = replicas.grad_range(i);
-                let (from, to) = (lo.max(*start), hi.min(end));
-                if from < to {
-                    replicas.grad(i).narrow(0, from - lo, to - from).copy_(&source.narrow(0, from - start, to - from));
-                }
-            }
-        }
-        drop(kept);
+        drop(sources);
         for sink in &self.sinks {
-            sink.release();
+            sink.release(bucket);
         }
-        Ok(Reduced { holders: (0..replicas_here).collect() })
+        Ok(())
     }
 
     fn finish_world(&self, in_flight: Vec<Work<'static>>) -> Result<(), EngineError> {
