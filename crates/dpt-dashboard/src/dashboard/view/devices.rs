@@ -177,13 +177,13 @@ fn device(
 }
 
 /// What each replica on the device holds for the whole run: weights (`w`), gradient sums (`g`)
-/// and optimizer state (`opt`, its shard's under `--zero 1`); `xN` for N replicas.
+/// and optimizer state (`opt`, its shard's under `--zero 1`, both shards under `--zero 2`); `xN` for N replicas.
 fn held_line(h: &StateBytes, replicas: usize, look: &Look) -> Line<'static> {
     let t = look.theme;
     let shard = match (h.optimizer_shards, h.gradient_shards) {
         (0 | 1, _) => String::new(),
         (n, 0 | 1) => format!(" (1/{n} shard)"),
-        (n, _) => format!(" (g, opt 1/{n} shards)"),
+        (n, _) => format!(" (g+opt 1/{n})"),
     };
     let each = if replicas > 1 { format!(" x{replicas}") } else { String::new() };
     let (w, g, o) = (short(h.weights), short(h.gradients), short(h.optimizer));
