@@ -131,7 +131,10 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     refused(&["--data", d, "--run-dir", r, "--fps", "0"], "--fps");
     refused(&["--data", d, "--run-dir", r, "--devices", "cpu", "--zero", "1"], "and this run has one");
     refused(&["--data", d, "--run-dir", r, "--zero", "3"], "unknown ZeRO stage '3'; use 0, 1 or 2");
-    refused(&["--data", d, "--run-dir", r, "--devices", "cpu", "--zero", "2"], "--zero 2 splits the gradients");
+    refused(
+        &["--data", d, "--run-dir", r, "--devices", "cpu", "--zero", "2"],
+        "--zero 2 splits the gradients",
+    );
     refused(
         &["--data", d, "--run-dir", r, "--devices", "cpu:2", "--zero", "2", "--bucket-cap-mb", "0"],
         "--bucket-cap-mb 0 turns the buckets off",
@@ -139,7 +142,18 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     // Two parameters cut from one tensor, overlapping: stage 2 would cut them apart.
     let overlapping = common::make_model("overlapping", 1, tmp.path());
     refused(
-        &["--data", d, "--run-dir", r, "--model", overlapping.to_str().unwrap(), "--devices", "cpu:2", "--zero", "2"],
+        &[
+            "--data",
+            d,
+            "--run-dir",
+            r,
+            "--model",
+            overlapping.to_str().unwrap(),
+            "--devices",
+            "cpu:2",
+            "--zero",
+            "2",
+        ],
         "cannot keep low and high together: the model's parameters share storage",
     );
     // The data and model flags of the bring-your-own-model work.

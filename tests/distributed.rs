@@ -657,8 +657,10 @@ fn zero_2_with_adamw_clipping_and_accumulation_moves_its_checkpoint_from_2_ranks
     // 2 sharded ranks stop at step 5, one whole process of two replicas goes on to step 9, and
     // 3 sharded ranks finish: each loads the whole state saved and keeps its part.
     let part = run_world_with(tmp.path(), "part", 2, "cpu:1", adamw(&["--zero", "2", "--max-steps", "5"]));
-    let text =
-        Dpt::new().args(adamw(&["--devices", "cpu:2", "--zero", "0", "--max-steps", "9", "--resume"])).arg(&part).ok();
+    let text = Dpt::new()
+        .args(adamw(&["--devices", "cpu:2", "--zero", "0", "--max-steps", "9", "--resume"]))
+        .arg(&part)
+        .ok();
     assert!(text.contains("resumed from the checkpoint at epoch 1 step 5"), "{text}");
     resume_on_ranks(3, adamw(&["--devices", "cpu:1", "--zero", "2", "--resume"]), &part);
     let d = rel_diff(&common::weights(&whole), &common::weights(&part));

@@ -122,7 +122,11 @@ fn check_model(kind: &str, recipe: impl Into<Recipe>) -> Vec<Outcome> {
     // Stage 2 sums the same bucket values in the same order within a process; only the clipping
     // norm is summed from the shards' (in another order).
     if recipe.clip.is_none() {
-        assert_eq!(bits(&outcomes[1]), bits(&outcomes[3]), "{what}: --zero 2 ends with the weights of --zero 0");
+        assert_eq!(
+            bits(&outcomes[1]),
+            bits(&outcomes[3]),
+            "{what}: --zero 2 ends with the weights of --zero 0"
+        );
     } else {
         for ((n, a), (_, b)) in bits(&outcomes[1]).iter().zip(&bits(&outcomes[3])) {
             let scale = a.iter().map(|v| v.abs()).fold(1e-12f32, f32::max);

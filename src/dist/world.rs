@@ -201,7 +201,8 @@ impl World {
 
     /// Starts summing `flat` (a contiguous tensor) over all ranks into rank `root`'s, in place
     /// there, in chunks of at most [`BUCKET_ELEMS`]; `root`'s `flat` holds the sum once
-    /// [`World::finish`] has taken what this returns, the others' are left as they were.
+    /// [`World::finish`] has taken what this returns, the others' hold partial sums that nobody
+    /// may read.
     pub fn start_reduce(&self, flat: &Tensor, root: usize) -> Result<Vec<Work<'static>>, DistError> {
         flat.split(BUCKET_ELEMS, 0)
             .into_iter()

@@ -175,13 +175,16 @@ impl TrainConfig {
             (Task::Classify, None) => data.classes as u64,
         };
         let all = replicas as u64;
+        // Under --zero 2 with --accumulate, the bucket buffers are held over a step's
+        // micro-batches: a whole gradient beside the shard, counted as a whole one.
+        let accumulates = s.recipe.accumulate > 1;
         let estimate = |zero: Zero| {
             let shards = |split: bool| if split { all } else { 1 };
             ReplicaMemory::of(&MemoryInputs {
                 params: self.specs().param_count().max(0) as u64,
                 optimizer_buffers: s.optimizer.kind.slots().len() as u64,
                 optimizer_shards: shards(zero.shards_states()),
-                gradient_shards: shards(zero.shards_gradients()),
+                gradient_shards: shards(zero.shards_gradients() && !accumulates),
                 ema: s.recipe.ema.is_some(),
                 precision: s.precision.format,
                 micro_batch: s.micro_batch(replicas) as u64,
@@ -194,7 +197,7 @@ impl TrainConfig {
         // fits is named.
         let further: Vec<(Zero, ReplicaMemory)> = [Zero::States, Zero::Gradients]
             .into_iter()
-            .filter(|&z| all > 1 && z > s.optimizer.zero)
+            .filter(|&z| all > 1 && z > s.optimizer.zero && self.stage_problem(z).is_none())
             .map(|z| (z, estimate(z)))
             .collect();
         let mut gpus: Vec<usize> = self
@@ -293,13 +296,8 @@ impl TrainConfig {
             return Err(ConfigError::AccumulateTooFine { accumulate, per_replica });
         }
         self.settings.optimizer.zero.check(replicas).map_err(ConfigError::Zero)?;
-        if let (true, Some((a, b))) =
-            (self.settings.optimizer.zero.shards_gradients(), self.kit.script.as_ref().and_then(|s| s.shared.clone()))
-        {
-            return Err(ConfigError::Zero(format!("--zero 2 cuts the flat gradient at the shards' boundaries and cannot keep {a} and {b} together: the model's parameters share storage; hold them as one parameter (the same tensor under both names, as a tied embedding is) or use --zero 1")));
-        }
-        if self.settings.optimizer.zero.shards_gradients() && self.settings.placement.bucket_cap_mb <= 0.0 {
-            return Err(ConfigError::Zero("--zero 2 reduces the gradients bucket by bucket as the backward pass makes them, and --bucket-cap-mb 0 turns the buckets off; give the buckets a size (25 MiB is the default) or use --zero 1".into()));
+        if let Some(why) = self.stage_problem(self.settings.optimizer.zero) {
+            return Err(ConfigError::Zero(why));
         }
         if self.model() == ModelKind::Script && self.kit.script.is_none() {
             return Err(ConfigError::ScriptMissing);
@@ -319,6 +317,21 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+
+    /// Why ZeRO stage `zero` cannot run this model with these settings, in one line (stage 2
+    /// only: it needs gradient buckets, and cannot cut apart parameters that overlap).
+    fn stage_problem(&self, zero: Zero) -> Option<String> {
+        if !zero.shards_gradients() {
+            return None;
+        }
+        if let Some((a, b)) = self.kit.script.as_ref().and_then(|s| s.shared.clone()) {
+            return Some(format!("--zero 2 cuts the flat gradient at the shards' boundaries and cannot keep {a} and {b} together: the model's parameters share storage; hold them as one parameter (the same tensor under both names, as a tied embedding is) or use --zero 1"));
+        }
+        if (self.settings.placement.bucket_cap_mb * (1u64 << 20) as f64) < 1.0 {
+            return Some("--zero 2 reduces the gradients bucket by bucket as the backward pass makes them, and --bucket-cap-mb 0 turns the buckets off; give the buckets a size (25 MiB is the default) or use --zero 1".into());
+        }
+        None
     }
 
     /// Whether convolution weights are laid out channels-last in this run.

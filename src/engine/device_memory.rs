@@ -219,7 +219,9 @@ mod tests {
             (1_557_611_200, ["26.1", "16.0", "10.9"]),
         ];
         for (params, columns) in table {
-            for ((optimizer_shards, gradient_shards), want) in [(1, 1), (8, 1), (8, 8)].into_iter().zip(columns) {
+            for ((optimizer_shards, gradient_shards), want) in
+                [(1, 1), (8, 1), (8, 8)].into_iter().zip(columns)
+            {
                 let state = ReplicaMemory::of(&MemoryInputs {
                     params,
                     optimizer_buffers: 2,

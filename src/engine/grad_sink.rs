@@ -145,6 +145,18 @@ impl GradSink {
         s.bucket_buffer(b).map(Some)
     }
 
+    /// Whether bucket `b` has its buffer this step (a gradient of it came).
+    pub fn holds(&self, b: usize) -> bool {
+        self.lock().staged.get(b).is_some_and(Option::is_some)
+    }
+
+    /// Keeps at most `n` pooled buffers, the largest, and gives the others back.
+    pub fn trim_pool(&self, n: usize) {
+        let mut s = self.lock();
+        s.pool.sort_by_key(|t| std::cmp::Reverse(t.numel()));
+        s.pool.truncate(n);
+    }
+
     /// Gives bucket `b`'s buffer back to the pool, once the coordinator has kept what it needs
     /// of it (the next bucket the backward pass starts takes it).
     pub fn release(&self, b: usize) {
@@ -164,7 +176,12 @@ impl GradSink {
         if s.written.get(k).copied().unwrap_or(true) {
             return Ok(());
         }
-        s.write(k, grad)
+        s.write(k, grad)?;
+        // On a GPU, the bucket's hand-off waits for this write as for a hook's.
+        if let (true, Some(b), tch::Device::Cuda(i)) = (s.last, s.buckets.of(k), s.device(k)) {
+            s.mark(b, i).map_err(|e| tch::TchError::Torch(e.0))?;
+        }
+        Ok(())
     }
 
     /// Orders the calling thread's current stream after the writes of bucket `b`'s gradients,
@@ -256,17 +273,29 @@ impl State {
         Ok(())
     }
 
+    /// Where parameter `k`'s gradient is written.
+    fn device(&self, k: usize) -> tch::Device {
+        match &self.destination {
+            Destination::Views(views) => views[k].device(),
+            Destination::Buckets { device, .. } => *device,
+        }
+    }
+
     /// Bucket `b`'s buffer of this step, made of zeros the first time it is asked for.
     fn bucket_buffer(&mut self, b: usize) -> Result<Tensor, tch::TchError> {
         let Destination::Buckets { device, .. } = self.destination else {
-            return Err(tch::TchError::Torch("gradients go to the flat buffer, not to bucket buffers".into()));
+            return Err(tch::TchError::Torch(
+                "gradients go to the flat buffer, not to bucket buffers".into(),
+            ));
         };
         let len = self.buckets.ranges[b].1;
         if let Some(t) = &self.staged[b] {
             return t.f_narrow(0, 0, len);
         }
         // The smallest pooled buffer that holds the bucket, else a new one.
-        let fit = (0..self.pool.len()).filter(|&i| self.pool[i].numel() as i64 >= len).min_by_key(|&i| self.pool[i].numel());
+        let fit = (0..self.pool.len())
+            .filter(|&i| self.pool[i].numel() as i64 >= len)
+            .min_by_key(|&i| self.pool[i].numel());
         let buffer = match fit {
             Some(i) => self.pool.swap_remove(i),
             None => Tensor::f_empty([len], (tch::Kind::Float, device))?,

@@ -100,8 +100,9 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
     // The printer's subscription (and the notifier's) is made as the hub starts: a run short
     // enough to end before they could ask would otherwise leave them nothing.
     let first = if args.notify.is_some() { vec![PRINTER_BUFFER; 2] } else { vec![PRINTER_BUFFER] };
-    let (hub, mut subscriptions, hub_thread) = Hub::spawn(history, recorder.records, recorder.readings, &first)
-        .map_err(failed("cannot start the hub"))?;
+    let (hub, mut subscriptions, hub_thread) =
+        Hub::spawn(history, recorder.records, recorder.readings, &first)
+            .map_err(failed("cannot start the hub"))?;
     let controls = engine.controls();
     // For a headless run, viewers are a convenience: without a socket it still trains. A
     // background job exists to be attached to: without one it stops and says why.

@@ -187,7 +187,8 @@ dpt_work* dpt_broadcast(dpt_group* g, at::Tensor* const* tensors, size_t n, int 
   })
 }
 
-// Sums the ranks' tensors into rank `root`'s; the others' are left as they were.
+// Sums the ranks' tensors into rank `root`'s. The others' hold partial sums afterwards (Gloo's
+// ring writes into them): only the root may read its tensor.
 dpt_work* dpt_reduce(dpt_group* g, at::Tensor* const* tensors, size_t n, int root, char** err) {
   DPT_GUARD(err, nullptr, {
     auto v = tensors_of(tensors, n);

@@ -42,7 +42,7 @@ use crate::engine::worker::{FromWorker, ReplicaHandles};
 use crate::engine::EngineError;
 use crate::record::Change;
 use dpt_core::device::DeviceId;
-use dpt_sys::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, SideStream, Work};
+use dpt_sys::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, CudaEvent, SideStream, Work};
 
 /// How gradients are summed: over this process's replicas (the reduction), then across the
 /// other processes (`world`).
@@ -72,6 +72,11 @@ pub(super) struct Exchange {
 /// oldest is finished as a newer one starts (DeepSpeed's stage 2 double-buffers its buckets).
 const BUCKETS_IN_FLIGHT: usize = 2;
 
+/// Under `--zero 2`, the most bucket buffers a replica's pool keeps from one step to the next:
+/// those in flight and a few the backward pass fills ahead. A step that took more (a slow
+/// replica, buckets held over the micro-batches of `--accumulate`) gives the rest back.
+const POOLED_BUFFERS: usize = BUCKETS_IN_FLIGHT + 2;
+
 /// What a step's reduction has started and not yet finished: the collectives over the ranks,
 /// and under `--zero 2` the buckets whose sums the replicas keep their shards of once their
 /// collectives are done, oldest first.
@@ -82,11 +87,14 @@ pub(super) struct InFlight {
 }
 
 /// A bucket summed under `--zero 2`: which it is, its range of the flat buffer, per local
-/// replica the buffer its shard's part of the sum is read from, and its reduces over the ranks.
+/// replica the buffer its shard's part of the sum is read from, each GPU's buffer its NCCL sum
+/// wrote (whose side stream is joined before the buffers go back), and its reduces over the
+/// ranks.
 struct Kept {
     bucket: usize,
     range: (i64, i64),
     sources: Vec<Tensor>,
+    summed: Vec<Tensor>,
     works: Vec<Work<'static>>,
 }
 
@@ -283,9 +291,18 @@ impl Exchange {
                 // With NCCL's sums on the GPUs' side streams, the side streams wait for the
                 // hooks' events (not for every kernel queued on the GPUs so far) and run the
                 // bucket's sums: the guards make them current while they are queued.
+                // Under --zero 2, a replica no gradient of this bucket reached (an empty batch)
+                // gets a zeroed buffer here, on its current stream; the side streams wait for it.
+                let fresh = match replicas.shards_gradients() {
+                    true => self.fresh_buffers(b)?,
+                    false => Vec::new(),
+                };
                 let side = self.side_streams()?;
                 for sink in &self.sinks {
                     sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
+                }
+                for made in &fresh {
+                    made.block().map_err(|e| EngineError::Nccl(e.0))?;
                 }
                 if replicas.shards_gradients() {
                     let kept = self.reduce_bucket_sharded(replicas, b, buckets.ranges[b])?;
@@ -294,7 +311,9 @@ impl Exchange {
                     in_flight.works.extend(self.reduce_range(replicas, buckets.ranges[b])?);
                 }
                 drop(side);
-                while in_flight.kept.len() > BUCKETS_IN_FLIGHT {
+                // Within one process the sums are done once queued: nothing to wait for.
+                let limit = if self.world.is_some() { BUCKETS_IN_FLIGHT } else { 0 };
+                while in_flight.kept.len() > limit {
                     if let Some(oldest) = in_flight.kept.pop_front() {
                         self.keep_bucket(replicas, oldest)?;
                     }
@@ -331,6 +350,9 @@ impl Exchange {
         if replicas.shards_gradients() {
             for k in kept {
                 self.keep_bucket(replicas, k)?;
+            }
+            for sink in &self.sinks {
+                sink.trim_pool(POOLED_BUFFERS);
             }
             // Each replica holds its own shard: it is its own holder.
             return Ok(Reduced { holders: (0..self.sinks.len()).collect() });
@@ -397,7 +419,12 @@ impl Exchange {
     /// the local replicas, then its sum over the ranks started as one reduce to each rank
     /// whose block it meets; returns it in flight, with what each replica will keep its shard
     /// from.
-    fn reduce_bucket_sharded(&self, replicas: &Replicas, b: usize, range: (i64, i64)) -> Result<Kept, EngineError> {
+    fn reduce_bucket_sharded(
+        &self,
+        replicas: &Replicas,
+        b: usize,
+        range: (i64, i64),
+    ) -> Result<Kept, EngineError> {
         let mut staged = Vec::with_capacity(self.sinks.len());
         for sink in &self.sinks {
             let buffer = sink.staged(b).map_err(|e| EngineError::Nccl(e.to_string()))?;
@@ -409,6 +436,10 @@ impl Exchange {
                 staged[0].shallow_clone()
             }
             LocalReduce::Nccl { groups } => self.nccl_sum(&mut staged, groups)?,
+        };
+        let summed = match &self.local {
+            LocalReduce::Nccl { groups } => groups.iter().map(|g| staged[g[0]].shallow_clone()).collect(),
+            LocalReduce::Copies => Vec::new(),
         };
         // Within one process every GPU's first replica has the sum (NCCL's allreduce); across
         // processes only the first GPU's receives the ranks' sum.
@@ -438,26 +469,31 @@ impl Exchange {
                 }
             }
         }
-        Ok(Kept { bucket: b, range, sources, works })
+        Ok(Kept { bucket: b, range, sources, summed, works })
     }
 
     /// Under `--zero 2`, finishes bucket `k`: waits for its reduces, copies each replica's
     /// shard's part of its sum into the replica's gradient buffer (on the GPUs' current streams,
     /// after their side streams), and gives its buffers back to the sinks.
     fn keep_bucket(&self, replicas: &Replicas, k: Kept) -> Result<(), EngineError> {
-        let Kept { bucket, range: (start, len), sources, works } = k;
+        let Kept { bucket, range: (start, len), sources, summed, works } = k;
         self.finish_world(works)?;
         let _guard = tch::no_grad_guard();
-        if let LocalReduce::Nccl { groups } = &self.local {
-            let firsts: Vec<Tensor> = groups.iter().map(|g| sources[g[0]].shallow_clone()).collect();
-            nccl_side_join(&firsts).map_err(|e| EngineError::Nccl(e.0))?;
+        if !summed.is_empty() {
+            // Every GPU's side stream, not only the first's: each one's buffer goes back to its
+            // pool below, and its next writer must come after the NCCL sum that wrote it.
+            nccl_side_join(&summed).map_err(|e| EngineError::Nccl(e.0))?;
         }
         let end = start + len;
         for (i, source) in sources.iter().enumerate() {
             let (lo, hi) = replicas.grad_range(i);
             let (from, to) = (lo.max(start), hi.min(end));
             if from < to {
-                replicas.grad(i).narrow(0, from - lo, to - from).copy_(&source.narrow(0, from - start, to - from));
+                replicas.grad(i).narrow(0, from - lo, to - from).copy_(&source.narrow(
+                    0,
+                    from - start,
+                    to - from,
+                ));
             }
         }
         drop(sources);
@@ -465,6 +501,22 @@ impl Exchange {
             sink.release(bucket);
         }
         Ok(())
+    }
+
+    /// Under `--zero 2`, makes bucket `b`'s buffer for every replica that has none yet (no
+    /// gradient of it came: an empty batch), zeroed on the current stream; on a GPU, an event
+    /// recorded after the zeroing, for the side streams to wait for.
+    fn fresh_buffers(&self, b: usize) -> Result<Vec<CudaEvent>, EngineError> {
+        let mut made = Vec::new();
+        for sink in self.sinks.iter().filter(|s| !s.holds(b)) {
+            let buffer = sink.staged(b).map_err(|e| EngineError::Nccl(e.to_string()))?;
+            if let Some(tch::Device::Cuda(i)) = buffer.map(|t| t.device()) {
+                let mut event = CudaEvent::ordering(i).map_err(|e| EngineError::Nccl(e.0))?;
+                event.record().map_err(|e| EngineError::Nccl(e.0))?;
+                made.push(event);
+            }
+        }
+        Ok(made)
     }
 
     fn finish_world(&self, in_flight: Vec<Work<'static>>) -> Result<(), EngineError> {
@@ -489,7 +541,11 @@ impl Exchange {
 
     /// Sums `range` of the flat gradients over the local replicas into the first replica's
     /// buffer, and starts its sum over the ranks.
-    fn reduce_range(&self, replicas: &Replicas, range: (i64, i64)) -> Result<Vec<Work<'static>>, EngineError> {
+    fn reduce_range(
+        &self,
+        replicas: &Replicas,
+        range: (i64, i64),
+    ) -> Result<Vec<Work<'static>>, EngineError> {
         let mut grads = replicas.grads_over(range);
         let first = match &self.local {
             LocalReduce::Copies => {

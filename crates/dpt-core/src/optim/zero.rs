@@ -76,7 +76,11 @@ impl Zero {
     /// Refuses the stage for a run of `all` replicas in all its processes, in one line.
     pub fn check(self, all: usize) -> Result<(), String> {
         if self.shards_states() && all < 2 {
-            let what = if self.shards_gradients() { "the gradients and the optimizer state" } else { "the optimizer state" };
+            let what = if self.shards_gradients() {
+                "the gradients and the optimizer state"
+            } else {
+                "the optimizer state"
+            };
             return Err(format!("--zero {self} splits {what} over the run's replicas, and this run has one; give it two devices or more (--devices cpu:2, cuda:0,cuda:1, or several processes) or leave --zero out"));
         }
         Ok(())

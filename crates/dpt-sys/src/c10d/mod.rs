@@ -230,8 +230,8 @@ impl Group {
 }
 
 impl Group {
-    /// Starts summing every rank's `tensor` into rank `root`'s, in place there (the others'
-    /// are left as they were). As with [`Group::allreduce_owned`], c10d keeps its own reference
+    /// Starts summing every rank's `tensor` into rank `root`'s, in place there; the others'
+    /// hold partial sums afterwards, to be read by nobody. As with [`Group::allreduce_owned`], c10d keeps its own reference
     /// to the storage until the work ends, and the caller reads it only after waiting.
     pub fn reduce_owned(&self, tensor: Tensor, root: usize) -> Result<Work<'static>, C10dError> {
         let root = i32::try_from(root).map_err(|_| C10dError("root rank too large".into()))?;

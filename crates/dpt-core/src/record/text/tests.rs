@@ -188,7 +188,8 @@ fn the_start_line_says_what_a_replica_holds_and_its_shard() {
     assert!(line(&info((2, 1))).contains("optimizer state 190.3 MiB (--zero 1: a 1/2 shard), rewind points"));
     let zero_2 = line(&info((2, 2)));
     assert!(
-        zero_2.contains("gradients 95.2 MiB, optimizer state 190.3 MiB (--zero 2: 1/2 shards of both), rewind"),
+        zero_2
+            .contains("gradients 95.2 MiB, optimizer state 190.3 MiB (--zero 2: 1/2 shards of both), rewind"),
         "{zero_2}"
     );
 }
