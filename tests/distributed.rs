@@ -519,12 +519,19 @@ fn ranks_started_by_hand_on_one_host_share_its_cores() {
 fn zero_1_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
     // SGD's momentum split over the run's 4 replicas, two in each process; the run's grid of
     // 4 parts cuts every update alike, sharded or not, so the weights are the same bits.
+    let (start, _) = sharded_ends_as_whole("1");
+    assert_eq!(start["memory"]["optimizer_shards"], 4);
+}
+
+/// Runs two processes of two CPU replicas each for 2 epochs with SGD's momentum, whole and
+/// under `--zero STAGE`: checks that the weights and rank 0's checkpointed momentum (the whole
+/// state, gathered from both processes' shards) are the same bits; returns the sharded and the
+/// whole run's start records.
+fn sharded_ends_as_whole(stage: &str) -> (serde_json::Value, serde_json::Value) {
     let tmp = tempfile::tempdir().unwrap();
-    let epochs = ["--epochs", "2"];
-    let whole = run_world(tmp.path(), "whole", 2, "cpu:2", &epochs);
-    let sharded = run_world(tmp.path(), "sharded", 2, "cpu:2", &["--epochs", "2", "--zero", "1"]);
+    let whole = run_world(tmp.path(), "whole", 2, "cpu:2", &["--epochs", "2"]);
+    let sharded = run_world(tmp.path(), "sharded", 2, "cpu:2", &["--epochs", "2", "--zero", stage]);
     assert_eq!(rel_diff(&common::weights(&whole), &common::weights(&sharded)), 0.0);
-    // Rank 0's checkpoint holds the whole state, gathered from both processes' shards.
     let moments = tensors(&sharded, "checkpoint.safetensors");
     let whole_moments = tensors(&whole, "checkpoint.safetensors");
     assert!(moments.iter().any(|(n, _)| n.starts_with("momentum.")), "the momentum is checkpointed");
@@ -532,9 +539,11 @@ fn zero_1_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
         let (_, u) = whole_moments.iter().find(|(n, _)| n == name).expect("the same tensors");
         assert!(t.equal(u), "{name} differs from the unsharded run's");
     }
-    let records = common::wait_for_summary(&sharded, WAIT);
-    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
-    assert_eq!(start["memory"]["optimizer_shards"], 4);
+    let start = |run: &Path| {
+        let records = common::wait_for_summary(run, WAIT);
+        records.into_iter().find(|r| r["kind"] == "start").unwrap()
+    };
+    (start(&sharded), start(&whole))
 }
 
 /// Every tensor of `file` in runs `a` and `b` is the same, bit for bit (the state's record
@@ -605,25 +614,12 @@ fn zero_2_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
     // SGD's momentum and the gradient sums split over the run's 4 replicas, two in each
     // process: each bucket's local sum is reduced to the rank whose block it meets. Two ranks
     // add the same two values whichever way they go, so the weights are the same bits.
-    let tmp = tempfile::tempdir().unwrap();
-    let whole = run_world(tmp.path(), "whole", 2, "cpu:2", &["--epochs", "2"]);
-    let sharded = run_world(tmp.path(), "sharded", 2, "cpu:2", &["--epochs", "2", "--zero", "2"]);
-    assert_eq!(rel_diff(&common::weights(&whole), &common::weights(&sharded)), 0.0);
-    let moments = tensors(&sharded, "checkpoint.safetensors");
-    let whole_moments = tensors(&whole, "checkpoint.safetensors");
-    for (name, t) in moments.iter().filter(|(n, _)| n.starts_with("momentum.")) {
-        let (_, u) = whole_moments.iter().find(|(n, _)| n == name).expect("the same tensors");
-        assert!(t.equal(u), "{name} differs from the unsharded run's");
-    }
-    let records = common::wait_for_summary(&sharded, WAIT);
-    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
+    let (start, whole_start) = sharded_ends_as_whole("2");
     assert_eq!(start["memory"]["optimizer_shards"], 4);
     assert_eq!(start["memory"]["gradient_shards"], 4);
-    let whole_start = common::wait_for_summary(&whole, WAIT);
-    let whole_start = whole_start.iter().find(|r| r["kind"] == "start").unwrap();
     let gradients = |r: &serde_json::Value| r["memory"]["gradients"].as_u64().unwrap();
     // 129,068 f32 sums over 4 replicas: a quarter each.
-    assert_eq!(gradients(start), gradients(whole_start) / 4);
+    assert_eq!(gradients(&start), gradients(&whole_start) / 4);
 }
 
 #[test]
