@@ -213,6 +213,10 @@ impl Coordinator {
                 Err(failure::panic_error(&self.cfg, self.update.touching(), panic.as_ref()))
             })
             .map_err(|e| {
+                // A periodic checkpoint still being written when the run failed is finished
+                // first, so that the failure names the last checkpoint on disk.
+                let written = self.persist.note_written(true);
+                self.channels.say(written);
                 let checkpoint = self.persist.checkpoint_file();
                 failure::explain_oom(&self.cfg, e, checkpoint, self.exchange.span().1)
             });
