@@ -20,6 +20,10 @@ use common::tokens::{make_gpt, token_dir, write_tokens, BLOCK, VOCAB};
 /// The byte-level BPE's vocabulary in these tests.
 const TOKENIZER_VOCAB: usize = 320;
 
+/// The vocabulary of the tokenizers every kind of text is compared on: large enough that a
+/// Unigram learns runs of punctuation of several lengths, whose segmentations tie.
+const VOCAB_WITH_TIES: usize = 2000;
+
 fn tokenizer_py(args: &[&str]) {
     let status =
         Command::new(common::python()).arg(common::script("tokenizer.py")).args(args).status().unwrap();
@@ -28,13 +32,18 @@ fn tokenizer_py(args: &[&str]) {
 
 /// A tokenizer of `kind` (`tests/scripts/tokenizer.py train`) trained on `files`, saved as `out`.
 fn train_tokenizer(kind: &str, out: &Path, files: &[PathBuf]) {
+    train_tokenizer_of(TOKENIZER_VOCAB, kind, out, files);
+}
+
+/// [`train_tokenizer`] with a vocabulary of `vocab` ids.
+fn train_tokenizer_of(vocab: usize, kind: &str, out: &Path, files: &[PathBuf]) {
     let mut args = vec!["train", kind].into_iter().map(str::to_owned).collect::<Vec<_>>();
-    args.extend([out.display().to_string(), TOKENIZER_VOCAB.to_string()]);
+    args.extend([out.display().to_string(), vocab.to_string()]);
     args.extend(files.iter().map(|f| f.display().to_string()));
     tokenizer_py(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let codec = TextCodec::open(out.parent().unwrap(), Some(out)).unwrap();
     // The trainers stop early when nothing is left to learn.
-    assert!((258..=TOKENIZER_VOCAB).contains(&codec.vocab_size()), "{}", codec.vocab_size());
+    assert!((258..=vocab).contains(&codec.vocab_size()), "{}", codec.vocab_size());
 }
 
 /// The ids of the `.txt` files of `text` with `tok`: ours, cut as `cutting` says, and those
@@ -137,12 +146,46 @@ fn the_cache_holds_what_hugging_faces_own_library_makes_of_the_text() {
     assert_ne!(bytes_cache.unwrap(), cache);
 }
 
-/// Python sources, prose with tabs and runs of spaces, and a line longer than a piece, as
-/// three files in `dir/text`: the folder and the files.
-fn text_of_every_kind(dir: &Path) -> (PathBuf, [PathBuf; 3]) {
+/// Lines where a Unigram's segmentations tie (the same pieces in another order score the same):
+/// long runs of one punctuation character, comment rules, `//` after spaces and dotted version
+/// numbers, from a fixed stream.
+fn runs(bytes: usize, seed: u64) -> String {
+    let mut x = seed;
+    let mut draw = move |n: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let mut text = String::new();
+    while text.len() < bytes {
+        let run = |c: char, n: u64| c.to_string().repeat(3 + n as usize);
+        let line = match draw(6) {
+            0 => run(['-', '#', '=', '*', '/', '.', '~'][draw(7) as usize], draw(77)),
+            1 => format!("{}// {} cat {}", " ".repeat(draw(13) as usize), run('-', draw(20)), draw(100)),
+            2 => format!("# {} the mat {}", run('#', draw(40)), run('#', draw(9))),
+            3 => format!("/* {} */", run('=', draw(60))),
+            4 => {
+                let parts: Vec<String> = (0..2 + draw(6)).map(|_| draw(11).to_string()).collect();
+                format!("version {}{}", parts.join("."), if draw(2) == 0 { "." } else { "" })
+            }
+            _ => format!("{}//{}", " ".repeat(1 + draw(8) as usize), run('/', draw(5))),
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+/// Python sources, prose with tabs and runs of spaces, a line longer than a piece, and the
+/// [`runs`] where segmentations tie, as four files in `dir/text`: the folder and the files.
+fn text_of_every_kind(dir: &Path) -> (PathBuf, [PathBuf; 4]) {
     let text = dir.join("text");
     std::fs::create_dir_all(&text).unwrap();
-    let files = [text.join("a-source.txt"), text.join("b-prose.txt"), text.join("c-long-line.txt")];
+    let files = [
+        text.join("a-source.txt"),
+        text.join("b-prose.txt"),
+        text.join("c-long-line.txt"),
+        text.join("d-runs.txt"),
+    ];
     let mut sources: Vec<PathBuf> = std::fs::read_dir(common::script("."))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -157,6 +200,7 @@ fn text_of_every_kind(dir: &Path) -> (PathBuf, [PathBuf; 3]) {
     // overlapping pieces in it.
     let long_line = prose(80_000, 4).replace('\n', " ");
     std::fs::write(&files[2], format!("{}{long_line}\n{}", prose(3_000, 5), prose(3_000, 6))).unwrap();
+    std::fs::write(&files[3], runs(60_000, 7)).unwrap();
     (text, files)
 }
 
@@ -175,11 +219,12 @@ fn small_pieces(whole: usize) -> Cutting {
 fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
     let dir = tempfile::tempdir().unwrap();
     let (text, files) = text_of_every_kind(dir.path());
-    let differences: Vec<String> = ["byte-level", "prefix-space", "metaspace", "metaspace-first"]
+    let kinds = ["byte-level", "prefix-space", "metaspace", "metaspace-first", "metaspace-nfkc"];
+    let differences: Vec<String> = kinds
         .into_iter()
         .filter_map(|kind| {
             let tok = dir.path().join(format!("{kind}.json"));
-            train_tokenizer(kind, &tok, &files);
+            train_tokenizer_of(VOCAB_WITH_TIES, kind, &tok, &files);
             let codec = TextCodec::open(&text, Some(&tok)).unwrap();
             assert_eq!(
                 codec.line_safe(),
@@ -191,6 +236,67 @@ fn every_kind_of_tokenizer_gives_pythons_ids_for_text_encoded_in_pieces() {
         })
         .collect();
     assert!(differences.is_empty(), "{differences:#?}");
+}
+
+/// The scores of the Unigram in `tok` as Python's library holds them after reading the file,
+/// and as dpt-tui's codec does.
+fn scores_of_both(tok: &Path) -> (Vec<f64>, Vec<f64>) {
+    let out = tok.with_extension("scores.json");
+    tokenizer_py(&["scores", tok.to_str().unwrap(), out.to_str().unwrap()]);
+    let pythons: Vec<f64> = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let codec = TextCodec::open(tok.parent().unwrap(), Some(tok)).unwrap();
+    let TextCodec::Tokenizer { tokenizer, .. } = &codec else { panic!("a tokenizer") };
+    let tokenizers::ModelWrapper::Unigram(unigram) = tokenizer.get_model() else { panic!("a Unigram") };
+    (unigram.iter().map(|(_, score)| *score).collect(), pythons)
+}
+
+/// A Unigram's scores are the doubles Python's library reads from the file (about one score of
+/// 17 digits in five a unit in the last place off the nearest double), bit for bit: those of a
+/// trained tokenizer, and 4,000 drawn in every form a JSON number takes.
+#[test]
+fn a_unigram_holds_the_scores_python_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, files) = text_of_every_kind(dir.path());
+    let trained = dir.path().join("trained.json");
+    train_tokenizer("metaspace-nfkc", &trained, &files);
+    let (ours, pythons) = scores_of_both(&trained);
+    assert_eq!(ours.len(), pythons.len());
+    let off = ours.iter().zip(&pythons).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    assert_eq!(off, 0, "{off} of {} scores differ from Python's", ours.len());
+
+    let mut x = 11u64;
+    let mut draw = move |n: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let mut digits = |n: u64| (0..n).map(|_| char::from(b'0' + draw(10) as u8)).collect::<String>();
+    let mut texts = vec!["0.0".to_owned(), "-5".to_owned(), "-0.5".to_owned()];
+    for i in 0..4_000u64 {
+        let frac = digits(1 + i % 24);
+        texts.push(match i % 5 {
+            0 => format!("-{}.{frac}e-{}", 1 + i % 9, i % 40),
+            1 => format!("-{}{}.{frac}", 1 + i % 9, digits(i % 22)),
+            2 => format!("-0.000{frac}"),
+            3 => format!("-{}.{frac}E+{}", 1 + i % 9, i % 3),
+            _ => format!("-{}.{frac}", 1 + i % 30),
+        });
+    }
+    let vocab: Vec<String> = texts.iter().enumerate().map(|(i, t)| format!("[\"p{i}\", {t}]")).collect();
+    let drawn = dir.path().join("drawn.json");
+    let json = format!(
+        r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+            "pre_tokenizer":null,"post_processor":null,"decoder":null,
+            "model":{{"type":"Unigram","unk_id":0,"vocab":[{}],"byte_fallback":false}}}}"#,
+        vocab.join(",")
+    );
+    std::fs::write(&drawn, json).unwrap();
+    let (ours, pythons) = scores_of_both(&drawn);
+    let nearest: Vec<f64> = texts.iter().map(|t| t.parse().unwrap()).collect();
+    let rounded_otherwise = nearest.iter().zip(&pythons).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    assert!(rounded_otherwise > 400, "Python reads {rounded_otherwise} scores off the nearest double");
+    for ((text, ours), pythons) in texts.iter().zip(&ours).zip(&pythons) {
+        assert_eq!(ours.to_bits(), pythons.to_bits(), "{text}: {ours} against Python's {pythons}");
+    }
 }
 
 /// A Unigram of letters and runs of 1, 4 and 8 spaces behind a `Metaspace` that does not split

@@ -55,10 +55,13 @@ impl TextCodec {
         };
         let content =
             std::fs::read(&path).map_err(|e| DataError::Read { path: path.clone(), why: e.to_string() })?;
-        let tokenizer = Tokenizer::from_bytes(&content).map_err(|e| DataError::Tokenizer {
+        let refused = |why: String| DataError::Tokenizer {
             path: path.clone(),
-            why: e.to_string().lines().next().unwrap_or_default().to_owned(),
-        })?;
+            why: why.lines().next().unwrap_or_default().to_owned(),
+        };
+        let mut tokenizer = Tokenizer::from_bytes(&content).map_err(|e| refused(e.to_string()))?;
+        // Its ties broken as in Python: a Unigram's scores read as the wheel reads them.
+        super::unigram_scores::as_python_reads(&mut tokenizer, &content).map_err(refused)?;
         let fingerprint = super::index_cache::fnv(&content);
         Ok(TextCodec::Tokenizer { tokenizer: Box::new(tokenizer), path, fingerprint })
     }
@@ -148,8 +151,12 @@ impl TextCodec {
     /// `Tokenizer.encode` does.
     pub fn whole_text_ties(&self) -> bool {
         let TextCodec::Tokenizer { tokenizer, .. } = self else { return false };
-        matches!(tokenizer.get_model(), ModelWrapper::Unigram(_))
-            && !tokenizer.get_pre_tokenizer().is_some_and(splits_at_white_space)
+        self.is_unigram() && !tokenizer.get_pre_tokenizer().is_some_and(splits_at_white_space)
+    }
+
+    /// Whether the tokenizer is a Unigram (SentencePiece's model: T5's, Llama 2's kind).
+    pub fn is_unigram(&self) -> bool {
+        matches!(self, TextCodec::Tokenizer { tokenizer, .. } if matches!(tokenizer.get_model(), ModelWrapper::Unigram(_)))
     }
 
     /// The ids of each of `pieces`, encoded in parallel without their offsets (for pieces cut

@@ -19,6 +19,7 @@ pub mod targets;
 pub mod text;
 pub mod token_scan;
 pub mod tokens;
+pub mod unigram_scores;
 mod webdataset;
 
 pub use dataset::{DataError, Dataset, Pixels, Split, DEFAULT_DATA_DIR, NUM_CLASSES};

@@ -64,10 +64,9 @@ pub fn tokenized_in(
         return Err(DataError::Unknown { path: dir });
     }
     // 3: each file's ids those of the file whole (2 cut files where some tokenizers encode a
-    // piece's start otherwise); 4 for a tokenizer whose ties need the whole text, whose files
-    // are now encoded whole (3 cut them, breaking some ties otherwise). Other tokenizers' caches
-    // stay valid.
-    let version = if codec.whole_text_ties() { 4 } else { 3 };
+    // piece's start otherwise); 5 for a Unigram, whose scores are now read as Python reads them
+    // (4, and 3 before it, broke some ties otherwise). Other tokenizers' caches stay valid.
+    let version = if codec.is_unigram() { 5 } else { 3 };
     let mut print = format!("dpt-tui text {version} {} {}\n", codec.key(), dir.display());
     let mut total = 0u64;
     for f in &files {

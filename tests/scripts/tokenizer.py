@@ -6,17 +6,24 @@
     token), `prefix-space` (the same with `add_prefix_space`, as RoBERTa's), `metaspace` (a
     SentencePiece-style Unigram behind a `Metaspace` pre-tokenizer, as T5's) or
     `metaspace-first` (the same Unigram behind Llama 2's pre-tokenizer: a `▁` before the text's
-    first word only, the text not split at spaces).
+    first word only, the text not split at spaces) or `metaspace-nfkc` (the same Unigram behind
+    NFKC and a `Metaspace` that puts a `▁` before the first word only and splits at spaces).
 
 `python tokenizer.py encode TOKENIZER.json TRAIN.bin VAL.bin FILE...`
     Encodes each FILE whole (UTF-8 text, no special tokens added), joins the ids in the order
     given, and writes the first 90 % (floor) to TRAIN.bin and the rest to VAL.bin as
     little-endian uint16: what dpt-tui's cache must hold for the same files.
+
+`python tokenizer.py scores TOKENIZER.json OUT.json`
+    Writes the Unigram scores the library holds after loading TOKENIZER.json, as a JSON list
+    (each the shortest decimal that reads back as the same double).
 """
 import sys
 
+import json
+
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 
 def byte_level_bpe(vocab, add_prefix_space):
@@ -32,9 +39,13 @@ def byte_level_bpe(vocab, add_prefix_space):
     return tok, trainer
 
 
-def metaspace_unigram(vocab, first_only):
+def metaspace_unigram(vocab, first_only, nfkc=False):
     tok = Tokenizer(models.Unigram())
-    if first_only:
+    if nfkc:
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=True)
+        tok.decoder = decoders.Metaspace(prepend_scheme="first", split=True)
+    elif first_only:
         tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=False)
         tok.decoder = decoders.Metaspace(prepend_scheme="first", split=False)
     else:
@@ -55,6 +66,8 @@ def train(kind, out, vocab, files):
         tok, trainer = metaspace_unigram(vocab, first_only=False)
     elif kind == "metaspace-first":
         tok, trainer = metaspace_unigram(vocab, first_only=True)
+    elif kind == "metaspace-nfkc":
+        tok, trainer = metaspace_unigram(vocab, first_only=True, nfkc=True)
     else:
         sys.exit(f"unknown tokenizer kind {kind!r}")
     tok.train(files, trainer)
@@ -72,11 +85,21 @@ def encode(tokenizer, train_out, val_out, files):
     np.array(ids[split:], dtype="<u2").tofile(val_out)
 
 
+def scores(tokenizer, out):
+    # The library writes each score it holds as the shortest decimal of that double, which
+    # Python's own float() reads back exactly.
+    model = json.loads(Tokenizer.from_file(tokenizer).to_str())["model"]
+    with open(out, "w") as fh:
+        json.dump([float(score) for _, score in model["vocab"]], fh)
+
+
 def main():
     if sys.argv[1] == "train":
         train(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])
     elif sys.argv[1] == "encode":
         encode(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
+    elif sys.argv[1] == "scores":
+        scores(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown command {sys.argv[1]!r}")
 
