@@ -78,7 +78,8 @@ fn pause_set_lr_and_quit_in_a_real_terminal() {
 fn rewind_with_r_in_a_real_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let flags = ["--devices", "cpu:2", "--epochs", "500", "--log-every", "2", "--snapshot-every", "4steps"];
+    // Reports every 7 steps, points every 4: the run is paused between reports.
+    let flags = ["--devices", "cpu:2", "--epochs", "500", "--log-every", "7", "--snapshot-every", "4steps"];
     let mut tui = common::train_in_pty(&run, &flags, 100, 30, &[]);
     tui.wait_for("RUNNING", WAIT);
     tui.wait_for("train loss", WAIT);
@@ -91,7 +92,7 @@ fn rewind_with_r_in_a_real_terminal() {
     tui.send("\x1b[A\x1b[A\r");
     tui.wait_for("half offered", WAIT);
     tui.send("\r");
-    tui.wait_for("since then?", WAIT);
+    let skips = batches_the_dialog_skips(&tui.wait_for("since then?", WAIT));
     tui.send("y");
     let screen = tui.wait_for("rewound from step", WAIT);
     assert!(screen.contains("lr 0.1"), "the half lr:\n{screen}");
@@ -104,9 +105,18 @@ fn rewind_with_r_in_a_real_terminal() {
     let rewound = records.iter().find(|r| r["event"] == "rewound").expect("a rewound record");
     assert_eq!(rewound["lr"], 0.1);
     assert!(rewound["skipped"].as_u64().unwrap() > 0, "{rewound}");
+    assert_eq!(rewound["skipped"].as_u64(), Some(skips), "the dialog said what the run skipped: {rewound}");
     let to = rewound["to"].as_u64().unwrap();
     let next = records.iter().skip_while(|r| r["event"] != "rewound").find(|r| r["kind"] == "step").unwrap();
     assert!(next["global_step"].as_u64().unwrap() > to && next["lr"] == 0.1, "{next}");
+}
+
+/// The batches the rewind dialog on `screen` says it skips: `skip the N batch(es) since
+/// then?`, or the offer after a loss that is not finite, `skipping N batch(es)?`.
+fn batches_the_dialog_skips(screen: &str) -> u64 {
+    let said = ["skip the ", "skipping "].iter().find_map(|w| screen.split_once(w).map(|(_, rest)| rest));
+    let count = said.and_then(|rest| rest.split_whitespace().next()).and_then(|n| n.parse().ok());
+    count.unwrap_or_else(|| panic!("the dialog says how many batches it skips:\n{screen}"))
 }
 
 /// How long a person takes to read the screen and press the next key: the pace the rewind
@@ -172,7 +182,7 @@ fn rewind_at_a_human_pace_on_a_fast_run_lands_on_the_point_listed() {
     tui.wait_for(&format!("back to step {};", listed[0]), WAIT);
     think();
     tui.send("\r");
-    tui.wait_for("since then?", WAIT);
+    let skips = batches_the_dialog_skips(&tui.wait_for("since then?", WAIT));
     think();
     tui.send("y");
     let screen = tui.wait_for_any(&["rewound from step", "refused", "no longer kept"], WAIT);
@@ -189,10 +199,46 @@ fn rewind_at_a_human_pace_on_a_fast_run_lands_on_the_point_listed() {
         (rewound["from"].as_u64(), rewound["to"].as_u64()),
         (Some(held as u64), Some(listed[0] as u64))
     );
+    assert_eq!(rewound["skipped"].as_u64(), Some(skips), "the dialog said what the run skipped: {rewound}");
     assert!(!records.iter().any(|r| r["event"] == "refused"), "nothing refused");
     let paused: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "paused").collect();
     assert_eq!(paused.len(), 1, "held once, at the step shown: {paused:?}");
     assert_eq!(paused[0]["global_step"].as_u64(), Some(held as u64));
+}
+
+#[test]
+fn the_offer_after_a_loss_that_is_not_finite_says_the_batches_it_skips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // The loss is NaN from step 31 on, found at the report of step 40; points every 4 steps,
+    // none taken of weights that are not finite: the newest is some steps before the pause.
+    let flags = [
+        "--devices",
+        "cpu:2",
+        "--epochs",
+        "500",
+        "--log-every",
+        "10",
+        "--snapshot-every",
+        "4steps",
+        "--on-nan",
+        "pause",
+    ];
+    let mut tui = common::train_in_pty(&run, &flags, 100, 30, &[("DPT_INJECT_FAULT", "nan-loss=31")]);
+    let skips = batches_the_dialog_skips(&tui.wait_for("batch(es)?", WAIT));
+    tui.send("y");
+    tui.wait_for("rewound from step", WAIT);
+    // The loss is NaN again at step 31: offered again, declined, the run stopped while paused.
+    tui.wait_for("batch(es)?", WAIT);
+    tui.send("n");
+    tui.send("q");
+    tui.wait_for("Stop after the current step", WAIT);
+    tui.send("y");
+    tui.wait_exit(WAIT);
+    let records = common::records(&run);
+    let rewound = records.iter().find(|r| r["event"] == "rewound").expect("a rewound record");
+    assert!(skips > 0, "{rewound}");
+    assert_eq!(rewound["skipped"].as_u64(), Some(skips), "the offer said what the run skipped: {rewound}");
 }
 
 #[test]

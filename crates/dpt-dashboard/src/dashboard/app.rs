@@ -146,6 +146,7 @@ impl App {
     pub fn on_event(&mut self, record: &Record) {
         self.dirty = true;
         self.curves.data.apply(record);
+        self.run.data.on_record(record);
         if let Some(line) = self.narrator.line(record) {
             if !line.progress {
                 for text in line.text.lines() {

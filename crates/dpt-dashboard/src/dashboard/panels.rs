@@ -32,6 +32,8 @@ pub struct RunPanel {
     pub sample: Option<(usize, String, String)>,
     /// The rewind points the engine keeps (`r`).
     pub points: super::rewind::Points,
+    /// Where the data stands, for the batches a rewind skips.
+    pub data: super::rewind::DataPosition,
 }
 
 impl Default for RunPanel {
@@ -50,6 +52,7 @@ impl Default for RunPanel {
             elapsed: 0.0,
             sample: None,
             points: Default::default(),
+            data: Default::default(),
         }
     }
 }

@@ -6,7 +6,7 @@
 use crossterm::event::KeyCode;
 
 use super::app::{App, Overlay};
-use crate::record::Change;
+use crate::record::{Change, Record};
 use crate::Control;
 
 /// A rewind point of the run.
@@ -93,15 +93,53 @@ impl Points {
 }
 
 impl Point {
-    /// The batches trained on since this point, the data now at `last` (a step record).
-    pub fn batches_since(&self, last: Option<&crate::record::StepStats>) -> usize {
-        let Some(s) = last else { return 0 };
-        let spe = s.steps_per_epoch.max(1);
-        match self.position {
-            Some((epoch, step)) => ((s.epoch.max(1) - 1) * spe + s.step).saturating_sub(epoch * spe + step),
+    /// The batches trained on since this point with the run at `global_step`, the data where
+    /// `data` says: what a rewind with skip passes over.
+    pub fn batches_since(&self, data: &DataPosition, global_step: usize) -> usize {
+        match (self.position, data.batch_at(global_step)) {
+            (Some((epoch, step)), Some(now)) => now.saturating_sub(epoch * data.steps_per_epoch + step),
             // A checkpoint on disk: counted in steps (the same unless an earlier rewind skipped).
-            None => s.global_step.saturating_sub(self.global_step),
+            _ => global_step.saturating_sub(self.global_step),
         }
+    }
+}
+
+/// Where the run's data stands: the batch (counted from the run's first, over epochs) that
+/// trains after a known step, from the last record that said both. Each step takes the next
+/// batch, so the batch after any later step follows; a rewind or a resume says it anew (its
+/// skipped batches included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataPosition {
+    pub steps_per_epoch: usize,
+    /// The step and the batch that trains after it; unknown before the first record with both.
+    known: Option<(usize, usize)>,
+}
+
+impl DataPosition {
+    /// Follows the run's records: its start (the batches an epoch has), its step reports, its
+    /// rewinds and resumes.
+    pub fn on_record(&mut self, record: &Record) {
+        let spe = |n: usize| n.max(1);
+        match record {
+            Record::Start(info) => self.steps_per_epoch = spe(info.steps_per_epoch),
+            Record::Step(s) => {
+                self.steps_per_epoch = spe(s.steps_per_epoch);
+                self.known = Some((s.global_step, (s.epoch.max(1) - 1) * self.steps_per_epoch + s.step));
+            }
+            Record::Event(Change::Rewound { to, epoch, step, skipped, .. }) => {
+                self.known = Some((*to, epoch * self.steps_per_epoch + step + skipped));
+            }
+            Record::Event(Change::Restored { epoch, step, global_step }) => {
+                self.known = Some((*global_step, epoch * self.steps_per_epoch + step));
+            }
+            _ => {}
+        }
+    }
+
+    /// The batch that trains after `global_step` (at or after the last step said).
+    pub fn batch_at(&self, global_step: usize) -> Option<usize> {
+        let (step, batch) = self.known?;
+        (global_step >= step).then(|| batch + (global_step - step))
     }
 }
 
@@ -252,6 +290,63 @@ mod tests {
         let (next, sent) = next.unwrap().key(KeyCode::Char('n'), &p, Some(0.2));
         assert_eq!(next, None);
         assert_eq!(sent, Some(Control::Rewind { global_step: 20, lr: Some(0.5), skip: false }));
+    }
+
+    /// A report every 10 steps of 25 an epoch: the step record at step 80 (epoch 4, step 5).
+    fn reported_at_80() -> DataPosition {
+        let mut data = DataPosition::default();
+        let step = crate::record::StepStats {
+            epoch: 4,
+            step: 5,
+            steps_per_epoch: 25,
+            global_step: 80,
+            ..Default::default()
+        };
+        data.on_record(&Record::Step(Box::new(step)));
+        data
+    }
+
+    #[test]
+    fn the_batches_since_a_point_count_to_the_step_the_run_is_at_not_the_last_report() {
+        let data = reported_at_80();
+        let at_80 = Point {
+            global_step: 80,
+            loss: None,
+            lr: 0.1,
+            unix: None,
+            position: Some((3, 5)),
+            on_disk: false,
+        };
+        // Paused at 86, six steps past the last report: six batches since the point at 80.
+        assert_eq!(at_80.batches_since(&data, 86), 6);
+        assert_eq!(at_80.batches_since(&data, 80), 0);
+        // A checkpoint on disk (no position): counted in steps.
+        let on_disk = Point { position: None, on_disk: true, ..at_80.clone() };
+        assert_eq!(on_disk.batches_since(&data, 86), 6);
+        // Nothing said yet about the data: steps.
+        assert_eq!(at_80.batches_since(&DataPosition::default(), 83), 3);
+    }
+
+    #[test]
+    fn a_rewind_that_skipped_moves_the_data_ahead_of_the_steps() {
+        let mut data = reported_at_80();
+        // Back from 86 to the point at 80 (epoch 3, step 5), the 6 batches since skipped: step
+        // 80 trains batch 86 now, and step 84 batch 90.
+        let rewound = Change::Rewound { from: 86, to: 80, epoch: 3, step: 5, lr: 0.05, skipped: 6 };
+        data.on_record(&Record::Event(rewound));
+        assert_eq!(data.batch_at(84), Some(90));
+        let at_80 = Point {
+            global_step: 80,
+            loss: None,
+            lr: 0.05,
+            unix: None,
+            position: Some((3, 5)),
+            on_disk: false,
+        };
+        assert_eq!(at_80.batches_since(&data, 84), 10);
+        // A resume says where the data is anew.
+        data.on_record(&Record::Event(Change::Restored { epoch: 1, step: 0, global_step: 20 }));
+        assert_eq!(data.batch_at(22), Some(27));
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub fn lines(app: &App, look: &Look, picker: &Picker) -> (&'static str, Vec<Line
     let t = look.theme;
     let points = &app.run.points.all();
     let find = |step: usize| points.iter().find(|p| p.global_step == step);
-    let since = |p: Option<&Point>| p.map_or(0, |p| p.batches_since(app.run.last_step.as_ref()));
+    let since = |p: Option<&Point>| p.map_or(0, |p| p.batches_since(&app.run.data, app.run.global_step));
     let lr = |v: f64| crate::record::text::lr_text(v);
     let dim = |s: String| Line::from(Span::styled(s, t.fg(t.dim)));
     match picker {
