@@ -82,7 +82,7 @@ impl Coordinator {
             plan.map_or(f64::NEG_INFINITY, |p| p.global_step as f64),
             plan.and_then(|p| p.lr).unwrap_or(f64::NEG_INFINITY),
             flag(plan.is_some_and(|p| p.skip)),
-            flag(leader && self.save_asked),
+            flag(leader && self.persist.asked().waiting()),
         ];
         w.allreduce_values(&mut v, ReduceOp::Max)?;
         let global_step = self.steps.global_step();
@@ -108,10 +108,9 @@ impl Coordinator {
         if v[4] > 0.0 && self.gate.end(FinishReason::Preempted) {
             self.channels.emit(Change::Preempted { global_step });
         }
-        if v[9] > 0.0 {
+        if let Some(position) = self.persist.asked().agreed(v[9] > 0.0) {
             // Every rank gathers the split state; rank 0 writes it (a failed write is said).
-            self.save_asked = false;
-            if let Some(prepared) = self.prepare_save(self.data_at)? {
+            if let Some(prepared) = self.prepare_save(position)? {
                 let _ = self.write_save(&prepared, RETRY_ADVICE);
             }
         }
@@ -121,10 +120,9 @@ impl Coordinator {
     /// A save asked for between steps: now, or where the optimizer state is split over the
     /// ranks, once they have agreed on it (the next agreement, at this boundary).
     fn save_between_steps(&mut self) {
-        if self.split() {
-            self.save_asked = true;
-        } else {
-            let _ = self.save(self.data_at, RETRY_ADVICE);
+        let split = self.split();
+        if let Some(position) = self.persist.asked().ask(split) {
+            let _ = self.save(position, RETRY_ADVICE);
         }
     }
 

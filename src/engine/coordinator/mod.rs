@@ -9,6 +9,7 @@
 //! the parts return. A checkpoint is one [`Coordinator::snapshot`] of every part's state, and a
 //! resume or a rewind one [`Coordinator::restore`].
 
+mod asked_save;
 mod controls;
 mod failure;
 mod flow;
@@ -139,12 +140,6 @@ pub struct Coordinator {
     gate: flow::Gate,
     /// The rewind points kept and what the next boundary does with them.
     points: rewind::Points,
-    /// The (epoch, step) of the data that trains next (a save asked for between steps writes
-    /// it into the checkpoint).
-    data_at: (usize, usize),
-    /// Rank 0 was asked to save and the optimizer state is split over the ranks: every rank
-    /// saves together once the ranks have agreed on it.
-    save_asked: bool,
 }
 
 impl Coordinator {
@@ -186,8 +181,6 @@ impl Coordinator {
             exchange: reduce::Exchange::new(p.world, &cfg.devices, cfg.step_timeout()),
             gate: flow::Gate::default(),
             points: rewind::Points::new(settings.checkpoints.snapshots, settings.checkpoints.snapshot_every),
-            data_at: (0, 0),
-            save_asked: false,
             channels: Channels { events: p.events, controls: p.controls },
             facts: p.facts,
             pool: p.pool,
@@ -384,5 +377,28 @@ impl Coordinator {
         let position = rewind::skipped((s.epoch, s.step), then.skip, spe);
         let partial = (position.0 == s.epoch).then_some(s.partial_epoch);
         Restored { position, partial, lr }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The coordinator's fields, as its declaration in this file lists them.
+    fn coordinator_fields() -> Vec<String> {
+        let source = include_str!("mod.rs");
+        let body = source.split("pub struct Coordinator {").nth(1).expect("the declaration");
+        let body = &body[..body.find("\n}").expect("its end")];
+        body.lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .filter_map(|l| l.split_once(':').map(|(name, _)| name.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_coordinator_holds_its_parts_and_nothing_of_theirs() {
+        let fields = coordinator_fields();
+        assert!(fields.contains(&"persist".to_owned()) && fields.contains(&"gate".to_owned()), "{fields:?}");
+        // Past a dozen, a part's state has spilled into the loop: fold it into its part.
+        assert!(fields.len() <= 12, "{} fields: {fields:?}", fields.len());
     }
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use tch::Tensor;
 
+use super::asked_save::AskedSave;
 use super::writer::{keep_newest, CheckpointWriter, Job, Written};
 use crate::engine::checkpoint_every::CheckpointEvery;
 use crate::engine::EngineError;
@@ -75,11 +76,19 @@ pub(super) struct Persistence {
     /// When the last periodic checkpoint was written (or the run started).
     last_checkpoint: Instant,
     best: BestKeeper,
+    /// A save asked for between steps: where the data stands, and whether it waits for the ranks.
+    asked: AskedSave,
 }
 
 impl Persistence {
     pub(super) fn new(save_dir: Option<PathBuf>, best: BestKeeper, settings: PersistSettings) -> Persistence {
-        Persistence { settings, save_dir, writer: None, last_checkpoint: Instant::now(), best }
+        let (writer, last_checkpoint, asked) = (None, Instant::now(), AskedSave::default());
+        Persistence { settings, save_dir, writer, last_checkpoint, best, asked }
+    }
+
+    /// The save asked for between steps.
+    pub(super) fn asked(&mut self) -> &mut AskedSave {
+        &mut self.asked
     }
 
     /// Where weights and checkpoints go (none: the run saves nothing).

@@ -70,7 +70,7 @@ impl Coordinator {
             self.report.begin_epoch(if epoch == start.0 { partial } else { None });
             for step in first..steps_per_epoch {
                 position = (epoch, step);
-                self.data_at = position;
+                self.persist.asked().at(position);
                 self.poll_controls(position)?;
                 if let Some(plan) = self.points.take_pending() {
                     return Ok(Leg::Rewind { plan, now: position });
