@@ -620,6 +620,9 @@ fn zero_2_on_two_processes_of_two_replicas_ends_with_the_weights_of_zero_0() {
     let gradients = |r: &serde_json::Value| r["memory"]["gradients"].as_u64().unwrap();
     // 129,068 f32 sums over 4 replicas: a quarter each.
     assert_eq!(gradients(&start), gradients(&whole_start) / 4);
+    // Beside them, a step's bucket buffers: one bucket here (under DDP's first 1 MiB), whole.
+    assert_eq!(start["memory"]["bucket_buffers"].as_u64(), Some(gradients(&whole_start)));
+    assert!(whole_start["memory"].get("bucket_buffers").is_none(), "none kept whole");
 }
 
 #[test]

@@ -178,10 +178,16 @@ impl TrainConfig {
         // Under --zero 2 with --accumulate, the bucket buffers are held over a step's
         // micro-batches: a whole gradient beside the shard, counted as a whole one.
         let accumulates = s.recipe.accumulate > 1;
+        let params = self.specs().param_count().max(0) as u64;
+        // Under --zero 2 (without --accumulate) a step's bucket buffers, at most a few buckets.
+        let cap = (s.placement.bucket_cap_mb * f64::from(1u32 << 20)) as u64;
+        let per_replica = super::bucket_pool::BUFFERS_PER_REPLICA as u64;
+        let buckets = (per_replica * cap).min(4 * params);
         let estimate = |zero: Zero| {
             let shards = |split: bool| if split { all } else { 1 };
             ReplicaMemory::of(&MemoryInputs {
-                params: self.specs().param_count().max(0) as u64,
+                params,
+                bucket_buffers: if zero.shards_gradients() && !accumulates { buckets } else { 0 },
                 optimizer_buffers: s.optimizer.kind.slots().len() as u64,
                 optimizer_shards: shards(zero.shards_states()),
                 gradient_shards: shards(zero.shards_gradients() && !accumulates),

@@ -30,6 +30,9 @@ pub struct MemoryInputs {
     pub optimizer_shards: u64,
     /// The replicas the gradient sums are split over (`--zero 2`; 1: each holds all of them).
     pub gradient_shards: u64,
+    /// Under `--zero 2`, the bytes of the bucket buffers a step holds at once (see
+    /// `engine::bucket_pool`).
+    pub bucket_buffers: u64,
     pub ema: bool,
     pub precision: Precision,
     pub micro_batch: u64,
@@ -51,8 +54,10 @@ impl ReplicaMemory {
         // the low format, held for the forward.
         let shard = i.params.div_ceil(i.optimizer_shards.max(1));
         let gradients = i.params.div_ceil(i.gradient_shards.max(1)) * F32;
-        let state =
-            i.params * (F32 + u64::from(i.ema) * F32 + low) + gradients + shard * i.optimizer_buffers * F32;
+        let state = i.params * (F32 + u64::from(i.ema) * F32 + low)
+            + gradients
+            + i.bucket_buffers
+            + shard * i.optimizer_buffers * F32;
         let output = if low == 0 { F32 } else { low };
         ReplicaMemory {
             state,
@@ -121,6 +126,7 @@ mod tests {
             optimizer_buffers: 2,
             optimizer_shards: 1,
             gradient_shards: 1,
+            bucket_buffers: 0,
             ema: false,
             precision: Precision::Bf16,
             micro_batch,
@@ -176,6 +182,7 @@ mod tests {
             optimizer_buffers: 1,
             optimizer_shards: 1,
             gradient_shards: 1,
+            bucket_buffers: 0,
             ema: true,
             precision: Precision::F32,
             micro_batch: 256,
@@ -195,6 +202,7 @@ mod tests {
                 optimizer_buffers: 2,
                 optimizer_shards: shards,
                 gradient_shards,
+                bucket_buffers: 0,
                 ema: false,
                 precision: Precision::F32,
                 micro_batch: 1,
@@ -213,10 +221,10 @@ mod tests {
     fn the_readmes_table_of_gpt2_on_8_gpus_is_this_estimate() {
         // README "Memory and --zero" and docs/guides/memory.md: bf16, AdamW, 8 replicas.
         let table = [
-            (124_439_808, ["2.1", "1.3", "0.9"]),
-            (354_823_168, ["5.9", "3.6", "2.5"]),
-            (774_030_080, ["13.0", "7.9", "5.4"]),
-            (1_557_611_200, ["26.1", "16.0", "10.9"]),
+            (124_439_808, ["2.1", "1.3", "1.0"]),
+            (354_823_168, ["5.9", "3.6", "2.6"]),
+            (774_030_080, ["13.0", "7.9", "5.5"]),
+            (1_557_611_200, ["26.1", "16.0", "11.0"]),
         ];
         for (params, columns) in table {
             for ((optimizer_shards, gradient_shards), want) in
@@ -227,6 +235,8 @@ mod tests {
                     optimizer_buffers: 2,
                     optimizer_shards,
                     gradient_shards,
+                    // Stage 2's bucket buffers: four of the default 25 MiB.
+                    bucket_buffers: if gradient_shards > 1 { 4 * (25 << 20) } else { 0 },
                     ema: false,
                     precision: Precision::Bf16,
                     micro_batch: 0,

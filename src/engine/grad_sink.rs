@@ -7,9 +7,8 @@
 //!
 //! Under `--zero 2` a replica has no whole gradient buffer: each bucket gets a buffer of its
 //! own when the step's first gradient of it arrives, held only until the coordinator has reduced
-//! it and kept the replica's shard of the sum ([`GradSink::release`]); a released buffer is kept
-//! for the next bucket, so a step takes as many as are in use at once and no more, made once
-//! (DeepSpeed's stage 2 reuses its bucket buffers the same way). A gradient the
+//! it and kept the replica's shard of the sum ([`GradSink::release`]); how many exist at once,
+//! and which are kept for the next bucket, is the [`BucketPool`]'s. A gradient the
 //! sink has written goes on through the backward pass as a one-element stand-in
 //! ([`Handled::Kept`]), so the backward pass does not hold a second copy of it either.
 
@@ -18,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::Sender;
 use tch::Tensor;
 
+use super::bucket_pool::BucketPool;
 use super::buckets::Buckets;
 use super::worker_messages::FromWorker;
 use dpt_sys::c10d::{CudaEvent, Handled};
@@ -50,8 +50,8 @@ struct State {
     /// Under [`Destination::Buckets`], each bucket's buffer of this step, once taken (a
     /// buffer of the pool, at least the bucket's length).
     staged: Vec<Option<Tensor>>,
-    /// Released bucket buffers, for the next buckets to take.
-    pool: Vec<Tensor>,
+    /// Released bucket buffers, for the step's next buckets to take.
+    pool: BucketPool,
     /// Which parameters' hooks wrote during the current micro-batch.
     written: Vec<bool>,
     /// Whether the current micro-batch adds to the earlier ones' gradients.
@@ -90,7 +90,7 @@ impl GradSink {
             recording: true,
             destination,
             staged: (0..buckets.len()).map(|_| None).collect(),
-            pool: Vec::new(),
+            pool: BucketPool::default(),
             written: vec![false; leaves.len()],
             adding: false,
             last: false,
@@ -129,7 +129,7 @@ impl GradSink {
         s.left = vec![0; buckets.len()];
         s.handed = (0..buckets.len()).map(|_| Vec::new()).collect();
         let held: Vec<Tensor> = s.staged.iter_mut().filter_map(Option::take).collect();
-        s.pool.extend(held);
+        held.into_iter().for_each(|t| s.pool.give_back(t));
         s.staged = (0..buckets.len()).map(|_| None).collect();
         s.buckets = buckets;
     }
@@ -150,11 +150,10 @@ impl GradSink {
         self.lock().staged.get(b).is_some_and(Option::is_some)
     }
 
-    /// Keeps at most `n` pooled buffers, the largest, and gives the others back.
-    pub fn trim_pool(&self, n: usize) {
-        let mut s = self.lock();
-        s.pool.sort_by_key(|t| std::cmp::Reverse(t.numel()));
-        s.pool.truncate(n);
+    /// The step's reduction is over: the pool frees the buffers it kept (the next forward
+    /// pass has their memory).
+    pub fn end_step(&self) {
+        self.lock().pool.end_step();
     }
 
     /// Gives bucket `b`'s buffer back to the pool, once the coordinator has kept what it needs
@@ -162,7 +161,7 @@ impl GradSink {
     pub fn release(&self, b: usize) {
         let mut s = self.lock();
         if let Some(t) = s.staged.get_mut(b).and_then(Option::take) {
-            s.pool.push(t);
+            s.pool.give_back(t);
         }
     }
 
@@ -292,14 +291,7 @@ impl State {
         if let Some(t) = &self.staged[b] {
             return t.f_narrow(0, 0, len);
         }
-        // The smallest pooled buffer that holds the bucket, else a new one.
-        let fit = (0..self.pool.len())
-            .filter(|&i| self.pool[i].numel() as i64 >= len)
-            .min_by_key(|&i| self.pool[i].numel());
-        let buffer = match fit {
-            Some(i) => self.pool.swap_remove(i),
-            None => Tensor::f_empty([len], (tch::Kind::Float, device))?,
-        };
+        let buffer = self.pool.take(len, device)?;
         let mut view = buffer.f_narrow(0, 0, len)?;
         let _ = view.f_zero_()?;
         self.staged[b] = Some(buffer);

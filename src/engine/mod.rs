@@ -2,6 +2,7 @@
 //! crossbeam channels between them, events out and controls in.
 
 pub mod allreduce;
+pub mod bucket_pool;
 pub(crate) mod buckets;
 pub mod clock;
 pub(crate) mod config;

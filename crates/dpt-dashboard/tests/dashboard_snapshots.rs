@@ -206,6 +206,7 @@ fn zero_state_held() -> App {
         optimizer: 497_903_616,
         optimizer_shards: 2,
         gradient_shards: 1,
+        bucket_buffers: 0,
     });
     app
 }
@@ -219,6 +220,7 @@ fn zero_2_state_held() -> App {
         optimizer: 497_903_616,
         optimizer_shards: 2,
         gradient_shards: 2,
+        bucket_buffers: 0,
     });
     app
 }

@@ -18,11 +18,6 @@ impl AskedSave {
         self.data_at = position;
     }
 
-    /// The data's position a save written now continues at.
-    pub(super) fn position(&self) -> (usize, usize) {
-        self.data_at
-    }
-
     /// A save is asked for: the position to write now, or none when the state is `split` over
     /// the ranks and the save waits for their agreement.
     pub(super) fn ask(&mut self, split: bool) -> Option<(usize, usize)> {

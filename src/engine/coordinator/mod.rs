@@ -240,9 +240,16 @@ impl Coordinator {
         if let Some(r) = &resumed {
             start = self.restore(r, r.then);
         }
+        let mut memory = self.update.replicas().state_bytes();
+        // Under --accumulate every bucket's buffer is held over the step's micro-batches.
+        let at_once = match self.cfg.settings.recipe.accumulate {
+            0 | 1 => crate::engine::bucket_pool::BUFFERS_PER_REPLICA,
+            _ => usize::MAX,
+        };
+        memory.bucket_buffers = self.exchange.bucket_buffer_bytes(at_once);
         let accounts = run_info::Accounts {
             param_count: self.update.replicas().param_count(),
-            memory: self.update.replicas().state_bytes(),
+            memory,
             lr: (self.steps.lr(), self.steps.scale()),
             allreduce: self.exchange.describe(),
             world: self.exchange.world(),

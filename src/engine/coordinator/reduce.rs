@@ -21,11 +21,10 @@
 //! cut at the shard grid, as DeepSpeed's stage 2 reduces a bucket's slices to their owners),
 //! and once a bucket's collectives are done each replica copies its shard's part of the sum into
 //! its gradient buffer and gives the bucket's buffer back to its sink. At most
-//! [`BUCKETS_IN_FLIGHT`] buckets wait for their reduces at once: as a newer one starts, the
+//! [`BUCKETS_IN_FLIGHT`](crate::engine::bucket_pool::BUCKETS_IN_FLIGHT) buckets wait for their reduces at once: as a newer one starts, the
 //! oldest is waited for and kept, so the buffers in use stay few whatever the model's size.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +44,8 @@ use dpt_core::device::DeviceId;
 use dpt_sys::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, SideStream, Work};
 
 mod sharded;
-use sharded::{Kept, BUCKETS_IN_FLIGHT, POOLED_BUFFERS};
+use crate::engine::bucket_pool::Flights;
+use sharded::Kept;
 
 /// How gradients are summed: over this process's replicas (the reduction), then across the
 /// other processes (`world`).
@@ -77,7 +77,7 @@ pub(super) struct Exchange {
 #[derive(Default)]
 pub(super) struct InFlight {
     works: Vec<Work<'static>>,
-    kept: VecDeque<Kept>,
+    kept: Flights<Kept>,
 }
 
 /// A step's replies, with what its bucketed reduction started while they came.
@@ -214,6 +214,15 @@ impl Exchange {
         result.map_err(|e| EngineError::Nccl(e.0))
     }
 
+    /// Under `--zero 2`, the most bytes of bucket buffers a replica holds at once during a step:
+    /// the `at_once` largest buckets' (f32); 0 when the replicas keep a whole gradient.
+    pub(super) fn bucket_buffer_bytes(&self, at_once: usize) -> u64 {
+        let Some(buckets) = self.buckets.as_ref().filter(|_| self.shards_gradients) else { return 0 };
+        let mut lengths: Vec<i64> = buckets.ranges.iter().map(|&(_, len)| len).collect();
+        lengths.sort_unstable_by(|a, b| b.cmp(a));
+        lengths.iter().take(at_once).map(|&len| 4 * len.max(0) as u64).sum()
+    }
+
     /// For the screen and the record: `copies through cpu + gloo across 2 ranks, 3 buckets
     /// overlapping backward`.
     pub(super) fn describe(&self) -> String {
@@ -288,17 +297,19 @@ impl Exchange {
                 }
                 if replicas.shards_gradients() {
                     let kept = self.reduce_bucket_sharded(replicas, b, buckets.ranges[b])?;
-                    in_flight.kept.push_back(kept);
+                    drop(side);
+                    match self.world {
+                        Some(_) => {
+                            if let Some(oldest) = in_flight.kept.started(kept) {
+                                self.keep_bucket(replicas, oldest)?;
+                            }
+                        }
+                        // Within one process the sums are done once queued: nothing to wait for.
+                        None => self.keep_bucket(replicas, kept)?,
+                    }
                 } else {
                     in_flight.works.extend(self.reduce_range(replicas, buckets.ranges[b])?);
-                }
-                drop(side);
-                // Within one process the sums are done once queued: nothing to wait for.
-                let limit = if self.world.is_some() { BUCKETS_IN_FLIGHT } else { 0 };
-                while in_flight.kept.len() > limit {
-                    if let Some(oldest) = in_flight.kept.pop_front() {
-                        self.keep_bucket(replicas, oldest)?;
-                    }
+                    drop(side);
                 }
                 if let Some(p) = probe {
                     p.borrow_mut().summed(b, buckets.len()).map_err(|e| EngineError::Nccl(e.0))?;
@@ -319,7 +330,7 @@ impl Exchange {
         replicas: &Replicas,
         in_flight: InFlight,
     ) -> Result<Reduced, EngineError> {
-        let InFlight { works, kept } = in_flight;
+        let InFlight { works, mut kept } = in_flight;
         if self.buckets.is_none() {
             for &run in &self.runs {
                 // Nothing is left in flight across runs: each run's sum is waited for here.
@@ -330,11 +341,11 @@ impl Exchange {
             self.finish_world(works)?;
         }
         if replicas.shards_gradients() {
-            for k in kept {
+            for k in kept.drain() {
                 self.keep_bucket(replicas, k)?;
             }
             for sink in &self.sinks {
-                sink.trim_pool(POOLED_BUFFERS);
+                sink.end_step();
             }
             // Each replica holds its own shard: it is its own holder.
             return Ok(Reduced { holders: (0..self.sinks.len()).collect() });

@@ -280,6 +280,8 @@ impl Replicas {
                 .unwrap_or(0),
             optimizer_shards: if self.sharded() { self.span.1 } else { 1 },
             gradient_shards: if self.shards_gradients() { self.span.1 } else { 1 },
+            // The exchange knows the buckets (see `Exchange::bucket_buffer_bytes`).
+            bucket_buffers: 0,
         }
     }
 

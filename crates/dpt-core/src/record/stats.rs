@@ -433,8 +433,17 @@ pub struct StateBytes {
     /// records written before stage 2 have none).
     #[serde(default = "one_shard")]
     pub gradient_shards: usize,
+    /// Under `--zero 2`, the most bytes of bucket buffers the replica holds at once during a
+    /// step (its backward pass writes each bucket's gradients there until the bucket is
+    /// reduced); 0 otherwise, and in records written before it was said.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bucket_buffers: u64,
 }
 
 fn one_shard() -> usize {
     1
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -377,10 +377,14 @@ fn start_line(info: &RunInfo) -> String {
                 (n, 0 | 1) => format!(" (--zero 1: a 1/{n} shard)"),
                 (n, _) => format!(" (--zero 2: 1/{n} shards of both)"),
             };
+            let buckets = match m.bucket_buffers {
+                0 => String::new(),
+                b => format!(", bucket buffers up to {}", size(b)),
+            };
             let points = info.snapshot_bytes.map_or(String::new(), |b| format!(", rewind points {}", size(b)))
                 + &info.checkpoint_bytes.map_or(String::new(), |b| format!(", checkpoint copy {}", size(b)));
             format!(
-                ", memory per replica: weights {}, gradients {}, optimizer state {}{shard}{points}",
+                ", memory per replica: weights {}, gradients {}, optimizer state {}{shard}{buckets}{points}",
                 size(m.weights),
                 size(m.gradients),
                 size(m.optimizer)

@@ -10,15 +10,6 @@ use crate::engine::coordinator::Replicas;
 use crate::engine::EngineError;
 use dpt_sys::c10d::{nccl_side_join, CudaEvent, SideStream, Work};
 
-/// Under `--zero 2`, the most buckets whose reduces a step leaves in flight at once; the
-/// oldest is finished as a newer one starts (DeepSpeed's stage 2 double-buffers its buckets).
-pub(super) const BUCKETS_IN_FLIGHT: usize = 2;
-
-/// Under `--zero 2`, the most bucket buffers a replica's pool keeps from one step to the next:
-/// those in flight and a few the backward pass fills ahead. A step that took more (a slow
-/// replica, buckets held over the micro-batches of `--accumulate`) gives the rest back.
-pub(super) const POOLED_BUFFERS: usize = BUCKETS_IN_FLIGHT + 2;
-
 /// A bucket summed under `--zero 2`: which it is, its range of the flat buffer, per local
 /// replica the buffer its shard's part of the sum is read from, each GPU's buffer its NCCL sum
 /// wrote (whose side stream is joined before the buffers go back), and its reduces over the

@@ -171,6 +171,7 @@ fn the_start_line_says_what_a_replica_holds_and_its_shard() {
                 optimizer: 399_163_392 / optimizer_shards as u64,
                 optimizer_shards,
                 gradient_shards,
+                bucket_buffers: if gradient_shards > 1 { 4 * (25 << 20) } else { 0 },
             }),
             snapshot_bytes: Some(3 * (600 << 20)),
             checkpoint_bytes: Some(600 << 20),
@@ -189,7 +190,7 @@ fn the_start_line_says_what_a_replica_holds_and_its_shard() {
     let zero_2 = line(&info((2, 2)));
     assert!(
         zero_2
-            .contains("gradients 95.2 MiB, optimizer state 190.3 MiB (--zero 2: 1/2 shards of both), rewind"),
+            .contains("gradients 95.2 MiB, optimizer state 190.3 MiB (--zero 2: 1/2 shards of both), bucket buffers up to 100.0 MiB, rewind"),
         "{zero_2}"
     );
 }
