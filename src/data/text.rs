@@ -234,26 +234,31 @@ mod tests {
             cache,
             "another file: tokenized again"
         );
-        // Caches made before a Unigram's files were encoded whole stay valid for every other
-        // codec: their key's version is still 3.
+        // Caches of every codec but a Unigram keep their key's version 3.
         let stamp = std::fs::read_to_string(cache.join("source.txt")).unwrap();
         assert!(stamp.starts_with("dpt-tui text 3 bytes "), "{stamp}");
     }
 
     #[test]
-    fn a_tokenizer_whose_ties_need_the_whole_text_has_caches_of_their_own() {
-        let home = tempfile::tempdir().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
-            "pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":false},
-            "post_processor":null,"decoder":null,
-            "model":{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0.0],["▁",-2.5],["a",-3.0]]}}"#;
-        std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
-        std::fs::write(dir.path().join("a.txt"), "a a aa a ".repeat(20)).unwrap();
-        let codec = TextCodec::open(dir.path(), None).unwrap();
-        let cache = tokenized_in(dir.path(), &codec, home.path(), Cutting::default()).unwrap();
-        let stamp = std::fs::read_to_string(cache.join("source.txt")).unwrap();
-        assert!(stamp.starts_with("dpt-tui text 4 tokenizer "), "{stamp}");
+    fn a_unigrams_caches_are_made_again_since_its_scores_are_read_as_python_reads_them() {
+        // Behind a Metaspace that splits at spaces or not: version 5 (4 and 3 broke some of
+        // its ties otherwise than Python).
+        for split in [false, true] {
+            let home = tempfile::tempdir().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let json = format!(
+                r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+                "pre_tokenizer":{{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":{split}}},
+                "post_processor":null,"decoder":null,
+                "model":{{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0.0],["▁",-2.5],["a",-3.0]]}}}}"#
+            );
+            std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
+            std::fs::write(dir.path().join("a.txt"), "a a aa a ".repeat(20)).unwrap();
+            let codec = TextCodec::open(dir.path(), None).unwrap();
+            let cache = tokenized_in(dir.path(), &codec, home.path(), Cutting::default()).unwrap();
+            let stamp = std::fs::read_to_string(cache.join("source.txt")).unwrap();
+            assert!(stamp.starts_with("dpt-tui text 5 tokenizer "), "split {split}: {stamp}");
+        }
     }
 
     #[test]
