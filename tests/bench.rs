@@ -114,3 +114,81 @@ fn a_cpu_bench_runs_every_case_against_pytorch_within_its_budget() {
     let again = bench(&["--devices", "cpu", "--cases", "lenet", "--out", out.to_str().unwrap()]);
     assert!(refused(&again).contains("already holds a bench"), "an earlier bench is never written over");
 }
+
+/// The processes whose command line names `needle` (a path), this test's own left out.
+fn processes_naming(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.chars().all(|c| c.is_ascii_digit()) && *pid != me)
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| !stat.contains(") Z") && !stat.contains(") X"));
+            alive && String::from_utf8_lossy(&cmdline).contains(needle)
+        })
+        .collect()
+}
+
+/// Waits up to a minute for `done`.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !done() {
+        assert!(t0.elapsed().as_secs() < 60, "waited a minute for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sigint_and_sigterm_stop_the_running_case_and_keep_what_was_measured() {
+    let python = common::python();
+    for (signal, name, code) in [(libc::SIGINT, "SIGINT", 130), (libc::SIGTERM, "SIGTERM", 143)] {
+        let dir = tempfile::tempdir().unwrap();
+        // The bench's scratch folder is made under TMPDIR: here, where the test can look.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        let out = dir.path().join("out");
+        let args = ["--devices", "cpu", "--cases", "lenet,mnist-net", "--python", &python];
+        let child = Dpt::new()
+            .arg("bench")
+            .args(args)
+            .arg("--out")
+            .arg(&out)
+            .env("TMPDIR", &tmp)
+            .scratch_runtime()
+            .piped()
+            .spawn();
+        let tmp_text = tmp.to_str().unwrap().to_owned();
+        // A case's side is running: its log is open and a process of it names the scratch.
+        wait_until("the first case to run", || {
+            out.join("runs/lenet-dpt-tui.out").exists() && !processes_naming(&tmp_text).is_empty()
+        });
+        // SAFETY: a signal to the bench's own process, which this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let ended = child.wait_with_output().unwrap();
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&ended.stdout), String::from_utf8_lossy(&ended.stderr));
+        assert_eq!(ended.status.code(), Some(code), "{name}: {text}");
+        // What was measured is kept, marked; the second case never began.
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+        assert_eq!(report["interrupted"], name, "{report}");
+        let cases = report["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 1, "{report}");
+        let sides = [&cases[0]["dpt_tui"]["status"], &cases[0]["pytorch"]["status"]];
+        assert!(sides.iter().any(|s| **s == "interrupted"), "{sides:?}");
+        let md = std::fs::read_to_string(out.join("bench.md")).unwrap();
+        assert!(md.contains(&format!("interrupted by {name} after 1 case(s)")), "{md}");
+        // Nothing of the case is left running, and the scratch folder is gone.
+        wait_until("the case's processes to end", || processes_naming(&tmp_text).is_empty());
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("dpt-bench-"))
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{name}: the scratch folder is left: {left:?}");
+    }
+}

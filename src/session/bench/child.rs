@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -25,6 +26,8 @@ pub enum Ended {
     Failed { reason: String, code: Option<i32> },
     /// It ran past its deadline and was killed.
     TimedOut { after_s: f64 },
+    /// The bench was asked to stop (`signal`): the side was stopped with its process group.
+    Interrupted { signal: i32 },
 }
 
 /// How often a running side is looked at; a case's deadline is seconds to minutes.
@@ -34,8 +37,9 @@ const POLL: Duration = Duration::from_millis(100);
 /// dpt-tui run stops after its step) before its process group is killed.
 const GRACE: Duration = Duration::from_secs(10);
 
-/// Runs `cmd` until it ends or `deadline` passes, its output in `log_stem`.out and .err.
-pub fn run(mut cmd: Command, deadline: Duration, log_stem: &Path) -> Ended {
+/// Runs `cmd` until it ends, `deadline` passes, or `stop` holds a signal's number (the bench
+/// was asked to stop), its output in `log_stem`.out and .err.
+pub fn run(mut cmd: Command, deadline: Duration, stop: &AtomicUsize, log_stem: &Path) -> Ended {
     let open = |ext: &str| std::fs::File::create(log_stem.with_extension(ext));
     let (out, err) = match (open("out"), open("err")) {
         (Ok(o), Ok(e)) => (o, e),
@@ -57,8 +61,12 @@ pub fn run(mut cmd: Command, deadline: Duration, log_stem: &Path) -> Ended {
             Ok(Some(status)) => break status,
             Ok(None) if t0.elapsed() >= deadline => {
                 let after_s = t0.elapsed().as_secs_f64();
-                stop(&mut child);
+                end(&mut child);
                 return Ended::TimedOut { after_s };
+            }
+            Ok(None) if stop.load(Ordering::SeqCst) != 0 => {
+                end(&mut child);
+                return Ended::Interrupted { signal: stop.load(Ordering::SeqCst) as i32 };
             }
             Ok(None) => std::thread::sleep(POLL),
             Err(e) => return Ended::Failed { reason: format!("lost the process: {e}"), code: None },
@@ -75,8 +83,9 @@ pub fn run(mut cmd: Command, deadline: Duration, log_stem: &Path) -> Ended {
     }
 }
 
-/// Ends a side past its deadline: SIGTERM to its process group, then SIGKILL after [`GRACE`].
-fn stop(child: &mut std::process::Child) {
+/// Ends a side past its deadline or a stopped bench's: SIGTERM to its process group, then
+/// SIGKILL after [`GRACE`].
+fn end(child: &mut std::process::Child) {
     let _ = dpt_tui::sys::terminate_process_group(child.id());
     let t0 = Instant::now();
     while t0.elapsed() < GRACE {
@@ -245,7 +254,8 @@ mod tests {
         cmd.args(["-c", "trap '' TERM; sh -c \"trap '' TERM; sleep 60\" & echo $! > kid; wait"]);
         cmd.current_dir(dir.path());
         let t0 = Instant::now();
-        let ended = run(cmd, Duration::from_millis(300), &dir.path().join("side"));
+        let go = AtomicUsize::new(0);
+        let ended = run(cmd, Duration::from_millis(300), &go, &dir.path().join("side"));
         assert!(matches!(ended, Ended::TimedOut { after_s } if after_s < 5.0), "{ended:?}");
         assert!(t0.elapsed() >= GRACE, "SIGTERM first, then the grace");
         let kid = std::fs::read_to_string(dir.path().join("kid")).expect("the child's pid");
@@ -262,13 +272,45 @@ mod tests {
         assert!(!alive(), "what the side started is gone too");
         let mut ok = Command::new("sh");
         ok.args(["-c", "echo '{\"samples_per_sec\": 5, \"ms_per_step\": 2}'"]);
-        let Ended::Done { stdout } = run(ok, Duration::from_secs(20), &dir.path().join("ok")) else {
+        let Ended::Done { stdout } = run(ok, Duration::from_secs(20), &go, &dir.path().join("ok")) else {
             panic!("it ends")
         };
         assert_eq!(torch_figures(&stdout).map(|f| f.samples_per_sec), Ok(5.0));
         let mut bad = Command::new("sh");
         bad.args(["-c", "echo 'RuntimeError: NCCL error' >&2; exit 3"]);
-        let ended = run(bad, Duration::from_secs(20), &dir.path().join("bad"));
+        let ended = run(bad, Duration::from_secs(20), &go, &dir.path().join("bad"));
         assert_eq!(ended, Ended::Failed { reason: "RuntimeError: NCCL error".into(), code: Some(3) });
+    }
+
+    #[test]
+    fn a_stopped_bench_ends_the_running_side_with_its_process_group() {
+        let dir = tempfile::tempdir().expect("temp");
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 60 & echo $! > kid; wait"]);
+        cmd.current_dir(dir.path());
+        // The bench's SIGINT, as its handler stores it, once the side has started its child.
+        let stop = AtomicUsize::new(0);
+        let t0 = Instant::now();
+        let ended = std::thread::scope(|s| {
+            s.spawn(|| {
+                while std::fs::read_to_string(dir.path().join("kid")).unwrap_or_default().trim().is_empty() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                stop.store(libc::SIGINT as usize, Ordering::SeqCst);
+            });
+            run(cmd, Duration::from_secs(60), &stop, &dir.path().join("side"))
+        });
+        assert_eq!(ended, Ended::Interrupted { signal: libc::SIGINT });
+        assert!(t0.elapsed() < Duration::from_secs(20), "not run to its deadline");
+        let kid = std::fs::read_to_string(dir.path().join("kid")).unwrap_or_default();
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", kid.trim()))
+                .is_ok_and(|stat| !stat.contains(") Z") && !stat.contains(") X"))
+        };
+        let t1 = Instant::now();
+        while alive() && t1.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!kid.trim().is_empty() && !alive(), "what the side started is gone too");
     }
 }

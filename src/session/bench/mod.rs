@@ -115,6 +115,8 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
     let given = opts.data.map(given_data).transpose().map_err(|e| input(anyhow::anyhow!(e)))?;
     let python = python::choose(opts.python).map_err(|e| input(anyhow::anyhow!(e)))?;
     let out = out_dir(opts.out).map_err(|e| input(anyhow::anyhow!(e)))?;
+    let stop =
+        stop_on_signals().map_err(|e| Failure::Run(anyhow::anyhow!("cannot watch for signals: {e}")))?;
     let t0 = Instant::now();
     let scratch = tempfile::Builder::new()
         .prefix("dpt-bench-")
@@ -161,9 +163,13 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
         scratch: scratch.path().to_owned(),
         out: out.clone(),
         made: Vec::new(),
+        stop,
     };
     let mut results = Vec::new();
     for (i, case) in cases.iter().enumerate() {
+        if bench.stopped().is_some() {
+            break;
+        }
         let left = budget.0.saturating_sub(t0.elapsed());
         let deadline = plan::deadline(&cases, i, left);
         let mut result = bench.case(case, deadline, &data);
@@ -176,6 +182,7 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
         budget_s: budget.0.as_secs_f64(),
         elapsed_s: t0.elapsed().as_secs_f64(),
         cases: results,
+        interrupted: bench.stopped().map(|s| dpt_tui::signals::name(s).to_owned()),
     };
     println!("\n{}", report.table());
     let json = serde_json::to_string_pretty(&report).map_err(|e| Failure::Run(e.into()))?;
@@ -186,12 +193,27 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
     write("bench.json", &json)?;
     write("bench.md", &report.markdown())?;
     println!("\nwritten: {} and {}", out.join("bench.json").display(), out.join("bench.md").display());
+    // The scratch folder (data, scripts, the runs' directories) goes as this returns.
+    if let Some(signal) = bench.stopped() {
+        return Ok(dpt_tui::signals::exit_code(signal));
+    }
     let failed = report.cases.iter().filter(|c| c.failed()).count();
     if failed > 0 {
         println!("{failed} case(s) failed or timed out");
         return Ok(1);
     }
     Ok(0)
+}
+
+/// SIGINT and SIGTERM stop the bench: the number of the one that came, 0 until one does. The
+/// running case's process group is then stopped (its processes are in a group of their own, so
+/// a terminal's Ctrl-C reaches only the bench), and what was measured is written.
+fn stop_on_signals() -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register_usize(signal, std::sync::Arc::clone(&stop), signal as usize)?;
+    }
+    Ok(stop)
 }
 
 /// The training images every case's steps need without an epoch's end (and its evaluation).

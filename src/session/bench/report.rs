@@ -18,6 +18,8 @@ pub enum Status {
     Unsupported,
     Failed,
     TimedOut,
+    /// The bench was stopped (SIGINT, SIGTERM) while it ran: what it had is kept.
+    Interrupted,
 }
 
 impl Status {
@@ -27,6 +29,7 @@ impl Status {
             Status::Unsupported => "unsupported",
             Status::Failed => "failed",
             Status::TimedOut => "timed out",
+            Status::Interrupted => "interrupted",
         }
     }
 }
@@ -270,6 +273,10 @@ pub struct Report {
     pub budget_s: f64,
     pub elapsed_s: f64,
     pub cases: Vec<CaseResult>,
+    /// The signal that stopped the bench before its last case (`SIGINT`); the cases not begun
+    /// are not in `cases`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 /// Pads each column to its widest cell.
@@ -291,7 +298,15 @@ impl Report {
         rows.extend(self.cases.iter().map(CaseResult::cells));
         let mut lines = aligned(&rows);
         lines.extend(self.cases.iter().flat_map(CaseResult::notes));
+        lines.extend(self.interrupted_note());
         lines.join("\n")
+    }
+
+    /// What a stopped bench says under its table.
+    fn interrupted_note(&self) -> Option<String> {
+        self.interrupted.as_ref().map(|signal| {
+            format!("interrupted by {signal} after {} case(s); the others did not run", self.cases.len())
+        })
     }
 
     /// `bench.md`: the machine, then the table and the notes in Markdown.
@@ -314,7 +329,8 @@ impl Report {
         for c in &self.cases {
             out += &format!("| {} |\n", c.cells().join(" | "));
         }
-        let notes: Vec<String> = self.cases.iter().flat_map(CaseResult::notes).collect();
+        let mut notes: Vec<String> = self.cases.iter().flat_map(CaseResult::notes).collect();
+        notes.extend(self.interrupted_note());
         if !notes.is_empty() {
             out += "\n";
             for n in notes {

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::child::{self, Ended};
@@ -72,9 +74,22 @@ pub struct Bench {
     pub out: PathBuf,
     /// The GPT TorchScript files made so far, by shape.
     pub made: Vec<(GptShape, PathBuf)>,
+    /// The number of the signal that asked the bench to stop (SIGINT, SIGTERM); 0 while none
+    /// has. The running side is stopped with its process group, and no other starts.
+    pub stop: Arc<AtomicUsize>,
+}
+
+/// A side the bench's stop ended, or kept from starting.
+fn interrupted(signal: i32) -> (Status, String) {
+    (Status::Interrupted, format!("stopped by {}", dpt_tui::signals::name(signal)))
 }
 
 impl Bench {
+    /// The signal that asked the bench to stop, once one has.
+    pub fn stopped(&self) -> Option<i32> {
+        Some(self.stop.load(Ordering::SeqCst) as i32).filter(|&s| s != 0)
+    }
+
     /// The GPUs a placement trains on (none on the CPU).
     fn gpus_of(&self, placement: Placement) -> &[usize] {
         match placement {
@@ -156,7 +171,7 @@ impl Bench {
         cmd.arg(gpt).arg("make").arg(&path);
         cmd.args([shape.vocab, shape.block].map(|v| v.to_string())).arg("script");
         cmd.args([shape.width, shape.layers, shape.heads].map(|v| v.to_string()));
-        match child::run(cmd, deadline, &self.scratch.join("gpt-make")) {
+        match child::run(cmd, deadline, &self.stop, &self.scratch.join("gpt-make")) {
             Ended::Done { .. } => {
                 self.made.push((shape, path.clone()));
                 Ok((path, tokens, note))
@@ -167,6 +182,7 @@ impl Bench {
             Ended::TimedOut { after_s } => {
                 Err((Status::TimedOut, format!("scripting the GPT took over {after_s:.0} s")))
             }
+            Ended::Interrupted { signal } => Err(interrupted(signal)),
         }
     }
 
@@ -218,7 +234,7 @@ impl Bench {
             }
         }
         let log = self.out.join("runs").join(format!("{}-dpt-tui", case.name));
-        let side = match child::run(cmd, deadline, &log) {
+        let side = match child::run(cmd, deadline, &self.stop, &log) {
             Ended::Done { .. } => {
                 // The record stays with the bench's outputs, for `dpt-tui show`.
                 let kept = self.out.join("runs").join(case.name);
@@ -237,6 +253,10 @@ impl Bench {
             Ended::TimedOut { after_s } => {
                 Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
             }
+            Ended::Interrupted { signal } => {
+                let (status, why) = interrupted(signal);
+                Side::not(status, why)
+            }
         };
         let _ = std::fs::remove_dir_all(&run_dir);
         side
@@ -252,6 +272,10 @@ impl Bench {
     ) -> Option<Side<child::TorchFigures>> {
         let (py, (seed, gpt)) = self.python.as_ref()?;
         let Kind::Train { net, precision, placement } = case.kind else { return None };
+        if let Some(signal) = self.stopped() {
+            let (status, why) = interrupted(signal);
+            return Some(Side::not(status, why));
+        }
         if precision == Precision::F16 {
             return Some(Side::not(Status::Unsupported, "the PyTorch scripts train in f32 or bf16"));
         }
@@ -289,7 +313,7 @@ impl Bench {
             cmd.env("CUDA_VISIBLE_DEVICES", visible(self.gpus_of(placement)));
         }
         let log = self.out.join("runs").join(format!("{}-pytorch", case.name));
-        Some(match child::run(cmd, deadline, &log) {
+        Some(match child::run(cmd, deadline, &self.stop, &log) {
             Ended::Done { stdout } => match child::torch_figures(&stdout) {
                 Ok(f) => Side::ok(f),
                 Err(e) => Side::not(Status::Failed, e),
@@ -297,6 +321,10 @@ impl Bench {
             Ended::Failed { reason, .. } => Side::not(Status::Failed, reason),
             Ended::TimedOut { after_s } => {
                 Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
+            }
+            Ended::Interrupted { signal } => {
+                let (status, why) = interrupted(signal);
+                Side::not(status, why)
             }
         })
     }

@@ -53,6 +53,7 @@ fn a_case_with_both_sides_has_its_ratio_and_both_utilisations() {
         budget_s: 300.0,
         elapsed_s: 250.0,
         cases: vec![c],
+        interrupted: None,
     };
     let table = report.table();
     let row = table.lines().nth(1).expect("a row");
@@ -70,6 +71,11 @@ fn a_case_with_both_sides_has_its_ratio_and_both_utilisations() {
     let md = report.markdown();
     assert!(md.contains("| resnet18-bf16 | cuda:0 | bf16 | 256 | 50,000 samples/s |"), "{md}");
     assert!(md.contains("NVIDIA driver 580.65"));
+    assert!(!md.contains("interrupted"), "{md}");
+    // A stopped bench says so under the table, in both outputs.
+    let stopped = Report { interrupted: Some("SIGINT".into()), ..report };
+    let said = "interrupted by SIGINT after 1 case(s); the others did not run";
+    assert!(stopped.table().contains(said) && stopped.markdown().contains(said));
 }
 
 #[test]
