@@ -165,13 +165,16 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
         made: Vec::new(),
         stop,
     };
+    // The budget is shared by the cases this machine can measure.
+    let runnable: Vec<Case> = cases.iter().filter(|c| bench.cannot_run(c).is_none()).cloned().collect();
     let mut results = Vec::new();
-    for (i, case) in cases.iter().enumerate() {
+    for case in &cases {
         if bench.stopped().is_some() {
             break;
         }
         let left = budget.0.saturating_sub(t0.elapsed());
-        let deadline = plan::deadline(&cases, i, left);
+        let at = runnable.iter().position(|c| c.name == case.name);
+        let deadline = at.map_or(std::time::Duration::ZERO, |k| plan::deadline(&runnable, k, left));
         let mut result = bench.case(case, deadline, &data);
         result.derive();
         println!("  {:<14} {}", case.name, one_line(&result));
