@@ -89,6 +89,15 @@ fn compare_with_python(
     Ok(ours.len())
 }
 
+/// A fixed stream of draws from `seed`: each call gives a number below its argument.
+fn draws(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |n: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    }
+}
+
 /// Lines of words from a fixed stream, with what a tokenizer's pre-tokenizer treats apart:
 /// leading spaces and runs of them, blank lines, tabs, punctuation, digits and non-ASCII letters.
 fn prose(bytes: usize, seed: u64) -> String {
@@ -96,11 +105,7 @@ fn prose(bytes: usize, seed: u64) -> String {
         "the", "cat", "sat", "on", "mat", "and", "dog's", "log", "naïve", "café", "日本", "1999", "--",
         "it's", "Über", "x",
     ];
-    let mut x = seed;
-    let mut draw = move |n: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (x >> 33) % n
-    };
+    let mut draw = draws(seed);
     let mut text = String::new();
     while text.len() < bytes {
         let line: Vec<&str> = (0..1 + draw(12)).map(|_| WORDS[draw(16) as usize]).collect();
@@ -150,11 +155,7 @@ fn the_cache_holds_what_hugging_faces_own_library_makes_of_the_text() {
 /// long runs of one punctuation character, comment rules, `//` after spaces and dotted version
 /// numbers, from a fixed stream.
 fn runs(bytes: usize, seed: u64) -> String {
-    let mut x = seed;
-    let mut draw = move |n: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (x >> 33) % n
-    };
+    let mut draw = draws(seed);
     let mut text = String::new();
     while text.len() < bytes {
         let run = |c: char, n: u64| c.to_string().repeat(3 + n as usize);
@@ -264,11 +265,7 @@ fn a_unigram_holds_the_scores_python_reads() {
     let off = ours.iter().zip(&pythons).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
     assert_eq!(off, 0, "{off} of {} scores differ from Python's", ours.len());
 
-    let mut x = 11u64;
-    let mut draw = move |n: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (x >> 33) % n
-    };
+    let mut draw = draws(11);
     let mut digits = |n: u64| (0..n).map(|_| char::from(b'0' + draw(10) as u8)).collect::<String>();
     let mut texts = vec!["0.0".to_owned(), "-5".to_owned(), "-0.5".to_owned()];
     for i in 0..4_000u64 {
@@ -327,11 +324,7 @@ fn unigram_with_ties(path: &Path) {
 
 /// Lines of letters, each indented by twelve spaces, from a fixed stream.
 fn indented(bytes: usize, seed: u64) -> String {
-    let mut x = seed;
-    let mut draw = move |n: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (x >> 33) % n
-    };
+    let mut draw = draws(seed);
     let mut text = String::new();
     while text.len() < bytes {
         text.push_str("            ");

@@ -245,6 +245,20 @@ mod tests {
         assert_eq!(last_error_line(""), None);
     }
 
+    /// Whether process `pid` is gone (or a zombie) within a few seconds: SIGKILL is delivered,
+    /// not awaited, and the process is reaped by whoever adopted it.
+    fn gone_soon(pid: &str) -> bool {
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .is_ok_and(|stat| !stat.contains(") Z") && !stat.contains(") X"))
+        };
+        let t0 = Instant::now();
+        while alive() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        !alive()
+    }
+
     #[test]
     fn a_side_past_its_deadline_is_killed_with_what_it_started() {
         let dir = tempfile::tempdir().expect("temp");
@@ -259,17 +273,7 @@ mod tests {
         assert!(matches!(ended, Ended::TimedOut { after_s } if after_s < 5.0), "{ended:?}");
         assert!(t0.elapsed() >= GRACE, "SIGTERM first, then the grace");
         let kid = std::fs::read_to_string(dir.path().join("kid")).expect("the child's pid");
-        // SIGKILL is delivered, not awaited: the grandchild dies when next scheduled, and is
-        // reaped by whoever adopted it. Gone or a zombie within a few seconds is what counts.
-        let alive = || {
-            std::fs::read_to_string(format!("/proc/{}/stat", kid.trim()))
-                .is_ok_and(|stat| !stat.contains(") Z") && !stat.contains(") X"))
-        };
-        let t1 = Instant::now();
-        while alive() && t1.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(!alive(), "what the side started is gone too");
+        assert!(gone_soon(&kid), "what the side started is gone too");
         let mut ok = Command::new("sh");
         ok.args(["-c", "echo '{\"samples_per_sec\": 5, \"ms_per_step\": 2}'"]);
         let Ended::Done { stdout } = run(ok, Duration::from_secs(20), &go, &dir.path().join("ok")) else {
@@ -303,14 +307,6 @@ mod tests {
         assert_eq!(ended, Ended::Interrupted { signal: libc::SIGINT });
         assert!(t0.elapsed() < Duration::from_secs(20), "not run to its deadline");
         let kid = std::fs::read_to_string(dir.path().join("kid")).unwrap_or_default();
-        let alive = || {
-            std::fs::read_to_string(format!("/proc/{}/stat", kid.trim()))
-                .is_ok_and(|stat| !stat.contains(") Z") && !stat.contains(") X"))
-        };
-        let t1 = Instant::now();
-        while alive() && t1.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(!kid.trim().is_empty() && !alive(), "what the side started is gone too");
+        assert!(!kid.trim().is_empty() && gone_soon(&kid), "what the side started is gone too");
     }
 }
