@@ -14,6 +14,6 @@ pub mod persist;
 pub use dpt_core::{
     atomic, error_chain, flops, record, root_cause, run_dir, settings, string_form, sweep, unix_now,
 };
-pub use dpt_dashboard::{alert, dashboard, headless, remote, report, signals, sweep_board};
+pub use dpt_dashboard::{alert, dashboard, headless, remote, report, script, signals, sweep_board};
 /// The OS calls the standard library lacks, from the one crate allowed `unsafe`.
 pub use dpt_sys::os as sys;

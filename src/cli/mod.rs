@@ -127,6 +127,29 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["png", "svg", "why", "tensorboard"])]
         csv: bool,
     },
+    /// Watch and steer your own training script: start CMD (`python train.py`, `torchrun ...`)
+    /// with the backend the `dpt_tui` Python client talks to, and open the dashboard on it.
+    ///
+    /// The script calls `dpt_tui.init(...)` and `run.step(...)` (python/README.md); its output
+    /// goes to output.log in the run directory, its exit status is dpt-tui's.
+    Run {
+        /// Where the run is recorded [default: runs/<timestamp>-<script>].
+        #[arg(long, value_name = "DIR")]
+        run_dir: Option<PathBuf>,
+        /// Plain progress lines and the script's output instead of the dashboard (automatic
+        /// when stdout is not a terminal).
+        #[arg(long)]
+        headless: bool,
+        /// Internal: serve the script of this process, which started this backend itself.
+        #[arg(long, hide = true, requires = "endpoint", conflicts_with = "command")]
+        for_pid: Option<u32>,
+        /// Internal: the socket that process connects to.
+        #[arg(long, hide = true, value_name = "PATH")]
+        endpoint: Option<PathBuf>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Internal: write the generated reference pages (`docs/reference/`) into DIR.
     #[command(hide = true)]
     Reference { dir: PathBuf },

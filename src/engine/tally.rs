@@ -109,6 +109,7 @@ impl Window {
             model_flops: None,
             mfu: None,
             cuda_syncs: None,
+            scalars: Default::default(),
         }
     }
 }

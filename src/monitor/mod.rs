@@ -4,6 +4,7 @@
 
 pub mod nvml;
 mod process;
+pub mod script;
 
 use std::thread::JoinHandle;
 use std::time::Duration;

@@ -100,7 +100,18 @@ impl Gpus {
     /// give one. A MIG slice has its own memory but no utilization of its own: that figure is
     /// absent rather than the parent GPU's.
     pub fn sample(&self, identity: Option<&CudaIdentity>, cuda_index: usize) -> Result<DeviceSample, String> {
-        let (dev, how) = self.find(identity, cuda_index)?;
+        let found = self.find(identity, cuda_index)?;
+        Ok(self.read(found, cuda_index))
+    }
+
+    /// A reading of the GPU with `uuid` (`GPU-…` or `MIG-…`, as a script reports it), shown as
+    /// CUDA device `cuda_index`.
+    pub fn sample_uuid(&self, uuid: &str, cuda_index: usize) -> Result<DeviceSample, String> {
+        let dev = self.nvml.device_by_uuid(uuid).map_err(|e| format!("NVML shows no GPU with UUID {uuid} ({e})"))?;
+        Ok(self.read((dev, Matched::Uuid(uuid.to_owned())), cuda_index))
+    }
+
+    fn read(&self, (dev, how): (Device<'_>, Matched), cuda_index: usize) -> DeviceSample {
         let mem = dev.memory_info().ok();
         let mig = matches!(&how, Matched::Uuid(u) if u.starts_with("MIG-"));
         let note = match how {
@@ -108,7 +119,7 @@ impl Gpus {
             _ if mig => Some("MIG slice: utilization is not reported per slice".to_owned()),
             _ => None,
         };
-        Ok(DeviceSample {
+        DeviceSample {
             device: DeviceId::Cuda(cuda_index),
             source: SampleSource::Nvml,
             util_pct: if mig { None } else { dev.utilization_rates().ok().map(|u| f64::from(u.gpu)) },
@@ -121,7 +132,7 @@ impl Gpus {
             host: None,
             note,
             gpu: Some(Box::new(self.detail(&dev, cuda_index))),
-        })
+        }
     }
 
     /// The further figures of `dev` (this process's CUDA device `cuda_index`), each only where

@@ -20,11 +20,19 @@ pub struct ProcessReading {
 
 impl ProcessProbe {
     pub fn new() -> Self {
+        ProcessProbe::of(sysinfo::get_current_pid().ok())
+    }
+
+    /// A probe of another process (a script's rank).
+    pub fn of_pid(pid: u32) -> Self {
+        ProcessProbe::of(Some(Pid::from_u32(pid)))
+    }
+
+    fn of(pid: Option<Pid>) -> Self {
         let system = System::new().ok().map(|mut s| {
             s.refresh_memory();
             s
         });
-        let pid = sysinfo::get_current_pid().ok();
         let mut probe = ProcessProbe { system, pid };
         // CPU use is a difference between two refreshes; take the first one now.
         probe.refresh();

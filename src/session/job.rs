@@ -31,7 +31,7 @@ use dpt_tui::signals::{self, SignalMsg};
 
 /// Messages the headless printer may fall behind by (a blocked stdout) before the hub drops it;
 /// the channel's slots are allocated up front, so this stays modest (about 5 MB).
-const PRINTER_BUFFER: usize = 1 << 16;
+pub(super) const PRINTER_BUFFER: usize = 1 << 16;
 
 /// Why the engine did not start, as an exit status.
 fn start_failure(e: StartError) -> Failure {
@@ -195,7 +195,7 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
 
 /// The run's TensorBoard event file for this attempt; without one (a read-only folder) the run
 /// trains and says so.
-fn tensorboard(run_dir: &std::path::Path) -> Option<TensorBoard> {
+pub(super) fn tensorboard(run_dir: &std::path::Path) -> Option<TensorBoard> {
     match TensorBoard::create(run_dir, dpt_tui::unix_now(), &dpt_tui::dist::world::hostname()) {
         Ok(tb) => Some(tb),
         Err(e) => {

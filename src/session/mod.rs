@@ -16,6 +16,7 @@ mod job;
 mod ls;
 mod model_inputs;
 mod restart;
+mod script_run;
 mod show;
 mod sweep;
 
@@ -75,6 +76,12 @@ pub fn run(args: Args) -> Result<u8, Failure> {
                 python: python.as_deref(),
                 out: out.as_deref(),
             })
+        }
+        Some(Command::Run { run_dir, headless, for_pid, endpoint, command }) => {
+            return script_run::run(
+                &script_run::Options { run_dir, headless, for_pid, endpoint, command },
+                &args,
+            )
         }
         Some(Command::Reference { dir }) => {
             return crate::cli::reference::write(&dir).map(|()| 0).map_err(failed("writing the reference"))

@@ -9,7 +9,8 @@ pub mod dashboard;
 pub mod headless;
 pub mod remote;
 pub mod report;
+pub mod script;
 pub mod signals;
 pub mod sweep_board;
 
-use dpt_core::{atomic, config_error, flops, model, monitor, optim, record, run_dir, unix_now, Control};
+use dpt_core::{atomic, config_error, device, flops, model, monitor, optim, record, run_dir, settings, unix_now, Control};

@@ -114,6 +114,12 @@ pub fn signal_process(pid: u32, signal: i32) -> std::io::Result<()> {
     send(id, signal)
 }
 
+/// Sends `signal` to every process of process group `group` (see [`terminate_process_group`]);
+/// one already gone is not an error.
+pub fn signal_process_group(group: u32, signal: i32) -> std::io::Result<()> {
+    signal_group(group, signal)
+}
+
 fn signal_group(group: u32, signal: libc::c_int) -> std::io::Result<()> {
     let Ok(id) = i32::try_from(group) else {
         return Err(std::io::Error::other(format!("process group {group} is out of range")));

@@ -56,6 +56,7 @@ pub(super) fn run_info(cfg: &TrainConfig, facts: &RunFacts, parts: Accounts) -> 
             replicas: w.replicas.clone(),
             devices: w.devices.clone(),
         }),
+        script: None,
         settings: cfg.settings.clone(),
     }
 }

@@ -55,6 +55,10 @@ pub struct Curves {
     /// Steps in an epoch (a rewind's position in x).
     #[serde(default)]
     pub steps_per_epoch: usize,
+    /// A script run (`dpt-tui run -- CMD`): x is its optimizer step, and its evaluations at
+    /// any step are the test curves' points.
+    #[serde(default)]
+    pub script: bool,
 }
 
 /// `epoch` (1-based) and `step` of `steps` as a fractional epoch count.
@@ -94,9 +98,19 @@ impl Curves {
                 self.has_perplexity = info.has_perplexity();
                 self.lr_plan = planned_lr(info);
                 self.steps_per_epoch = info.steps_per_epoch.max(1);
+                self.script = info.script.is_some();
+                if let Some(script) = &info.script {
+                    self.epochs = script.total_steps.unwrap_or(0);
+                    self.steps_per_x = Some(1);
+                    self.lr_plan.clear();
+                }
             }
             Record::Step(s) => {
-                let x = fractional_epoch(s.epoch, s.step, s.steps_per_epoch);
+                let x = if self.script {
+                    s.global_step as f64
+                } else {
+                    fractional_epoch(s.epoch, s.step, s.steps_per_epoch)
+                };
                 self.x = x;
                 if let Some(g) = s.grad_norm {
                     self.grad_norm.push((x, g));
@@ -151,6 +165,16 @@ impl Curves {
                 }
                 // The run goes on from the point, past the batches it skipped.
                 self.x = at + *skipped as f64 / spe;
+            }
+            Record::Eval(e) => {
+                let x = e.global_step as f64;
+                self.x = self.x.max(x);
+                if let Some(loss) = e.loss() {
+                    self.test_loss.push((x, loss));
+                }
+                if let (Some(acc), false) = (e.acc(), self.no_classes) {
+                    self.test_acc.push((x, acc));
+                }
             }
             Record::Event(_) | Record::Summary(_) => {}
         }

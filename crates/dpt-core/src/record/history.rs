@@ -86,6 +86,7 @@ impl History {
             Record::Epoch(e) => e.epoch * spe <= at,
             Record::Event(c) => c.global_step().is_none_or(|g| g <= at),
             Record::Summary(s) => s.global_steps <= at,
+            Record::Eval(e) => e.global_step <= at,
             Record::Start(_) => true,
         });
         self.count_steps();

@@ -15,6 +15,9 @@
 //!   `init_from`, `tested`, `best_kept`, `early_stopped`, `save_failed`, `failed`, `sampled`,
 //!   `straggler`, `rebucketed`, `snapshot`, `rewound`) with its fields
 //! - `summary`: [`Summary`]
+//! - `eval`: [`script::EvalStats`], a script run's evaluation at any step
+//!
+//! A reader skips a line of a `kind` it does not know (a later version's).
 //!
 //! Records after a `restored` event supersede those of a higher `global_step` before it (see
 //! [`history::History`]).
@@ -25,6 +28,7 @@ pub mod curves;
 pub mod file;
 pub mod history;
 mod run_info_wire;
+pub mod script;
 pub mod smooth;
 pub mod stats;
 pub mod straggler;
@@ -51,6 +55,8 @@ pub enum Record {
     Event(Change),
     /// The run ended (completed, stopped or diverged).
     Summary(Box<Summary>),
+    /// A script run's evaluation at any step (`run.eval(...)`).
+    Eval(Box<script::EvalStats>),
 }
 
 /// A change or an incident, recorded as an `event` line.

@@ -62,6 +62,8 @@ pub(super) struct RunInfoWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     world: Option<WorldInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    script: Option<super::script::ScriptInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     settings: Option<Settings>,
     #[serde(flatten)]
     earlier: Earlier,
@@ -177,6 +179,7 @@ impl From<RunInfo> for RunInfoWire {
             normalize: i.normalize,
             restart: i.restart,
             world: i.world,
+            script: i.script,
             settings: Some(i.settings),
         }
     }
@@ -215,6 +218,7 @@ impl From<RunInfoWire> for RunInfo {
             normalize: w.normalize,
             restart: w.restart,
             world: w.world,
+            script: w.script,
             settings,
         }
     }

@@ -88,6 +88,10 @@ pub struct RunInfo {
     /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,
+    /// A run of the user's own script (`dpt-tui run -- CMD`): its label, controls and devices.
+    /// Its `settings` are then the defaults and say nothing of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<super::script::ScriptInfo>,
     /// The run's settings, as resolved (records of earlier versions: rebuilt from the settings
     /// they listed).
     pub settings: Settings,
@@ -123,6 +127,7 @@ impl Default for RunInfo {
             normalize: None,
             restart: None,
             world: None,
+            script: None,
             settings: Settings::default(),
         }
     }
@@ -140,6 +145,11 @@ pub struct Restart {
 }
 
 impl RunInfo {
+    /// Whether a viewer may ask the run for `capability` (a native run takes every control).
+    pub fn can(&self, capability: super::script::Capability) -> bool {
+        self.script.as_ref().is_none_or(|s| s.can(capability))
+    }
+
     /// Epochs the run trains.
     pub fn epochs(&self) -> usize {
         self.settings.recipe.epochs
@@ -191,6 +201,9 @@ impl RunInfo {
     /// The model as screens and pictures name it: the built-in's name, or the TorchScript
     /// file's name.
     pub fn model_label(&self) -> String {
+        if let Some(script) = &self.script {
+            return script.label.clone();
+        }
         match self.settings.model.name.file() {
             Some(file) => file
                 .file_name()
@@ -301,6 +314,9 @@ pub struct StepStats {
     /// sync debug mode's warnings, counted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_syncs: Option<f64>,
+    /// A script run's named figures at the window's last step (`run.step(..., name=value)`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub scalars: std::collections::BTreeMap<String, f64>,
 }
 
 /// How the streaming loader kept up over a window: whether batches were ready when the

@@ -86,6 +86,9 @@ pub struct Narrator {
     val: bool,
     /// The cause of the last verdict said: a window's verdict is said when its cause changes.
     cause: Option<super::bottleneck::Cause>,
+    /// A script run: its steps in all, if it said (its lines count steps and say only what it
+    /// reported).
+    script: Option<Option<usize>>,
 }
 
 impl Narrator {
@@ -100,8 +103,22 @@ impl Narrator {
                 self.block = i.settings.data.block_size;
                 self.classes = i.task.has_classes();
                 self.val = i.val_samples.is_some() || i.test_split.as_deref() == Some("val");
-                info(start_line(i))
+                self.script = i.script.as_ref().map(|s| s.total_steps);
+                match &i.script {
+                    Some(script) => info(script_start_line(i, script)),
+                    None => info(start_line(i)),
+                }
             }
+            Record::Step(s) if self.script.is_some() => Some(Line {
+                level: Level::Info,
+                progress: true,
+                text: script_step_line(s, self.script.flatten(), self.classes),
+            }),
+            Record::Eval(e) => info(format!(
+                "step {} evaluation: {}",
+                e.global_step,
+                e.metrics.iter().map(|(k, v)| format!("{k} {}", figure(*v))).collect::<Vec<_>>().join(", ")
+            )),
             Record::Step(s) => Some(Line {
                 level: Level::Info,
                 progress: true,
@@ -321,6 +338,63 @@ fn change_line(c: &Change) -> Line {
         ),
     };
     Line { level, text, progress: false }
+}
+
+/// A number as a line shows it: four significant digits, whatever its size.
+fn figure(v: f64) -> String {
+    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
+        format!("{v:.3e}")
+    } else {
+        format!("{}", (v * 1e4).round() / 1e4)
+    }
+}
+
+/// What a script run's start says: what it is, where, and what it can be asked.
+fn script_start_line(info: &RunInfo, script: &super::script::ScriptInfo) -> String {
+    let devices = if script.devices.is_empty() {
+        device_list(&info.devices)
+    } else {
+        script.devices.iter().map(super::script::ScriptDevice::label).collect::<Vec<_>>().join(", ")
+    };
+    let can: Vec<String> = script
+        .can
+        .iter()
+        .filter(|c| **c != super::script::Capability::Unknown)
+        .map(|c| serde_json::to_value(c).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
+        .collect();
+    format!(
+        "watching {} ({} script, {} rank(s) on {devices}){}; it takes: {}",
+        script.label,
+        script.framework,
+        script.world_size,
+        script.total_steps.map_or(String::new(), |n| format!(", {n} steps")),
+        if can.is_empty() { "no controls".to_owned() } else { can.join(", ") }
+    )
+}
+
+/// A script run's report window: only what the script reported.
+fn script_step_line(s: &StepStats, total: Option<usize>, classes: bool) -> String {
+    let mut line = match total {
+        Some(n) => format!("step {:>5}/{n}", s.global_step),
+        None => format!("step {:>5}", s.global_step),
+    };
+    line += &format!("  loss {:.4}", s.loss);
+    if classes && s.acc.is_finite() {
+        line += &format!("  acc {:.3}", s.acc);
+    }
+    if s.lr > 0.0 {
+        line += &format!("  lr {}", lr_text(s.lr));
+    }
+    if s.samples_per_sec > 0.0 {
+        line += &format!("  {:.1} samples/s", s.samples_per_sec);
+    }
+    if s.timing.compute > 0.0 {
+        line += &format!("  step {} ms", ms(s.timing.compute));
+    }
+    for (name, v) in &s.scalars {
+        line += &format!("  {name} {}", figure(*v));
+    }
+    line
 }
 
 fn start_line(info: &RunInfo) -> String {

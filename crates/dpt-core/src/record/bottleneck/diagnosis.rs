@@ -50,7 +50,7 @@ impl Diagnosis {
                     summary.bottleneck = verdict(&Evidence { info, step: &step, devices: &self.devices });
                 }
             }
-            Record::Epoch(_) | Record::Event(_) => {}
+            Record::Epoch(_) | Record::Event(_) | Record::Eval(_) => {}
         }
     }
 }

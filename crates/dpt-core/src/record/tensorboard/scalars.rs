@@ -53,6 +53,9 @@ impl Scalars {
                     put("tokens_per_sec", Some(s.samples_per_sec * t as f64));
                 }
                 put("grad_norm", s.grad_norm);
+                for (name, value) in &s.scalars {
+                    put(&format!("scalars/{name}"), Some(*value));
+                }
                 put("loss_scale", s.loss_scale);
                 if s.timed_steps != Some(0) {
                     put("step/data_ms", Some(s.timing.data * 1e3));
@@ -81,6 +84,12 @@ impl Scalars {
                     put(&format!("{split}/perplexity"), Some(e.test_loss.exp()));
                 }
                 put("train/epoch_loss", Some(e.train_loss));
+            }
+            Record::Eval(e) => {
+                self.step = e.global_step;
+                for (name, value) in &e.metrics {
+                    put(&format!("eval/{name}"), Some(*value));
+                }
             }
             Record::Event(_) | Record::Summary(_) => return None,
         }
