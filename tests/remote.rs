@@ -176,10 +176,12 @@ fn raw(job: &Job) -> (UnixStream, std::io::Lines<BufReader<UnixStream>>) {
 fn version_mismatch_bad_messages_and_foreign_users_leave_the_job_running() {
     let job = Job::start("1000");
     let socket = server_info(&job.run).unwrap().socket;
-    match attach_stream(UnixStream::connect(&socket).unwrap(), false, VERSION + 1) {
+    match attach_stream(UnixStream::connect(&socket).unwrap(), false, VERSION + 2) {
         Err(AttachError::Refused(m)) => assert!(m.contains("protocol version mismatch"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
+    // A neighbouring version's client is served.
+    assert!(attach_stream(UnixStream::connect(&socket).unwrap(), true, VERSION - 1).is_ok());
     // Garbage before and after the hello.
     let (mut s, mut lines) = raw(&job);
     s.write_all(b"{not json\n").unwrap();

@@ -43,6 +43,8 @@ mod optimizers;
 mod overlap;
 #[path = "properties.rs"]
 mod properties;
+#[path = "python_client.rs"]
+mod python_client;
 #[path = "reliability.rs"]
 mod reliability;
 #[path = "remote.rs"]
@@ -57,6 +59,8 @@ mod save_failures;
 mod schedules;
 #[path = "script_models.rs"]
 mod script_models;
+#[path = "script_runs.rs"]
+mod script_runs;
 #[path = "setup_env.rs"]
 mod setup_env;
 #[path = "signals.rs"]

@@ -271,7 +271,9 @@ pub struct StepStats {
     /// Mean training loss per sample over the window (NaN when not finite: written `null`).
     #[serde(deserialize_with = "nan_if_null")]
     pub loss: f64,
-    /// Training accuracy over the window.
+    /// Training accuracy over the window (NaN, written `null`, for a script run that reported
+    /// none).
+    #[serde(deserialize_with = "nan_if_null")]
     pub acc: f64,
     pub lr: f64,
     pub samples_per_sec: f64,

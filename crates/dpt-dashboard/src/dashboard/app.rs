@@ -195,8 +195,7 @@ impl App {
                 self.run.last_epoch = Some((**e).clone());
             }
             Record::Event(change) => self.on_change(change),
-            // Its figures are the curves' and the log's.
-            Record::Eval(_) => {}
+            Record::Eval(e) => self.run.last_eval = Some((**e).clone()),
             Record::Summary(summary) => {
                 self.run.state = RunState::Finished;
                 self.run.summary = Some((**summary).clone());

@@ -19,6 +19,8 @@ pub struct RunPanel {
     pub state: RunState,
     pub last_step: Option<StepStats>,
     pub last_epoch: Option<EpochStats>,
+    /// A script run's last evaluation (`run.eval(...)`).
+    pub last_eval: Option<crate::record::script::EvalStats>,
     pub epoch_seconds: Vec<f64>,
     pub lr: Option<f64>,
     pub global_step: usize,
@@ -43,6 +45,7 @@ impl Default for RunPanel {
             state: RunState::Starting,
             last_step: None,
             last_epoch: None,
+            last_eval: None,
             epoch_seconds: Vec::new(),
             lr: None,
             global_step: 0,
@@ -70,6 +73,10 @@ impl RunPanel {
         let step = self.last_step.as_ref()?;
         let total = info.settings.recipe.steps.unwrap_or(info.epochs() * info.steps_per_epoch);
         let left_steps = total.saturating_sub(step.global_step) as f64;
+        if info.script.is_some() {
+            // A script's steps are timed whole by its own clock.
+            return (step.timing.total() > 0.0).then(|| left_steps * step.timing.total());
+        }
         let samples_per_step = info.train_samples as f64 / info.steps_per_epoch.max(1) as f64;
         (step.samples_per_sec > 0.0).then(|| left_steps * samples_per_step / step.samples_per_sec)
     }

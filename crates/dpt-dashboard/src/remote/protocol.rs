@@ -11,16 +11,26 @@ use crate::monitor::MonitorMsg;
 use crate::record::Record;
 use crate::Control;
 
-/// The protocol version this build speaks.
-/// The protocol version this build speaks (2: records as `metrics.jsonl` has them).
-pub const VERSION: u32 = 2;
+/// The protocol version this build speaks (2: records as `metrics.jsonl` has them; 3: records
+/// of script runs, `eval` among them). A client one version older or newer is served: records
+/// only grow, and each side skips a record it does not know.
+pub const VERSION: u32 = 3;
 
 /// The run as a viewer first sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// The run's history (bounded: see `record::history`).
+    #[serde(deserialize_with = "known")]
     pub records: Vec<Record>,
+    #[serde(deserialize_with = "known")]
     pub monitor: Vec<MonitorMsg>,
+}
+
+/// The entries this build can read; one of a kind a newer build added is left out, so a
+/// snapshot from it still opens.
+fn known<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
+    let values = Vec::<serde_json::Value>::deserialize(d)?;
+    Ok(values.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect())
 }
 
 /// Client to server.
@@ -61,7 +71,7 @@ pub fn decode<'a, T: Deserialize<'a>>(line: &'a str) -> Result<T, String> {
 
 /// The server's answer to a `hello` of `version`: `None` to accept.
 pub fn version_error(version: u32) -> Option<String> {
-    (version != VERSION).then(|| {
+    (version.abs_diff(VERSION) > 1).then(|| {
         format!("protocol version mismatch: this run speaks version {VERSION}, the client {version}; attach with the dpt-tui that started the run")
     })
 }
@@ -93,6 +103,15 @@ mod tests {
         }
         assert!(decode::<ClientMsg>("{\"type\":\"launch\"}").is_err());
         assert!(version_error(VERSION).is_none());
-        assert!(version_error(VERSION + 1).unwrap().contains("mismatch"));
+        assert!(version_error(VERSION + 1).is_none() && version_error(VERSION - 1).is_none(), "neighbours talk");
+        assert!(version_error(VERSION + 2).unwrap().contains("mismatch"));
+        assert!(version_error(VERSION - 2).unwrap().contains("mismatch"));
+    }
+
+    #[test]
+    fn a_snapshot_with_a_record_of_an_unknown_kind_opens_without_it() {
+        let line = r#"{"type":"welcome","version":4,"snapshot":{"records":[{"kind":"event","event":"paused","global_step":2},{"kind":"hologram","x":1},{"kind":"event","event":"teleported"}],"monitor":[]}}"#;
+        let ServerMsg::Welcome { snapshot, .. } = decode::<ServerMsg>(line).unwrap() else { panic!() };
+        assert_eq!(snapshot.records, [Record::Event(Change::Paused { global_step: 2 })]);
     }
 }

@@ -352,6 +352,10 @@ mod tests {
         assert_eq!((s3.global_step, s3.loss, s3.timed_steps), (3, 2.0, Some(2)));
         assert!((s3.replicas[0].compute - 0.015).abs() < 1e-12);
         assert!(s3.acc.is_nan());
+        // Read back as a viewer reads it: the accuracy the script did not report stays absent.
+        let line = serde_json::to_string(&closed[0]).unwrap();
+        let Record::Step(back) = serde_json::from_str::<Record>(&line).unwrap() else { panic!("{line}") };
+        assert!(back.acc.is_nan() && back.loss == 2.0, "{line}");
         // A loss that was not finite keeps the window's mean from looking healthy.
         r.step(0, &step(4, None, 10.0), t0 + WINDOW * 2);
         let done = r.finish(0, Status::Completed, None, t0 + WINDOW * 2);

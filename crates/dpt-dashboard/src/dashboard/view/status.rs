@@ -127,23 +127,25 @@ fn draw_items(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bo
         frame.render_widget(Paragraph::new(Line::from(vec![state, waiting])), area);
         return;
     };
+    // A script run reports what its script reported, no settings of dpt-tui's own.
+    let native = info.script.is_none();
     let items = [
         save_problem(app, t),
         Some(model(info, t)),
-        epoch(app, info, t),
+        epoch(app, info, t).filter(|_| native),
         Some(step(app, info, t)),
         Some(lr(app, t)),
-        Some(optimizer(info, t)),
-        Some(batch(info, t)),
+        native.then(|| optimizer(info, t)),
+        native.then(|| batch(info, t)),
         loss_scale(app, t),
         loader(app, t),
-        Some(allreduce(info, t)),
+        native.then(|| allreduce(info, t)),
         Some(samples_per_sec(app, t)),
-        Some(rate(app, info, t)),
+        native.then(|| rate(app, info, t)),
         mfu(app, t),
         Some(elapsed(app, t)),
-        Some(eta(app, t)),
-        Some(evaluation(app, info, t)),
+        (native || info.settings.recipe.steps.is_some()).then(|| eta(app, t)),
+        Some(if native { evaluation(app, info, t) } else { script_evaluation(app, t) }),
         step_time(app, info, t),
     ];
     let items = items.into_iter().flatten().map(|it| if compact { it.short() } else { it });
@@ -225,6 +227,7 @@ fn epoch(app: &App, info: &RunInfo, t: &Theme) -> Option<Item> {
 fn step(app: &App, info: &RunInfo, t: &Theme) -> Item {
     let value = match info.settings.recipe.steps {
         Some(n) => format!("{}/{n}", app.run.global_step),
+        None if info.script.is_some() => app.run.global_step.to_string(),
         None => {
             let step = app.run.last_step.as_ref().map_or(0, |s| s.step);
             format!("{step}/{}", info.steps_per_epoch)
@@ -332,6 +335,14 @@ fn evaluation(app: &App, info: &RunInfo, t: &Theme) -> Item {
     }
 }
 
+/// A script run's last evaluation, every figure it reported.
+fn script_evaluation(app: &App, t: &Theme) -> Item {
+    let value = app.run.last_eval.as_ref().filter(|e| !e.metrics.is_empty()).map_or_else(dash, |e| {
+        e.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect::<Vec<_>>().join(", ")
+    });
+    Item::new("eval", value, t.fg(t.test_acc))
+}
+
 /// The step's time and its split into phases. GPU phases come from CUDA events on sampled
 /// steps; the label says so beside the figures.
 fn step_time(app: &App, info: &RunInfo, t: &Theme) -> Option<Item> {
@@ -345,6 +356,9 @@ fn step_time(app: &App, info: &RunInfo, t: &Theme) -> Option<Item> {
     let pct = |v: f64| format!("{:.0}%", 100.0 * v / total);
     let value = if s.timed_steps == Some(0) {
         "warm-up, not timed".to_owned()
+    } else if info.script.is_some() {
+        // The script's own clock times the whole step, on its slowest rank.
+        format!("{:.1} ms", 1e3 * s.timing.total())
     } else {
         format!(
             "{:.1} ms = data {} + fwd/bwd {} + allreduce {} + update {}",

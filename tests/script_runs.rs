@@ -1,0 +1,266 @@
+//! `dpt-tui run -- CMD`: a user's own PyTorch script (tests/scripts/client/) watched and steered
+//! through the attach socket, as the dashboard does: a plain loop and two ranks under torchrun
+//! over Gloo, each control proven by what the script did (the lr its optimizer used, the step
+//! at which every rank stopped, the file it saved); then bad input.
+
+use crate::common::{self, until, until_record, Dpt};
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use dpt_tui::engine::{Control, Record};
+use dpt_tui::record::{Change, FinishReason};
+use dpt_tui::remote::client::{self, Attached};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The client package, as `pip install ./python` would put it on the path.
+fn client_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python")
+}
+
+fn client_script(name: &str) -> PathBuf {
+    common::script("client").join(name)
+}
+
+/// `dpt-tui run --headless --run-dir RUN -- python SCRIPT ARGS` with its registry of its own;
+/// the script's process group is stopped when dropped.
+struct ScriptRun {
+    child: Child,
+    run: PathBuf,
+    tmp: tempfile::TempDir,
+}
+
+impl ScriptRun {
+    fn start(command: &[&std::ffi::OsStr]) -> ScriptRun {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("run");
+        let xdg = tmp.path().join("xdg");
+        std::fs::create_dir_all(&xdg).unwrap();
+        let child = Dpt::new()
+            .args(["run", "--headless", "--run-dir"])
+            .arg(&run)
+            .arg("--")
+            .args(command)
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .env("PYTHONPATH", client_path())
+            .stdout(Stdio::from(std::fs::File::create(tmp.path().join("stdout")).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(tmp.path().join("stderr")).unwrap()))
+            .spawn();
+        ScriptRun { child, run, tmp }
+    }
+
+    fn python(script: &str, args: &[&Path]) -> ScriptRun {
+        let python = common::python();
+        let path = client_script(script);
+        let mut command: Vec<&std::ffi::OsStr> = vec![python.as_ref(), path.as_os_str()];
+        command.extend(args.iter().map(|a| a.as_os_str()));
+        ScriptRun::start(&command)
+    }
+
+    /// The dashboard's connection, once the run serves.
+    fn attach(&mut self) -> Attached {
+        let run = self.run.clone();
+        let child = &mut self.child;
+        until(WAIT, "served run", || client::is_live(&run) || child.try_wait().unwrap().is_some());
+        client::attach(&self.run, false).unwrap_or_else(|e| panic!("{e}: {}", self.output()))
+    }
+
+    fn output(&self) -> String {
+        let read = |f: &str| std::fs::read_to_string(self.tmp.path().join(f)).unwrap_or_default();
+        format!("stdout:\n{}\nstderr:\n{}", read("stdout"), read("stderr"))
+    }
+
+    /// dpt-tui's exit status, once it has ended.
+    fn wait(&mut self) -> i32 {
+        let status = until(WAIT, "end of the run", || self.child.try_wait().unwrap());
+        status.code().unwrap_or(-1)
+    }
+}
+
+impl Drop for ScriptRun {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // dpt-tui passes the signal on to the script's process group.
+            common::kill(self.child.id(), "TERM");
+            let _ = common::within(Duration::from_secs(20), || self.child.try_wait().ok().flatten());
+            let _ = self.child.kill();
+        }
+    }
+}
+
+/// Each line the script wrote: (step, lr its optimizer used), and the step it stopped at.
+fn steps(out: &Path) -> (Vec<(usize, f64)>, Option<usize>) {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let mut steps = Vec::new();
+    let mut stopped = None;
+    // The last line may be half written.
+    for v in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        match (v.get("step"), v.get("stopped_at")) {
+            (Some(s), _) => steps.push((s.as_u64().unwrap() as usize, v["lr"].as_f64().unwrap())),
+            (_, Some(s)) => stopped = s.as_u64().map(|s| s as usize),
+            _ => {}
+        }
+    }
+    (steps, stopped)
+}
+
+fn last_step(out: &Path) -> Option<usize> {
+    steps(out).0.last().map(|s| s.0)
+}
+
+fn paused_at(records: &crossbeam_channel::Receiver<Record>) -> usize {
+    match until_record(records, WAIT, |r| matches!(r, Record::Event(Change::Paused { .. }))).0 {
+        Record::Event(Change::Paused { global_step }) => global_step,
+        _ => unreachable!(),
+    }
+}
+
+fn stop_at(records: &crossbeam_channel::Receiver<Record>) -> usize {
+    match until_record(records, WAIT, |r| matches!(r, Record::Event(Change::StopRequested { .. }))).0 {
+        Record::Event(Change::StopRequested { global_step }) => global_step,
+        _ => unreachable!(),
+    }
+}
+
+fn step_past(records: &crossbeam_channel::Receiver<Record>, step: usize) -> Record {
+    until_record(records, WAIT, |r| matches!(r, Record::Step(s) if s.global_step > step)).0
+}
+
+#[test]
+fn a_plain_loop_is_paused_given_a_new_lr_saved_and_stopped_from_the_dashboards_socket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("steps.jsonl");
+    let mut job = ScriptRun::python("plain_loop.py", &[&out]);
+    let Attached { records, controls, monitor: _monitor, .. } = job.attach();
+    step_past(&records, 3);
+    controls.send(Control::Pause).unwrap();
+    let p = paused_at(&records);
+    until(WAIT, "the script waiting at its pause", || last_step(&out) == Some(p));
+    // A pause is a wait, not a slower loop: nothing moves while it lasts.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(last_step(&out), Some(p), "{}", job.output());
+    controls.send(Control::SetLr { lr: 0.05 }).unwrap();
+    let (lr, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::LrChanged { .. })));
+    assert_eq!(lr, Record::Event(Change::LrChanged { from: 0.1, to: 0.05, global_step: p }));
+    controls.send(Control::Resume).unwrap();
+    until_record(&records, WAIT, |r| *r == Record::Event(Change::Resumed { global_step: p }));
+    let Record::Step(s) = step_past(&records, p + 2) else { unreachable!() };
+    assert!((s.lr - 0.05).abs() < 1e-12, "the step record says the lr the steps used: {}", s.lr);
+    controls.send(Control::SaveNow).unwrap();
+    let (saved, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Saved { .. })));
+    let Record::Event(Change::Saved { path, .. }) = saved else { unreachable!() };
+    assert_eq!(Path::new(&path), job.run.join("weights.pt"));
+    assert!(Path::new(&path).is_file());
+    controls.send(Control::Rewind { global_step: 1, lr: None, skip: false }).unwrap();
+    let (refused, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Refused { .. })));
+    assert!(format!("{refused:?}").contains("rewind"), "{refused:?}");
+    controls.send(Control::Stop).unwrap();
+    let s = stop_at(&records);
+    let (summary, _) = until_record(&records, WAIT, |r| matches!(r, Record::Summary(_)));
+    let Record::Summary(summary) = summary else { unreachable!() };
+    assert_eq!((summary.reason, summary.global_steps), (FinishReason::Stopped, s));
+    assert_eq!(job.wait(), 0, "{}", job.output());
+
+    // What the script did: the old lr up to the pause, the new one after it (its own
+    // schedule still set the lr every step), and its last step the one the stop was asked at.
+    let (done, stopped) = steps(&out);
+    assert_eq!(stopped, Some(s));
+    assert_eq!(done.len(), s);
+    for (step, lr) in done {
+        let want = if step <= p { 0.1 } else { 0.05 };
+        assert!((lr - want).abs() < 1e-12, "step {step} used lr {lr}, not {want}");
+    }
+    // The record: the script's own label, its scalars, its evaluations.
+    let recorded = common::records(&job.run);
+    assert_eq!(recorded[0]["kind"], "start");
+    assert_eq!(recorded[0]["script"]["label"], "mlp");
+    assert_eq!(recorded[0]["script"]["config"]["hidden"], 64);
+    assert!(recorded.iter().any(|r| r["kind"] == "step" && r["scalars"]["sq"].is_number()));
+    assert!(recorded.iter().any(|r| r["kind"] == "eval" && r["metrics"]["val_loss"].is_number()));
+    let log = std::fs::read_to_string(job.run.join("output.log")).unwrap();
+    assert!(log.is_empty() || !log.contains("Traceback"), "{log}");
+}
+
+#[test]
+fn two_ranks_under_torchrun_pause_change_lr_and_stop_at_the_same_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let python = common::python();
+    let script = client_script("ddp.py");
+    let mut job = ScriptRun::start(&[
+        python.as_ref(),
+        "-m".as_ref(),
+        "torch.distributed.run".as_ref(),
+        "--standalone".as_ref(),
+        "--nproc-per-node".as_ref(),
+        "2".as_ref(),
+        script.as_os_str(),
+        tmp.path().as_os_str(),
+    ]);
+    let rank = |r: usize| tmp.path().join(format!("rank-{r}.jsonl"));
+    let Attached { records, controls, monitor: _monitor, .. } = job.attach();
+    let Record::Step(first) = step_past(&records, 2) else { unreachable!() };
+    assert_eq!(first.replicas.len(), 2, "each rank's step time");
+    assert!(first.replicas.iter().all(|r| r.compute > 0.0), "{:?}", first.replicas);
+    controls.send(Control::Pause).unwrap();
+    let p = paused_at(&records);
+    until(WAIT, "both ranks at the pause", || last_step(&rank(0)) == Some(p) && last_step(&rank(1)) == Some(p));
+    controls.send(Control::SetLr { lr: 0.1 }).unwrap();
+    controls.send(Control::Resume).unwrap();
+    step_past(&records, p + 3);
+    controls.send(Control::Stop).unwrap();
+    let s = stop_at(&records);
+    until_record(&records, WAIT, |r| matches!(r, Record::Summary(_)));
+    assert_eq!(job.wait(), 0, "{}", job.output());
+    for r in 0..2 {
+        let (done, stopped) = steps(&rank(r));
+        assert_eq!(stopped, Some(s), "rank {r}");
+        for (step, lr) in done {
+            let want = if step <= p { 0.2 } else { 0.1 };
+            assert!((lr - want).abs() < 1e-12, "rank {r} step {step} used lr {lr}, not {want}");
+        }
+    }
+}
+
+#[test]
+fn a_script_that_raises_is_recorded_failed_with_its_line_and_keeps_its_exit_status() {
+    let mut job = ScriptRun::python("fails.py", &[]);
+    assert_eq!(job.wait(), 1, "{}", job.output());
+    let recorded = common::records(&job.run);
+    let failed = recorded.iter().find(|r| r["event"] == "failed").unwrap_or_else(|| panic!("{recorded:?}"));
+    let message = failed["message"].as_str().unwrap();
+    assert!(message.starts_with("ValueError: the batch had no rows (fails.py:"), "{message}");
+    assert!(!recorded.iter().any(|r| r["kind"] == "summary"));
+    assert!(std::fs::read_to_string(job.run.join("output.log")).unwrap().contains("Traceback"));
+}
+
+#[test]
+fn bad_commands_say_what_was_wrong_in_one_line_and_leave_no_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let xdg = tmp.path().join("xdg");
+    std::fs::create_dir_all(&xdg).unwrap();
+    let run = |dir: &str, command: &[&str]| {
+        let out = Dpt::new()
+            .args(["run", "--headless", "--run-dir"])
+            .arg(tmp.path().join(dir))
+            .args(command)
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .env("PYTHONPATH", client_path())
+            .output();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run("none", &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.trim().lines().count() == 1 && err.contains("after --"), "{err}");
+    let (code, err) = run("missing", &["--", "/no/such/program"]);
+    assert_eq!(code, Some(2));
+    assert!(err.trim().lines().count() == 1 && err.contains("cannot start /no/such/program"), "{err}");
+    let python = common::python();
+    let (code, err) = run("quick", &["--", &python, "-c", "import sys; sys.exit(3)"]);
+    assert_eq!(code, Some(3), "the script's own status");
+    assert!(err.contains("exited (exit status 3) before calling dpt_tui.init"), "{err}");
+    for dir in ["none", "missing", "quick"] {
+        assert!(!tmp.path().join(dir).exists(), "{dir} left behind");
+    }
+}
