@@ -205,7 +205,9 @@ fn two_ranks_under_torchrun_pause_change_lr_and_stop_at_the_same_step() {
     assert!(first.replicas.iter().all(|r| r.compute > 0.0), "{:?}", first.replicas);
     controls.send(Control::Pause).unwrap();
     let p = paused_at(&records);
-    until(WAIT, "both ranks at the pause", || last_step(&rank(0)) == Some(p) && last_step(&rank(1)) == Some(p));
+    until(WAIT, "both ranks at the pause", || {
+        last_step(&rank(0)) == Some(p) && last_step(&rank(1)) == Some(p)
+    });
     controls.send(Control::SetLr { lr: 0.1 }).unwrap();
     controls.send(Control::Resume).unwrap();
     step_past(&records, p + 3);

@@ -107,7 +107,10 @@ impl Gpus {
     /// A reading of the GPU with `uuid` (`GPU-…` or `MIG-…`, as a script reports it), shown as
     /// CUDA device `cuda_index`.
     pub fn sample_uuid(&self, uuid: &str, cuda_index: usize) -> Result<DeviceSample, String> {
-        let dev = self.nvml.device_by_uuid(uuid).map_err(|e| format!("NVML shows no GPU with UUID {uuid} ({e})"))?;
+        let dev = self
+            .nvml
+            .device_by_uuid(uuid)
+            .map_err(|e| format!("NVML shows no GPU with UUID {uuid} ({e})"))?;
         Ok(self.read((dev, Matched::Uuid(uuid.to_owned())), cuda_index))
     }
 

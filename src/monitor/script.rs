@@ -77,7 +77,9 @@ fn sample(
         ("cuda", Some(i), Some(uuid), Some(Ok(g))) => {
             g.sample_uuid(uuid, i).unwrap_or_else(|why| DeviceSample::unavailable(DeviceId::Cuda(i), why))
         }
-        ("cuda", Some(i), Some(_), Some(Err(why))) => DeviceSample::unavailable(DeviceId::Cuda(i), why.clone()),
+        ("cuda", Some(i), Some(_), Some(Err(why))) => {
+            DeviceSample::unavailable(DeviceId::Cuda(i), why.clone())
+        }
         ("cuda", i, _, _) => DeviceSample::unavailable(
             DeviceId::Cuda(i.unwrap_or(0)),
             "the script did not report its GPU's UUID".into(),

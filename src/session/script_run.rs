@@ -16,6 +16,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver};
 use super::{dashboard_options, failed, input, theme, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
+use dpt_core::monitor::MonitorMsg;
 use dpt_tui::dashboard;
 use dpt_tui::headless::HeadlessPrinter;
 use dpt_tui::monitor;
@@ -33,6 +34,8 @@ pub const OUTPUT_FILE: &str = "output.log";
 /// The environment variables the client reads (docs/reference/script-protocol.md).
 pub const ENDPOINT_VAR: &str = "DPT_TUI_ENDPOINT";
 pub const RUN_DIR_VAR: &str = "DPT_TUI_RUN_DIR";
+/// The most of one output line the log panel shows.
+const OUTPUT_LINE_CHARS: usize = 400;
 
 /// `dpt-tui run`'s flags.
 pub struct Options {
@@ -45,12 +48,10 @@ pub struct Options {
 
 /// Runs the script (or serves the process that started this backend); returns its exit status.
 pub fn run(o: &Options, args: &Args) -> Result<u8, Failure> {
-    let command: Vec<String> = o
-        .command
-        .iter()
-        .map(|a| a.clone().into_string())
-        .collect::<Result<_, _>>()
-        .map_err(|a| input(anyhow!("the command's arguments must be UTF-8 text: {}", a.to_string_lossy())))?;
+    let command: Vec<String> =
+        o.command.iter().map(|a| a.clone().into_string()).collect::<Result<_, _>>().map_err(|a| {
+            input(anyhow!("the command's arguments must be UTF-8 text: {}", a.to_string_lossy()))
+        })?;
     if command.is_empty() && o.for_pid.is_none() {
         return Err(input(anyhow!(
             "run needs the script's command after --, e.g. dpt-tui run -- python train.py"
@@ -86,7 +87,10 @@ struct Served {
 }
 
 fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Result<Served, Failure> {
-    let terminal = !o.headless && o.for_pid.is_none() && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    let terminal = !o.headless
+        && o.for_pid.is_none()
+        && std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal();
     registry::socket_dir().map_err(failed("cannot serve the dashboard"))?;
     let metrics = MetricsWriter::create(run_dir).map_err(input)?;
     let (records_tx, records_rx) = unbounded();
@@ -99,7 +103,8 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
         Hub::spawn(History::default(), recorder.records, recorder.readings, &[super::job::PRINTER_BUFFER])
             .map_err(failed("cannot start the hub"))?;
     let (_, printed) = subscriptions.remove(0);
-    let served = server::serve(run_dir, hub.clone(), controls_tx).map_err(failed("cannot serve the dashboard"))?;
+    let served =
+        server::serve(run_dir, hub.clone(), controls_tx).map_err(failed("cannot serve the dashboard"))?;
     drop(hub);
     let endpoint = match &o.endpoint {
         Some(e) => e.clone(),
@@ -116,11 +121,14 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
     })
     .map_err(failed("cannot open the script's socket"))?;
     let (stop_monitor, monitor_stop) = bounded::<()>(0);
-    let monitor = monitor::script::spawn(devices_rx, Duration::from_millis(args.sample_ms), monitor_tx, monitor_stop)
-        .map_err(failed("cannot start the device monitor"))?;
+    let output = monitor_tx.clone();
+    let monitor =
+        monitor::script::spawn(devices_rx, Duration::from_millis(args.sample_ms), monitor_tx, monitor_stop)
+            .map_err(failed("cannot start the device monitor"))?;
     let child = match command.split_first() {
         Some((program, rest)) => {
-            let started = start(program, rest, &endpoint, run_dir, terminal, backend.events.clone());
+            let started =
+                start(program, rest, (&endpoint, run_dir), terminal, backend.events.clone(), output);
             match started {
                 Ok(c) => Some(c),
                 Err(e) => {
@@ -171,10 +179,10 @@ impl Script {
 fn start(
     program: &str,
     rest: &[String],
-    endpoint: &Path,
-    run_dir: &Path,
+    (endpoint, run_dir): (&Path, &Path),
     terminal: bool,
     ended: crossbeam_channel::Sender<Event>,
+    output: crossbeam_channel::Sender<MonitorMsg>,
 ) -> std::io::Result<Script> {
     use std::os::unix::process::CommandExt;
     let log = std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join(OUTPUT_FILE))?;
@@ -191,12 +199,21 @@ fn start(
     let id = child.id();
     let mut tees = Vec::new();
     if let Some(out) = child.stdout.take() {
-        let (log, echo) = (log.try_clone()?, (!terminal).then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>));
-        tees.push(std::thread::Builder::new().name("dpt-script-out".into()).spawn(move || tee(out, log, echo))?);
+        let echo = (!terminal).then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>);
+        let (log, output) = (log.try_clone()?, output.clone());
+        tees.push(
+            std::thread::Builder::new()
+                .name("dpt-script-out".into())
+                .spawn(move || tee(out, log, echo, &output))?,
+        );
     }
     if let Some(err) = child.stderr.take() {
         let echo = (!terminal).then(|| Box::new(std::io::stderr()) as Box<dyn Write + Send>);
-        tees.push(std::thread::Builder::new().name("dpt-script-err".into()).spawn(move || tee(err, log, echo))?);
+        tees.push(
+            std::thread::Builder::new()
+                .name("dpt-script-err".into())
+                .spawn(move || tee(err, log, echo, &output))?,
+        );
     }
     let (tx, status) = bounded(1);
     std::thread::Builder::new().name("dpt-script-wait".into()).spawn(move || {
@@ -215,14 +232,26 @@ fn start(
     Ok(Script { id, status })
 }
 
-/// Copies the script's output line by line into the log (and to `echo`).
-fn tee(from: impl Read, mut log: std::fs::File, mut echo: Option<Box<dyn Write + Send>>) {
+/// Copies the script's output line by line into the log, to `echo` and to the viewers' log
+/// panel (a progress bar's redrawn line as its last state).
+fn tee(
+    from: impl Read,
+    mut log: std::fs::File,
+    mut echo: Option<Box<dyn Write + Send>>,
+    viewers: &crossbeam_channel::Sender<MonitorMsg>,
+) {
     let mut reader = BufReader::new(from);
     let mut line = Vec::new();
     while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
         let _ = log.write_all(&line);
         if let Some(e) = &mut echo {
             let _ = e.write_all(&line).and_then(|()| e.flush());
+        }
+        let text = String::from_utf8_lossy(&line);
+        let shown = text.trim_end().rsplit('\r').next().unwrap_or("");
+        let shown: String = shown.chars().filter(|c| !c.is_control()).take(OUTPUT_LINE_CHARS).collect();
+        if !shown.trim().is_empty() {
+            let _ = viewers.send(MonitorMsg::Output { lines: vec![shown] });
         }
         line.clear();
     }
@@ -257,11 +286,17 @@ fn pass_on(group: Option<u32>, signal: i32) {
 
 /// The dashboard on the run, from this process; closing it leaves the script running until it
 /// ends (a signal still reaches it).
-fn view(run_dir: &Path, args: &Args, signals: &Receiver<SignalMsg>, group: Option<u32>) -> Result<(), Failure> {
+fn view(
+    run_dir: &Path,
+    args: &Args,
+    signals: &Receiver<SignalMsg>,
+    group: Option<u32>,
+) -> Result<(), Failure> {
     let theme = theme(args)?;
     let attached = client::attach(run_dir, false).map_err(|e| Failure::Run(e.into()))?;
     let source = dashboard::Source::job(attached, run_dir, false);
-    let end = dashboard::run(source, signals, dashboard_options(args, theme)).map_err(failed("the dashboard failed"))?;
+    let end = dashboard::run(source, signals, dashboard_options(args, theme))
+        .map_err(failed("the dashboard failed"))?;
     if let Some(n) = end.interrupted {
         pass_on(group, n);
     }
@@ -269,11 +304,16 @@ fn view(run_dir: &Path, args: &Args, signals: &Receiver<SignalMsg>, group: Optio
         HeadlessPrinter::default().print(&Record::Summary(Box::new(summary.clone())), &mut std::io::stdout());
     }
     if let Some(message) = &end.app.run.failure {
-        HeadlessPrinter::default()
-            .print(&Record::Event(Change::Failed { replica: None, device: None, message: message.clone() }), &mut std::io::stderr());
+        HeadlessPrinter::default().print(
+            &Record::Event(Change::Failed { replica: None, device: None, message: message.clone() }),
+            &mut std::io::stderr(),
+        );
     }
-    if client::is_live(run_dir) {
-        println!("the dashboard closed; the script goes on (dpt-tui attach {} reopens it)", run_dir.display());
+    if !end.app.run.state.is_over() && client::is_live(run_dir) {
+        println!(
+            "the dashboard closed; the script goes on (dpt-tui attach {} reopens it)",
+            run_dir.display()
+        );
     }
     Ok(())
 }

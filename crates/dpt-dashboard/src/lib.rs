@@ -13,4 +13,6 @@ pub mod script;
 pub mod signals;
 pub mod sweep_board;
 
-use dpt_core::{atomic, config_error, device, flops, model, monitor, optim, record, run_dir, settings, unix_now, Control};
+use dpt_core::{
+    atomic, config_error, device, flops, model, monitor, optim, record, run_dir, settings, unix_now, Control,
+};

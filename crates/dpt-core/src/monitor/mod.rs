@@ -73,4 +73,7 @@ pub enum MonitorMsg {
     NvmlUnavailable { reason: String },
     /// A reading of every monitored device.
     Samples(Vec<DeviceSample>),
+    /// Lines a script run's script wrote (`dpt-tui run -- CMD`), for the dashboard's log; not
+    /// recorded (the run directory's `output.log` keeps them).
+    Output { lines: Vec<String> },
 }

@@ -59,6 +59,9 @@ pub struct Curves {
     /// any step are the test curves' points.
     #[serde(default)]
     pub script: bool,
+    /// A script run's named figures (`run.step(name=value)`, `run.eval(...)`), by name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub scalars: std::collections::BTreeMap<String, Vec<(f64, f64)>>,
 }
 
 /// `epoch` (1-based) and `step` of `steps` as a fractional epoch count.
@@ -124,6 +127,7 @@ impl Curves {
                     self.train_acc.push((x, s.acc));
                     thin(&mut self.train_acc);
                 }
+                self.named(x, &s.scalars);
             }
             Record::Epoch(e) => {
                 let x = e.epoch as f64;
@@ -175,8 +179,24 @@ impl Curves {
                 if let (Some(acc), false) = (e.acc(), self.no_classes) {
                     self.test_acc.push((x, acc));
                 }
+                self.named(x, &e.metrics);
             }
             Record::Event(_) | Record::Summary(_) => {}
+        }
+    }
+
+    /// Whether the run counts its predictions per class (the per-class view): a native
+    /// classifier; a script reports an accuracy at most.
+    pub fn counts_classes(&self) -> bool {
+        !self.no_classes && !self.script
+    }
+
+    /// Adds a point at `x` to each named figure's series.
+    fn named(&mut self, x: f64, figures: &std::collections::BTreeMap<String, f64>) {
+        for (name, y) in figures {
+            let series = self.scalars.entry(name.clone()).or_default();
+            series.push((x, *y));
+            thin(series);
         }
     }
 

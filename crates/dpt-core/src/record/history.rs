@@ -143,6 +143,7 @@ mod tests {
             model_flops: None,
             mfu: None,
             cuda_syncs: None,
+            scalars: Default::default(),
         }))
     }
 

@@ -29,7 +29,9 @@ impl Capability {
                 format!("{label} trains in its own loop: a rewind cannot go back inside it")
             }
             Capability::Lr => format!("{label} gave dpt_tui.init no optimizer: its lr cannot be changed"),
-            Capability::Save => format!("{label} gave dpt_tui.init no save function: it cannot be saved from here"),
+            Capability::Save => {
+                format!("{label} gave dpt_tui.init no save function: it cannot be saved from here")
+            }
             Capability::Pause | Capability::Stop | Capability::Unknown => {
                 format!("{label} does not take this control")
             }
@@ -130,8 +132,12 @@ mod tests {
         assert_eq!(can, [Capability::Pause, Capability::Lr, Capability::Unknown]);
         let eval = EvalStats {
             global_step: 3,
-            metrics: [("eval_accuracy".to_owned(), 0.5), ("val_loss".to_owned(), 1.25), ("lossy".to_owned(), 9.0)]
-                .into(),
+            metrics: [
+                ("eval_accuracy".to_owned(), 0.5),
+                ("val_loss".to_owned(), 1.25),
+                ("lossy".to_owned(), 9.0),
+            ]
+            .into(),
         };
         assert_eq!(eval.loss(), Some(1.25));
         assert_eq!(eval.acc(), Some(0.5));

@@ -182,8 +182,13 @@ impl App {
                 self.run.info = Some((**info).clone());
             }
             Record::Step(s) => {
+                let script = self.run.info.as_ref().is_some_and(|i| i.script.is_some());
                 for d in &mut self.devices.panels {
                     d.on_step(s);
+                    if script {
+                        // A script's step has no allreduce of dpt-tui's to share out.
+                        d.allreduce_share = None;
+                    }
                 }
                 self.run.global_step = s.global_step;
                 // The rate the schedule reached, which `+`, `-` and the status line start from.
@@ -292,6 +297,11 @@ impl App {
                     self.note(Level::Warn, note.clone());
                 }
                 self.devices.nvml_note = Some(note);
+            }
+            MonitorMsg::Output { lines } => {
+                for line in lines {
+                    self.note(Level::Info, format!("│ {line}"));
+                }
             }
             MonitorMsg::Samples(samples) => {
                 let mut newcomers = Vec::new();

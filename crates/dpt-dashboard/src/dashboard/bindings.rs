@@ -18,12 +18,28 @@ pub enum Action {
     StopNow,
     Rewind,
     View,
+    NextScalar,
     Compare,
     ByClass,
     Smooth,
     Window,
     LogScale,
     Help,
+}
+
+impl Action {
+    /// The control a run must take for the key to do anything (a script run takes only those
+    /// its client announced).
+    pub fn needs(self) -> Option<crate::record::script::Capability> {
+        use crate::record::script::Capability;
+        match self {
+            Action::PauseResume => Some(Capability::Pause),
+            Action::LrUp | Action::LrDown | Action::SetLr => Some(Capability::Lr),
+            Action::Save | Action::SaveTo => Some(Capability::Save),
+            Action::Rewind => Some(Capability::Rewind),
+            _ => None,
+        }
+    }
 }
 
 /// One key of the dashboard: the one table the key handler, the footer and the help read (as
@@ -185,6 +201,15 @@ pub const KEYS: &[Binding] = &[
         false,
         true,
     ),
+    key(
+        Action::NextScalar,
+        &[Char('n')],
+        "n",
+        "the next named figure a script reports (the scalars view)",
+        None,
+        false,
+        true,
+    ),
     key(Action::LogScale, &[Char('g')], "g", "log scale for the loss", Some(("g", "log scale")), false, true),
     key(Action::Help, &[Char('?')], "?", "this help (Esc or ? closes it)", Some(("?", "help")), true, true),
 ];
@@ -195,11 +220,18 @@ pub fn help() -> impl Iterator<Item = (&'static str, &'static str)> {
 }
 
 /// The footer's (keys, label) for a run that is `over`, in a `compact` layout or not; the
-/// by-class key only for a run that counts `classes`.
-pub fn footer(over: bool, compact: bool, classes: bool) -> Vec<(&'static str, &'static str)> {
+/// by-class key only for a run that counts `classes`, and a steering key only where the run
+/// `can` take its control.
+pub fn footer(
+    over: bool,
+    compact: bool,
+    classes: bool,
+    can: impl Fn(crate::record::script::Capability) -> bool,
+) -> Vec<(&'static str, &'static str)> {
     KEYS.iter()
         .filter(|b| if over { b.when_over } else { !compact || b.compact })
         .filter(|b| classes || b.action != Action::ByClass)
+        .filter(|b| b.action.needs().is_none_or(&can))
         .filter_map(|b| b.footer)
         .collect()
 }

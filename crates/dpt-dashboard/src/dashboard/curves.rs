@@ -14,6 +14,8 @@ pub enum CurveView {
     Lr,
     /// The mean gradient's global norm (what rises before a divergence).
     GradNorm,
+    /// A script run's named figures, one at a time (`n` shows the next).
+    Scalars,
 }
 
 impl CurveView {
@@ -23,7 +25,17 @@ impl CurveView {
             CurveView::Accuracy => CurveView::D2l,
             CurveView::D2l => CurveView::Lr,
             CurveView::Lr => CurveView::GradNorm,
-            CurveView::GradNorm => CurveView::Loss,
+            CurveView::GradNorm => CurveView::Scalars,
+            CurveView::Scalars => CurveView::Loss,
+        }
+    }
+
+    /// The view after this one for a run that has named figures or not (the scalars view only
+    /// where it has some).
+    pub fn next_for(self, has_scalars: bool) -> Self {
+        match self.next() {
+            CurveView::Scalars if !has_scalars => CurveView::Loss,
+            next => next,
         }
     }
 
@@ -34,6 +46,7 @@ impl CurveView {
             CurveView::D2l => "d2l view",
             CurveView::Lr => "learning rate",
             CurveView::GradNorm => "gradient norm",
+            CurveView::Scalars => "scalars",
         }
     }
 }

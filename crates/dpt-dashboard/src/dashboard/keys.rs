@@ -91,6 +91,13 @@ impl App {
         };
         let steering = self.steering();
         let none = Vec::new;
+        // A key the run cannot take says why, and asks nothing.
+        let lacking = action.needs().zip(self.run.info.as_ref()).filter(|(c, info)| !info.can(*c));
+        if let (true, Some((capability, info))) = (steering, lacking) {
+            let reason = capability.refusal(&info.model_label());
+            self.note(Level::Info, &reason);
+            return none();
+        }
         match action {
             Action::PauseResume if steering => {
                 vec![if self.run.state == RunState::Paused { Control::Resume } else { Control::Pause }]
@@ -142,8 +149,13 @@ impl App {
                 self.overlay = Some(Overlay::Help);
                 none()
             }
-            Action::ByClass if self.curves.data.no_classes => {
-                self.note(Level::Info, "a run without classes has no per-class view");
+            Action::ByClass if !self.curves.data.counts_classes() => {
+                let why = if self.curves.data.script {
+                    "a script run reports no counts per class: no per-class view"
+                } else {
+                    "a run without classes has no per-class view"
+                };
+                self.note(Level::Info, why);
                 none()
             }
             Action::ByClass => {
@@ -151,7 +163,21 @@ impl App {
                 none()
             }
             Action::View => {
-                self.curves.settings.view = self.curves.settings.view.next();
+                let has_scalars = !self.curves.data.scalars.is_empty();
+                self.curves.settings.view = self.curves.settings.view.next_for(has_scalars);
+                none()
+            }
+            Action::NextScalar if self.curves.data.scalars.is_empty() => {
+                self.note(
+                    Level::Info,
+                    "this run reports no named figures (run.step(name=value) in a script)",
+                );
+                none()
+            }
+            Action::NextScalar => {
+                let count = self.curves.data.scalars.len();
+                self.curves.settings.scalar = (self.curves.settings.scalar + 1) % count;
+                self.curves.settings.view = super::curves::CurveView::Scalars;
                 none()
             }
             Action::Window => {

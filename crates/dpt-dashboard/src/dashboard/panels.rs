@@ -91,6 +91,8 @@ pub struct CurveSettings {
     pub log_loss: bool,
     /// Index into `record::smooth::WEIGHTS` (0: no smoothing).
     pub smoothing: usize,
+    /// Which named figure the scalars view shows (an index into the run's, by name).
+    pub scalar: usize,
 }
 
 impl CurveSettings {
@@ -102,7 +104,7 @@ impl CurveSettings {
 
 impl Default for CurveSettings {
     fn default() -> Self {
-        CurveSettings { view: CurveView::Loss, recent: None, log_loss: false, smoothing: 0 }
+        CurveSettings { view: CurveView::Loss, recent: None, log_loss: false, smoothing: 0, scalar: 0 }
     }
 }
 

@@ -103,7 +103,10 @@ mod tests {
         }
         assert!(decode::<ClientMsg>("{\"type\":\"launch\"}").is_err());
         assert!(version_error(VERSION).is_none());
-        assert!(version_error(VERSION + 1).is_none() && version_error(VERSION - 1).is_none(), "neighbours talk");
+        assert!(
+            version_error(VERSION + 1).is_none() && version_error(VERSION - 1).is_none(),
+            "neighbours talk"
+        );
         assert!(version_error(VERSION + 2).unwrap().contains("mismatch"));
         assert!(version_error(VERSION - 2).unwrap().contains("mismatch"));
     }

@@ -25,11 +25,22 @@ use crate::Control;
 /// What reaches the backend thread besides the viewers' controls.
 #[derive(Debug)]
 pub enum Event {
-    Connected { conn: u64, stream: UnixStream },
-    Line { conn: u64, text: String },
-    Closed { conn: u64 },
+    Connected {
+        conn: u64,
+        stream: UnixStream,
+    },
+    Line {
+        conn: u64,
+        text: String,
+    },
+    Closed {
+        conn: u64,
+    },
     /// The script ended (`status` in words: `exit status 1`, `killed by SIGKILL`).
-    Exited { status: String, ok: bool },
+    Exited {
+        status: String,
+        ok: bool,
+    },
 }
 
 /// How the run went, as the backend saw it.

@@ -131,8 +131,9 @@ impl Reports {
     /// Closes the open window (if it has rank 0's steps) into a step record.
     fn close_window(&mut self, now: Instant) -> Record {
         let w = std::mem::take(&mut self.window);
-        let seconds = self.opened.map_or(0.0, |o| now.duration_since(o).as_secs_f64());
         self.opened = Some(now);
+        // The time rank 0's steps took by the script's own clock, pauses left out.
+        let seconds = w.ranks.get(&0).map_or(0.0, |t| t.0 / 1e3);
         let mean = |(sum, n): (f64, usize)| if n == 0 { f64::NAN } else { sum / n as f64 };
         let world = self.hellos.values().map(|h| h.world_size).max().unwrap_or(1).max(1);
         let replicas: Vec<ReplicaTiming> = (0..world)
@@ -168,7 +169,10 @@ impl Reports {
     }
 
     pub fn saved(&self, step: usize, path: Option<String>) -> Record {
-        Record::Event(Change::Saved { path: path.unwrap_or_else(|| "(the script's own)".into()), global_step: step })
+        Record::Event(Change::Saved {
+            path: path.unwrap_or_else(|| "(the script's own)".into()),
+            global_step: step,
+        })
     }
 
     pub fn save_failed(&self, message: String) -> Record {
@@ -181,7 +185,13 @@ impl Reports {
 
     /// A rank finished: rank 0's open window closes; a failure is recorded with its rank and
     /// device.
-    pub fn finish(&mut self, rank: usize, status: Status, message: Option<String>, now: Instant) -> Vec<Record> {
+    pub fn finish(
+        &mut self,
+        rank: usize,
+        status: Status,
+        message: Option<String>,
+        now: Instant,
+    ) -> Vec<Record> {
         let mut out = Vec::new();
         if rank == 0 && self.window.steps > 0 {
             out.push(self.close_window(now));
@@ -256,7 +266,11 @@ impl Reports {
         let mut devices: Vec<_> = self
             .hellos
             .iter()
-            .flat_map(|(rank, h)| h.devices.iter().map(move |d| crate::record::script::ScriptDevice { rank: *rank, ..d.clone() }))
+            .flat_map(|(rank, h)| {
+                h.devices
+                    .iter()
+                    .map(move |d| crate::record::script::ScriptDevice { rank: *rank, ..d.clone() })
+            })
             .collect();
         devices.sort_by_key(|d| d.rank);
         let ids = devices
@@ -271,7 +285,9 @@ impl Reports {
         let world_info = (world > 1).then(|| crate::record::stats::WorldInfo {
             rank: 0,
             backend: "the script's own".into(),
-            hosts: (0..world).map(|r| self.hellos.get(&r).map_or_else(String::new, |h| h.host.clone())).collect(),
+            hosts: (0..world)
+                .map(|r| self.hellos.get(&r).map_or_else(String::new, |h| h.host.clone()))
+                .collect(),
             replicas: vec![1; world],
             devices: (0..world)
                 .map(|r| {
@@ -326,7 +342,15 @@ mod tests {
     }
 
     fn step(n: usize, loss: Option<f64>, ms: f64) -> Step {
-        Step { step: n, loss, acc: None, samples: Some(8.0), lr: Some(0.1), step_ms: Some(ms), ..Step::default() }
+        Step {
+            step: n,
+            loss,
+            acc: None,
+            samples: Some(8.0),
+            lr: Some(0.1),
+            step_ms: Some(ms),
+            ..Step::default()
+        }
     }
 
     #[test]
@@ -351,6 +375,8 @@ mod tests {
         let [Record::Step(s3)] = &closed[..] else { panic!("{closed:?}") };
         assert_eq!((s3.global_step, s3.loss, s3.timed_steps), (3, 2.0, Some(2)));
         assert!((s3.replicas[0].compute - 0.015).abs() < 1e-12);
+        // 16 samples in rank 0's 30 ms of steps (the wall clock would count a pause too).
+        assert!((s3.samples_per_sec - 16.0 / 0.030).abs() < 1e-9, "{}", s3.samples_per_sec);
         assert!(s3.acc.is_nan());
         // Read back as a viewer reads it: the accuracy the script did not report stays absent.
         let line = serde_json::to_string(&closed[0]).unwrap();

@@ -142,12 +142,18 @@ impl Steering {
                     return Err(format!("the lr must be positive and finite, not {lr}"));
                 }
                 let Some(from) = self.lr else {
-                    return Err(format!("{} has not reported its lr yet: try again after a step", self.label));
+                    return Err(format!(
+                        "{} has not reported its lr yet: try again after a step",
+                        self.label
+                    ));
                 };
                 self.scale *= lr / from;
                 self.lr = Some(lr);
                 self.lr_from_step = at + 1;
-                (Order::LrScale { scale: self.scale }, Some(Change::LrChanged { from, to: lr, global_step: at }))
+                (
+                    Order::LrScale { scale: self.scale },
+                    Some(Change::LrChanged { from, to: lr, global_step: at }),
+                )
             }
             Control::Rewind { .. } => return Err(Capability::Rewind.refusal(&self.label)),
             Control::SaveTo { .. } => {
@@ -244,7 +250,10 @@ mod tests {
         s.reached(1, 50, Some(1.0));
         assert!(s.ask(Control::SetLr { lr: 0.1 }).unwrap_err().contains("no optimizer"));
         assert!(s.ask(Control::SaveNow).unwrap_err().contains("no save function"));
-        assert!(s.ask(Control::Rewind { global_step: 1, lr: None, skip: false }).unwrap_err().contains("rewind"));
+        assert!(s
+            .ask(Control::Rewind { global_step: 1, lr: None, skip: false })
+            .unwrap_err()
+            .contains("rewind"));
         s.finish(1);
         assert!(!s.all_finished());
         s.ask(Control::Stop).unwrap();

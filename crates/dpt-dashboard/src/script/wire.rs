@@ -68,11 +68,27 @@ pub struct Step {
 pub enum Request {
     Hello(Box<Hello>),
     Step(Box<Step>),
-    Poll { step: usize },
-    Eval { step: usize, metrics: BTreeMap<String, f64> },
-    Saved { step: usize, path: Option<String> },
-    SaveFailed { step: usize, message: String },
-    Finish { step: usize, status: Status, #[serde(default)] message: Option<String> },
+    Poll {
+        step: usize,
+    },
+    Eval {
+        step: usize,
+        metrics: BTreeMap<String, f64>,
+    },
+    Saved {
+        step: usize,
+        path: Option<String>,
+    },
+    SaveFailed {
+        step: usize,
+        message: String,
+    },
+    Finish {
+        step: usize,
+        status: Status,
+        #[serde(default)]
+        message: Option<String>,
+    },
 }
 
 /// How a rank's part of the run ended.
@@ -93,7 +109,9 @@ pub enum Order {
     Stop,
     Save,
     /// The scale on the script's own lr from the next step on (not multiplied with earlier ones).
-    LrScale { scale: f64 },
+    LrScale {
+        scale: f64,
+    },
 }
 
 /// An order and the step after which every rank carries it out.

@@ -59,6 +59,7 @@ pub fn step(epoch: usize, step: usize, loss: f64, acc: f64, lr: f64) -> Record {
         model_flops: None,
         mfu: None,
         cuda_syncs: None,
+        scalars: Default::default(),
     }))
 }
 

@@ -35,6 +35,8 @@ impl Diagnosis {
     /// attempt's split anew.
     pub fn judge(&mut self, record: &mut Record) {
         match record {
+            // A script's step is timed whole, with no split to judge from.
+            Record::Start(info) if info.script.is_some() => self.info = None,
             Record::Start(info) => {
                 self.info = Some((**info).clone());
                 self.run = RunSplit::default();

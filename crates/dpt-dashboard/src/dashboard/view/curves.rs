@@ -23,7 +23,7 @@ use crate::record::smooth::ema;
 type Points<'a> = Cow<'a, [(f64, f64)]>;
 
 /// A series with its legend name and colour.
-type Named<'a> = (&'static str, Points<'a>, Color);
+type Named<'a> = (&'a str, Points<'a>, Color);
 
 /// Terminals at least this wide show loss and accuracy side by side.
 pub const SIDE_BY_SIDE_WIDTH: u16 = 160;
@@ -72,9 +72,19 @@ fn title(app: &App, look: &Look, view: CurveView) -> String {
     };
     let weight = s.smoothing_weight();
     let smoothing = if weight > 0.0 { format!(" {} smooth {weight}", look.sep()) } else { String::new() };
+    let scalar_name;
     let name = match (c.no_classes && view == CurveView::Accuracy, c.has_perplexity) {
         (true, true) => "perplexity",
         (true, false) => "loss",
+        (false, _) if view == CurveView::Scalars => {
+            scalar_name = match scalar(c, s.scalar) {
+                Some((n, _)) => {
+                    format!("{n} ({} of {}, n: next)", s.scalar % c.scalars.len() + 1, c.scalars.len())
+                }
+                None => "scalars (none reported)".to_owned(),
+            };
+            scalar_name.as_str()
+        }
         (false, _) => view.title(),
     };
     let log = if log_y(app, view) { " (log)" } else { "" };
@@ -92,7 +102,7 @@ struct Shown<'a> {
 impl<'a> Shown<'a> {
     fn new(app: &'a App, look: &Look, view: CurveView) -> Self {
         Shown {
-            own: own_series(&app.curves.data, look, view),
+            own: own_series(&app.curves.data, look, view, app.curves.settings.scalar),
             baselines: baseline_series(app, look, view),
             abandoned: abandoned_series(app, view),
         }
@@ -100,7 +110,7 @@ impl<'a> Shown<'a> {
 }
 
 /// The run's own curves for `view`, with their legend names and colours.
-fn own_series<'a>(c: &'a Curves, look: &Look, view: CurveView) -> Vec<Named<'a>> {
+fn own_series<'a>(c: &'a Curves, look: &Look, view: CurveView, scalar_index: usize) -> Vec<Named<'a>> {
     let t = look.theme;
     let loss = || {
         vec![
@@ -139,7 +149,19 @@ fn own_series<'a>(c: &'a Curves, look: &Look, view: CurveView) -> Vec<Named<'a>>
         }
         CurveView::Lr => vec![("lr", Points::from(&c.lr), t.lr)],
         CurveView::GradNorm => vec![("grad norm", Points::from(&c.grad_norm), t.accent)],
+        CurveView::Scalars => scalar(c, scalar_index)
+            .map(|(name, points)| vec![(name, Points::from(points), t.accent)])
+            .unwrap_or_default(),
     }
+}
+
+/// The named figure the scalars view shows: the `index`th by name (wrapping).
+fn scalar(c: &Curves, index: usize) -> Option<(&str, &[(f64, f64)])> {
+    let count = c.scalars.len();
+    (count > 0)
+        .then(|| c.scalars.iter().nth(index % count))
+        .flatten()
+        .map(|(n, p)| (n.as_str(), p.as_slice()))
 }
 
 /// Baselines: every curve of a recorded run in that run's one colour (then, in the accuracy
@@ -291,5 +313,7 @@ fn view_series(c: &Curves, view: CurveView) -> Vec<&[(f64, f64)]> {
         CurveView::D2l => vec![&c.train_loss, &c.train_acc, &c.test_acc],
         CurveView::Lr => vec![&c.lr, &c.lr_plan],
         CurveView::GradNorm => vec![&c.grad_norm],
+        // A baseline's figures need not share the run's names.
+        CurveView::Scalars => Vec::new(),
     }
 }

@@ -120,8 +120,12 @@ fn too_small(frame: &mut Frame, area: Rect, look: &Look) {
 }
 
 fn footer(frame: &mut Frame, area: Rect, app: &App, look: &Look, compact: bool) {
-    let mut keys =
-        crate::dashboard::keys::footer(app.run.state.is_over(), compact, !app.curves.data.no_classes);
+    let mut keys = crate::dashboard::keys::footer(
+        app.run.state.is_over(),
+        compact,
+        app.curves.data.counts_classes(),
+        |c| app.run.info.as_ref().is_none_or(|i| i.can(c)),
+    );
     if app.viewer.returns {
         keys.insert(0, ("Esc", "back to the sweep"));
     }
