@@ -266,3 +266,97 @@ fn bad_commands_say_what_was_wrong_in_one_line_and_leave_no_run_directory() {
         assert!(!tmp.path().join(dir).exists(), "{dir} left behind");
     }
 }
+
+/// A framework's run (`script OUT DIR`) steered from the socket: the lr halved, a save, a stop;
+/// the script's own lines prove each (its optimizer's lr, the framework's last step, the file).
+fn steer_a_framework(script: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("steps.jsonl");
+    let mut job = ScriptRun::python(script, &[&out, tmp.path()]);
+    let Attached { records, controls, monitor: _monitor, .. } = job.attach();
+    step_past(&records, 3);
+    controls.send(Control::SetLr { lr: 0.05 }).unwrap();
+    let (lr, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::LrChanged { .. })));
+    let Record::Event(Change::LrChanged { from, to, global_step: c }) = lr else { unreachable!() };
+    assert_eq!((from, to), (0.1, 0.05));
+    step_past(&records, c + 3);
+    controls.send(Control::SaveNow).unwrap();
+    let (saved, _) = until_record(&records, WAIT, |r| matches!(r, Record::Event(Change::Saved { .. })));
+    let Record::Event(Change::Saved { path, .. }) = saved else { unreachable!() };
+    assert!(Path::new(&path).exists(), "{path} not written");
+    controls.send(Control::Stop).unwrap();
+    let s = stop_at(&records);
+    until_record(&records, WAIT, |r| matches!(r, Record::Summary(_)));
+    assert_eq!(job.wait(), 0, "{}", job.output());
+    let (done, stopped) = steps(&out);
+    assert_eq!(stopped, Some(s), "the framework stopped at the step the stop was asked at");
+    assert!(done.len() >= s, "{} steps written of {s}", done.len());
+    for (step, lr) in done {
+        let want = if step <= c { 0.1 } else { 0.05 };
+        assert!((lr - want).abs() < 1e-12, "step {step} used lr {lr}, not {want}");
+    }
+}
+
+#[test]
+fn a_lightning_fit_is_given_a_new_lr_saved_and_stopped_through_its_callback() {
+    steer_a_framework("lightning_fit.py");
+}
+
+#[test]
+fn a_hugging_face_trainer_is_given_a_new_lr_saved_and_stopped_through_its_callback() {
+    steer_a_framework("hf_train.py");
+}
+
+#[test]
+fn the_seeds_animator_loop_shows_its_curves_by_changing_one_import() {
+    let mut job = ScriptRun::python("animator.py", &[]);
+    assert_eq!(job.wait(), 0, "{}", job.output());
+    let log = std::fs::read_to_string(job.run.join("output.log")).unwrap();
+    let kept: serde_json::Value =
+        serde_json::from_str(log.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("{log}")))
+            .unwrap();
+    let recorded = common::records(&job.run);
+    assert_eq!(recorded[0]["script"]["framework"], "animator");
+    assert_eq!(recorded[0]["task"], "classify", "its train acc makes it a classifier");
+    // Every evaluation the Animator kept is in the record, as the dashboard's test curve.
+    let evals: Vec<f64> = recorded
+        .iter()
+        .filter(|r| r["kind"] == "eval")
+        .map(|r| r["metrics"]["test acc"].as_f64().unwrap())
+        .collect();
+    let kept_acc: Vec<f64> =
+        kept["test_acc"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(evals, kept_acc);
+    assert_eq!(kept["points"], 24, "d2l keeps an x per value given: 3 x 8 train losses");
+    assert_eq!(evals.len(), 3);
+    let last_loss = recorded.iter().rev().find(|r| r["kind"] == "step").unwrap();
+    assert_eq!(last_loss["global_step"], 24);
+    let summary = recorded.last().unwrap();
+    assert_eq!((summary["kind"].as_str(), summary["reason"].as_str()), (Some("summary"), Some("completed")));
+}
+
+#[test]
+fn a_script_started_without_dpt_tui_run_starts_its_backend_and_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let xdg = tmp.path().join("xdg");
+    std::fs::create_dir_all(&xdg).unwrap();
+    let out = std::process::Command::new(common::python())
+        .arg(client_script("counted.py"))
+        .env("PYTHONPATH", client_path())
+        .env("DPT_TUI_BIN", common::BIN)
+        .env("DPT_TUI_RUN_DIR", &run)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env_remove("DPT_TUI_ENDPOINT")
+        .output()
+        .unwrap();
+    let text = common::ok(&out);
+    assert!(text.contains("trained"), "{text}");
+    // The backend ends when the script's connection closes, after writing the summary.
+    let recorded = common::wait_for_summary(&run, WAIT);
+    assert_eq!(recorded[0]["script"]["label"], "counted");
+    assert!(recorded.iter().any(|r| r["kind"] == "eval"));
+    let summary = recorded.last().unwrap();
+    assert_eq!((summary["reason"].as_str(), summary["global_steps"].as_u64()), (Some("completed"), Some(20)));
+    until(WAIT, "the backend gone", || !run.join("server.json").exists());
+}
