@@ -6,6 +6,9 @@ the real dpt-tui backend is). Prints the mean microseconds per call, and the cos
 DPT_DISABLED=1.
 
     python python/bench_overhead.py [--steps N]
+
+Under `dpt-tui run --headless -- python python/bench_overhead.py`, it times the real backend
+(the run's own `DPT_TUI_ENDPOINT`) instead, beside the disabled client.
 """
 
 import argparse
@@ -88,6 +91,13 @@ def main() -> None:
     except ImportError:
         pass
     print(f"run.step() cost, mean of {steps} calls (loss, acc, samples, one scalar):")
+    if os.environ.get("DPT_TUI_ENDPOINT"):
+        for name, figures in cases:
+            print(f"  dpt-tui run's backend    {name:<16} {time_steps(steps, **figures):7.1f} us/call")
+        del os.environ["DPT_TUI_ENDPOINT"]
+        os.environ["DPT_DISABLED"] = "1"
+        print(f"  DPT_DISABLED=1                             {time_steps(steps, **floats):7.2f} us/call")
+        return
     for kind in ("thread", "process"):
         for name, figures in cases:
             print(f"  backend in a {kind:<7}  {name:<16} {with_backend(kind, steps, figures):7.1f} us/call")

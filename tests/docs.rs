@@ -85,7 +85,7 @@ fn dpt_names_in_code() -> BTreeSet<String> {
         }
     }
     let root = root();
-    for dir in ["src", "crates", ".ci"] {
+    for dir in ["src", "crates", ".ci", "python/dpt_tui"] {
         walk(&root.join(dir), &mut files);
     }
     files.push(root.join("build.rs"));

@@ -269,6 +269,7 @@ fn settings() -> String {
 
 const RECORD_MOD: &str = include_str!("../../crates/dpt-core/src/record/mod.rs");
 const RECORD_STATS: &str = include_str!("../../crates/dpt-core/src/record/stats.rs");
+const RECORD_SCRIPT: &str = include_str!("../../crates/dpt-core/src/record/script.rs");
 const RECORD_WIRE: &str = include_str!("../../crates/dpt-core/src/record/run_info_wire.rs");
 const BOTTLENECK: &str = include_str!("../../crates/dpt-core/src/record/bottleneck/mod.rs");
 const FLOPS: &str = include_str!("../../crates/dpt-core/src/flops.rs");
@@ -428,6 +429,8 @@ fn records() -> String {
         let _ = write!(out, "\n## `{kind}`\n\n{}\n", kind_doc(variant));
         field_table(&mut out, &fields(RECORD_STATS, ty), &[]);
     }
+    let _ = write!(out, "\n## `eval`\n\n{}\n", kind_doc("Eval"));
+    field_table(&mut out, &fields(RECORD_SCRIPT, "EvalStats"), &[]);
 
     let _ = write!(
         out,
@@ -445,7 +448,7 @@ fn records() -> String {
     }
 
     out.push_str("\n## Values inside records\n");
-    let nested: [(&str, &str, &str); 9] = [
+    let nested: [(&str, &str, &str); 11] = [
         ("StepTiming", RECORD_STATS, "`step`'s `timing`"),
         ("ReplicaTiming", RECORD_STATS, "each of `step`'s `replicas`"),
         ("LoaderStats", RECORD_STATS, "`step`'s `loader`"),
@@ -455,6 +458,8 @@ fn records() -> String {
         ("Restart", RECORD_STATS, "`start`'s `restart`"),
         ("WorldInfo", RECORD_STATS, "`start`'s `world`"),
         ("MeasuredBus", BOTTLENECK, "`start`'s `bus_bandwidth`"),
+        ("ScriptInfo", RECORD_SCRIPT, "`start`'s `script`"),
+        ("ScriptDevice", RECORD_SCRIPT, "each of `script`'s `devices`"),
     ];
     for (ty, src, place) in nested {
         let _ = write!(out, "\n### `{ty}`: {place}\n");
@@ -463,6 +468,7 @@ fn records() -> String {
     for (ty, src, place) in [
         ("FinishReason", RECORD_STATS, "`summary`'s `reason`"),
         ("Cause", BOTTLENECK, "`bottleneck`'s `cause`"),
+        ("Capability", RECORD_SCRIPT, "each of `script`'s `can`"),
     ] {
         let _ = write!(out, "\n### `{ty}`: {place}\n\n| value | meaning |\n| --- | --- |\n");
         for v in items(&body(src, "enum", ty)) {

@@ -39,12 +39,18 @@ impl Capability {
     }
 }
 
+/// A script's own configuration: any JSON object (`dpt_tui.init(config=...)`).
+pub type ScriptConfig = serde_json::Map<String, serde_json::Value>;
+
 /// A device as the script named it (any kind torch has: `cuda`, `cpu`, `mps`, `xpu`…).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScriptDevice {
+    /// torch's device type (`cuda`, `cpu`, `mps`).
     pub kind: String,
+    /// Its index among the rank's devices of that kind.
     #[serde(default)]
     pub index: Option<usize>,
+    /// The device's name (`NVIDIA H100 80GB HBM3`).
     #[serde(default)]
     pub name: Option<String>,
     /// The GPU's UUID as NVML writes it (`GPU-…`), which is how its figures are found.
@@ -87,7 +93,7 @@ pub struct ScriptInfo {
     pub total_steps: Option<usize>,
     /// The script's own configuration, as it gave it.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
-    pub config: serde_json::Map<String, serde_json::Value>,
+    pub config: ScriptConfig,
 }
 
 impl ScriptInfo {
@@ -99,7 +105,9 @@ impl ScriptInfo {
 /// An evaluation at any step (a script's `run.eval(...)`): named figures.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalStats {
+    /// The optimizer steps done when it was evaluated.
     pub global_step: usize,
+    /// Each figure by the name the script gave it (`val_loss`, `eval_accuracy`).
     pub metrics: BTreeMap<String, f64>,
 }
 

@@ -184,6 +184,16 @@ impl Narrator {
             // A rewind point is listed by the `r` key, not in the log (one every few hundred steps).
             Record::Event(Change::Snapshot { .. }) => None,
             Record::Event(c) => Some(change_line(c)),
+            Record::Summary(s) if self.script.is_some() => info(format!(
+                "{} steps ({}){}\nspeed: {:.1} samples/sec",
+                s.global_steps,
+                match s.reason {
+                    super::FinishReason::Stopped => "stopped",
+                    _ => "completed",
+                },
+                s.test_acc.map_or(String::new(), |a| format!(", last evaluated accuracy {a:.3}")),
+                s.samples_per_sec
+            )),
             Record::Summary(s) if !self.classes => info(format!(
                 "{} steps on {}\nspeed: {:.1} samples/sec{}{}",
                 s.global_steps,
