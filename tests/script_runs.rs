@@ -34,6 +34,11 @@ struct ScriptRun {
 
 impl ScriptRun {
     fn start(command: &[&std::ffi::OsStr]) -> ScriptRun {
+        ScriptRun::start_with(&[], command)
+    }
+
+    /// With `flags` of `run` before the `--`.
+    fn start_with(flags: &[&str], command: &[&std::ffi::OsStr]) -> ScriptRun {
         let tmp = tempfile::tempdir().unwrap();
         let run = tmp.path().join("run");
         let xdg = tmp.path().join("xdg");
@@ -41,6 +46,7 @@ impl ScriptRun {
         let child = Dpt::new()
             .args(["run", "--headless", "--run-dir"])
             .arg(&run)
+            .args(flags)
             .arg("--")
             .args(command)
             .env("XDG_RUNTIME_DIR", &xdg)
@@ -227,8 +233,16 @@ fn two_ranks_under_torchrun_pause_change_lr_and_stop_at_the_same_step() {
 
 #[test]
 fn a_script_that_raises_is_recorded_failed_with_its_line_and_keeps_its_exit_status() {
-    let mut job = ScriptRun::python("fails.py", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let alerts = tmp.path().join("alerts");
+    let notify = format!("echo \"$DPT_EVENT $DPT_MESSAGE\" >> {}", alerts.display());
+    let python = common::python();
+    let script = client_script("fails.py");
+    let mut job = ScriptRun::start_with(&["--notify", &notify], &[python.as_ref(), script.as_os_str()]);
     assert_eq!(job.wait(), 1, "{}", job.output());
+    // --notify: the failure reached the alert command, with its message.
+    let said = std::fs::read_to_string(&alerts).unwrap_or_default();
+    assert!(said.starts_with("failed ValueError: the batch had no rows"), "{said:?}");
     let recorded = common::records(&job.run);
     let failed = recorded.iter().find(|r| r["event"] == "failed").unwrap_or_else(|| panic!("{recorded:?}"));
     let message = failed["message"].as_str().unwrap();

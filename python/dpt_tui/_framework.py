@@ -29,3 +29,10 @@ class Picklable:
         for name in self._transient:
             state[name] = None
         return state
+
+
+def callback_class(watch: type, base: type, module: str) -> type:
+    """The framework's callback class: `watch`'s behaviour on the framework's `base`, named
+    `module.DptTuiCallback` so that a pickled callback resolves in another process."""
+    names = {"__module__": module, "__qualname__": "DptTuiCallback"}
+    return type("DptTuiCallback", (watch, base), names)

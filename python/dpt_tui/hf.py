@@ -7,7 +7,7 @@ import functools
 import os
 from typing import Any, Dict, Optional
 
-from ._framework import Picklable
+from ._framework import Picklable, callback_class
 from ._identity import Identity, device, script_label
 from ._names import is_eval
 from ._open import disabled, open_session
@@ -36,8 +36,7 @@ def _callback_class() -> type:
         from transformers import TrainerCallback
     except ImportError:
         raise ImportError("dpt_tui.HFCallback needs transformers: pip install transformers") from None
-    names = {"__module__": __name__, "__qualname__": "DptTuiCallback"}
-    return type("DptTuiCallback", (HFWatch, TrainerCallback), names)
+    return callback_class(HFWatch, TrainerCallback, __name__)
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ import math
 import os
 from typing import Any, Optional
 
-from ._framework import Picklable, batch_size
+from ._framework import Picklable, callback_class, batch_size
 from ._identity import Identity, device
 from ._names import ACC_WORDS, LOSS_WORDS, is_eval, pick
 from ._open import disabled, open_session
@@ -42,8 +42,7 @@ def _callback_class() -> type:
             from pytorch_lightning import Callback
         except ImportError:
             raise ImportError("dpt_tui.LightningCallback needs Lightning: pip install lightning") from None
-    names = {"__module__": __name__, "__qualname__": "DptTuiCallback"}
-    return type("DptTuiCallback", (LightningWatch, Callback), names)
+    return callback_class(LightningWatch, Callback, __name__)
 
 
 def __getattr__(name: str) -> Any:

@@ -140,6 +140,10 @@ pub enum Command {
         /// when stdout is not a terminal).
         #[arg(long)]
         headless: bool,
+        /// Run this shell command on the run's events (finished, failed, straggler), with
+        /// DPT_EVENT, DPT_RUN_DIR and DPT_MESSAGE in its environment, as the training flag does.
+        #[arg(long, value_name = "CMD")]
+        notify: Option<String>,
         /// Internal: serve the script of this process, which started this backend itself.
         #[arg(long, hide = true, requires = "endpoint", conflicts_with = "command")]
         for_pid: Option<u32>,

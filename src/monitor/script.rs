@@ -98,3 +98,44 @@ fn sample(
     }
     sample
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dpt_core::monitor::SampleSource;
+
+    fn device(kind: &str, index: Option<usize>, uuid: Option<&str>, rank: usize) -> ScriptDevice {
+        ScriptDevice { kind: kind.into(), index, name: None, uuid: uuid.map(str::to_owned), rank }
+    }
+
+    #[test]
+    fn a_gpu_is_looked_up_by_its_uuid_and_any_other_device_by_its_ranks_process() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (devices_tx, devices) = crossbeam_channel::unbounded();
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let handle = spawn(devices, Duration::from_millis(50), tx, stop).unwrap();
+        let me = std::process::id();
+        devices_tx
+            .send(vec![
+                // No machine has this GPU: with NVML or without, its figures are unavailable.
+                (device("cuda", Some(0), Some("GPU-00000000-0000-0000-0000-000000000000"), 0), me),
+                (device("mps", Some(0), None, 1), me),
+            ])
+            .unwrap();
+        let samples = rx
+            .iter()
+            .find_map(|m| if let MonitorMsg::Samples(s) = m { Some(s) } else { None })
+            .expect("a reading");
+        drop(stop_tx);
+        handle.join().unwrap();
+        let [gpu, other] = &samples[..] else { panic!("{samples:?}") };
+        assert_eq!(
+            (gpu.device, gpu.source, gpu.rank),
+            (DeviceId::Cuda(0), SampleSource::Unavailable, Some(0))
+        );
+        assert!(gpu.note.is_some());
+        assert_eq!((other.device, other.source, other.rank), (DeviceId::Cpu, SampleSource::Process, Some(1)));
+        assert!(other.mem_used.is_some_and(|m| m > 0), "this process's memory: {other:?}");
+        assert_eq!(other.name.as_deref(), Some("mps:0 (figures: its process)"));
+    }
+}

@@ -77,9 +77,9 @@ pub fn run(args: Args) -> Result<u8, Failure> {
                 out: out.as_deref(),
             })
         }
-        Some(Command::Run { run_dir, headless, for_pid, endpoint, command }) => {
+        Some(Command::Run { run_dir, headless, notify, for_pid, endpoint, command }) => {
             return script_run::run(
-                &script_run::Options { run_dir, headless, for_pid, endpoint, command },
+                &script_run::Options { run_dir, headless, notify, for_pid, endpoint, command },
                 &args,
             )
         }

@@ -41,6 +41,7 @@ const OUTPUT_LINE_CHARS: usize = 400;
 pub struct Options {
     pub run_dir: Option<PathBuf>,
     pub headless: bool,
+    pub notify: Option<String>,
     pub for_pid: Option<u32>,
     pub endpoint: Option<PathBuf>,
     pub command: Vec<OsString>,
@@ -99,10 +100,23 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
     let (controls_tx, controls_rx) = unbounded();
     let recorder = spawn_recorder(records_rx, monitor_rx, metrics, super::job::tensorboard(run_dir))
         .map_err(failed("cannot start the recorder"))?;
+    let first = vec![super::job::PRINTER_BUFFER; 1 + usize::from(o.notify.is_some())];
     let (hub, mut subscriptions, hub_thread) =
-        Hub::spawn(History::default(), recorder.records, recorder.readings, &[super::job::PRINTER_BUFFER])
+        Hub::spawn(History::default(), recorder.records, recorder.readings, &first)
             .map_err(failed("cannot start the hub"))?;
     let (_, printed) = subscriptions.remove(0);
+    // --notify: the alerts of the run, off the script's path.
+    let notifier = match (&o.notify, subscriptions.pop()) {
+        (Some(command), Some((_, live))) => Some(
+            dpt_tui::alert::spawn_notifier(
+                command.clone(),
+                run_dir.to_owned(),
+                live.into_iter().filter_map(HubMsg::record),
+            )
+            .map_err(failed("cannot start the notifier"))?,
+        ),
+        _ => None,
+    };
     let served =
         server::serve(run_dir, hub.clone(), controls_tx).map_err(failed("cannot serve the dashboard"))?;
     drop(hub);
@@ -154,6 +168,10 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
     let _ = monitor.join();
     let write_error = recorder.thread.join().ok().flatten();
     let _ = hub_thread.join();
+    if let Some(n) = notifier {
+        // The last alert (the finish) is started before dpt-tui exits.
+        let _ = n.join();
+    }
     served.withdraw();
     if let Some(e) = write_error {
         eprintln!("dpt-tui: warning: the run's record was not fully written ({e})");

@@ -42,6 +42,8 @@ pub struct Reports {
     step: usize,
     samples: f64,
     last_acc: Option<f64>,
+    /// The ranks already named as stragglers (each once per run).
+    straggled: Vec<bool>,
     failed: bool,
     ended: bool,
 }
@@ -59,6 +61,7 @@ impl Reports {
             step: 0,
             samples: 0.0,
             last_acc: None,
+            straggled: Vec::new(),
             failed: false,
             ended: false,
         }
@@ -123,9 +126,43 @@ impl Reports {
         self.step = s.step;
         let opened = *self.opened.get_or_insert(now);
         if s.step == 1 || now.duration_since(opened) >= WINDOW {
-            out.push(self.close_window(now));
+            let window = self.close_window(now);
+            let stragglers = self.stragglers(&window);
+            out.push(window);
+            out.extend(stragglers);
         }
         out
+    }
+
+    /// The ranks whose steps ran slower than the median rank's by more than the margin over a
+    /// window, each named once per run (as a native run names its replicas). Ranks in one
+    /// collective wait for each other, so this finds the ones whose own work differs.
+    fn stragglers(&mut self, window: &Record) -> Vec<Record> {
+        let Record::Step(s) = window else { return Vec::new() };
+        let times: Vec<f64> = s.replicas.iter().map(|r| r.compute).collect();
+        if times.len() < 2 || times.iter().any(|t| *t <= 0.0) {
+            return Vec::new();
+        }
+        let Some(median) = crate::record::straggler::median(&times) else { return Vec::new() };
+        self.straggled.resize(times.len(), false);
+        crate::record::straggler::stragglers(&times)
+            .into_iter()
+            .filter(|&r| !std::mem::replace(&mut self.straggled[r], true))
+            .map(|rank| {
+                let device = self
+                    .hellos
+                    .get(&rank)
+                    .and_then(|h| h.devices.first())
+                    .map_or_else(|| "cpu".to_owned(), |d| d.label());
+                Record::Event(Change::Straggler {
+                    replica: rank,
+                    device,
+                    step_ms: times[rank] * 1e3,
+                    median_ms: median * 1e3,
+                    global_step: s.global_step,
+                })
+            })
+            .collect()
     }
 
     /// Closes the open window (if it has rank 0's steps) into a step record.
@@ -361,7 +398,12 @@ mod tests {
         r.hello(hello(1, 2));
         assert!(r.step(1, &step(1, Some(9.0), 30.0), t0).is_empty(), "rank 1 starts nothing");
         let first = r.step(0, &step(1, Some(2.0), 10.0), t0);
-        let [Record::Start(info), Record::Step(s1)] = &first[..] else { panic!("{first:?}") };
+        // Rank 1's step took three times rank 0's: it is named a straggler.
+        let [Record::Start(info), Record::Step(s1), Record::Event(Change::Straggler { replica: 1, .. })] =
+            &first[..]
+        else {
+            panic!("{first:?}")
+        };
         let script = info.script.as_ref().unwrap();
         assert_eq!((script.world_size, script.total_steps, script.devices.len()), (2, Some(40), 2));
         assert_eq!(script.can, [Capability::Pause, Capability::Stop]);
@@ -390,6 +432,32 @@ mod tests {
         let Some(Record::Summary(sum)) = r.summary(false, t0 + WINDOW * 3) else { panic!() };
         assert_eq!((sum.global_steps, sum.reason), (4, FinishReason::Completed));
         assert!(r.summary(false, t0).is_none(), "once");
+    }
+
+    #[test]
+    fn a_rank_slower_than_the_others_is_named_once() {
+        let t0 = Instant::now();
+        let mut r = Reports::new(Vec::new(), t0, 0.0);
+        for rank in 0..3 {
+            r.hello(hello(rank, 3));
+        }
+        for n in 1..=3 {
+            // Rank 2's steps take twice the others'.
+            for (rank, ms) in [(1, 10.0), (2, 20.0)] {
+                r.step(rank, &step(n, Some(1.0), ms), t0);
+            }
+            let out = r.step(0, &step(n, Some(1.0), 10.0), t0 + WINDOW * n as u32);
+            let named: Vec<&Record> = out.iter().filter(|o| matches!(o, Record::Event(_))).collect();
+            if n == 1 {
+                let [Record::Event(Change::Straggler { replica: 2, step_ms, median_ms, .. })] = named[..]
+                else {
+                    panic!("{out:?}")
+                };
+                assert_eq!((*step_ms, *median_ms), (20.0, 10.0));
+            } else {
+                assert!(named.is_empty(), "named once: {out:?}");
+            }
+        }
     }
 
     #[test]
