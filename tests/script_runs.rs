@@ -374,3 +374,39 @@ fn a_script_started_without_dpt_tui_run_starts_its_backend_and_is_recorded() {
     assert_eq!((summary["reason"].as_str(), summary["global_steps"].as_u64()), (Some("completed"), Some(20)));
     until(WAIT, "the backend gone", || !run.join("server.json").exists());
 }
+
+#[test]
+fn in_a_terminal_the_dashboard_opens_on_the_script_and_pauses_and_stops_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, out, xdg) = (tmp.path().join("run"), tmp.path().join("steps.jsonl"), tmp.path().join("xdg"));
+    std::fs::create_dir_all(&xdg).unwrap();
+    let python = common::python();
+    let script = client_script("plain_loop.py");
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let args = ["run", "--run-dir", &path(&run), "--", &python, &path(&script), &path(&out)];
+    let env = [("PYTHONPATH", path(&client_path())), ("XDG_RUNTIME_DIR", path(&xdg))];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut pty = common::pty::PtyRun::spawn(&args, 120, 40, &env);
+    let screen = pty.wait_for("RUNNING", WAIT);
+    assert!(screen.contains("mlp on [cpu]"), "{screen}");
+    // The script takes every control but a rewind: its key is not offered.
+    assert!(screen.contains("set lr") && !screen.contains("rewind"), "{screen}");
+    pty.send(" ");
+    pty.wait_for("PAUSED", WAIT);
+    let p = until(WAIT, "the script at its pause", || {
+        let a = last_step(&out);
+        std::thread::sleep(Duration::from_millis(300));
+        (a.is_some() && a == last_step(&out)).then_some(a)
+    });
+    pty.send(" ");
+    until(WAIT, "the script going on", || last_step(&out) > p);
+    pty.send("q");
+    pty.wait_for("stop training?", WAIT);
+    pty.send("y");
+    let status = pty.wait_exit(WAIT);
+    assert!(status.success(), "{status:?}");
+    let (_, stopped) = steps(&out);
+    assert!(stopped > p, "stopped at {stopped:?}, after the pause at {p:?}");
+    let recorded = common::records(&run);
+    assert_eq!(recorded.last().unwrap()["reason"], "stopped");
+}
