@@ -410,3 +410,22 @@ fn in_a_terminal_the_dashboard_opens_on_the_script_and_pauses_and_stops_it() {
     let recorded = common::records(&run);
     assert_eq!(recorded.last().unwrap()["reason"], "stopped");
 }
+
+#[test]
+fn in_a_terminal_a_script_that_ends_before_init_gets_its_output_and_one_line_not_a_dashboard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let xdg = tmp.path().join("xdg");
+    std::fs::create_dir_all(&xdg).unwrap();
+    let python = common::python();
+    let code = "print('no dataset at /data/x'); raise SystemExit(4)";
+    let args = ["run", "--run-dir", run.to_str().unwrap(), "--", &python, "-c", code];
+    let mut pty = common::pty::PtyRun::spawn(&args, 100, 30, &[("XDG_RUNTIME_DIR", xdg.to_str().unwrap())]);
+    let status = pty.wait_exit(WAIT);
+    assert_eq!(status.exit_code(), 4, "the script's own status: {}", pty.contents());
+    let screen = pty.contents();
+    assert!(screen.contains("no dataset at /data/x"), "its output is said: {screen}");
+    assert!(screen.contains("exited (exit status 4) before calling dpt_tui.init"), "{screen}");
+    assert!(!screen.contains("waiting for the workers"), "no dashboard opened: {screen}");
+    assert!(!run.exists());
+}

@@ -34,6 +34,8 @@ pub const OUTPUT_FILE: &str = "output.log";
 /// The environment variables the client reads (docs/reference/script-protocol.md).
 pub const ENDPOINT_VAR: &str = "DPT_TUI_ENDPOINT";
 pub const RUN_DIR_VAR: &str = "DPT_TUI_RUN_DIR";
+/// The lines of a script's output said again when it ended before the dashboard could open.
+const REPLAYED_LINES: usize = 200;
 /// The most of one output line the log panel shows.
 const OUTPUT_LINE_CHARS: usize = 400;
 
@@ -98,6 +100,7 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
     let (monitor_tx, monitor_rx) = unbounded();
     let (devices_tx, devices_rx) = unbounded();
     let (controls_tx, controls_rx) = unbounded();
+    let (greeting, greeted) = bounded(1);
     let recorder = spawn_recorder(records_rx, monitor_rx, metrics, super::job::tensorboard(run_dir))
         .map_err(failed("cannot start the recorder"))?;
     let first = vec![super::job::PRINTER_BUFFER; 1 + usize::from(o.notify.is_some())];
@@ -131,6 +134,7 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
         records: records_tx,
         controls: controls_rx,
         devices: devices_tx,
+        greeting,
         ends_with_ranks: o.for_pid.is_some(),
     })
     .map_err(failed("cannot open the script's socket"))?;
@@ -157,12 +161,23 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
     };
     let group = child.as_ref().map(|c| c.id);
     let watch = watch_signals(args)?;
+    // The dashboard opens once the script has said hello: a script that ends before then
+    // gets its one line, not a screen with nothing to show.
+    let mut ended = None;
     if terminal {
-        view(run_dir, args, &watch.messages, group)?;
+        ended = child.as_ref().and_then(|c| wait_for_hello(&greeted, c, &watch.messages));
+        match ended {
+            None => view(run_dir, args, &watch.messages, group)?,
+            // What it said went to output.log only: say it here, the directory may go.
+            Some(_) => replay_output(run_dir),
+        }
     } else {
         print(&printed, &watch.messages, group);
     }
-    let status = child.map(|c| c.wait());
+    let status = match ended {
+        Some(status) => status,
+        None => child.and_then(Script::wait),
+    };
     let outcome = backend.thread.join().unwrap_or_default();
     drop(stop_monitor);
     let _ = monitor.join();
@@ -176,7 +191,7 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
     if let Some(e) = write_error {
         eprintln!("dpt-tui: warning: the run's record was not fully written ({e})");
     }
-    Ok(Served { status: status.flatten(), greeted: outcome.greeted })
+    Ok(Served { status, greeted: outcome.greeted })
 }
 
 /// The script as a child of ours.
@@ -272,6 +287,37 @@ fn tee(
             let _ = viewers.send(MonitorMsg::Output { lines: vec![shown] });
         }
         line.clear();
+    }
+}
+
+/// Waits until the script's first rank says hello (`None`) or the script ends first (its exit
+/// status); SIGINT and SIGTERM are passed on meanwhile.
+fn wait_for_hello(
+    greeted: &Receiver<()>,
+    script: &Script,
+    signals: &Receiver<SignalMsg>,
+) -> Option<Option<ExitStatus>> {
+    let mut signals = signals.clone();
+    loop {
+        select! {
+            recv(greeted) -> _ => return None,
+            recv(script.status) -> status => return Some(status.ok().flatten()),
+            recv(signals) -> sig => match sig {
+                Ok(SignalMsg::Stop(n) | SignalMsg::Preempt(n)) => pass_on(Some(script.id), n),
+                Ok(SignalMsg::Hangup) => {}
+                Err(_) => signals = crossbeam_channel::never(),
+            },
+        }
+    }
+}
+
+/// The last lines of the script's output, on stderr (at most [`REPLAYED_LINES`]).
+fn replay_output(run_dir: &Path) {
+    let text = std::fs::read_to_string(run_dir.join(OUTPUT_FILE)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut err = std::io::stderr();
+    for line in &lines[lines.len().saturating_sub(REPLAYED_LINES)..] {
+        let _ = writeln!(err, "{line}");
     }
 }
 

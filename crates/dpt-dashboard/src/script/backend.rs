@@ -72,6 +72,8 @@ pub struct Setup {
     pub ends_with_ranks: bool,
     /// Each rank's devices as it names them, with the rank's process, for the device monitor.
     pub devices: Sender<Vec<(ScriptDevice, u32)>>,
+    /// Told once, when the first rank says hello (the dashboard then has a run to show).
+    pub greeting: Sender<()>,
 }
 
 /// Listens on `setup.endpoint` and starts the backend thread.
@@ -129,6 +131,7 @@ struct State {
     reports: Reports,
     records: Sender<Record>,
     devices: Sender<Vec<(ScriptDevice, u32)>>,
+    greeting: Sender<()>,
     all_devices: Vec<(ScriptDevice, u32)>,
     run_dir: String,
     stopped: bool,
@@ -142,6 +145,7 @@ fn run(setup: Setup, incoming: Receiver<Event>) -> Outcome {
         reports: Reports::new(setup.command, Instant::now(), crate::unix_now()),
         records: setup.records,
         devices: setup.devices,
+        greeting: setup.greeting,
         all_devices: Vec::new(),
         run_dir: setup.run_dir.display().to_string(),
         stopped: false,
@@ -280,6 +284,9 @@ impl State {
             }
         };
         let rank = hello.rank;
+        if !self.greeted {
+            let _ = self.greeting.try_send(());
+        }
         self.greeted = true;
         let pid = hello.pid;
         self.all_devices.extend(hello.devices.iter().map(|d| (ScriptDevice { rank, ..d.clone() }, pid)));
