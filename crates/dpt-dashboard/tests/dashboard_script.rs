@@ -86,6 +86,11 @@ fn a_script_run_shows_what_it_reported_and_hides_what_it_cannot_do() {
     assert!(s.contains("train.py gave dpt_tui.init no save function"), "{s}");
     // Pause is the script's to take.
     assert_eq!(app.on_key(key(' ')), vec![dpt_core::Control::Pause]);
+    // Stopping asks about the script, not about saving weights dpt-tui does not hold.
+    app.on_key(key('q'));
+    let s = screen(&app, 120, 40, false);
+    assert!(s.contains("Stop the script after its current step?") && !s.contains("save the weights"), "{s}");
+    app.on_key(key('n'));
     // The named figures: `n` shows each in turn.
     app.on_key(key('n'));
     let s = screen(&app, 120, 40, false);

@@ -95,19 +95,28 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, look: &Look) {
         }
         Overlay::Classes => ("by class", class_lines(app, look), 84),
         Overlay::Rewind(picker) => super::rewind::lines(app, look, picker),
-        Overlay::ConfirmQuit => (
-            "stop training?",
-            vec![
-                Line::from(Span::styled("Stop after the current step and save the weights?", t.fg(t.text))),
-                Line::from(vec![
-                    Span::styled(" y ", t.highlight()),
-                    Span::styled(" stop and save   ", t.fg(t.text)),
-                    Span::styled(" n ", t.highlight()),
-                    Span::styled(" keep training", t.fg(t.text)),
-                ]),
-            ],
-            56,
-        ),
+        Overlay::ConfirmQuit => {
+            // A script's stop is its loop's own: it saves what the script saves on its way out.
+            let script = app.run.info.as_ref().is_some_and(|i| i.script.is_some());
+            let (question, yes) = if script {
+                ("Stop the script after its current step?", " stop   ")
+            } else {
+                ("Stop after the current step and save the weights?", " stop and save   ")
+            };
+            (
+                "stop training?",
+                vec![
+                    Line::from(Span::styled(question, t.fg(t.text))),
+                    Line::from(vec![
+                        Span::styled(" y ", t.highlight()),
+                        Span::styled(yes, t.fg(t.text)),
+                        Span::styled(" n ", t.highlight()),
+                        Span::styled(" keep training", t.fg(t.text)),
+                    ]),
+                ],
+                56,
+            )
+        }
     };
     let rect = centered(area, width, lines.len() as u16 + 2);
     let block = look.panel(title);
