@@ -10,6 +10,10 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
+    // Built without training (`--no-default-features`): nothing of libtorch to link.
+    if std::env::var_os("CARGO_FEATURE_TRAIN").is_none() {
+        return;
+    }
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         panic!(

@@ -21,14 +21,17 @@ pub enum Failure {
 }
 
 fn main() -> ExitCode {
-    if let Err(line) = dpt_tui::device::libtorch::check_this_process() {
-        eprintln!("dpt-tui: {line}");
-        return ExitCode::from(2);
+    #[cfg(feature = "train")]
+    {
+        if let Err(line) = dpt_tui::device::libtorch::check_this_process() {
+            eprintln!("dpt-tui: {line}");
+            return ExitCode::from(2);
+        }
+        // The main thread prepares and watches; the cores are the CPU replicas' (device::intra_op).
+        dpt_tui::device::intra_op::keep_to_one_thread();
+        // Before any thread exists: the environment NCCL's process groups read.
+        dpt_tui::dist::nccl_env::apply();
     }
-    // The main thread prepares and watches; the cores are the CPU replicas' (device::intra_op).
-    dpt_tui::device::intra_op::keep_to_one_thread();
-    // Before any thread exists: the environment NCCL's process groups read.
-    dpt_tui::dist::nccl_env::apply();
     let argv = match session::config_file::expand(std::env::args_os().collect()) {
         Ok(argv) => argv,
         Err(e) => {
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
             1
         }
     };
+    #[cfg(feature = "train")]
     if dpt_tui::device::gpu_wait::abandoned() {
         // A helper thread is still inside NCCL's set-up: leave without the destructors that
         // would wait for it, once everything said is out.
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
 fn install_panic_hook() {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        #[cfg(feature = "train")]
         if dpt_tui::engine::worker::in_worker_thread() {
             return;
         }

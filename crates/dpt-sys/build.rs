@@ -7,6 +7,10 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
+    // Built without libtorch (`--no-default-features`): no shim to compile or link.
+    if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
+        return;
+    }
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-changed=../../third_party/gloo");

@@ -23,7 +23,13 @@ pub fn command() -> clap::Command {
     let defaults = dpt_tui::settings::flat(
         &serde_json::to_value(dpt_tui::settings::Settings::default()).expect("settings serialize"),
     );
-    <Args as clap::CommandFactory>::command().mut_args(|arg| {
+    let command = <Args as clap::CommandFactory>::command();
+    // The monitor (built without training) says so where a user looks first.
+    #[cfg(not(feature = "train"))]
+    let command = command
+        .about("The dashboard for your own PyTorch script (this build has no training: `dpt-tui run -- CMD`, attach, ls, show)")
+        .version(concat!(env!("CARGO_PKG_VERSION"), " (monitor, built without libtorch)"));
+    command.mut_args(|arg| {
         let shown = |v: &serde_json::Value| match v {
             serde_json::Value::String(s) => Some(s.clone()),
             serde_json::Value::Array(items) => {
@@ -218,6 +224,7 @@ pub struct Args {
 
     /// Set when `--run-dir` named a run to continue (the same command run again).
     #[arg(skip)]
+    #[cfg_attr(not(feature = "train"), allow(dead_code))]
     pub continuing: bool,
 
     /// This process's rank in a multi-process run [default: $RANK, or Slurm's $SLURM_PROCID].

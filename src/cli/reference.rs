@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use dpt_tui::model::ModelKind;
+use dpt_core::model::ModelKind;
 use dpt_tui::settings::Settings;
 
 /// How to regenerate, said in every page's first line and in the test's failure.

@@ -34,6 +34,7 @@ pub struct SettingsArgs {
 
 impl SettingsArgs {
     /// The flags given, as a partial settings tree.
+    #[cfg_attr(not(feature = "train"), allow(dead_code))]
     pub fn layer(&self) -> Result<toml::Value, dpt_tui::settings::SettingsError> {
         dpt_tui::settings::layer(self)
     }

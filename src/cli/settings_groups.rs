@@ -6,15 +6,14 @@ use serde::Serialize;
 
 use super::settings_args::not_set;
 use super::values::{parse, parse_betas, parse_bytes, parse_normalize, parse_on_off, parse_size};
+use dpt_core::augment::Preset;
 use dpt_core::best::BestMetric;
-use dpt_tui::data::tokens::TokenDtype;
-use dpt_tui::data::{DataFormat, Loader};
-use dpt_tui::engine::checkpoint_every::CheckpointEvery;
-use dpt_tui::engine::optim::schedule::Shape;
-use dpt_tui::engine::optim::{OptimizerKind, Zero};
-use dpt_tui::engine::OnNan;
-use dpt_tui::input::augment::Preset;
-use dpt_tui::model::{LossKind, Normalization, Precision};
+use dpt_core::checkpoint_every::CheckpointEvery;
+use dpt_core::data::{DataFormat, Loader, TokenDtype};
+use dpt_core::model::{LossKind, Normalization, Precision};
+use dpt_core::optim::schedule::Shape;
+use dpt_core::optim::{OptimizerKind, Zero};
+use dpt_core::policies::OnNan;
 use dpt_tui::settings::{DistBackend, ModelChoice};
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]

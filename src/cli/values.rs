@@ -1,6 +1,6 @@
 //! The values the flags take: models, losses, switches, backends, sizes and pairs.
 
-use dpt_tui::model::Normalization;
+use dpt_core::model::Normalization;
 
 /// A value the library knows how to read (the names live beside the types, not here).
 pub(super) fn parse<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {

@@ -11,6 +11,7 @@ use super::arrival::{self, check_settings, Arrival};
 use super::backend_choice::Choice;
 use super::launch::Launch;
 use crate::settings::DistBackend;
+use dpt_core::hostname;
 use dpt_sys::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
 
 /// Floats per allreduce bucket (25 MB, DDP's default bucket size): a large model's gradients go
@@ -45,13 +46,6 @@ impl DistError {
                 | DistError::SharedGpu { .. }
         )
     }
-}
-
-/// This machine's host name.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "?".into())
 }
 
 /// The processes of the run, from this process's side.

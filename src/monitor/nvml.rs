@@ -16,7 +16,7 @@ use dpt_core::monitor::gpu::{own_pids, recognise, throttle_names, GpuDetail, Gpu
 
 use dpt_core::device::DeviceId;
 use dpt_core::monitor::{DeviceSample, SampleSource};
-use dpt_sys::c10d::CudaIdentity;
+use dpt_sys::identity::CudaIdentity;
 
 pub struct Gpus {
     nvml: Nvml,
@@ -44,6 +44,18 @@ pub fn lookups(identity: Option<&CudaIdentity>, cuda_index: usize) -> Vec<Matche
             vec![Matched::Uuid(uuid), Matched::Uuid(mig), Matched::PciBus(id.nvml_pci_bus_id())]
         }
         None => u32::try_from(cuda_index).map(|i| vec![Matched::Index(i)]).unwrap_or_default(),
+    }
+}
+
+/// Whether this process made a CUDA context on `cuda_index`. A binary built without training
+/// never does: the processes on its GPUs are the script's.
+fn this_process_holds_context(cuda_index: usize) -> bool {
+    #[cfg(feature = "train")]
+    return dpt_sys::c10d::context_made(cuda_index);
+    #[cfg(not(feature = "train"))]
+    {
+        let _ = cuda_index;
+        false
     }
 }
 
@@ -154,7 +166,7 @@ impl Gpus {
         // Read after the list: a context made between the two is then not yet listed, and the
         // one listed process is not taken for ours.
         let listed = dev.running_compute_processes().ok();
-        let holds_context = dpt_sys::c10d::context_made(cuda_index);
+        let holds_context = this_process_holds_context(cuda_index);
         let mut pids = PidMatch::Matched;
         let processes = listed.map(|list| {
             let (ours, how) = recognise(&list.iter().map(|p| p.pid).collect::<Vec<_>>(), &own, holds_context);

@@ -19,6 +19,8 @@ pub struct ProcessReading {
 }
 
 impl ProcessProbe {
+    /// This process.
+    #[cfg(feature = "train")]
     pub fn new() -> Self {
         ProcessProbe::of(sysinfo::get_current_pid().ok())
     }

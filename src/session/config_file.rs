@@ -6,14 +6,13 @@
 //! An unknown key is an error naming it.
 
 use std::ffi::OsString;
-use std::path::Path;
 
 use clap::{ArgAction, CommandFactory};
 
 use crate::cli::Args;
-use dpt_tui::settings::Settings;
 
 /// The file name of the resolved settings in a run directory.
+#[cfg(feature = "train")]
 pub const CONFIG_FILE: &str = "config.toml";
 
 /// Flags a configuration file cannot hold.
@@ -51,6 +50,7 @@ fn config_path(argv: &[OsString]) -> Option<std::path::PathBuf> {
 /// The settings an earlier version's `config.toml` (flags by their long names, the resolved
 /// values) stands for, less its `normalize`: earlier versions wrote the measured normalization
 /// there, a value of the run and not a setting.
+#[cfg(feature = "train")]
 pub fn earlier_settings(text: &str) -> Result<dpt_tui::settings::Settings, String> {
     let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_owned())?;
     table.remove("normalize");
@@ -114,7 +114,8 @@ fn scalar(key: &str, value: &toml::Value) -> Result<String, String> {
 
 /// Writes the run's resolved settings into its directory, atomically: the settings tree as
 /// TOML, which `--config` reads back to repeat the run.
-pub fn write(dir: &Path, settings: &Settings) -> std::io::Result<()> {
+#[cfg(feature = "train")]
+pub fn write(dir: &std::path::Path, settings: &dpt_tui::settings::Settings) -> std::io::Result<()> {
     let text = format!(
         "# The settings this run trained with; `dpt-tui --config THIS_FILE` repeats it (flags given\n# beside it override them).\n{}",
         settings.to_toml()

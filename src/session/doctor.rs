@@ -225,7 +225,7 @@ pub fn run() -> u8 {
     let machine = Machine::detect("auto");
     println!("machine");
     print_fact("dpt-tui", env!("CARGO_PKG_VERSION"));
-    print_fact("host", &dpt_tui::dist::world::hostname());
+    print_fact("host", &dpt_tui::hostname());
     print_fact("CPU cores", &machine.cores.to_string());
     let cuda = dpt_tui::device::driver::torch_cuda()
         .map_or("CPU-only build".to_owned(), |c| format!("CUDA {c} build"));

@@ -8,16 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 
 use super::configure::prepare_front;
-use super::{dashboard_options, failed, theme, watch_signals};
+use super::{failed, theme};
 use crate::cli::Args;
 use crate::Failure;
-use dpt_tui::dashboard::{self, app::RunState, theme::Theme};
 use dpt_tui::device::Machine;
-use dpt_tui::engine::FinishReason;
-use dpt_tui::headless::HeadlessPrinter;
-use dpt_tui::record::Record;
 use dpt_tui::remote::client;
-use dpt_tui::signals;
 
 /// How long the front waits for its job to serve (loading a large data set included).
 const START_TIMEOUT: Duration = Duration::from_secs(300);
@@ -94,7 +89,7 @@ pub fn run(
             let _ = child.wait();
         })
         .map_err(failed("cannot start the job's reaper thread"))?;
-    view_job(&run_dir, false, args, theme)
+    super::attach::view_job(&run_dir, false, args, theme)
 }
 
 /// Removes a run directory this front made when it holds nothing but the job's log (and its
@@ -109,46 +104,4 @@ fn remove_unused(run_dir: &Path) {
         }
         let _ = std::fs::remove_dir(run_dir);
     }
-}
-
-/// The dashboard on the job of `run_dir`, and the exit status that follows.
-pub fn view_job(run_dir: &Path, read_only: bool, args: &Args, theme: Theme) -> Result<u8, Failure> {
-    let attached = client::attach(run_dir, read_only).map_err(|e| Failure::Run(e.into()))?;
-    let watch = watch_signals(args)?;
-    let source = dashboard::Source::job(attached, run_dir, read_only);
-    let end = dashboard::run(source, &watch.messages, dashboard_options(args, theme))
-        .map_err(failed("the dashboard failed"))?;
-    let dir = run_dir.display();
-    if end.app.viewer.detached || end.hangup {
-        println!("detached; training goes on. attach with: dpt-tui attach {dir}");
-        return Ok(0);
-    }
-    let stopped_early = end.app.run.summary.as_ref().is_some_and(|s| s.reason != FinishReason::Completed);
-    if let Some(summary) = end.app.run.summary {
-        HeadlessPrinter::default().print(&Record::Summary(Box::new(summary)), &mut std::io::stdout());
-    }
-    println!("run directory: {dir}");
-    if stopped_early && end.interrupted.is_none() {
-        println!("resume with: dpt-tui --resume {dir}");
-    }
-    if end.app.run.state == RunState::Disconnected {
-        if client::is_live(run_dir) {
-            println!("lost the connection to the job; it goes on. attach with: dpt-tui attach {dir}");
-            return Ok(0);
-        }
-        println!("{}", super::resume_from_checkpoint(run_dir));
-        return Err(Failure::Run(anyhow!(
-            "the job ended without a final report; see {}",
-            run_dir.join("server.log").display()
-        )));
-    }
-    if let Some(message) = end.app.run.failure {
-        println!("{}", super::resume_from_checkpoint(run_dir));
-        return Err(Failure::Run(anyhow!("training failed: {message}")));
-    }
-    if let Some(signal) = end.interrupted {
-        println!("stopped by {}; resume with: dpt-tui --resume {dir}", signals::name(signal));
-        return Ok(signals::exit_code(signal));
-    }
-    Ok(0)
 }

@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 
 use super::configure::{prepare, Prepared};
-use super::{failed, input, watch_signals};
+use super::{failed, input, tensorboard, watch_signals, PRINTER_BUFFER};
 use crate::cli::Args;
 use crate::Failure;
 use dpt_sys::c10d::Store;
@@ -22,16 +22,11 @@ use dpt_tui::headless::HeadlessPrinter;
 use dpt_tui::monitor;
 use dpt_tui::record::file::{spawn_recorder, MetricsWriter};
 use dpt_tui::record::history::History;
-use dpt_tui::record::tensorboard::TensorBoard;
 use dpt_tui::record::{Change, Record};
 use dpt_tui::remote::hub::{Hub, HubMsg};
 use dpt_tui::remote::{registry, server};
 use dpt_tui::settings::Settings;
 use dpt_tui::signals::{self, SignalMsg};
-
-/// Messages the headless printer may fall behind by (a blocked stdout) before the hub drops it;
-/// the channel's slots are allocated up front, so this stays modest (about 5 MB).
-pub(super) const PRINTER_BUFFER: usize = 1 << 16;
 
 /// Why the engine did not start, as an exit status.
 fn start_failure(e: StartError) -> Failure {
@@ -193,21 +188,6 @@ pub fn run(args: &Args, asked: &Settings, machine: Machine, launch: Option<Launc
     }
 }
 
-/// The run's TensorBoard event file for this attempt; without one (a read-only folder) the run
-/// trains and says so.
-pub(super) fn tensorboard(run_dir: &std::path::Path) -> Option<TensorBoard> {
-    match TensorBoard::create(run_dir, dpt_tui::unix_now(), &dpt_tui::dist::world::hostname()) {
-        Ok(tb) => Some(tb),
-        Err(e) => {
-            eprintln!(
-                "dpt-tui: warning: no TensorBoard event file in {}/tensorboard ({e})",
-                run_dir.display()
-            );
-            None
-        }
-    }
-}
-
 /// A rank other than 0: trains in step with the others and prints its progress lines (its
 /// log); rank 0 records, saves and serves the run.
 fn follow(
@@ -224,7 +204,7 @@ fn follow(
             .map_err(failed("cannot start the device monitor"))?;
     let publisher = match side {
         Some((store, rank, _)) => Some(
-            figures::spawn_publisher(store, rank, dpt_tui::dist::world::hostname(), readings)
+            figures::spawn_publisher(store, rank, dpt_tui::hostname(), readings)
                 .map_err(failed("cannot start the device publisher"))?,
         ),
         None => None,

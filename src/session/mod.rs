@@ -5,22 +5,30 @@
 //! place, `configure.rs`.
 
 mod attach;
+#[cfg(feature = "train")]
 mod bench;
 pub mod config_file;
+#[cfg(feature = "train")]
 mod configure;
+#[cfg(feature = "train")]
 mod data_flags;
+#[cfg(feature = "train")]
 mod dist;
+#[cfg(feature = "train")]
 mod doctor;
+#[cfg(feature = "train")]
 mod front;
+#[cfg(feature = "train")]
 mod job;
 mod ls;
+#[cfg(feature = "train")]
 mod model_inputs;
+#[cfg(feature = "train")]
 mod restart;
 mod script_run;
 mod show;
 mod sweep;
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -28,9 +36,12 @@ use anyhow::Context;
 use crate::cli::{Args, Command};
 use crate::Failure;
 use dpt_tui::dashboard::{self, theme::Theme};
-use dpt_tui::device::Machine;
 use dpt_tui::report::Format;
 use dpt_tui::signals::SignalWatch;
+
+/// Messages the headless printer may fall behind by (a blocked stdout) before the hub drops it;
+/// the channel's slots are allocated up front, so this stays modest (about 5 MB).
+pub(super) const PRINTER_BUFFER: usize = 1 << 16;
 
 /// Bad input: exit 2.
 fn input<E: Into<anyhow::Error>>(e: E) -> Failure {
@@ -65,8 +76,11 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         Some(Command::Show { runs, png, svg, .. }) => {
             return show::run(&runs, png.as_deref(), svg.as_deref(), &args)
         }
+        #[cfg(feature = "train")]
         Some(Command::Doctor { peer: Some(peer) }) => return Ok(doctor::peer(&peer)),
+        #[cfg(feature = "train")]
         Some(Command::Doctor { peer: None }) => return Ok(doctor::run()),
+        #[cfg(feature = "train")]
         Some(Command::Bench { devices, budget, cases, data, python, out }) => {
             return bench::run(bench::Options {
                 devices: devices.as_deref(),
@@ -86,8 +100,33 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         Some(Command::Reference { dir }) => {
             return crate::cli::reference::write(&dir).map(|()| 0).map_err(failed("writing the reference"))
         }
+        #[cfg(not(feature = "train"))]
+        Some(Command::Doctor { .. }) => return Err(input(without_training("`dpt-tui doctor`"))),
+        #[cfg(not(feature = "train"))]
+        Some(Command::Bench { .. }) => return Err(input(without_training("`dpt-tui bench`"))),
         None => {}
     }
+    train(args)
+}
+
+/// A command that needs training, in a binary built without it.
+#[cfg(not(feature = "train"))]
+fn without_training(what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} needs libtorch, and this dpt-tui was built without it (the monitor `pip install ./python` installs): \
+         it runs `dpt-tui run -- CMD`, attach, ls and show; `cargo build --release` builds the full one (README)"
+    )
+}
+
+/// Training: a sweep, one rank of several, a job in the foreground or the dashboard's front.
+#[cfg(not(feature = "train"))]
+fn train(_args: Args) -> Result<u8, Failure> {
+    Err(input(without_training("training")))
+}
+
+/// Training: a sweep, one rank of several, a job in the foreground or the dashboard's front.
+#[cfg(feature = "train")]
+fn train(args: Args) -> Result<u8, Failure> {
     if !args.sweeps.sweep.is_empty() {
         let argv: Vec<String> =
             std::env::args_os().map(|a| a.into_string()).collect::<Result<_, _>>().map_err(|a| {
@@ -100,14 +139,15 @@ pub fn run(args: Args) -> Result<u8, Failure> {
     let asked = configure::asked(&args)?;
     let devices = &asked.placement.devices;
     if let Some(launch) = dist::launch(&args)? {
-        return job::run(&args, &asked, Machine::detect(devices), Some(launch));
+        return job::run(&args, &asked, dpt_tui::device::Machine::detect(devices), Some(launch));
     }
+    use std::io::IsTerminal;
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if args.serve || (!args.detach && (args.headless || !terminal)) {
-        return job::run(&args, &asked, Machine::detect(devices), None);
+        return job::run(&args, &asked, dpt_tui::device::Machine::detect(devices), None);
     }
     // The front only starts the job: it counts GPUs through NVML and never initializes CUDA.
-    front::run(&args, &asked, Machine::survey(devices), terminal)
+    front::run(&args, &asked, dpt_tui::device::Machine::survey(devices), terminal)
 }
 
 /// The dashboard's theme from `--theme` and `NO_COLOR`.
@@ -127,7 +167,7 @@ fn dashboard_options(args: &Args, theme: Theme) -> dashboard::Options {
 
 /// What to tell a user whose run ended early: how to resume it, if a checkpoint exists.
 fn resume_from_checkpoint(run_dir: &std::path::Path) -> String {
-    if dpt_tui::persist::checkpoint::checkpoint_path(run_dir).is_file() {
+    if run_dir.join(dpt_tui::run_dir::CHECKPOINT_FILE).is_file() {
         format!("resume with: dpt-tui --resume {} (from the last checkpoint)", run_dir.display())
     } else {
         format!("no checkpoint was written in {}; nothing to resume", run_dir.display())
@@ -137,4 +177,23 @@ fn resume_from_checkpoint(run_dir: &std::path::Path) -> String {
 /// Signals as messages, for the dashboard or the headless loop.
 fn watch_signals(args: &Args) -> Result<SignalWatch, Failure> {
     SignalWatch::start(args.preempt_signal).context("cannot watch signals").map_err(Failure::Run)
+}
+
+/// The run's TensorBoard event file for this attempt; without one (a read-only folder) the run
+/// trains and says so.
+pub(super) fn tensorboard(run_dir: &std::path::Path) -> Option<dpt_tui::record::tensorboard::TensorBoard> {
+    match dpt_tui::record::tensorboard::TensorBoard::create(
+        run_dir,
+        dpt_tui::unix_now(),
+        &dpt_tui::hostname(),
+    ) {
+        Ok(tb) => Some(tb),
+        Err(e) => {
+            eprintln!(
+                "dpt-tui: warning: no TensorBoard event file in {}/tensorboard ({e})",
+                run_dir.display()
+            );
+            None
+        }
+    }
 }

@@ -79,7 +79,7 @@ pub fn tensorboard(all: &[PathBuf]) -> Result<u8, Failure> {
         )));
     }
     let first = records.iter().find_map(|(_, t)| *t).unwrap_or_else(dpt_tui::unix_now);
-    let mut tb = TensorBoard::create(&run_dir, first, &dpt_tui::dist::world::hostname())
+    let mut tb = TensorBoard::create(&run_dir, first, &dpt_tui::hostname())
         .map_err(failed("cannot write the event file"))?;
     for (record, time) in &records {
         if let Err(e) = tb.take(record, &[], time.unwrap_or(first)) {

@@ -36,6 +36,13 @@ pub fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// This machine's host name ("?" where it cannot be read).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
 /// Gives a plain enum its one table of names: `name()` (the word the command line and files
 /// use), `Display` writing it, and a `FromStr` taking it (and any aliases after `|`) that refuses
 /// other words naming the choices (`unknown optimizer 'x'; use sgd, adam or adamw`).

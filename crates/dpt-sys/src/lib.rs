@@ -6,6 +6,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+#[cfg(feature = "torch")]
 pub mod c10d;
 pub mod identity;
 pub mod os;

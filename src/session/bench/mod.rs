@@ -260,7 +260,7 @@ fn describe_machine(gpus: &[usize], python: Option<&python::Python>) -> report::
         dpt_tui: env!("CARGO_PKG_VERSION").to_owned(),
         torch: TORCH_BUILD.to_owned(),
         python_torch: python.map(|p| p.torch.clone()),
-        host: dpt_tui::dist::world::hostname(),
+        host: dpt_tui::hostname(),
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         nvidia_driver: nvml.and_then(|g| g.census().1),
         devices,

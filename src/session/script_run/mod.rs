@@ -97,9 +97,9 @@ fn serve(o: &Options, args: &Args, command: Vec<String>, run_dir: &Path) -> Resu
     let (devices_tx, devices_rx) = unbounded();
     let (controls_tx, controls_rx) = unbounded();
     let (greeting, greeted) = bounded(1);
-    let recorder = spawn_recorder(records_rx, monitor_rx, metrics, super::job::tensorboard(run_dir))
+    let recorder = spawn_recorder(records_rx, monitor_rx, metrics, super::tensorboard(run_dir))
         .map_err(failed("cannot start the recorder"))?;
-    let first = vec![super::job::PRINTER_BUFFER; 1 + usize::from(o.notify.is_some())];
+    let first = vec![super::PRINTER_BUFFER; 1 + usize::from(o.notify.is_some())];
     let (hub, mut subscriptions, hub_thread) =
         Hub::spawn(History::default(), recorder.records, recorder.readings, &first)
             .map_err(failed("cannot start the hub"))?;

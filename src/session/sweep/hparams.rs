@@ -18,7 +18,7 @@ pub fn session_end(dir: &Path, status: SessionStatus) -> std::io::Result<()> {
     if !dir.join(TENSORBOARD_DIR).is_dir() {
         return Ok(());
     }
-    let mut file = EventFile::create(dir, dpt_tui::unix_now(), &dpt_tui::dist::world::hostname())?;
+    let mut file = EventFile::create(dir, dpt_tui::unix_now(), &dpt_tui::hostname())?;
     file.session_end(dpt_tui::unix_now(), status)
 }
 
@@ -44,7 +44,7 @@ pub fn experiment(folder: &Path, file: &SweepFile) -> std::io::Result<()> {
             (a.key.clone(), values)
         })
         .collect();
-    let mut out = EventFile::create(folder, dpt_tui::unix_now(), &dpt_tui::dist::world::hostname())?;
+    let mut out = EventFile::create(folder, dpt_tui::unix_now(), &dpt_tui::hostname())?;
     out.experiment(dpt_tui::unix_now(), &swept, &epoch_metric_tags(&info))
 }
 

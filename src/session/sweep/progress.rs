@@ -1,13 +1,11 @@
 //! A running trial's records as the sweep follows them: its `metrics.jsonl` read from where the
 //! last reading stopped (a long run's file is not read again whole). The pruner keeps each
-//! epoch record's value of its metric ([`Progress`]); the board folds them into curves.
+//! epoch record's value of its metric (`pruning::Progress`); the board folds them into curves.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use dpt_core::best::BestMetric;
 use dpt_tui::record::Record;
-use dpt_tui::sweep::prune::Curve;
 
 /// The records of a run's `metrics.jsonl` not read yet.
 pub struct Tail {
@@ -56,36 +54,6 @@ impl Tail {
         let records =
             text[..whole].lines().filter_map(|line| serde_json::from_str::<Record>(line).ok()).collect();
         Lines { restarted, records }
-    }
-}
-
-/// One trial's epoch values so far.
-pub struct Progress {
-    tail: Tail,
-    pub curve: Curve,
-}
-
-impl Progress {
-    /// The progress of the run in `dir`, nothing read yet.
-    pub fn of(dir: &Path) -> Progress {
-        Progress { tail: Tail::of(dir), curve: Curve::default() }
-    }
-
-    /// Reads the records written since the last call; whether an epoch's value was added.
-    pub fn read(&mut self, metric: BestMetric) -> bool {
-        let read = self.tail.read();
-        if read.restarted {
-            self.curve.values.clear();
-        }
-        let before = self.curve.values.len();
-        for record in read.records {
-            if let Record::Epoch(e) = record {
-                // A continued run starts its epoch again: its value replaces the earlier one.
-                self.curve.values.truncate(e.epoch.saturating_sub(1));
-                self.curve.values.push(metric.of(e.test_loss, e.test_acc));
-            }
-        }
-        self.curve.values.len() > before
     }
 }
 

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use dpt_core::best::BestMetric;
+use dpt_tui::record::Record;
 use dpt_tui::sweep::prune::{Curve, Prune, Pruner};
 use dpt_tui::sweep::{Trial, TrialState};
 
-use super::progress::Progress;
+use super::progress::Tail;
 
 pub struct Pruning {
     pruner: Pruner,
@@ -119,5 +120,35 @@ impl Pruning {
         }
         self.curves[t].finished = finished;
         self.stopping.remove(&t)
+    }
+}
+
+/// One trial's epoch values so far.
+pub struct Progress {
+    tail: Tail,
+    pub curve: Curve,
+}
+
+impl Progress {
+    /// The progress of the run in `dir`, nothing read yet.
+    pub fn of(dir: &Path) -> Progress {
+        Progress { tail: Tail::of(dir), curve: Curve::default() }
+    }
+
+    /// Reads the records written since the last call; whether an epoch's value was added.
+    pub fn read(&mut self, metric: BestMetric) -> bool {
+        let read = self.tail.read();
+        if read.restarted {
+            self.curve.values.clear();
+        }
+        let before = self.curve.values.len();
+        for record in read.records {
+            if let Record::Epoch(e) = record {
+                // A continued run starts its epoch again: its value replaces the earlier one.
+                self.curve.values.truncate(e.epoch.saturating_sub(1));
+                self.curve.values.push(metric.of(e.test_loss, e.test_acc));
+            }
+        }
+        self.curve.values.len() > before
     }
 }

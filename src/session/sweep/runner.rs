@@ -19,7 +19,8 @@ use dpt_tui::sweep::prune::Prune;
 use dpt_tui::sweep::TrialState;
 
 use super::plan::Plan;
-use super::{hparams, input, last_error, process_in, pruning, runs_in, say, table};
+use super::start::{last_error, process_in, runs_in, say};
+use super::{hparams, input, pruning, table};
 
 /// How long the sweep waits for an earlier sweep's trial process (its sweep killed) to stop.
 const EARLIER_STOP: Duration = Duration::from_secs(120);

@@ -8,7 +8,7 @@ use dpt_tui::record::file::read_records;
 use dpt_tui::record::Record;
 use dpt_tui::sweep::{mean_std, seed_groups, SweepFile, TrialState};
 
-pub use super::plan::short_key;
+pub use dpt_tui::sweep::short_key;
 
 /// What a trial's records say so far.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -54,6 +54,7 @@ impl Result {
     }
 
     /// `test acc 0.812 (best 0.815), train loss 0.52 after 2 epochs`.
+    #[cfg(feature = "train")]
     pub fn line(&self) -> String {
         let said = self.said();
         if self.diverged {
@@ -62,6 +63,7 @@ impl Result {
         said
     }
 
+    #[cfg(feature = "train")]
     fn said(&self) -> String {
         match (self.test_acc, self.best_acc) {
             (Some(acc), Some(best)) => format!(
