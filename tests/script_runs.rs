@@ -3,6 +3,7 @@
 //! over Gloo, each control proven by what the script did (the lr its optimizer used, the step
 //! at which every rank stopped, the file it saved); then bad input.
 
+use crate::common::steering::{last_step, paused_at, step_past, steps, stop_at, WAIT};
 use crate::common::{self, until, until_record, Dpt};
 
 use std::path::{Path, PathBuf};
@@ -12,8 +13,6 @@ use std::time::Duration;
 use dpt_tui::engine::{Control, Record};
 use dpt_tui::record::{Change, FinishReason};
 use dpt_tui::remote::client::{self, Attached};
-
-const WAIT: Duration = Duration::from_secs(90);
 
 /// The client package, as `pip install ./python` would put it on the path.
 fn client_path() -> PathBuf {
@@ -94,44 +93,6 @@ impl Drop for ScriptRun {
             let _ = self.child.kill();
         }
     }
-}
-
-/// Each line the script wrote: (step, lr its optimizer used), and the step it stopped at.
-fn steps(out: &Path) -> (Vec<(usize, f64)>, Option<usize>) {
-    let text = std::fs::read_to_string(out).unwrap_or_default();
-    let mut steps = Vec::new();
-    let mut stopped = None;
-    // The last line may be half written.
-    for v in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
-        match (v.get("step"), v.get("stopped_at")) {
-            (Some(s), _) => steps.push((s.as_u64().unwrap() as usize, v["lr"].as_f64().unwrap())),
-            (_, Some(s)) => stopped = s.as_u64().map(|s| s as usize),
-            _ => {}
-        }
-    }
-    (steps, stopped)
-}
-
-fn last_step(out: &Path) -> Option<usize> {
-    steps(out).0.last().map(|s| s.0)
-}
-
-fn paused_at(records: &crossbeam_channel::Receiver<Record>) -> usize {
-    match until_record(records, WAIT, |r| matches!(r, Record::Event(Change::Paused { .. }))).0 {
-        Record::Event(Change::Paused { global_step }) => global_step,
-        _ => unreachable!(),
-    }
-}
-
-fn stop_at(records: &crossbeam_channel::Receiver<Record>) -> usize {
-    match until_record(records, WAIT, |r| matches!(r, Record::Event(Change::StopRequested { .. }))).0 {
-        Record::Event(Change::StopRequested { global_step }) => global_step,
-        _ => unreachable!(),
-    }
-}
-
-fn step_past(records: &crossbeam_channel::Receiver<Record>, step: usize) -> Record {
-    until_record(records, WAIT, |r| matches!(r, Record::Step(s) if s.global_step > step)).0
 }
 
 #[test]

@@ -30,14 +30,14 @@ pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
                 if r.resumable { format!("{}*", r.state.label()) } else { r.state.label().to_owned() };
             // Accuracy, or "loss 1.234" for a run without classes.
             let acc = r.best.map_or("-".to_owned(), |b| b.cell(matches!(b, Best::ValLoss(_))));
-            let devices: Vec<String> = r.devices.iter().map(ToString::to_string).collect();
             println!(
                 "{:<10} {:<12} {:<18} {:>15} {:>10}  {}",
                 state,
-                r.model.map_or("?", |m| m.name()),
-                devices.join(","),
+                r.label.as_deref().unwrap_or("?"),
+                r.devices.join(","),
                 match r.steps {
-                    Some((done, n)) => format!("{done}/{n} steps"),
+                    Some((done, Some(n))) => format!("{done}/{n} steps"),
+                    Some((done, None)) => format!("{done} steps"),
                     None => format!("{}/{} epochs", r.epochs_done, r.epochs),
                 },
                 acc,

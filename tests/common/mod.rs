@@ -21,6 +21,7 @@ pub fn subset(train: usize, test: usize) -> Arc<Dataset> {
 
 mod launch;
 pub mod pty;
+pub mod steering;
 
 #[allow(unused_imports)] // each test binary uses its own share
 pub use launch::{ok, until, until_record, within, Dpt, Polled, BIN};

@@ -5,11 +5,9 @@ use std::path::{Path, PathBuf};
 
 use super::client::is_live;
 use super::registry::{self, ServerInfo};
-use crate::model::ModelKind;
 use crate::record::history::History;
-use crate::record::{Change, FinishReason, Record};
+use crate::record::{Change, FinishReason, Record, RunInfo};
 use crate::run_dir::CHECKPOINT_FILE;
-use dpt_core::device::DeviceId;
 
 /// Where a recorded run stands, as `ls` lists it (the dashboard's live view of one is
 /// `dashboard::app::RunState`).
@@ -43,12 +41,15 @@ pub struct RunEntry {
     pub path: PathBuf,
     pub state: RunStatus,
     pub resumable: bool,
-    pub model: Option<ModelKind>,
-    pub devices: Vec<DeviceId>,
+    /// The model's name, or a script's label.
+    pub label: Option<String>,
+    /// The devices as the run named them (`cuda:0`; a script's ranks' own, `mps` included).
+    pub devices: Vec<String>,
     pub epochs_done: usize,
     pub epochs: usize,
-    /// A run measured in steps: the last step recorded and the run's length.
-    pub steps: Option<(usize, usize)>,
+    /// A run measured in steps: the last step recorded and the run's length (a script's, where
+    /// it said).
+    pub steps: Option<(usize, Option<usize>)>,
     pub best: Option<crate::record::compare::Best>,
     /// Seconds since the Unix epoch of the last record, for ordering.
     pub modified: u64,
@@ -90,23 +91,42 @@ pub fn inspect(dir: &Path) -> Option<RunEntry> {
         path: absolute(dir),
         state,
         resumable,
-        model: info.map(|i| i.model),
-        devices: info.map_or(Vec::new(), |i| i.devices.clone()),
+        label: info.map(|i| i.model_label()),
+        devices: info.map_or(Vec::new(), |i| device_labels(i)),
         epochs_done,
         epochs: info.map_or(0, |i| i.epochs()),
-        steps: info.and_then(|i| i.settings.recipe.steps).map(|n| {
-            let last = records.iter().rev().find_map(|r| {
-                if let Record::Step(s) = r {
-                    Some(s.global_step)
-                } else {
-                    None
-                }
-            });
-            (last.unwrap_or(0), n)
+        steps: info.and_then(|i| match &i.script {
+            Some(script) => Some((last_step(records), script.total_steps)),
+            None => i.settings.recipe.steps.map(|n| (last_step(records), Some(n))),
         }),
         best: crate::record::compare::Best::of(records),
         modified,
     })
+}
+
+/// The last step recorded (0 before any).
+fn last_step(records: &[Record]) -> usize {
+    records
+        .iter()
+        .rev()
+        .find_map(|r| if let Record::Step(s) = r { Some(s.global_step) } else { None })
+        .unwrap_or(0)
+}
+
+/// The run's devices as named: a script's as its ranks reported them, each named once.
+fn device_labels(info: &RunInfo) -> Vec<String> {
+    match &info.script {
+        Some(script) => {
+            let mut labels: Vec<String> = Vec::new();
+            for label in script.devices.iter().map(|d| d.label()) {
+                if !labels.contains(&label) {
+                    labels.push(label);
+                }
+            }
+            labels
+        }
+        None => info.devices.iter().map(ToString::to_string).collect(),
+    }
 }
 
 /// The runs in the folders under `root`, most recent first.
