@@ -552,6 +552,7 @@ pub const ENVIRONMENT: &[(&str, &str, &str)] = &[
     ("DPT_TORCH_VERSION", "set-up", "The torch release installed (set by `.ci/env.sh`)."),
     ("DPT_TORCHVISION_VERSION", "set-up", "The torchvision release installed for the tests."),
     ("DPT_TIMM_VERSION", "set-up", "The timm release installed for the tests."),
+    ("DPT_MATURIN_VERSION", "set-up", "The maturin release installed for the tests (the Python client's build backend)."),
     ("DPT_CUDA_CRT_VERSION", "set-up", "The release of PyPI's `nvidia-cuda-crt` (CUDA headers for the NCCL shim)."),
     ("DPT_CUDA_CCCL_VERSION", "set-up", "The release of PyPI's `nvidia-cuda-cccl`."),
     ("DPT_TORCH_VARIANT", "set-up", "The CUDA variant's suffix of the virtualenv's name (from `DPT_TORCH_INDEX`)."),
