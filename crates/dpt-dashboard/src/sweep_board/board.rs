@@ -6,6 +6,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use dpt_core::sweep::{mean_std, seed_groups, TrialState};
 
+use super::bindings::{self, Key};
+
 /// A sweep as the board shows it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SweepData {
@@ -319,21 +321,23 @@ impl Board {
     }
 
     fn on_table_key(&mut self, code: KeyCode) -> Option<Action> {
+        let binding = bindings::of(code)?;
+        if binding.steers && self.read_only {
+            self.note = Some("read-only: attach without --read-only to stop or steer".to_owned());
+            return None;
+        }
         let live = self.selected().filter(|t| t.live).map(|t| t.dir.clone());
         let name = self.selected().map(|t| t.dir.clone());
-        match code {
-            KeyCode::Char('q') | KeyCode::Esc => return Some(Action::Quit),
-            KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
-            KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
-            KeyCode::Home => self.move_selection(isize::MIN / 2),
-            KeyCode::End => self.move_selection(isize::MAX / 2),
-            KeyCode::Char('s') => self.next_sort(),
-            KeyCode::Char('r') => self.descending = !self.descending,
-            KeyCode::Char('?') => self.overlay = Some(Overlay::Help),
-            KeyCode::Char('x' | 'l' | 'X') if self.read_only => {
-                self.note = Some("read-only: attach without --read-only to stop or steer".to_owned());
-            }
-            KeyCode::Enter => match (live, name) {
+        match binding.key {
+            Key::Close => return Some(Action::Quit),
+            Key::Down => self.move_selection(1),
+            Key::Up => self.move_selection(-1),
+            Key::First => self.move_selection(isize::MIN / 2),
+            Key::Last => self.move_selection(isize::MAX / 2),
+            Key::Sort => self.next_sort(),
+            Key::Reverse => self.descending = !self.descending,
+            Key::Help => self.overlay = Some(Overlay::Help),
+            Key::Open => match (live, name) {
                 (Some(dir), _) => return Some(Action::Open(dir)),
                 (None, Some(dir)) => {
                     let folder = &self.data.folder;
@@ -342,21 +346,18 @@ impl Board {
                 }
                 (None, None) => {}
             },
-            KeyCode::Char('x') => match (live, name) {
+            Key::StopTrial => match (live, name) {
                 (Some(dir), _) => self.overlay = Some(Overlay::Confirm(Action::StopTrial(dir))),
                 (None, Some(dir)) => self.note = Some(format!("{dir} is not running")),
                 (None, None) => {}
             },
-            KeyCode::Char('l') => match (live, name) {
+            Key::SetLr => match (live, name) {
                 (Some(dir), _) => self.overlay = Some(Overlay::Lr { dir, input: String::new(), error: None }),
                 (None, Some(dir)) => self.note = Some(format!("{dir} is not running")),
                 (None, None) => {}
             },
-            KeyCode::Char('X') if self.data.running => {
-                self.overlay = Some(Overlay::Confirm(Action::StopSweep))
-            }
-            KeyCode::Char('X') => self.note = Some("no sweep process runs this sweep now".to_owned()),
-            _ => {}
+            Key::StopSweep if self.data.running => self.overlay = Some(Overlay::Confirm(Action::StopSweep)),
+            Key::StopSweep => self.note = Some("no sweep process runs this sweep now".to_owned()),
         }
         None
     }

@@ -4,6 +4,7 @@
 //! and comes back), and the keys that stop a trial, stop the sweep or set a trial's lr are
 //! carried out by its owner, which says how it went.
 
+mod bindings;
 pub mod board;
 mod view;
 

@@ -10,6 +10,7 @@ use ratatui::Frame;
 
 use dpt_core::sweep::TrialState;
 
+use super::bindings;
 use super::board::{Board, Column, Overlay, TrialRow};
 use crate::dashboard::view::plot::{Plot, Series};
 use crate::dashboard::view::{hms, Look};
@@ -303,24 +304,9 @@ fn curve(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
 }
 
 fn footer(frame: &mut Frame, area: Rect, look: &Look, read_only: bool) {
-    let keys = [
-        ("↑↓", "select"),
-        ("Enter", "open trial"),
-        ("s", "sort"),
-        ("r", "reverse"),
-        ("x", "stop trial"),
-        ("l", "lr"),
-        ("X", "stop sweep"),
-        ("q", "close"),
-        ("?", "help"),
-    ];
     let mut spans = Vec::new();
     let mut room = area.width as usize;
-    for (k, what) in keys {
-        if read_only && matches!(k, "x" | "l" | "X") {
-            continue;
-        }
-        let k = if look.ascii && k == "↑↓" { "j/k" } else { k };
+    for (k, what) in bindings::footer(read_only, look.ascii) {
         let width = k.chars().count() + what.chars().count() + 5;
         if width > room {
             break;
@@ -378,16 +364,7 @@ fn draw_overlay(frame: &mut Frame, area: Rect, overlay: &Overlay, board: &Board,
             boxed(frame, area, "learning rate", lines, look);
         }
         Overlay::Help => {
-            let rows = [
-                (if look.ascii { "j k" } else { "↑ ↓  j k" }, "select a trial (Home, End)"),
-                ("Enter", "open the trial's own dashboard; Esc there comes back"),
-                ("s", "sort by the next column (best figures first)"),
-                ("r", "reverse the order"),
-                ("x", "stop the trial: it checkpoints, its place goes to the next"),
-                ("l", "set the running trial's learning rate"),
-                ("X", "stop the sweep: the same command continues it"),
-                ("q  Esc", "close the board; the sweep goes on (dpt-tui attach SWEEP)"),
-            ];
+            let rows = bindings::help(look.ascii);
             let lines: Vec<Line> = rows
                 .iter()
                 .map(|(k, what)| {
