@@ -38,7 +38,8 @@ while True:
     step += 1
     out.write(json.dumps({"step": step, "lr": used["lr"]}) + "\n")
     out.flush()
-    if step % 50 == 0:
+    # From the first step on, so a run stopped early has evaluations too.
+    if step % 50 == 1:
         run.eval(val_loss=loss.item())
     if run.step(loss=loss.item(), samples=256, sq=loss.item() ** 2):
         break
