@@ -3,21 +3,23 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-#[cfg(feature = "train")]
-pub mod data;
-#[cfg(feature = "train")]
-pub mod device;
-#[cfg(feature = "train")]
-pub mod dist;
-#[cfg(feature = "train")]
-pub mod engine;
-#[cfg(feature = "train")]
-pub mod input;
-#[cfg(feature = "train")]
-pub mod model;
+/// Items that exist only with training (the default feature `train`): a build without it is the
+/// monitor (`cargo build --no-default-features`), with no libtorch.
+#[macro_export]
+macro_rules! training {
+    ($($item:item)*) => { $( #[cfg(feature = "train")] $item )* };
+}
+
+training! {
+    pub mod data;
+    pub mod device;
+    pub mod dist;
+    pub mod engine;
+    pub mod input;
+    pub mod model;
+    pub mod persist;
+}
 pub mod monitor;
-#[cfg(feature = "train")]
-pub mod persist;
 pub use dpt_core::{
     atomic, error_chain, flops, hostname, record, root_cause, run_dir, settings, string_form, sweep, unix_now,
 };

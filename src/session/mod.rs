@@ -5,29 +5,22 @@
 //! place, `configure.rs`.
 
 mod attach;
-#[cfg(feature = "train")]
-mod bench;
 pub mod config_file;
-#[cfg(feature = "train")]
-mod configure;
-#[cfg(feature = "train")]
-mod data_flags;
-#[cfg(feature = "train")]
-mod dist;
-#[cfg(feature = "train")]
-mod doctor;
-#[cfg(feature = "train")]
-mod front;
-#[cfg(feature = "train")]
-mod job;
 mod ls;
-#[cfg(feature = "train")]
-mod model_inputs;
-#[cfg(feature = "train")]
-mod restart;
 mod script_run;
 mod show;
 mod sweep;
+dpt_tui::training! {
+    mod bench;
+    mod configure;
+    mod data_flags;
+    mod dist;
+    mod doctor;
+    mod front;
+    mod job;
+    mod model_inputs;
+    mod restart;
+}
 
 use std::time::Duration;
 

@@ -9,21 +9,17 @@
 //! the table of trials at the end (`table.rs`, which `dpt-tui show SWEEP` prints too). With
 //! `--prune`, trials that fall behind are stopped early (`pruning.rs`).
 
-#[cfg(feature = "train")]
-mod hparams;
-#[cfg(feature = "train")]
-mod place;
-#[cfg(feature = "train")]
-mod plan;
 mod progress;
-#[cfg(feature = "train")]
-mod pruning;
-#[cfg(feature = "train")]
-mod runner;
-#[cfg(feature = "train")]
-mod start;
 pub mod table;
 pub mod watch;
+dpt_tui::training! {
+    mod hparams;
+    mod place;
+    mod plan;
+    mod pruning;
+    mod runner;
+    mod start;
+}
 
 use std::path::Path;
 
