@@ -10,7 +10,7 @@ mod session;
 
 use std::process::ExitCode;
 
-use dpt_tui::dashboard;
+use dpt_tui::{dashboard, exit};
 
 /// How the program failed, which decides the exit status.
 pub enum Failure {
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
     {
         if let Err(line) = dpt_tui::device::libtorch::check_this_process() {
             eprintln!("dpt-tui: {line}");
-            return ExitCode::from(2);
+            return ExitCode::from(exit::BAD_INPUT);
         }
         // The main thread prepares and watches; the cores are the CPU replicas' (device::intra_op).
         dpt_tui::device::intra_op::keep_to_one_thread();
@@ -36,21 +36,30 @@ fn main() -> ExitCode {
         Ok(argv) => argv,
         Err(e) => {
             eprintln!("dpt-tui: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(exit::BAD_INPUT);
         }
     };
-    let matches = cli::command().get_matches_from(argv);
-    let args = <cli::Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let parsed = cli::command()
+        .try_get_matches_from(argv)
+        .and_then(|matches| <cli::Args as clap::FromArgMatches>::from_arg_matches(&matches));
+    let args = match parsed {
+        Ok(args) => args,
+        Err(e) if !e.use_stderr() => e.exit(), // --help and --version
+        Err(e) => {
+            eprintln!("dpt-tui: {}", cli::one_line(&e));
+            return ExitCode::from(exit::BAD_INPUT);
+        }
+    };
     install_panic_hook();
     let code = match session::run(args) {
         Ok(code) => code,
         Err(Failure::Input(e)) => {
             eprintln!("dpt-tui: {e:#}");
-            2
+            exit::BAD_INPUT
         }
         Err(Failure::Run(e)) => {
             eprintln!("dpt-tui: {e:#}");
-            1
+            exit::FAILED
         }
     };
     #[cfg(feature = "train")]

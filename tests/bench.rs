@@ -51,7 +51,14 @@ fn bad_input_is_refused_in_one_line_before_any_case_runs() {
     assert!(e.contains("torch 2.9.1+cu128") && e.contains("same release"), "{e}");
     assert!(!out.join("bench.json").exists(), "nothing written for bad input");
     let e = refused(&run(&["--devices", "gpu", "--out", o]));
-    assert!(e.contains("bad bench --devices 'gpu'"), "{e}");
+    assert!(e.contains("bench --devices: unknown device 'gpu'"), "{e}");
+    // clap's own refusals are one line too.
+    let e = refused(&run(&["--devices", "cpu", "--budget", "soon", "--out", o]));
+    assert!(e.contains("invalid value 'soon' for '--budget <TIME>'") && e.contains("8m or 1h"), "{e}");
+    let e = refused(&run(&["--devices", "cpu", "--python", "", "--out", o]));
+    assert!(e.contains("--python is empty"), "{e}");
+    let e = refused(&run(&["--devices", "cpu", "--data", dir.path().to_str().unwrap(), "--out", o]));
+    assert!(e.contains("no IDX files"), "{e}");
 }
 
 fn case<'a>(report: &'a Value, name: &str) -> &'a Value {

@@ -100,6 +100,8 @@ fn refused(args: &[&str], needle: &str) {
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     assert!(stderr.contains(needle), "{args:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("dpt-tui: "), "{stderr}");
 }
 
 #[test]
@@ -119,6 +121,11 @@ fn bad_input_is_a_clear_error_with_exit_2() {
     refused(&["--data", d, "--run-dir", r, "--lr", "inf"], "--lr must be a positive finite number");
     refused(&["--data", d, "--run-dir", r, "--epochs", "0"], "--epochs must be at least 1");
     refused(&["--data", d, "--run-dir", r, "--model", "vgg"], "invalid value 'vgg'");
+    // A flag clap does not know: its tip in the same line.
+    refused(
+        &["--data", d, "--run-dir", r, "--epoch", "2"],
+        "unexpected argument '--epoch' found; tip: a similar argument exists: '--epochs'",
+    );
     refused(&["--data", d, "--run-dir", r, "--devices", "gpu0"], "unknown device 'gpu0'");
     refused(&["--data", d, "--run-dir", r, "--devices", "cuda:99"], "cuda:99 does not exist");
     refused(&["--data", "/nonexistent/data", "--run-dir", r], "apt-get install dataset-fashion-mnist");

@@ -1,4 +1,4 @@
-//! Language models on token data: a small GPT written in the tests (`tests/scripts/gpt.py`,
+//! Language models on token data: a small GPT written in the tests (`assets/pytorch/gpt.py`,
 //! nanoGPT's architecture with the head tied to the embedding) trained on token files in
 //! nanoGPT's layout. Against PyTorch's own loop (AdamW, warm-up and cosine, clipping) on a
 //! corpus of one window; scripted and traced exports and a logits-only model; two replicas equal
@@ -93,8 +93,10 @@ fn reference(
     });
     let (model, data) = (model.to_str().unwrap(), data.to_str().unwrap());
     let (block, batch, steps) = (BLOCK.to_string(), batch.to_string(), steps.to_string());
-    let out =
-        common::run_script("gpt.py", &["reference", model, data, &block, &batch, &steps, &spec.to_string()]);
+    let out = common::run_script(
+        common::GPT,
+        &["reference", model, data, &block, &batch, &steps, &spec.to_string()],
+    );
     assert!(out.status.success(), "gpt.py reference: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("JSON parameters")
 }
@@ -301,7 +303,7 @@ fn a_folder_of_text_is_tokenized_as_bytes_once_and_a_gpt_learns_to_write_it() {
     let verse = "the cat sat on the mat. the dog lay on the log. ";
     std::fs::write(text.join("a.txt"), verse.repeat(300)).unwrap();
     let gpt = dir.path().join("gpt256.pt");
-    common::made_by_python(&gpt, "gpt.py", &["make", common::OUT, "256", &BLOCK.to_string(), "script"]);
+    common::made_by_python(&gpt, common::GPT, &["make", common::OUT, "256", &BLOCK.to_string(), "script"]);
     let cache = dir.path().join("cache");
     let run = |model: &Path, name: &str| {
         Dpt::new()
@@ -386,7 +388,7 @@ fn a_gpt_runs_model_flops_are_counted_as_nanogpt_estimates_them() {
     let shape = [vocab, block, width, layers, heads].map(|v| v.to_string());
     common::made_by_python(
         &gpt,
-        "gpt.py",
+        common::GPT,
         &["make", common::OUT, &shape[0], &shape[1], "script", &shape[2], &shape[3], &shape[4]],
     );
     let data = dir.path().join("tokens");

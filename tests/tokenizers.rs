@@ -408,7 +408,7 @@ fn a_gpt_trains_on_tokenized_text_samples_through_the_tokenizer_and_bad_input_is
     train_tokenizer("byte-level", &tok, &[text.join("a.txt")]);
     let gpt = dir.path().join("gpt320.pt");
     let vocab = TOKENIZER_VOCAB.to_string();
-    common::made_by_python(&gpt, "gpt.py", &["make", common::OUT, &vocab, &BLOCK.to_string(), "script"]);
+    common::made_by_python(&gpt, common::GPT, &["make", common::OUT, &vocab, &BLOCK.to_string(), "script"]);
     let cache = dir.path().join("cache");
     let (gpt_s, text_s, tok_s) = (gpt.to_str().unwrap(), text.to_str().unwrap(), tok.to_str().unwrap());
     let train = ["--block-size", "16", "--steps", "120", "--eval-every", "60", "--batch-size", "16"];

@@ -1,6 +1,7 @@
 //! Command-line flags, parsed (`session::configure` resolves them into a training configuration);
 //! the values they take are read in `values.rs`.
 
+pub mod bench_args;
 pub mod reference;
 mod settings_args;
 mod settings_groups;
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+pub use bench_args::BenchArgs;
 pub use settings_args::SettingsArgs;
 pub use sweep_args::SweepArgs;
 
@@ -49,6 +51,24 @@ pub fn command() -> clap::Command {
     })
 }
 
+/// A flag clap refused, as one line: what was wrong, then clap's tips and the values it takes,
+/// without the usage and the pointer to `--help`.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts = Vec::new();
+    let mut in_usage = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("Usage:") {
+            in_usage = true;
+        } else if line.is_empty() {
+            in_usage = false;
+        } else if !in_usage && !line.starts_with("For more information") {
+            parts.push(line.strip_prefix("error: ").unwrap_or(line));
+        }
+    }
+    parts.join("; ")
+}
+
 /// Commands besides training.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
@@ -84,31 +104,7 @@ pub enum Command {
     /// device, and with two GPUs or more data parallel over all of them and NCCL's bus
     /// bandwidth) is trained on synthetic data by dpt-tui and by the PyTorch loop, within a
     /// time budget; a table on stdout, bench.json and bench.md in --out.
-    Bench {
-        /// `auto` (every CUDA device, else the CPU), `cpu`, `cuda` or GPUs such as
-        /// `cuda:0,cuda:1`: one-device cases run on the first, the data-parallel case on all.
-        #[arg(long, value_name = "LIST")]
-        devices: Option<String>,
-        /// The whole bench's time (`90s`, `8m`, `1h`; a minute at least), shared out over the
-        /// cases; a case past its share is reported as timed out and the rest go on.
-        #[arg(long, default_value = "5m", value_name = "TIME")]
-        budget: String,
-        /// The cases to run (comma-separated; default: every case this machine can run).
-        #[arg(long, value_name = "LIST")]
-        cases: Option<String>,
-        /// Real data instead of synthetic: a folder of IDX files (MNIST, Fashion-MNIST) for the
-        /// image cases, of train.bin/val.bin tokens for the GPT.
-        #[arg(long, value_name = "DIR")]
-        data: Option<PathBuf>,
-        /// A Python with torch of this build's release for the PyTorch side (default: the
-        /// set-up's own virtualenv; `none`: no PyTorch side).
-        #[arg(long, value_name = "PY")]
-        python: Option<String>,
-        /// Where bench.json, bench.md and each case's record and logs go (a new folder;
-        /// default `bench-<time>`).
-        #[arg(long, value_name = "DIR")]
-        out: Option<PathBuf>,
-    },
+    Bench(BenchArgs),
     /// Open the dashboard on a recorded run's metrics.jsonl, or draw its curves as a picture.
     Show {
         /// The run directory; more runs after it are drawn under it as baselines, with a table

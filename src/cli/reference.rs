@@ -489,9 +489,9 @@ fn exit_codes() -> String {
          problem and, where there is one, the fix.",
     );
     let rows: [(u8, &str); 6] = [
-        (0, "The run is done, or was stopped from the dashboard; `doctor`: all is well; `bench`: no case failed or timed out."),
-        (1, "Training failed or diverged (`--on-nan stop`), a worker or rank failed, or a final save still failed after `--save-retries` (headless). `doctor` exits non-zero when a check fails."),
-        (2, "Bad input or usage, said before anything is written: a flag, a data set, a model file, a `--config` file, a checkpoint, a continuation whose settings differ, a run that fits no GPU, a libtorch other than the one built against, a rank that never arrived."),
+        (dpt_tui::exit::DONE, "The run is done, or was stopped from the dashboard; `doctor`: all is well; `bench`: no case failed or timed out."),
+        (dpt_tui::exit::FAILED, "Training failed or diverged (`--on-nan stop`), a worker or rank failed, or a final save still failed after `--save-retries` (headless). `doctor` exits non-zero when a check fails."),
+        (dpt_tui::exit::BAD_INPUT, "Bad input or usage, said before anything is written: a flag, a data set, a model file, a `--config` file, a checkpoint, a continuation whose settings differ, a run that fits no GPU, a libtorch other than the one built against, a rank that never arrived."),
         (dpt_tui::signals::EX_TEMPFAIL, "Preempted (`EX_TEMPFAIL`, try again): the preemption signal (`--preempt-signal`, SIGUSR1 by default) reached a rank; every rank checkpointed, and the same command continues the run."),
         (dpt_tui::signals::exit_code(libc::SIGINT), "SIGINT (Ctrl-C headless): stopped at a step boundary, weights and a checkpoint saved."),
         (dpt_tui::signals::exit_code(libc::SIGTERM), "SIGTERM: the same as SIGINT."),

@@ -58,7 +58,7 @@ pub fn run(
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
             let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
             let last = last.strip_prefix("dpt-tui: ").unwrap_or(last).to_owned();
-            if status.code() == Some(2) {
+            if status.code() == Some(i32::from(dpt_tui::exit::BAD_INPUT)) {
                 // Refused input (the data, most often): nothing was trained, so a directory
                 // made for this run goes again.
                 if fresh {

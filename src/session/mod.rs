@@ -74,16 +74,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         #[cfg(feature = "train")]
         Some(Command::Doctor { peer: None }) => return Ok(doctor::run()),
         #[cfg(feature = "train")]
-        Some(Command::Bench { devices, budget, cases, data, python, out }) => {
-            return bench::run(bench::Options {
-                devices: devices.as_deref(),
-                budget: &budget,
-                cases: cases.as_deref(),
-                data: data.as_deref(),
-                python: python.as_deref(),
-                out: out.as_deref(),
-            })
-        }
+        Some(Command::Bench(bench_args)) => return bench::run(&bench_args),
         Some(Command::Run { run_dir, headless, notify, for_pid, endpoint, command }) => {
             return script_run::run(
                 &script_run::Options { run_dir, headless, notify, for_pid, endpoint, command },
@@ -96,7 +87,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         #[cfg(not(feature = "train"))]
         Some(Command::Doctor { .. }) => return Err(input(without_training("`dpt-tui doctor`"))),
         #[cfg(not(feature = "train"))]
-        Some(Command::Bench { .. }) => return Err(input(without_training("`dpt-tui bench`"))),
+        Some(Command::Bench(_)) => return Err(input(without_training("`dpt-tui bench`"))),
         None => {}
     }
     train(args)

@@ -16,8 +16,8 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_seed import load  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "assets", "pytorch"))
+from seed_models import load  # noqa: E402
 from torchvision_models import build  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """The plain PyTorch loop dpt-tui's language-model benchmark compares against: the GPT of
-tests/scripts/gpt.py trained eagerly (as nanoGPT's train.py trains it, without torch.compile) on
+assets/pytorch/gpt.py trained eagerly (as nanoGPT's train.py trains it, without torch.compile) on
 windows of a uint16 token file drawn as nanoGPT's get_batch draws them, AdamW, on the CPU.
 
 `python lm_reference.py DATA_DIR VOCAB BLOCK WIDTH LAYERS HEADS BATCH STEPS THREADS`
@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "assets", "pytorch"))
 from gpt import Gpt  # noqa: E402
 
 def main():

@@ -3,7 +3,7 @@
 //! file, the same machine and the same `torch==2.11.0`, run in alternation.
 //!
 //! `source .ci/env.sh && cargo bench --bench lm_vs_pytorch` prints each round's tokens/s and
-//! the medians' ratio dpt-tui / PyTorch. The model is `tests/scripts/gpt.py`'s architecture at
+//! the medians' ratio dpt-tui / PyTorch. The model is `assets/pytorch/gpt.py`'s architecture at
 //! vocabulary 256 (bytes), block 128, width 128, 4 layers, 4 heads (about 0.8 M parameters),
 //! batch 16 windows. Environment: `BENCH_ROUNDS` (3), `BENCH_STEPS` (40), `BENCH_THREADS` (2:
 //! dpt-tui one replica with that many intra-op threads, PyTorch `torch.set_num_threads`),
@@ -59,7 +59,7 @@ fn main() {
     let model = tmp.path().join("gpt.pt");
     let shape = [VOCAB, BLOCK, WIDTH, LAYERS, HEADS].map(|v| v.to_string());
     let made = Command::new(&python)
-        .arg(root.join("tests/scripts/gpt.py"))
+        .arg(root.join("assets/pytorch/gpt.py"))
         .args([
             "make",
             model.to_str().unwrap(),

@@ -48,7 +48,7 @@ fn main() {
     let python = std::env::var("PYTHON")
         .or_else(|_| std::env::var("DPT_VENV").map(|v| format!("{v}/bin/python")))
         .unwrap_or_else(|_| "python3".to_owned());
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/benches/pytorch_seed.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/pytorch/seed_models.py");
     let limit = std::env::var("BENCH_TRAIN_LIMIT").ok();
     // The GPUs dpt-tui trains on; PyTorch gets the same ones (DDP when there are several).
     let gpus = if devices.trim() == "auto" {

@@ -96,9 +96,19 @@ pub fn python() -> String {
         .unwrap_or_else(|_| "python3".to_owned())
 }
 
-/// A script of `tests/scripts/`.
+/// The GPT's script: nanoGPT's architecture, its export and PyTorch's loops for it, which the
+/// bench ships (`assets/pytorch/`).
+pub const GPT: &str = "assets/pytorch/gpt.py";
+
+/// A script of `tests/scripts/` by its name, or one the product ships by its path in the
+/// repository ([`GPT`]).
 pub fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scripts").join(name)
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if name.contains('/') {
+        root.join(name)
+    } else {
+        root.join("tests/scripts").join(name)
+    }
 }
 
 /// What `python tests/scripts/NAME ARGS` gives (exit status, stdout, stderr), run by one Python
@@ -308,18 +318,18 @@ pub fn relative_error(
     worst_diff / largest_move
 }
 
-/// Token data and the small GPT of `tests/scripts/gpt.py` (vocabulary 64, block 16).
+/// Token data and the small GPT of `assets/pytorch/gpt.py` (vocabulary 64, block 16).
 pub mod tokens {
     use std::path::{Path, PathBuf};
 
-    use super::{made_by_python, OUT};
+    use super::{made_by_python, GPT, OUT};
 
     pub const VOCAB: usize = 64;
     pub const BLOCK: usize = 16;
 
     pub fn make_gpt(kind: &str, dir: &Path) -> PathBuf {
         let out = dir.join(format!("gpt-{kind}.pt"));
-        made_by_python(&out, "gpt.py", &["make", OUT, &VOCAB.to_string(), &BLOCK.to_string(), kind]);
+        made_by_python(&out, GPT, &["make", OUT, &VOCAB.to_string(), &BLOCK.to_string(), kind]);
         out
     }
 

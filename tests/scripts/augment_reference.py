@@ -15,8 +15,8 @@ import torch
 from torchvision.transforms import RandomCrop
 from torchvision.transforms.v2 import functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches"))
-from pytorch_seed import read_idx  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "assets", "pytorch"))
+from seed_models import read_idx  # noqa: E402
 
 
 def main():

@@ -11,8 +11,8 @@ import sys
 import torch
 
 # The IDX reader of the benchmark's PyTorch side, one home for it.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches"))
-from pytorch_seed import read_idx  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "assets", "pytorch"))
+from seed_models import read_idx  # noqa: E402
 
 
 def main():

@@ -17,6 +17,7 @@ pub mod config_error;
 pub mod control;
 pub mod data;
 pub mod device;
+pub mod exit;
 pub mod flops;
 pub mod model;
 pub mod monitor;

@@ -17,53 +17,64 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use plan::Case;
+use python::{PytorchSide, Scripts};
 use report::{CaseResult, Side, Status};
 use runner::{Bench, Data};
 
 use super::input;
+use crate::cli::BenchArgs;
 use crate::Failure;
+use dpt_tui::data::format::{detect, DataFormat};
 use dpt_tui::device::driver::TORCH_BUILD;
+use dpt_core::device::DeviceId;
+use dpt_tui::device::{resolve_devices, Machine};
 
-/// The bench's flags.
-pub struct Options<'a> {
-    pub devices: Option<&'a str>,
-    pub budget: &'a str,
-    pub cases: Option<&'a str>,
-    pub data: Option<&'a Path>,
-    pub python: Option<&'a str>,
-    pub out: Option<&'a Path>,
+/// The bench's results in `--out`: the report as JSON, and its table as Markdown.
+const REPORT_JSON: &str = "bench.json";
+const REPORT_MD: &str = "bench.md";
+
+/// What the flags ask, checked against the machine before anything runs.
+struct Asked {
+    /// The GPUs, by this process's CUDA index (none: the CPU).
+    gpus: Vec<usize>,
+    budget: std::time::Duration,
+    cases: Vec<Case>,
+    data: GivenData,
+    pytorch: PytorchSide,
+    out: PathBuf,
 }
 
-/// The devices a bench runs on: GPUs by index, or none (the CPU).
-fn bench_gpus(spec: Option<&str>) -> Result<Vec<usize>, String> {
-    let spec = spec.unwrap_or("auto").trim().to_ascii_lowercase();
-    let found = || usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
-    match spec.as_str() {
-        "auto" => Ok((0..found()).collect()),
-        "cpu" => Ok(Vec::new()),
-        "cuda" => match found() {
-            0 => Err("--devices cuda: libtorch finds no CUDA device here; run 'dpt-tui doctor'".into()),
-            n => Ok((0..n).collect()),
-        },
-        list => {
-            let mut gpus = Vec::new();
-            for d in list.split(',').map(str::trim) {
-                let index =
-                    d.strip_prefix("cuda:").and_then(|i| i.parse::<usize>().ok()).ok_or_else(|| {
-                        format!(
-                            "bad bench --devices '{d}': use auto, cpu, cuda, or GPUs such as cuda:0,cuda:1"
-                        )
-                    })?;
-                if index >= found() {
-                    return Err(format!("--devices {d}: libtorch finds {} CUDA device(s) here", found()));
-                }
-                if !gpus.contains(&index) {
-                    gpus.push(index);
-                }
+impl Asked {
+    /// The flags read and checked; every refusal is one line, before any case runs.
+    fn check(args: &BenchArgs) -> Result<Asked, String> {
+        let gpus = bench_gpus(&args.devices, Machine::detect(&args.devices))?;
+        let cases = plan::select(plan::cases(gpus.len()), &args.cases)?;
+        let data = GivenData::read(&args.data)?;
+        let pytorch = python::choose(args.python.as_ref())?;
+        let out = out_dir(args.out.as_deref())?;
+        Ok(Asked { gpus, budget: args.budget.0, cases, data, pytorch, out })
+    }
+}
+
+/// The devices a bench runs on, as a run resolves `--devices` (the driver check included): GPUs
+/// by index, or none (the CPU). A GPU named twice is benched once: the two-replica case puts
+/// two replicas on one GPU itself.
+fn bench_gpus(spec: &str, machine: Machine) -> Result<Vec<usize>, String> {
+    let devices = resolve_devices(spec, machine).map_err(|e| format!("bench --devices: {e}"))?;
+    let mut gpus = Vec::new();
+    for device in &devices {
+        match device {
+            DeviceId::Cuda(g) if !gpus.contains(g) => gpus.push(*g),
+            DeviceId::Cuda(_) => {}
+            DeviceId::Cpu if devices.iter().all(|d| *d == DeviceId::Cpu) => {}
+            DeviceId::Cpu => {
+                return Err(format!(
+                    "bench --devices {spec} mixes the CPU and GPUs: bench one or the other (cpu, or cuda:0,…)"
+                ))
             }
-            Ok(gpus)
         }
     }
+    Ok(gpus)
 }
 
 /// `--out`: a folder that can be written and holds no bench yet (an earlier bench's results
@@ -73,9 +84,9 @@ fn out_dir(asked: Option<&Path>) -> Result<PathBuf, String> {
         Some(d) => d.to_owned(),
         None => PathBuf::from(format!("bench-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"))),
     };
-    if dir.join("bench.json").exists() {
+    if dir.join(REPORT_JSON).exists() {
         return Err(format!(
-            "--out {} already holds a bench (bench.json): name another folder",
+            "--out {} already holds a bench ({REPORT_JSON}): name another folder",
             dir.display()
         ));
     }
@@ -87,34 +98,51 @@ fn out_dir(asked: Option<&Path>) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// What `--data` holds for the bench: IDX images, token files, or both.
+/// The real data `--data` gives, by kind, each folder's format detected as a run detects it.
+#[derive(Debug, Default, PartialEq)]
 struct GivenData {
-    images: bool,
-    tokens: bool,
+    /// IDX images (MNIST, Fashion-MNIST), for the image cases.
+    images: Option<PathBuf>,
+    /// `train.bin`/`val.bin` tokens, for the GPT.
+    tokens: Option<PathBuf>,
 }
 
-fn given_data(dir: &Path) -> Result<GivenData, String> {
-    let has = |f: &str| dir.join(f).is_file() || dir.join(format!("{f}.gz")).is_file();
-    let d = GivenData {
-        images: has("train-images-idx3-ubyte") && has("t10k-images-idx3-ubyte"),
-        tokens: dir.join("train.bin").is_file() && dir.join("val.bin").is_file(),
-    };
-    if !d.images && !d.tokens {
-        return Err(format!(
-            "bench --data {}: no IDX files (train-images-idx3-ubyte…, as MNIST and Fashion-MNIST) and no train.bin/val.bin tokens there",
-            dir.display()
-        ));
+impl GivenData {
+    fn read(dirs: &[PathBuf]) -> Result<GivenData, String> {
+        let mut given = GivenData::default();
+        for dir in dirs {
+            let shown = dir.display();
+            if !dir.is_dir() {
+                return Err(format!("bench --data {shown} is not a folder"));
+            }
+            let slot = match detect(dir) {
+                Ok(DataFormat::Idx) => &mut given.images,
+                Ok(DataFormat::Tokens) => &mut given.tokens,
+                Ok(other) => {
+                    return Err(format!(
+                        "bench --data {shown} holds {} data; the bench takes IDX images (MNIST, Fashion-MNIST) or train.bin/val.bin tokens",
+                        format!("{other:?}").to_lowercase()
+                    ))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "bench --data {shown}: no IDX files (train-images-idx3-ubyte…, as MNIST and Fashion-MNIST) and no train.bin/val.bin tokens there"
+                    ))
+                }
+            };
+            if let Some(first) = slot.replace(dir.clone()) {
+                return Err(format!(
+                    "bench --data {shown}: {} holds the same kind of data; give one folder of each kind",
+                    first.display()
+                ));
+            }
+        }
+        Ok(given)
     }
-    Ok(d)
 }
 
-pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
-    let budget: plan::Budget = opts.budget.parse().map_err(|e: String| input(anyhow::anyhow!(e)))?;
-    let gpus = bench_gpus(opts.devices).map_err(|e| input(anyhow::anyhow!(e)))?;
-    let cases = plan::select(plan::cases(gpus.len()), opts.cases).map_err(|e| input(anyhow::anyhow!(e)))?;
-    let given = opts.data.map(given_data).transpose().map_err(|e| input(anyhow::anyhow!(e)))?;
-    let python = python::choose(opts.python).map_err(|e| input(anyhow::anyhow!(e)))?;
-    let out = out_dir(opts.out).map_err(|e| input(anyhow::anyhow!(e)))?;
+pub fn run(args: &BenchArgs) -> Result<u8, Failure> {
+    let asked = Asked::check(args).map_err(|e| input(anyhow::anyhow!(e)))?;
     let stop =
         stop_on_signals().map_err(|e| Failure::Run(anyhow::anyhow!("cannot watch for signals: {e}")))?;
     let t0 = Instant::now();
@@ -122,80 +150,48 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
         .prefix("dpt-bench-")
         .tempdir()
         .map_err(|e| Failure::Run(anyhow::anyhow!("cannot make a scratch folder: {e}")))?;
-    let machine = describe_machine(&gpus, python.as_ref().ok());
+    let python = match &asked.pytorch {
+        PytorchSide::Run(p) => Some(p),
+        PytorchSide::Skip(_) => None,
+    };
+    let machine = describe_machine(&asked.gpus, python);
     println!(
         "dpt-tui bench: {} case(s) on {} within {} s; PyTorch side: {}",
-        cases.len(),
+        asked.cases.len(),
         machine.devices.join(", "),
-        budget.0.as_secs(),
-        match &python {
-            Ok(p) => format!("{} (torch {})", p.path.display(), p.torch),
-            Err(why) => format!("none ({why})"),
+        asked.budget.as_secs(),
+        match &asked.pytorch {
+            PytorchSide::Run(p) => format!("{} (torch {})", p.path.display(), p.torch),
+            PytorchSide::Skip(why) => format!("none ({why})"),
         }
     );
     let data = Data {
-        images: match (opts.data, &given) {
-            (Some(d), Some(g)) if g.images => d.to_owned(),
-            _ => scratch.path().join("images"),
-        },
-        tokens: match (opts.data, &given) {
-            (Some(d), Some(g)) if g.tokens => Some(d.to_owned()),
-            _ => None,
-        },
+        images: asked.data.images.clone().unwrap_or_else(|| scratch.path().join("images")),
+        tokens: asked.data.tokens.clone(),
         scratch: scratch.path().to_owned(),
     };
-    let prepare = || -> std::io::Result<Option<(PathBuf, PathBuf)>> {
-        if !data.images.exists() {
-            std::fs::create_dir_all(&data.images)?;
-            synthetic::images(&data.images, images_needed(&cases))?;
-        }
-        std::fs::create_dir_all(out.join("runs"))?;
-        python.as_ref().ok().map(|_| python::write_scripts(scratch.path())).transpose()
-    };
-    let scripts =
-        prepare().map_err(|e| Failure::Run(anyhow::anyhow!("cannot prepare the bench's data: {e}")))?;
+    let scripts = prepare(&asked, &data)
+        .map_err(|e| Failure::Run(anyhow::anyhow!("cannot prepare the bench's data: {e}")))?;
     let mut bench = Bench {
         exe: std::env::current_exe().map_err(|e| Failure::Run(e.into()))?,
-        gpus: gpus.clone(),
-        gpu_name: gpus.first().and_then(|&g| dpt_tui::device::peak::gpu_name(g)),
+        gpus: asked.gpus.clone(),
+        gpu_name: asked.gpus.first().and_then(|&g| dpt_tui::device::peak::gpu_name(g)),
         cores: machine.cpu_cores,
-        python: python.ok().zip(scripts),
+        python: python.cloned().zip(scripts),
         scratch: scratch.path().to_owned(),
-        out: out.clone(),
+        out: asked.out.clone(),
         made: Vec::new(),
         stop,
     };
-    // The budget is shared by the cases this machine can measure.
-    let runnable: Vec<Case> = cases.iter().filter(|c| bench.cannot_run(c).is_none()).cloned().collect();
-    let mut results = Vec::new();
-    for case in &cases {
-        if bench.stopped().is_some() {
-            break;
-        }
-        let left = budget.0.saturating_sub(t0.elapsed());
-        let at = runnable.iter().position(|c| c.name == case.name);
-        let deadline = at.map_or(std::time::Duration::ZERO, |k| plan::deadline(&runnable, k, left));
-        let mut result = bench.case(case, deadline, &data);
-        result.derive();
-        println!("  {:<14} {}", case.name, one_line(&result));
-        results.push(result);
-    }
+    let cases = run_cases(&mut bench, &asked, &data, t0);
     let report = report::Report {
         machine,
-        budget_s: budget.0.as_secs_f64(),
+        budget_s: asked.budget.as_secs_f64(),
         elapsed_s: t0.elapsed().as_secs_f64(),
-        cases: results,
+        cases,
         interrupted: bench.stopped().map(|s| dpt_tui::signals::name(s).to_owned()),
     };
-    println!("\n{}", report.table());
-    let json = serde_json::to_string_pretty(&report).map_err(|e| Failure::Run(e.into()))?;
-    let write = |name: &str, text: &str| {
-        dpt_tui::atomic::write_with(&out.join(name), |tmp| std::fs::write(tmp, text))
-            .map_err(|e| Failure::Run(anyhow::anyhow!("cannot write {}: {e}", out.join(name).display())))
-    };
-    write("bench.json", &json)?;
-    write("bench.md", &report.markdown())?;
-    println!("\nwritten: {} and {}", out.join("bench.json").display(), out.join("bench.md").display());
+    write_report(&report, &asked.out)?;
     // The scratch folder (data, scripts, the runs' directories) goes as this returns.
     if let Some(signal) = bench.stopped() {
         return Ok(dpt_tui::signals::exit_code(signal));
@@ -203,9 +199,58 @@ pub fn run(opts: Options<'_>) -> Result<u8, Failure> {
     let failed = report.cases.iter().filter(|c| c.failed()).count();
     if failed > 0 {
         println!("{failed} case(s) failed or timed out");
-        return Ok(1);
+        return Ok(dpt_tui::exit::FAILED);
     }
-    Ok(0)
+    Ok(dpt_tui::exit::DONE)
+}
+
+/// The synthetic images the cases need (unless `--data` gave some), the runs' folder in
+/// `--out`, and the PyTorch side's scripts when there is one.
+fn prepare(asked: &Asked, data: &Data) -> std::io::Result<Option<Scripts>> {
+    if !data.images.exists() {
+        std::fs::create_dir_all(&data.images)?;
+        synthetic::images(&data.images, images_needed(&asked.cases))?;
+    }
+    std::fs::create_dir_all(asked.out.join("runs"))?;
+    match asked.pytorch {
+        PytorchSide::Run(_) => Scripts::write(&data.scratch).map(Some),
+        PytorchSide::Skip(_) => Ok(None),
+    }
+}
+
+/// Each case in turn, within its share of what is left of the budget, until the cases end or
+/// a signal stops the bench; each result said in a line as it ends.
+fn run_cases(bench: &mut Bench, asked: &Asked, data: &Data, t0: Instant) -> Vec<CaseResult> {
+    // The budget is shared by the cases this machine can measure.
+    let runnable: Vec<Case> = asked.cases.iter().filter(|c| bench.cannot_run(c).is_none()).cloned().collect();
+    let mut results = Vec::new();
+    for case in &asked.cases {
+        if bench.stopped().is_some() {
+            break;
+        }
+        let left = asked.budget.saturating_sub(t0.elapsed());
+        let at = runnable.iter().position(|c| c.name == case.name);
+        let deadline = at.map_or(std::time::Duration::ZERO, |k| plan::deadline(&runnable, k, left));
+        let mut result = bench.case(case, deadline, data);
+        result.derive();
+        println!("  {:<14} {}", case.name, one_line(&result));
+        results.push(result);
+    }
+    results
+}
+
+/// The report's table on stdout, and its two files in `out`.
+fn write_report(report: &report::Report, out: &Path) -> Result<(), Failure> {
+    println!("\n{}", report.table());
+    let json = serde_json::to_string_pretty(report).map_err(|e| Failure::Run(e.into()))?;
+    let write = |name: &str, text: &str| {
+        dpt_tui::atomic::write_with(&out.join(name), |tmp| std::fs::write(tmp, text))
+            .map_err(|e| Failure::Run(anyhow::anyhow!("cannot write {}: {e}", out.join(name).display())))
+    };
+    write(REPORT_JSON, &json)?;
+    write(REPORT_MD, &report.markdown())?;
+    println!("\nwritten: {} and {}", out.join(REPORT_JSON).display(), out.join(REPORT_MD).display());
+    Ok(())
 }
 
 /// SIGINT and SIGTERM stop the bench: the number of the one that came, 0 until one does. The
@@ -272,15 +317,33 @@ fn describe_machine(gpus: &[usize], python: Option<&python::Python>) -> report::
 mod tests {
     use super::*;
 
-    #[test]
-    fn bench_devices_are_read_and_a_bad_one_is_refused() {
-        assert_eq!(bench_gpus(Some("cpu")), Ok(Vec::new()));
-        let bad = bench_gpus(Some("gpu0")).expect_err("refused");
-        assert!(bad.starts_with("bad bench --devices 'gpu0'"), "{bad}");
-        if tch::Cuda::device_count() == 0 {
-            assert!(bench_gpus(Some("cuda:0")).expect_err("refused").contains("finds 0 CUDA device"));
-            assert_eq!(bench_gpus(None), Ok(Vec::new()), "auto: the CPU");
+    /// A machine with `cuda` GPUs libtorch can use, and `driver` the driver shows.
+    fn machine(cuda: usize, driver: usize) -> Machine {
+        Machine {
+            cuda_devices: cuda,
+            cores: 4,
+            driver_gpus: driver,
+            visible: dpt_tui::device::Visible::Unset,
+            cuda_probed: true,
         }
+    }
+
+    #[test]
+    fn bench_devices_are_resolved_as_a_run_resolves_them() {
+        assert_eq!(bench_gpus("cpu", machine(0, 0)), Ok(Vec::new()));
+        assert_eq!(bench_gpus("auto", machine(0, 0)), Ok(Vec::new()), "auto without a GPU: the CPU");
+        assert_eq!(bench_gpus("auto", machine(2, 2)), Ok(vec![0, 1]));
+        assert_eq!(bench_gpus("cuda:1,cuda:0,cuda:1", machine(2, 2)), Ok(vec![1, 0]));
+        let bad = bench_gpus("gpu0", machine(0, 0)).expect_err("refused");
+        assert!(bad.starts_with("bench --devices: unknown device 'gpu0'"), "{bad}");
+        let absent = bench_gpus("cuda:0", machine(0, 0)).expect_err("refused");
+        assert!(absent.contains("cuda:0"), "{absent}");
+        let mixed = bench_gpus("cpu,cuda:0", machine(1, 1)).expect_err("refused");
+        assert!(mixed.contains("mixes the CPU and GPUs"), "{mixed}");
+        // The driver shows a GPU libtorch cannot use: refused as a run refuses it, never a
+        // silent CPU bench.
+        let driver = bench_gpus("auto", machine(0, 1)).expect_err("refused");
+        assert!(driver.contains("driver"), "{driver}");
     }
 
     #[test]
@@ -296,11 +359,28 @@ mod tests {
     }
 
     #[test]
-    fn data_without_images_or_tokens_is_refused() {
+    fn given_data_is_detected_by_kind_and_other_formats_are_refused() {
         let dir = tempfile::tempdir().expect("temp");
-        assert!(given_data(dir.path()).map(|_| ()).expect_err("refused").contains("no IDX files"));
-        synthetic::tokens(dir.path(), 50).expect("tokens");
-        let d = given_data(dir.path()).expect("tokens");
-        assert!(d.tokens && !d.images);
+        let folder = |name: &str| {
+            let d = dir.path().join(name);
+            std::fs::create_dir_all(&d).expect("dir");
+            d
+        };
+        let empty = folder("empty");
+        assert!(GivenData::read(&[empty]).expect_err("refused").contains("no IDX files"));
+        let tokens = folder("tokens");
+        synthetic::tokens(&tokens, 50).expect("tokens");
+        let images = folder("images");
+        synthetic::images(&images, 8).expect("images");
+        let both = GivenData::read(&[tokens.clone(), images.clone()]).expect("read");
+        assert_eq!(both, GivenData { images: Some(images.clone()), tokens: Some(tokens.clone()) });
+        let twice = GivenData::read(&[images.clone(), images.clone()]).expect_err("refused");
+        assert!(twice.contains("the same kind of data"), "{twice}");
+        let npy = folder("npy");
+        std::fs::write(npy.join("x_train.npy"), b"").expect("write");
+        let other = GivenData::read(&[npy]).expect_err("refused");
+        assert!(other.contains("holds npy data; the bench takes IDX images"), "{other}");
+        let missing = GivenData::read(&[dir.path().join("nothing")]).expect_err("refused");
+        assert!(missing.contains("is not a folder"), "{missing}");
     }
 }

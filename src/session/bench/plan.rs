@@ -6,48 +6,13 @@ use std::time::Duration;
 
 use dpt_tui::model::Precision;
 
-/// The whole bench's time, from `--budget` (`90s`, `8m`, `1h`); at least a minute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget(pub Duration);
-
-/// The least budget a bench is given: the start-up of one case's two processes alone takes
-/// seconds on a GPU.
-pub const MIN_BUDGET: Duration = Duration::from_secs(60);
-
-impl std::str::FromStr for Budget {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        let (n, unit) = t.split_at(digits);
-        let n: u64 =
-            n.parse().map_err(|_| format!("bad --budget '{s}': use a time such as 90s, 8m or 1h"))?;
-        let scale = match unit {
-            "s" => 1,
-            "m" | "" => 60,
-            "h" => 3600,
-            _ => return Err(format!("bad --budget '{s}': use a time such as 90s, 8m or 1h")),
-        };
-        let secs =
-            n.checked_mul(scale).ok_or_else(|| format!("--budget {s} is too long: give hours, not ages"))?;
-        let budget = Duration::from_secs(secs);
-        if budget < MIN_BUDGET {
-            return Err(format!(
-                "--budget {s} is under a minute: a case's two processes take seconds to start; give 1m or more"
-            ));
-        }
-        Ok(Budget(budget))
-    }
-}
-
 /// The model a case trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
     Lenet,
     Resnet18,
     MnistNet,
-    /// nanoGPT's architecture (`tests/scripts/gpt.py`), scripted by the Python.
+    /// nanoGPT's architecture (`assets/pytorch/gpt.py`), scripted by the Python.
     Gpt,
 }
 
@@ -88,6 +53,41 @@ pub struct GptShape {
 pub const GPT2_SMALL: GptShape = GptShape { vocab: 50_304, block: 1024, width: 768, layers: 12, heads: 12 };
 /// The GPT of the CPU's bench: the language-model benchmark's (`lm_vs_pytorch`).
 pub const GPT_CPU: GptShape = GptShape { vocab: 256, block: 128, width: 128, layers: 4, heads: 4 };
+
+/// How the GPT cases train, on both sides: nanoGPT's GPT-2 recipe (AdamW at lr 6e-4, betas
+/// 0.9/0.95, weight decay 0.1 on the matrices, gradients clipped to norm 1). Written here once:
+/// dpt-tui gets it as flags, the PyTorch loop as JSON.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct GptRecipe {
+    pub lr: f64,
+    pub betas: (f64, f64),
+    pub weight_decay: f64,
+    pub clip: f64,
+}
+
+pub const GPT_RECIPE: GptRecipe = GptRecipe { lr: 6e-4, betas: (0.9, 0.95), weight_decay: 0.1, clip: 1.0 };
+
+impl GptRecipe {
+    /// dpt-tui's flags for the recipe.
+    pub fn flags(&self) -> Vec<String> {
+        let (b1, b2) = self.betas;
+        [
+            ("--optimizer", "adamw".to_owned()),
+            ("--lr", self.lr.to_string()),
+            ("--betas", format!("{b1},{b2}")),
+            ("--weight-decay", self.weight_decay.to_string()),
+            ("--clip-grad-norm", self.clip.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_owned(), value])
+        .collect()
+    }
+
+    /// The recipe as `gpt.py bench` reads it: `{"lr", "betas", "weight_decay", "clip"}`.
+    pub fn json(&self) -> String {
+        serde_json::to_string(self).expect("numbers serialize")
+    }
+}
 
 /// What a case measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,9 +168,11 @@ pub fn cases(gpus: usize) -> Vec<Case> {
 
 /// The cases `--cases` names (all of the machine's when `None`), in the bench's order; an
 /// unknown name, or one this machine cannot run, is refused in one line.
-pub fn select(all: Vec<Case>, asked: Option<&str>) -> Result<Vec<Case>, String> {
-    let Some(asked) = asked else { return Ok(all) };
-    let names: Vec<&str> = asked.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+pub fn select(all: Vec<Case>, asked: &[String]) -> Result<Vec<Case>, String> {
+    if asked.is_empty() {
+        return Ok(all);
+    }
+    let names: Vec<&str> = asked.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
     for name in &names {
         if !CASE_NAMES.contains(name) {
             return Err(format!("unknown bench case '{name}'; use {}", dpt_core::one_of(&CASE_NAMES)));
@@ -196,16 +198,17 @@ pub fn deadline(cases: &[Case], index: usize, left: Duration) -> Duration {
 mod tests {
     use super::*;
 
+    /// `--cases` as clap splits it.
+    fn split(list: &str) -> Vec<String> {
+        list.split(',').map(str::to_owned).collect()
+    }
+
     #[test]
-    fn a_budget_is_a_time_of_a_minute_or_more() {
-        assert_eq!("8m".parse(), Ok(Budget(Duration::from_secs(480))));
-        assert_eq!("90s".parse(), Ok(Budget(Duration::from_secs(90))));
-        assert_eq!("1h".parse(), Ok(Budget(Duration::from_secs(3600))));
-        assert_eq!("5".parse(), Ok(Budget(Duration::from_secs(300))), "minutes by default");
-        let short = "30s".parse::<Budget>().expect_err("refused");
-        assert!(short.contains("under a minute"), "{short}");
-        assert!("8 minutes".parse::<Budget>().expect_err("refused").contains("bad --budget"));
-        assert!("99999999999999999h".parse::<Budget>().expect_err("refused").contains("too long"));
+    fn the_gpt_recipe_is_the_same_for_both_sides() {
+        let flags = GPT_RECIPE.flags().join(" ");
+        assert_eq!(flags, "--optimizer adamw --lr 0.0006 --betas 0.9,0.95 --weight-decay 0.1 --clip-grad-norm 1");
+        let json: serde_json::Value = serde_json::from_str(&GPT_RECIPE.json()).expect("json");
+        assert_eq!(json, serde_json::json!({"lr": 6e-4, "betas": [0.9, 0.95], "weight_decay": 0.1, "clip": 1.0}));
     }
 
     #[test]
@@ -229,13 +232,13 @@ mod tests {
 
     #[test]
     fn cases_are_chosen_by_name_and_a_wrong_name_is_refused() {
-        let picked = select(cases(0), Some("gpt,lenet")).expect("known");
+        let picked = select(cases(0), &split("gpt,lenet")).expect("known");
         assert_eq!(picked.iter().map(|c| c.name).collect::<Vec<_>>(), ["lenet", "gpt"]);
-        let unknown = select(cases(0), Some("vgg")).expect_err("refused");
+        let unknown = select(cases(0), &split("vgg")).expect_err("refused");
         assert!(unknown.starts_with("unknown bench case 'vgg'; use lenet, resnet18,"), "{unknown}");
-        let gpus = select(cases(1), Some("allreduce")).expect_err("refused");
+        let gpus = select(cases(1), &split("allreduce")).expect_err("refused");
         assert!(gpus.contains("needs two GPUs"), "{gpus}");
-        assert!(select(cases(0), Some(" , ")).is_err());
+        assert!(select(cases(0), &split(" , ")).is_err());
     }
 
     #[test]

@@ -1,18 +1,19 @@
 //! The PyTorch side of the bench: which Python runs it, and the scripts it runs. The scripts are
-//! the ones this project's own benchmarks and tests compare with (the seeds' models in
-//! `tests/benches/pytorch_seed.py`, the GPT in `tests/scripts/gpt.py`), compiled into the binary
-//! and written to the bench's scratch folder, so the binary alone is the kit on a machine
-//! without the sources.
+//! the PyTorch loops this project's benchmarks and tests compare with (`assets/pytorch/`: the
+//! seeds' models in `seed_models.py`, the GPT in `gpt.py`), compiled into the binary and written
+//! to the bench's scratch folder, so the binary alone is the kit on a machine without the
+//! sources.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::cli::bench_args::PythonArg;
 use dpt_tui::device::driver::TORCH_BUILD;
 
 /// The seeds' models in PyTorch, with `--steps` for the bench.
-const SEED_SCRIPT: &str = include_str!("../../../tests/benches/pytorch_seed.py");
+const SEED_MODELS: &str = include_str!("../../../assets/pytorch/seed_models.py");
 /// nanoGPT's architecture, its TorchScript export and its plain loop (`bench`).
-const GPT_SCRIPT: &str = include_str!("../../../tests/scripts/gpt.py");
+const GPT: &str = include_str!("../../../assets/pytorch/gpt.py");
 
 /// A Python whose torch is this binary's release.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,22 +23,30 @@ pub struct Python {
     pub torch: String,
 }
 
+/// Whether the bench has a PyTorch side.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PytorchSide {
+    Run(Python),
+    /// No PyTorch side, and why (said in the bench's first line).
+    Skip(String),
+}
+
 /// The Python `--python` names (`none`: no PyTorch side), else the set-up's own virtualenv's
 /// when it is there; a named Python without torch, or with another torch release, is refused
-/// in one line. `Ok(None)`: no PyTorch side, and why.
-pub fn choose(asked: Option<&str>) -> Result<Result<Python, String>, String> {
+/// in one line.
+pub fn choose(asked: Option<&PythonArg>) -> Result<PytorchSide, String> {
     let path = match asked {
-        Some("none") => return Ok(Err("--python none".into())),
-        Some(p) => PathBuf::from(p),
+        Some(PythonArg::None) => return Ok(PytorchSide::Skip("--python none".into())),
+        Some(PythonArg::Path(p)) => p.clone(),
         None => match own_venv_python() {
             Some(p) => p,
-            None => return Ok(Err("no Python with torch found: name one with --python PY".into())),
+            None => return Ok(PytorchSide::Skip("no Python with torch found: name one with --python PY".into())),
         },
     };
     match check(&path) {
-        Ok(python) => Ok(Ok(python)),
+        Ok(python) => Ok(PytorchSide::Run(python)),
         // The set-up's own Python that fails its check is said, not fatal: the bench runs alone.
-        Err(e) if asked.is_none() => Ok(Err(e)),
+        Err(e) if asked.is_none() => Ok(PytorchSide::Skip(e)),
         Err(e) => Err(e),
     }
 }
@@ -82,13 +91,23 @@ fn check(path: &Path) -> Result<Python, String> {
     Ok(Python { path: path.to_owned(), torch })
 }
 
-/// The scripts, written into `dir`: (the seeds' script, the GPT script).
-pub fn write_scripts(dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
-    let seed = dir.join("pytorch_seed.py");
-    let gpt = dir.join("gpt.py");
-    std::fs::write(&seed, SEED_SCRIPT)?;
-    std::fs::write(&gpt, GPT_SCRIPT)?;
-    Ok((seed, gpt))
+/// The PyTorch side's scripts, as written into the scratch folder.
+#[derive(Debug, Clone)]
+pub struct Scripts {
+    /// The seeds' models (`seed_models.py`).
+    pub seed_models: PathBuf,
+    /// The GPT (`gpt.py`): its TorchScript export and its plain loop.
+    pub gpt: PathBuf,
+}
+
+impl Scripts {
+    /// Writes the scripts into `dir`.
+    pub fn write(dir: &Path) -> std::io::Result<Scripts> {
+        let scripts = Scripts { seed_models: dir.join("seed_models.py"), gpt: dir.join("gpt.py") };
+        std::fs::write(&scripts.seed_models, SEED_MODELS)?;
+        std::fs::write(&scripts.gpt, GPT)?;
+        Ok(scripts)
+    }
 }
 
 #[cfg(test)]
@@ -114,24 +133,29 @@ mod tests {
             std::fs::set_permissions(&path, perm).expect("chmod");
             path.display().to_string()
         };
+        let at = |path: String| Some(PythonArg::Path(path.into()));
         let none = fake("no-torch", "echo 'ModuleNotFoundError: torch' >&2; exit 1");
-        let e = choose(Some(&none)).expect_err("refused");
+        let e = choose(at(none).as_ref()).expect_err("refused");
         assert!(e.contains("has no torch"), "{e}");
         let old = fake("old-torch", "echo 2.9.1+cu128");
-        let e = choose(Some(&old)).expect_err("refused");
+        let e = choose(at(old).as_ref()).expect_err("refused");
         assert!(e.contains("has torch 2.9.1+cu128") && e.contains("same release"), "{e}");
         let same = fake("same-torch", "echo 2.11.0+cpu");
-        assert_eq!(choose(Some(&same)).map(|p| p.map(|p| p.torch)), Ok(Ok("2.11.0+cpu".to_owned())));
-        assert!(matches!(choose(Some("none")), Ok(Err(_))));
-        let missing = choose(Some("/nonexistent/python")).expect_err("refused");
+        let torch = match choose(at(same).as_ref()) {
+            Ok(PytorchSide::Run(p)) => p.torch,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(torch, "2.11.0+cpu");
+        assert!(matches!(choose(Some(&PythonArg::None)), Ok(PytorchSide::Skip(_))));
+        let missing = choose(at("/nonexistent/python".into()).as_ref()).expect_err("refused");
         assert!(missing.contains("does not run"), "{missing}");
     }
 
     #[test]
     fn the_scripts_travel_in_the_binary() {
         let dir = tempfile::tempdir().expect("temp");
-        let (seed, gpt) = write_scripts(dir.path()).expect("written");
-        assert!(std::fs::read_to_string(seed).expect("seed").contains("def timed_steps"));
-        assert!(std::fs::read_to_string(gpt).expect("gpt").contains("def bench("));
+        let scripts = Scripts::write(dir.path()).expect("written");
+        assert!(std::fs::read_to_string(scripts.seed_models).expect("seed").contains("def timed_steps"));
+        assert!(std::fs::read_to_string(scripts.gpt).expect("gpt").contains("def bench("));
     }
 }

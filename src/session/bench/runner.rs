@@ -9,11 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::child::{self, Ended};
-use super::plan::{Arch, Case, GptShape, Kind, Placement};
-use super::python::Python;
+use super::plan::{Arch, Case, GptShape, Kind, Placement, GPT_RECIPE};
+use super::python::{Python, Scripts};
 use super::report::{CaseResult, Side, Status};
 use super::synthetic;
+use dpt_tui::exit::BAD_INPUT;
 use dpt_tui::flops::PeakFlops;
+use dpt_tui::record::file::METRICS_FILE;
 use dpt_tui::model::Precision;
 
 /// Where each kind of data is: given (`--data`) or written into the scratch folder.
@@ -68,8 +70,8 @@ pub struct Bench {
     /// The name of the first GPU, for its peak.
     pub gpu_name: Option<String>,
     pub cores: usize,
-    /// The Python and the two scripts (the seeds', the GPT's).
-    pub python: Option<(Python, (PathBuf, PathBuf))>,
+    /// The Python of the PyTorch side and its scripts.
+    pub python: Option<(Python, Scripts)>,
     pub scratch: PathBuf,
     pub out: PathBuf,
     /// The GPT TorchScript files made so far, by shape.
@@ -184,7 +186,7 @@ impl Bench {
         if let Some((_, path)) = self.made.iter().find(|(s, _)| *s == shape) {
             return Ok((path.clone(), tokens, note));
         }
-        let Some((py, (_, gpt))) = &self.python else {
+        let Some((py, scripts)) = &self.python else {
             return Err((
                 Status::Unsupported,
                 "the GPT is scripted by a Python with torch: name one with --python PY".into(),
@@ -192,7 +194,7 @@ impl Bench {
         };
         let path = self.scratch.join(format!("gpt-{}x{}-{}.pt", shape.layers, shape.width, shape.vocab));
         let mut cmd = Command::new(&py.path);
-        cmd.arg(gpt).arg("make").arg(&path);
+        cmd.arg(&scripts.gpt).arg("make").arg(&path);
         cmd.args([shape.vocab, shape.block].map(|v| v.to_string())).arg("script");
         cmd.args([shape.width, shape.layers, shape.heads].map(|v| v.to_string()));
         match child::run(cmd, deadline, &self.stop, &self.scratch.join("gpt-make")) {
@@ -240,17 +242,7 @@ impl Bench {
                 cmd.arg("--model").arg(model).arg("--data").arg(tokens);
                 cmd.args(["--block-size", &g.block.to_string(), "--steps", &total, "--eval-every", &total]);
                 cmd.args(["--eval-batches", "1", "--eval-batch-size", "4", "--sample-tokens", "0"]);
-                cmd.args([
-                    "--optimizer",
-                    "adamw",
-                    "--lr",
-                    "6e-4",
-                    "--betas",
-                    "0.9,0.95",
-                    "--weight-decay",
-                    "0.1",
-                ]);
-                cmd.args(["--clip-grad-norm", "1"]);
+                cmd.args(GPT_RECIPE.flags());
             }
             _ => {
                 cmd.args(["--model", net.name()]).arg("--data").arg(&data.images);
@@ -263,16 +255,18 @@ impl Bench {
                 // The record stays with the bench's outputs, for `dpt-tui show`.
                 let kept = self.out.join("runs").join(case.name);
                 let _ = std::fs::create_dir_all(&kept)
-                    .and_then(|_| std::fs::copy(run_dir.join("metrics.jsonl"), kept.join("metrics.jsonl")));
+                    .and_then(|_| std::fs::copy(run_dir.join(METRICS_FILE), kept.join(METRICS_FILE)));
                 match child::records(&run_dir).map(|r| child::run_figures(&r, case.batch)) {
                     Ok(Some(f)) => Side::ok(f),
                     Ok(None) => Side::not(Status::Failed, "its record has no timed steps"),
                     Err(e) => Side::not(Status::Failed, e),
                 }
             }
-            // Exit 2: dpt-tui refused the case's settings as bad input, before training (it
-            // does not support them here); any other failure is the run's.
-            Ended::Failed { reason, code: Some(2) } => Side::not(Status::Unsupported, reason),
+            // Bad input: dpt-tui refused the case's settings before training (it does not
+            // support them here); any other failure is the run's.
+            Ended::Failed { reason, code: Some(c) } if c == i32::from(BAD_INPUT) => {
+                Side::not(Status::Unsupported, reason)
+            }
             Ended::Failed { reason, .. } => Side::not(Status::Failed, reason),
             Ended::TimedOut { after_s } => {
                 Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
@@ -294,7 +288,7 @@ impl Bench {
         data: &Data,
         deadline: Duration,
     ) -> Option<Side<child::TorchFigures>> {
-        let (py, (seed, gpt)) = self.python.as_ref()?;
+        let (py, scripts) = self.python.as_ref()?;
         let Kind::Train { net, precision, placement } = case.kind else { return None };
         if let Some(signal) = self.stopped() {
             let (status, why) = interrupted(signal);
@@ -309,11 +303,11 @@ impl Bench {
         let mut cmd = Command::new(&py.path);
         match (case.gpt, tokens) {
             (Some(g), Some(t)) => {
-                cmd.arg(gpt).arg("bench").arg(t);
+                cmd.arg(&scripts.gpt).arg("bench").arg(t);
                 let shape =
                     [g.vocab, g.block, g.width, g.layers, g.heads, case.batch, case.warmup, case.steps];
                 cmd.args(shape.map(|v| v.to_string()));
-                cmd.args([device, precision.name(), threads.as_str()]);
+                cmd.args([device, precision.name()]).arg(GPT_RECIPE.json()).arg(&threads);
             }
             _ => {
                 let ranks = self.gpus_of(placement).len();
@@ -321,7 +315,7 @@ impl Bench {
                     let n = ranks.to_string();
                     cmd.args(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", &n]);
                 }
-                cmd.arg(seed);
+                cmd.arg(&scripts.seed_models);
                 if placement == Placement::EveryGpu {
                     cmd.arg("--ddp");
                 }

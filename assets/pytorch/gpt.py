@@ -1,4 +1,5 @@
-"""A small GPT for dpt-tui's language-model tests, and PyTorch's own training loop for it.
+"""nanoGPT's architecture for dpt-tui: the GPT of its language-model tests, and PyTorch's own
+training loops for it (the reference the tests compare with, and the loop `dpt-tui bench` runs).
 
 `python gpt.py make OUT.pt VOCAB BLOCK script|trace|logits [WIDTH LAYERS HEADS]`
     Writes the model: nanoGPT's architecture (token and position embeddings, pre-LayerNorm
@@ -16,13 +17,14 @@
     warm-up then cosine to min_lr (as LinearLR then CosineAnnealingLR), clip_grad_norm_. SPEC_JSON: {"lr", "min_lr", "warmup",
     "weight_decay", "betas", "eps", "clip"}. Prints the final parameters as JSON.
 
-`python gpt.py bench DATA_DIR VOCAB BLOCK WIDTH LAYERS HEADS BATCH WARMUP STEPS DEVICE f32|bf16 [THREADS]`
+`python gpt.py bench DATA_DIR VOCAB BLOCK WIDTH LAYERS HEADS BATCH WARMUP STEPS DEVICE f32|bf16 RECIPE_JSON [THREADS]`
     The plain PyTorch loop `dpt-tui bench` compares with, as an expert writes it: the eager
     model on DEVICE, windows of DATA_DIR/train.bin drawn as nanoGPT's get_batch draws them,
-    fused AdamW (nanoGPT's decay groups, betas 0.9/0.95), clip_grad_norm_ 1, TF32 on, and for
-    bf16 the forward under torch.autocast. Times STEPS steps after WARMUP and prints one JSON
-    line: samples_per_sec, tokens_per_sec, ms_per_step, peak_mib, and flops_per_sample (one
-    window's forward, as FlopCounterMode counts it).
+    fused AdamW with nanoGPT's decay groups, clip_grad_norm_, TF32 on, and for bf16 the forward
+    under torch.autocast. RECIPE_JSON: {"lr", "betas", "weight_decay", "clip"}, the recipe the
+    bench gives dpt-tui's side too (its `GPT_RECIPE`). Times STEPS steps after WARMUP and prints
+    one JSON line: samples_per_sec, tokens_per_sec, ms_per_step, peak_mib, and flops_per_sample
+    (one window's forward, as FlopCounterMode counts it).
 
 `python gpt.py memory MODEL.pt DATA_DIR BLOCK BATCH STEPS THREADS`
     PyTorch's plain loop on the TorchScript file MODEL.pt on the CPU, as dpt-tui trains it (fused
@@ -158,7 +160,8 @@ def draw_windows(tokens, block, batch):
     return x, y
 
 
-def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device, precision, threads=None):
+def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device, precision, recipe,
+          threads=None):
     import resource
     import time
     from torch.utils.flop_counter import FlopCounterMode
@@ -190,15 +193,15 @@ def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device
     model.train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), fused=True)
+    groups = [{"params": decay, "weight_decay": recipe["weight_decay"]}, {"params": rest, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=recipe["lr"], betas=tuple(recipe["betas"]), fused=True)
 
     def step():
         x, y = window_batch()
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             _, loss = model(x, y)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -256,8 +259,8 @@ def memory(model_path, data, block, batch, steps, threads):
 def main():
     if sys.argv[1] == "bench":
         ints = list(map(int, sys.argv[3:11]))
-        threads = int(sys.argv[13]) if len(sys.argv) > 13 else None
-        bench(sys.argv[2], *ints, sys.argv[11], sys.argv[12], threads)
+        threads = int(sys.argv[14]) if len(sys.argv) > 14 else None
+        bench(sys.argv[2], *ints, sys.argv[11], sys.argv[12], json.loads(sys.argv[13]), threads)
     elif sys.argv[1] == "memory":
         memory(sys.argv[2], sys.argv[3], *map(int, sys.argv[4:8]))
     elif sys.argv[1] == "make":

@@ -17,9 +17,9 @@ forward FLOPs per sample as torch.utils.flop_counter.FlopCounterMode counts them
 `--precision bf16` trains under torch.autocast(dtype=torch.bfloat16); `--batch-size` overrides
 the seed's batch.
 
-python3 pytorch_seed.py --model lenet --data /usr/share/datasets/fashion-mnist --epochs 1
-python3 -m torch.distributed.run --standalone --nproc-per-node 8 pytorch_seed.py --ddp --model resnet18
-python3 pytorch_seed.py --model resnet18 --data DIR --steps 40 --warmup 10 --precision bf16
+python3 seed_models.py --model lenet --data /usr/share/datasets/fashion-mnist --epochs 1
+python3 -m torch.distributed.run --standalone --nproc-per-node 8 seed_models.py --ddp --model resnet18
+python3 seed_models.py --model resnet18 --data DIR --steps 40 --warmup 10 --precision bf16
 """
 import os
 import argparse
