@@ -21,8 +21,8 @@ training! {
 }
 pub mod monitor;
 pub use dpt_core::{
-    atomic, error_chain, exit, flops, hostname, record, root_cause, run_dir, settings, string_form, sweep,
-    unix_now,
+    atomic, error_chain, exit, flops, hostname, record, root_cause, run_dir, said_error, settings,
+    string_form, sweep, unix_now,
 };
 pub use dpt_dashboard::{alert, dashboard, headless, remote, report, script, signals, sweep_board};
 /// The OS calls the standard library lacks, from the one crate allowed `unsafe`.

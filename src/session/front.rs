@@ -56,8 +56,11 @@ pub fn run(
         }
         if let Ok(Some(status)) = child.try_wait() {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-            let last = last.strip_prefix("dpt-tui: ").unwrap_or(last).to_owned();
+            // Its failure's line, else whatever it said last.
+            let last = dpt_tui::said_error(&text)
+                .or_else(|| text.lines().rev().find(|l| !l.trim().is_empty()))
+                .unwrap_or("")
+                .to_owned();
             if status.code() == Some(i32::from(dpt_tui::exit::BAD_INPUT)) {
                 // Refused input (the data, most often): nothing was trained, so a directory
                 // made for this run goes again.

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::failed;
 use crate::Failure;
-use dpt_tui::record::compare::Best;
+use dpt_core::best::BestMetric;
 use dpt_tui::remote::{registry, runs};
 
 pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
@@ -28,8 +28,8 @@ pub fn run(dir: &Path, prune: bool) -> Result<u8, Failure> {
         for r in &listing.runs {
             let state =
                 if r.resumable { format!("{}*", r.state.label()) } else { r.state.label().to_owned() };
-            // Accuracy, or "loss 1.234" for a run without classes.
-            let acc = r.best.map_or("-".to_owned(), |b| b.cell(matches!(b, Best::ValLoss(_))));
+            // Accuracy, or "loss 1.234" for a run judged by its loss.
+            let acc = r.best.map_or("-".to_owned(), |b| b.cell(b.metric == BestMetric::ValLoss));
             println!(
                 "{:<10} {:<12} {:<18} {:>15} {:>10}  {}",
                 state,
@@ -65,7 +65,7 @@ fn sweeps_in(dir: &Path) -> Vec<(std::path::PathBuf, dpt_tui::sweep::SweepFile)>
                     .filter_map(|p| {
                         let state = p.join(dpt_tui::sweep::SWEEP_FILE);
                         let modified = std::fs::metadata(&state).and_then(|m| m.modified()).ok()?;
-                        let file = serde_json::from_str(&std::fs::read_to_string(&state).ok()?).ok()?;
+                        let file = dpt_tui::sweep::SweepFile::read(&p).ok()??;
                         Some((modified, p, file))
                     })
                     .collect()
@@ -83,9 +83,9 @@ fn print_sweeps(sweeps: &[(std::path::PathBuf, dpt_tui::sweep::SweepFile)], afte
     if after_runs {
         println!();
     }
-    println!("{:<10} {:<44} {:<22}  SWEEP", "STATE", "TRIALS", "BEST ACC");
+    println!("{:<10} {:<44} {:<26}  SWEEP", "STATE", "TRIALS", "BEST");
     for (path, file) in sweeps {
         let (state, trials, best) = super::sweep::table::summary(path, file);
-        println!("{state:<10} {trials:<44} {best:<22}  {}", path.display());
+        println!("{state:<10} {trials:<44} {best:<26}  {}", path.display());
     }
 }

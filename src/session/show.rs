@@ -145,11 +145,9 @@ pub fn is_sweep(all: &[PathBuf]) -> bool {
 /// or CSV, or every trial's curves in one picture.
 pub fn sweep(all: &[PathBuf], csv: bool, pictures: [(Option<&Path>, Format); 2]) -> Result<u8, Failure> {
     let [folder] = all else { return Err(input(anyhow!("name one sweep's folder"))) };
-    let path = folder.join(dpt_tui::sweep::SWEEP_FILE);
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| input(anyhow!("cannot read {}: {e}", path.display())))?;
-    let file: dpt_tui::sweep::SweepFile = serde_json::from_str(&text)
-        .map_err(|e| input(anyhow!("{} is not a sweep's state: {e}", path.display())))?;
+    let file = dpt_tui::sweep::SweepFile::read(folder)
+        .map_err(input)?
+        .ok_or_else(|| input(anyhow!("{} holds no {}", folder.display(), dpt_tui::sweep::SWEEP_FILE)))?;
     if pictures.iter().any(|(p, _)| p.is_some()) {
         let (trials, values) = swept_curves(folder, &file);
         let name = folder

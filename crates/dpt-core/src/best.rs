@@ -32,6 +32,37 @@ impl BestMetric {
             BestMetric::ValLoss => a < b,
         }
     }
+
+    /// The best of `values` (NaN and infinities never best; none without a finite one).
+    pub fn best_of(self, values: impl IntoIterator<Item = f64>) -> Option<f64> {
+        values.into_iter().filter(|v| v.is_finite()).reduce(|a, b| if self.better(b, a) { b } else { a })
+    }
+
+    /// The metric a run asked for this one judges by: a run without classes measures no
+    /// accuracy, so it is judged by its loss.
+    pub fn judged(self, has_classes: bool) -> BestMetric {
+        if has_classes {
+            self
+        } else {
+            BestMetric::ValLoss
+        }
+    }
+
+    /// How the board names it: the evaluated set's `test acc`, `test loss`.
+    pub fn label(self) -> &'static str {
+        match self {
+            BestMetric::ValAcc => "test acc",
+            BestMetric::ValLoss => "test loss",
+        }
+    }
+
+    /// How tables and the board name it: `acc`, `loss`.
+    pub fn short(self) -> &'static str {
+        match self {
+            BestMetric::ValAcc => "acc",
+            BestMetric::ValLoss => "loss",
+        }
+    }
 }
 
 crate::names!(BestMetric, "metric", {
@@ -100,6 +131,16 @@ impl BestKeeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_best_of_values_is_by_the_metric_and_never_nan() {
+        let values = [0.5, f64::NAN, 0.9, 0.7, f64::INFINITY];
+        assert_eq!(BestMetric::ValAcc.best_of(values), Some(0.9));
+        assert_eq!(BestMetric::ValLoss.best_of(values), Some(0.5));
+        assert_eq!(BestMetric::ValAcc.best_of([f64::NAN]), None);
+        assert_eq!(BestMetric::ValAcc.judged(false), BestMetric::ValLoss);
+        assert_eq!(BestMetric::ValAcc.judged(true), BestMetric::ValAcc);
+    }
 
     #[test]
     fn the_best_k_are_kept_and_the_rest_evicted() {

@@ -78,6 +78,12 @@ macro_rules! names {
     };
 }
 
+/// Where a dpt-tui process said why it failed: the last `dpt-tui: ` line of its output (every
+/// failure is said in one such line), without the prefix.
+pub fn said_error(output: &str) -> Option<&str> {
+    output.lines().rev().find_map(|l| l.trim_end().strip_prefix("dpt-tui: "))
+}
+
 /// Choices in words: `a`, `a or b`, `a, b or c`.
 pub fn one_of(names: &[&str]) -> String {
     match names {
@@ -137,6 +143,14 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use crate::data::{DataFormat, Loader};
     use crate::optim::OptimizerKind;
+
+    #[test]
+    fn a_failure_is_said_in_the_last_dpt_tui_line() {
+        let log =
+            "epoch 1\ndpt-tui: an earlier warning\nsome output\ndpt-tui: out of memory on cuda:0  \ntail\n";
+        assert_eq!(super::said_error(log), Some("out of memory on cuda:0"));
+        assert_eq!(super::said_error("no such line\n"), None);
+    }
 
     #[test]
     fn a_name_table_reads_back_what_it_writes_and_names_the_choices() {

@@ -382,7 +382,10 @@ fn b_overlays_a_finished_neighbour_as_a_baseline_and_the_table_names_what_differ
     app.on_key(code(KeyCode::Enter));
     assert_eq!(app.curves.baselines.len(), 1);
     assert_eq!(app.curves.baselines[0].name, "slow-lr");
-    assert_eq!(app.curves.baselines[0].best, Some(dpt_core::record::compare::Best::TestAcc(0.7)));
+    assert_eq!(
+        app.curves.baselines[0].best,
+        Some(dpt_core::record::compare::Best { metric: dpt_core::best::BestMetric::ValAcc, value: 0.7 })
+    );
     let shot = screen(&app, 120, 40, false);
     assert!(shot.contains("[x] slow-lr"), "{shot}");
     assert!(shot.contains("lr") && shot.contains("0.05"), "the differing lr is in the table:\n{shot}");

@@ -149,8 +149,7 @@ impl Coordinator {
         let settings = &cfg.settings;
         let b = &settings.best;
         let first = cfg.devices.first().copied().unwrap_or(dpt_core::device::DeviceId::Cpu);
-        // A run without classes has its loss to judge by, not an accuracy.
-        let metric = if p.facts.classes > 0 { b.metric } else { dpt_core::best::BestMetric::ValLoss };
+        let metric = b.metric.judged(p.facts.classes > 0);
         let persist = persist::Persistence::new(
             cfg.run_dir.clone(),
             dpt_core::best::BestKeeper::new(metric, b.keep, b.early_stop),

@@ -99,17 +99,15 @@ fn end(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
-/// The line of a failed process's error output that says why: the last one that names an
-/// error, else the last one.
+/// The line of a failed process's error output that says why: dpt-tui's own failure line,
+/// else the last one that names an error (PyTorch's), else the last one.
 fn last_error_line(stderr: &str) -> Option<String> {
     let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let named = lines.iter().rev().find(|l| {
-        l.starts_with("dpt-tui:") || l.contains("Error") || l.contains("error") || l.contains("out of memory")
-    });
-    named.or(lines.last()).map(|l| {
-        let l = l.strip_prefix("dpt-tui: ").unwrap_or(l);
-        l.chars().take(300).collect()
-    })
+    let named = || {
+        lines.iter().rev().find(|l| l.contains("Error") || l.contains("error") || l.contains("out of memory"))
+    };
+    let line = dpt_tui::said_error(stderr).or_else(|| named().or(lines.last()).copied())?;
+    Some(line.chars().take(300).collect())
 }
 
 /// The figures of a dpt-tui run, from its record.

@@ -6,10 +6,9 @@
 
 use std::path::Path;
 
-use dpt_tui::record::file::read_records;
 use dpt_tui::record::tensorboard::scalars::{epoch_metric_tags, hparams};
 use dpt_tui::record::tensorboard::{EventFile, HParam, SessionStatus, TENSORBOARD_DIR};
-use dpt_tui::record::Record;
+use dpt_tui::record::run::RunFold;
 use dpt_tui::sweep::SweepFile;
 
 /// Writes how the trial in `dir` ended, beside its run's own event files (a trial that never
@@ -25,15 +24,7 @@ pub fn session_end(dir: &Path, status: SessionStatus) -> std::io::Result<()> {
 /// Writes the sweep's experiment into `folder/tensorboard/`, its hyperparameters typed as the
 /// trials' runs recorded them; nothing before a trial's run started.
 pub fn experiment(folder: &Path, file: &SweepFile) -> std::io::Result<()> {
-    let info = file.trials.iter().find_map(|t| {
-        read_records(&folder.join(&t.dir)).ok()?.into_iter().find_map(|r| {
-            if let Record::Start(info) = r {
-                Some(info)
-            } else {
-                None
-            }
-        })
-    });
+    let info = file.trials.iter().find_map(|t| RunFold::read(&folder.join(&t.dir)).ok()?.info);
     let Some(info) = info else { return Ok(()) };
     let recorded = hparams(&info);
     let swept: Vec<(String, Vec<HParam>)> = file

@@ -9,11 +9,11 @@
 //! the table of trials at the end (`table.rs`, which `dpt-tui show SWEEP` prints too). With
 //! `--prune`, trials that fall behind are stopped early (`pruning.rs`).
 
-mod progress;
 pub mod table;
 pub mod watch;
 dpt_tui::training! {
     mod hparams;
+    mod outcome;
     mod place;
     mod plan;
     mod pruning;
@@ -26,21 +26,17 @@ use std::path::Path;
 use anyhow::anyhow;
 
 use crate::Failure;
-use dpt_tui::sweep::SweepFile;
+use dpt_tui::sweep::{SweepFile, SweepFileError};
 #[cfg(feature = "train")]
 pub use start::run;
 
 use super::input;
 
-/// `sweep.json` if the folder has one.
-fn read_state(path: &Path) -> Result<Option<SweepFile>, Failure> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(input(anyhow!("cannot read {}: {e}", path.display()))),
-    };
-    serde_json::from_str(&text).map(Some).map_err(|e| {
-        input(anyhow!("{} is not a sweep's state ({e}); name another --run-dir", path.display()))
+/// The `sweep.json` of the sweep in `folder`, if it has one.
+fn read_state(folder: &Path) -> Result<Option<SweepFile>, Failure> {
+    SweepFile::read(folder).map_err(|e| match e {
+        SweepFileError::NotASweep { .. } => input(anyhow!("{e}; name another --run-dir")),
+        other => input(other),
     })
 }
 

@@ -11,7 +11,7 @@ use dpt_tui::record::Record;
 use dpt_tui::sweep::prune::{Curve, Prune, Pruner};
 use dpt_tui::sweep::{Trial, TrialState};
 
-use super::progress::Tail;
+use dpt_tui::record::run::RunFollower;
 
 pub struct Pruning {
     pruner: Pruner,
@@ -27,13 +27,17 @@ impl Pruning {
     /// Early stopping by `rule` on `metric` for the trials of the sweep in `folder`, the
     /// finished ones' curves read now.
     pub fn new(rule: Prune, metric: BestMetric, folder: &Path, trials: &[Trial]) -> Pruning {
+        // The trials' runs say the metric they are judged by (the loss for a run without
+        // classes): the one asked is the pruner's until a trial has started.
+        let mut judged = None;
         let curves = trials
             .iter()
             .map(|t| {
                 let mut curve = Curve { rungs: t.rungs.clone(), ..Curve::default() };
                 if rule != Prune::None && t.state.is_settled() {
                     let mut p = Progress::of(&folder.join(&t.dir));
-                    p.read(metric);
+                    p.read();
+                    judged = judged.or(p.metric());
                     curve.values = p.curve.values;
                     curve.finished = t.state == TrialState::Finished;
                 }
@@ -41,7 +45,7 @@ impl Pruning {
             })
             .collect();
         Pruning {
-            pruner: Pruner { rule, metric },
+            pruner: Pruner { rule, metric: judged.unwrap_or(metric) },
             curves,
             following: HashMap::new(),
             stopping: HashMap::new(),
@@ -72,8 +76,11 @@ impl Pruning {
             }
             let Some(p) = self.following.get_mut(&t) else { continue };
             let judged = self.curves[t].values.len();
-            if !p.read(self.pruner.metric) {
+            if !p.read() {
                 continue;
+            }
+            if let Some(metric) = p.metric() {
+                self.pruner.metric = metric;
             }
             let values = p.curve.values.clone();
             if let Some(why) = self.judge_epochs(t, &values, judged) {
@@ -111,7 +118,7 @@ impl Pruning {
     pub fn ended(&mut self, t: usize, finished: bool) -> Option<String> {
         if let Some(mut p) = self.following.remove(&t) {
             let judged = self.curves[t].values.len();
-            p.read(self.pruner.metric);
+            p.read();
             if finished {
                 // Its last epochs are judged too: their rungs are what later trials meet.
                 let _ = self.judge_epochs(t, &p.curve.values, judged);
@@ -123,32 +130,30 @@ impl Pruning {
     }
 }
 
-/// One trial's epoch values so far.
+/// One trial's epoch values of its run's metric so far, from its records as they grow.
 pub struct Progress {
-    tail: Tail,
+    run: RunFollower,
     pub curve: Curve,
 }
 
 impl Progress {
     /// The progress of the run in `dir`, nothing read yet.
     pub fn of(dir: &Path) -> Progress {
-        Progress { tail: Tail::of(dir), curve: Curve::default() }
+        Progress { run: RunFollower::of(dir), curve: Curve::default() }
     }
 
-    /// Reads the records written since the last call; whether an epoch's value was added.
-    pub fn read(&mut self, metric: BestMetric) -> bool {
-        let read = self.tail.read();
-        if read.restarted {
-            self.curve.values.clear();
-        }
+    /// The metric its run judges by, once its start record is read.
+    pub fn metric(&self) -> Option<BestMetric> {
+        self.run.fold.info.as_ref().map(|_| self.run.fold.metric())
+    }
+
+    /// Reads the records written since the last call; whether an epoch's value was added (a
+    /// continued run's re-run epoch replaces the earlier value, as the fold has it).
+    pub fn read(&mut self) -> bool {
         let before = self.curve.values.len();
-        for record in read.records {
-            if let Record::Epoch(e) = record {
-                // A continued run starts its epoch again: its value replaces the earlier one.
-                self.curve.values.truncate(e.epoch.saturating_sub(1));
-                self.curve.values.push(metric.of(e.test_loss, e.test_acc));
-            }
-        }
-        self.curve.values.len() > before
+        let fresh = self.run.read();
+        self.curve.values = self.run.fold.values(self.run.fold.metric());
+        let epochs = fresh.records.iter().any(|r| matches!(r, Record::Epoch(_)));
+        epochs && (fresh.restarted || self.curve.values.len() > before)
     }
 }

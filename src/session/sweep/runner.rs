@@ -13,6 +13,7 @@ use anyhow::{anyhow, Context};
 
 use crate::Failure;
 use dpt_core::best::BestMetric;
+use dpt_tui::record::run::RunFold;
 use dpt_tui::record::tensorboard::SessionStatus;
 use dpt_tui::signals::SignalMsg;
 use dpt_tui::sweep::prune::Prune;
@@ -20,6 +21,7 @@ use dpt_tui::sweep::TrialState;
 
 use super::plan::Plan;
 use super::start::{last_error, process_in, runs_in, say};
+use super::outcome::{self, Outcome};
 use super::{hparams, input, pruning, table};
 
 /// How long the sweep waits for an earlier sweep's trial process (its sweep killed) to stop.
@@ -30,7 +32,6 @@ const PRUNE_POLL: Duration = Duration::from_millis(500);
 /// A sweep under way.
 pub struct Sweep {
     pub plan: Plan,
-    state_path: PathBuf,
     started: Instant,
     pruning: pruning::Pruning,
     /// A signal asked the sweep to stop: the trials ending now were stopped by it.
@@ -46,16 +47,14 @@ struct Ended {
 }
 
 impl Sweep {
-    /// The sweep of `plan`, its state kept in `state_path`: an earlier sweep process's trials
-    /// settled first ([`Sweep::settle_earlier`]), then the pruner (`rule` on `metric`) set up
-    /// from what they left, and the state written.
-    pub fn open(
-        plan: Plan,
-        state_path: PathBuf,
-        (rule, metric): (Prune, BestMetric),
-    ) -> Result<Sweep, Failure> {
-        let pruning = pruning::Pruning::new(Prune::None, metric, &plan.folder, &plan.file.trials);
-        let mut sweep = Sweep { plan, state_path, started: Instant::now(), pruning, stopping: false };
+    /// The sweep of `plan`, its state kept in its folder's `sweep.json`: an earlier sweep
+    /// process's trials settled first ([`Sweep::settle_earlier`]), then the pruner (`rule`, on
+    /// `metric` until the trials' runs say theirs) set up from what they left, and the state
+    /// written.
+    pub fn open(plan: Plan, rule: Prune, metric: BestMetric) -> Result<Sweep, Failure> {
+        // Nothing is judged while the earlier trials settle.
+        let settling = pruning::Pruning::new(Prune::None, metric, &plan.folder, &plan.file.trials);
+        let mut sweep = Sweep { plan, started: Instant::now(), pruning: settling, stopping: false };
         sweep.settle_earlier()?;
         sweep.pruning = pruning::Pruning::new(rule, metric, &sweep.plan.folder, &sweep.plan.file.trials);
         sweep.save()?;
@@ -67,10 +66,7 @@ impl Sweep {
     }
 
     pub fn save(&self) -> Result<(), Failure> {
-        let text = serde_json::to_string_pretty(&self.plan.file).map_err(|e| Failure::Run(e.into()))?;
-        dpt_tui::atomic::write_bytes(&self.state_path, text.as_bytes())
-            .with_context(|| format!("cannot write {}", self.state_path.display()))
-            .map_err(Failure::Run)
+        self.plan.file.write(&self.plan.folder).map_err(|e| Failure::Run(e.into()))
     }
 
     /// An earlier sweep process's trials: any process still running in a trial's directory
@@ -101,7 +97,7 @@ impl Sweep {
             }
             if t.state == TrialState::Running {
                 // Its end was not seen: its records tell whether it completed.
-                t.state = match table::Result::read(&dir).completed {
+                t.state = match RunFold::read(&dir).unwrap_or_default().completed() {
                     true => TrialState::Finished,
                     false => TrialState::Interrupted,
                 };
@@ -270,73 +266,57 @@ impl Sweep {
             Err(err) => return self.mark_failed(i, format!("cannot wait for its process: {err}")),
         };
         let dir = self.plan.trial_dir(i);
-        let result = table::Result::read(&dir);
+        let run = RunFold::read(&dir).unwrap_or_default();
         // A trial its user stopped did not finish: the pruner does not compare others with it.
-        let asked_to_stop = self.pruning.ended(i, status.success() && !result.stopped);
+        let asked_to_stop = self.pruning.ended(i, status.success() && !run.stopped());
         let t = &mut self.plan.file.trials[i];
         t.pid = None;
         t.rungs = self.pruning.rungs(i).to_vec();
-        if status.success() {
-            let status = if result.diverged { SessionStatus::Failure } else { SessionStatus::Success };
-            if let Err(e) = hparams::session_end(&dir, status) {
-                say(&format!(
-                    "sweep: cannot write {}'s end for TensorBoard: {e}",
-                    self.plan.file.trials[i].dir
-                ));
+        let exit = outcome::Exit { success: status.success(), code: status.code() };
+        let (name, clock) = (self.name(i), self.clock());
+        match outcome::decide(exit, &run, asked_to_stop, self.stopping) {
+            Outcome::Finished { diverged } => {
+                let status = if diverged { SessionStatus::Failure } else { SessionStatus::Success };
+                self.session_end(i, status);
+                self.plan.file.trials[i].state = TrialState::Finished;
+                let result = table::TrialResult::of(&run);
+                say(&format!("[{clock}] {name} finished in {:.1} s: {}", e.seconds, result.line()));
             }
-            let t = &mut self.plan.file.trials[i];
-            // Its user's stop took effect (it ended as a stopped run does, with status 0),
-            // also when the sweep was asked to stop meanwhile.
-            if result.stopped {
+            Outcome::StoppedByUser => {
+                self.session_end(i, SessionStatus::Success);
+                let t = &mut self.plan.file.trials[i];
                 t.state = TrialState::Stopped;
                 t.reason = Some("stopped by its user".to_owned());
                 say(&format!(
-                    "[{}] {} was stopped by its user after {} epochs; its place goes to the next trial",
-                    self.clock(),
-                    self.name(i),
-                    result.epochs
+                    "[{clock}] {name} was stopped by its user after {} epochs; its place goes to the next trial",
+                    run.epochs.len()
                 ));
-                return self.save();
             }
-            t.state = TrialState::Finished;
-            say(&format!(
-                "[{}] {} finished in {:.1} s: {}",
-                self.clock(),
-                self.name(i),
-                e.seconds,
-                result.line()
-            ));
-            return self.save();
+            Outcome::Pruned(why) => {
+                let t = &mut self.plan.file.trials[i];
+                t.state = TrialState::Pruned;
+                t.reason = Some(why);
+                say(&format!("[{clock}] {name} stopped early; its place goes to the next trial"));
+            }
+            Outcome::Interrupted(code) => {
+                self.plan.file.trials[i].state = TrialState::Interrupted;
+                let how = code.map_or_else(|| "by a signal".to_owned(), |c| format!("with status {c}"));
+                say(&format!("[{clock}] {name} was interrupted ({how}); the same sweep command continues it"));
+            }
+            Outcome::Failed(code) => {
+                let reason = last_error(&self.log_path(i))
+                    .unwrap_or_else(|| format!("exit status {}", code.unwrap_or(-1)));
+                return self.mark_failed(i, reason);
+            }
         }
-        // A signal's exit (the run's own after SIGINT/SIGTERM, or the preemption's 75) leaves
-        // a checkpoint to continue from.
-        let code = status.code();
-        let t = &mut self.plan.file.trials[i];
-        // Asked to stop by the pruner, it ends as SIGTERM has it end (143, or 75 when SIGTERM
-        // is the run's preemption signal): pruned, unless the sweep itself is stopping.
-        if let Some(why) = asked_to_stop.filter(|_| !self.stopping) {
-            t.state = TrialState::Pruned;
-            t.reason = Some(why);
-            say(&format!(
-                "[{}] {} stopped early; its place goes to the next trial",
-                self.clock(),
-                self.name(i)
-            ));
-            return self.save();
+        self.save()
+    }
+
+    /// Writes how trial `i` ended for TensorBoard's HParams view; a failure is said, not fatal.
+    fn session_end(&self, i: usize, status: SessionStatus) {
+        if let Err(e) = hparams::session_end(&self.plan.trial_dir(i), status) {
+            say(&format!("sweep: cannot write {}'s end for TensorBoard: {e}", self.plan.file.trials[i].dir));
         }
-        if matches!(code, Some(75 | 130 | 143)) || code.is_none() {
-            t.state = TrialState::Interrupted;
-            let how = code.map_or_else(|| "by a signal".to_owned(), |c| format!("with status {c}"));
-            say(&format!(
-                "[{}] {} was interrupted ({how}); the same sweep command continues it",
-                self.clock(),
-                self.name(i)
-            ));
-            return self.save();
-        }
-        let reason =
-            last_error(&self.log_path(i)).unwrap_or_else(|| format!("exit status {}", code.unwrap_or(-1)));
-        self.mark_failed(i, reason)
     }
 
     /// Judges the running trials' new epochs; asks those that fell behind to stop (SIGTERM:
@@ -353,9 +333,7 @@ impl Sweep {
     }
 
     fn mark_failed(&mut self, i: usize, reason: String) -> Result<(), Failure> {
-        if let Err(e) = hparams::session_end(&self.plan.trial_dir(i), SessionStatus::Failure) {
-            say(&format!("sweep: cannot write {}'s end for TensorBoard: {e}", self.plan.file.trials[i].dir));
-        }
+        self.session_end(i, SessionStatus::Failure);
         let t = &mut self.plan.file.trials[i];
         t.state = TrialState::Failed;
         t.pid = None;

@@ -13,14 +13,13 @@ use super::plan::{self, Plan};
 use super::{hparams, read_state, runner, table, watch};
 use crate::cli::Args;
 use crate::Failure;
-use dpt_tui::sweep::{TrialState, SWEEP_FILE};
+use dpt_tui::sweep::{TrialState, SWEEP_LOG};
 
 use super::super::{configure, input, theme, watch_signals};
 
 /// Runs the sweep `args` asks for; `argv` is the command line as typed.
 pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     let (mut plan, lock) = claim(args, argv)?;
-    let state_path = plan.folder.join(SWEEP_FILE);
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     let board = !args.detach && !args.headless && terminal;
     if board {
@@ -30,7 +29,7 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     if args.detach || board {
         // The background process takes the folder's lock over.
         drop(lock);
-        detach(&plan, &state_path, argv)?;
+        detach(&plan, argv)?;
         if args.detach {
             return Ok(0);
         }
@@ -39,7 +38,7 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
     }
     plan.file.pid = Some(std::process::id());
     let metric = configure::asked(args)?.best.metric;
-    let mut sweep = runner::Sweep::open(plan, state_path, (args.sweeps.prune, metric))?;
+    let mut sweep = runner::Sweep::open(plan, args.sweeps.prune, metric)?;
     let total = sweep.plan.file.trials.len();
     let kept = sweep.plan.file.trials.iter().filter(|t| t.state.is_settled()).count();
     let places: Vec<String> = sweep.plan.slots.iter().map(Slot::describe).collect();
@@ -83,8 +82,7 @@ const LOCK_FILE: &str = ".sweep.lock";
 fn claim(args: &Args, argv: &[String]) -> Result<(Plan, File), Failure> {
     let mut plan = plan::plan(args, argv)?;
     let (folder, shown) = (plan.folder.clone(), plan.shown.display().to_string());
-    let state_path = folder.join(SWEEP_FILE);
-    let earlier = read_state(&state_path)?;
+    let earlier = read_state(&folder)?;
     let busy = |pid: Option<u32>| {
         let who = pid.map_or_else(
             || "another sweep process".to_owned(),
@@ -101,7 +99,7 @@ fn claim(args: &Args, argv: &[String]) -> Result<(Plan, File), Failure> {
         }
         Some(_) => {}
         None => {
-            let own = |name: &std::ffi::OsStr| name == LOCK_FILE || name == "sweep.log";
+            let own = |name: &std::ffi::OsStr| name == LOCK_FILE || name == SWEEP_LOG;
             let entries = std::fs::read_dir(&folder).map(|d| d.flatten().any(|e| !own(&e.file_name())));
             if entries.unwrap_or(false) {
                 return Err(input(anyhow!(
@@ -133,12 +131,10 @@ fn claim(args: &Args, argv: &[String]) -> Result<(Plan, File), Failure> {
 /// `--detach`: the checked sweep's state written, the same command (less `--detach`) started
 /// in a session of its own, its lines going to `sweep.log` in the sweep's folder; says how to
 /// follow and stop it.
-fn detach(plan: &Plan, state_path: &Path, argv: &[String]) -> Result<u8, Failure> {
-    let text = serde_json::to_string_pretty(&plan.file).map_err(|e| Failure::Run(e.into()))?;
-    dpt_tui::atomic::write_bytes(state_path, text.as_bytes())
-        .map_err(|e| input(anyhow!("cannot write {}: {e}", state_path.display())))?;
-    let log_path = plan.folder.join("sweep.log");
-    let shown_log = plan.shown.join("sweep.log");
+fn detach(plan: &Plan, argv: &[String]) -> Result<u8, Failure> {
+    plan.file.write(&plan.folder).map_err(input)?;
+    let log_path = plan.folder.join(SWEEP_LOG);
+    let shown_log = plan.shown.join(SWEEP_LOG);
     let log = File::options()
         .create(true)
         .append(true)
@@ -187,8 +183,7 @@ pub(super) fn runs_in(pid: u32, dir: &Path) -> bool {
 
 /// A trial's own error: the last `dpt-tui: …` line of its output.
 pub(super) fn last_error(log: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines().rev().find_map(|l| l.strip_prefix("dpt-tui: ")).map(str::to_owned)
+    dpt_tui::said_error(&std::fs::read_to_string(log).ok()?).map(str::to_owned)
 }
 
 /// Prints a line of the sweep's; a terminal gone (SIGHUP, a dropped connection) does not stop

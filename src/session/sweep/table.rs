@@ -4,20 +4,22 @@
 
 use std::path::Path;
 
-use dpt_tui::record::file::read_records;
-use dpt_tui::record::Record;
+use dpt_core::best::BestMetric;
+use dpt_tui::record::run::RunFold;
 use dpt_tui::sweep::{mean_std, seed_groups, SweepFile, TrialState};
 
 pub use dpt_tui::sweep::short_key;
 
-/// What a trial's records say so far.
+/// What a trial's records say so far, from the one fold of a run's records.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Result {
+pub struct TrialResult {
     pub epochs: usize,
     pub train_loss: Option<f64>,
     pub test_loss: Option<f64>,
     pub test_acc: Option<f64>,
-    pub best_acc: Option<f64>,
+    /// The run's metric (its `--best-metric`; the loss without classes) and its best value.
+    pub metric: BestMetric,
+    pub best: Option<f64>,
     /// Training time over its epochs (evaluation and pauses left out).
     pub seconds: f64,
     /// Its run ended as asked: every epoch ran, or its early stop or step limit ended it.
@@ -28,29 +30,26 @@ pub struct Result {
     pub stopped: bool,
 }
 
-impl Result {
+impl TrialResult {
     /// The results in `dir`'s records (none where it has none yet).
-    pub fn read(dir: &Path) -> Result {
-        let mut r = Result::default();
-        for record in read_records(dir).unwrap_or_default() {
-            if let Record::Epoch(e) = &record {
-                r.epochs = e.epoch;
-                r.train_loss = Some(e.train_loss).filter(|v| v.is_finite());
-                r.test_loss = Some(e.test_loss).filter(|v| v.is_finite());
-                r.test_acc = Some(e.test_acc);
-                r.best_acc = Some(r.best_acc.map_or(e.test_acc, |b: f64| b.max(e.test_acc)));
-                r.seconds += e.epoch_seconds;
-            }
-            if let Record::Summary(s) = &record {
-                use dpt_tui::record::stats::FinishReason::{
-                    Completed, Diverged, EarlyStopped, StepLimit, Stopped,
-                };
-                r.completed = matches!(s.reason, Completed | EarlyStopped | StepLimit);
-                r.diverged = s.reason == Diverged;
-                r.stopped = s.reason == Stopped;
-            }
+    pub fn read(dir: &Path) -> TrialResult {
+        TrialResult::of(&RunFold::read(dir).unwrap_or_default())
+    }
+
+    pub fn of(run: &RunFold) -> TrialResult {
+        let last = run.last_epoch();
+        TrialResult {
+            epochs: run.epochs.len(),
+            train_loss: last.map(|e| e.train_loss).filter(|v| v.is_finite()),
+            test_loss: last.map(|e| e.test_loss).filter(|v| v.is_finite()),
+            test_acc: last.map(|e| e.test_acc),
+            metric: run.metric(),
+            best: run.best(),
+            seconds: run.training_seconds(),
+            completed: run.completed(),
+            diverged: run.diverged(),
+            stopped: run.stopped(),
         }
-        r
     }
 
     /// `test acc 0.812 (best 0.815), train loss 0.52 after 2 epochs`.
@@ -65,9 +64,10 @@ impl Result {
 
     #[cfg(feature = "train")]
     fn said(&self) -> String {
-        match (self.test_acc, self.best_acc) {
+        match (self.test_acc, self.best) {
             (Some(acc), Some(best)) => format!(
-                "test acc {acc:.4} (best {best:.4}), test loss {}, train loss {} after {} epoch{}",
+                "test acc {acc:.4} (best {} {best:.4}), test loss {}, train loss {} after {} epoch{}",
+                self.metric.short(),
                 num(self.test_loss),
                 num(self.train_loss),
                 self.epochs,
@@ -82,25 +82,34 @@ fn num(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
 }
 
+/// The metric a sweep's trials are judged by: their runs' own (the first trial that evaluated
+/// says it; the trials of one sweep share it unless it is swept).
+fn sweep_metric(results: &[TrialResult]) -> BestMetric {
+    results.iter().find(|r| r.epochs > 0).map_or_else(BestMetric::default, |r| r.metric)
+}
+
 /// The table's header and rows, as text cells.
 fn cells(folder: &Path, file: &SweepFile) -> (Vec<String>, Vec<Vec<String>>) {
     let mut header = vec!["trial".to_owned()];
     header.extend(file.axes.iter().map(|a| short_key(&a.key).to_owned()));
+    let results: Vec<TrialResult> =
+        file.trials.iter().map(|t| TrialResult::read(&folder.join(&t.dir))).collect();
+    let best = format!("best {}", sweep_metric(&results).short());
     header.extend(
-        ["state", "epochs", "test acc", "best acc", "test loss", "train loss", "seconds"].map(str::to_owned),
+        ["state", "epochs", "test acc", &best, "test loss", "train loss", "seconds"].map(str::to_owned),
     );
     let rows = file
         .trials
         .iter()
-        .map(|t| {
-            let r = Result::read(&folder.join(&t.dir));
+        .zip(&results)
+        .map(|(t, r)| {
             let mut row = vec![t.dir.clone()];
             row.extend(t.values.iter().cloned());
             let diverged = t.state == TrialState::Finished && r.diverged;
             row.push(if diverged { "diverged" } else { t.state.label() }.to_owned());
             row.push(r.epochs.to_string());
             row.push(num(r.test_acc));
-            row.push(num(r.best_acc));
+            row.push(num(r.best));
             row.push(num(r.test_loss));
             row.push(num(r.train_loss));
             row.push(format!("{:.1}", r.seconds));
@@ -154,7 +163,7 @@ pub fn csv(folder: &Path, file: &SweepFile) -> String {
 /// With a seed axis and another: per group of trials that differ by their seed alone, the
 /// finished trials' final and best test accuracy as mean ± standard deviation.
 fn groups(folder: &Path, file: &SweepFile) -> Vec<String> {
-    let Some(seed_axis) = file.axes.iter().position(|a| a.key == "recipe.seed") else { return Vec::new() };
+    let Some(seed_axis) = file.seed_axis() else { return Vec::new() };
     if file.axes.len() < 2 {
         return Vec::new();
     }
@@ -171,17 +180,18 @@ fn groups(folder: &Path, file: &SweepFile) -> Vec<String> {
             .filter(|(a, _)| *a != seed_axis)
             .map(|(_, (axis, v))| format!("{}={v}", short_key(&axis.key)))
             .collect();
-        let results: Vec<Result> = members
+        let results: Vec<TrialResult> = members
             .iter()
             .map(|&i| &file.trials[i])
             .filter(|t| t.state == TrialState::Finished)
-            .map(|t| Result::read(&folder.join(&t.dir)))
+            .map(|t| TrialResult::read(&folder.join(&t.dir)))
             .collect();
         let finals: Vec<f64> = results.iter().filter_map(|r| r.test_acc).collect();
-        let bests: Vec<f64> = results.iter().filter_map(|r| r.best_acc).collect();
+        let bests: Vec<f64> = results.iter().filter_map(|r| r.best).collect();
         let said = match (mean_std(&finals), mean_std(&bests)) {
             (Some((m, s)), Some((bm, bs))) => format!(
-                "test acc {m:.4} ± {s:.4}, best {bm:.4} ± {bs:.4} ({} of {} seeds)",
+                "test acc {m:.4} ± {s:.4}, best {} {bm:.4} ± {bs:.4} ({} of {} seeds)",
+                sweep_metric(&results).short(),
                 finals.len(),
                 members.len()
             ),
@@ -198,7 +208,7 @@ pub fn print(folder: &Path, file: &SweepFile) {
 }
 
 /// One line of `dpt-tui ls` for the sweep in `folder`: whether a sweep process runs it, its
-/// trials by state, and its best trial by test accuracy.
+/// trials by state, and its best trial by the trials' metric (`trial-003 acc 0.8150`).
 pub fn summary(folder: &Path, file: &SweepFile) -> (String, String, String) {
     let state = match file.pid.filter(|&p| super::sweep_runs(p)) {
         Some(_) => "running",
@@ -207,11 +217,17 @@ pub fn summary(folder: &Path, file: &SweepFile) -> (String, String, String) {
     };
     let states: Vec<TrialState> = file.trials.iter().map(|t| t.state).collect();
     let trials = TrialState::count(&states);
+    let results: Vec<TrialResult> =
+        file.trials.iter().map(|t| TrialResult::read(&folder.join(&t.dir))).collect();
+    let metric = sweep_metric(&results);
+    let best = metric.best_of(results.iter().filter_map(|r| r.best));
     let best = file
         .trials
         .iter()
-        .filter_map(|t| Result::read(&folder.join(&t.dir)).best_acc.map(|b| (b, &t.dir)))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map_or("-".to_owned(), |(b, dir)| format!("{dir} {b:.4}"));
+        .zip(&results)
+        .find(|(_, r)| r.best.is_some() && r.best == best)
+        .map_or("-".to_owned(), |(t, r)| {
+            format!("{} {} {:.4}", t.dir, metric.short(), r.best.unwrap_or(f64::NAN))
+        });
     (state.to_owned(), trials, best)
 }

@@ -13,34 +13,35 @@ use std::time::Duration;
 use anyhow::anyhow;
 use crossbeam_channel::{bounded, Receiver};
 
-use super::progress::Tail;
 use super::{read_state, sweep_runs};
 use crate::cli::Args;
 use crate::Failure;
+use dpt_core::best::BestMetric;
 use dpt_core::Control;
 use dpt_tui::dashboard;
 use dpt_tui::record::curves::Curves;
-use dpt_tui::record::Record;
+use dpt_tui::record::run::RunFollower;
 use dpt_tui::remote::client;
-use dpt_tui::sweep::{short_key, TrialState, SWEEP_FILE};
-use dpt_tui::sweep_board::board::{Action, Board, Metric, SweepData, TrialRow};
+use dpt_tui::sweep::{short_key, SweepFile, TrialState, SWEEP_LOG};
+use dpt_tui::sweep_board::board::{Action, Board, SweepData, TrialRow};
 use dpt_tui::sweep_board::{self, Exit};
 
 /// How often the board reads the sweep again.
 const REFRESH: Duration = Duration::from_millis(500);
 
-/// One trial's records so far, folded.
-#[derive(Default)]
+/// One trial's records so far: the run's fold, and its curves for the board's chart.
 struct Followed {
-    tail: Option<Tail>,
+    run: RunFollower,
     curves: Curves,
-    /// Each epoch's seconds (training and evaluation), by epoch.
-    epoch_seconds: Vec<f64>,
     /// The trial process seen serving its socket: it is not asked again at every refresh.
     served_by: Option<u32>,
 }
 
 impl Followed {
+    fn of(dir: &Path) -> Followed {
+        Followed { run: RunFollower::of(dir), curves: Curves::default(), served_by: None }
+    }
+
     /// Whether the running trial's process `pid` serves its dashboard: asked of its socket
     /// until it answers once.
     fn live(&mut self, dir: &Path, pid: Option<u32>) -> bool {
@@ -51,21 +52,23 @@ impl Followed {
         self.served_by = if live { pid } else { None };
         live
     }
-}
 
-impl Followed {
-    fn read(&mut self, dir: &Path) {
-        let read = self.tail.get_or_insert_with(|| Tail::of(dir)).read();
-        if read.restarted {
-            (self.curves, self.epoch_seconds) = (Curves::default(), Vec::new());
+    fn read(&mut self) {
+        let fresh = self.run.read();
+        if fresh.restarted {
+            self.curves = Curves::default();
         }
-        for record in read.records {
-            if let Record::Epoch(e) = &record {
-                self.epoch_seconds.truncate(e.epoch.saturating_sub(1));
-                self.epoch_seconds.push(e.epoch_seconds + e.eval_seconds);
-            }
-            self.curves.apply(&record);
+        for record in &fresh.records {
+            self.curves.apply(record);
         }
+    }
+
+    /// The seconds left at the pace of its epochs so far (training and evaluation).
+    fn eta(&self) -> Option<f64> {
+        let done = &self.run.fold.epochs;
+        let each =
+            done.iter().map(|e| e.epoch_seconds + e.eval_seconds).sum::<f64>() / done.len().max(1) as f64;
+        (!done.is_empty()).then(|| each * (self.curves.epochs as f64 - self.curves.x).max(0.0))
     }
 }
 
@@ -82,38 +85,34 @@ pub struct Follower {
 impl Follower {
     /// The sweep in `folder`; `just_started` when its sweep process was started for this board.
     pub fn new(folder: &Path, shown: &str, just_started: bool) -> Follower {
-        let log = std::fs::metadata(folder.join("sweep.log")).map_or(0, |m| m.len() as usize);
+        let log = std::fs::metadata(folder.join(SWEEP_LOG)).map_or(0, |m| m.len() as usize);
         let log_from = if just_started { log } else { 0 };
         Follower { folder: folder.to_owned(), shown: shown.to_owned(), trials: HashMap::new(), log_from }
     }
 
     /// The sweep as it is now; none while its `sweep.json` cannot be read.
     pub fn read(&mut self) -> Option<SweepData> {
-        let file = read_state(&self.folder.join(SWEEP_FILE)).ok().flatten()?;
+        let file = SweepFile::read(&self.folder).ok().flatten()?;
         let axes: Vec<String> = file.axes.iter().map(|a| short_key(&a.key).to_owned()).collect();
-        let seed_axis = file.axes.iter().position(|a| a.key == "recipe.seed");
-        let mut no_classes = false;
+        let mut metric = None;
         let mut rows = Vec::new();
         for t in &file.trials {
             let dir = self.folder.join(&t.dir);
-            let followed = self.trials.entry(t.dir.clone()).or_default();
+            let followed = self.trials.entry(t.dir.clone()).or_insert_with(|| Followed::of(&dir));
             if t.state != TrialState::Pending {
-                followed.read(&dir);
+                followed.read();
             }
+            let fold = &followed.run.fold;
+            // The sweep's metric is its first started trial's (they share it unless it is swept).
+            if metric.is_none() && fold.info.is_some() {
+                metric = Some(fold.metric());
+            }
+            let judged = metric.unwrap_or_default();
             let c = &followed.curves;
-            no_classes |= c.no_classes;
-            let curve = if c.no_classes { c.test_loss.clone() } else { c.test_acc.clone() };
-            let metric = if c.no_classes { Metric::TestLoss } else { Metric::TestAcc };
-            let best = curve.iter().map(|p| p.1).filter(|v| v.is_finite()).reduce(|a, b| {
-                if metric.better(b, a) {
-                    b
-                } else {
-                    a
-                }
-            });
-            let done = &followed.epoch_seconds;
-            let eta = (!done.is_empty() && t.state == TrialState::Running)
-                .then(|| done.iter().sum::<f64>() / done.len() as f64 * (c.epochs as f64 - c.x).max(0.0));
+            let curve = match judged {
+                BestMetric::ValAcc => c.test_acc.clone(),
+                BestMetric::ValLoss => c.test_loss.clone(),
+            };
             rows.push(TrialRow {
                 dir: t.dir.clone(),
                 values: t.values.clone(),
@@ -122,8 +121,8 @@ impl Follower {
                 epoch: c.x,
                 epochs: c.epochs,
                 latest: curve.last().map(|p| p.1),
-                best,
-                eta,
+                best: judged.best_of(fold.values(judged)),
+                eta: followed.eta().filter(|_| t.state == TrialState::Running),
                 curve,
                 live: t.state == TrialState::Running && followed.live(&dir, t.pid),
             });
@@ -134,8 +133,8 @@ impl Follower {
         Some(SweepData {
             folder: self.shown.clone(),
             axes,
-            seed_axis,
-            metric: if no_classes { Metric::TestLoss } else { Metric::TestAcc },
+            seed_axis: file.seed_axis(),
+            metric: metric.unwrap_or_default(),
             trials: rows,
             running,
             problem,
@@ -147,9 +146,8 @@ impl Follower {
     /// The last error line the sweep process wrote (its `dpt-tui: …` line) since this board's
     /// sweep started.
     fn last_error(&self) -> Option<String> {
-        let text = std::fs::read_to_string(self.folder.join("sweep.log")).ok()?;
-        let ours = text.get(self.log_from..)?;
-        ours.lines().rev().find_map(|l| l.strip_prefix("dpt-tui: ")).map(str::to_owned)
+        let text = std::fs::read_to_string(self.folder.join(SWEEP_LOG)).ok()?;
+        dpt_tui::said_error(text.get(self.log_from..)?).map(str::to_owned)
     }
 }
 
@@ -188,7 +186,7 @@ fn act(folder: &Path, action: &Action) -> Result<String, String> {
             Ok(format!("{dir}: lr {lr} from its next step"))
         }
         Action::StopSweep => {
-            let file = read_state(&folder.join(SWEEP_FILE)).ok().flatten();
+            let file = read_state(folder).ok().flatten();
             let pid =
                 file.and_then(|f| f.pid).filter(|&p| sweep_runs(p)).ok_or("no sweep process runs it now")?;
             dpt_tui::sys::terminate_process(pid).map_err(|e| format!("cannot stop process {pid}: {e}"))?;
@@ -237,7 +235,7 @@ pub fn watch(
             Exit::Quit | Exit::Hangup => {
                 if board.data().running {
                     println!("the sweep goes on; its board again: dpt-tui attach {shown}");
-                } else if let Ok(Some(file)) = read_state(&folder.join(SWEEP_FILE)) {
+                } else if let Ok(Some(file)) = read_state(folder) {
                     println!("{}", super::table::text(folder, &file));
                 }
                 return Ok(0);

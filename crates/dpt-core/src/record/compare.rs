@@ -2,7 +2,9 @@
 //! in which the runs differ (what a comparison is about).
 
 use super::curves::Curves;
+use super::run::RunFold;
 use super::{Record, RunInfo};
+use crate::best::BestMetric;
 use crate::record::text::device_list;
 
 /// A recorded run drawn under the current one.
@@ -15,44 +17,47 @@ pub struct Baseline {
     pub best: Option<Best>,
 }
 
-/// A run's best evaluation: a classifier's highest test accuracy, or the lowest val loss of a
-/// run without classes (whose accuracy is not measured).
+/// A run's best evaluation by the metric it judges by (`RunInfo::judged_metric`): a
+/// classifier's highest test accuracy unless it asked for its loss, the lowest val loss of a
+/// run without classes.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Best {
-    TestAcc(f64),
-    ValLoss(f64),
+pub struct Best {
+    pub metric: BestMetric,
+    pub value: f64,
 }
 
 impl Best {
-    /// The best evaluation in `records` (`None` before the first).
+    /// The best evaluation in `records` (`None` before the first), as the run's fold has it.
     pub fn of(records: &[Record]) -> Option<Best> {
-        Best::of_curves(&Curves::of(records))
+        let run = RunFold::of(records);
+        Some(Best { metric: run.metric(), value: run.best()? })
     }
 
-    /// The best evaluation of a run's curves.
-    pub fn of_curves(c: &Curves) -> Option<Best> {
-        let values = |s: &[(f64, f64)]| s.iter().map(|p| p.1).filter(|v| v.is_finite()).collect::<Vec<_>>();
-        match c.no_classes {
-            false => values(&c.test_acc).into_iter().reduce(f64::max).map(Best::TestAcc),
-            true => values(&c.test_loss).into_iter().reduce(f64::min).map(Best::ValLoss),
-        }
+    /// The best evaluation of a run's curves, by the metric of the run `info` describes (the
+    /// accuracy, or the loss for curves without classes, where there is no start record).
+    pub fn of_curves(c: &Curves, info: Option<&RunInfo>) -> Option<Best> {
+        let metric = info.map_or(BestMetric::default().judged(!c.no_classes), RunInfo::judged_metric);
+        let series = match metric {
+            BestMetric::ValAcc => &c.test_acc,
+            BestMetric::ValLoss => &c.test_loss,
+        };
+        Some(Best { metric, value: metric.best_of(series.iter().map(|p| p.1))? })
     }
 
     /// What is measured: `best test acc` or `best val loss`.
     pub fn label(self) -> &'static str {
-        match self {
-            Best::TestAcc(_) => "best test acc",
-            Best::ValLoss(_) => "best val loss",
+        match self.metric {
+            BestMetric::ValAcc => "best test acc",
+            BestMetric::ValLoss => "best val loss",
         }
     }
 
     /// The value alone (`0.842`), or named where runs of both kinds are side by side
     /// (`acc 0.842`, `loss 1.234`).
     pub fn cell(self, named: bool) -> String {
-        match (self, named) {
-            (Best::TestAcc(a), false) | (Best::ValLoss(a), false) => format!("{a:.3}"),
-            (Best::TestAcc(a), true) => format!("acc {a:.3}"),
-            (Best::ValLoss(l), true) => format!("loss {l:.3}"),
+        match named {
+            false => format!("{:.3}", self.value),
+            true => format!("{} {:.3}", self.metric.short(), self.value),
         }
     }
 }
@@ -66,7 +71,7 @@ impl Baseline {
                 .rev()
                 .find_map(|r| if let Record::Start(i) = r { Some((**i).clone()) } else { None });
         let curves = Curves::of(records);
-        Baseline { name: name.into(), best: Best::of_curves(&curves), curves, info }
+        Baseline { name: name.into(), best: Best::of_curves(&curves, info.as_ref()), curves, info }
     }
 }
 
@@ -155,12 +160,19 @@ pub(crate) mod tests {
             r.extend(evaluations.iter().cloned());
             r
         };
-        assert_eq!(Best::of(&run(classifier)), Some(Best::TestAcc(0.7)));
-        assert_eq!(Best::of(&run(language_model.clone())), Some(Best::ValLoss(1.2)));
+        let (acc, loss) = (BestMetric::ValAcc, BestMetric::ValLoss);
+        assert_eq!(Best::of(&run(classifier.clone())), Some(Best { metric: acc, value: 0.7 }));
+        assert_eq!(Best::of(&run(language_model.clone())), Some(Best { metric: loss, value: 1.2 }));
         assert_eq!(Best::of(&run(language_model)[..1]), None, "nothing evaluated yet");
-        assert_eq!(Best::ValLoss(1.2).label(), "best val loss");
+        // A classifier that asked to be judged by its loss.
+        let mut by_loss = classifier;
+        by_loss.settings.best.metric = loss;
+        assert_eq!(Best::of(&run(by_loss.clone())), Some(Best { metric: loss, value: 1.2 }));
+        let curves = Curves::of(&run(by_loss.clone()));
+        assert_eq!(Best::of_curves(&curves, Some(&by_loss)), Some(Best { metric: loss, value: 1.2 }));
+        assert_eq!(Best { metric: loss, value: 1.2 }.label(), "best val loss");
         assert_eq!(
-            (Best::TestAcc(0.7).cell(false), Best::ValLoss(1.2).cell(true)),
+            (Best { metric: acc, value: 0.7 }.cell(false), Best { metric: loss, value: 1.2 }.cell(true)),
             ("0.700".into(), "loss 1.200".into())
         );
     }

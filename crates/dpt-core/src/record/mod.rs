@@ -27,6 +27,7 @@ pub mod compare;
 pub mod curves;
 pub mod file;
 pub mod history;
+pub mod run;
 mod run_info_wire;
 pub mod script;
 pub mod smooth;

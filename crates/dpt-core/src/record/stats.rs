@@ -150,6 +150,12 @@ impl RunInfo {
         self.script.as_ref().is_none_or(|s| s.can(capability))
     }
 
+    /// The metric the run judges its evaluations by: its `--best-metric`, the loss for a run
+    /// without classes (as the run itself judges).
+    pub fn judged_metric(&self) -> crate::best::BestMetric {
+        self.settings.best.metric.judged(self.task.has_classes())
+    }
+
     /// Epochs the run trains.
     pub fn epochs(&self) -> usize {
         self.settings.recipe.epochs

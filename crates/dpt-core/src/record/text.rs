@@ -493,7 +493,7 @@ pub fn loss_scale(s: &StepStats) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Bytes in MiB, or in GiB from 1 GiB on (`190.3 MiB`, `2.1 GiB`).
 fn size(bytes: u64) -> String {

@@ -6,6 +6,7 @@
 pub mod prune;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,23 @@ use crate::seed::mix_seed;
 
 /// The file in a sweep's folder that holds its plan and every trial's state.
 pub const SWEEP_FILE: &str = "sweep.json";
+
+/// The settings tree's key of the run's seed: the axis trials are grouped over.
+pub const SEED_KEY: &str = "recipe.seed";
+
+/// The sweep process's own output, in its folder (a detached sweep's, and each start's error).
+pub const SWEEP_LOG: &str = "sweep.log";
+
+/// `sweep.json` cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepFileError {
+    #[error("cannot read {path}: {cause}")]
+    Read { path: std::path::PathBuf, cause: std::io::Error },
+    #[error("{path} is not a sweep's state ({cause})")]
+    NotASweep { path: std::path::PathBuf, cause: serde_json::Error },
+    #[error("cannot write {path}: {cause}")]
+    Write { path: std::path::PathBuf, cause: std::io::Error },
+}
 
 /// The most values one range may give.
 const MOST_VALUES: usize = 10_000;
@@ -292,6 +310,30 @@ pub struct SweepFile {
 }
 
 impl SweepFile {
+    /// The `sweep.json` of the sweep in `folder`; none where the folder has none.
+    pub fn read(folder: &Path) -> Result<Option<SweepFile>, SweepFileError> {
+        let path = folder.join(SWEEP_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(cause) => return Err(SweepFileError::Read { path, cause }),
+        };
+        serde_json::from_str(&text).map(Some).map_err(|cause| SweepFileError::NotASweep { path, cause })
+    }
+
+    /// Writes `folder`'s `sweep.json` whole: a reader sees the earlier state or this one.
+    pub fn write(&self, folder: &Path) -> Result<(), SweepFileError> {
+        let path = folder.join(SWEEP_FILE);
+        let text = serde_json::to_string_pretty(self).expect("a sweep's state serializes");
+        crate::atomic::write_bytes(&path, text.as_bytes())
+            .map_err(|cause| SweepFileError::Write { path, cause })
+    }
+
+    /// The axis of the seed (`--sweep seed=…`), whose trials are grouped into means.
+    pub fn seed_axis(&self) -> Option<usize> {
+        self.axes.iter().position(|a| a.key == SEED_KEY)
+    }
+
     /// Whether `other` is the same sweep (same shared command, axes and trials), whatever
     /// its trials' states.
     pub fn same_plan(&self, other: &SweepFile) -> bool {
@@ -338,6 +380,23 @@ pub fn mean_std(values: &[f64]) -> Option<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_file_reads_back_what_it_wrote_and_a_folder_without_one_has_none() {
+        let dir = tempfile::tempdir().expect("temp");
+        assert!(SweepFile::read(dir.path()).expect("no file").is_none());
+        let file = SweepFile {
+            command: vec!["--epochs".into(), "1".into()],
+            axes: vec![],
+            trials: vec![],
+            pid: Some(7),
+        };
+        file.write(dir.path()).expect("written");
+        assert_eq!(SweepFile::read(dir.path()).expect("read"), Some(file));
+        std::fs::write(dir.path().join(SWEEP_FILE), "{").expect("write");
+        let e = SweepFile::read(dir.path()).expect_err("refused").to_string();
+        assert!(e.ends_with(")") && e.contains("is not a sweep's state"), "{e}");
+    }
 
     fn axis(spec: &str) -> Axis {
         Axis::parse(spec).unwrap()

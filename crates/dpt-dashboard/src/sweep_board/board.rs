@@ -4,6 +4,7 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+use dpt_core::best::BestMetric;
 use dpt_core::sweep::{mean_std, seed_groups, TrialState};
 
 use super::bindings::{self, Key};
@@ -18,38 +19,14 @@ pub struct SweepData {
     /// The axis of the seed, when one is swept with another.
     pub seed_axis: Option<usize>,
     /// What the trials are compared by.
-    pub metric: Metric,
+    /// The figure trials are compared by: their runs' own metric (`--best-metric`, the loss for
+    /// runs without classes).
+    pub metric: BestMetric,
     pub trials: Vec<TrialRow>,
     /// A sweep process runs it now.
     pub running: bool,
     /// Why its sweep process ended before its trials did (its last error line), when it said.
     pub problem: Option<String>,
-}
-
-/// The figure trials are compared by: the test accuracy, or the test loss for runs without
-/// classes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Metric {
-    #[default]
-    TestAcc,
-    TestLoss,
-}
-
-impl Metric {
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::TestAcc => "test acc",
-            Metric::TestLoss => "test loss",
-        }
-    }
-
-    /// Whether `a` is better than `b`.
-    pub fn better(self, a: f64, b: f64) -> bool {
-        match self {
-            Metric::TestAcc => a > b,
-            Metric::TestLoss => a < b,
-        }
-    }
 }
 
 /// One trial as the board shows it.
@@ -241,14 +218,8 @@ impl Board {
 
     /// The trial with the best figure so far (its best evaluation).
     pub fn best(&self) -> Option<&TrialRow> {
-        let metric = self.data.metric;
-        self.data.trials.iter().filter(|t| t.best.is_some_and(f64::is_finite)).reduce(|a, b| {
-            if metric.better(b.best.unwrap_or(0.0), a.best.unwrap_or(0.0)) {
-                b
-            } else {
-                a
-            }
-        })
+        let best = self.data.metric.best_of(self.data.trials.iter().filter_map(|t| t.best))?;
+        self.data.trials.iter().find(|t| t.best == Some(best))
     }
 
     /// With a seed swept beside another setting: the groups of trials that differ by their seed
@@ -386,7 +357,7 @@ impl Board {
         let at = order.iter().position(|c| *c == self.sort).unwrap_or(0);
         self.sort = order[(at + 1) % order.len()];
         let best_first = matches!(self.sort, Some(Column::Latest | Column::Best));
-        self.descending = best_first && self.data.metric == Metric::TestAcc;
+        self.descending = best_first && self.data.metric == BestMetric::ValAcc;
     }
 }
 
@@ -421,7 +392,7 @@ pub(crate) mod tests {
             folder: "sweeps/lr".to_owned(),
             axes: vec!["lr".to_owned(), "seed".to_owned()],
             seed_axis: Some(1),
-            metric: Metric::TestAcc,
+            metric: BestMetric::ValAcc,
             trials: vec![
                 row("trial-000", ["0.3", "1"], TrialState::Finished, Some(0.80), false),
                 row("trial-001", ["0.3", "2"], TrialState::Finished, Some(0.84), false),

@@ -59,7 +59,7 @@ pub fn draw(frame: &mut Frame, board: &Board, look: &Look) {
                     ])
                 })
                 .collect();
-            let block = look.panel(format!("{} over the seeds", data.metric.name()));
+            let block = look.panel(format!("{} over the seeds", data.metric.label()));
             frame.render_widget(Paragraph::new(lines).block(block), group_area);
         }
     }
@@ -224,7 +224,7 @@ fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
         })
         .collect();
     let widths: Vec<Constraint> = widths.into_iter().map(Constraint::Length).collect();
-    let block = look.panel(format!("trials {} {}", look.sep(), data.metric.name()));
+    let block = look.panel(format!("trials {} {}", look.sep(), data.metric.label()));
     // The selected row stays in view: the table scrolls to it.
     let mut state = TableState::default().with_selected(at);
     frame.render_stateful_widget(
@@ -269,7 +269,7 @@ fn curve(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
         let values: Vec<String> = data.axes.iter().zip(&t.values).map(|(a, v)| format!("{a}={v}")).collect();
         format!("{} ({})", t.dir, values.join(" "))
     };
-    let title = format!("best: {} {} {}", name(best), data.metric.name(), num(best.best));
+    let title = format!("best: {} {} {}", name(best), data.metric.label(), num(best.best));
     let block = look.panel(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);

@@ -58,7 +58,7 @@ fn window(model_flops: Option<f64>, mfu: Option<f64>) -> Record {
     }))
 }
 
-fn summary() -> Summary {
+pub(crate) fn summary() -> Summary {
     Summary {
         model: crate::model::ModelKind::Lenet,
         devices: vec!["cuda:0".parse().expect("a device")],

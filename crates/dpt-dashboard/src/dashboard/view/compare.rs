@@ -43,9 +43,9 @@ pub fn table_lines(app: &App, look: &Look, cell: usize) -> Vec<Line<'static>> {
         row.extend(values.iter().map(|v| Span::styled(fit(v), t.fg(t.text))));
         lines.push(Line::from(row));
     }
-    // Each run's best evaluation: accuracy, or the val loss of runs without classes (named in
-    // each cell where both kinds are compared).
-    let own_best = Best::of_curves(&app.curves.data);
+    // Each run's best evaluation by its own metric: accuracy, or the val loss of runs without
+    // classes or that asked for it (named in each cell where both kinds are compared).
+    let own_best = Best::of_curves(&app.curves.data, app.run.info.as_ref());
     let bests: Vec<Option<Best>> =
         std::iter::once(own_best).chain(app.curves.baselines.iter().map(|b| b.best)).collect();
     let labels: Vec<&str> = bests.iter().flatten().map(|b| b.label()).collect();
