@@ -57,6 +57,37 @@ fn assert_same_weights(a: &Path, b: &Path) {
     }
 }
 
+/// A sweep whose runs are judged by their loss (`--best-metric val_loss`): its table, `ls` and
+/// its "best" all mean the lowest loss, as its runs and its pruner judge them.
+#[test]
+fn a_sweep_judged_by_its_loss_ranks_its_trials_by_it_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = common::subset_dir();
+    let folder = tmp.path().join("by-loss");
+    let flags: Vec<String> = ["--data", data.to_str().unwrap(), "--epochs", "1", "--log-every", "2"]
+        .into_iter()
+        .chain(["--best-metric", "val_loss", "--sweep", "lr=0.02,0.3", "--trial-devices", "1"])
+        .map(str::to_owned)
+        .collect();
+    let out = sweep(&folder, &flags).ok();
+    assert!(out.contains("(best loss "), "{out}");
+    let csv = Dpt::new().args(["show", folder.to_str().unwrap(), "--csv"]).ok();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(
+        rows[0],
+        ["trial", "lr", "state", "epochs", "test acc", "best loss", "test loss", "train loss", "seconds"]
+    );
+    // One epoch: each trial's best is its test loss, and the sweep's best the lowest of them.
+    for row in &rows[1..] {
+        assert_eq!(row[5], row[6], "{csv}");
+    }
+    let loss = |row: &Vec<&str>| row[6].parse::<f64>().unwrap();
+    let lowest = rows[1..].iter().min_by(|a, b| loss(a).total_cmp(&loss(b))).unwrap();
+    let listed = Dpt::new().args(["ls", tmp.path().to_str().unwrap()]).ok();
+    let line = listed.lines().find(|l| l.contains("by-loss")).expect("the sweep listed");
+    assert!(line.contains(&format!("{} loss {}", lowest[0], lowest[6])), "{listed}");
+}
+
 #[test]
 fn a_sweep_runs_each_trial_as_its_run_alone_and_its_command_again_finishes_a_killed_one() {
     let tmp = tempfile::tempdir().unwrap();
