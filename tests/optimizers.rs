@@ -181,8 +181,13 @@ fn fused_equals_torch_fused(optim: OptimConfig) {
         .collect();
     let layout = Layout::new(&specs, false);
     let params = tch::Tensor::from_slice(&floats(&theirs["initial"]));
-    let mut state =
-        OptimizerState::new(optim, &params, &layout, |i| !specs[i].frozen, ((0, layout.total()), &[]));
+    let mut state = OptimizerState::new(
+        optim,
+        &params,
+        &layout,
+        |i| !specs[i].frozen,
+        (dpt_core::optim::Span { start: 0, len: layout.total() }, &[]),
+    );
     for grads in theirs["grads"].as_array().unwrap() {
         let grad_sum = tch::Tensor::from_slice(&floats(grads));
         state.step((&grad_sum, 0), (optim.lr, batch), false, None);

@@ -10,6 +10,8 @@
 //! break the range. After the first step, the buckets are planned again in the order the
 //! gradients arrived in, as DDP's reducer rebuilds them ([`Buckets::replanned`]).
 
+use dpt_core::optim::Span;
+
 /// Bytes of one gradient scalar (the flat buffers are `f32`).
 const SCALAR_BYTES: i64 = 4;
 
@@ -19,8 +21,8 @@ pub const FIRST_BUCKET_BYTES: i64 = 1 << 20;
 /// The buckets of a model's trainable gradients, in the order they are reduced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Buckets {
-    /// Each bucket's `(offset, length)` in the flat gradient buffer, first reduced first.
-    pub ranges: Vec<(i64, i64)>,
+    /// Each bucket's span of the flat gradient buffer, first reduced first.
+    pub ranges: Vec<Span>,
     /// The bucket of each trainable parameter (by its position among the trainable ones);
     /// `None` for an empty tensor, which no backward pass reports.
     of_param: Vec<Option<usize>>,
@@ -74,7 +76,7 @@ impl Buckets {
             let (lo, hi) = match open.filter(|&span| b.reaches(span, k)) {
                 Some((lo, hi)) => (lo.min(k), hi.max(k)),
                 None => {
-                    b.ranges.push((b.params[k].0, 0));
+                    b.ranges.push(Span { start: b.params[k].0, len: 0 });
                     b.sizes.push(0);
                     (k, k)
                 }
@@ -87,7 +89,7 @@ impl Buckets {
                 }
             }
             let (start, end) = (b.params[lo].0, b.params[hi].0 + b.params[hi].1);
-            b.ranges[last] = (start, end - start);
+            b.ranges[last] = Span::between(start, end);
             let limit = if last == 0 { first_bytes } else { cap_bytes };
             open = ((end - start) * SCALAR_BYTES < limit).then_some((lo, hi));
         }
@@ -148,7 +150,7 @@ impl Buckets {
     pub fn place(&self, k: usize) -> Option<(usize, i64, i64)> {
         let b = self.of(k)?;
         let (offset, scalars) = self.params[k];
-        Some((b, offset - self.ranges[b].0, scalars))
+        Some((b, offset - self.ranges[b].start, scalars))
     }
 
     /// How many parameters bucket `b` holds.
@@ -224,6 +226,11 @@ impl Readiness {
 mod tests {
     use super::{Buckets, Readiness};
 
+    /// Each bucket's span as (start, len).
+    fn spans(b: &Buckets) -> Vec<(i64, i64)> {
+        b.ranges.iter().map(|r| (r.start, r.len)).collect()
+    }
+
     /// Tensors of `sizes` scalars laid out one after the other.
     fn segments(sizes: &[i64]) -> Vec<(i64, i64)> {
         let mut at = 0;
@@ -241,7 +248,7 @@ mod tests {
         // Four tensors of 100 scalars (400 bytes): first bucket 400 bytes, the others 800.
         let segs = segments(&[100, 100, 100, 100]);
         let b = Buckets::plan(&segs, &[0, 1, 2, 3], 400, 800);
-        assert_eq!(b.ranges, vec![(300, 100), (100, 200), (0, 100)]);
+        assert_eq!(spans(&b), vec![(300, 100), (100, 200), (0, 100)]);
         assert_eq!((b.of(3), b.of(2), b.of(1), b.of(0)), (Some(0), Some(1), Some(1), Some(2)));
         assert_eq!((b.params_in(0), b.params_in(1), b.params_in(2)), (1, 2, 1));
     }
@@ -251,13 +258,13 @@ mod tests {
         let segs = segments(&[10, 1000, 10, 10, 10]);
         let b = Buckets::plan(&segs, &[0, 1, 2, 3, 4], 1 << 20, 100);
         // Under 1 MiB in all: one bucket.
-        assert_eq!(b.ranges, vec![(0, 1040)]);
+        assert_eq!(spans(&b), vec![(0, 1040)]);
         let b = Buckets::plan(&segs, &[0, 1, 2, 3, 4], 80, 100);
         // 4 and 3 reach the first bucket's 80 bytes; 2 opens the next, which 1 overfills.
-        assert_eq!(b.ranges, vec![(1020, 20), (10, 1010), (0, 10)]);
+        assert_eq!(spans(&b), vec![(1020, 20), (10, 1010), (0, 10)]);
         // Tensor 2 frozen: 3 and 4 cannot join 1 across it.
         let b = Buckets::plan(&segs, &[0, 1, 3, 4], 1 << 20, 1 << 20);
-        assert_eq!(b.ranges, vec![(1020, 20), (0, 1010)]);
+        assert_eq!(spans(&b), vec![(1020, 20), (0, 1010)]);
         assert_eq!((b.of(0), b.of(1), b.of(2), b.of(3)), (Some(1), Some(1), Some(0), Some(0)));
     }
 
@@ -265,7 +272,7 @@ mod tests {
     fn empty_tensors_belong_to_no_bucket() {
         let segs = segments(&[10, 0, 10]);
         let b = Buckets::plan(&segs, &[0, 1, 2], 1 << 20, 1 << 20);
-        assert_eq!(b.ranges, vec![(0, 20)]);
+        assert_eq!(spans(&b), vec![(0, 20)]);
         assert_eq!(b.of(1), None);
         assert_eq!(b.params_in(0), 2);
     }
@@ -307,34 +314,34 @@ mod tests {
         let all = [0, 1, 2, 3];
         let declared = Buckets::plan(&segs, &all, 800, 800);
         // The declared plan's first bucket holds d, whose gradient comes third.
-        assert_eq!(declared.ranges, vec![(200, 200), (0, 200)]);
+        assert_eq!(spans(&declared), vec![(200, 200), (0, 200)]);
         assert_eq!(declared.of(3), Some(0));
         let b = Buckets::plan_in_order(&segs, &all, &[1, 0, 3, 2], 800, 800);
         // b then a (a lies just before b): one range; then d, c.
-        assert_eq!(b.ranges, vec![(0, 200), (200, 200)]);
+        assert_eq!(spans(&b), vec![(0, 200), (200, 200)]);
         assert_eq!((b.of(1), b.of(0), b.of(3), b.of(2)), (Some(0), Some(0), Some(1), Some(1)));
         assert_eq!((b.params_in(0), b.params_in(1)), (2, 2));
         // The declared order itself (a model used front to back, its hooks firing a first):
         // buckets grow upwards and stay full.
         let b = Buckets::plan_in_order(&segs, &all, &[0, 1, 2, 3], 800, 800);
-        assert_eq!(b.ranges, vec![(0, 200), (200, 200)]);
+        assert_eq!(spans(&b), vec![(0, 200), (200, 200)]);
         // 1 arrives before 2, which lies between it and the open bucket (3): the bucket takes 2
         // with 1 and stays one range (a layer whose weight's gradient comes before its bias's).
         let b = Buckets::plan_in_order(&segs, &all, &[3, 1, 2, 0], 1 << 20, 1 << 20);
-        assert_eq!(b.ranges, vec![(0, 400)]);
+        assert_eq!(spans(&b), vec![(0, 400)]);
         assert_eq!(b.params_in(0), 4);
         // The parameter between them already in a closed bucket: a new bucket.
         let b = Buckets::plan_in_order(&segs, &all, &[2, 0, 1, 3], 400, 1 << 20);
-        assert_eq!(b.ranges, vec![(200, 100), (0, 200), (300, 100)]);
+        assert_eq!(spans(&b), vec![(200, 100), (0, 200), (300, 100)]);
         assert_eq!((b.of(2), b.of(0), b.of(1), b.of(3)), (Some(0), Some(1), Some(1), Some(2)));
         // A parameter that took no part (2) follows the ones that did.
         let b = Buckets::plan_in_order(&segs, &all, &[3, 1, 0], 800, 800);
-        assert_eq!(b.ranges, vec![(100, 300), (0, 100)]);
+        assert_eq!(spans(&b), vec![(100, 300), (0, 100)]);
         assert_eq!((b.of(3), b.of(1), b.of(2), b.of(0)), (Some(0), Some(0), Some(0), Some(1)));
         // A frozen tensor between two parameters keeps them apart whatever the order.
         let segs = segments(&[100, 100, 100]);
         let b = Buckets::plan_in_order(&segs, &[0, 2], &[0, 1], 1 << 20, 1 << 20);
-        assert_eq!(b.ranges, vec![(0, 100), (200, 100)]);
+        assert_eq!(spans(&b), vec![(0, 100), (200, 100)]);
     }
 
     #[test]

@@ -287,7 +287,7 @@ impl State {
                 "gradients go to the flat buffer, not to bucket buffers".into(),
             ));
         };
-        let len = self.buckets.ranges[b].1;
+        let len = self.buckets.ranges[b].len;
         if let Some(t) = &self.staged[b] {
             return t.f_narrow(0, 0, len);
         }

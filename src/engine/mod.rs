@@ -80,6 +80,15 @@ pub enum EngineError {
     /// A GPU ran out of memory (the line says what ran out and the way out).
     #[error("{0}")]
     OutOfMemory(String),
+    /// Something the engine's own parts promise each other did not hold: a bug, said as one.
+    #[error("internal error: {0} (a bug in dpt-tui; please report it with the command line)")]
+    Invariant(&'static str),
+}
+
+impl From<dpt_sys::c10d::C10dError> for EngineError {
+    fn from(e: dpt_sys::c10d::C10dError) -> Self {
+        EngineError::Nccl(e.0)
+    }
 }
 
 fn coordinator_failure(replica: Option<usize>, device: Option<&str>, message: &str) -> String {

@@ -12,6 +12,7 @@ use tch::Tensor;
 use crate::data::Dataset;
 use crate::engine::config::TrainConfig;
 use crate::engine::worker::{self, FromWorker, ToWorker, WorkerSetup};
+use crate::engine::optim::ShardGrid;
 use crate::engine::EngineError;
 use dpt_core::device::DeviceId;
 
@@ -68,9 +69,7 @@ impl WorkerPool {
                 precision: cfg.settings.precision.format,
                 loader: decoding.clone(),
                 bucket_bytes,
-                grad_shard: zero
-                    .shards_gradients()
-                    .then(|| zero.shard(initial_params.numel() as i64, first + replica, replicas)),
+                grad_shard: zero.grad_shard(ShardGrid::new(initial_params.numel() as i64, replicas), first + replica),
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();

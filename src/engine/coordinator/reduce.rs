@@ -41,6 +41,7 @@ use crate::engine::worker::{FromWorker, ReplicaHandles};
 use crate::engine::EngineError;
 use crate::record::Change;
 use dpt_core::device::DeviceId;
+use dpt_core::optim::Span;
 use dpt_sys::c10d::{nccl_local_allreduce, nccl_side_join, set_thread_device, SideStream, Work};
 
 mod sharded;
@@ -58,7 +59,7 @@ pub(super) struct Exchange {
     /// How the local replicas' gradients are summed.
     local: LocalReduce,
     /// The ranges of the flat gradient that are reduced (the trainable parameters').
-    runs: Vec<(i64, i64)>,
+    runs: Vec<Span>,
     /// The buckets reduced while the backward pass runs (`None`: after it).
     buckets: Option<Arc<Buckets>>,
     /// Each local replica's hooks, which report those buckets.
@@ -211,14 +212,14 @@ impl Exchange {
             });
             Ok::<(), dpt_sys::c10d::C10dError>(())
         })?;
-        result.map_err(|e| EngineError::Nccl(e.0))
+        result.map_err(EngineError::from)
     }
 
     /// Under `--zero 2`, the most bytes of bucket buffers a replica holds at once during a step:
     /// the `at_once` largest buckets' (f32); 0 when the replicas keep a whole gradient.
     pub(super) fn bucket_buffer_bytes(&self, at_once: usize) -> u64 {
         let Some(buckets) = self.buckets.as_ref().filter(|_| self.shards_gradients) else { return 0 };
-        let mut lengths: Vec<i64> = buckets.ranges.iter().map(|&(_, len)| len).collect();
+        let mut lengths: Vec<i64> = buckets.ranges.iter().map(|r| r.len).collect();
         lengths.sort_unstable_by(|a, b| b.cmp(a));
         lengths.iter().take(at_once).map(|&len| 4 * len.max(0) as u64).sum()
     }
@@ -290,10 +291,10 @@ impl Exchange {
                 };
                 let side = self.side_streams()?;
                 for sink in &self.sinks {
-                    sink.hand_off(b).map_err(|e| EngineError::Nccl(e.0))?;
+                    sink.hand_off(b)?;
                 }
                 for made in &fresh {
-                    made.block().map_err(|e| EngineError::Nccl(e.0))?;
+                    made.block()?;
                 }
                 if replicas.shards_gradients() {
                     let kept = self.reduce_bucket_sharded(replicas, b, buckets.ranges[b])?;
@@ -312,13 +313,13 @@ impl Exchange {
                     drop(side);
                 }
                 if let Some(p) = probe {
-                    p.borrow_mut().summed(b, buckets.len()).map_err(|e| EngineError::Nccl(e.0))?;
+                    p.borrow_mut().summed(b, buckets.len())?;
                 }
             }
             Ok(())
         })?;
         if let Some(p) = probe {
-            p.borrow_mut().backward_queued().map_err(|e| EngineError::Nccl(e.0))?;
+            p.borrow_mut().backward_queued()?;
         }
         Ok(Gathered { replies, in_flight, early, buckets: buckets.len().saturating_sub(1) })
     }
@@ -353,7 +354,7 @@ impl Exchange {
         if let LocalReduce::Nccl { groups } = &self.local {
             // The update reads the sums on the GPUs' current streams.
             let firsts: Vec<Tensor> = groups.iter().map(|g| replicas.grad(g[0])).collect();
-            nccl_side_join(&firsts).map_err(|e| EngineError::Nccl(e.0))?;
+            nccl_side_join(&firsts)?;
         }
         let mut holders = Vec::new();
         for &run in &self.runs {
@@ -402,7 +403,7 @@ impl Exchange {
     pub(super) fn overlap(&self, step: (usize, usize)) -> Result<Option<(usize, usize)>, EngineError> {
         let on_gpu = self.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_)));
         match (&self.probe, on_gpu) {
-            (Some(p), _) => p.borrow_mut().read().map_err(|e| EngineError::Nccl(e.0)),
+            (Some(p), _) => p.borrow_mut().read().map_err(EngineError::from),
             (None, true) => Ok(None),
             (None, false) => Ok(Some(step)),
         }
@@ -422,7 +423,7 @@ impl Exchange {
         let LocalReduce::Nccl { groups } = &self.local else { return Ok(guards) };
         for g in groups {
             if let Some(DeviceId::Cuda(i)) = self.devices.get(g[0]) {
-                guards.0.push(SideStream::enter(*i).map_err(|e| EngineError::Nccl(e.0))?);
+                guards.0.push(SideStream::enter(*i)?);
             }
         }
         Ok(guards)
@@ -433,7 +434,7 @@ impl Exchange {
     fn reduce_range(
         &self,
         replicas: &Replicas,
-        range: (i64, i64),
+        range: Span,
     ) -> Result<Vec<Work<'static>>, EngineError> {
         let mut grads = replicas.grads_over(range);
         let first = match &self.local {
@@ -448,7 +449,7 @@ impl Exchange {
         // ranks is launched from it, so that c10d's wait for the current stream waits for it.
         let _side = match (&self.local, first.device()) {
             (LocalReduce::Nccl { .. }, tch::Device::Cuda(i)) => {
-                Some(SideStream::enter(i).map_err(|e| EngineError::Nccl(e.0))?)
+                Some(SideStream::enter(i)?)
             }
             _ => None,
         };
@@ -466,7 +467,7 @@ impl Exchange {
             }
         }
         let mut firsts: Vec<Tensor> = groups.iter().map(|g| grads[g[0]].shallow_clone()).collect();
-        nccl_local_allreduce(&mut firsts).map_err(|e| EngineError::Nccl(e.0))?;
+        nccl_local_allreduce(&mut firsts)?;
         Ok(firsts.swap_remove(0))
     }
 

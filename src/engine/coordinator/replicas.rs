@@ -10,7 +10,7 @@ pub use super::layout::{Held, ModelLayout, ReplicaTensors};
 use crate::dist::World;
 use crate::engine::optim::ema::Ema;
 use crate::engine::optim::loss_scale::{non_finite, DeviceScaler};
-use crate::engine::optim::{OptimConfig, OptimizerState, Zero};
+use crate::engine::optim::{OptimConfig, OptimizerState, ShardGrid, Span, Zero};
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
 use crate::model::TensorSpec;
@@ -76,18 +76,19 @@ impl Replicas {
         self.grads[i].shallow_clone()
     }
 
-    /// Whether each replica keeps only its shard of the gradient sums (`--zero 2`).
-    pub fn shards_gradients(&self) -> bool {
-        self.zero.shards_gradients() && self.span.1 > 1
+    /// The run's grid over the flat parameters: a part per replica of the run.
+    pub fn grid(&self) -> ShardGrid {
+        ShardGrid::new(self.layout.params.total(), self.span.1)
     }
 
-    /// The range of the flat buffer replica `i`'s gradient buffer holds.
-    pub fn grad_range(&self, i: usize) -> (i64, i64) {
-        let total = self.layout.params.total();
-        match self.shards_gradients() {
-            true => self.zero.shard(total, self.span.0 + i, self.span.1),
-            false => (0, total),
-        }
+    /// Whether each replica keeps only its shard of the gradient sums (`--zero 2`).
+    pub fn shards_gradients(&self) -> bool {
+        self.zero.grad_shard(self.grid(), self.span.0).is_some()
+    }
+
+    /// The span of the flat buffer replica `i`'s gradient buffer holds.
+    pub fn grad_range(&self, i: usize) -> Span {
+        self.zero.grad_shard(self.grid(), self.span.0 + i).unwrap_or_else(|| self.grid().whole())
     }
 
     /// Starts the moving average of the weights from replica 0's (or from `saved`, a
@@ -136,11 +137,10 @@ impl Replicas {
     pub fn add(&mut self, handles: ReplicaHandles, optim: OptimConfig) {
         let ReplicaHandles { params, grads, buffers, named_params, named_buffers, .. } = handles;
         let specs = &self.layout.param_specs;
-        let total = self.layout.params.total();
-        let (first, all) = self.span;
-        let shard = optim.zero.shard(total, first + self.optim.len(), all);
+        let grid = self.grid();
+        let shard = optim.zero.shard(grid, self.span.0 + self.optim.len());
         self.zero = optim.zero;
-        let cuts: Vec<i64> = (1..all).map(|g| Zero::grid(total, g, all)).collect();
+        let cuts = grid.cuts();
         let trainable = |i: usize| !specs[i].frozen;
         self.optim.push(OptimizerState::new(optim, &params, &self.layout.params, trainable, (shard, &cuts)));
         self.devices.push(params.device());
@@ -202,13 +202,13 @@ impl Replicas {
         divided: bool,
         found_inf: Option<&Tensor>,
     ) {
-        let from = self.grad_range(holder).0;
+        let from = self.grad_range(holder).start;
         self.optim[i].step((&self.grads[holder], from), (lr, batch), divided, found_inf);
     }
 
     /// Whether each replica holds only its shard of the optimizer state (`--zero 1`).
     pub fn sharded(&self) -> bool {
-        self.optim.first().is_some_and(|o| o.shard() != (0, self.layout.params.total()))
+        self.optim.first().is_some_and(|o| o.shard() != self.grid().whole())
     }
 
     /// Under `--zero 1`, copies each replica's updated shard of the weights into every other
@@ -221,41 +221,39 @@ impl Replicas {
         }
         let _guard = tch::no_grad_guard();
         for (i, state) in self.optim.iter().enumerate() {
-            let (start, end) = state.shard();
-            if start == end {
+            let shard = state.shard();
+            if shard.is_empty() {
                 continue;
             }
-            let updated = self.params[i].narrow(0, start, end - start);
+            let updated = self.params[i].narrow(0, shard.start, shard.len);
             for (j, params) in self.params.iter().enumerate() {
                 if j != i {
-                    params.narrow(0, start, end - start).copy_(&updated);
+                    params.narrow(0, shard.start, shard.len).copy_(&updated);
                 }
             }
         }
         let Some(w) = world.filter(|w| w.size > 1) else { return Ok(()) };
         // Every rank sends its block in turn (rank order) and takes the others'.
         for r in 0..w.size {
-            let (start, end) = self.block_of(w, r);
-            if start == end {
+            let span = self.block_of(w, r);
+            if span.is_empty() {
                 continue;
             }
-            let mut block = self.params[0].narrow(0, start, end - start);
+            let mut block = self.params[0].narrow(0, span.start, span.len);
             w.broadcast_from(&mut block, r)?;
             if r != w.rank {
                 for params in &self.params[1..] {
-                    params.narrow(0, start, end - start).copy_(&block);
+                    params.narrow(0, span.start, span.len).copy_(&block);
                 }
             }
         }
         Ok(())
     }
 
-    /// The range of the flat parameters whose optimizer state rank `r`'s replicas hold
+    /// The span of the flat parameters whose optimizer state rank `r`'s replicas hold
     /// together (their grid parts, neighbours).
-    pub fn block_of(&self, w: &World, r: usize) -> (i64, i64) {
-        let (total, all) = (self.layout.params.total(), self.span.1);
-        let first = w.replica_offset_of(r);
-        (Zero::grid(total, first, all), Zero::grid(total, first + w.replicas[r], all))
+    pub fn block_of(&self, w: &World, r: usize) -> Span {
+        self.grid().parts_from(w.replica_offset_of(r), w.replicas[r])
     }
 
     /// Whether the optimizer state is split over several processes (`--zero 1` in a run of
@@ -294,19 +292,19 @@ impl Replicas {
 
     /// The ranges of the flat gradient that carry gradients (the trainable parameters'): what
     /// the allreduce sums. At least one range (empty when nothing trains).
-    pub fn trainable_runs(&self) -> Vec<(i64, i64)> {
+    pub fn trainable_runs(&self) -> Vec<Span> {
         let specs = &self.layout.param_specs;
         let runs = self.layout.params.runs(|i| !specs[i].frozen);
         if runs.is_empty() {
-            vec![(0, 0)]
+            vec![Span::default()]
         } else {
-            runs
+            runs.into_iter().map(|(start, len)| Span { start, len }).collect()
         }
     }
 
     /// Each replica's gradient over `run`, as views of its flat buffer.
-    pub fn grads_over(&self, (offset, len): (i64, i64)) -> Vec<Tensor> {
-        self.grads.iter().map(|g| g.narrow(0, offset, len)).collect()
+    pub fn grads_over(&self, span: Span) -> Vec<Tensor> {
+        self.grads.iter().map(|g| g.narrow(0, span.start, span.len)).collect()
     }
 
     /// The global L2 norm of the mean gradient (the reduced sum over `batch` samples) in the
@@ -419,7 +417,8 @@ impl Replicas {
             optim: &self.optim,
             ema: self.ema.as_ref(),
             sharded: self.sharded(),
-            span: self.span,
+            first: self.span.0,
+            grid: self.grid(),
             split: world.filter(|_| self.split_over(world)),
         }
     }

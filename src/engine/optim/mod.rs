@@ -26,13 +26,13 @@ use tch::{Kind, Tensor};
 use super::flat::Layout;
 use dpt_sys::c10d::optim::{fused_adam, fused_sgd, AdamStep, OnDevice, SgdStep};
 
-pub use dpt_core::optim::{schedule, OptimConfig, OptimizerKind, Zero};
+pub use dpt_core::optim::{schedule, OptimConfig, OptimizerKind, ShardGrid, Span, Zero};
 
 /// Trainable tensors that share a weight decay, as views of the replica's flat buffers.
 struct Group {
     weight_decay: f64,
     /// Their ranges of the flat buffers (the gradient's views are taken from them each step).
-    ranges: Vec<(i64, i64)>,
+    ranges: Vec<Span>,
     params: Vec<Tensor>,
     /// Per slot, in the order of `cfg.kind.slots()`, the same ranges of it.
     slots: Vec<Vec<Tensor>>,
@@ -44,8 +44,8 @@ struct Group {
 /// no decay, no state change (their state stays zero).
 pub struct OptimizerState {
     cfg: OptimConfig,
-    /// The range of the flat parameters this state covers (all of them unsharded).
-    shard: (i64, i64),
+    /// The span of the flat parameters this state covers (all of them unsharded).
+    shard: Span,
     /// In the order of `cfg.kind.slots()`, flat like the parameters over `shard`.
     slots: Vec<Tensor>,
     groups: Vec<Group>,
@@ -57,17 +57,17 @@ pub struct OptimizerState {
 
 impl OptimizerState {
     /// Zeroed state for the flat parameter buffer `params` laid out by `layout`, updating the
-    /// tensors `trainable` (their ranges: [`Layout::runs`]) selects within `shard`, the range
-    /// of the flat buffer this replica updates (`(0, layout.total())` unsharded), each range
-    /// cut at the offsets `cuts`.
+    /// tensors `trainable` (their ranges: [`Layout::runs`]) selects within `shard`, the span
+    /// of the flat buffer this replica updates (the whole buffer unsharded), each range cut at
+    /// the offsets `cuts` (the run's grid's).
     pub fn new(
         cfg: OptimConfig,
         params: &Tensor,
         layout: &Layout,
         trainable: impl Fn(usize) -> bool,
-        (shard, cuts): ((i64, i64), &[i64]),
+        (shard, cuts): (Span, &[i64]),
     ) -> Self {
-        let (start, end) = shard;
+        let (start, end) = (shard.start, shard.end());
         let slots: Vec<Tensor> = cfg
             .kind
             .slots()
@@ -80,7 +80,7 @@ impl OptimizerState {
         let groups = [(true, cfg.weight_decay), (false, 0.0)]
             .into_iter()
             .map(|(decayed, weight_decay)| {
-                let ranges: Vec<(i64, i64)> = layout
+                let ranges: Vec<Span> = layout
                     .runs(|i| trainable(i) && cfg.decays(dims[i]) == decayed)
                     .into_iter()
                     .filter_map(|(o, n)| {
@@ -91,15 +91,15 @@ impl OptimizerState {
                         let inner = cuts.iter().copied().filter(move |&c| lo < c && c < hi);
                         let bounds: Vec<i64> =
                             std::iter::once(lo).chain(inner).chain(std::iter::once(hi)).collect();
-                        bounds.windows(2).map(|w| (w[0], w[1] - w[0])).collect::<Vec<_>>()
+                        bounds.windows(2).map(|w| Span::between(w[0], w[1])).collect::<Vec<_>>()
                     })
                     .collect();
                 Group {
                     weight_decay,
-                    params: ranges.iter().map(|&(o, n)| params.narrow(0, o, n)).collect(),
+                    params: ranges.iter().map(|r| params.narrow(0, r.start, r.len)).collect(),
                     slots: slots
                         .iter()
-                        .map(|s| ranges.iter().map(|&(o, n)| s.narrow(0, o - start, n)).collect())
+                        .map(|s| ranges.iter().map(|r| s.narrow(0, r.start - start, r.len)).collect())
                         .collect(),
                     steps: ranges.iter().map(|_| step.shallow_clone()).collect(),
                     ranges,
@@ -110,8 +110,8 @@ impl OptimizerState {
         OptimizerState { cfg, shard, slots, groups, step, grad_scale: scalar() }
     }
 
-    /// The range of the flat parameters this state covers.
-    pub fn shard(&self) -> (i64, i64) {
+    /// The span of the flat parameters this state covers.
+    pub fn shard(&self) -> Span {
         self.shard
     }
 
@@ -124,15 +124,15 @@ impl OptimizerState {
     /// whole slot laid out on the host, then this state's shard of it copied in.
     pub fn load_slot(&self, name: &str, layout: &Layout, logical: &Tensor) {
         let Some(i) = self.cfg.kind.slots().iter().position(|s| *s == name) else { return };
-        let (start, end) = self.shard;
-        if (start, end) == (0, layout.total()) {
+        let shard = self.shard;
+        if shard == (Span { start: 0, len: layout.total() }) {
             layout.load_logical(&self.slots[i], logical);
             return;
         }
         let whole = Tensor::zeros([layout.total()], (Kind::Float, tch::Device::Cpu));
         layout.load_logical(&whole, logical);
         let _guard = tch::no_grad_guard();
-        self.slots[i].shallow_clone().copy_(&whole.narrow(0, start, end - start));
+        self.slots[i].shallow_clone().copy_(&whole.narrow(0, shard.start, shard.len));
     }
 
     /// Sets the count of steps taken (a resumed or rewound run's: its steps less the skipped
@@ -162,7 +162,7 @@ impl OptimizerState {
         let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf };
         for g in &self.groups {
             let grads: Vec<Tensor> =
-                g.ranges.iter().map(|&(o, n)| grad_sum.narrow(0, o - grads_from, n)).collect();
+                g.ranges.iter().map(|r| grad_sum.narrow(0, r.start - grads_from, r.len)).collect();
             let done = match c.kind {
                 OptimizerKind::Sgd => {
                     let h = SgdStep {

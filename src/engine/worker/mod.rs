@@ -64,7 +64,7 @@ pub struct WorkerSetup {
     pub bucket_bytes: Option<(i64, i64)>,
     /// Under `--zero 2`, the range of the flat gradient this replica keeps the sum of (its
     /// gradient buffer is that long; the backward pass writes bucket buffers of the sink's).
-    pub grad_shard: Option<(i64, i64)>,
+    pub grad_shard: Option<dpt_core::optim::Span>,
 }
 
 struct Worker {
@@ -175,7 +175,7 @@ impl Worker {
         let trainable: Vec<usize> =
             (0..builder.params.len()).filter(|&i| !builder.params[i].frozen).collect();
         let (grads, grad_views) = match setup.grad_shard {
-            Some((start, end)) => (Tensor::zeros([end - start], (Kind::Float, setup.device)), Vec::new()),
+            Some(shard) => (Tensor::zeros([shard.len], (Kind::Float, setup.device)), Vec::new()),
             None => {
                 let grads = Tensor::zeros([params.numel()], (Kind::Float, setup.device));
                 let all = params.layout.views(&grads);

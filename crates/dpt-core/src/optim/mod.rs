@@ -5,7 +5,7 @@ pub mod loss_scale;
 pub mod schedule;
 pub mod zero;
 
-pub use zero::Zero;
+pub use zero::{ShardGrid, Span, Zero};
 
 use serde::{Deserialize, Serialize};
 

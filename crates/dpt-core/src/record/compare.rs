@@ -150,9 +150,10 @@ pub(crate) mod tests {
     #[test]
     fn the_best_is_the_highest_accuracy_or_without_classes_the_lowest_val_loss() {
         use crate::record::EpochStats;
-        let evaluations = [(2.0, 0.5), (1.2, 0.7), (1.5, 0.6)].map(|(test_loss, test_acc)| {
-            Record::Epoch(Box::new(EpochStats { test_loss, test_acc, ..Default::default() }))
-        });
+        let evaluations =
+            [(1, 2.0, 0.5), (2, 1.2, 0.7), (3, 1.5, 0.6)].map(|(epoch, test_loss, test_acc)| {
+                Record::Epoch(Box::new(EpochStats { epoch, test_loss, test_acc, ..Default::default() }))
+            });
         let classifier = info(0.1, 32, 0);
         let language_model = RunInfo { task: crate::model::Task::Tokens, ..info(0.1, 32, 0) };
         let run = |start: RunInfo| {

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use super::file::{read_records, RecordFileError, Tail};
+use super::script::EvalStats;
 use super::stats::{EpochStats, FinishReason, RunInfo};
 use super::Record;
 use crate::best::BestMetric;
@@ -19,6 +20,8 @@ pub struct RunFold {
     /// Its epochs, in order: epoch `k` at index `k - 1`. A continued run starts its epoch again,
     /// and that record replaces the earlier one and every one after it.
     pub epochs: Vec<EpochStats>,
+    /// A script run's evaluations (`run.eval(...)`), in order.
+    pub evals: Vec<EvalStats>,
     /// How the run ended; none while it runs (or where it died without a summary).
     pub finish: Option<FinishReason>,
 }
@@ -50,6 +53,7 @@ impl RunFold {
                 self.epochs.truncate(e.epoch.saturating_sub(1));
                 self.epochs.push((**e).clone());
             }
+            Record::Eval(e) => self.evals.push((**e).clone()),
             Record::Summary(s) => self.finish = Some(s.reason),
             _ => {}
         }
@@ -62,9 +66,14 @@ impl RunFold {
         self.info.as_deref().map_or_else(BestMetric::default, RunInfo::judged_metric)
     }
 
-    /// Each epoch's value of `metric`, in order.
+    /// Each evaluation's value of `metric`, in order: the epochs', or a script run's own.
     pub fn values(&self, metric: BestMetric) -> Vec<f64> {
-        self.epochs.iter().map(|e| metric.of(e.test_loss, e.test_acc)).collect()
+        let epochs = self.epochs.iter().map(|e| metric.of(e.test_loss, e.test_acc));
+        let evals = self.evals.iter().filter_map(|e| match metric {
+            BestMetric::ValAcc => e.acc(),
+            BestMetric::ValLoss => e.loss(),
+        });
+        epochs.chain(evals).collect()
     }
 
     /// The best of the run's epochs by its own [`metric`](Self::metric) (NaN never best).
@@ -175,6 +184,25 @@ mod tests {
         // A run without classes is judged by its loss, whatever it was asked.
         fold.apply(&start(BestMetric::ValAcc, Task::Tokens));
         assert_eq!(fold.metric(), BestMetric::ValLoss);
+    }
+
+    #[test]
+    fn a_script_runs_evaluations_are_its_values() {
+        let eval = |step: usize, name: &str, v: f64| {
+            let metrics = [(name.to_owned(), v)].into();
+            Record::Eval(Box::new(EvalStats { global_step: step, metrics }))
+        };
+        let records =
+            [start(BestMetric::ValAcc, Task::Classify), eval(10, "val_acc", 0.4), eval(20, "val_acc", 0.6)];
+        assert_eq!(RunFold::of(&records).best(), Some(0.6));
+        let losses = [
+            start(BestMetric::ValLoss, Task::Classify),
+            eval(10, "val_loss", 1.5),
+            eval(20, "val_loss", 1.1),
+        ];
+        assert_eq!(RunFold::of(&losses).best(), Some(1.1));
+        let only_loss = [start(BestMetric::ValAcc, Task::Classify), eval(10, "val_loss", 1.5)];
+        assert_eq!(RunFold::of(&only_loss).best(), None, "no accuracy to judge by");
     }
 
     #[test]

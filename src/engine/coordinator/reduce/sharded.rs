@@ -8,6 +8,7 @@ use super::Exchange;
 use crate::engine::allreduce::{sum_into_first, LocalReduce};
 use crate::engine::coordinator::Replicas;
 use crate::engine::EngineError;
+use dpt_core::optim::Span;
 use dpt_sys::c10d::{nccl_side_join, CudaEvent, SideStream, Work};
 
 /// A bucket summed under `--zero 2`: which it is, its range of the flat buffer, per local
@@ -16,7 +17,7 @@ use dpt_sys::c10d::{nccl_side_join, CudaEvent, SideStream, Work};
 /// ranks.
 pub(super) struct Kept {
     bucket: usize,
-    range: (i64, i64),
+    range: Span,
     sources: Vec<Tensor>,
     summed: Vec<Tensor>,
     works: Vec<Work<'static>>,
@@ -31,12 +32,12 @@ impl Exchange {
         &self,
         replicas: &Replicas,
         b: usize,
-        range: (i64, i64),
+        range: Span,
     ) -> Result<Kept, EngineError> {
         let mut staged = Vec::with_capacity(self.sinks.len());
         for sink in &self.sinks {
             let buffer = sink.staged(b).map_err(|e| EngineError::Nccl(e.to_string()))?;
-            staged.push(buffer.ok_or_else(|| EngineError::Nccl("--zero 2 without bucket buffers".into()))?);
+            staged.push(buffer.ok_or(EngineError::Invariant("--zero 2 without bucket buffers"))?);
         }
         let first = match &self.local {
             LocalReduce::Copies => {
@@ -64,14 +65,14 @@ impl Exchange {
         if let Some(w) = &self.world {
             let _side = match (&self.local, first.device()) {
                 (LocalReduce::Nccl { .. }, tch::Device::Cuda(i)) => {
-                    Some(SideStream::enter(i).map_err(|e| EngineError::Nccl(e.0))?)
+                    Some(SideStream::enter(i)?)
                 }
                 _ => None,
             };
-            let (start, end) = (range.0, range.0 + range.1);
+            let (start, end) = (range.start, range.end());
             for rank in 0..w.size {
-                let (lo, hi) = replicas.block_of(w, rank);
-                let (lo, hi) = (lo.max(start), hi.min(end));
+                let block = replicas.block_of(w, rank);
+                let (lo, hi) = (block.start.max(start), block.end().min(end));
                 if lo < hi {
                     works.extend(w.start_reduce(&first.narrow(0, lo - start, hi - lo), rank)?);
                 }
@@ -84,24 +85,20 @@ impl Exchange {
     /// shard's part of its sum into the replica's gradient buffer (on the GPUs' current streams,
     /// after their side streams), and gives its buffers back to the sinks.
     pub(super) fn keep_bucket(&self, replicas: &Replicas, k: Kept) -> Result<(), EngineError> {
-        let Kept { bucket, range: (start, len), sources, summed, works } = k;
+        let Kept { bucket, range, sources, summed, works } = k;
         self.finish_world(works)?;
         let _guard = tch::no_grad_guard();
         if !summed.is_empty() {
             // Every GPU's side stream, not only the first's: each one's buffer goes back to its
             // pool below, and its next writer must come after the NCCL sum that wrote it.
-            nccl_side_join(&summed).map_err(|e| EngineError::Nccl(e.0))?;
+            nccl_side_join(&summed)?;
         }
-        let end = start + len;
         for (i, source) in sources.iter().enumerate() {
-            let (lo, hi) = replicas.grad_range(i);
-            let (from, to) = (lo.max(start), hi.min(end));
+            let shard = replicas.grad_range(i);
+            let (from, to) = (shard.start.max(range.start), shard.end().min(range.end()));
             if from < to {
-                replicas.grad(i).narrow(0, from - lo, to - from).copy_(&source.narrow(
-                    0,
-                    from - start,
-                    to - from,
-                ));
+                let mut into = replicas.grad(i).narrow(0, from - shard.start, to - from);
+                into.copy_(&source.narrow(0, from - range.start, to - from));
             }
         }
         drop(sources);
@@ -119,8 +116,8 @@ impl Exchange {
         for sink in self.sinks.iter().filter(|s| !s.holds(b)) {
             let buffer = sink.staged(b).map_err(|e| EngineError::Nccl(e.to_string()))?;
             if let Some(tch::Device::Cuda(i)) = buffer.map(|t| t.device()) {
-                let mut event = CudaEvent::ordering(i).map_err(|e| EngineError::Nccl(e.0))?;
-                event.record().map_err(|e| EngineError::Nccl(e.0))?;
+                let mut event = CudaEvent::ordering(i)?;
+                event.record()?;
                 made.push(event);
             }
         }

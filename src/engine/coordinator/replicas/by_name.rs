@@ -8,7 +8,7 @@ use tch::{Device, Tensor};
 use super::{Held, ModelLayout, ReplicaTensors};
 use crate::dist::World;
 use crate::engine::optim::ema::Ema;
-use crate::engine::optim::{OptimizerState, Zero};
+use crate::engine::optim::{OptimizerState, ShardGrid};
 use crate::engine::EngineError;
 use crate::persist::checkpoint::NamedTensors;
 
@@ -23,8 +23,10 @@ pub struct StateByName<'a> {
     pub(super) ema: Option<&'a Ema>,
     /// Whether the replicas hold shards of the state rather than the whole of it.
     pub(super) sharded: bool,
-    /// The global index of this process's first replica, and the run's replicas in all.
-    pub(super) span: (usize, usize),
+    /// The global index of this process's first replica.
+    pub(super) first: usize,
+    /// The run's grid, whose parts the shards are.
+    pub(super) grid: ShardGrid,
     /// The ranks the shards are split over, where they are (`--zero 1` across processes).
     pub(super) split: Option<&'a World>,
 }
@@ -80,30 +82,29 @@ impl StateByName<'_> {
     /// each rank broadcasts in turn, one shard in flight, copied to the host where `keep`
     /// (else dropped at once).
     fn slot_parts(&self, k: usize, keep: bool) -> Result<Vec<(i64, Tensor)>, EngineError> {
-        let own = |o: &OptimizerState| o.slots().nth(k).map(|(_, t)| (o.shard().0, t.shallow_clone()));
+        let own = |o: &OptimizerState| o.slots().nth(k).map(|(_, t)| (o.shard().start, t.shallow_clone()));
         let Some(w) = self.split else {
             return Ok(self.optim.iter().filter_map(own).collect());
         };
-        let (first, all) = self.span;
-        let total = self.layout.params.total();
+        let (first, grid) = (self.first, self.grid);
         let mut parts = Vec::new();
         for r in 0..w.size {
             let from = w.replica_offset_of(r);
             for g in from..from + w.replicas[r] {
-                let (start, end) = (Zero::grid(total, g, all), Zero::grid(total, g + 1, all));
+                let part = grid.part(g);
                 if r == w.rank {
                     let Some((at, t)) = own(&self.optim[g - first]) else { continue };
-                    if end > start {
+                    if !part.is_empty() {
                         w.broadcast_from(&mut t.shallow_clone(), r)?;
                     }
                     parts.push((at, t));
                 } else {
-                    let mut t = Tensor::empty([end - start], (tch::Kind::Float, w.device));
-                    if end > start {
+                    let mut t = Tensor::empty([part.len], (tch::Kind::Float, w.device));
+                    if !part.is_empty() {
                         w.broadcast_from(&mut t, r)?;
                     }
                     if keep {
-                        parts.push((start, t.to_device(Device::Cpu)));
+                        parts.push((part.start, t.to_device(Device::Cpu)));
                     }
                 }
             }
