@@ -77,6 +77,14 @@ pub enum Column {
 }
 
 impl Column {
+    /// The table's columns, in order: the trial, each swept value, then its figures.
+    pub fn all(data: &SweepData) -> Vec<Column> {
+        let mut all = vec![Column::Trial];
+        all.extend((0..data.axes.len()).map(Column::Value));
+        all.extend([Column::State, Column::Epoch, Column::Latest, Column::Best, Column::Eta]);
+        all
+    }
+
     pub fn name(self, data: &SweepData) -> String {
         match self {
             Column::Trial => "trial".to_owned(),
@@ -351,9 +359,8 @@ impl Board {
     /// Sorts by the next column: none, trial, each swept value, state, epoch, latest, best,
     /// ETA, then none again. The best figures sort best first.
     fn next_sort(&mut self) {
-        let mut order = vec![None, Some(Column::Trial)];
-        order.extend((0..self.data.axes.len()).map(|a| Some(Column::Value(a))));
-        order.extend([Column::State, Column::Epoch, Column::Latest, Column::Best, Column::Eta].map(Some));
+        let mut order = vec![None];
+        order.extend(Column::all(&self.data).into_iter().map(Some));
         let at = order.iter().position(|c| *c == self.sort).unwrap_or(0);
         self.sort = order[(at + 1) % order.len()];
         let best_first = matches!(self.sort, Some(Column::Latest | Column::Best));

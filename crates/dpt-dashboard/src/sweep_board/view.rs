@@ -11,7 +11,7 @@ use ratatui::Frame;
 use dpt_core::sweep::TrialState;
 
 use super::bindings;
-use super::board::{Board, Column, Overlay, TrialRow};
+use super::board::{Board, Column, Overlay, SweepData, TrialRow};
 use crate::dashboard::view::plot::{Plot, Series};
 use crate::dashboard::view::{hms, Look};
 use crate::record::curves::y_range;
@@ -129,109 +129,119 @@ fn num(v: Option<f64>) -> String {
     v.filter(|v| v.is_finite()).map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
 }
 
-fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
-    let data = board.data();
-    let theme = look.theme;
-    // The columns' widths; on a narrow terminal the columns close up, then the thumbnails go,
-    // so that every trial's name and figures stay whole.
-    let mut widths: Vec<u16> = vec![data.trials.iter().map(|t| t.dir.len()).max().unwrap_or(5).max(5) as u16];
-    widths.extend(data.axes.iter().enumerate().map(|(a, name)| {
-        let w =
-            data.trials.iter().filter_map(|t| t.values.get(a)).map(|v| v.chars().count()).max().unwrap_or(1);
-        w.max(name.chars().count()) as u16
-    }));
-    widths.extend([11, 9, 7, 7, 8]);
-    let inner = area.width.saturating_sub(2);
-    // The thumbnails' cells: up to THUMB, at least 4, in what the other columns leave.
-    let room =
-        |spacing: u16| inner.saturating_sub(widths.iter().sum::<u16>() + spacing * widths.len() as u16);
-    let (spacing, thumb) = [2, 1]
-        .into_iter()
-        .map(|spacing| (spacing, room(spacing).min(THUMB as u16)))
-        .find(|&(_, thumb)| thumb >= 4)
-        .unwrap_or((1, 0));
-    let curve = thumb > 0;
-    if curve {
-        widths.push(thumb);
+/// The table's columns' widths, the spacing between them and the thumbnails' cells (0: none).
+struct Widths {
+    columns: Vec<u16>,
+    spacing: u16,
+    thumb: u16,
+}
+
+impl Widths {
+    /// The widths for a table `inner` cells wide: on a narrow terminal the columns close up,
+    /// then the thumbnails go, so that every trial's name and figures stay whole.
+    fn of(data: &SweepData, inner: u16) -> Widths {
+        let longest = data.trials.iter().map(|t| t.dir.len()).max().unwrap_or(5).max(5);
+        let mut columns: Vec<u16> = vec![longest as u16];
+        columns.extend(data.axes.iter().enumerate().map(|(a, name)| {
+            let values = data.trials.iter().filter_map(|t| t.values.get(a));
+            values.map(|v| v.chars().count()).max().unwrap_or(1).max(name.chars().count()) as u16
+        }));
+        columns.extend([11, 9, 7, 7, 8]);
+        // The thumbnails' cells: up to THUMB, at least 4, in what the other columns leave.
+        let room =
+            |spacing: u16| inner.saturating_sub(columns.iter().sum::<u16>() + spacing * columns.len() as u16);
+        let (spacing, thumb) = [2, 1]
+            .into_iter()
+            .map(|spacing| (spacing, room(spacing).min(THUMB as u16)))
+            .find(|&(_, thumb)| thumb >= 4)
+            .unwrap_or((1, 0));
+        if thumb > 0 {
+            columns.push(thumb);
+        }
+        Widths { columns, spacing, thumb }
     }
-    let mut header = vec!["trial".to_owned()];
-    header.extend(data.axes.iter().cloned());
-    header.extend(["state", "epoch", "latest", "best", "ETA"].map(str::to_owned));
-    if curve {
-        header.push("curve".to_owned());
-    }
+}
+
+/// The header: each column's name, the one the rows are sorted by underlined.
+fn header(board: &Board, look: &Look, curve: bool) -> Row<'static> {
+    let (data, theme) = (board.data(), look.theme);
     let (sorted, _) = board.sort();
-    let sorted_at = sorted.map(|c| match c {
-        Column::Trial => 0,
-        Column::Value(a) => 1 + a,
-        Column::State => 1 + data.axes.len(),
-        Column::Epoch => 2 + data.axes.len(),
-        Column::Latest => 3 + data.axes.len(),
-        Column::Best => 4 + data.axes.len(),
-        Column::Eta => 5 + data.axes.len(),
-    });
-    let header = Row::new(header.into_iter().enumerate().map(|(i, h)| {
-        let style = if Some(i) == sorted_at {
-            theme.title().add_modifier(Modifier::UNDERLINED)
-        } else {
-            theme.title()
-        };
-        Cell::from(h).style(style)
-    }));
-    // One scale for every thumbnail, so that their heights compare.
-    let curves: Vec<&[(f64, f64)]> = data.trials.iter().map(|t| t.curve.as_slice()).collect();
-    let scale = y_range(&curves, (f64::NEG_INFINITY, f64::INFINITY), false);
-    let best = board.best().map(|t| t.dir.clone());
-    let selected = board.selected().map(|t| t.dir.clone());
-    let order = board.rows();
-    let at = order.iter().position(|&i| selected.as_ref() == Some(&data.trials[i].dir));
-    let rows: Vec<Row> = order
+    let mut cells: Vec<Cell> = Column::all(data)
         .into_iter()
-        .map(|i| {
-            let t = &data.trials[i];
-            let mut cells = vec![Cell::from(t.dir.clone())];
-            cells.extend(t.values.iter().map(|v| Cell::from(v.clone())));
-            // Started, its dashboard not served yet (loading its data, say).
-            let label = if t.state == TrialState::Running && !t.live { "starting" } else { t.state.label() };
-            cells.push(Cell::from(label).style(theme.fg(state_colour(t.state, look))));
-            cells.push(Cell::from(if t.state == TrialState::Pending {
-                "-".to_owned()
-            } else {
-                format!("{:.1}/{}", t.epoch, t.epochs)
-            }));
-            cells.push(Cell::from(num(t.latest)));
-            let best_style = if best.as_ref() == Some(&t.dir) {
-                theme.fg(theme.accent).add_modifier(Modifier::BOLD)
-            } else {
-                Style::default()
-            };
-            cells.push(Cell::from(num(t.best)).style(best_style));
-            cells.push(Cell::from(
-                t.eta.filter(|_| t.state == TrialState::Running).map_or("-".to_owned(), hms),
-            ));
-            if curve {
-                cells.push(
-                    Cell::from(thumbnail(t, scale, usize::from(thumb), look.ascii))
-                        .style(theme.fg(theme.test_acc)),
-                );
-            }
-            let row = Row::new(cells);
-            if selected.as_ref() == Some(&t.dir) {
-                row.style(theme.highlight())
-            } else {
-                row
-            }
+        .map(|c| {
+            let style = theme.title();
+            let style = if Some(c) == sorted { style.add_modifier(Modifier::UNDERLINED) } else { style };
+            Cell::from(c.name(data)).style(style)
         })
         .collect();
-    let widths: Vec<Constraint> = widths.into_iter().map(Constraint::Length).collect();
+    if curve {
+        cells.push(Cell::from("curve").style(theme.title()));
+    }
+    Row::new(cells)
+}
+
+/// What every trial's row is drawn with.
+struct RowLook<'a> {
+    look: &'a Look<'a>,
+    best: Option<&'a str>,
+    selected: Option<&'a str>,
+    /// One scale for every thumbnail, so that their heights compare.
+    scale: Option<(f64, f64)>,
+    thumb: u16,
+}
+
+fn trial_row(t: &TrialRow, r: &RowLook) -> Row<'static> {
+    let theme = r.look.theme;
+    let mut cells = vec![Cell::from(t.dir.clone())];
+    cells.extend(t.values.iter().map(|v| Cell::from(v.clone())));
+    // Started, its dashboard not served yet (loading its data, say).
+    let label = if t.state == TrialState::Running && !t.live { "starting" } else { t.state.label() };
+    cells.push(Cell::from(label).style(theme.fg(state_colour(t.state, r.look))));
+    cells.push(Cell::from(if t.state == TrialState::Pending {
+        "-".to_owned()
+    } else {
+        format!("{:.1}/{}", t.epoch, t.epochs)
+    }));
+    cells.push(Cell::from(num(t.latest)));
+    let best_style = if r.best == Some(t.dir.as_str()) {
+        theme.fg(theme.accent).add_modifier(Modifier::BOLD)
+    } else {
+        Style::default()
+    };
+    cells.push(Cell::from(num(t.best)).style(best_style));
+    cells.push(Cell::from(t.eta.filter(|_| t.state == TrialState::Running).map_or("-".to_owned(), hms)));
+    if r.thumb > 0 {
+        let thumb = thumbnail(t, r.scale, usize::from(r.thumb), r.look.ascii);
+        cells.push(Cell::from(thumb).style(theme.fg(theme.test_acc)));
+    }
+    let row = Row::new(cells);
+    if r.selected == Some(t.dir.as_str()) {
+        row.style(theme.highlight())
+    } else {
+        row
+    }
+}
+
+fn table(frame: &mut Frame, area: Rect, board: &Board, look: &Look) {
+    let data = board.data();
+    let widths = Widths::of(data, area.width.saturating_sub(2));
+    let curves: Vec<&[(f64, f64)]> = data.trials.iter().map(|t| t.curve.as_slice()).collect();
+    let r = RowLook {
+        look,
+        best: board.best().map(|t| t.dir.as_str()),
+        selected: board.selected().map(|t| t.dir.as_str()),
+        scale: y_range(&curves, (f64::NEG_INFINITY, f64::INFINITY), false),
+        thumb: widths.thumb,
+    };
+    let order = board.rows();
+    let at = order.iter().position(|&i| r.selected == Some(data.trials[i].dir.as_str()));
+    let rows: Vec<Row> = order.into_iter().map(|i| trial_row(&data.trials[i], &r)).collect();
+    let constraints: Vec<Constraint> = widths.columns.into_iter().map(Constraint::Length).collect();
     let block = look.panel(format!("trials {} {}", look.sep(), data.metric.label()));
     // The selected row stays in view: the table scrolls to it.
     let mut state = TableState::default().with_selected(at);
-    frame.render_stateful_widget(
-        Table::new(rows, widths).header(header).block(block).column_spacing(spacing),
-        area,
-        &mut state,
-    );
+    let table = Table::new(rows, constraints).header(header(board, look, widths.thumb > 0));
+    frame.render_stateful_widget(table.block(block).column_spacing(widths.spacing), area, &mut state);
 }
 
 /// A trial's curve in `cells` cells, as bars of eight heights on the sweep's `scale`.
