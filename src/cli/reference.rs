@@ -1,8 +1,10 @@
 //! The generated reference, `docs/reference/`: the command line walked through clap's API, the
-//! settings tree with its defaults and the help of each key's flag, the record schema read from
-//! the record module's own source, the exit statuses and the environment variables.
+//! settings tree with its defaults and the help of each key's flag, the records from the record
+//! types' own schema (`records.rs`), the exit statuses and the environment variables.
 //! `dpt-tui reference DIR` writes it; `tests/docs.rs` writes it again and fails when the files
 //! in `docs/reference/` differ.
+
+mod records;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,24 +16,25 @@ use dpt_tui::settings::Settings;
 pub const REGENERATE: &str =
     "DPT_BLESS_DOCS=1 cargo test --test suite -- docs::, or dpt-tui reference docs/reference";
 
-/// Writes every page into `dir`.
+/// Writes every page into `dir` (none where one cannot be made).
 pub fn write(dir: &Path) -> std::io::Result<()> {
+    let pages = pages().map_err(|e| std::io::Error::other(format!("the records page: {e}")))?;
     std::fs::create_dir_all(dir)?;
-    for (name, text) in pages() {
+    for (name, text) in pages {
         std::fs::write(dir.join(name), text)?;
     }
     Ok(())
 }
 
-/// Every page: its file name and its text.
-pub fn pages() -> Vec<(&'static str, String)> {
-    vec![
+/// Every page: its file name and its text; why the records page cannot be written, if it cannot.
+pub fn pages() -> Result<Vec<(&'static str, String)>, String> {
+    Ok(vec![
         ("cli.md", cli()),
         ("settings.md", settings()),
-        ("records.md", records()),
+        ("records.md", records::page()?),
         ("exit-codes.md", exit_codes()),
         ("environment.md", environment()),
-    ]
+    ])
 }
 
 fn header(title: &str, intro: &str) -> String {
@@ -260,222 +263,6 @@ fn settings() -> String {
             loss.trim_matches('"')
         );
     }
-    out
-}
-
-// ---------------------------------------------------------------------------------------------
-// The record schema, read from the record module's source: its field names are the JSON keys
-// (no field is renamed), its doc comments the meanings.
-
-const RECORD_MOD: &str = include_str!("../../crates/dpt-core/src/record/mod.rs");
-const RECORD_STATS: &str = include_str!("../../crates/dpt-core/src/record/stats.rs");
-const RECORD_SCRIPT: &str = include_str!("../../crates/dpt-core/src/record/script.rs");
-const RECORD_WIRE: &str = include_str!("../../crates/dpt-core/src/record/run_info_wire.rs");
-const BOTTLENECK: &str = include_str!("../../crates/dpt-core/src/record/bottleneck/mod.rs");
-const FLOPS: &str = include_str!("../../crates/dpt-core/src/flops.rs");
-const MODEL: &str = include_str!("../../crates/dpt-core/src/model.rs");
-
-/// One field of a struct, or one variant of an enum (its fields in `ty`).
-struct Item {
-    name: String,
-    ty: String,
-    doc: String,
-    optional: bool,
-    flatten: bool,
-}
-
-/// The lines of `struct NAME { … }` or `enum NAME { … }` in `src`, without the braces.
-fn body<'a>(src: &'a str, kind: &str, name: &str) -> Vec<&'a str> {
-    let mut lines = src.lines();
-    let opening = format!("{kind} {name} {{");
-    for line in lines.by_ref() {
-        if line.trim_start().trim_start_matches("pub(super) ").trim_start_matches("pub ") == opening {
-            break;
-        }
-    }
-    lines.take_while(|l| *l != "}").collect()
-}
-
-/// The fields (or variants) declared in `lines`, with their doc comments.
-fn items(lines: &[&str]) -> Vec<Item> {
-    let mut out = Vec::new();
-    let (mut doc, mut optional, mut flatten) = (Vec::new(), false, false);
-    for line in lines {
-        let t = line.trim();
-        if let Some(d) = t.strip_prefix("///") {
-            doc.push(d.trim().to_owned());
-        } else if t.starts_with("#[") {
-            optional |= t.contains("skip_serializing_if");
-            flatten |= t.contains("flatten");
-        } else if !t.is_empty()
-            && !t.starts_with("//")
-            && line.starts_with("    ")
-            && !line.starts_with("     ")
-        {
-            let t = t.trim_start_matches("pub ").trim_end_matches(',');
-            let (name, ty) = match t.find([':', ' ', '{', '(']) {
-                Some(i) => (&t[..i], t[i..].trim_start_matches(':').trim()),
-                None => (t, ""),
-            };
-            out.push(Item {
-                name: name.to_owned(),
-                ty: ty.to_owned(),
-                doc: doc_text(&doc.join(" ")),
-                optional: optional || ty.starts_with("Option<"),
-                flatten,
-            });
-            (doc, optional, flatten) = (Vec::new(), false, false);
-        }
-    }
-    out
-}
-
-fn fields(src: &str, name: &str) -> Vec<Item> {
-    items(&body(src, "struct", name))
-}
-
-fn snake(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_lowercase());
-    }
-    out
-}
-
-/// The fields of a `{ a: T, b: U }` variant.
-fn variant_fields(ty: &str) -> Vec<String> {
-    let inner = ty.trim().trim_start_matches('{').trim_end_matches('}');
-    let (mut out, mut depth, mut current) = (Vec::new(), 0, String::new());
-    for c in inner.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(std::mem::take(&mut current));
-                continue;
-            }
-            _ => {}
-        }
-        current.push(c);
-    }
-    out.push(current);
-    out.iter()
-        .filter_map(|f| f.split_once(':').map(|(n, t)| format!("`{}` ({})", n.trim(), json_type(t.trim()))))
-        .collect()
-}
-
-/// The JSON form of a Rust field type.
-fn json_type(ty: &str) -> String {
-    let inner = ty.strip_prefix("Option<").and_then(|t| t.strip_suffix('>')).unwrap_or(ty);
-    if let Some(item) = inner.strip_prefix("Vec<").and_then(|t| t.strip_suffix('>')) {
-        return format!("array of {}", json_type(item));
-    }
-    match inner.rsplit("::").next().unwrap_or(inner) {
-        "f64" | "f32" => "number".to_owned(),
-        "usize" | "u64" | "u32" | "i64" => "integer".to_owned(),
-        "bool" => "boolean".to_owned(),
-        "String" | "PathBuf" | "DeviceId" | "ModelKind" | "Task" | "Precision" => "string".to_owned(),
-        "Settings" => "the settings tree".to_owned(),
-        t => format!("`{t}`"),
-    }
-}
-
-fn field_table(out: &mut String, items: &[Item], docs_from: &[Item]) {
-    out.push_str("\n| field | type | meaning |\n| --- | --- | --- |\n");
-    for f in items {
-        let doc = match docs_from.iter().find(|d| d.name == f.name && !d.doc.is_empty()) {
-            Some(d) => d.doc.as_str(),
-            None => f.doc.as_str(),
-        };
-        let optional = if f.optional { ", may be absent" } else { "" };
-        let _ = writeln!(out, "| `{}` | {}{optional} | {} |", f.name, cell(&json_type(&f.ty)), cell(doc));
-    }
-}
-
-fn records() -> String {
-    let mut out = header(
-        "Records",
-        "`metrics.jsonl` in a run directory is the run's record: one JSON object per line, tagged \
-         by `kind`, each with `time` (RFC 3339, when it was written). Later versions add kinds and \
-         fields, never remove these. The fields below are read from the record module's source \
-         (`crates/dpt-core/src/record/`); \"may be absent\" marks a field left out when it \
-         has no value. A resumed run continues the same file with a new `start` and a `restored` \
-         event; records after a `restored` event supersede those of a higher `global_step` \
-         before it.",
-    );
-    let run_info = fields(RECORD_STATS, "RunInfo");
-    let record_kinds = items(&body(RECORD_MOD, "enum", "Record"));
-    let kind_doc = |variant: &str| {
-        record_kinds.iter().find(|k| k.name == variant).map(|k| k.doc.clone()).unwrap_or_default()
-    };
-
-    let _ = write!(out, "\n## `start`\n\n{}\n", kind_doc("Start"));
-    let wire = fields(RECORD_WIRE, "RunInfoWire");
-    let (flattened, plain): (Vec<Item>, Vec<Item>) = wire.into_iter().partition(|f| f.flatten);
-    field_table(&mut out, &plain, &run_info);
-    if !flattened.is_empty() {
-        out.push_str(
-            "\nBeside them, for readers of earlier versions' records, the settings those listed as \
-             loose fields (each also in `settings`):\n",
-        );
-        field_table(&mut out, &fields(RECORD_WIRE, "Earlier"), &[]);
-    }
-    for (kind, variant, ty) in
-        [("step", "Step", "StepStats"), ("epoch", "Epoch", "EpochStats"), ("summary", "Summary", "Summary")]
-    {
-        let _ = write!(out, "\n## `{kind}`\n\n{}\n", kind_doc(variant));
-        field_table(&mut out, &fields(RECORD_STATS, ty), &[]);
-    }
-    let _ = write!(out, "\n## `eval`\n\n{}\n", kind_doc("Eval"));
-    field_table(&mut out, &fields(RECORD_SCRIPT, "EvalStats"), &[]);
-
-    let _ = write!(
-        out,
-        "\n## `event`\n\n{} Tagged by `event`:\n\n| event | fields | meaning |\n| --- | --- | --- |\n",
-        kind_doc("Event")
-    );
-    for change in items(&body(RECORD_MOD, "enum", "Change")) {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} |",
-            snake(&change.name),
-            cell(&variant_fields(&change.ty).join(", ")),
-            cell(&change.doc)
-        );
-    }
-
-    out.push_str("\n## Values inside records\n");
-    let nested: [(&str, &str, &str); 11] = [
-        ("StepTiming", RECORD_STATS, "`step`'s `timing`"),
-        ("ReplicaTiming", RECORD_STATS, "each of `step`'s `replicas`"),
-        ("LoaderStats", RECORD_STATS, "`step`'s `loader`"),
-        ("Bottleneck", BOTTLENECK, "`step`'s and `summary`'s `bottleneck`"),
-        ("PeakFlops", FLOPS, "`summary`'s `peak_flops`"),
-        ("Normalization", MODEL, "`start`'s `normalize`"),
-        ("Restart", RECORD_STATS, "`start`'s `restart`"),
-        ("WorldInfo", RECORD_STATS, "`start`'s `world`"),
-        ("MeasuredBus", BOTTLENECK, "`start`'s `bus_bandwidth`"),
-        ("ScriptInfo", RECORD_SCRIPT, "`start`'s `script`"),
-        ("ScriptDevice", RECORD_SCRIPT, "each of `script`'s `devices`"),
-    ];
-    for (ty, src, place) in nested {
-        let _ = write!(out, "\n### `{ty}`: {place}\n");
-        field_table(&mut out, &fields(src, ty), &[]);
-    }
-    for (ty, src, place) in [
-        ("FinishReason", RECORD_STATS, "`summary`'s `reason`"),
-        ("Cause", BOTTLENECK, "`bottleneck`'s `cause`"),
-        ("Capability", RECORD_SCRIPT, "each of `script`'s `can`"),
-    ] {
-        let _ = write!(out, "\n### `{ty}`: {place}\n\n| value | meaning |\n| --- | --- |\n");
-        for v in items(&body(src, "enum", ty)) {
-            let _ = writeln!(out, "| `{}` | {} |", snake(&v.name), cell(&v.doc));
-        }
-    }
-    out.push_str("\nThe `settings` of a `start` record is the settings tree ([settings.md](settings.md)).\n");
     out
 }
 

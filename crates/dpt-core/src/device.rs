@@ -7,7 +7,7 @@ use thiserror::Error;
 
 /// One replica's device; written `cpu` or `cuda:N` on the command line, in files and on the
 /// wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(into = "String", try_from = "String")]
 pub enum DeviceId {
     Cpu,

@@ -179,7 +179,7 @@ impl GpuPeak {
 }
 
 /// What a run's devices can do at most, all together, in the run's precision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeakFlops {
     /// FLOP/s, summed over the run's GPUs (each counted once, however many replicas share it).
     pub flops: f64,

@@ -93,6 +93,23 @@ pub fn one_of(names: &[&str]) -> String {
     }
 }
 
+/// A settings type the records' schema names without spelling out its fields: the settings
+/// reference does (`docs/reference/settings.md`), and a record holds it as the settings hold it.
+macro_rules! named_in_records {
+    ($($t:ident),*) => {$(
+        impl schemars::JsonSchema for $t {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($t).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "type": "object" })
+            }
+        }
+    )*};
+}
+pub(crate) use named_in_records;
+
 /// Gives a type whose `Display` and `FromStr` are each other's inverse the `String` conversions
 /// serde's `into` and `try_from` attributes use, so files write it as the command line does.
 #[macro_export]

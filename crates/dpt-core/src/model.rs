@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The models dpt-tui trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     /// d2l's from-scratch LeNet variant (seed 001).
@@ -47,7 +47,7 @@ pub struct Defaults {
 /// How stored values become the network's input: `(x / 255 - mean) / std` for bytes, `(x -
 /// mean) / std` for floats; one value for every channel, or one per channel. Runs record it
 /// (start records, checkpoints) as `{mean, std}`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Normalization {
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
@@ -62,7 +62,7 @@ impl Normalization {
 
 /// What a run's model is trained to do: found from the model and the data before the run
 /// starts, recorded in the start record, and what decides the loss and the measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Task {
     /// `[N, classes]` outputs against class labels: loss, accuracy, top-5, confusion counts.
@@ -143,7 +143,7 @@ impl ModelKind {
 }
 
 /// The number format of the forward and backward passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     /// Everything in f32 (convolutions use TF32 on GPUs that have it, libtorch's default).

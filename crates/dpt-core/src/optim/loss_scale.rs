@@ -14,6 +14,8 @@ pub struct LossScaling {
     pub growth_interval: u32,
 }
 
+crate::named_in_records!(LossScaling);
+
 impl Default for LossScaling {
     fn default() -> Self {
         LossScaling { init: 65536.0, growth_interval: 2000 }

@@ -55,6 +55,8 @@ pub struct OptimConfig {
     pub zero: Zero,
 }
 
+crate::named_in_records!(OptimConfig);
+
 impl Default for OptimConfig {
     /// The default model's (LeNet's) SGD.
     fn default() -> Self {

@@ -92,6 +92,8 @@ pub struct Schedule {
     pub gamma: f64,
 }
 
+crate::named_in_records!(Schedule);
+
 impl Default for Schedule {
     fn default() -> Self {
         Schedule { shape: Shape::Constant, warmup_steps: 0, min_lr: 0.0, gamma: 0.1 }

@@ -29,6 +29,7 @@ pub mod file;
 pub mod history;
 pub mod run;
 mod run_info_wire;
+pub mod schema;
 pub mod script;
 pub mod smooth;
 pub mod stats;
@@ -43,7 +44,7 @@ pub use stats::{
 };
 
 /// One entry of the run's record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Record {
     /// Workers are ready and training begins.
@@ -61,7 +62,7 @@ pub enum Record {
 }
 
 /// A change or an incident, recorded as an `event` line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Change {
     /// The learning rate changed at a step boundary.

@@ -14,55 +14,87 @@ use crate::optim::schedule::Schedule;
 use crate::optim::OptimConfig;
 use crate::settings::{ModelChoice, Settings};
 
-#[derive(Serialize, Deserialize)]
+/// The start record's fields, documented here once: [`RunInfo`] holds the same, by name.
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
 pub(super) struct RunInfoWire {
     model: ModelKind,
-    /// Absent in the records of versions before language models: they classified.
+    /// What the model is trained to do: runs without classes report no accuracy. Absent in the
+    /// records of versions before language models: they classified.
     #[serde(default)]
     task: crate::model::Task,
+    /// One entry per replica, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
     devices: Vec<DeviceId>,
     param_count: i64,
     steps_per_epoch: usize,
+    /// The learning rate in force when the run (re)started.
     lr: f64,
+    /// The live lr key's scale on the schedule when the run (re)started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lr_scale: Option<f64>,
     train_samples: usize,
     test_samples: usize,
+    /// The validation split's samples (`--val-fraction`): the epochs' test figures are then
+    /// its, and the test set is evaluated once at the end (a `tested` event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     val_samples: Option<usize>,
+    /// Training-time augmentation in words (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     augment: Option<String>,
+    /// `val` when the test figures are the data set's own `val/` folder's (it has no `test/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     test_split: Option<String>,
+    /// Intra-op threads each CPU replica uses.
     cpu_threads_per_replica: usize,
+    /// The global step a resumed run continues from.
     #[serde(default)]
     resumed_at: Option<usize>,
+    /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
     #[serde(default)]
     started_unix: Option<f64>,
+    /// Host memory the rewind points take when all `--snapshots` are kept (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     snapshot_bytes: Option<u64>,
+    /// Host memory a periodic checkpoint's copy takes while its thread writes it (absent: no
+    /// periodic checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     checkpoint_bytes: Option<u64>,
+    /// What one replica holds for the whole run, by part (absent in runs recorded before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     memory: Option<super::stats::StateBytes>,
+    /// The allreduce bus bandwidth `dpt-tui doctor` measured across this run's GPUs, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bus_bandwidth: Option<super::bottleneck::MeasuredBus>,
+    /// How this process sums its replicas' gradients (`nccl over 2 GPUs`, `copies through
+    /// cpu`), and across processes (`+ gloo across 2 ranks`).
     #[serde(default)]
     allreduce: String,
+    /// What the step timings were measured with (`host clock, every step`, `CUDA events, one
+    /// step in 10`).
     #[serde(default)]
     timing: String,
+    /// What the products compute in (`bf16 autocast, f32 weights and update`, `f32 with TF32
+    /// matrix products and convolutions`); empty in records of earlier versions.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     math: String,
+    /// The data set: what was loaded, the image shape and the classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     data: Option<String>,
+    /// The input normalization, `(x - mean) / std` per channel on the `[0, 1]` scale: what a
+    /// user applies to use the trained model elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     normalize: Option<Normalization>,
+    /// Why this attempt of the run continues an earlier one (absent: a start, or `--resume`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     restart: Option<Restart>,
+    /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     world: Option<WorldInfo>,
+    /// A run of the user's own script (`dpt-tui run -- CMD`): its label, controls and devices.
+    /// Its `settings` are then the defaults and say nothing of the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     script: Option<super::script::ScriptInfo>,
+    /// The run's settings, as resolved (records of earlier versions: rebuilt from the settings
+    /// they listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     settings: Option<Settings>,
     #[serde(flatten)]
@@ -70,9 +102,9 @@ pub(super) struct RunInfoWire {
 }
 
 /// The settings earlier versions' start records listed as loose fields.
-#[derive(Serialize, Deserialize, Default)]
+#[derive(Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
-struct Earlier {
+pub(super) struct Earlier {
     epochs: Option<usize>,
     batch_size: Option<usize>,
     momentum: f64,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// A control a run can take from a viewer. A native run takes them all; a script run those its
 /// client announced (a loop without an optimizer cannot change its lr).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Capability {
     Pause,
@@ -43,7 +43,7 @@ impl Capability {
 pub type ScriptConfig = serde_json::Map<String, serde_json::Value>;
 
 /// A device as the script named it (any kind torch has: `cuda`, `cpu`, `mps`, `xpu`…).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ScriptDevice {
     /// torch's device type (`cuda`, `cpu`, `mps`).
     pub kind: String,
@@ -72,7 +72,7 @@ impl ScriptDevice {
 }
 
 /// The start record's part for a script run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ScriptInfo {
     /// The model or script, as the script names it (free text).
     pub label: String,
@@ -103,7 +103,7 @@ impl ScriptInfo {
 }
 
 /// An evaluation at any step (a script's `run.eval(...)`): named figures.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EvalStats {
     /// The optimizer steps done when it was evaluated.
     pub global_step: usize,

@@ -14,86 +14,57 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 }
 
 /// Static facts about a run, recorded once when training starts (again after a resume): its
-/// settings tree as resolved, and what the run found or decided at start.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// settings tree as resolved, and what the run found or decided at start. Each field is the
+/// start record's of the same name, whose meaning its file form documents (`run_info_wire.rs`,
+/// whence the reference's records page).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(from = "super::run_info_wire::RunInfoWire", into = "super::run_info_wire::RunInfoWire")]
 pub struct RunInfo {
     pub model: ModelKind,
-    /// What the model is trained to do: runs without classes report no accuracy.
     pub task: crate::model::Task,
-    /// One entry per replica, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
     pub devices: Vec<DeviceId>,
     pub param_count: i64,
     pub steps_per_epoch: usize,
-    /// The learning rate in force when the run (re)started.
     pub lr: f64,
-    /// The live lr key's scale on the schedule when the run (re)started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_scale: Option<f64>,
     pub train_samples: usize,
     pub test_samples: usize,
-    /// The validation split's samples (`--val-fraction`): the epochs' test figures are then
-    /// its, and the test set is evaluated once at the end (a `tested` event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_samples: Option<usize>,
-    /// Training-time augmentation in words (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub augment: Option<String>,
-    /// `val` when the test figures are the data set's own `val/` folder's (it has no `test/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_split: Option<String>,
-    /// Intra-op threads each CPU replica uses.
     pub cpu_threads_per_replica: usize,
-    /// The global step a resumed run continues from.
     #[serde(default)]
     pub resumed_at: Option<usize>,
-    /// Wall-clock start, seconds since the Unix epoch (for the elapsed time of late viewers).
     #[serde(default)]
     pub started_unix: Option<f64>,
-    /// Host memory the rewind points take when all `--snapshots` are kept (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_bytes: Option<u64>,
-    /// Host memory a periodic checkpoint's copy takes while its thread writes it (absent: no
-    /// periodic checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_bytes: Option<u64>,
-    /// What one replica holds for the whole run, by part (absent in runs recorded before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<StateBytes>,
-    /// The allreduce bus bandwidth `dpt-tui doctor` measured across this run's GPUs, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bus_bandwidth: Option<super::bottleneck::MeasuredBus>,
-    /// How this process sums its replicas' gradients (`nccl over 2 GPUs`, `copies through
-    /// cpu`), and across processes (`+ gloo across 2 ranks`).
     #[serde(default)]
     pub allreduce: String,
-    /// What the step timings were measured with (`host clock, every step`, `CUDA events, one
-    /// step in 10`).
     #[serde(default)]
     pub timing: String,
-    /// What the products compute in (`bf16 autocast, f32 weights and update`, `f32 with TF32
-    /// matrix products and convolutions`); empty in records of earlier versions.
     #[serde(default)]
     pub math: String,
-    /// The data set: what was loaded, the image shape and the classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
-    /// The input normalization, `(x - mean) / std` per channel on the `[0, 1]` scale: what a
-    /// user applies to use the trained model elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normalize: Option<Normalization>,
-    /// Why this attempt of the run continues an earlier one (absent: a start, or `--resume`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<Restart>,
-    /// The processes of a multi-process run (absent for one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldInfo>,
-    /// A run of the user's own script (`dpt-tui run -- CMD`): its label, controls and devices.
-    /// Its `settings` are then the defaults and say nothing of the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<super::script::ScriptInfo>,
-    /// The run's settings, as resolved (records of earlier versions: rebuilt from the settings
-    /// they listed).
     pub settings: Settings,
 }
 
@@ -135,7 +106,7 @@ impl Default for RunInfo {
 
 /// The same command run again on a run directory that holds the run: by torchrun's restarts,
 /// Slurm's requeue, or a person or script.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Restart {
     /// `torchrun`, `slurm` or `the same command`.
     pub by: String,
@@ -222,7 +193,7 @@ impl RunInfo {
 pub use crate::model::Normalization;
 
 /// The processes of a multi-process run, as rank 0 records them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorldInfo {
     /// This process's rank.
     pub rank: usize,
@@ -238,7 +209,7 @@ pub struct WorldInfo {
 }
 
 /// Where a step's time went, in seconds, averaged over the steps of a report window.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepTiming {
     /// Gathering and normalizing the batch on the device (slowest replica).
     pub data: f64,
@@ -258,14 +229,14 @@ impl StepTiming {
 }
 
 /// One replica's share of the work in a report window (seconds per step, averaged).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReplicaTiming {
     pub data: f64,
     pub compute: f64,
 }
 
 /// Training statistics over the steps since the previous report.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepStats {
     /// 1-based epoch.
     pub epoch: usize,
@@ -329,7 +300,7 @@ pub struct StepStats {
 
 /// How the streaming loader kept up over a window: whether batches were ready when the
 /// replicas asked, and how fast its threads decode.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LoaderStats {
     /// Batches ready in a replica's queue when it asked for the next, on average (0: the
     /// replica waited for its loader).
@@ -344,7 +315,7 @@ pub struct LoaderStats {
 }
 
 /// End-of-epoch statistics, with test metrics computed over all replicas.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EpochStats {
     pub epoch: usize,
     #[serde(deserialize_with = "nan_if_null")]
@@ -379,7 +350,7 @@ pub struct EpochStats {
 pub const CONFUSION_MAX_CLASSES: usize = 100;
 
 /// Why a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// Every epoch ran.
@@ -397,7 +368,7 @@ pub enum FinishReason {
 }
 
 /// The run's result, as the seed prints it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     pub model: ModelKind,
     pub devices: Vec<DeviceId>,
@@ -446,7 +417,7 @@ pub struct Summary {
 
 /// The bytes one replica holds for the whole run: its weights, its gradient sums and its
 /// optimizer state (under `--zero 1`, its shard of the state).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StateBytes {
     pub weights: u64,
     pub gradients: u64,

@@ -45,6 +45,8 @@ pub struct Settings {
     pub placement: Placement,
 }
 
+crate::named_in_records!(Settings);
+
 /// The network and what it is fed.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]

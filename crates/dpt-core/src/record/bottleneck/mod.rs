@@ -19,7 +19,7 @@ pub use run::RunSplit;
 
 /// NCCL's allreduce bus bandwidth `dpt-tui doctor` measured across the run's GPUs (the same
 /// set, by UUID): what the communication verdict compares the run's own allreduce with.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MeasuredBus {
     /// Bus bandwidth in GB/s (NCCL's tests' definition: `2(n-1)/n × bytes / time`).
     pub gbs: f64,
@@ -34,7 +34,7 @@ pub fn bus_gbs(bytes: f64, n: usize, seconds: f64) -> f64 {
 }
 
 /// What limits the step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
     /// The replicas wait for their batches.
@@ -70,7 +70,7 @@ impl Cause {
 }
 
 /// The verdict on a report window or a whole run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Bottleneck {
     pub cause: Cause,
     /// How much of the step the cause takes (0 to 1); for `memory`, the share of the device's
