@@ -57,7 +57,7 @@ pub struct TrainConfig {
     /// of those rewind points as fit half the host memory available at start.
     pub points_sized: bool,
     /// Set when this attempt continues the run in its directory (the same command again).
-    pub restart: Option<crate::record::stats::Restart>,
+    pub restart: Option<crate::record::run_info::Restart>,
     pub kit: RunKit,
 }
 

@@ -15,7 +15,7 @@ use crate::cli::Args;
 use crate::Failure;
 use dpt_tui::dist::World;
 use dpt_tui::persist::checkpoint::{checkpoint_path, CheckpointState};
-use dpt_tui::record::stats::Restart;
+use dpt_tui::record::run_info::Restart;
 use dpt_tui::settings::{differences, Settings};
 
 /// `args`, turned into a continuation of the run in `--run-dir` when that folder holds one.

@@ -271,7 +271,7 @@ fn capital_s_asks_for_a_folder_to_save_into() {
 fn a_multi_process_run_shows_every_ranks_devices() {
     let mut app = App::new(&[]);
     let mut i = info(&["cpu"]);
-    i.world = Some(dpt_core::record::stats::WorldInfo {
+    i.world = Some(dpt_core::record::run_info::WorldInfo {
         rank: 0,
         backend: "gloo".into(),
         hosts: vec!["node-a".into(), "node-b".into()],

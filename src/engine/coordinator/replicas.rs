@@ -15,7 +15,7 @@ use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
 use crate::model::TensorSpec;
 use crate::persist::resume::Resume;
-use crate::record::stats::StateBytes;
+use crate::record::run_info::StateBytes;
 
 mod by_name;
 pub use by_name::StateByName;

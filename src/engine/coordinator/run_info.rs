@@ -10,7 +10,7 @@ pub(super) struct Accounts<'a> {
     /// The update's.
     pub(super) param_count: i64,
     /// The update's: what one replica holds.
-    pub(super) memory: crate::record::stats::StateBytes,
+    pub(super) memory: crate::record::run_info::StateBytes,
     /// The step plan's: the lr of the first step and the live key's scale.
     pub(super) lr: (f64, f64),
     /// The exchange's: how gradients are summed, and the other processes.
@@ -49,7 +49,7 @@ pub(super) fn run_info(cfg: &TrainConfig, facts: &RunFacts, parts: Accounts) -> 
         normalize: Some(cfg.normalization.clone()),
         math: facts.math.clone(),
         timing: parts.timing,
-        world: parts.world.map(|w| crate::record::stats::WorldInfo {
+        world: parts.world.map(|w| crate::record::run_info::WorldInfo {
             rank: w.rank,
             backend: format!("{:?}", w.backend).to_lowercase(),
             hosts: w.hosts.clone(),

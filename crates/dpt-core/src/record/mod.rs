@@ -28,6 +28,7 @@ pub mod curves;
 pub mod file;
 pub mod history;
 pub mod run;
+pub mod run_info;
 mod run_info_wire;
 pub mod schema;
 pub mod script;
@@ -39,9 +40,8 @@ pub mod text;
 
 use serde::{Deserialize, Serialize};
 
-pub use stats::{
-    EpochStats, FinishReason, LoaderStats, ReplicaTiming, RunInfo, StateBytes, StepStats, StepTiming, Summary,
-};
+pub use run_info::{RunInfo, StateBytes};
+pub use stats::{EpochStats, FinishReason, LoaderStats, ReplicaTiming, StepStats, StepTiming, Summary};
 
 /// One entry of the run's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

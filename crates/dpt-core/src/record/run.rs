@@ -7,8 +7,9 @@
 use std::path::Path;
 
 use super::file::{read_records, RecordFileError, Tail};
+use super::run_info::RunInfo;
 use super::script::EvalStats;
-use super::stats::{EpochStats, FinishReason, RunInfo};
+use super::stats::{EpochStats, FinishReason};
 use super::Record;
 use crate::best::BestMetric;
 

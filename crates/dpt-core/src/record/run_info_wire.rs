@@ -6,8 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{Normalization, Restart, RunInfo, WorldInfo};
+use super::run_info::{Restart, RunInfo, WorldInfo};
 use crate::device::DeviceId;
+use crate::model::Normalization;
 use crate::model::{ModelKind, Precision};
 use crate::optim::loss_scale::LossScaling;
 use crate::optim::schedule::Schedule;
@@ -60,7 +61,7 @@ pub(super) struct RunInfoWire {
     checkpoint_bytes: Option<u64>,
     /// What one replica holds for the whole run, by part (absent in runs recorded before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    memory: Option<super::stats::StateBytes>,
+    memory: Option<super::run_info::StateBytes>,
     /// The allreduce bus bandwidth `dpt-tui doctor` measured across this run's GPUs, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bus_bandwidth: Option<super::bottleneck::MeasuredBus>,

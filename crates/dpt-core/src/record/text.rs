@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Change, Record, RunInfo, StepStats, Summary};
 use crate::flops::{mfu_label, rate_label};
-use crate::policies::OnNan;
 
 /// How a line is coloured, and how much it matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,19 +104,19 @@ impl Narrator {
                 self.val = i.val_samples.is_some() || i.test_split.as_deref() == Some("val");
                 self.script = i.script.as_ref().map(|s| s.total_steps);
                 match &i.script {
-                    Some(script) => info(script_start_line(i, script)),
+                    Some(script) => info(script_run::script_start_line(i, script)),
                     None => info(start_line(i)),
                 }
             }
             Record::Step(s) if self.script.is_some() => Some(Line {
                 level: Level::Info,
                 progress: true,
-                text: script_step_line(s, self.script.flatten(), self.classes),
+                text: script_run::script_step_line(s, self.script.flatten(), self.classes),
             }),
             Record::Eval(e) => info(format!(
                 "step {} evaluation: {}",
                 e.global_step,
-                e.metrics.iter().map(|(k, v)| format!("{k} {}", figure(*v))).collect::<Vec<_>>().join(", ")
+                e.metrics.iter().map(|(k, v)| format!("{k} {}", script_run::figure(*v))).collect::<Vec<_>>().join(", ")
             )),
             Record::Step(s) => Some(Line {
                 level: Level::Info,
@@ -183,7 +182,7 @@ impl Narrator {
             )),
             // A rewind point is listed by the `r` key, not in the log (one every few hundred steps).
             Record::Event(Change::Snapshot { .. }) => None,
-            Record::Event(c) => Some(change_line(c)),
+            Record::Event(c) => Some(events::change_line(c)),
             Record::Summary(s) if self.script.is_some() => info(format!(
                 "{} steps ({}){}\nspeed: {:.1} samples/sec",
                 s.global_steps,
@@ -257,154 +256,6 @@ fn summary_verdict(s: &Summary) -> String {
 pub fn loader(l: &super::LoaderStats) -> String {
     let waiting = if l.ready < 0.5 { " (replicas wait for data)" } else { "" };
     format!("{:.1}/{} ready, {:.0} img/s decoding{waiting}", l.ready, l.depth, l.images_per_sec)
-}
-
-fn change_line(c: &Change) -> Line {
-    let (level, text) = match c {
-        Change::LrChanged { from, to, global_step } => {
-            (Level::Info, format!("lr {} -> {} at step {global_step}", lr_text(*from), lr_text(*to)))
-        }
-        Change::Paused { global_step } => (Level::Info, format!("paused at step {global_step}")),
-        Change::Resumed { global_step } => (Level::Info, format!("resumed at step {global_step}")),
-        Change::StopRequested { global_step } => (Level::Info, format!("stopping after step {global_step}")),
-        Change::Preempted { global_step } => (
-            Level::Warn,
-            format!("preempted: checkpointing after step {global_step}; the same command continues the run"),
-        ),
-        Change::Saved { path, global_step } => {
-            (Level::Info, format!("saved weights at step {global_step} to {path}"))
-        }
-        Change::Checkpointed { path, global_step } => {
-            (Level::Info, format!("checkpoint written at step {global_step} ({path})"))
-        }
-        Change::Restored { epoch, step, global_step } => (
-            Level::Info,
-            format!(
-                "resumed from the checkpoint at epoch {} step {step} (step {global_step} in all)",
-                epoch + 1
-            ),
-        ),
-        Change::Refused { reason } => (Level::Warn, format!("refused: {reason}")),
-        Change::Warning { message } => (Level::Warn, format!("warning: {message}")),
-        Change::NotFinite { global_step, then } => {
-            let then = match then {
-                OnNan::Ignore => " (--on-nan ignore)",
-                OnNan::Pause => {
-                    ": paused; the last good checkpoint is in the run directory (--resume it, with a lower --lr)"
-                }
-                OnNan::Stop => ": stopping; the last good checkpoint is kept",
-            };
-            (Level::Warn, format!("warning: the loss is not finite at step {global_step}{then}"))
-        }
-        Change::Tested { loss, acc, top5_acc, samples } => (
-            Level::Info,
-            format!(
-                "test set ({samples} samples, kept out of training and model choice): loss {loss:.4}, acc {acc:.3}{}",
-                top5_acc.map_or(String::new(), |a| format!(", top-5 {a:.3}"))
-            ),
-        ),
-        Change::BestKept { epoch, metric, value, path } => {
-            (Level::Info, format!("epoch {epoch} is among the best ({metric} {value:.4}): kept in {path}"))
-        }
-        Change::EarlyStopped { epoch, best_epoch, metric, best, patience } => (
-            Level::Warn,
-            format!("early stop after epoch {epoch}: {metric} has not improved for {patience} evaluation(s); the best, {best:.4}, was at epoch {best_epoch}"),
-        ),
-        Change::InitFrom { path, loaded, missing, unused } => {
-            let mut line = format!("started from {path}: {loaded} tensor(s) loaded");
-            if !missing.is_empty() {
-                line += &format!("; kept the model's own initial values for {}", missing.join(", "));
-            }
-            if !unused.is_empty() {
-                line += &format!("; not in the model: {}", unused.join(", "));
-            }
-            let level = if missing.is_empty() && unused.is_empty() { Level::Info } else { Level::Warn };
-            (level, line)
-        }
-        Change::SaveFailed { path, message, advice } => {
-            (Level::Error, format!("cannot save {path}: {message}; the weights are kept in memory; {advice}"))
-        }
-        Change::Failed { message, .. } => (Level::Error, format!("training failed: {message}")),
-        Change::Sampled { global_step, prompt, text } => {
-            (Level::Info, format!("sample at step {global_step}: {prompt:?} → {text:?}"))
-        }
-        Change::Straggler { replica, device, step_ms, median_ms, global_step } => (
-            Level::Warn,
-            format!(
-                "straggler: replica {replica} ({device}) takes {step_ms:.1} ms per step against the median {median_ms:.1} ms (+{:.0}%) at step {global_step}",
-                100.0 * (step_ms / median_ms - 1.0)
-            ),
-        ),
-        Change::Rebucketed { global_step, before, after } => (
-            Level::Info,
-            format!(
-                "gradient buckets re-planned in the order the first step made the gradients: {after} bucket(s), {before} before, from step {global_step}"
-            ),
-        ),
-        Change::Snapshot { global_step, .. } => (Level::Info, format!("rewind point at step {global_step}")),
-        Change::Rewound { from, to, lr, skipped, .. } => (
-            Level::Warn,
-            format!("rewound from step {from} to step {to}: lr {}, {skipped} batch(es) skipped", lr_text(*lr)),
-        ),
-    };
-    Line { level, text, progress: false }
-}
-
-/// A number as a line shows it: four significant digits, whatever its size.
-fn figure(v: f64) -> String {
-    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
-        format!("{v:.3e}")
-    } else {
-        format!("{}", (v * 1e4).round() / 1e4)
-    }
-}
-
-/// What a script run's start says: what it is, where, and what it can be asked.
-fn script_start_line(info: &RunInfo, script: &super::script::ScriptInfo) -> String {
-    let devices = if script.devices.is_empty() {
-        device_list(&info.devices)
-    } else {
-        script.devices.iter().map(super::script::ScriptDevice::label).collect::<Vec<_>>().join(", ")
-    };
-    let can: Vec<String> = script
-        .can
-        .iter()
-        .filter(|c| **c != super::script::Capability::Unknown)
-        .map(|c| serde_json::to_value(c).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
-        .collect();
-    format!(
-        "watching {} ({} script, {} rank(s) on {devices}){}; it takes: {}",
-        script.label,
-        script.framework,
-        script.world_size,
-        script.total_steps.map_or(String::new(), |n| format!(", {n} steps")),
-        if can.is_empty() { "no controls".to_owned() } else { can.join(", ") }
-    )
-}
-
-/// A script run's report window: only what the script reported.
-fn script_step_line(s: &StepStats, total: Option<usize>, classes: bool) -> String {
-    let mut line = match total {
-        Some(n) => format!("step {:>5}/{n}", s.global_step),
-        None => format!("step {:>5}", s.global_step),
-    };
-    line += &format!("  loss {:.4}", s.loss);
-    if classes && s.acc.is_finite() {
-        line += &format!("  acc {:.3}", s.acc);
-    }
-    if s.lr > 0.0 {
-        line += &format!("  lr {}", lr_text(s.lr));
-    }
-    if s.samples_per_sec > 0.0 {
-        line += &format!("  {:.1} samples/s", s.samples_per_sec);
-    }
-    if s.timing.compute > 0.0 {
-        line += &format!("  step {} ms", ms(s.timing.compute));
-    }
-    for (name, v) in &s.scalars {
-        line += &format!("  {name} {}", figure(*v));
-    }
-    line
 }
 
 fn start_line(info: &RunInfo) -> String {
@@ -492,6 +343,8 @@ pub fn loss_scale(s: &StepStats) -> String {
     }
 }
 
+mod events;
+mod script_run;
 #[cfg(test)]
 pub(crate) mod tests;
 

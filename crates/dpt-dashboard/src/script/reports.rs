@@ -319,7 +319,7 @@ impl Reports {
             .collect();
         let world = self.world();
         // More than one rank: each rank's devices, which its samples and step times carry.
-        let world_info = (world > 1).then(|| crate::record::stats::WorldInfo {
+        let world_info = (world > 1).then(|| crate::record::run_info::WorldInfo {
             rank: 0,
             backend: "the script's own".into(),
             hosts: (0..world)

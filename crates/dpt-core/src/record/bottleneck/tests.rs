@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::monitor::gpu::GpuDetail;
-use crate::record::stats::WorldInfo;
+use crate::record::run_info::WorldInfo;
 use crate::record::{LoaderStats, Record, ReplicaTiming, StepTiming};
 
 fn split(data: f64, compute: f64, allreduce: f64, update: f64) -> StepTiming {
