@@ -96,19 +96,14 @@ pub fn python() -> String {
         .unwrap_or_else(|_| "python3".to_owned())
 }
 
-/// The GPT's script: nanoGPT's architecture, its export and PyTorch's loops for it, which the
-/// bench ships (`assets/pytorch/`).
-pub const GPT: &str = "assets/pytorch/gpt.py";
+/// The GPT's script, which the bench ships (`assets/pytorch/gpt.py`: nanoGPT's architecture, its
+/// export and PyTorch's loops for it), named as [`script`] takes a name.
+pub const GPT: &str = "../../assets/pytorch/gpt.py";
 
-/// A script of `tests/scripts/` by its name, or one the product ships by its path in the
-/// repository ([`GPT`]).
+/// A script of `tests/scripts/` (`client/pure_loop.py`), or one the product ships by its path
+/// from there ([`GPT`]).
 pub fn script(name: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    if name.contains('/') {
-        root.join(name)
-    } else {
-        root.join("tests/scripts").join(name)
-    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scripts").join(name)
 }
 
 /// What `python tests/scripts/NAME ARGS` gives (exit status, stdout, stderr), run by one Python
