@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::anyhow;
 
+use super::sweep::watch::{self, Opening};
 use super::{dashboard_options, failed, input, theme, watch_signals};
 use crate::cli::Args;
 use crate::Failure;
@@ -27,7 +28,7 @@ pub fn run(run: Option<&Path>, read_only: bool, args: &Args) -> Result<u8, Failu
     };
     if run_dir.join(dpt_tui::sweep::SWEEP_FILE).is_file() {
         let shown = run.map_or_else(|| run_dir.display().to_string(), |r| r.display().to_string());
-        return super::sweep::watch::watch(&run_dir, &shown, read_only, false, args);
+        return watch::watch(&run_dir, &shown, Opening::Attached { read_only }, args);
     }
     if !client::is_live(&run_dir) {
         let d = run_dir.display();

@@ -232,7 +232,7 @@ fn run_cases(bench: &mut Bench, asked: &Asked, data: &Data, t0: Instant) -> Vec<
         let at = runnable.iter().position(|c| c.name == case.name);
         let deadline = at.map_or(std::time::Duration::ZERO, |k| plan::deadline(&runnable, k, left));
         let mut result = bench.case(case, deadline, data);
-        result.derive();
+        result.fill_derived_figures();
         println!("  {:<14} {}", case.name, one_line(&result));
         results.push(result);
     }

@@ -12,8 +12,8 @@ pub enum Arch {
     Lenet,
     Resnet18,
     MnistNet,
-    /// nanoGPT's architecture (`assets/pytorch/gpt.py`), scripted by the Python.
-    Gpt,
+    /// nanoGPT's architecture (`assets/pytorch/gpt.py`) of this shape, scripted by the Python.
+    Gpt(GptShape),
 }
 
 impl Arch {
@@ -23,7 +23,7 @@ impl Arch {
             Arch::Lenet => "lenet",
             Arch::Resnet18 => "resnet18",
             Arch::MnistNet => "mnist-net",
-            Arch::Gpt => "gpt",
+            Arch::Gpt(_) => "gpt",
         }
     }
 }
@@ -109,9 +109,18 @@ pub struct Case {
     pub warmup: usize,
     /// Steps timed.
     pub steps: usize,
-    pub gpt: Option<GptShape>,
     /// Relative share of the budget.
     pub weight: u32,
+}
+
+impl Case {
+    /// The GPT's shape, for a case that trains one.
+    pub fn gpt(&self) -> Option<GptShape> {
+        match self.kind {
+            Kind::Train { net: Arch::Gpt(shape), .. } => Some(shape),
+            _ => None,
+        }
+    }
 }
 
 /// Every case's name, in the order they run.
@@ -135,9 +144,9 @@ pub fn cases(gpus: usize) -> Vec<Case> {
     let sized = |name, kind, batch: (usize, usize), steps: (usize, usize), weight: (u32, u32)| {
         let (batch, steps, weight) =
             if gpu { (batch.0, steps.0, weight.0) } else { (batch.1, steps.1, weight.1) };
-        Case { name, kind, batch, warmup: (steps / 4).max(2), steps, gpt: None, weight }
+        Case { name, kind, batch, warmup: (steps / 4).max(2), steps, weight }
     };
-    let gpt = |case: Case| Case { gpt: Some(if gpu { GPT2_SMALL } else { GPT_CPU }), ..case };
+    let gpt = Arch::Gpt(if gpu { GPT2_SMALL } else { GPT_CPU });
     let f32 = Precision::F32;
     let bf16 = Precision::Bf16;
     let mut all = vec![
@@ -145,8 +154,8 @@ pub fn cases(gpus: usize) -> Vec<Case> {
         sized("resnet18", train(Arch::Resnet18, f32, Placement::One), (256, 32), (60, 8), (3, 4)),
         sized("resnet18-bf16", train(Arch::Resnet18, bf16, Placement::One), (256, 32), (60, 8), (3, 4)),
         sized("mnist-net", train(Arch::MnistNet, f32, Placement::One), (64, 64), (200, 40), (2, 1)),
-        gpt(sized("gpt", train(Arch::Gpt, f32, Placement::One), (12, 16), (30, 16), (5, 2))),
-        gpt(sized("gpt-bf16", train(Arch::Gpt, bf16, Placement::One), (12, 16), (30, 16), (4, 2))),
+        sized("gpt", train(gpt, f32, Placement::One), (12, 16), (30, 16), (5, 2)),
+        sized("gpt-bf16", train(gpt, bf16, Placement::One), (12, 16), (30, 16), (4, 2)),
         sized("two-replicas", train(Arch::Resnet18, f32, Placement::TwoOnOne), (256, 32), (60, 8), (3, 4)),
     ];
     if gpus >= 2 {
@@ -217,9 +226,9 @@ mod tests {
         let names: Vec<&str> = cpu.iter().map(|c| c.name).collect();
         assert_eq!(names, CASE_NAMES[..7]);
         let gpt = cpu.iter().find(|c| c.name == "gpt").expect("a gpt case");
-        assert_eq!(gpt.gpt, Some(GPT_CPU));
+        assert_eq!(gpt.gpt(), Some(GPT_CPU));
         let one = cases(1);
-        assert_eq!(one.iter().find(|c| c.name == "gpt").and_then(|c| c.gpt), Some(GPT2_SMALL));
+        assert_eq!(one.iter().find(|c| c.name == "gpt").and_then(Case::gpt), Some(GPT2_SMALL));
         assert_eq!(one.iter().find(|c| c.name == "resnet18").map(|c| c.batch), Some(256));
         let eight = cases(8);
         assert_eq!(eight.len(), 9);

@@ -49,7 +49,8 @@ impl<F> Side<F> {
         Side { status: Status::Ok, reason: None, figures: Some(figures) }
     }
 
-    pub fn not(status: Status, reason: impl Into<String>) -> Self {
+    /// A side that gave no figures (unsupported, failed, timed out, stopped), and why.
+    pub fn unmeasured(status: Status, reason: impl Into<String>) -> Self {
         Side { status, reason: Some(reason.into()), figures: None }
     }
 
@@ -114,8 +115,8 @@ impl CaseResult {
             precision,
             batch: case.batch,
             steps: case.steps,
-            tokens_per_sample: case.gpt.map_or(1, |g| g.block),
-            dpt_tui: Side::not(Status::Unsupported, "not run"),
+            tokens_per_sample: case.gpt().map_or(1, |g| g.block),
+            dpt_tui: Side::unmeasured(Status::Unsupported, "not run"),
             pytorch: None,
             ratio: None,
             model_flops: None,
@@ -131,7 +132,7 @@ impl CaseResult {
 
     /// Fills the ratio and the FLOP figures from both sides' figures: the model's FLOPs as
     /// dpt-tui counted them (FlopCounterMode's on the PyTorch side when dpt-tui did not run).
-    pub fn derive(&mut self) {
+    pub fn fill_derived_figures(&mut self) {
         let ours = self.dpt_tui.figures.as_ref();
         let theirs = self.pytorch.as_ref().and_then(|p| p.figures.as_ref());
         if let (Some(o), Some(t)) = (ours, theirs) {

@@ -137,27 +137,27 @@ impl Bench {
         let Kind::Train { net, precision, placement } = case.kind else {
             return self.allreduce(case, deadline);
         };
-        let model = match case.gpt {
+        let model = match case.gpt() {
             Some(g) => format!("gpt {}x{}, vocab {}, block {}", g.layers, g.width, g.vocab, g.block),
             None => net.name().to_owned(),
         };
         let mut result = CaseResult::new(case, model, self.devices(placement), precision.to_string());
         if let Some(why) = self.cannot_run(case) {
-            result.dpt_tui = Side::not(Status::Unsupported, why.clone());
-            result.pytorch = self.python.as_ref().map(|_| Side::not(Status::Unsupported, why));
+            result.dpt_tui = Side::unmeasured(Status::Unsupported, why.clone());
+            result.pytorch = self.python.as_ref().map(|_| Side::unmeasured(Status::Unsupported, why));
             return result;
         }
         let gpus = self.gpus_of(placement).len();
         result.peak = self.gpu_name.as_deref().and_then(|n| PeakFlops::of(n, gpus, precision, true));
         let ours = if self.python.is_some() { deadline / 2 } else { deadline };
-        let tokens = match case.gpt {
+        let tokens = match case.gpt() {
             Some(shape) => match self.gpt_inputs(shape, data, ours) {
                 Ok((model, tokens, note)) => {
                     result.note = note;
                     Some((model, tokens))
                 }
                 Err((status, why)) => {
-                    result.dpt_tui = Side::not(status, why);
+                    result.dpt_tui = Side::unmeasured(status, why);
                     return result;
                 }
             },
@@ -222,7 +222,7 @@ impl Bench {
         deadline: Duration,
     ) -> Side<child::RunFigures> {
         let Kind::Train { precision, placement, .. } = case.kind else {
-            return Side::not(Status::Unsupported, "not a training case");
+            return Side::unmeasured(Status::Unsupported, "not a training case");
         };
         let run_dir = self.scratch.join("runs").join(case.name);
         let mut cmd = Command::new(&self.exe);
@@ -237,7 +237,7 @@ impl Bench {
         cmd.args(["--checkpoint-every", "0", "--snapshots", "0", "--seed", "0"]);
         cmd.arg("--run-dir").arg(&run_dir);
         let total = (case.warmup + case.steps).to_string();
-        match (gpt, case.gpt) {
+        match (gpt, case.gpt()) {
             (Some((model, tokens)), Some(g)) => {
                 cmd.arg("--model").arg(model).arg("--data").arg(tokens);
                 cmd.args(["--block-size", &g.block.to_string(), "--steps", &total, "--eval-every", &total]);
@@ -258,22 +258,22 @@ impl Bench {
                     .and_then(|_| std::fs::copy(run_dir.join(METRICS_FILE), kept.join(METRICS_FILE)));
                 match child::records(&run_dir).map(|r| child::run_figures(&r, case.batch)) {
                     Ok(Some(f)) => Side::ok(f),
-                    Ok(None) => Side::not(Status::Failed, "its record has no timed steps"),
-                    Err(e) => Side::not(Status::Failed, e),
+                    Ok(None) => Side::unmeasured(Status::Failed, "its record has no timed steps"),
+                    Err(e) => Side::unmeasured(Status::Failed, e),
                 }
             }
             // Bad input: dpt-tui refused the case's settings before training (it does not
             // support them here); any other failure is the run's.
             Ended::Failed { reason, code: Some(c) } if c == i32::from(BAD_INPUT) => {
-                Side::not(Status::Unsupported, reason)
+                Side::unmeasured(Status::Unsupported, reason)
             }
-            Ended::Failed { reason, .. } => Side::not(Status::Failed, reason),
+            Ended::Failed { reason, .. } => Side::unmeasured(Status::Failed, reason),
             Ended::TimedOut { after_s } => {
-                Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
+                Side::unmeasured(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
             }
             Ended::Interrupted { signal } => {
                 let (status, why) = interrupted(signal);
-                Side::not(status, why)
+                Side::unmeasured(status, why)
             }
         };
         let _ = std::fs::remove_dir_all(&run_dir);
@@ -292,16 +292,16 @@ impl Bench {
         let Kind::Train { net, precision, placement } = case.kind else { return None };
         if let Some(signal) = self.stopped() {
             let (status, why) = interrupted(signal);
-            return Some(Side::not(status, why));
+            return Some(Side::unmeasured(status, why));
         }
         if precision == Precision::F16 {
-            return Some(Side::not(Status::Unsupported, "the PyTorch scripts train in f32 or bf16"));
+            return Some(Side::unmeasured(Status::Unsupported, "the PyTorch scripts train in f32 or bf16"));
         }
         // The script's `cuda` is the first GPU CUDA_VISIBLE_DEVICES leaves it: dpt-tui's.
         let device = if self.gpus.is_empty() { "cpu" } else { "cuda" };
         let threads = self.cores.to_string();
         let mut cmd = Command::new(&py.path);
-        match (case.gpt, tokens) {
+        match (case.gpt(), tokens) {
             (Some(g), Some(t)) => {
                 cmd.arg(&scripts.gpt).arg("bench").arg(t);
                 let shape =
@@ -334,15 +334,15 @@ impl Bench {
         Some(match child::run(cmd, deadline, &self.stop, &log) {
             Ended::Done { stdout } => match child::torch_figures(&stdout) {
                 Ok(f) => Side::ok(f),
-                Err(e) => Side::not(Status::Failed, e),
+                Err(e) => Side::unmeasured(Status::Failed, e),
             },
-            Ended::Failed { reason, .. } => Side::not(Status::Failed, reason),
+            Ended::Failed { reason, .. } => Side::unmeasured(Status::Failed, reason),
             Ended::TimedOut { after_s } => {
-                Side::not(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
+                Side::unmeasured(Status::TimedOut, format!("stopped after {after_s:.0} s, its share of the budget"))
             }
             Ended::Interrupted { signal } => {
                 let (status, why) = interrupted(signal);
-                Side::not(status, why)
+                Side::unmeasured(status, why)
             }
         })
     }
@@ -360,7 +360,7 @@ impl Bench {
                 result.dpt_tui = Side { status: Status::Ok, reason: None, figures: None };
                 result.bus_gbs = Some(gbs);
             }
-            Err(e) => result.dpt_tui = Side::not(Status::Failed, e),
+            Err(e) => result.dpt_tui = Side::unmeasured(Status::Failed, e),
         }
         result
     }

@@ -34,7 +34,7 @@ pub fn run(args: &Args, argv: &[String]) -> Result<u8, Failure> {
             return Ok(0);
         }
         // With a terminal, the board on it, as a run's dashboard on its background job.
-        return watch::watch(&plan.folder, &plan.shown.display().to_string(), false, true, args);
+        return watch::watch(&plan.folder, &plan.shown.display().to_string(), watch::Opening::Started, args);
     }
     plan.file.pid = Some(std::process::id());
     let metric = configure::asked(args)?.best.metric;

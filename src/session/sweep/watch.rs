@@ -198,15 +198,22 @@ fn act(folder: &Path, action: &Action) -> Result<String, String> {
     }
 }
 
+/// How the board comes to its sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// The sweep's process was started for this board: an error in `sweep.log` from before it
+    /// is an earlier attempt's, not this one's.
+    Started,
+    /// `dpt-tui attach SWEEP` on a sweep that runs (or ran) already, with the right to steer it
+    /// or without.
+    Attached { read_only: bool },
+}
+
 /// The board on the sweep in `folder` until it closes, with each trial opened from it in
-/// between (`just_started`: its sweep process was started for it); the exit status.
-pub fn watch(
-    folder: &Path,
-    shown: &str,
-    read_only: bool,
-    just_started: bool,
-    args: &Args,
-) -> Result<u8, Failure> {
+/// between; the exit status.
+pub fn watch(folder: &Path, shown: &str, opening: Opening, args: &Args) -> Result<u8, Failure> {
+    let read_only = opening == Opening::Attached { read_only: true };
+    let just_started = opening == Opening::Started;
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if !terminal {
         return Err(super::input(anyhow!(

@@ -20,7 +20,7 @@ fn case(ours: Side<RunFigures>, theirs: Option<Side<TorchFigures>>) -> CaseResul
     let mut c = CaseResult::new(&plan, "resnet18".into(), "cuda:0".into(), "bf16".into());
     (c.dpt_tui, c.pytorch) = (ours, theirs);
     c.peak = Some(PeakFlops { flops: 600e12, basis: "bf16 peak of 1 x H100 SXM".into() });
-    c.derive();
+    c.fill_derived_figures();
     c
 }
 
@@ -81,8 +81,8 @@ fn a_case_with_both_sides_has_its_ratio_and_both_utilisations() {
 #[test]
 fn a_side_that_did_not_run_says_why_and_a_failure_counts() {
     let c = case(
-        Side::not(Status::TimedOut, "killed after 40 s"),
-        Some(Side::not(Status::Failed, "CUDA out of memory")),
+        Side::unmeasured(Status::TimedOut, "killed after 40 s"),
+        Some(Side::unmeasured(Status::Failed, "CUDA out of memory")),
     );
     assert!(c.failed());
     assert_eq!(c.ratio, None);
@@ -95,6 +95,6 @@ fn a_side_that_did_not_run_says_why_and_a_failure_counts() {
             "resnet18-bf16 PyTorch failed: CUDA out of memory"
         ]
     );
-    let unsupported = case(Side::not(Status::Unsupported, "needs a GPU"), None);
+    let unsupported = case(Side::unmeasured(Status::Unsupported, "needs a GPU"), None);
     assert!(!unsupported.failed(), "not a failure");
 }
