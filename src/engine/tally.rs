@@ -5,9 +5,11 @@
 
 use std::time::{Duration, Instant};
 
+use crate::dist::{DistError, World};
 use crate::input::loader::LoaderTally;
 use crate::record::{ReplicaTiming, StepStats, StepTiming};
 use dpt_core::tally::Tally;
+use dpt_sys::c10d::ReduceOp;
 
 /// A tally being gathered since a point in time (a report window, an epoch), with its step
 /// timings; pauses do not count as training time.
@@ -66,6 +68,42 @@ impl Window {
     pub fn add(&mut self, t: Tally) {
         self.tally.add(Tally { seconds: 0.0, ..t });
     }
+
+    /// Adds a timed step: each of this process's replicas' (input wait, compute) in its global
+    /// slot (`offset`: this process's first replica), the slowest replica's in the step's
+    /// timing, and the coordinator's `phases` (the allreduce the backward passes did not hide,
+    /// the update).
+    pub fn add_timed(&mut self, offset: usize, replicas: &[(f64, f64)], phases: &[f64]) {
+        self.timed += 1;
+        for (r, &(data, compute)) in replicas.iter().enumerate() {
+            let slot = &mut self.replicas[offset + r];
+            slot.data += data;
+            slot.compute += compute;
+        }
+        self.timing.data += replicas.iter().map(|r| r.0).fold(0.0, f64::max);
+        self.timing.compute += replicas.iter().map(|r| r.1).fold(0.0, f64::max);
+        self.timing.allreduce += phases.first().copied().unwrap_or(0.0);
+        self.timing.update += phases.get(1).copied().unwrap_or(0.0);
+    }
+
+    /// Makes the window global: training figures summed over the ranks, each replica's
+    /// timings gathered (each rank fills its own replicas' slots), step phases at their slowest.
+    pub fn sum_over_ranks(&mut self, world: &World) -> Result<(), DistError> {
+    let mut sums = [self.tally.loss, self.tally.correct, self.tally.samples];
+    world.allreduce_values(&mut sums, ReduceOp::Sum)?;
+    [self.tally.loss, self.tally.correct, self.tally.samples] = sums;
+    let mut replicas: Vec<f64> = self.replicas.iter().flat_map(|r| [r.data, r.compute]).collect();
+    world.allreduce_values(&mut replicas, ReduceOp::Sum)?;
+    for (r, pair) in self.replicas.iter_mut().zip(replicas.chunks(2)) {
+        (r.data, r.compute) = (pair[0], pair[1]);
+    }
+    let t = &mut self.timing;
+    let mut phases = [t.data, t.compute, t.allreduce, t.update];
+    world.allreduce_values(&mut phases, ReduceOp::Max)?;
+    (t.data, t.compute, t.allreduce, t.update) = (phases[0], phases[1], phases[2], phases[3]);
+    Ok(())
+    }
+
 
     /// The report of this window, timings as averages over its timed steps.
     pub fn stats(

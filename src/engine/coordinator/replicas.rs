@@ -42,12 +42,6 @@ pub struct Replicas {
 }
 
 impl Replicas {
-    /// One replica's tensors (a unit test's).
-    #[cfg(test)]
-    pub fn new(layout: ModelLayout) -> Self {
-        Replicas::over(layout, (0, 1))
-    }
-
     /// The tensors of this process's replicas, the first of them replica `span.0` of the run's
     /// `span.1`, added in turn ([`Replicas::add`]).
     pub fn over(layout: ModelLayout, span: (usize, usize)) -> Self {

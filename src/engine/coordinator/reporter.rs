@@ -6,28 +6,24 @@
 
 use super::timed::TimedSteps;
 use crate::dist::World;
-use crate::engine::clock::{PhaseClock, Phases};
+use crate::engine::clock::Phases;
 use crate::engine::config::TrainConfig;
 use crate::engine::evaluation::Evaluation;
 use crate::engine::tally::Window;
 use crate::engine::worker::FromWorker;
 use crate::engine::EngineError;
-use crate::flops::{ModelFlops, PeakFlops};
+use crate::flops::PeakFlops;
 use crate::record::{EpochStats, FinishReason, StepStats, Summary};
 use dpt_core::device::DeviceId;
 use dpt_core::tally::Tally;
-use dpt_sys::c10d::ReduceOp;
 
-/// The finished epochs, for the summary and the checkpoint.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct Done {
-    pub(super) epochs: usize,
-    /// Training figures of the finished epochs (seconds: training time).
-    pub(super) tally: Tally,
-    pub(super) last_test_acc: Option<f64>,
-    /// The last evaluated loss (of this attempt: a continued run evaluates again at its end).
-    pub(super) last_test_loss: Option<f64>,
-}
+mod done;
+mod seen;
+mod step_clock;
+
+pub(super) use done::Done;
+use step_clock::StepClock;
+use seen::{Rates, Stragglers};
 
 /// The end of a report window as the loop knows it.
 pub(super) struct WindowEnd<'a> {
@@ -59,21 +55,18 @@ pub(super) struct Reporter {
     done: Done,
     /// Replicas in the whole run.
     replicas: usize,
-    /// Replicas already reported as stragglers.
-    straggled: Vec<bool>,
-    /// Times the allreduce and the update, on the first replica's device (named on failure).
-    clock: Option<PhaseClock>,
-    clock_device: DeviceId,
+    /// The replicas already named as stragglers.
+    stragglers: Stragglers,
+    /// Times the allreduce and the update.
+    clock: StepClock,
     /// The timed steps not yet complete (see `timed.rs`).
     timed: TimedSteps,
     /// The mean gradient's norm summed over the steps of the report window (on the device).
     grad_norms: Option<tch::Tensor>,
     /// The train loss of the last report.
     last_loss: Option<f64>,
-    /// The model's FLOPs, once a replica has counted them.
-    flops: Option<ModelFlops>,
-    /// What the run's GPUs can do at most in its precision (unknown GPUs, the CPU: none).
-    peak: Option<PeakFlops>,
+    /// The model's FLOPs and what the run's GPUs can do at most.
+    rates: Rates,
     /// With `DPT_SYNC_DEBUG`, the synchronizing CUDA calls counted so far.
     syncs: Option<crate::device::sync_debug::SyncTally>,
 }
@@ -87,14 +80,12 @@ impl Reporter {
             epoch: Window::new(replicas),
             done: Done::default(),
             replicas,
-            straggled: Vec::new(),
-            clock: None,
-            clock_device: device,
+            stragglers: Stragglers::default(),
+            clock: StepClock::new(device),
             timed: TimedSteps::new(local),
             grad_norms: None,
             last_loss: None,
-            flops: None,
-            peak,
+            rates: Rates::new(peak),
             syncs: None,
         }
     }
@@ -107,39 +98,28 @@ impl Reporter {
 
     /// Times the steps' phases on `device` (the first replica's) from now on.
     pub(super) fn start_clock(&mut self, device: tch::Device) {
-        self.clock = Some(PhaseClock::new(device, 2));
+        self.clock.start(device);
     }
 
     /// How steps are timed, as the start record says it.
     pub(super) fn timing(&self) -> String {
-        self.clock.as_ref().map(PhaseClock::describe).unwrap_or_default()
-    }
-
-    fn clock_failure(&self, e: dpt_sys::c10d::C10dError) -> EngineError {
-        EngineError::Coordinator {
-            replica: Some(0),
-            device: Some(self.clock_device.to_string()),
-            message: e.0,
-        }
+        self.clock.describe()
     }
 
     /// The coordinator's part of step `step` begins (`timed`: one whose phases are measured).
     pub(super) fn begin_phases(&mut self, timed: bool, step: usize) -> Result<(), EngineError> {
-        let clock = self.clock.as_mut().ok_or(EngineError::WorkersGone)?;
-        clock.start(timed, step).map_err(|e| self.clock_failure(e))
+        self.clock.begin(timed, step)
     }
 
     /// Ends one of the coordinator's phases (the allreduce, the update).
     pub(super) fn end_phase(&mut self) -> Result<(), EngineError> {
-        let clock = self.clock.as_mut().ok_or(EngineError::WorkersGone)?;
-        clock.mark().map_err(|e| self.clock_failure(e))
+        self.clock.mark()
     }
 
     /// Ends the coordinator's part of the step that makes `now` steps and counts it, with
     /// this process's first replica at `offset` among all.
     pub(super) fn end_step(&mut self, offset: usize, now: usize) -> Result<(), EngineError> {
-        let clock = self.clock.as_mut().ok_or(EngineError::WorkersGone)?;
-        let phases = clock.finish().map_err(|e| self.clock_failure(e))?;
+        let phases = self.clock.finish()?;
         self.count_step(phases, offset, now);
         Ok(())
     }
@@ -151,9 +131,7 @@ impl Reporter {
         for reply in replies {
             if let FromWorker::StepDone { replica, timing, bad: b, loader, flops } = reply {
                 bad.extend(b);
-                if let (None, Some(f)) = (self.flops, flops) {
-                    self.flops = Some(ModelFlops { forward_per_sample: f });
-                }
+                self.rates.counted(flops);
                 if let Some(l) = loader {
                     self.window.loader.add(l);
                 }
@@ -177,16 +155,7 @@ impl Reporter {
             self.timed.coordinator(p);
         }
         for step in self.timed.complete(now) {
-            w.timed += 1;
-            for (r, &(data, compute)) in step.replicas.iter().enumerate() {
-                let slot = &mut w.replicas[offset + r];
-                slot.data += data;
-                slot.compute += compute;
-            }
-            w.timing.data += step.replicas.iter().map(|r| r.0).fold(0.0, f64::max);
-            w.timing.compute += step.replicas.iter().map(|r| r.1).fold(0.0, f64::max);
-            w.timing.allreduce += step.phases.first().copied().unwrap_or(0.0);
-            w.timing.update += step.phases.get(1).copied().unwrap_or(0.0);
+            w.add_timed(offset, &step.replicas, &step.phases);
         }
     }
 
@@ -245,7 +214,7 @@ impl Reporter {
     ) -> Result<(StepStats, Vec<Straggler>), EngineError> {
         let mut w = std::mem::replace(&mut self.window, Window::new(self.replicas));
         if let Some(world) = end.world {
-            sum_over_ranks(world, &mut w)?;
+            w.sum_over_ranks(world)?;
         }
         // Every rank skips the same steps: the count on this rank's device is the run's.
         w.skipped = end.skipped;
@@ -256,32 +225,17 @@ impl Reporter {
             // Every rank reduced the same gradients: the norm is already global.
             stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);
         }
-        (stats.model_flops, stats.mfu) = self.model_flops(stats.samples_per_sec);
+        (stats.model_flops, stats.mfu) = self.rates.model_flops(stats.samples_per_sec);
         stats.cuda_syncs = self.syncs.as_mut().and_then(|t| t.per_step(w.steps));
         if let Some(scale) = end.loss_scale {
             stats.loss_scale = Some(scale);
             stats.skipped_steps = Some(w.skipped);
         }
         let compute: Vec<f64> = stats.replicas.iter().map(|r| r.compute).collect();
-        let stragglers = if w.timed > 0 { self.new_stragglers(&compute) } else { Vec::new() };
+        let stragglers = if w.timed > 0 { self.stragglers.new_ones(&compute) } else { Vec::new() };
         self.epoch.add(w.tally);
         self.last_loss = Some(stats.loss);
         Ok((stats, stragglers))
-    }
-
-    /// The replicas slower than the others in a report's compute `times` that were not named
-    /// before (each is named once per run); a longer wait for its batch is the loader's, not
-    /// the replica's.
-    fn new_stragglers(&mut self, times: &[f64]) -> Vec<Straggler> {
-        let Some(median) = crate::record::straggler::median(times) else { return Vec::new() };
-        if self.straggled.len() < times.len() {
-            self.straggled.resize(times.len(), false);
-        }
-        crate::record::straggler::stragglers(times)
-            .into_iter()
-            .filter(|&r| !std::mem::replace(&mut self.straggled[r], true))
-            .map(|replica| Straggler { replica, step_ms: times[replica] * 1e3, median_ms: median * 1e3 })
-            .collect()
     }
 
     /// Ends epoch `epoch` (0-based), whose training figures were `train` when its evaluation
@@ -290,42 +244,17 @@ impl Reporter {
     /// its record made. `classes`: 0 for a run judged by its loss alone.
     pub(super) fn end_epoch(
         &mut self,
-        (epoch, lr, eval_seconds): (usize, f64, f64),
+        at: (usize, f64, f64),
         train: Tally,
-        (evaluation, ema): (&Evaluation, Option<Tally>),
+        evaluated: (&Evaluation, Option<Tally>),
         classes: usize,
     ) -> EpochStats {
-        let test = evaluation.sums;
-        let stats = EpochStats {
-            epoch: epoch + 1,
-            train_loss: train.mean_loss(),
-            train_acc: train.accuracy(),
-            test_loss: test.mean_loss(),
-            test_acc: test.accuracy(),
-            epoch_seconds: train.seconds,
-            eval_seconds,
-            samples_per_sec: train.throughput(),
-            lr,
-            ema_test_acc: ema.map(|t| t.accuracy()),
-            ema_test_loss: ema.map(|t| t.mean_loss()),
-            top5_acc: evaluation.top5_acc(),
-            per_class_acc: (evaluation.classes > 0).then(|| evaluation.per_class_acc()),
-            // Rows of columns: at most 100 classes, so a line of the record stays small.
-            confusion: (evaluation.classes > 0
-                && evaluation.classes <= crate::record::stats::CONFUSION_MAX_CLASSES)
-                .then(|| evaluation.matrix()),
-        };
-        // A run without classes has no accuracy to report (its records carry the loss).
-        self.done.last_test_acc = (classes > 0).then_some(stats.test_acc);
-        self.done.last_test_loss = Some(stats.test_loss);
-        self.done.epochs += 1;
-        self.done.tally.add(train);
-        stats
+        self.done.end_epoch(at, train, evaluated, classes)
     }
 
     /// The final test's accuracy becomes the last one; the validation accuracy it replaces.
     pub(super) fn tested(&mut self, acc: f64) -> Option<f64> {
-        self.done.last_test_acc.replace(acc)
+        self.done.tested(acc)
     }
 
     /// The finished epochs' counters (a checkpoint's, the summary's).
@@ -338,16 +267,6 @@ impl Reporter {
         self.done = done;
     }
 
-    /// The model FLOP/s a throughput of `samples_per_sec` achieves and its share of the peak,
-    /// once the FLOPs are counted.
-    fn model_flops(&self, samples_per_sec: f64) -> (Option<f64>, Option<f64>) {
-        let Some(f) = self.flops else { return (None, None) };
-        (
-            Some(f.achieved(samples_per_sec)),
-            self.peak.as_ref().and_then(|p| f.utilisation(samples_per_sec, p)),
-        )
-    }
-
     /// The run's summary: it ended for `reason` at `global_steps` steps, in the middle of an
     /// epoch when `partial` (which counts for throughput).
     pub(super) fn summary(
@@ -356,57 +275,9 @@ impl Reporter {
         (reason, partial, global_steps): (FinishReason, bool, usize),
         classes: usize,
     ) -> Summary {
-        let done = &self.done;
-        let mut all = done.tally;
-        if partial {
-            all.add(self.epoch.now());
-        }
-        let (model_flops, mfu) = self.model_flops(all.throughput());
-        let settings = &cfg.settings;
-        let by_loss = done.last_test_loss.filter(|_| classes == 0);
-        Summary {
-            val_acc: None,
-            model: cfg.model(),
-            devices: cfg.devices.clone(),
-            test_acc: done.last_test_acc,
-            sec_per_epoch: (done.epochs > 0).then(|| done.tally.seconds / done.epochs as f64),
-            samples_per_sec: all.throughput(),
-            epochs_done: done.epochs,
-            global_steps,
-            reason,
-            peak_rss_mib: crate::sys::peak_resident_bytes().map(|b| b as f64 / f64::from(1 << 20)),
-            val_loss: by_loss,
-            perplexity: by_loss.filter(|_| settings.data.block_size.is_some()).map(f64::exp),
-            tokens_per_sec: match (settings.recipe.steps, settings.data.block_size) {
-                (Some(_), Some(t)) => Some(all.throughput() * t as f64),
-                _ => None,
-            },
-            bottleneck: None,
-            flops_per_sample: self.flops.map(|f| f.forward_per_sample),
-            model_flops,
-            mfu,
-            peak_flops: self.peak.clone(),
-            peak_device_mib: crate::device::peak::device_peak_mib(&cfg.devices),
-        }
+        let unfinished = partial.then(|| self.epoch.now());
+        self.done.summary(cfg, (reason, unfinished, global_steps), classes, &self.rates)
     }
-}
-
-/// Makes a report window global: training figures summed over the ranks, each replica's
-/// timings gathered (each rank fills its own replicas' slots), step phases at their slowest.
-fn sum_over_ranks(world: &World, w: &mut Window) -> Result<(), EngineError> {
-    let mut sums = [w.tally.loss, w.tally.correct, w.tally.samples];
-    world.allreduce_values(&mut sums, ReduceOp::Sum)?;
-    [w.tally.loss, w.tally.correct, w.tally.samples] = sums;
-    let mut replicas: Vec<f64> = w.replicas.iter().flat_map(|r| [r.data, r.compute]).collect();
-    world.allreduce_values(&mut replicas, ReduceOp::Sum)?;
-    for (r, pair) in w.replicas.iter_mut().zip(replicas.chunks(2)) {
-        (r.data, r.compute) = (pair[0], pair[1]);
-    }
-    let t = &mut w.timing;
-    let mut phases = [t.data, t.compute, t.allreduce, t.update];
-    world.allreduce_values(&mut phases, ReduceOp::Max)?;
-    (t.data, t.compute, t.allreduce, t.update) = (phases[0], phases[1], phases[2], phases[3]);
-    Ok(())
 }
 
 #[cfg(test)]
@@ -457,9 +328,9 @@ mod tests {
     fn a_straggler_is_named_once() {
         let mut r = Reporter::new(4, 4, DeviceId::Cpu, None);
         let times = [0.1, 0.1, 0.1, 0.5];
-        let new = r.new_stragglers(&times);
+        let new = r.stragglers.new_ones(&times);
         assert_eq!(new, vec![Straggler { replica: 3, step_ms: 500.0, median_ms: 100.0 }]);
-        assert_eq!(r.new_stragglers(&times), vec![], "named before");
+        assert_eq!(r.stragglers.new_ones(&times), vec![], "named before");
     }
 
     fn end(skipped: usize, loss_scale: Option<f64>) -> WindowEnd<'static> {

@@ -140,7 +140,7 @@ impl Coordinator {
         self.report.begin_phases(timed, global_step)?;
         // Only the trainable parameters' gradients travel (a frozen backbone's are zero). With
         // buckets, this phase is what the backward passes did not hide.
-        let reduced = self.exchange.finish_reduce(self.update.replicas(), gathered.in_flight)?;
+        let reduced = self.exchange.finish_reduce(self.update.replicas())?;
         if let Some(o) = self.exchange.overlap(could_overlap)? {
             self.report.add_overlap(o);
         }
