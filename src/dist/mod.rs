@@ -11,6 +11,7 @@
 //! optimizer step.
 
 mod arrival;
+mod error;
 pub mod backend_choice;
 pub mod figures;
 pub mod launch;

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use tch::{Device, Kind, Tensor};
-use thiserror::Error;
 
 use super::arrival::{self, check_settings, Arrival};
 use super::backend_choice::Choice;
+pub use super::error::DistError;
 use super::launch::Launch;
 use crate::settings::DistBackend;
 use dpt_core::hostname;
@@ -17,36 +17,6 @@ use dpt_sys::c10d::{Backend, C10dError, Group, ReduceOp, Store, Work};
 /// Floats per allreduce bucket (25 MB, DDP's default bucket size): a large model's gradients go
 /// out as several messages in flight at once instead of one that must finish whole.
 pub const BUCKET_ELEMS: i64 = 25 * 1024 * 1024 / 4;
-
-/// A multi-process run that cannot start or cannot go on.
-#[derive(Debug, Error)]
-pub enum DistError {
-    #[error("cannot reach rank 0's store at {addr}:{port} within {seconds:.0} s (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?): {message}")]
-    Connect { addr: String, port: u16, seconds: f64, message: String },
-    #[error("rank(s) {missing:?} of {world} never arrived within {seconds:.0} s (--dist-timeout); start every rank with the same MASTER_ADDR:MASTER_PORT ({addr})")]
-    Missing { missing: Vec<usize>, world: usize, seconds: f64, addr: String },
-    #[error("rank {rank} ({host}) was started with other settings: {field} is {theirs} there, {ours} on rank 0; start every rank with the same flags and data")]
-    Mismatch { rank: usize, host: String, field: String, theirs: String, ours: String },
-    #[error("{ranks} share {gpu}, and NCCL needs a GPU per rank: use --dist-backend auto (Gloo there) or start one rank per GPU")]
-    SharedGpu { ranks: String, gpu: String },
-    #[error("{0}")]
-    Lost(String),
-    #[error(transparent)]
-    C10d(#[from] C10dError),
-}
-
-impl DistError {
-    /// Whether this is bad input (exit 2) rather than a failure during the run (exit 1).
-    pub fn is_input(&self) -> bool {
-        matches!(
-            self,
-            DistError::Connect { .. }
-                | DistError::Missing { .. }
-                | DistError::Mismatch { .. }
-                | DistError::SharedGpu { .. }
-        )
-    }
-}
 
 /// The processes of the run, from this process's side.
 pub struct World {

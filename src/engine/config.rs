@@ -8,31 +8,13 @@ use super::faults::Faults;
 use super::optim::schedule::LrPlan;
 use super::optim::Zero;
 use crate::model::script::ScriptModel;
-use crate::model::{Builder, ModelKind, Normalization, Precision, Task};
+use crate::model::{Builder, ModelKind, Normalization, Task};
 use crate::persist::resume::Resume;
 use crate::settings::Settings;
 use dpt_core::device::DeviceId;
 
 pub use super::policies::{OnNan, SavePolicy};
 pub use dpt_core::config_error::{check_lr, ConfigError};
-
-/// The first device of `devices` that cannot run `--precision bf16`, by its compute capability
-/// (`capability(i)` for `cuda:i`; unknown capabilities pass).
-pub fn bf16_problem(
-    precision: Precision,
-    devices: &[DeviceId],
-    capability: impl Fn(usize) -> Option<(i32, i32)>,
-) -> Option<ConfigError> {
-    if precision != Precision::Bf16 {
-        return None;
-    }
-    devices.iter().find_map(|d| match d {
-        DeviceId::Cuda(i) => capability(*i)
-            .filter(|(major, _)| *major < 8)
-            .map(|(major, minor)| ConfigError::Bf16Unsupported { device: d.to_string(), major, minor }),
-        DeviceId::Cpu => None,
-    })
-}
 
 /// Everything a run needs besides the data: its settings, what the run derives from them, and
 /// the live resources it runs with.
@@ -238,7 +220,7 @@ impl TrainConfig {
     /// Rejects settings the GPUs cannot run (asks CUDA for their compute capability).
     pub fn validate_devices(&self) -> Result<(), ConfigError> {
         let capability = |i: usize| dpt_sys::c10d::cuda_identity(i).ok().map(|id| (id.major, id.minor));
-        match bf16_problem(self.settings.precision.format, &self.devices, capability) {
+        match super::math::bf16_problem(self.settings.precision.format, &self.devices, capability) {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -385,17 +367,5 @@ mod tests {
         let mut forced = cfg(vec![DeviceId::Cpu]);
         forced.settings.placement.channels_last = Some(true);
         assert!(forced.uses_channels_last(), "--channels-last on wins");
-    }
-
-    #[test]
-    fn bf16_needs_ampere_or_newer() {
-        let caps = |i: usize| Some(if i == 0 { (9, 0) } else { (7, 5) });
-        let gpus = [DeviceId::Cuda(0), DeviceId::Cuda(1)];
-        let e = bf16_problem(Precision::Bf16, &gpus, caps).expect("a T4 (sm75) is refused");
-        assert_eq!(e, ConfigError::Bf16Unsupported { device: "cuda:1".into(), major: 7, minor: 5 });
-        assert!(e.to_string().contains("--precision f32"));
-        assert!(bf16_problem(Precision::Bf16, &gpus[..1], caps).is_none(), "an H100 (sm90) runs bf16");
-        assert!(bf16_problem(Precision::F32, &gpus, caps).is_none());
-        assert!(bf16_problem(Precision::Bf16, &[DeviceId::Cpu], caps).is_none(), "the CPU has no such limit");
     }
 }

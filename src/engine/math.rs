@@ -7,7 +7,26 @@ use dpt_core::settings::PrecisionSettings;
 
 use crate::model::Precision;
 use dpt_core::device::DeviceId;
+use dpt_core::config_error::ConfigError;
 use dpt_sys::c10d::{amp, C10dError};
+
+/// The first device of `devices` that cannot run `--precision bf16`, by its compute capability
+/// (`capability(i)` for `cuda:i`; unknown capabilities pass).
+pub fn bf16_problem(
+    precision: Precision,
+    devices: &[DeviceId],
+    capability: impl Fn(usize) -> Option<(i32, i32)>,
+) -> Option<ConfigError> {
+    if precision != Precision::Bf16 {
+        return None;
+    }
+    devices.iter().find_map(|d| match d {
+        DeviceId::Cuda(i) => capability(*i)
+            .filter(|(major, _)| *major < 8)
+            .map(|(major, minor)| ConfigError::Bf16Unsupported { device: d.to_string(), major, minor }),
+        DeviceId::Cpu => None,
+    })
+}
 
 /// The run's arithmetic, decided once at start.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,5 +141,17 @@ mod tests {
             math(Precision::F16, true, &[DeviceId::Cuda(0)], false).describe(),
             "f16 convolutions and matrix products, f32 weights and update, dynamic loss scale"
         );
+    }
+
+    #[test]
+    fn bf16_needs_ampere_or_newer() {
+        let caps = |i: usize| Some(if i == 0 { (9, 0) } else { (7, 5) });
+        let gpus = [DeviceId::Cuda(0), DeviceId::Cuda(1)];
+        let e = bf16_problem(Precision::Bf16, &gpus, caps).expect("a T4 (sm75) is refused");
+        assert_eq!(e, ConfigError::Bf16Unsupported { device: "cuda:1".into(), major: 7, minor: 5 });
+        assert!(e.to_string().contains("--precision f32"));
+        assert!(bf16_problem(Precision::Bf16, &gpus[..1], caps).is_none(), "an H100 (sm90) runs bf16");
+        assert!(bf16_problem(Precision::F32, &gpus, caps).is_none());
+        assert!(bf16_problem(Precision::Bf16, &[DeviceId::Cpu], caps).is_none(), "the CPU has no such limit");
     }
 }

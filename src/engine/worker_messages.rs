@@ -1,11 +1,48 @@
-//! What a worker and the coordinator say to each other: the commands, the replies, the handles
-//! on a replica's buffers, and why a worker failed.
+//! What a worker and the coordinator say to each other: what a worker starts from, the
+//! commands, the replies, the handles on a replica's buffers, and why a worker failed.
 
 use std::sync::Arc;
 
 use tch::Tensor;
 
+use crate::data::Dataset;
+use crate::model::script::ScriptModel;
+use crate::model::{LossKind, ModelKind, Normalization, Precision, Task};
 use dpt_core::tally::Tally;
+
+/// What a worker needs to start.
+pub struct WorkerSetup {
+    pub replica: usize,
+    pub device: tch::Device,
+    pub model: ModelKind,
+    pub script: Option<Arc<ScriptModel>>,
+    pub loss: LossKind,
+    /// What the model is trained to do (a TorchScript model's, found by its check).
+    pub task: Task,
+    /// The recipe: label smoothing, micro-batches per step, augmentation and its seed.
+    pub recipe: crate::settings::Recipe,
+    /// Samples per evaluation batch of resident data and token windows ([`Settings::eval_batch`];
+    /// streamed data: the loader's, the same).
+    ///
+    /// [`Settings::eval_batch`]: crate::settings::Settings::eval_batch
+    pub eval_batch: usize,
+    pub normalization: Normalization,
+    pub data: Arc<Dataset>,
+    pub initial_params: Tensor,
+    pub initial_buffers: Tensor,
+    pub threads: usize,
+    pub faults: crate::engine::faults::Faults,
+    pub channels_last: bool,
+    pub precision: Precision,
+    /// The streaming loader's decoding, when the data is streamed (else it is resident).
+    pub loader: Option<Arc<crate::input::loader::Decoding>>,
+    /// With the allreduce overlapping the backward pass: the buckets' byte limits (first,
+    /// others); `None`: gradients are reduced after the backward pass.
+    pub bucket_bytes: Option<(i64, i64)>,
+    /// Under `--zero 2`, the range of the flat gradient this replica keeps the sum of (its
+    /// gradient buffer is that long; the backward pass writes bucket buffers of the sink's).
+    pub grad_shard: Option<dpt_core::optim::Span>,
+}
 
 /// Why a worker failed.
 #[derive(Debug, thiserror::Error)]

@@ -6,9 +6,7 @@
 //! the data set's size. The order is the coordinator's (a pure function of seed and epoch), so
 //! a streamed run trains on exactly the batches a resident one does, and resumes as exactly.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use rayon::prelude::*;
@@ -20,6 +18,8 @@ use crate::data::stream::{Fit, SampleError, Streamed};
 use crate::data::{Dataset, Pixels, Split};
 use crate::device::intra_op::ShortSpin;
 use dpt_sys::c10d::host::filled_bytes;
+
+pub use super::bad_images::BadImages;
 
 /// Why a batch could not be made.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -140,37 +140,6 @@ pub struct Decoding {
     pub bad: Arc<BadImages>,
     /// Where a CPU replica's team shares the cores with the decode threads.
     _short_spin: Option<ShortSpin>,
-}
-
-/// The images that failed to decode while training, over every replica of the process (each
-/// counted once, however many epochs meet it), and how many may.
-pub struct BadImages {
-    seen: Mutex<HashSet<PathBuf>>,
-    pub allowed: usize,
-    pub fraction: f64,
-}
-
-impl BadImages {
-    /// `fraction` of all `total` images may fail.
-    pub fn new(fraction: f64, total: usize) -> BadImages {
-        BadImages { seen: Mutex::default(), allowed: (fraction * total as f64).floor() as usize, fraction }
-    }
-
-    /// Counts the images of `failed` (`(path, why)`) not counted before; an error once more
-    /// than allowed have failed.
-    fn add(&self, failed: &[(PathBuf, String)]) -> Result<(), LoadError> {
-        let mut seen = self.seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        seen.extend(failed.iter().map(|(path, _)| path.clone()));
-        match failed.last() {
-            Some((path, why)) if seen.len() > self.allowed => Err(LoadError::TooManyBad {
-                count: seen.len(),
-                allowed: self.allowed,
-                fraction: self.fraction,
-                last: format!("{}: {why}", path.display()),
-            }),
-            _ => Ok(()),
-        }
-    }
 }
 
 impl Decoding {

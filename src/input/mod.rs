@@ -4,6 +4,7 @@
 //! loader (`augment`, `resized_crop`), and handed to the worker step by step (`batches`).
 
 pub mod augment;
+mod bad_images;
 pub(crate) mod batches;
 pub mod loader;
 pub mod resident;

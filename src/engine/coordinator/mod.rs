@@ -23,6 +23,7 @@ mod reporter;
 mod rewind;
 pub use rewind::{check_point_memory, point_bytes, points_that_fit};
 mod run_info;
+pub use run_info::RunFacts;
 mod run_loop;
 pub mod sample;
 mod step_plan;
@@ -55,39 +56,6 @@ pub struct CoordinatorParts {
     pub events: Sender<Record>,
     pub controls: Receiver<Control>,
     pub pool: WorkerPool,
-}
-
-/// What the run trains on and starts from, as its records tell it.
-pub struct RunFacts {
-    pub train_len: usize,
-    pub test_len: usize,
-    /// The validation split's samples (`--val-fraction`), evaluated every epoch.
-    pub val_len: Option<usize>,
-    /// The test split is the data set's own `val/` folder.
-    pub test_is_val: bool,
-    /// What the data set is (`CIFAR-10 binary batches in DIR, 3x32x32, 10 classes`).
-    pub data: String,
-    /// Classes an evaluation counts (rows and columns of its confusion counts).
-    pub classes: usize,
-    /// What `--init-from` loaded, said once the run starts.
-    /// What the start says after its line: the weights `--init-from` loaded, the rewind points
-    /// sized to the machine.
-    pub start_notes: Vec<Change>,
-    /// A language model on text: the prompt each evaluation's sample continues, and the
-    /// tokens the model sees at once.
-    pub sample_prompt: Option<sample::Prompt>,
-    /// Host memory the rewind points take when all are kept.
-    pub snapshot_bytes: Option<u64>,
-    /// The host memory a periodic checkpoint's copy takes (none without periodic checkpoints).
-    pub checkpoint_bytes: Option<u64>,
-    /// The allreduce bus bandwidth doctor measured across this run's GPUs.
-    pub bus_bandwidth: Option<crate::record::bottleneck::MeasuredBus>,
-    /// What the run's GPUs can do at most in its precision, for the MFU.
-    pub peak_flops: Option<crate::flops::PeakFlops>,
-    /// What the products compute in, in words (`Math::describe`).
-    pub math: String,
-    /// `DPT_SYNC_DEBUG` warns of and counts the GPUs' synchronizing calls.
-    pub sync_debug: bool,
 }
 
 /// The coordinator's channels: records out, controls in.

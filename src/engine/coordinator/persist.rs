@@ -1,17 +1,16 @@
 //! Where and when the coordinator writes, and the writing: the save folder, the weights
 //! (`model.safetensors`, the moving average's, the user's TorchScript module) and checkpoints,
-//! atomically; the periodic checkpoints' writer thread and cadence clock; the best evaluations
+//! atomically; the periodic checkpoints (their cadence and writer thread: `writer.rs`); the best evaluations
 //! kept (`best.keep`, `best.early_stop`); the checkpoints kept on disk that are rewind points.
 //! Every method returns the records its writes cause; the loop emits them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use tch::Tensor;
 
 use super::asked_save::AskedSave;
-use super::writer::{keep_newest, CheckpointWriter, Job, Written};
+use super::writer::{keep_newest, Periodic};
 use crate::engine::checkpoint_every::CheckpointEvery;
 use crate::engine::EngineError;
 use crate::model::script::ScriptModel;
@@ -71,10 +70,8 @@ pub(super) struct Persistence {
     settings: PersistSettings,
     /// Where weights and checkpoints go (the run directory, unless a save moved it).
     save_dir: Option<PathBuf>,
-    /// Writes periodic checkpoints off the coordinator's thread (started with the first).
-    writer: Option<CheckpointWriter>,
-    /// When the last periodic checkpoint was written (or the run started).
-    last_checkpoint: Instant,
+    /// The periodic checkpoints' cadence and writer thread.
+    periodic: Periodic,
     best: BestKeeper,
     /// A save asked for between steps: where the data stands, and whether it waits for the ranks.
     asked: AskedSave,
@@ -82,8 +79,8 @@ pub(super) struct Persistence {
 
 impl Persistence {
     pub(super) fn new(save_dir: Option<PathBuf>, best: BestKeeper, settings: PersistSettings) -> Persistence {
-        let (writer, last_checkpoint, asked) = (None, Instant::now(), AskedSave::default());
-        Persistence { settings, save_dir, writer, last_checkpoint, best, asked }
+        let periodic = Periodic::new(settings.every, settings.keep);
+        Persistence { settings, save_dir, periodic, best, asked: AskedSave::default() }
     }
 
     /// The save asked for between steps.
@@ -155,7 +152,7 @@ impl Persistence {
                 said.push(saved(&module));
             }
             let path = self.write_checkpoint(&dir, checkpoint)?;
-            keep_newest(&path, global_step, self.settings.keep);
+            keep_newest(&path, global_step, self.periodic.keep());
             Ok(path)
         });
         match result {
@@ -182,20 +179,15 @@ impl Persistence {
         self.save_dir.is_some() && self.cadence_due(global_step, epoch_end)
     }
 
-    /// Whether the periodic checkpoints are due by a clock (`--checkpoint-every 20m`), which
-    /// only rank 0's can say, rather than by steps or epochs, which every rank counts alike.
+    /// Whether the periodic checkpoints are due by a clock, which only rank 0's can say.
     pub(super) fn cadence_by_clock(&self) -> bool {
-        matches!(self.settings.every, CheckpointEvery::Time(t) if !t.is_zero())
+        self.periodic.by_clock()
     }
 
     /// Whether the cadence alone makes a periodic checkpoint due, whether or not this rank
     /// saves (a rank's part in gathering a checkpoint split over the ranks).
     pub(super) fn cadence_due(&mut self, global_step: usize, epoch_end: Option<usize>) -> bool {
-        let due = self.settings.every.due(global_step, epoch_end, self.last_checkpoint.elapsed());
-        if due {
-            self.last_checkpoint = Instant::now();
-        }
-        due
+        self.periodic.due(global_step, epoch_end)
     }
 
     /// Hands the periodic `checkpoint` to the checkpoint thread; a failure is a warning (the
@@ -206,30 +198,13 @@ impl Persistence {
         if let Some(e) = self.injected(&path) {
             return vec![Change::Warning { message: crate::error_chain(&e) }];
         }
-        if self.writer.is_none() {
-            match CheckpointWriter::spawn() {
-                Ok(w) => self.writer = Some(w),
-                Err(e) => {
-                    return vec![Change::Warning {
-                        message: format!("cannot start the checkpoint thread: {e}"),
-                    }]
-                }
-            }
-        }
-        let global_step = checkpoint.state.global_step;
-        let job = Job { checkpoint, path, global_step, keep: self.settings.keep };
-        let finished = self.writer.as_mut().map(|w| w.submit(job)).unwrap_or_default();
-        written(finished)
+        self.periodic.submit(checkpoint, path)
     }
 
     /// How the checkpoint writes that have ended went; `wait`: first waits for the one in
     /// flight.
     pub(super) fn note_written(&mut self, wait: bool) -> Vec<Change> {
-        match self.writer.as_mut() {
-            Some(w) if wait => written(w.wait()),
-            Some(w) => written(w.finished()),
-            None => Vec::new(),
-        }
+        self.periodic.note_written(wait)
     }
 
     /// Judges the evaluation of `epoch` (1-based) by the best metric.
@@ -327,17 +302,6 @@ impl Persistence {
         checkpoint.write(&path)?;
         Ok(path)
     }
-}
-
-/// The records of checkpoint writes that have ended.
-fn written(finished: Vec<Written>) -> Vec<Change> {
-    finished
-        .into_iter()
-        .map(|w| match w.result {
-            Ok(path) => Change::Checkpointed { path: path.display().to_string(), global_step: w.global_step },
-            Err(e) => Change::Warning { message: crate::error_chain(&e) },
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -18,7 +18,9 @@ use crate::persist::resume::Resume;
 use crate::record::run_info::StateBytes;
 
 mod by_name;
+mod grad_norm;
 pub use by_name::StateByName;
+use grad_norm::GradNorm;
 
 /// Every replica's tensors in this process.
 pub struct Replicas {
@@ -303,9 +305,9 @@ impl Replicas {
 
     /// The global L2 norm of the mean gradient (the reduced sum over `batch` samples) in the
     /// buffers `holders` name, as a 0-dim tensor on replica 0's device (no host sync); with
-    /// `max_norm`, first scales every holder's gradient as `clip_grad_norm_` does:
-    /// `min(1, max_norm / (norm + 1e-6))`. Under `--zero 2` each replica holds a shard of the
-    /// sum: the norm is summed from every shard's, over `world`'s ranks too.
+    /// `max_norm`, first scales every holder's gradient as `clip_grad_norm_` does. Under
+    /// `--zero 2` each replica holds a shard of the sum: the norm is summed from every shard's,
+    /// over `world`'s ranks too (see `grad_norm.rs`).
     pub fn grad_norm(
         &mut self,
         holders: &[usize],
@@ -313,40 +315,11 @@ impl Replicas {
         max_norm: Option<f64>,
         world: Option<&World>,
     ) -> Result<Tensor, EngineError> {
-        let _guard = tch::no_grad_guard();
-        let clip = |g: &mut Tensor, norm: &Tensor| {
-            if let Some(max) = max_norm {
-                let coef = ((norm + 1e-6).reciprocal() * max).clamp_max(1.0);
-                let _ = g.g_mul_(&coef.to_device(g.device()));
-            }
-        };
-        let device = self.params[0].device();
-        if self.shards_gradients() {
-            // The squares of every shard's norm, summed on replica 0's device.
-            let mut squares = Tensor::zeros([1], (tch::Kind::Float, device));
-            for g in &self.grads {
-                let n = g.norm().to_device(device);
-                let _ = squares.g_add_(&(&n * &n));
-            }
-            if let Some(w) = world.filter(|w| w.size > 1) {
-                w.allreduce_in_place(&mut squares, dpt_sys::c10d::ReduceOp::Sum)?;
-            }
-            let norm = squares.sqrt().reshape([]) / batch as f64;
-            for g in &mut self.grads {
-                clip(g, &norm);
-            }
-            return Ok(norm);
+        let norm = GradNorm { batch, max_norm, device: self.params[0].device() };
+        match self.shards_gradients() {
+            true => norm.of_shards(&mut self.grads, world),
+            false => Ok(norm.of_holders(&mut self.grads, holders)),
         }
-        let mut first = None;
-        for (i, &h) in holders.iter().enumerate() {
-            if holders[..i].contains(&h) {
-                continue;
-            }
-            let norm = self.grads[h].norm() / batch as f64;
-            clip(&mut self.grads[h], &norm);
-            first.get_or_insert(norm);
-        }
-        Ok(first.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, device))))
     }
 
     /// Unscales the reduced gradient in every buffer `holders` names, checked into the

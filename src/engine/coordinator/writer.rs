@@ -6,10 +6,86 @@
 
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
+use crate::engine::checkpoint_every::CheckpointEvery;
 use crate::persist::checkpoint::{Checkpoint, CheckpointError};
+use crate::record::Change;
+
+/// The periodic checkpoints: their cadence (`checkpoints.every`), how many are kept
+/// (`checkpoints.keep`), and the writer thread, started with the first.
+pub struct Periodic {
+    every: CheckpointEvery,
+    keep: usize,
+    writer: Option<CheckpointWriter>,
+    /// When the last periodic checkpoint was written (or the run started).
+    last: Instant,
+}
+
+impl Periodic {
+    pub fn new(every: CheckpointEvery, keep: usize) -> Periodic {
+        Periodic { every, keep, writer: None, last: Instant::now() }
+    }
+
+    /// The step checkpoints kept on disk.
+    pub fn keep(&self) -> usize {
+        self.keep
+    }
+
+    /// Whether the checkpoints are due by a clock (`--checkpoint-every 20m`), which only rank
+    /// 0's can say, rather than by steps or epochs, which every rank counts alike.
+    pub fn by_clock(&self) -> bool {
+        matches!(self.every, CheckpointEvery::Time(t) if !t.is_zero())
+    }
+
+    /// Whether one is due after the step that made `global_step` steps (`epoch_end`: the
+    /// 1-based epoch that step ended); when it is, its clock starts again.
+    pub fn due(&mut self, global_step: usize, epoch_end: Option<usize>) -> bool {
+        let due = self.every.due(global_step, epoch_end, self.last.elapsed());
+        if due {
+            self.last = Instant::now();
+        }
+        due
+    }
+
+    /// Hands `checkpoint` to the writer thread to write at `path`; the records of the writes
+    /// that ended meanwhile, or a warning when the thread cannot start.
+    pub fn submit(&mut self, checkpoint: Checkpoint, path: PathBuf) -> Vec<Change> {
+        if self.writer.is_none() {
+            match CheckpointWriter::spawn() {
+                Ok(w) => self.writer = Some(w),
+                Err(e) => {
+                    return vec![Change::Warning { message: format!("cannot start the checkpoint thread: {e}") }]
+                }
+            }
+        }
+        let global_step = checkpoint.state.global_step;
+        let job = Job { checkpoint, path, global_step, keep: self.keep };
+        written(self.writer.as_mut().map(|w| w.submit(job)).unwrap_or_default())
+    }
+
+    /// How the writes that have ended went; `wait`: first waits for the one in flight.
+    pub fn note_written(&mut self, wait: bool) -> Vec<Change> {
+        match self.writer.as_mut() {
+            Some(w) if wait => written(w.wait()),
+            Some(w) => written(w.finished()),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// The records of checkpoint writes that have ended.
+fn written(finished: Vec<Written>) -> Vec<Change> {
+    finished
+        .into_iter()
+        .map(|w| match w.result {
+            Ok(path) => Change::Checkpointed { path: path.display().to_string(), global_step: w.global_step },
+            Err(e) => Change::Warning { message: crate::error_chain(&e) },
+        })
+        .collect()
+}
 
 /// A checkpoint to write at `path`, keeping the `keep` newest under `checkpoints/`.
 pub struct Job {

@@ -20,52 +20,16 @@ use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::grad_sink::{Destination, GradSink};
 use super::loss::{Objective, Scored};
-use crate::data::Dataset;
 use crate::input::batches::{Batch, BatchSpec, Batches};
-use crate::input::loader::Decoding;
 use crate::input::shard::shards;
-use crate::model::script::{ScriptModel, ScriptNet};
-use crate::model::{Builder, Forward, LossKind, ModelKind, Network, Normalization, Precision, Task};
+use crate::model::script::ScriptNet;
+use crate::model::{Builder, Forward, Network, Precision};
 use dpt_core::seed::mix_seed;
 use dpt_core::tally::Tally;
 use dpt_sys::c10d::flops::FlopCount;
 use dpt_sys::c10d::OwnRng;
 
-pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError};
-
-/// What a worker needs to start.
-pub struct WorkerSetup {
-    pub replica: usize,
-    pub device: Device,
-    pub model: ModelKind,
-    pub script: Option<Arc<ScriptModel>>,
-    pub loss: LossKind,
-    /// What the model is trained to do (a TorchScript model's, found by its check).
-    pub task: Task,
-    /// The recipe: label smoothing, micro-batches per step, augmentation and its seed.
-    pub recipe: crate::settings::Recipe,
-    /// Samples per evaluation batch of resident data and token windows ([`Settings::eval_batch`];
-    /// streamed data: the loader's, the same).
-    ///
-    /// [`Settings::eval_batch`]: crate::settings::Settings::eval_batch
-    pub eval_batch: usize,
-    pub normalization: Normalization,
-    pub data: Arc<Dataset>,
-    pub initial_params: Tensor,
-    pub initial_buffers: Tensor,
-    pub threads: usize,
-    pub faults: Faults,
-    pub channels_last: bool,
-    pub precision: Precision,
-    /// The streaming loader's decoding, when the data is streamed (else it is resident).
-    pub loader: Option<Arc<Decoding>>,
-    /// With the allreduce overlapping the backward pass: the buckets' byte limits (first,
-    /// others); `None`: gradients are reduced after the backward pass.
-    pub bucket_bytes: Option<(i64, i64)>,
-    /// Under `--zero 2`, the range of the flat gradient this replica keeps the sum of (its
-    /// gradient buffer is that long; the backward pass writes bucket buffers of the sink's).
-    pub grad_shard: Option<dpt_core::optim::Span>,
-}
+pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError, WorkerSetup};
 
 struct Worker {
     replica: usize,
