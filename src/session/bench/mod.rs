@@ -7,6 +7,7 @@
 //! `bench.md` in `--out`.
 
 mod child;
+mod data;
 mod plan;
 mod python;
 mod report;
