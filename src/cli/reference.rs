@@ -297,7 +297,7 @@ pub const ENVIRONMENT: &[(&str, &str, &str)] = &[
     ("XDG_RUNTIME_DIR", "run", "The jobs' sockets live in `$XDG_RUNTIME_DIR/dpt-tui/` (else `/tmp/dpt-tui-<uid>/`)."),
     ("XDG_CACHE_HOME", "run", "Cached tokens, image listings and doctor's bus bandwidth live under `$XDG_CACHE_HOME/dpt-tui/` (else `~/.cache/dpt-tui/`)."),
     ("CUDA_VISIBLE_DEVICES", "run", "Which GPUs CUDA shows; NVML ignores it, so GPUs are matched by UUID. `bench` sets it for the PyTorch side."),
-    ("DPT_SYNC_DEBUG", "run", "`1`: c10's CUDA sync debug mode warns at each synchronizing call and the step records count them (`cuda_syncs`); `2`: the first one fails."),
+    ("DPT_SYNC_DEBUG", "run", "`1`: c10's CUDA sync debug mode warns at each synchronizing call (on stderr, every thread of the step) and the step records count them (`cuda_syncs`); `2`: the first one fails."),
     ("DPT_VENV", "run, set-up", "The set-up's virtualenv; `bench` takes its Python unless `--python` says."),
     ("RANK", "launcher", "This process's rank (torchrun's contract; `--rank` overrides)."),
     ("WORLD_SIZE", "launcher", "Processes in the run (`--world-size`)."),

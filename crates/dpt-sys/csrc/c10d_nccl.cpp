@@ -17,6 +17,8 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 // c10's device-generic event: its CUDA implementation lives in libc10_cuda (no CUDA runtime
@@ -56,62 +58,31 @@ static at::cuda::CUDAStream side_stream(c10::DeviceIndex index) {
 }
 
 // Makes `waiter` wait, on the device, for the work queued on `done` so far: an event without
-// timing recorded on one and waited for by the other (c10d's syncStream).
+// timing recorded on one and waited for by the other (c10d's syncStream). One event per pair of
+// streams, made once and recorded again at each call (a wait already queued keeps the state the
+// event had when it was queued), instead of one made and destroyed per bucket and step.
 static void stream_wait(const at::cuda::CUDAStream& done, const at::cuda::CUDAStream& waiter) {
+  static std::mutex lock;
+  static std::map<std::tuple<c10::DeviceIndex, c10::StreamId, c10::StreamId>, std::unique_ptr<c10::Event>> events;
   c10::DeviceGuard guard(cuda(done.device_index()));
-  c10::Event ev(c10::DeviceType::CUDA, c10::EventFlag::PYTORCH_DEFAULT);
-  ev.record(done.unwrap());
-  ev.block(waiter.unwrap());
-}
-
-// Counts c10's "called a synchronizing CUDA operation" warnings (the sync debug mode's, which
-// `torch.cuda.set_sync_debug_mode("warn")` turns on) and passes every warning on to the handler
-// that was there before, so each is still printed.
-class SyncCounter : public c10::WarningHandler {
- public:
-  explicit SyncCounter(c10::WarningHandler* next) : next_(next) {}
-  void process(const c10::Warning& warning) override {
-    if (warning.msg().find("called a synchronizing CUDA operation") != std::string::npos) {
-      count.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (next_ != nullptr) {
-      next_->process(warning);
-    }
+  std::lock_guard<std::mutex> held(lock);
+  auto& ev = events[{done.device_index(), done.id(), waiter.id()}];
+  if (!ev) {
+    ev = std::make_unique<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::PYTORCH_DEFAULT);
   }
-  std::atomic<int64_t> count{0};
-
- private:
-  c10::WarningHandler* next_;
-};
-
-// The counter, installed once and kept for the process (c10 keeps a pointer to it).
-static SyncCounter* sync_counter() {
-  static SyncCounter* counter = [] {
-    auto* c = new SyncCounter(c10::WarningUtils::get_warning_handler());
-    c10::WarningUtils::set_warning_handler(c);
-    return c;
-  }();
-  return counter;
+  ev->record(done.unwrap());
+  ev->block(waiter.unwrap());
 }
 
 extern "C" {
 
-// c10's CUDA sync debug mode: 0 off, 1 warn at each synchronizing CUDA call (and count it),
-// 2 fail it with an error that names it.
+// c10's CUDA sync debug mode: 0 off, 1 warn at each synchronizing CUDA call (counted on the
+// threads that count, warn_shim.cpp), 2 fail it with an error that names it.
 int dpt_cuda_sync_debug(int mode, char** err) {
   DPT_GUARD(err, -1, {
-    sync_counter();
     c10::cuda::warning_state().set_sync_debug_mode(
         mode >= 2 ? c10::cuda::SyncDebugMode::L_ERROR
                   : (mode == 1 ? c10::cuda::SyncDebugMode::L_WARN : c10::cuda::SyncDebugMode::L_DISABLED));
-    return 0;
-  })
-}
-
-// The synchronizing CUDA calls counted since the mode was first set, into *out.
-int dpt_cuda_sync_count(int64_t* out, char** err) {
-  DPT_GUARD(err, -1, {
-    *out = sync_counter()->count.load(std::memory_order_relaxed);
     return 0;
   })
 }

@@ -31,11 +31,6 @@ int dpt_cuda_sync_debug(int, char** err) {
   return -1;
 }
 
-int dpt_cuda_sync_count(int64_t*, char** err) {
-  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
-  return -1;
-}
-
 int dpt_cuda_current_stream(int, int64_t*, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return -1;

@@ -59,6 +59,11 @@ dpt_work* dpt_reduce(dpt_group* g, dpt_tensor* const* tensors, size_t n, int roo
 int dpt_work_wait(dpt_work* w, int64_t timeout_ms, char** err);
 void dpt_work_free(dpt_work* w);
 
+// c10's warnings on the calling thread: the sync debug mode's counted (warn_shim.cpp).
+int dpt_count_syncs_here(char** err);
+int dpt_cuda_sync_count(int64_t* out, char** err);
+int dpt_warn(const char* msg, char** err);
+
 // Host memory (host_shim.cpp).
 dpt_tensor* dpt_empty_bytes(const int64_t* sizes, size_t n, int pinned, char** err);
 
@@ -70,7 +75,6 @@ dpt_stream_guard* dpt_side_stream_enter(int device, char** err);
 void dpt_side_stream_leave(dpt_stream_guard* g);
 int dpt_cuda_current_stream(int device, int64_t* out, char** err);
 int dpt_cuda_sync_debug(int mode, char** err);
-int dpt_cuda_sync_count(int64_t* out, char** err);
 int dpt_cuda_identity(int device, int* major, int* minor, int* pci_domain, int* pci_bus, int* pci_device, uint8_t* uuid, char** err);
 dpt_event* dpt_cuda_event_new(int device, int timing, char** err);
 int dpt_cuda_event_block(dpt_event* ev, char** err);

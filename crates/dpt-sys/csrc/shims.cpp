@@ -8,6 +8,7 @@
 #include "rng_shim.cpp"
 #include "flops_shim.cpp"
 #include "host_shim.cpp"
+#include "warn_shim.cpp"
 #include "amp_shim.cpp"
 #include "optim_shim.cpp"
 #if DPT_HAVE_NCCL

@@ -162,7 +162,9 @@ impl Coordinator {
         // The update runs on one intra-op thread: the cores are the CPU replicas' (device::intra_op).
         crate::device::intra_op::keep_to_one_thread();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            failure::set_device(&self.cfg).and_then(|()| self.wait_ready()).and_then(|()| {
+            // c10's warning handler is per thread: the update's syncs are counted too.
+            let counted = || dpt_sys::c10d::count_syncs_here().map_err(EngineError::from);
+            failure::set_device(&self.cfg).and_then(|()| counted()).and_then(|()| self.wait_ready()).and_then(|()| {
                 // Every replica has set its own count; threads started from now on take one.
                 crate::device::intra_op::keep_to_one_thread();
                 self.train()

@@ -68,6 +68,9 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
             // Before anything else, as DDP scripts call torch.cuda.set_device(local_rank).
             dpt_sys::c10d::set_thread_device(i)?;
         }
+        // c10's warning handler is per thread: this thread's syncs (and its backward passes',
+        // replayed here) are counted under DPT_SYNC_DEBUG.
+        dpt_sys::c10d::count_syncs_here()?;
         let mut worker = Worker::new(setup, &replies)?;
         replies
             .send(FromWorker::Ready { replica, handles: Box::new(worker.handles()) })

@@ -40,7 +40,6 @@ extern "C" {
     fn dpt_side_stream_leave(g: *mut RawStreamGuard);
     fn dpt_cuda_current_stream(device: i32, out: *mut i64, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_sync_debug(mode: i32, err: *mut *mut c_char) -> i32;
-    fn dpt_cuda_sync_count(out: *mut i64, err: *mut *mut c_char) -> i32;
     #[allow(clippy::too_many_arguments)]
     fn dpt_cuda_identity(
         device: i32,
@@ -229,13 +228,15 @@ pub fn current_stream(index: usize) -> Result<i64, C10dError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncDebug {
     Off,
-    /// Warns (printed) and counts it ([`cuda_sync_count`]).
+    /// Warns (printed) and counts it, on the threads that count
+    /// ([`count_syncs_here`](super::warnings::count_syncs_here)).
     Warn,
     /// Fails it with an error that names it.
     Error,
 }
 
-/// Sets c10's CUDA sync debug mode for the process; an error in a build without CUDA headers.
+/// Sets c10's CUDA sync debug mode for the process, and counts the calling thread's syncs; an
+/// error in a build without CUDA headers.
 pub fn set_cuda_sync_debug(mode: SyncDebug) -> Result<(), C10dError> {
     let mode = match mode {
         SyncDebug::Off => 0,
@@ -243,15 +244,8 @@ pub fn set_cuda_sync_debug(mode: SyncDebug) -> Result<(), C10dError> {
         SyncDebug::Error => 2,
     };
     // SAFETY: a plain value argument.
-    call(|err| unsafe { dpt_cuda_sync_debug(mode, err) }).map(drop)
-}
-
-/// The synchronizing CUDA calls the sync debug mode has warned of so far in this process.
-pub fn cuda_sync_count() -> Result<u64, C10dError> {
-    let mut n = 0i64;
-    // SAFETY: `n` is valid for one write.
-    call(|err| unsafe { dpt_cuda_sync_count(&mut n, err) })?;
-    Ok(n.max(0) as u64)
+    call(|err| unsafe { dpt_cuda_sync_debug(mode, err) })?;
+    super::warnings::count_syncs_here()
 }
 
 /// While alive, the side stream of a GPU (where [`nccl_local_allreduce`] sums) is the calling

@@ -4,8 +4,9 @@
 //! events (`cuda.rs`), TorchScript modules (`jit.rs`), gradient hooks (`hooks.rs`,
 //! `autograd_shim.cpp`), a thread's own generator (`rng.rs`, `rng_shim.cpp`), a thread's FLOP
 //! counter (`flops.rs`, `flops_shim.cpp`), autocast scopes and TF32 (`amp.rs`, `amp_shim.cpp`),
-//! the fused optimizer kernels (`optim.rs`, `optim_shim.cpp`) and page-locked host memory for
-//! batches (`host.rs`, `host_shim.cpp`).
+//! the fused optimizer kernels (`optim.rs`, `optim_shim.cpp`), page-locked host memory for
+//! batches (`host.rs`, `host_shim.cpp`) and c10's warnings per thread (`warnings.rs`,
+//! `warn_shim.cpp`).
 //! Every C++ exception is caught in the shim and arrives here as a [`C10dError`].
 
 use std::ffi::{c_char, CStr, CString};
@@ -27,6 +28,7 @@ pub mod jit;
 pub mod optim;
 mod rng;
 mod store;
+pub mod warnings;
 
 pub use hooks::{on_grad, Handled};
 pub use rng::OwnRng;
@@ -34,10 +36,11 @@ use store::RawStore;
 pub use store::Store;
 
 pub use cuda::{
-    context_made, cuda_identity, cuda_peak_allocated, cuda_reset_peak, cuda_sync_count, current_stream,
-    nccl_compiled, nccl_local_allreduce, nccl_side_join, set_cuda_sync_debug, set_thread_device, CudaEvent,
-    SideStream, SyncDebug,
+    context_made, cuda_identity, cuda_peak_allocated, cuda_reset_peak, current_stream, nccl_compiled,
+    nccl_local_allreduce, nccl_side_join, set_cuda_sync_debug, set_thread_device, CudaEvent, SideStream,
+    SyncDebug,
 };
+pub use warnings::{count_syncs_here, cuda_sync_count};
 
 #[repr(C)]
 struct RawGroup {
