@@ -127,7 +127,9 @@ impl Batches {
                 loader.submit(Job::Train { epoch, order: Arc::clone(&order), steps })?
             }
             Source::Resident { order: on_device, .. } => {
-                *on_device = Some(Tensor::from_slice(order.as_slice()).to_device(self.device));
+                // Page-locked and not blocking the replica: no drain at an epoch's start.
+                let host = super::pinned(Tensor::from_slice(order.as_slice()), self.device);
+                *on_device = Some(host.to_device_(self.device, Kind::Int64, true, false));
             }
             // A window's offset is drawn from its place in the run, not from the order.
             Source::Tokens { .. } => {}

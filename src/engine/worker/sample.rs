@@ -1,6 +1,8 @@
 //! A language model's continuation of a prompt, token by token, as nanoGPT's `generate` does:
 //! the context cropped to the block, the last position's logits over the temperature, the top
-//! k kept, one token drawn from their softmax by the replica's own seeded stream.
+//! k kept, one token drawn from their softmax by the replica's own seeded stream. The tokens
+//! stay on the device until the sample ends (nanoGPT's `generate` keeps them there too): no
+//! read per token.
 
 use tch::{Kind, Tensor};
 
@@ -29,10 +31,12 @@ impl Worker {
         let _guard = tch::no_grad_guard();
         let _own = OwnRng::open(seed, self.device)?;
         let ctx = Forward { train: false, masks: &[], precision: self.precision };
-        let mut seq = prompt.to_vec();
+        // The sequence stays on the device until the sample ends: one upload, one read.
+        let mut seq = Tensor::from_slice(prompt).view([1, -1]).to_device(self.device);
         for _ in 0..tokens {
-            let window = &seq[seq.len().saturating_sub(context.max(1))..];
-            let x = Tensor::from_slice(window).view([1, -1]).to_device(self.device);
+            let len = seq.size()[1];
+            let seen = len.min(context.max(1) as i64);
+            let x = seq.narrow(1, len - seen, seen);
             // A model that takes targets gets its inputs as targets: only its logits are read.
             let logits = self.net.forward_logits(&self.params.views, &self.buffers.views, &x, &x, &ctx)?;
             if logits.dim() != 3 {
@@ -42,8 +46,10 @@ impl Worker {
             let k = TOP_K.min(last.size()[0]);
             let (top, index) = last.f_topk(k, -1, true, true)?;
             let pick = top.softmax(-1, Kind::Float).f_multinomial(1, false)?;
-            seq.push(index.gather(0, &pick, false).int64_value(&[0]));
+            let next = index.gather(0, &pick, false).view([1, 1]);
+            seq = Tensor::f_cat(&[&seq, &next], 1)?;
         }
-        Ok(seq.split_off(prompt.len()))
+        let new = seq.get(0).narrow(0, prompt.len() as i64, tokens as i64).to_device(tch::Device::Cpu);
+        Ok(Vec::<i64>::try_from(&new)?)
     }
 }
