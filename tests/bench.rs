@@ -108,6 +108,12 @@ fn a_cpu_bench_runs_every_case_against_pytorch_within_its_budget() {
     }
     let gpt = case(&report, "gpt");
     assert_eq!(gpt["tokens_per_sample"], 128);
+    // The GPT's second reference: PyTorch's loop over the TorchScript file dpt-tui trains.
+    assert_eq!(gpt["pytorch_script"]["status"], "ok", "{gpt}");
+    let script_ratio = gpt["script_ratio"].as_f64().unwrap();
+    assert!(script_ratio > 0.1 && script_ratio < 10.0, "{script_ratio}");
+    assert!(case(&report, "lenet").get("pytorch_script").is_none(), "a GPT's reference only");
+    assert!(Path::new(&out.join("runs/gpt-pytorch-script.out")).is_file(), "its log kept");
     assert!(stdout.contains("tokens/s"), "{stdout}");
     // A CPU without bf16 instructions emulates bf16 tens of times slower than f32: the bench
     // leaves those cases out, saying why, and gives their time to the others.

@@ -161,7 +161,10 @@ def draw_windows(tokens, block, batch):
 
 
 def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device, precision, recipe,
-          threads=None):
+          threads=None, module=None):
+    """PyTorch's loop on the GPT: the eager `Gpt` module, or with `module` the TorchScript file
+    (as `make` wrote it, the same seeded weights) through the TorchScript interpreter without its
+    graph optimizations, as dpt-tui runs it; prints the figures as JSON."""
     import resource
     import time
     from torch.utils.flop_counter import FlopCounterMode
@@ -172,7 +175,12 @@ def bench(data, vocab, block, width, layers, heads, batch, warmup, steps, device
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(0)
-    model = Gpt(vocab, block, width, layers, heads).to(dev)
+    if module:
+        # What `torch.jit.optimized_execution(False)` sets, for the whole loop.
+        torch._C._set_graph_executor_optimize(False)
+        model = torch.jit.load(module, map_location=dev)
+    else:
+        model = Gpt(vocab, block, width, layers, heads).to(dev)
     # Read with torch alone: a GPU node's bare Python may have torch without NumPy.
     path = f"{data}/train.bin"
     tokens = torch.from_file(path, shared=False, size=os.path.getsize(path) // 2, dtype=torch.uint16)
@@ -260,7 +268,8 @@ def main():
     if sys.argv[1] == "bench":
         ints = list(map(int, sys.argv[3:11]))
         threads = int(sys.argv[14]) if len(sys.argv) > 14 else None
-        bench(sys.argv[2], *ints, sys.argv[11], sys.argv[12], json.loads(sys.argv[13]), threads)
+        module = sys.argv[15] if len(sys.argv) > 15 else None
+        bench(sys.argv[2], *ints, sys.argv[11], sys.argv[12], json.loads(sys.argv[13]), threads, module)
     elif sys.argv[1] == "memory":
         memory(sys.argv[2], sys.argv[3], *map(int, sys.argv[4:8]))
     elif sys.argv[1] == "make":

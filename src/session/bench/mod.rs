@@ -287,7 +287,14 @@ fn one_line(r: &CaseResult) -> String {
         Some(p) => format!(", PyTorch {}", side(&p.status, &p.reason)),
         None => String::new(),
     };
-    format!("{ours}{theirs}{}", r.ratio.map_or(String::new(), |x| format!(" ({x:.2}x)")))
+    let ratio = r.ratio.map_or(String::new(), |x| format!(" ({x:.2}x)"));
+    let script = match &r.pytorch_script {
+        Some(Side { figures: Some(f), .. }) => format!(", its TorchScript {:.0} samples/s", f.samples_per_sec),
+        Some(p) => format!(", its TorchScript {}", side(&p.status, &p.reason)),
+        None => String::new(),
+    };
+    let script_ratio = r.script_ratio.map_or(String::new(), |x| format!(" ({x:.2}x)"));
+    format!("{ours}{theirs}{ratio}{script}{script_ratio}")
 }
 
 fn describe_machine(gpus: &[usize], python: Option<&python::Python>) -> report::Machine {

@@ -77,11 +77,19 @@ pub struct CaseResult {
     /// Tokens per sample (a GPT's block; 1 otherwise): the table's throughput is in tokens/s.
     pub tokens_per_sample: usize,
     pub dpt_tui: Side<RunFigures>,
+    /// PyTorch's loop (a GPT's: over the eager module).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pytorch: Option<Side<TorchFigures>>,
+    /// A GPT's second reference: PyTorch's loop over the TorchScript file dpt-tui trains, run
+    /// by the TorchScript interpreter as dpt-tui runs it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pytorch_script: Option<Side<TorchFigures>>,
     /// dpt-tui's throughput over PyTorch's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<f64>,
+    /// dpt-tui's throughput over the TorchScript file's loop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script_ratio: Option<f64>,
     /// Model FLOP/s of each side (dpt-tui's count of the model's FLOPs, 3 per sample's forward).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_flops: Option<f64>,
@@ -118,6 +126,8 @@ impl CaseResult {
             tokens_per_sample: case.gpt().map_or(1, |g| g.block),
             dpt_tui: Side::unmeasured(Status::Unsupported, "not run"),
             pytorch: None,
+            pytorch_script: None,
+            script_ratio: None,
             ratio: None,
             model_flops: None,
             pytorch_model_flops: None,
@@ -135,9 +145,11 @@ impl CaseResult {
     pub fn fill_derived_figures(&mut self) {
         let ours = self.dpt_tui.figures.as_ref();
         let theirs = self.pytorch.as_ref().and_then(|p| p.figures.as_ref());
-        if let (Some(o), Some(t)) = (ours, theirs) {
-            self.ratio = (t.samples_per_sec > 0.0).then(|| o.samples_per_sec / t.samples_per_sec);
-        }
+        let over = |t: &TorchFigures| {
+            ours.filter(|_| t.samples_per_sec > 0.0).map(|o| o.samples_per_sec / t.samples_per_sec)
+        };
+        self.ratio = theirs.and_then(over);
+        self.script_ratio = self.pytorch_script.as_ref().and_then(|p| p.figures.as_ref()).and_then(over);
         let counted = ours.and_then(|o| o.flops_per_sample);
         let flop_counter = theirs.and_then(|t| t.flops_per_sample).filter(|&c| c > 0.0);
         if let (Some(f), Some(c)) = (counted, flop_counter) {
@@ -160,7 +172,8 @@ impl CaseResult {
     /// Whether a side failed or ran out of time (an unsupported side is not a failure).
     pub fn failed(&self) -> bool {
         let bad = |s: &Status| matches!(s, Status::Failed | Status::TimedOut);
-        bad(&self.dpt_tui.status) || self.pytorch.as_ref().is_some_and(|p| bad(&p.status))
+        let torch = [&self.pytorch, &self.pytorch_script];
+        bad(&self.dpt_tui.status) || torch.iter().any(|p| p.as_ref().is_some_and(|p| bad(&p.status)))
     }
 
     fn unit(&self) -> &'static str {
@@ -172,8 +185,8 @@ impl CaseResult {
     }
 
     /// The table's cells: case, device, precision, batch, dpt-tui, ms/step (split), peak
-    /// memory, MFU, PyTorch, ratio.
-    fn cells(&self) -> [String; 10] {
+    /// memory, MFU, PyTorch, ratio, and a GPT's TorchScript loop and ratio.
+    fn cells(&self) -> [String; 12] {
         let per = self.tokens_per_sample as f64;
         let rate = |s: f64| format!("{} {}", thousands(s * per), self.unit());
         let dpt = match (&self.bus_gbs, &self.dpt_tui.status) {
@@ -199,11 +212,11 @@ impl CaseResult {
             (Some(flops), None) => rate_label(flops),
             _ => "-".to_owned(),
         };
-        let torch = match &self.pytorch {
+        let torch = |side: &Option<Side<TorchFigures>>| match side {
             Some(p) => p.cell(|f| rate(f.samples_per_sec)),
             None => "-".to_owned(),
         };
-        let ratio = self.ratio.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
+        let ratio = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
         let batch = if self.bus_gbs.is_some() { "-".to_owned() } else { self.batch.to_string() };
         [
             self.case.clone(),
@@ -214,8 +227,10 @@ impl CaseResult {
             split,
             memory,
             mfu,
-            torch,
-            ratio,
+            torch(&self.pytorch),
+            ratio(self.ratio),
+            torch(&self.pytorch_script),
+            ratio(self.script_ratio),
         ]
     }
 
@@ -228,6 +243,9 @@ impl CaseResult {
         if let Some(Side { status, reason: Some(r), .. }) = &self.pytorch {
             notes.push(format!("{} PyTorch {}: {r}", self.case, status.word()));
         }
+        if let Some(Side { status, reason: Some(r), .. }) = &self.pytorch_script {
+            notes.push(format!("{} PyTorch (TorchScript) {}: {r}", self.case, status.word()));
+        }
         notes
     }
 }
@@ -237,7 +255,7 @@ fn thousands(x: f64) -> String {
     dpt_tui::record::text::thousands(x.round() as i64)
 }
 
-const HEADERS: [&str; 10] = [
+const HEADERS: [&str; 12] = [
     "case",
     "devices",
     "precision",
@@ -248,6 +266,8 @@ const HEADERS: [&str; 10] = [
     "MFU (model FLOP/s)",
     "PyTorch",
     "dpt-tui / PyTorch",
+    "PyTorch (TorchScript)",
+    "dpt-tui / TorchScript",
 ];
 
 /// The machine and software a bench ran on.
@@ -281,9 +301,9 @@ pub struct Report {
 }
 
 /// Pads each column to its widest cell.
-fn aligned(rows: &[[String; 10]]) -> Vec<String> {
+fn aligned<const N: usize>(rows: &[[String; N]]) -> Vec<String> {
     let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..10).map(width).collect();
+    let widths: Vec<usize> = (0..N).map(width).collect();
     rows.iter()
         .map(|r| {
             let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();

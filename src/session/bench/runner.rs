@@ -100,7 +100,10 @@ impl Bench {
         let mut result = CaseResult::new(case, model, self.devices(placement), precision.to_string());
         if let Some(why) = self.cannot_run(case) {
             result.dpt_tui = Side::unmeasured(Status::Unsupported, why.clone());
-            result.pytorch = self.python.as_ref().map(|_| Side::unmeasured(Status::Unsupported, why));
+            result.pytorch = self.python.as_ref().map(|_| Side::unmeasured(Status::Unsupported, why.clone()));
+            if case.gpt().is_some() {
+                result.pytorch_script = self.python.as_ref().map(|_| Side::unmeasured(Status::Unsupported, why));
+            }
             return result;
         }
         let gpus = self.gpus_of(placement).len();
@@ -120,12 +123,15 @@ impl Bench {
             None => None,
         };
         result.dpt_tui = self.dpt_side(case, net, tokens.as_ref(), data, ours.saturating_sub(t0.elapsed()));
-        result.pytorch = self.pytorch_side(
-            case,
-            tokens.as_ref().map(|t| t.1.as_path()),
-            data,
-            deadline.saturating_sub(t0.elapsed()),
-        );
+        let gpt = tokens.as_ref().map(|(model, tokens)| (tokens.as_path(), model.as_path()));
+        // A GPT has two PyTorch loops, the eager module's and the TorchScript file's: half each.
+        let left = deadline.saturating_sub(t0.elapsed());
+        let share = if gpt.is_some() { left / 2 } else { left };
+        result.pytorch = self.pytorch_side(case, gpt.map(|(t, _)| (t, None)), data, share);
+        if let Some((t, model)) = gpt {
+            let left = deadline.saturating_sub(t0.elapsed());
+            result.pytorch_script = self.pytorch_side(case, Some((t, Some(model))), data, left);
+        }
         result
     }
 
@@ -236,11 +242,12 @@ impl Bench {
         side
     }
 
-    /// The plain PyTorch loop of the case, if there is a Python; `tokens`: a GPT's token folder.
+    /// The plain PyTorch loop of the case, if there is a Python; `gpt`: a GPT's token folder,
+    /// and its TorchScript file for the loop over that file (none: over the eager module).
     fn pytorch_side(
         &self,
         case: &Case,
-        tokens: Option<&Path>,
+        gpt: Option<(&Path, Option<&Path>)>,
         data: &Data,
         deadline: Duration,
     ) -> Option<Side<child::TorchFigures>> {
@@ -257,13 +264,18 @@ impl Bench {
         let device = if self.gpus.is_empty() { "cpu" } else { "cuda" };
         let threads = self.cores.to_string();
         let mut cmd = Command::new(&py.path);
-        match (case.gpt(), tokens) {
-            (Some(g), Some(t)) => {
+        let mut log = format!("{}-pytorch", case.name);
+        match (case.gpt(), gpt) {
+            (Some(g), Some((t, module))) => {
                 cmd.arg(&scripts.gpt).arg("bench").arg(t);
                 let shape =
                     [g.vocab, g.block, g.width, g.layers, g.heads, case.batch, case.warmup, case.steps];
                 cmd.args(shape.map(|v| v.to_string()));
                 cmd.args([device, precision.name()]).arg(GPT_RECIPE.json()).arg(&threads);
+                if let Some(m) = module {
+                    cmd.arg(m);
+                    log.push_str("-script");
+                }
             }
             _ => {
                 let ranks = self.gpus_of(placement).len();
@@ -286,7 +298,7 @@ impl Bench {
         if !self.gpus.is_empty() {
             cmd.env("CUDA_VISIBLE_DEVICES", visible(self.gpus_of(placement)));
         }
-        let log = self.out.join("runs").join(format!("{}-pytorch", case.name));
+        let log = self.out.join("runs").join(log);
         Some(match child::run(cmd, deadline, &self.stop, &log) {
             Ended::Done { stdout } => match child::torch_figures(&stdout) {
                 Ok(f) => Side::ok(f),

@@ -98,3 +98,29 @@ fn a_side_that_did_not_run_says_why_and_a_failure_counts() {
     let unsupported = case(Side::unmeasured(Status::Unsupported, "needs a GPU"), None);
     assert!(!unsupported.failed(), "not a failure");
 }
+
+#[test]
+fn a_gpts_torchscript_loop_has_its_own_ratio_cells_and_notes() {
+    let torch = |samples_per_sec: f64| TorchFigures {
+        samples_per_sec,
+        ms_per_step: 10.0,
+        peak_mib: None,
+        flops_per_sample: None,
+    };
+    let mut c = case(Side::ok(figures(100.0)), Some(Side::ok(torch(80.0))));
+    c.pytorch_script = Some(Side::ok(torch(125.0)));
+    c.fill_derived_figures();
+    assert_eq!((c.ratio, c.script_ratio), (Some(1.25), Some(0.8)));
+    let cells = c.cells();
+    assert_eq!((cells[10].as_str(), cells[11].as_str()), ("125 samples/s", "0.80x"));
+    assert!(!c.failed());
+    // Its failure is the case's, and its note names it.
+    c.pytorch_script = Some(Side::unmeasured(Status::Failed, "no such file"));
+    c.fill_derived_figures();
+    assert_eq!(c.script_ratio, None);
+    assert!(c.failed());
+    assert_eq!(c.notes(), ["resnet18-bf16 PyTorch (TorchScript) failed: no such file"]);
+    // Other cases have no such reference: dashes.
+    let plain = case(Side::ok(figures(100.0)), Some(Side::ok(torch(80.0))));
+    assert_eq!((plain.cells()[10].as_str(), plain.cells()[11].as_str()), ("-", "-"));
+}
