@@ -113,8 +113,8 @@ int dpt_set_tf32(int on, char** err);
 int dpt_tf32_state(int cudnn);
 
 // Fused optimizer steps (optim_shim.cpp).
-int dpt_fused_adam(dpt_tensor* const* params, dpt_tensor* const* grads, dpt_tensor* const* exp_avgs, dpt_tensor* const* exp_avg_sqs, dpt_tensor* const* steps, size_t n, double lr, double beta1, double beta2, double weight_decay, double eps, int decoupled, dpt_tensor* grad_scale, dpt_tensor* found_inf, char** err);
-int dpt_fused_sgd(dpt_tensor* const* params, dpt_tensor* const* grads, dpt_tensor* const* momentum_buffers, size_t n, double lr, double momentum, double weight_decay, int nesterov, int first_step, dpt_tensor* grad_scale, dpt_tensor* found_inf, char** err);
+int dpt_fused_adam(dpt_tensor* const* params, dpt_tensor* const* grads, dpt_tensor* const* exp_avgs, dpt_tensor* const* exp_avg_sqs, dpt_tensor* const* steps, size_t n, double lr, dpt_tensor* lr_tensor, double beta1, double beta2, double weight_decay, double eps, int decoupled, dpt_tensor* grad_scale, dpt_tensor* found_inf, char** err);
+int dpt_fused_sgd(dpt_tensor* const* params, dpt_tensor* const* grads, dpt_tensor* const* momentum_buffers, size_t n, double lr, dpt_tensor* lr_tensor, double momentum, double weight_decay, int nesterov, int first_step, dpt_tensor* grad_scale, dpt_tensor* found_inf, char** err);
 
 // Gradient hooks (autograd_shim.cpp).
 int dpt_on_grad(dpt_tensor* leaf, dpt_grad_fn fn, void* ctx, dpt_drop_fn drop, char** err);

@@ -159,7 +159,7 @@ impl OptimizerState {
         let c = self.cfg;
         let _ = self.step.g_add_scalar_(1.0);
         let _ = self.grad_scale.fill_(batch as f64);
-        let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf };
+        let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf, lr: None };
         for g in &self.groups {
             let grads: Vec<Tensor> =
                 g.ranges.iter().map(|r| grad_sum.narrow(0, r.start - grads_from, r.len)).collect();
