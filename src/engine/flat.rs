@@ -123,10 +123,25 @@ impl Layout {
             .collect()
     }
 
-    /// Contiguous copies of the tensors of `flat`, in logical order, on `device`.
+    /// Contiguous copies of the tensors of `flat`, in logical order, on `device`, one copy each
+    /// and never a view of `flat`: a channels-last tensor is made row-major where it lives (on a
+    /// GPU, a device copy) and then moved; a row-major one is moved, or copied once when it is on
+    /// `device` already. (Moving first and copying on the host after made two or three host
+    /// copies of every tensor of a rewind point or checkpoint.)
     pub fn to_logical(&self, flat: &Tensor, device: Device) -> Vec<Tensor> {
         let _guard = tch::no_grad_guard();
-        self.views(flat).iter().map(|v| v.to_device(device).contiguous().copy()).collect()
+        self.views(flat)
+            .iter()
+            .map(|v| {
+                let row_major = v.contiguous();
+                let made = row_major.data_ptr() != v.data_ptr();
+                match (row_major.device() == device, made) {
+                    (false, _) => row_major.to_device(device),
+                    (true, true) => row_major,
+                    (true, false) => row_major.copy(),
+                }
+            })
+            .collect()
     }
 
     /// Fills `flat` from `logical`, the tensors' values concatenated in logical order.
@@ -208,6 +223,12 @@ mod tests {
             assert!(back.equal(&logical), "channels_last={cl}");
             // The conv weight's value at [o, i, y, x] is the same whichever the layout.
             assert_eq!(f.views[2].double_value(&[3, 4, 1, 2]), (200 + 3 * 500 + 4 * 25 + 5 + 2) as f64);
+            // Copies, not views: the buffer changing afterwards leaves them as they were.
+            let held = f.layout.to_logical(&f.flat, Device::Cpu);
+            let _ = f.flat.shallow_clone().fill_(-1.0);
+            assert!(held.iter().all(|t| t.is_contiguous()), "row-major");
+            let again = Tensor::cat(&held.iter().map(|t| t.reshape([-1])).collect::<Vec<_>>(), 0);
+            assert!(again.equal(&logical), "channels_last={cl}: not a view of the buffer");
         }
         let cl = Layout::new(&b.params, true);
         assert_eq!(
