@@ -88,7 +88,7 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                     }
                     worker.step(start, len, (global_step, loss_factor), dropout_seed, timed)?
                 }
-                ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums() },
+                ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums()? },
                 ToWorker::Evaluate { start, len, val } => worker.evaluate(start, len, val)?,
                 ToWorker::Sample { prompt, tokens, context, seed } => {
                     FromWorker::Sampled { replica, tokens: worker.sample(&prompt, tokens, context, seed)? }
@@ -360,16 +360,15 @@ impl Worker {
         }
     }
 
-    fn take_sums(&mut self) -> Tally {
-        let sums = Tally {
-            loss: self.loss_sum.double_value(&[]),
-            correct: self.correct.int64_value(&[]) as f64,
-            samples: self.samples,
-            seconds: 0.0,
-        };
+    fn take_sums(&mut self) -> Result<Tally, WorkerError> {
+        // One read of both sums (on a GPU, one wait for the device instead of two); a count of
+        // correct predictions is exact in f64.
+        let both = Tensor::f_stack(&[self.loss_sum.shallow_clone(), self.correct.f_to_kind(Kind::Double)?], 0)?;
+        let read = Vec::<f64>::try_from(&both)?;
+        let sums = Tally { loss: read[0], correct: read[1], samples: self.samples, seconds: 0.0 };
         let _ = self.loss_sum.zero_();
         let _ = self.correct.zero_();
         self.samples = 0.0;
-        sums
+        Ok(sums)
     }
 }
