@@ -151,7 +151,12 @@ fn places(defs: &Defs, name: &str, kinds: &[(String, String)]) -> Vec<String> {
 
 /// The records page, or why it cannot be written (a kind without fields).
 pub(super) fn page() -> Result<String, String> {
-    let schema = dpt_core::record::schema::records();
+    page_of(&dpt_core::record::schema::records())
+}
+
+/// The page of the records whose schema is `schema`; an error where a kind has no fields (a
+/// type that moved, say), rather than an empty table.
+fn page_of(schema: &Value) -> Result<String, String> {
     let empty = Map::new();
     let defs = Defs(schema["$defs"].as_object().unwrap_or(&empty));
     let mut out = header(
@@ -251,5 +256,22 @@ mod tests {
             assert!(page.contains(&format!("\n## `{kind}`\n")), "{kind}");
         }
         assert!(page.contains("| `not_finite` |") && page.contains("### `FinishReason`"), "{page}");
+    }
+
+    #[test]
+    fn a_kind_whose_schema_lost_its_fields_is_an_error_not_an_empty_table() {
+        let mut schema = dpt_core::record::schema::records();
+        let step = schema["oneOf"]
+            .as_array()
+            .expect("kinds")
+            .iter()
+            .find(|v| v["properties"]["kind"]["const"] == "step")
+            .expect("the step kind")
+            .clone();
+        let name =
+            super::Defs(schema["$defs"].as_object().expect("defs")).of(&step).expect("its type").0.to_owned();
+        schema["$defs"][name.as_str()]["properties"] = serde_json::json!({});
+        let e = super::page_of(&schema).expect_err("refused");
+        assert_eq!(e, format!("record kind `step` ({name}) has no fields in its schema"));
     }
 }

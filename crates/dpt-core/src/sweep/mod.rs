@@ -392,10 +392,23 @@ mod tests {
             pid: Some(7),
         };
         file.write(dir.path()).expect("written");
-        assert_eq!(SweepFile::read(dir.path()).expect("read"), Some(file));
+        assert_eq!(SweepFile::read(dir.path()).expect("read").as_ref(), Some(&file));
         std::fs::write(dir.path().join(SWEEP_FILE), "{").expect("write");
         let e = SweepFile::read(dir.path()).expect_err("refused").to_string();
         assert!(e.ends_with(")") && e.contains("is not a sweep's state"), "{e}");
+        // A folder that is not there: the write says which file it could not write.
+        let gone = dir.path().join("gone");
+        let e = file.write(&gone).expect_err("no folder");
+        assert!(matches!(e, SweepFileError::Write { .. }), "{e:?}");
+        assert!(
+            e.to_string().starts_with(&format!("cannot write {}", gone.join(SWEEP_FILE).display())),
+            "{e}"
+        );
+        // A sweep.json that cannot be read (a folder by that name) is an error, not "no sweep".
+        let odd = dir.path().join("odd");
+        std::fs::create_dir_all(odd.join(SWEEP_FILE)).expect("dirs");
+        let e = SweepFile::read(&odd).expect_err("unreadable");
+        assert!(matches!(e, SweepFileError::Read { .. }), "{e:?}");
     }
 
     fn axis(spec: &str) -> Axis {
