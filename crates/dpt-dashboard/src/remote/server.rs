@@ -1,13 +1,15 @@
 //! The training process's socket: owner-only (a 0600 socket in a 0700 folder), peers of
 //! another user refused, no network listener. Each viewer gets a reader and a writer thread,
 //! both ending when it disconnects; a viewer that leaves with its rewind dialog open lets go
-//! of the run.
+//! of the run. A job that ends waits (a few seconds at most) until each viewer has been sent all
+//! the run said, its summary last, before the process exits.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use super::hub::{Hub, HubMsg};
 use super::protocol::{decode, encode, version_error, ClientMsg, ServerMsg, VERSION};
@@ -20,6 +22,9 @@ use crossbeam_channel::{never, select, unbounded, Sender};
 pub const SERVER_FILE: &str = "server.json";
 /// Messages a viewer may fall behind by before it is dropped.
 const VIEWER_BUFFER: usize = 4096;
+/// How long a job that ends waits for its viewers to be sent the rest of the run; one that
+/// reads nothing (a frozen terminal) holds the exit no longer.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// The user id of the process at the other end of `stream` (SO_PEERCRED).
 pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
@@ -29,14 +34,73 @@ pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
 /// A job being served: where, and how to stop announcing it.
 pub struct Served {
     pub info: ServerInfo,
+    viewers: Viewers,
 }
 
 impl Served {
-    /// Removes the socket, the registry entry and `server.json` (the job is ending).
+    /// Removes the socket, the registry entry and `server.json` (the job is ending), then waits
+    /// (at most [`DRAIN`]) until every viewer has been sent what the hub gave it and has gone:
+    /// called once the hub has stopped, a viewer gets the run's last records (its summary)
+    /// before the process exits and ends its threads.
     pub fn withdraw(&self) {
         let _ = std::fs::remove_file(&self.info.socket);
         let _ = std::fs::remove_file(self.info.entry_path());
         let _ = std::fs::remove_file(self.info.run_dir.join(SERVER_FILE));
+        self.viewers.wait_gone(DRAIN);
+    }
+}
+
+/// The viewers being served, counted from the connection until their threads end.
+#[derive(Clone, Default)]
+struct Viewers(Arc<(Mutex<usize>, Condvar)>);
+
+/// One viewer's place in [`Viewers`], given up when dropped.
+struct Serving(Viewers);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let (count, gone) = &*(self.0).0;
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        gone.notify_all();
+    }
+}
+
+impl Viewers {
+    fn enter(&self) -> Serving {
+        *self.0 .0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Serving(self.clone())
+    }
+
+    /// Waits until no viewer is served, at most `timeout`; whether none is.
+    fn wait_gone(&self, timeout: Duration) -> bool {
+        let (count, gone) = &*self.0;
+        let deadline = Instant::now() + timeout;
+        let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *n > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            n = gone.wait_timeout(n, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    /// Serves each viewer that connects to `listener` on threads of its own.
+    fn accept(&self, listener: UnixListener, hub: Hub, controls: Sender<Control>) -> std::io::Result<()> {
+        let viewers = self.clone();
+        std::thread::Builder::new().name("dpt-server".into()).spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (hub, controls, serving) = (hub.clone(), controls.clone(), viewers.enter());
+                // A viewer that cannot get a thread is simply not served.
+                let _ = std::thread::Builder::new().name("dpt-viewer".into()).spawn(move || {
+                    viewer(stream, hub, controls);
+                    drop(serving);
+                });
+            }
+        })?;
+        Ok(())
     }
 }
 
@@ -67,17 +131,9 @@ pub fn serve(run_dir: &Path, hub: Hub, controls: Sender<Control>) -> std::io::Re
     let json = serde_json::to_string_pretty(&info).expect("server info serializes");
     atomic::write_bytes(&run_dir.join(SERVER_FILE), json.as_bytes())?;
     atomic::write_bytes(&info.entry_path(), json.as_bytes())?;
-    std::thread::Builder::new().name("dpt-server".into()).spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let (hub, controls) = (hub.clone(), controls.clone());
-            // A viewer that cannot get a thread is simply not served.
-            let _ = std::thread::Builder::new()
-                .name("dpt-viewer".into())
-                .spawn(move || viewer(stream, hub, controls));
-        }
-    })?;
-    Ok(Served { info })
+    let viewers = Viewers::default();
+    viewers.accept(listener, hub, controls)?;
+    Ok(Served { info, viewers })
 }
 
 /// The hold one viewer's rewind dialog has on the run, kept by the thread that reads the
@@ -220,8 +276,12 @@ fn viewer(mut stream: UnixStream, hub: Hub, controls: Sender<Control>) {
 
 #[cfg(test)]
 mod tests {
-    use super::ViewerHold;
-    use crate::Control;
+    use std::io::Read;
+
+    use super::*;
+    use crate::monitor::MonitorMsg;
+    use crate::record::history::History;
+    use crate::record::{Change, Record};
 
     const ON: Control = Control::Hold { on: true };
     const OFF: Control = Control::Hold { on: false };
@@ -238,5 +298,59 @@ mod tests {
         assert_eq!(closed.pass(ON), Some(ON));
         assert_eq!(closed.pass(OFF), Some(OFF));
         assert_eq!(closed.leave(), None);
+    }
+
+    #[test]
+    fn a_job_that_ends_waits_until_its_viewer_was_sent_the_whole_run() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let listener = UnixListener::bind(dir.path().join("job.sock")).expect("a socket");
+        let (records, from_engine) = unbounded();
+        let (_readings, from_monitor) = unbounded::<MonitorMsg>();
+        let (hub, _, hub_thread) =
+            Hub::spawn(History::default(), from_engine, from_monitor, &[]).expect("a hub");
+        let (controls, _asked) = unbounded();
+        let viewers = Viewers::default();
+        viewers.accept(listener, hub, controls).expect("serving");
+
+        let mut stream = UnixStream::connect(dir.path().join("job.sock")).expect("connected");
+        send_line_client(&mut stream, &ClientMsg::Hello { version: VERSION, read_only: true });
+        let mut lines = BufReader::new(stream.try_clone().expect("a second handle"));
+        let mut welcome = String::new();
+        lines.read_line(&mut welcome).expect("the welcome");
+        assert!(
+            matches!(decode::<ServerMsg>(welcome.trim_end()), Ok(ServerMsg::Welcome { .. })),
+            "{welcome}"
+        );
+
+        // The run's last records, then its end: the hub stops, the job withdraws and exits. Few
+        // enough that the socket holds them all unread (each line costs the sender a buffer).
+        const N: usize = 50;
+        for step in 0..N {
+            records.send(Record::Event(Change::Paused { global_step: step })).expect("the hub listens");
+        }
+        drop(records);
+        hub_thread.join().expect("the hub ends");
+        assert!(viewers.wait_gone(Duration::from_secs(30)), "the viewer's threads ended");
+
+        // All of it is in the socket already, and the job closed it: nothing is left to wait for.
+        stream.set_nonblocking(true).expect("non-blocking");
+        let mut rest = String::new();
+        lines.read_to_string(&mut rest).expect("the whole run and the end of the stream, without waiting");
+        let steps: Vec<usize> = rest
+            .lines()
+            .map(|l| match decode::<ServerMsg>(l) {
+                Ok(ServerMsg::Record { record: Record::Event(Change::Paused { global_step }) }) => {
+                    global_step
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(steps, (0..N).collect::<Vec<_>>());
+    }
+
+    fn send_line_client(stream: &mut UnixStream, msg: &ClientMsg) {
+        let mut line = encode(msg);
+        line.push('\n');
+        stream.write_all(line.as_bytes()).expect("sent");
     }
 }
