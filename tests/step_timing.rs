@@ -43,3 +43,51 @@ fn warm_up_windows_carry_no_timings_and_later_windows_do() {
     }
     assert_eq!(stragglers, vec![WARMUP_STEPS + 1], "named once, at the first timed window");
 }
+
+/// What a record says, without its clock's figures.
+fn said(r: &Record) -> String {
+    match r {
+        Record::Start(_) => "start".into(),
+        Record::Step(s) => format!(
+            "step {} e{} s{} loss {} acc {} norm {:?}",
+            s.global_step, s.epoch, s.step, s.loss, s.acc, s.grad_norm
+        ),
+        Record::Epoch(e) => format!(
+            "epoch {} train {} {} test {} {}",
+            e.epoch, e.train_loss, e.train_acc, e.test_loss, e.test_acc
+        ),
+        Record::Event(Change::Snapshot { global_step, loss, .. }) => {
+            format!("point {global_step} loss {loss:?}")
+        }
+        Record::Event(c) => format!("{c:?}"),
+        Record::Summary(s) => format!("summary {} {:?} {:?}", s.global_steps, s.reason, s.test_acc),
+        Record::Eval(_) => "eval".into(),
+    }
+}
+
+/// A GPU run reads each report window's figures a window later (no drain); the `late-report`
+/// fault makes a CPU run do the same. Its records are the records of a run that reports at
+/// once, in the same order: windows cut by an epoch's end, rewind points that name the last
+/// loss, an evaluation, a step limit that ends the run inside a window.
+#[test]
+fn a_run_that_reports_each_window_later_records_what_one_reporting_at_once_does() {
+    let run = |faults: &str| {
+        let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
+        cfg.settings.recipe.batch_size = 32;
+        cfg.settings.recipe.epochs = 2;
+        cfg.settings.placement.log_every = 3;
+        cfg.settings.placement.max_steps = Some(13);
+        cfg.settings.checkpoints.snapshot_every = dpt_core::checkpoint_every::CheckpointEvery::Steps(4);
+        cfg.kit.faults = faults.parse().unwrap();
+        let engine = Engine::start(cfg, common::subset(256, 64)).unwrap();
+        let said: Vec<String> = engine.events().iter().map(|r| said(&r)).collect();
+        engine.join().unwrap();
+        said
+    };
+    let (now, later) = (run(""), run("late-report"));
+    assert_eq!(now, later);
+    let windows = now.iter().filter(|r| r.starts_with("step ")).count();
+    // Epoch 1: steps 3, 6, 8 (its end); epoch 2: 11, then 13 (the limit, inside a window).
+    assert_eq!(windows, 5, "{now:#?}");
+    assert!(now.iter().any(|r| r.starts_with("point 4 loss Some(")), "{now:#?}");
+}

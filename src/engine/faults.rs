@@ -10,7 +10,8 @@
 //! PyTorch's CUDA allocator running out of memory), `grad-overflow=R@S` (replica R's scaled
 //! loss becomes infinite at step S, as an fp16 overflow would make it; repeatable),
 //! `setup-hang` (the communicator set-up before step 0 never returns, as NCCL's peer-to-peer
-//! set-up on a machine with PCIe ACS on; on any device).
+//! set-up on a machine with PCIe ACS on; on any device), `late-report` (every report window
+//! is read and recorded a window later, as on a GPU, on any device).
 
 use std::str::FromStr;
 
@@ -31,6 +32,8 @@ pub struct Faults {
     pub grad_overflow: Vec<(usize, usize)>,
     /// The communicator set-up never returns.
     pub setup_hang: bool,
+    /// Report windows are read a window later on any device (a GPU run's rule).
+    pub late_report: bool,
 }
 
 fn replica_at(v: &str) -> Result<(usize, usize), String> {
@@ -59,6 +62,7 @@ impl FromStr for Faults {
                 }
                 None if item == "checkpoint-write" => f.checkpoint_write = true,
                 None if item == "setup-hang" => f.setup_hang = true,
+                None if item == "late-report" => f.late_report = true,
                 _ => return Err(format!("unknown fault '{item}'")),
             }
         }
@@ -78,6 +82,7 @@ mod tests {
         assert!(f.checkpoint_write && f.worker_stall.is_none());
         let f: Faults = "grad-overflow=0@1,grad-overflow=1@4".parse().unwrap();
         assert_eq!(f.grad_overflow, [(0, 1), (1, 4)]);
+        assert!("late-report".parse::<Faults>().unwrap().late_report);
         assert!("worker-panic=1".parse::<Faults>().is_err());
         assert!("meteor".parse::<Faults>().is_err());
     }

@@ -77,6 +77,8 @@ pub enum EngineError {
     Nccl(String),
     #[error(transparent)]
     GpuWait(#[from] crate::device::gpu_wait::WaitError),
+    #[error(transparent)]
+    LateRead(#[from] crate::device::late_read::LateReadError),
     /// A GPU ran out of memory (the line says what ran out and the way out).
     #[error("{0}")]
     OutOfMemory(String),

@@ -30,6 +30,8 @@ pub struct Window {
     /// Gradient buckets reduced over the window: those started during a backward pass, and all.
     pub buckets: (usize, usize),
     started: Instant,
+    /// When the window closed (its clock stopped), if it has.
+    closed: Option<Instant>,
     pub paused: Duration,
 }
 
@@ -45,6 +47,7 @@ impl Window {
             loader: LoaderTally::default(),
             buckets: (0, 0),
             started: Instant::now(),
+            closed: None,
             paused: Duration::ZERO,
         }
     }
@@ -54,9 +57,15 @@ impl Window {
         Window { tally: saved, ..Window::new(replicas) }
     }
 
-    /// Training seconds so far.
+    /// Training seconds so far (up to the close, once closed).
     pub fn seconds(&self) -> f64 {
-        self.tally.seconds + self.started.elapsed().saturating_sub(self.paused).as_secs_f64()
+        let end = self.closed.unwrap_or_else(Instant::now);
+        self.tally.seconds + end.saturating_duration_since(self.started).saturating_sub(self.paused).as_secs_f64()
+    }
+
+    /// Stops the window's clock: its seconds are those up to now, however late it is reported.
+    pub fn close(&mut self) {
+        self.closed.get_or_insert_with(Instant::now);
     }
 
     /// The tally with the seconds up to now.
@@ -162,7 +171,11 @@ mod tests {
         t.add(Tally { loss: 2.0, correct: 3.0, samples: 4.0, seconds: 1.0 });
         assert_eq!((t.mean_loss(), t.accuracy(), t.throughput()), (0.5, 0.5, 4.0));
         assert_eq!(Tally::default().mean_loss(), 0.0);
-        let w = Window::resuming(2, Tally { seconds: 5.0, ..Tally::default() });
+        let mut w = Window::resuming(2, Tally { seconds: 5.0, ..Tally::default() });
         assert!(w.seconds() >= 5.0);
+        w.close();
+        let closed = w.seconds();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(w.seconds(), closed, "a closed window's clock has stopped");
     }
 }

@@ -64,6 +64,9 @@ pub enum WorkerError {
     Batch(#[from] crate::input::batches::BatchError),
     #[error("the coordinator is gone")]
     CoordinatorGone,
+    /// The window's sums could not be copied off the device.
+    #[error(transparent)]
+    Read(#[from] crate::device::late_read::LateReadError),
     /// A panic inside libtorch or the worker, by its first line.
     #[error("{0}")]
     Panic(String),
@@ -118,6 +121,22 @@ pub struct ReplicaHandles {
     pub sink: Option<Arc<super::grad_sink::GradSink>>,
 }
 
+/// A worker's training figures over a report window: its samples, and its loss and correct
+/// sums on their way from the device, read when the window is reported (on a GPU, a window
+/// later: no drain).
+pub struct WindowSums {
+    pub values: crate::device::late_read::LateRead,
+    pub samples: f64,
+}
+
+impl WindowSums {
+    /// The window's tally (its seconds are the coordinator's clock's).
+    pub fn read(self, waiting: &crate::device::gpu_wait::Waiting) -> Result<Tally, crate::device::late_read::LateReadError> {
+        let [loss, correct] = self.values.read_exactly(waiting)?;
+        Ok(Tally { loss, correct, samples: self.samples, seconds: 0.0 })
+    }
+}
+
 /// A worker's answer to the coordinator.
 pub enum FromWorker {
     /// The replica is built and its data resident.
@@ -140,7 +159,7 @@ pub enum FromWorker {
     /// (queued, on a GPU), so its allreduce may start.
     BucketReady { replica: usize, bucket: usize },
     /// The accumulated training metrics since the last report.
-    Sums { replica: usize, sums: Tally },
+    Sums { replica: usize, sums: WindowSums },
     /// Test metrics of the assigned rows: loss and top-1 in `sums`, the top-5 hits, and the
     /// confusion counts (row: the label, column: the prediction; `classes` × `classes`).
     Evaluated { replica: usize, sums: Tally, top5: f64, confusion: Vec<f64>, bad: Vec<String> },

@@ -43,6 +43,8 @@ impl Coordinator {
             if !self.gate.waits() {
                 return Ok(());
             }
+            // A paused run shows its last window.
+            self.flush_report()?;
             let waited = Instant::now();
             let next = if self.exchange.world().is_some() {
                 // The other ranks wait on our decision: tell them at least every heartbeat.

@@ -110,6 +110,17 @@ pub struct Coordinator {
     points: rewind::Points,
 }
 
+/// Whether the run reports each window a window later, reading its device figures without a
+/// drain: on GPUs, or with the `late-report` test fault on any device. The rule is the same on
+/// every rank (NCCL ranks are all on GPUs), since each report sums its figures over the ranks.
+fn report_later(cfg: &TrainConfig, world: Option<&crate::dist::World>) -> bool {
+    cfg.kit.faults.late_report
+        || match world {
+            Some(w) => w.backend == dpt_sys::c10d::Backend::Nccl,
+            None => cfg.has_gpu(),
+        }
+}
+
 impl Coordinator {
     pub fn new(p: CoordinatorParts) -> Self {
         let cfg = p.cfg;
@@ -143,7 +154,8 @@ impl Coordinator {
             steps: step_plan::StepPlan::new(cfg.lr_plan(p.facts.train_len)),
             update: update::Update::new(p.layout, update),
             report: reporter::Reporter::new(total, cfg.devices.len(), first, p.facts.peak_flops.clone())
-                .counting_syncs(p.facts.sync_debug),
+                .counting_syncs(p.facts.sync_debug)
+                .reporting_later(report_later(&cfg, p.world.as_deref())),
             persist,
             exchange: reduce::Exchange::new(p.world, &cfg.devices, cfg.step_timeout()),
             gate: flow::Gate::default(),
@@ -245,6 +257,7 @@ impl Coordinator {
             // Statistics of the partial window, so the curves and the checkpoint include them.
             self.report(position.0 + 1, position.1, steps_per_epoch)?;
         }
+        self.flush_report()?;
         // A loss found not finite at the very last report (which ends the loop as if
         // completed) or in the partial window's (`--on-nan stop`): the run has diverged.
         let diverged = self.gate.flow().diverged();

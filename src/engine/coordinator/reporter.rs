@@ -13,14 +13,17 @@ use crate::engine::tally::Window;
 use crate::engine::worker::FromWorker;
 use crate::engine::EngineError;
 use crate::flops::PeakFlops;
-use crate::record::{EpochStats, FinishReason, StepStats, Summary};
+use crate::record::{EpochStats, FinishReason, Summary};
 use dpt_core::device::DeviceId;
 use dpt_core::tally::Tally;
 
+mod closing;
 mod done;
 mod seen;
 mod step_clock;
 
+use closing::Closed;
+pub(super) use closing::Report;
 pub(super) use done::Done;
 use step_clock::StepClock;
 use seen::{Rates, Stragglers};
@@ -69,6 +72,10 @@ pub(super) struct Reporter {
     rates: Rates,
     /// With `DPT_SYNC_DEBUG`, the synchronizing CUDA calls counted so far.
     syncs: Option<crate::device::sync_debug::SyncTally>,
+    /// Whether a window is reported when the next one closes (see `closing.rs`).
+    later: bool,
+    /// The window closed and not reported yet.
+    closed: Option<Closed>,
 }
 
 impl Reporter {
@@ -87,7 +94,16 @@ impl Reporter {
             last_loss: None,
             rates: Rates::new(peak),
             syncs: None,
+            later: false,
+            closed: None,
         }
+    }
+
+    /// Reports each window when the next one closes (or the loop flushes) when `on`: its
+    /// device figures are then read without waiting for the device.
+    pub(super) fn reporting_later(mut self, on: bool) -> Reporter {
+        self.later = on;
+        self
     }
 
     /// Counts the synchronizing CUDA calls per report window when `on`.
@@ -159,11 +175,6 @@ impl Reporter {
         }
     }
 
-    /// A worker's training figures over the window.
-    pub(super) fn add_sums(&mut self, sums: Tally) {
-        self.window.add(sums);
-    }
-
     /// Buckets whose sum overlapped a backward pass, of those that could.
     pub(super) fn add_overlap(&mut self, (early, buckets): (usize, usize)) {
         self.window.buckets.0 += early;
@@ -184,6 +195,7 @@ impl Reporter {
 
     /// An epoch begins, continuing `partial` (a resumed or rewound epoch's figures so far).
     pub(super) fn begin_epoch(&mut self, partial: Option<Tally>) {
+        debug_assert!(self.closed.is_none(), "a window is reported before its epoch ends");
         self.epoch = match partial {
             Some(p) => Window::resuming(self.replicas, p),
             None => Window::new(self.replicas),
@@ -196,46 +208,17 @@ impl Reporter {
         self.window.steps > 0
     }
 
-    /// The epoch's training figures so far.
+    /// The epoch's training figures so far (every closed window reported: see
+    /// [`Reporter::flush`]).
     pub(super) fn epoch_so_far(&self) -> Tally {
+        debug_assert!(self.closed.is_none(), "the epoch's figures are read with a window unreported");
         self.epoch.now()
     }
 
-    /// The train loss of the last report.
+    /// The train loss of the last report (made: see [`Reporter::flush`]).
     pub(super) fn last_loss(&self) -> Option<f64> {
+        debug_assert!(self.closed.is_none(), "the last loss is read with a window unreported");
         self.last_loss
-    }
-
-    /// Closes the report window: figures summed over the ranks, the step record, and the
-    /// replicas newly slower than the others.
-    pub(super) fn close_window(
-        &mut self,
-        end: &WindowEnd,
-    ) -> Result<(StepStats, Vec<Straggler>), EngineError> {
-        let mut w = std::mem::replace(&mut self.window, Window::new(self.replicas));
-        if let Some(world) = end.world {
-            w.sum_over_ranks(world)?;
-        }
-        // Every rank skips the same steps: the count on this rank's device is the run's.
-        w.skipped = end.skipped;
-        let (epoch, step, steps_per_epoch) = end.at;
-        let mut stats = w.stats(epoch, step, steps_per_epoch, end.global_step, end.lr);
-        stats.loader = w.loader.stats(end.loader.0, end.loader.1);
-        if let Some(sum) = self.grad_norms.take() {
-            // Every rank reduced the same gradients: the norm is already global.
-            stats.grad_norm = Some(sum.double_value(&[]) / (w.steps - w.skipped).max(1) as f64);
-        }
-        (stats.model_flops, stats.mfu) = self.rates.model_flops(stats.samples_per_sec);
-        stats.cuda_syncs = self.syncs.as_mut().and_then(|t| t.per_step(w.steps));
-        if let Some(scale) = end.loss_scale {
-            stats.loss_scale = Some(scale);
-            stats.skipped_steps = Some(w.skipped);
-        }
-        let compute: Vec<f64> = stats.replicas.iter().map(|r| r.compute).collect();
-        let stragglers = if w.timed > 0 { self.stragglers.new_ones(&compute) } else { Vec::new() };
-        self.epoch.add(w.tally);
-        self.last_loss = Some(stats.loss);
-        Ok((stats, stragglers))
     }
 
     /// Ends epoch `epoch` (0-based), whose training figures were `train` when its evaluation
@@ -345,28 +328,61 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_window_closes_into_its_step_record_with_the_mean_norm_of_the_steps_not_skipped() {
-        let mut r = Reporter::new(1, 1, DeviceId::Cpu, None);
-        r.begin_epoch(None);
+    fn sums(loss: f64, correct: f64, samples: f64) -> Vec<crate::engine::worker::WindowSums> {
+        let values = crate::device::late_read::LateRead::start(&tch::Tensor::from_slice(&[loss, correct])).unwrap();
+        vec![crate::engine::worker::WindowSums { values, samples }]
+    }
+
+    fn wait() -> crate::device::gpu_wait::Waiting {
+        crate::engine::clock::waiting("a test", "cpu", std::time::Duration::from_secs(1))
+    }
+
+    /// Four steps (two of them skipped) and their figures, then the window's close.
+    fn four_steps(r: &mut Reporter, loss: f64, scale: Option<f64>) -> Option<Report> {
         for _ in 0..4 {
             r.take_replies(vec![done(0, None, &[])]);
             r.count_step(None, 0, 0);
         }
         r.add_grad_norm(&tch::Tensor::from(3.0f32));
         r.add_grad_norm(&tch::Tensor::from(1.0f32));
-        r.add_sums(Tally { loss: 8.0, correct: 3.0, samples: 4.0, seconds: 0.0 });
         assert!(r.window_open());
-        let (stats, stragglers) = r.close_window(&end(2, Some(1024.0))).unwrap();
+        let due = r.close_window(&end(2, scale), sums(loss, 3.0, 4.0), &wait()).unwrap();
+        assert!(!r.window_open(), "a new window");
+        due
+    }
+
+    #[test]
+    fn a_window_closes_into_its_step_record_with_the_mean_norm_of_the_steps_not_skipped() {
+        let mut r = Reporter::new(1, 1, DeviceId::Cpu, None);
+        r.begin_epoch(None);
+        let (stats, stragglers) = four_steps(&mut r, 8.0, Some(1024.0)).expect("reported at once");
         assert!(stragglers.is_empty(), "no timed step: no comparison");
         assert_eq!((stats.loss, stats.acc, stats.global_step), (2.0, 0.75, 4));
         assert_eq!(stats.grad_norm, Some(2.0), "4 norms over 4 steps, 2 of them skipped");
         assert_eq!((stats.loss_scale, stats.skipped_steps), (Some(1024.0), Some(2)));
-        assert!(!r.window_open(), "a new window");
         assert_eq!(r.last_loss(), Some(2.0));
         assert_eq!(r.epoch_so_far().samples, 4.0, "the epoch has the window's figures");
-        let (unscaled, _) = r.close_window(&end(0, None)).unwrap();
+        let (unscaled, _) = r.close_window(&end(0, None), Vec::new(), &wait()).unwrap().unwrap();
         assert_eq!((unscaled.loss_scale, unscaled.skipped_steps, unscaled.grad_norm), (None, None, None));
+    }
+
+    #[test]
+    fn a_window_reported_later_is_the_window_reported_at_once() {
+        let (mut now, mut later) =
+            (Reporter::new(1, 1, DeviceId::Cpu, None), Reporter::new(1, 1, DeviceId::Cpu, None).reporting_later(true));
+        now.begin_epoch(None);
+        later.begin_epoch(None);
+        let first = four_steps(&mut now, 8.0, None).unwrap().0;
+        assert!(four_steps(&mut later, 8.0, None).is_none(), "the first window waits for the next close");
+        let second = four_steps(&mut now, 4.0, None).unwrap().0;
+        let first_later = four_steps(&mut later, 4.0, None).expect("the next close reports it").0;
+        let second_later = later.flush(None, &wait()).unwrap().expect("a flush reports the last").0;
+        assert!(later.flush(None, &wait()).unwrap().is_none(), "each window once");
+        for (a, b) in [(&first, &first_later), (&second, &second_later)] {
+            assert_eq!((a.loss, a.acc, a.grad_norm, a.global_step), (b.loss, b.acc, b.grad_norm, b.global_step));
+        }
+        assert_eq!((first.loss, second.loss), (2.0, 1.0));
+        assert_eq!((now.last_loss(), now.epoch_so_far().samples), (later.last_loss(), later.epoch_so_far().samples));
     }
 
     #[test]

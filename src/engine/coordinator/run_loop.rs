@@ -73,6 +73,7 @@ impl Coordinator {
                 self.persist.asked().at(position);
                 self.poll_controls(position)?;
                 if let Some(plan) = self.points.take_pending() {
+                    self.flush_report()?;
                     return Ok(Leg::Rewind { plan, now: position });
                 }
                 if let Some(reason) = self.gate.flow().stopping() {
@@ -82,6 +83,7 @@ impl Coordinator {
                     return Ok(Leg::Ended { reason: FinishReason::StepLimit, position });
                 }
                 if self.points.due() {
+                    self.flush_report()?;
                     self.take_point(position)?;
                 }
                 let (start, len) = step_rows(step, batch, self.facts.train_len);
@@ -156,8 +158,9 @@ impl Coordinator {
         self.update.check_replicas(self.steps.global_step())
     }
 
-    /// Reads the workers' figures (one device sync each) and reports the window: the step
-    /// record, the stragglers newly found, and the NaN policy on a loss not finite.
+    /// Closes the report window with the workers' figures (started on their way to the host
+    /// without a wait) and makes the report due: this window's, or on GPUs the one before
+    /// (see `reporter/closing.rs`).
     pub(super) fn report(
         &mut self,
         epoch: usize,
@@ -165,9 +168,10 @@ impl Coordinator {
         steps_per_epoch: usize,
     ) -> Result<(), EngineError> {
         self.pool.broadcast(|_| ToWorker::Report)?;
+        let mut sums = Vec::new();
         for reply in self.pool.gather(self.cfg.step_timeout())? {
-            if let FromWorker::Sums { sums, .. } = reply {
-                self.report.add_sums(sums);
+            if let FromWorker::Sums { sums: s, .. } = reply {
+                sums.push(s);
             }
         }
         let global_step = self.steps.global_step();
@@ -180,10 +184,34 @@ impl Coordinator {
             loader: (self.cfg.loader.prefetch, self.cfg.loader.decode_threads),
             world: self.exchange.world(),
         };
-        let (stats, stragglers) = self.report.close_window(&end)?;
+        let due = self.report.close_window(&end, sums, &self.report_wait())?;
         if let Some(w) = self.exchange.world() {
             w.mark_progress(global_step);
         }
+        self.emit_report(due);
+        Ok(())
+    }
+
+    /// Reports the window closed and not reported yet, if any: before anything that reads the
+    /// epoch's figures or the last loss (an evaluation, a rewind point, a checkpoint), a pause
+    /// and the summary.
+    pub(super) fn flush_report(&mut self) -> Result<(), EngineError> {
+        let due = self.report.flush(self.exchange.world(), &self.report_wait())?;
+        self.emit_report(due);
+        Ok(())
+    }
+
+    /// What reading a window's device figures waits for, with the step timeout.
+    fn report_wait(&self) -> crate::device::gpu_wait::Waiting {
+        let device = self.cfg.devices.first().copied().unwrap_or(dpt_core::device::DeviceId::Cpu);
+        crate::engine::clock::waiting("the report window's figures", device, self.cfg.step_timeout())
+    }
+
+    /// A window's report as records: the stragglers newly found, the step record, and the NaN
+    /// policy on a loss not finite.
+    fn emit_report(&mut self, due: Option<super::reporter::Report>) {
+        let Some((stats, stragglers)) = due else { return };
+        let global_step = stats.global_step;
         for s in stragglers {
             let device = self.exchange.replica_device(s.replica);
             let (replica, step_ms, median_ms) = (s.replica, s.step_ms, s.median_ms);
@@ -195,7 +223,6 @@ impl Coordinator {
             let said = self.gate.not_finite(self.cfg.on_nan, global_step);
             self.channels.say(said);
         }
-        Ok(())
     }
 
     /// The evaluated split's figures (the validation split when there is one and `final_test`
@@ -231,6 +258,7 @@ impl Coordinator {
     /// Ends epoch `epoch` (0-based): its evaluation (and the moving average's), its record, a
     /// language model's sample, the best kept and the early stop.
     fn end_epoch(&mut self, epoch: usize) -> Result<(), EngineError> {
+        self.flush_report()?;
         let train = self.report.epoch_so_far();
         let eval_start = Instant::now();
         let evaluation = self.evaluate(false)?;
@@ -348,6 +376,7 @@ impl Coordinator {
         if !due {
             return Ok(());
         }
+        self.flush_report()?;
         let keep = self.persist.save_dir().is_some();
         let said = match self.update.params_finite() {
             Ok(true) => match self.snapshot_for(keep, position, Held::Copies)? {

@@ -20,6 +20,7 @@ use super::faults::Faults;
 use super::flat::FlatTensors;
 use super::grad_sink::{Destination, GradSink};
 use super::loss::{Objective, Scored};
+use crate::device::late_read::LateRead;
 use crate::input::batches::{Batch, BatchSpec, Batches};
 use crate::input::shard::shards;
 use crate::model::script::ScriptNet;
@@ -29,7 +30,7 @@ use dpt_core::tally::Tally;
 use dpt_sys::c10d::flops::FlopCount;
 use dpt_sys::c10d::OwnRng;
 
-pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WorkerError, WorkerSetup};
+pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WindowSums, WorkerError, WorkerSetup};
 
 struct Worker {
     replica: usize,
@@ -360,12 +361,13 @@ impl Worker {
         }
     }
 
-    fn take_sums(&mut self) -> Result<Tally, WorkerError> {
-        // One read of both sums (on a GPU, one wait for the device instead of two); a count of
-        // correct predictions is exact in f64.
-        let both = Tensor::f_stack(&[self.loss_sum.shallow_clone(), self.correct.f_to_kind(Kind::Double)?], 0)?;
-        let read = Vec::<f64>::try_from(&both)?;
-        let sums = Tally { loss: read[0], correct: read[1], samples: self.samples, seconds: 0.0 };
+    /// The window's sums, copied where they are (on a GPU, without waiting for the device:
+    /// the coordinator reads them a window later), and the accumulators zeroed behind the copy.
+    fn take_sums(&mut self) -> Result<WindowSums, WorkerError> {
+        // One copy of both sums; a count of correct predictions is exact in f64.
+        let both = Tensor::f_stack(&[self.loss_sum.f_to_kind(Kind::Double)?, self.correct.f_to_kind(Kind::Double)?], 0)?;
+        let values = LateRead::start(&both)?;
+        let sums = WindowSums { values, samples: self.samples };
         let _ = self.loss_sum.zero_();
         let _ = self.correct.zero_();
         self.samples = 0.0;
