@@ -24,6 +24,7 @@ typedef struct dpt_group dpt_group;
 typedef struct dpt_work dpt_work;
 typedef struct dpt_event dpt_event;
 typedef struct dpt_stream_guard dpt_stream_guard;
+typedef struct dpt_graph dpt_graph;
 typedef struct dpt_module dpt_module;
 typedef struct dpt_rng_scope dpt_rng_scope;
 typedef struct dpt_flops dpt_flops;
@@ -84,6 +85,14 @@ int dpt_cuda_event_query(dpt_event* ev, char** err);
 int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, char** err);
 void dpt_cuda_event_free(dpt_event* ev);
 int dpt_cuda_peak_bytes(int device, int reset, int64_t* out, char** err);
+
+// CUDA graphs of a replica's work (graph_shim.cpp; refused without CUDA headers or a device).
+dpt_graph* dpt_cuda_graph_new(int device, char** err);
+int dpt_cuda_graph_capture_begin(dpt_graph* g, char** err);
+int dpt_cuda_graph_capture_end(dpt_graph* g, char** err);
+int dpt_cuda_graph_abandon(dpt_graph* g, char** err);
+int dpt_cuda_graph_replay(dpt_graph* g, char** err);
+void dpt_cuda_graph_free(dpt_graph* g);
 
 // TorchScript modules (jit_shim.cpp).
 dpt_module* dpt_jit_load(const char* path, int cuda_index, char** err);

@@ -11,6 +11,7 @@
 #include "warn_shim.cpp"
 #include "amp_shim.cpp"
 #include "optim_shim.cpp"
+#include "graph_shim.cpp"
 #if DPT_HAVE_NCCL
 #include "c10d_nccl.cpp"
 #else

@@ -22,6 +22,7 @@ pub use crate::identity::CudaIdentity;
 pub mod amp;
 mod cuda;
 pub mod flops;
+mod graph;
 mod hooks;
 pub mod host;
 pub mod jit;
@@ -30,6 +31,7 @@ mod rng;
 mod store;
 pub mod warnings;
 
+pub use graph::CudaGraph;
 pub use hooks::{on_grad, Handled};
 pub use rng::OwnRng;
 use store::RawStore;
