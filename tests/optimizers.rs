@@ -321,9 +321,15 @@ fn accumulating_micro_batches_equals_the_whole_batch_at_once() {
 }
 
 /// A run with `recipe`'s loss scaling: its outcome, and each window's loss scale and skipped
-/// steps.
-fn train_scaled(model: &Arc<ScriptModel>, recipe: Recipe, replicas: usize) -> (Outcome, Vec<(f64, usize)>) {
+/// steps; with `late`, each window is reported a window later (a GPU run's rule).
+fn train_scaled(
+    model: &Arc<ScriptModel>,
+    recipe: Recipe,
+    replicas: usize,
+    late: bool,
+) -> (Outcome, Vec<(f64, usize)>) {
     let mut cfg = config(model, recipe.optim, replicas);
+    cfg.kit.faults.late_report = late;
     let (scaling, overflow) = recipe.loss_scale.expect("a loss-scaled recipe");
     cfg.settings.precision.scale_loss(scaling);
     cfg.settings.recipe.clip_grad_norm = recipe.clip;
@@ -356,10 +362,12 @@ fn dynamic_loss_scaling_skips_an_overflowing_step_and_rescales_as_grad_scaler_do
     };
     let theirs = reference(&path, recipe);
     // Under --zero 2 each replica checks its own shard of the sums; the overflow on one skips
-    // the step on both.
-    for (replicas, zero) in [(1, Zero::Off), (2, Zero::Off), (2, Zero::Gradients)] {
+    // the step on both. Reported a window later, the scale and the skipped steps are the same.
+    for (replicas, zero, late) in
+        [(1, Zero::Off, false), (1, Zero::Off, true), (2, Zero::Off, false), (2, Zero::Gradients, false)]
+    {
         let recipe = Recipe { optim: OptimConfig { zero, ..recipe.optim }, ..recipe };
-        let (ours, windows) = train_scaled(&model, recipe, replicas);
+        let (ours, windows) = train_scaled(&model, recipe, replicas, late);
         let e = common::relative_error(&ours, &theirs, &model);
         eprintln!("loss scaling, {replicas} replica(s), --zero {zero}: {e:.2e} from PyTorch");
         assert!(e < 1e-4, "loss scaling on {replicas} replica(s) is {e} away from PyTorch's");

@@ -34,9 +34,9 @@ pub(super) struct WindowEnd<'a> {
     pub(super) at: (usize, usize, usize),
     pub(super) global_step: usize,
     pub(super) lr: f64,
-    /// Steps the loss scale skipped over the window (0 without scaling), and the scale.
-    pub(super) skipped: usize,
-    pub(super) loss_scale: Option<f64>,
+    /// With loss scaling, `[scale, steps skipped over the window]` on the device (see
+    /// `Update::scaler_figures`).
+    pub(super) scaler: Option<tch::Tensor>,
     /// The loader's queue depth and decode threads.
     pub(super) loader: (usize, usize),
     /// The other processes, whose figures the window's are summed with.
@@ -321,8 +321,7 @@ mod tests {
             at: (1, 4, 10),
             global_step: 4,
             lr: 0.1,
-            skipped,
-            loss_scale,
+            scaler: loss_scale.map(|scale| tch::Tensor::from_slice(&[scale, skipped as f64])),
             loader: (2, 1),
             world: None,
         }

@@ -179,8 +179,7 @@ impl Coordinator {
             at: (epoch, step, steps_per_epoch),
             global_step,
             lr: self.steps.lr(),
-            skipped: self.update.newly_skipped(),
-            loss_scale: self.update.scaler_state().map(|s| f64::from(s.scale)),
+            scaler: self.update.scaler_figures(),
             loader: (self.cfg.loader.prefetch, self.cfg.loader.decode_threads),
             world: self.exchange.world(),
         };

@@ -54,8 +54,6 @@ pub(super) struct Update {
     replicas: Replicas,
     /// Dynamic loss scaling's state (`precision.loss_scale`), on the first replica's device.
     scaler: Option<DeviceScaler>,
-    /// The skipped steps already reported (the scaler's count at the last report window).
-    skipped_reported: u64,
     /// The replica whose tensors this thread is touching now, to name it if that fails.
     touching: Option<usize>,
 }
@@ -66,7 +64,6 @@ impl Update {
             replicas: Replicas::over(layout, settings.replicas),
             settings,
             scaler: None,
-            skipped_reported: 0,
             touching: None,
         }
     }
@@ -105,7 +102,6 @@ impl Update {
         let device = self.first_device();
         let skipped = host.map_or(0, |s| s.skipped);
         self.scaler = host.map(|h| DeviceScaler::new(h, device));
-        self.skipped_reported = skipped;
         self.replicas.set_steps((global_step as u64).saturating_sub(skipped));
     }
 
@@ -124,11 +120,10 @@ impl Update {
         self.scaler.as_ref().map(DeviceScaler::host)
     }
 
-    /// The steps skipped since the last call (reads the device; none without scaling).
-    pub(super) fn newly_skipped(&mut self) -> usize {
-        let Some(s) = &self.scaler else { return 0 };
-        let now = s.skipped();
-        usize::try_from(now.saturating_sub(std::mem::replace(&mut self.skipped_reported, now))).unwrap_or(0)
+    /// A report window's loss-scale figures on the device, `[scale, steps skipped since the
+    /// last call]` (no read; none without scaling).
+    pub(super) fn scaler_figures(&mut self) -> Option<Tensor> {
+        self.scaler.as_mut().map(DeviceScaler::report_figures)
     }
 
     /// Each replica's factor on its loss for a `batch`-sample step (the scale over the
@@ -273,8 +268,9 @@ mod tests {
         assert_eq!(applied.grad_norm.double_value(&[]), 0.0, "an overflowed step's norm is left out");
         let after = u.replicas.by_name(None).tensors(Held::Copies).unwrap().params;
         assert!(before.iter().zip(&after).all(|(a, b)| a.1.equal(&b.1)), "weights unchanged");
-        assert_eq!(u.newly_skipped(), 1);
-        assert_eq!(u.newly_skipped(), 0, "reported once");
+        let figures = |u: &mut Update| Vec::<f64>::try_from(&u.scaler_figures().unwrap()).unwrap();
+        assert_eq!(figures(&mut u), [f64::from(LossScaling::default().init / 2.0), 1.0]);
+        assert_eq!(figures(&mut u)[1], 0.0, "reported once");
         let scale = u.scaler_state().map(|s| s.scale);
         assert_eq!(scale, Some(LossScaling::default().init / 2.0), "the scale backs off");
     }
@@ -293,7 +289,7 @@ mod tests {
         assert_eq!(w, [0.75, 1.75], "plain SGD: w - lr * mean gradient");
         assert!(u.params_finite().unwrap());
         assert!(u.check_replicas(1).is_ok(), "one replica equals itself");
-        assert_eq!(u.newly_skipped(), 0, "nothing skipped without scaling");
+        assert!(u.scaler_figures().is_none(), "nothing skipped without scaling");
     }
 
     /// A rewind point holding `t`, as a checkpoint of it reads back.

@@ -39,8 +39,9 @@ pub fn finite(found_inf: &Tensor) -> bool {
 /// GradScaler's state on the device during a run, so that no step reads the host: the scale
 /// and its growth tracker, updated by GradScaler's own `_amp_update_scale_` kernel; the step's
 /// `found_inf`, which the fused optimizer kernels read to skip an overflowed step; and the count
-/// of skipped steps. Read to the host ([`DeviceScaler::host`]) only for a report window, a
-/// checkpoint or a rewind point.
+/// of skipped steps. Read to the host ([`DeviceScaler::host`]) only for a checkpoint or a
+/// rewind point; a report window's figures go to the host without a wait
+/// ([`DeviceScaler::report_figures`]).
 pub struct DeviceScaler {
     settings: LossScaling,
     /// `[1]` float32, as GradScaler's `_scale`.
@@ -51,6 +52,8 @@ pub struct DeviceScaler {
     found_inf: Tensor,
     /// `[1]` float64: steps skipped since the run began.
     skipped: Tensor,
+    /// `[1]` float64: `skipped` as the last report window counted it.
+    reported: Tensor,
 }
 
 impl DeviceScaler {
@@ -63,6 +66,7 @@ impl DeviceScaler {
             growth_tracker: Tensor::full([1], i64::from(host.growth_tracker), on(tch::Kind::Int)),
             found_inf: Tensor::zeros([1], on(tch::Kind::Float)),
             skipped: Tensor::full([1], host.skipped as f64, on(tch::Kind::Double)),
+            reported: Tensor::full([1], host.skipped as f64, on(tch::Kind::Double)),
         }
     }
 
@@ -80,6 +84,15 @@ impl DeviceScaler {
     /// Steps skipped since the run began (reads the device).
     pub fn skipped(&self) -> u64 {
         self.skipped.double_value(&[0]) as u64
+    }
+
+    /// A report window's figures on the device, without a read: `[scale, steps skipped since
+    /// the last call]` (float64), a tensor of their own; the count starts again from here.
+    pub fn report_figures(&mut self) -> Tensor {
+        let _guard = tch::no_grad_guard();
+        let newly = &self.skipped - &self.reported;
+        self.reported.copy_(&self.skipped);
+        Tensor::cat(&[self.scale.to_kind(tch::Kind::Double), newly], 0)
     }
 
     /// What the workers multiply their summed loss by before the backward pass, for a step of

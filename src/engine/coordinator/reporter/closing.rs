@@ -1,9 +1,10 @@
 //! A report window's close and its report. At the close the host's figures are frozen (the
 //! window's clock, steps, timings, the loop's lr and position) and the device's are started on
 //! their way to the host without waiting (each worker's loss and correct sums, the gradient
-//! norms: [`LateRead`]). A run on GPUs reports the window when the next one closes, or when the
-//! loop flushes it (before an evaluation, a rewind point, a checkpoint, a pause and the
-//! summary), so a report never drains the device; a CPU run reports at once. The rule is the
+//! norms, the loss scale and the steps it skipped: [`LateRead`]). A run on GPUs reports the
+//! window when the next one closes, or when the loop flushes it (before an evaluation, a rewind
+//! point, a checkpoint, a pause and the summary), so a report never drains the device; a CPU
+//! run reports at once. The rule is the
 //! run's, never an event's readiness: every rank reports the same windows at the same points,
 //! as its sums over the ranks need.
 
@@ -26,8 +27,8 @@ pub(in crate::engine::coordinator) struct Closed {
     at: (usize, usize, usize),
     global_step: usize,
     lr: f64,
-    skipped: usize,
-    loss_scale: Option<f64>,
+    /// With loss scaling, `[scale, steps skipped over the window]`.
+    scaler: Option<LateRead>,
     loader: (usize, usize),
     cuda_syncs: Option<f64>,
     sums: Vec<WindowSums>,
@@ -54,8 +55,7 @@ impl Reporter {
             at: end.at,
             global_step: end.global_step,
             lr: end.lr,
-            skipped: end.skipped,
-            loss_scale: end.loss_scale,
+            scaler: end.scaler.as_ref().map(LateRead::start).transpose()?,
             loader: end.loader,
             sums,
             norms: self.grad_norms.take().map(|n| LateRead::start(&n)).transpose()?,
@@ -82,15 +82,22 @@ impl Reporter {
     /// Reads a closed window's device figures and makes its report: figures summed over the
     /// ranks, the step record, the replicas newly slower than the others; the epoch counts it.
     fn report(&mut self, closed: Closed, world: Option<&World>, waiting: &Waiting) -> Result<Report, EngineError> {
-        let Closed { mut window, at, global_step, lr, skipped, loss_scale, loader, cuda_syncs, sums, norms } = closed;
+        let Closed { mut window, at, global_step, lr, scaler, loader, cuda_syncs, sums, norms } = closed;
         for s in sums {
             window.add(s.read(waiting)?);
         }
         if let Some(world) = world {
             window.sum_over_ranks(world)?;
         }
-        // Every rank skips the same steps: the count on this rank's device is the run's.
-        window.skipped = skipped;
+        let loss_scale = match scaler {
+            Some(figures) => {
+                let [scale, skipped] = figures.read_exactly(waiting)?;
+                // Every rank skips the same steps: the count on this rank's device is the run's.
+                window.skipped = skipped as usize;
+                Some(scale)
+            }
+            None => None,
+        };
         let w = window;
         let (epoch, step, steps_per_epoch) = at;
         let mut stats = w.stats(epoch, step, steps_per_epoch, global_step, lr);
