@@ -378,12 +378,13 @@ fn dynamic_loss_scaling_skips_an_overflowing_step_and_rescales_as_grad_scaler_do
     }
 }
 
-#[test]
-fn the_gradient_norm_is_reported_with_each_window() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = Arc::new(ScriptModel::read(&common::make_model("mlp", 1, dir.path())).unwrap());
-    let mut cfg = config(&model, OptimConfig::sgd(0.1, 0.0, 0.0), 2);
-    cfg.settings.placement.log_every = 1;
+/// Each window's gradient norm in a run of batches of `batch` logging every `log_every` steps,
+/// with `clip`.
+fn window_norms(model: &Arc<ScriptModel>, batch: usize, log_every: usize, clip: Option<f64>) -> Vec<f64> {
+    let mut cfg = config(model, OptimConfig::sgd(0.1, 0.0, 0.0), 2);
+    cfg.settings.recipe.batch_size = batch;
+    cfg.settings.placement.log_every = log_every;
+    cfg.settings.recipe.clip_grad_norm = clip;
     let engine = Engine::start(cfg, common::subset(N, 16)).unwrap();
     let norms: Vec<f64> = engine
         .events()
@@ -394,9 +395,41 @@ fn the_gradient_norm_is_reported_with_each_window() {
         })
         .collect();
     engine.join().unwrap();
-    assert_eq!(norms.len(), STEPS);
-    assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
-    assert!(norms.iter().all(|n| *n > 4.0 * 0.05), "the clipping test's max norm engages: {norms:?}");
+    norms
+}
+
+#[test]
+fn the_gradient_norm_is_reported_with_each_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptModel::read(&common::make_model("mlp", 1, dir.path())).unwrap());
+    let whole = window_norms(&model, N, 1, None);
+    assert_eq!(whole.len(), STEPS);
+    assert!(whole.iter().all(|n| n.is_finite() && *n > 0.0), "{whole:?}");
+    assert!(whole.iter().all(|n| *n > 4.0 * 0.05), "the clipping test's max norm engages: {whole:?}");
+    // Four steps an epoch, windows of three: without clipping a window takes the norm of its
+    // last step only (the epoch's last step ends one too); with clipping every step's is taken,
+    // and the window's is their mean.
+    let every_step = window_norms(&model, N / 4, 1, None);
+    assert_eq!(every_step.len(), 4 * STEPS);
+    let ends: Vec<usize> = (1..=4 * STEPS).filter(|s| s % 4 == 3 || s % 4 == 0).collect();
+    let last_of_each: Vec<f64> = ends.iter().map(|s| every_step[s - 1]).collect();
+    assert_eq!(window_norms(&model, N / 4, 3, None), last_of_each);
+    let clipped = window_norms(&model, N / 4, 3, Some(1e9));
+    let means: Vec<f64> = ends
+        .iter()
+        .enumerate()
+        .map(|(w, &end)| {
+            let start = if w == 0 { 0 } else { ends[w - 1] };
+            every_step[start..end].iter().sum::<f64>() / (end - start) as f64
+        })
+        .collect();
+    for (a, b) in clipped.iter().zip(&means) {
+        assert!(
+            (a - b).abs() <= 1e-9 * b,
+            "a clipped run's window norm is its steps' mean: {clipped:?} {means:?}"
+        );
+    }
+    assert_eq!(clipped.len(), means.len());
 }
 
 #[test]

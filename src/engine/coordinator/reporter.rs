@@ -64,7 +64,8 @@ pub(super) struct Reporter {
     clock: StepClock,
     /// The timed steps not yet complete (see `timed.rs`).
     timed: TimedSteps,
-    /// The mean gradient's norm summed over the steps of the report window (on the device).
+    /// Over the report window's steps whose norm was taken, `[the mean gradient's norm summed,
+    /// the norms counted]` (on the device).
     grad_norms: Option<tch::Tensor>,
     /// The train loss of the last report.
     last_loss: Option<f64>,
@@ -187,7 +188,7 @@ impl Reporter {
         self.epoch.paused += idle;
     }
 
-    /// Adds a step's gradient norm (on the device; read once per report).
+    /// Adds a step's gradient norm, `[norm, counted]` (on the device; read once per report).
     pub(super) fn add_grad_norm(&mut self, norm: &tch::Tensor) {
         let _ =
             self.grad_norms.get_or_insert_with(|| norm.zeros_like().to_kind(tch::Kind::Double)).g_add_(norm);
@@ -342,8 +343,10 @@ mod tests {
             r.take_replies(vec![done(0, None, &[])]);
             r.count_step(None, 0, 0);
         }
-        r.add_grad_norm(&tch::Tensor::from(3.0f32));
-        r.add_grad_norm(&tch::Tensor::from(1.0f32));
+        // Two norms counted of four steps (the others not taken or skipped).
+        r.add_grad_norm(&tch::Tensor::from_slice(&[3.0f32, 1.0]));
+        r.add_grad_norm(&tch::Tensor::from_slice(&[1.0f32, 1.0]));
+        r.add_grad_norm(&tch::Tensor::from_slice(&[0.0f32, 0.0]));
         assert!(r.window_open());
         let due = r.close_window(&end(2, scale), sums(loss, 3.0, 4.0), &wait()).unwrap();
         assert!(!r.window_open(), "a new window");
@@ -357,7 +360,7 @@ mod tests {
         let (stats, stragglers) = four_steps(&mut r, 8.0, Some(1024.0)).expect("reported at once");
         assert!(stragglers.is_empty(), "no timed step: no comparison");
         assert_eq!((stats.loss, stats.acc, stats.global_step), (2.0, 0.75, 4));
-        assert_eq!(stats.grad_norm, Some(2.0), "4 norms over 4 steps, 2 of them skipped");
+        assert_eq!(stats.grad_norm, Some(2.0), "the mean of the norms counted");
         assert_eq!((stats.loss_scale, stats.skipped_steps), (Some(1024.0), Some(2)));
         assert_eq!(r.last_loss(), Some(2.0));
         assert_eq!(r.epoch_so_far().samples, 4.0, "the epoch has the window's figures");

@@ -87,7 +87,8 @@ impl Coordinator {
                     self.take_point(position)?;
                 }
                 let (start, len) = step_rows(step, batch, self.facts.train_len);
-                self.train_step(start, len)?;
+                let closes = self.closes_window(step + 1, steps_per_epoch, self.steps.global_step() + 1);
+                self.train_step(start, len, closes)?;
                 let run_done = self.cfg.settings.recipe.steps.is_some_and(|n| self.steps.global_step() >= n);
                 let last = step + 1 == steps_per_epoch || run_done;
                 if last || (step + 1) % self.cfg.settings.placement.log_every == 0 {
@@ -115,8 +116,20 @@ impl Coordinator {
         Ok(Leg::Ended { reason: FinishReason::Completed, position })
     }
 
-    /// Trains on rows `start..start + len` of the epoch order, split over the replicas.
-    pub(super) fn train_step(&mut self, start: usize, len: usize) -> Result<(), EngineError> {
+    /// Whether the step that makes `done` steps of the epoch (of `steps_per_epoch`) and
+    /// `global` in the run ends a report window: the `--log-every`th, the epoch's last, the
+    /// run's last by its step count or its step limit. (A stop ends a window anywhere.)
+    fn closes_window(&self, done: usize, steps_per_epoch: usize, global: usize) -> bool {
+        let s = &self.cfg.settings;
+        done == steps_per_epoch
+            || done % s.placement.log_every == 0
+            || s.recipe.steps.is_some_and(|n| global >= n)
+            || s.placement.max_steps.is_some_and(|m| global >= m)
+    }
+
+    /// Trains on rows `start..start + len` of the epoch order, split over the replicas;
+    /// `closes`: the step ends a report window (its gradient norm is then taken).
+    pub(super) fn train_step(&mut self, start: usize, len: usize, closes: bool) -> Result<(), EngineError> {
         let global_step = self.steps.global_step();
         let timed = self.steps.timed(self.cfg.has_gpu());
         let assignments = self.steps.assignments(
@@ -148,8 +161,10 @@ impl Coordinator {
         }
         self.report.end_phase()?;
         let lr = self.steps.step_lr();
-        let applied = self.update.step(&reduced.holders, (len, lr, global_step), self.exchange.world())?;
-        self.report.add_grad_norm(&applied.grad_norm);
+        let applied = self.update.step(&reduced.holders, (len, lr, global_step), closes, self.exchange.world())?;
+        if let Some(norm) = &applied.grad_norm {
+            self.report.add_grad_norm(norm);
+        }
         self.report.end_phase()?;
         self.report.end_step(self.exchange.span().0, global_step)?;
         self.steps.advance();

@@ -43,10 +43,10 @@ pub(super) struct UpdateSettings {
     pub(super) replicas: (usize, usize),
 }
 
-/// A step's update done: the mean gradient's norm before clipping (on the device; 0 for an
-/// overflowed step, which the report leaves out).
+/// A step's update done: where its norm was taken, `[the mean gradient's norm before clipping,
+/// 1]` on the device (`[0, 0]` for an overflowed step, which the report leaves out).
 pub(super) struct Applied {
-    pub(super) grad_norm: Tensor,
+    pub(super) grad_norm: Option<Tensor>,
 }
 
 pub(super) struct Update {
@@ -139,11 +139,14 @@ impl Update {
     /// The update of a `batch`-sample step from the reduced gradient in the buffers `holders`
     /// name: GradScaler's check, clipping, the optimizer's update of every replica at `lr`
     /// (which an overflowed step leaves as it was, on the device), the loss scale moved,
-    /// BatchNorm statistics shared (over `world`'s ranks too), the moving average.
+    /// BatchNorm statistics shared (over `world`'s ranks too), the moving average. The norm is
+    /// taken where clipping needs it, else only when `report_norm` asks (a report window's last
+    /// step: a norm per step costs launches a step without clipping has no use for).
     pub(super) fn step(
         &mut self,
         holders: &[usize],
         (batch, lr, global_step): (usize, f64, usize),
+        report_norm: bool,
         world: Option<&World>,
     ) -> Result<Applied, EngineError> {
         if let Some(scaler) = &mut self.scaler {
@@ -153,7 +156,11 @@ impl Update {
                 scaler.agree(w)?;
             }
         }
-        let mut norm = self.replicas.grad_norm(holders, batch, self.settings.clip, world)?;
+        let clip = self.settings.clip;
+        let norm = match clip.is_some() || report_norm {
+            true => Some(self.replicas.grad_norm(holders, batch, clip, world)?),
+            false => None,
+        };
         for (i, &holder) in holders.iter().enumerate() {
             self.touching = Some(i);
             if self.settings.fault == Some((i, global_step)) {
@@ -167,14 +174,23 @@ impl Update {
         }
         self.touching = None;
         self.replicas.gather_shards(world)?;
+        let taken = norm.map(|norm| {
+            let (norm, counted) = match &self.scaler {
+                // An overflowed step's norm (inf or NaN) is left out, on the device.
+                Some(s) => {
+                    let clean = s.clean().to_device(norm.device());
+                    (norm.where_self(&clean, &norm.zeros_like()), clean.to_kind(norm.kind()))
+                }
+                None => (norm.shallow_clone(), norm.ones_like()),
+            };
+            Tensor::stack(&[norm, counted], 0)
+        });
         if let Some(s) = &mut self.scaler {
-            let clean = s.clean().to_device(norm.device());
-            norm = norm.where_self(&clean, &norm.zeros_like());
             s.end_step();
         }
         self.replicas.share_buffers(world)?;
         self.replicas.update_ema();
-        Ok(Applied { grad_norm: norm })
+        Ok(Applied { grad_norm: taken })
     }
 
     /// The replica whose tensors a panic of this thread was touching.
@@ -264,8 +280,9 @@ mod tests {
         u.begin();
         let before = u.replicas.by_name(None).tensors(Held::Copies).unwrap().params;
         u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
-        let applied = u.step(&[0], (1, 0.1, 0), None).unwrap();
-        assert_eq!(applied.grad_norm.double_value(&[]), 0.0, "an overflowed step's norm is left out");
+        let applied = u.step(&[0], (1, 0.1, 0), true, None).unwrap();
+        let taken = Vec::<f64>::try_from(&applied.grad_norm.expect("asked for")).unwrap();
+        assert_eq!(taken, [0.0, 0.0], "an overflowed step's norm is left out");
         let after = u.replicas.by_name(None).tensors(Held::Copies).unwrap().params;
         assert!(before.iter().zip(&after).all(|(a, b)| a.1.equal(&b.1)), "weights unchanged");
         let figures = |u: &mut Update| Vec::<f64>::try_from(&u.scaler_figures().unwrap()).unwrap();
@@ -280,9 +297,11 @@ mod tests {
         let mut u = update(None);
         u.begin();
         u.replicas().grad(0).copy_(&Tensor::from_slice(&[1.0f32, 1.0, 2.0]));
-        let applied = u.step(&[0], (2, 0.5, 0), None).unwrap();
+        let applied = u.step(&[0], (2, 0.5, 0), true, None).unwrap();
         // The mean gradient (sum over 2 samples) is (0.5, 0.5, 1), its norm sqrt(1.5).
-        assert!((applied.grad_norm.double_value(&[]) - 1.5f64.sqrt()).abs() < 1e-6);
+        let taken = applied.grad_norm.expect("asked for");
+        assert!((taken.double_value(&[0]) - 1.5f64.sqrt()).abs() < 1e-6);
+        assert_eq!(taken.double_value(&[1]), 1.0, "one norm counted");
         let w: Vec<f32> =
             Vec::try_from(u.replicas.by_name(None).tensors(Held::Copies).unwrap().params[0].1.flatten(0, -1))
                 .unwrap();
@@ -352,7 +371,7 @@ mod tests {
                     let g: Vec<f32> = (0..8).map(|k| ((k * 7 + step * 3) % 5) as f32 - 2.0).collect();
                     u.replicas().grad(i).copy_(&Tensor::from_slice(&g));
                 }
-                u.step(&[0, 1, 2], (4, 0.01, step as usize), None).unwrap();
+                u.step(&[0, 1, 2], (4, 0.01, step as usize), false, None).unwrap();
             }
             assert!(
                 sharded.check_replicas(step as usize).is_ok(),

@@ -60,7 +60,9 @@ pub struct StepStats {
     pub samples_per_sec: f64,
     pub timing: StepTiming,
     pub replicas: Vec<ReplicaTiming>,
-    /// The mean gradient's global L2 norm, averaged over the window's steps (before clipping).
+    /// The mean gradient's global L2 norm before clipping: averaged over the window's steps
+    /// with `--clip-grad-norm` (which takes it every step), else the window's last step's (a
+    /// norm per step would cost launches the step has no use for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_norm: Option<f64>,
     /// The dynamic loss scale at the window's end (`--loss-scale`).

@@ -32,7 +32,7 @@ pub(in crate::engine::coordinator) struct Closed {
     loader: (usize, usize),
     cuda_syncs: Option<f64>,
     sums: Vec<WindowSums>,
-    /// The gradient norms summed over the window's steps.
+    /// The gradient norms summed over the window's steps that took one, and their count.
     norms: Option<LateRead>,
 }
 
@@ -104,8 +104,8 @@ impl Reporter {
         stats.loader = w.loader.stats(loader.0, loader.1);
         if let Some(norms) = norms {
             // Every rank reduced the same gradients: the norm is already global.
-            let [sum] = norms.read_exactly(waiting)?;
-            stats.grad_norm = Some(sum / (w.steps - w.skipped).max(1) as f64);
+            let [sum, counted] = norms.read_exactly(waiting)?;
+            stats.grad_norm = Some(sum / counted.max(1.0));
         }
         (stats.model_flops, stats.mfu) = self.rates.model_flops(stats.samples_per_sec);
         stats.cuda_syncs = cuda_syncs;
