@@ -91,3 +91,26 @@ fn a_run_that_reports_each_window_later_records_what_one_reporting_at_once_does(
     assert_eq!(windows, 5, "{now:#?}");
     assert!(now.iter().any(|r| r.starts_with("point 4 loss Some(")), "{now:#?}");
 }
+
+/// A run that fails still records the window it closed before the failure, reported later or not.
+#[test]
+fn a_failed_run_reporting_windows_later_still_records_the_last_window_closed() {
+    let run = |faults: &str| {
+        let mut cfg = TrainConfig::new(ModelKind::Lenet, vec![DeviceId::Cpu; 2]);
+        cfg.settings.recipe.batch_size = 32;
+        cfg.settings.placement.log_every = 3;
+        cfg.kit.faults = faults.parse().unwrap();
+        let engine = Engine::start(cfg, common::subset(256, 64)).unwrap();
+        let said: Vec<String> = engine
+            .events()
+            .iter()
+            .filter(|r| matches!(r, Record::Step(_) | Record::Event(Change::Failed { .. })))
+            .map(|r| said(&r))
+            .collect();
+        assert!(engine.join().is_err(), "replica 1 fails at step 7");
+        said
+    };
+    let now = run("worker-panic=1@7");
+    assert_eq!(now.iter().filter(|r| r.starts_with("step ")).count(), 2, "{now:#?}");
+    assert_eq!(now, run("worker-panic=1@7,late-report"));
+}

@@ -187,6 +187,12 @@ impl Coordinator {
                 Err(failure::panic_error(&self.cfg, self.update.touching(), panic.as_ref()))
             })
             .map_err(|e| {
+                // The window closed before the failure and not reported yet (a GPU run reports
+                // each a window later) is reported now where no other process waits on its
+                // sums; a read that fails too says no more than the failure does.
+                if self.exchange.world().is_none() {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.flush_report()));
+                }
                 // A periodic checkpoint still being written when the run failed is finished
                 // first, so that the failure names the last checkpoint on disk.
                 let written = self.persist.note_written(true);
