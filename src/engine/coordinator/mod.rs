@@ -29,6 +29,7 @@ pub mod sample;
 mod step_plan;
 mod timed;
 mod update;
+mod windows;
 mod writer;
 
 use crossbeam_channel::{Receiver, Sender};

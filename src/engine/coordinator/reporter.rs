@@ -5,7 +5,6 @@
 //! summary records.
 
 use super::timed::TimedSteps;
-use crate::dist::World;
 use crate::engine::clock::Phases;
 use crate::engine::config::TrainConfig;
 use crate::engine::evaluation::Evaluation;
@@ -23,34 +22,11 @@ mod seen;
 mod step_clock;
 
 use closing::Closed;
-pub(super) use closing::Report;
+pub(super) use closing::{Report, WindowEnd};
 pub(super) use done::Done;
 use step_clock::StepClock;
+pub(super) use seen::Straggler;
 use seen::{Rates, Stragglers};
-
-/// The end of a report window as the loop knows it.
-pub(super) struct WindowEnd<'a> {
-    /// 1-based epoch, steps of it done, steps per epoch.
-    pub(super) at: (usize, usize, usize),
-    pub(super) global_step: usize,
-    pub(super) lr: f64,
-    /// With loss scaling, `[scale, steps skipped over the window]` on the device (see
-    /// `Update::scaler_figures`).
-    pub(super) scaler: Option<tch::Tensor>,
-    /// The loader's queue depth and decode threads.
-    pub(super) loader: (usize, usize),
-    /// The other processes, whose figures the window's are summed with.
-    pub(super) world: Option<&'a World>,
-}
-
-/// A replica whose forward and backward pass ran slower than the others' (see
-/// `record::straggler`), named once per run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Straggler {
-    pub(super) replica: usize,
-    pub(super) step_ms: f64,
-    pub(super) median_ms: f64,
-}
 
 pub(super) struct Reporter {
     window: Window,

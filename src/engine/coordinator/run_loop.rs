@@ -2,14 +2,13 @@
 //! position of the data until the run ends or a rewind sends it back; one step as typed
 //! hand-offs from part to part (the step plan's assignments → the pool's replies gathered while
 //! the exchange sums buckets → the reduced gradients → the update applied → the reporter's
-//! count); the report windows, the evaluations, the rewind points and periodic checkpoints
-//! taken at step boundaries, the best kept at epoch ends. The parts return the records their
+//! count); the report windows (made in `windows.rs`), the evaluations, the rewind points and
+//! periodic checkpoints taken at step boundaries, the best kept at epoch ends. The parts return the records their
 //! work causes; only this loop and the controls emit them.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::reporter::WindowEnd;
 use super::rewind::Plan;
 use super::{Coordinator, Held, SLOW_WORK_FACTOR};
 use crate::engine::config::TrainConfig;
@@ -116,17 +115,6 @@ impl Coordinator {
         Ok(Leg::Ended { reason: FinishReason::Completed, position })
     }
 
-    /// Whether the step that makes `done` steps of the epoch (of `steps_per_epoch`) and
-    /// `global` in the run ends a report window: the `--log-every`th, the epoch's last, the
-    /// run's last by its step count or its step limit. (A stop ends a window anywhere.)
-    fn closes_window(&self, done: usize, steps_per_epoch: usize, global: usize) -> bool {
-        let s = &self.cfg.settings;
-        done == steps_per_epoch
-            || done % s.placement.log_every == 0
-            || s.recipe.steps.is_some_and(|n| global >= n)
-            || s.placement.max_steps.is_some_and(|m| global >= m)
-    }
-
     /// Trains on rows `start..start + len` of the epoch order, split over the replicas;
     /// `closes`: the step ends a report window (its gradient norm is then taken).
     pub(super) fn train_step(&mut self, start: usize, len: usize, closes: bool) -> Result<(), EngineError> {
@@ -171,72 +159,6 @@ impl Coordinator {
         let rebucketed = self.exchange.replan_buckets(self.steps.global_step())?;
         self.channels.say(rebucketed);
         self.update.check_replicas(self.steps.global_step())
-    }
-
-    /// Closes the report window with the workers' figures (started on their way to the host
-    /// without a wait) and makes the report due: this window's, or on GPUs the one before
-    /// (see `reporter/closing.rs`).
-    pub(super) fn report(
-        &mut self,
-        epoch: usize,
-        step: usize,
-        steps_per_epoch: usize,
-    ) -> Result<(), EngineError> {
-        self.pool.broadcast(|_| ToWorker::Report)?;
-        let mut sums = Vec::new();
-        for reply in self.pool.gather(self.cfg.step_timeout())? {
-            if let FromWorker::Sums { sums: s, .. } = reply {
-                sums.push(s);
-            }
-        }
-        let global_step = self.steps.global_step();
-        let end = WindowEnd {
-            at: (epoch, step, steps_per_epoch),
-            global_step,
-            lr: self.steps.lr(),
-            scaler: self.update.scaler_figures(),
-            loader: (self.cfg.loader.prefetch, self.cfg.loader.decode_threads),
-            world: self.exchange.world(),
-        };
-        let due = self.report.close_window(&end, sums, &self.report_wait())?;
-        if let Some(w) = self.exchange.world() {
-            w.mark_progress(global_step);
-        }
-        self.emit_report(due);
-        Ok(())
-    }
-
-    /// Reports the window closed and not reported yet, if any: before anything that reads the
-    /// epoch's figures or the last loss (an evaluation, a rewind point, a checkpoint), a pause
-    /// and the summary.
-    pub(super) fn flush_report(&mut self) -> Result<(), EngineError> {
-        let due = self.report.flush(self.exchange.world(), &self.report_wait())?;
-        self.emit_report(due);
-        Ok(())
-    }
-
-    /// What reading a window's device figures waits for, with the step timeout.
-    fn report_wait(&self) -> crate::device::gpu_wait::Waiting {
-        let device = self.cfg.devices.first().copied().unwrap_or(dpt_core::device::DeviceId::Cpu);
-        crate::engine::clock::waiting("the report window's figures", device, self.cfg.step_timeout())
-    }
-
-    /// A window's report as records: the stragglers newly found, the step record, and the NaN
-    /// policy on a loss not finite.
-    fn emit_report(&mut self, due: Option<super::reporter::Report>) {
-        let Some((stats, stragglers)) = due else { return };
-        let global_step = stats.global_step;
-        for s in stragglers {
-            let device = self.exchange.replica_device(s.replica);
-            let (replica, step_ms, median_ms) = (s.replica, s.step_ms, s.median_ms);
-            self.channels.emit(Change::Straggler { replica, device, step_ms, median_ms, global_step });
-        }
-        let finite = stats.loss.is_finite();
-        self.channels.emit(Record::Step(Box::new(stats)));
-        if !finite {
-            let said = self.gate.not_finite(self.cfg.on_nan, global_step);
-            self.channels.say(said);
-        }
     }
 
     /// The evaluated split's figures (the validation split when there is one and `final_test`

@@ -8,7 +8,7 @@
 //! run's, never an event's readiness: every rank reports the same windows at the same points,
 //! as its sums over the ranks need.
 
-use super::{Reporter, Straggler, WindowEnd};
+use super::{Reporter, Straggler};
 use crate::device::gpu_wait::Waiting;
 use crate::device::late_read::LateRead;
 use crate::dist::World;
@@ -16,6 +16,21 @@ use crate::engine::tally::Window;
 use crate::engine::worker::WindowSums;
 use crate::engine::EngineError;
 use crate::record::StepStats;
+
+/// The end of a report window as the loop knows it.
+pub(in crate::engine::coordinator) struct WindowEnd<'a> {
+    /// 1-based epoch, steps of it done, steps per epoch.
+    pub(in crate::engine::coordinator) at: (usize, usize, usize),
+    pub(in crate::engine::coordinator) global_step: usize,
+    pub(in crate::engine::coordinator) lr: f64,
+    /// With loss scaling, `[scale, steps skipped over the window]` on the device (see
+    /// `Update::scaler_figures`).
+    pub(in crate::engine::coordinator) scaler: Option<tch::Tensor>,
+    /// The loader's queue depth and decode threads.
+    pub(in crate::engine::coordinator) loader: (usize, usize),
+    /// The other processes, whose figures the window's are summed with.
+    pub(in crate::engine::coordinator) world: Option<&'a World>,
+}
 
 /// A window's step record and the replicas newly slower than the others.
 pub(in crate::engine::coordinator) type Report = (StepStats, Vec<Straggler>);

@@ -1,8 +1,16 @@
 //! What the reporter learns once in a run: the model's FLOPs (from the first replica that
 //! counts them) and the replicas already named as stragglers.
 
-use super::Straggler;
 use crate::flops::{ModelFlops, PeakFlops};
+
+/// A replica whose forward and backward pass ran slower than the others' (see
+/// `record::straggler`), named once per run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(in crate::engine::coordinator) struct Straggler {
+    pub(in crate::engine::coordinator) replica: usize,
+    pub(in crate::engine::coordinator) step_ms: f64,
+    pub(in crate::engine::coordinator) median_ms: f64,
+}
 
 /// The model's FLOPs and what the run's GPUs can do at most, for the rates a record gives.
 pub(super) struct Rates {
