@@ -12,6 +12,7 @@ pub(crate) mod evaluation;
 pub mod faults;
 pub mod flat;
 mod grad_sink;
+pub(crate) mod handoff;
 pub(crate) mod loss;
 pub mod math;
 pub mod optim;

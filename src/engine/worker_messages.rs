@@ -42,6 +42,8 @@ pub struct WorkerSetup {
     /// Under `--zero 2`, the range of the flat gradient this replica keeps the sum of (its
     /// gradient buffer is that long; the backward pass writes bucket buffers of the sink's).
     pub grad_shard: Option<dpt_core::optim::Span>,
+    /// On a GPU, the events that order this replica's stream and the coordinator's.
+    pub handoff: Option<Arc<crate::engine::handoff::Handoff>>,
 }
 
 /// Why a worker failed.

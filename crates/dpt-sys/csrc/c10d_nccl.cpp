@@ -151,6 +151,36 @@ dpt_stream_guard* dpt_side_stream_enter(int device, char** err) {
   })
 }
 
+// A stream of c10's pool made the calling thread's current stream on one GPU, and the stream it
+// replaced (put back when freed). Only the stream changes: the thread's current device stays
+// as it was (c10::cuda::setCurrentCUDAStream, unlike a StreamGuard, which sets both).
+struct dpt_own_stream {
+  at::cuda::CUDAStream previous;
+};
+
+// Makes a stream of c10's pool (low priority, as torch.cuda.Stream() takes) the calling
+// thread's current stream on `device` until freed: a replica's work, or the coordinator's, is
+// then queued on a stream of its own, never on the legacy default stream, which would order it
+// against every other stream's work on the device.
+dpt_own_stream* dpt_own_stream_enter(int device, char** err) {
+  DPT_GUARD(err, nullptr, {
+    auto count = c10::cuda::device_count();
+    TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
+    auto index = static_cast<c10::DeviceIndex>(device);
+    auto own = new dpt_own_stream{at::cuda::getCurrentCUDAStream(index)};
+    c10::cuda::setCurrentCUDAStream(at::cuda::getStreamFromPool(false, index));
+    return own;
+  })
+}
+
+void dpt_own_stream_leave(dpt_own_stream* s) {
+  try {
+    c10::cuda::setCurrentCUDAStream(s->previous);
+  } catch (...) {
+  }
+  delete s;
+}
+
 // The id of CUDA device `device`'s current stream on the calling thread (c10's StreamId),
 // into *out: which stream a gradient hook runs on.
 int dpt_cuda_current_stream(int device, int64_t* out, char** err) {

@@ -26,6 +26,13 @@ dpt_stream_guard* dpt_side_stream_enter(int, char** err) {
 
 void dpt_side_stream_leave(dpt_stream_guard*) {}
 
+dpt_own_stream* dpt_own_stream_enter(int, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return nullptr;
+}
+
+void dpt_own_stream_leave(dpt_own_stream*) {}
+
 int dpt_cuda_sync_debug(int, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return -1;

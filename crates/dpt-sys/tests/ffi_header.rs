@@ -51,6 +51,7 @@ fn rust_type(c: &str) -> String {
         "dpt_work" => "RawWork",
         "dpt_event" => "RawEvent",
         "dpt_stream_guard" => "RawStreamGuard",
+        "dpt_own_stream" => "RawOwnStream",
         "dpt_graph" => "RawGraph",
         "dpt_module" => "RawModule",
         "dpt_rng_scope" => "RawScope",

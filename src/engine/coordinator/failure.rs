@@ -68,20 +68,33 @@ pub(super) fn explain_oom(
 }
 
 /// Makes the first GPU of the run this thread's device before it touches any (the timing
-/// events, NCCL and the update run there), as DDP scripts call `torch.cuda.set_device`.
-pub(super) fn set_device(cfg: &TrainConfig) -> Result<(), EngineError> {
-    let first_gpu = cfg.devices.iter().enumerate().find_map(|(r, d)| match d {
+/// events, NCCL and the update run there), as DDP scripts call `torch.cuda.set_device`; and
+/// on each GPU of the run, a stream of the coordinator's own current for this thread until the
+/// guards returned are dropped (its sums and updates are ordered against the replicas' streams
+/// by `engine::handoff`).
+pub(super) fn enter_devices(cfg: &TrainConfig) -> Result<Vec<dpt_sys::c10d::OwnStream>, EngineError> {
+    let mut gpus = cfg.devices.iter().enumerate().filter_map(|(r, d)| match d {
         DeviceId::Cuda(i) => Some((r, *i)),
         DeviceId::Cpu => None,
     });
-    match first_gpu {
-        Some((replica, i)) => dpt_sys::c10d::set_thread_device(i).map_err(|e| EngineError::Coordinator {
+    let failed = |replica: usize, i: usize| {
+        move |e: dpt_sys::c10d::C10dError| EngineError::Coordinator {
             replica: Some(replica),
             device: Some(format!("cuda:{i}")),
             message: e.0,
-        }),
-        None => Ok(()),
+        }
+    };
+    let mut streams = Vec::new();
+    if let Some((replica, i)) = gpus.next() {
+        dpt_sys::c10d::set_thread_device(i).map_err(failed(replica, i))?;
+        streams.push((i, dpt_sys::c10d::OwnStream::enter(i).map_err(failed(replica, i))?));
     }
+    for (replica, i) in gpus {
+        if !streams.iter().any(|(d, _)| *d == i) {
+            streams.push((i, dpt_sys::c10d::OwnStream::enter(i).map_err(failed(replica, i))?));
+        }
+    }
+    Ok(streams.into_iter().map(|(_, s)| s).collect())
 }
 
 /// The failure a panic of this thread stands for, with the replica it was working on

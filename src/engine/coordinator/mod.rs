@@ -174,10 +174,13 @@ impl Coordinator {
     pub fn run(mut self) -> Result<Outcome, EngineError> {
         // The update runs on one intra-op thread: the cores are the CPU replicas' (device::intra_op).
         crate::device::intra_op::keep_to_one_thread();
+        // The coordinator's streams, kept until the workers are shut down.
+        let mut streams = Vec::new();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // c10's warning handler is per thread: the update's syncs are counted too.
             let counted = || dpt_sys::c10d::count_syncs_here().map_err(EngineError::from);
-            failure::set_device(&self.cfg).and_then(|()| counted()).and_then(|()| self.wait_ready()).and_then(|()| {
+            let entered = failure::enter_devices(&self.cfg).map(|s| streams = s);
+            entered.and_then(|()| counted()).and_then(|()| self.wait_ready()).and_then(|()| {
                 // Every replica has set its own count; threads started from now on take one.
                 crate::device::intra_op::keep_to_one_thread();
                 self.train()
@@ -205,6 +208,7 @@ impl Coordinator {
             self.channels.emit(failure::failed(&self.cfg, e));
         }
         self.pool.shutdown();
+        drop(streams);
         result
     }
 

@@ -11,6 +11,7 @@ use tch::Tensor;
 
 use crate::data::Dataset;
 use crate::engine::config::TrainConfig;
+use crate::engine::handoff::{hands_off, Handoff};
 use crate::engine::worker::{self, FromWorker, ToWorker, WorkerSetup};
 use crate::engine::optim::ShardGrid;
 use crate::engine::EngineError;
@@ -23,6 +24,8 @@ const JOIN_GRACE: Duration = Duration::from_secs(5);
 pub struct WorkerPool {
     devices: Vec<DeviceId>,
     to_workers: Vec<Sender<ToWorker>>,
+    /// Each GPU replica's events between its stream and the coordinator's (`engine::handoff`).
+    handoffs: Vec<Option<Arc<Handoff>>>,
     from_workers: Receiver<FromWorker>,
     threads: Vec<JoinHandle<()>>,
     /// Disconnects once every worker thread has ended.
@@ -44,12 +47,14 @@ impl WorkerPool {
         let (reply_tx, from_workers) = unbounded();
         let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
         let mut to_workers = Vec::new();
+        let mut handoffs = Vec::new();
         let mut threads = Vec::new();
         let decoding =
             crate::input::loader::Decoding::for_run(cfg.decoding(), data).map_err(EngineError::Spawn)?;
         let zero = cfg.settings.optimizer.zero;
         for (replica, device) in cfg.devices.iter().enumerate() {
             let (tx, rx) = unbounded();
+            let handoff = Handoff::for_device(*device)?;
             let setup = WorkerSetup {
                 replica,
                 device: crate::device::tch_device(*device),
@@ -70,6 +75,7 @@ impl WorkerPool {
                 loader: decoding.clone(),
                 bucket_bytes,
                 grad_shard: zero.grad_shard(ShardGrid::new(initial_params.numel() as i64, replicas), first + replica),
+                handoff: handoff.clone(),
             };
             let replies = reply_tx.clone();
             let alive = alive_tx.clone();
@@ -82,14 +88,19 @@ impl WorkerPool {
                 })
                 .map_err(EngineError::Spawn)?;
             to_workers.push(tx);
+            handoffs.push(handoff);
             threads.push(handle);
         }
-        Ok(WorkerPool { devices: cfg.devices.clone(), to_workers, from_workers, threads, workers_alive })
+        Ok(WorkerPool { devices: cfg.devices.clone(), to_workers, handoffs, from_workers, threads, workers_alive })
     }
 
-    /// Sends `cmd(replica)` to every worker.
+    /// Sends `cmd(replica)` to every worker, after the coordinator's work queued so far on
+    /// that replica's GPU.
     pub fn broadcast(&self, cmd: impl Fn(usize) -> ToWorker) -> Result<(), EngineError> {
         for (i, tx) in self.to_workers.iter().enumerate() {
+            if let Some(h) = &self.handoffs[i] {
+                h.command_sent()?;
+            }
             tx.send(cmd(i)).map_err(|_| EngineError::WorkersGone)?;
         }
         Ok(())
@@ -106,6 +117,8 @@ impl WorkerPool {
 
     /// As [`WorkerPool::gather`], showing `seen` each message as it arrives: the replies, and
     /// the `BucketReady` reports that come before a step's replies (not counted as replies).
+    /// The coordinator's work queued from then on, on a GPU, follows the replica's before each
+    /// reply (`engine::handoff`).
     pub fn gather_with(
         &self,
         timeout: Duration,
@@ -119,6 +132,9 @@ impl WorkerPool {
             match self.from_workers.recv_deadline(deadline) {
                 Ok(FromWorker::Failed { replica, error }) => return Err(self.worker_error(replica, error)),
                 Ok(msg) => {
+                    if let Some(h) = self.handoffs[msg.replica()].as_ref().filter(|_| hands_off(&msg)) {
+                        h.reply_received()?;
+                    }
                     seen(&msg)?;
                     if matches!(msg, FromWorker::BucketReady { .. }) {
                         continue;

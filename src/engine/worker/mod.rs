@@ -28,7 +28,7 @@ use crate::model::{Builder, Forward, Network, Precision};
 use dpt_core::seed::mix_seed;
 use dpt_core::tally::Tally;
 use dpt_sys::c10d::flops::FlopCount;
-use dpt_sys::c10d::OwnRng;
+use dpt_sys::c10d::{OwnRng, OwnStream};
 
 pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WindowSums, WorkerError, WorkerSetup};
 
@@ -64,20 +64,33 @@ struct Worker {
 /// as a panic).
 pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<FromWorker>) {
     let replica = setup.replica;
+    let handoff = setup.handoff.clone();
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), WorkerError> {
-        if let Device::Cuda(i) = setup.device {
-            // Before anything else, as DDP scripts call torch.cuda.set_device(local_rank).
-            dpt_sys::c10d::set_thread_device(i)?;
-        }
+        // The replica's work, its buffers' allocation first, goes on a stream of its own.
+        let _stream = match setup.device {
+            Device::Cuda(i) => {
+                // Before anything else, as DDP scripts call torch.cuda.set_device(local_rank).
+                dpt_sys::c10d::set_thread_device(i)?;
+                Some(OwnStream::enter(i)?)
+            }
+            _ => None,
+        };
         // c10's warning handler is per thread: this thread's syncs (and its backward passes',
         // replayed here) are counted under DPT_SYNC_DEBUG.
         dpt_sys::c10d::count_syncs_here()?;
         let mut worker = Worker::new(setup, &replies)?;
-        replies
-            .send(FromWorker::Ready { replica, handles: Box::new(worker.handles()) })
-            .map_err(|_| WorkerError::CoordinatorGone)?;
+        let reply = |msg| -> Result<(), WorkerError> {
+            if let Some(h) = &handoff {
+                h.reply_sent()?;
+            }
+            replies.send(msg).map_err(|_| WorkerError::CoordinatorGone)
+        };
+        reply(FromWorker::Ready { replica, handles: Box::new(worker.handles()) })?;
         for cmd in commands {
-            let reply = match cmd {
+            if let Some(h) = &handoff {
+                h.command_received()?;
+            }
+            let msg = match cmd {
                 ToWorker::Epoch { order, epoch, steps } => {
                     worker.batches.start_epoch(epoch, order, steps)?;
                     continue;
@@ -96,8 +109,11 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                 }
                 ToWorker::Shutdown => break,
             };
-            if replies.send(reply).is_err() {
-                break;
+            if let Err(e) = reply(msg) {
+                return match e {
+                    WorkerError::CoordinatorGone => Ok(()),
+                    e => Err(e),
+                };
             }
         }
         Ok(())

@@ -19,6 +19,11 @@ struct RawStreamGuard {
     _private: [u8; 0],
 }
 
+#[repr(C)]
+struct RawOwnStream {
+    _private: [u8; 0],
+}
+
 extern "C" {
     fn dpt_cuda_event_new(device: i32, timing: i32, err: *mut *mut c_char) -> *mut RawEvent;
     fn dpt_cuda_event_block(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
@@ -38,6 +43,8 @@ extern "C" {
     fn dpt_nccl_side_join(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
     fn dpt_side_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawStreamGuard;
     fn dpt_side_stream_leave(g: *mut RawStreamGuard);
+    fn dpt_own_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawOwnStream;
+    fn dpt_own_stream_leave(s: *mut RawOwnStream);
     fn dpt_cuda_current_stream(device: i32, out: *mut i64, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_sync_debug(mode: i32, err: *mut *mut c_char) -> i32;
     #[allow(clippy::too_many_arguments)]
@@ -267,5 +274,30 @@ impl Drop for SideStream {
     fn drop(&mut self) {
         // SAFETY: we own the guard; freeing it puts the previous stream back.
         unsafe { dpt_side_stream_leave(self.0.as_ptr()) }
+    }
+}
+
+/// While alive, a stream of c10's pool is the calling thread's current stream on one GPU
+/// (`torch.cuda.set_stream(torch.cuda.Stream())`; the thread's current device is left as it
+/// is): what the thread queues there, and what autograd queues for the backward pass of its
+/// forward pass, runs on that stream, never on the legacy default stream, which would order it
+/// against every other stream of the device. Work on another thread's stream is ordered
+/// against it with events only ([`CudaEvent::record`] here, [`CudaEvent::block`] there).
+pub struct OwnStream(NonNull<RawOwnStream>);
+
+impl OwnStream {
+    /// Enters a pool stream on CUDA device `index`; an error without that device.
+    pub fn enter(index: usize) -> Result<OwnStream, C10dError> {
+        let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+        // SAFETY: plain value argument; the shim returns an owned handle or an error.
+        let p = call(|err| unsafe { dpt_own_stream_enter(device, err) })?;
+        Ok(OwnStream(non_null(p, "stream")?))
+    }
+}
+
+impl Drop for OwnStream {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; freeing it makes the replaced stream current again.
+        unsafe { dpt_own_stream_leave(self.0.as_ptr()) }
     }
 }

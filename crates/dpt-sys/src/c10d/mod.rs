@@ -39,7 +39,7 @@ pub use store::Store;
 
 pub use cuda::{
     context_made, cuda_identity, cuda_peak_allocated, cuda_reset_peak, current_stream, nccl_compiled,
-    nccl_local_allreduce, nccl_side_join, set_cuda_sync_debug, set_thread_device, CudaEvent, SideStream,
+    nccl_local_allreduce, nccl_side_join, set_cuda_sync_debug, set_thread_device, CudaEvent, OwnStream, SideStream,
     SyncDebug,
 };
 pub use warnings::{count_syncs_here, cuda_sync_count};
@@ -312,6 +312,22 @@ mod tests {
         let e = super::set_thread_device(0).expect_err("no CUDA device here");
         assert!(e.0.contains("CUDA"), "{e}");
         assert!(!super::context_made(0), "no context is claimed on failure");
+    }
+
+    #[test]
+    fn a_stream_of_its_own_is_current_while_entered_and_the_old_one_after() {
+        let e = super::OwnStream::enter(1000).err().expect("no process sees 1000 GPUs");
+        assert!(e.0.contains("CUDA"), "{e}");
+        if tch::Cuda::device_count() == 0 {
+            return;
+        }
+        super::set_thread_device(0).unwrap();
+        let before = super::current_stream(0).unwrap();
+        let own = super::OwnStream::enter(0).unwrap();
+        let inside = super::current_stream(0).unwrap();
+        assert_ne!(inside, before, "a pool stream, not the one current before");
+        drop(own);
+        assert_eq!(super::current_stream(0).unwrap(), before);
     }
 
     #[test]
