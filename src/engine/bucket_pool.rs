@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 
+use dpt_sys::c10d::CudaEvent;
 use tch::Tensor;
 
 /// The most buckets whose reduces wait in flight: as a newer one starts, the oldest is waited
@@ -21,22 +22,36 @@ pub const BUCKETS_IN_FLIGHT: usize = 2;
 pub const BUFFERS_PER_REPLICA: usize = BUCKETS_IN_FLIGHT + 2;
 
 /// A replica's bucket buffers not in use: kept for the step's next bucket, freed at its end.
+///
+/// On a GPU the coordinator gives a buffer back from its own stream, where it read the sum,
+/// and the backward pass takes it on the replica's: a kept buffer comes with an event recorded
+/// there, which the taker's stream waits for before writing it, and one freed is marked as
+/// used on the giver's stream, so the allocator hands its memory to no one before that read.
 #[derive(Default)]
 pub struct BucketPool {
-    free: Vec<Tensor>,
+    free: Vec<(Tensor, Option<CudaEvent>)>,
+    /// Events of buffers taken again, for the next ones given back.
+    spare: Vec<CudaEvent>,
     /// Buffers made since the run began (each step's first ones are made anew).
     made: usize,
 }
 
 impl BucketPool {
     /// A buffer of at least `len` floats on `device`, not zeroed: the smallest kept one that
-    /// holds it, else a new one.
+    /// holds it (the calling thread's stream then waits for its last reader), else a new one.
     pub fn take(&mut self, len: i64, device: tch::Device) -> Result<Tensor, tch::TchError> {
         let fit = (0..self.free.len())
-            .filter(|&i| self.free[i].numel() as i64 >= len)
-            .min_by_key(|&i| self.free[i].numel());
+            .filter(|&i| self.free[i].0.numel() as i64 >= len)
+            .min_by_key(|&i| self.free[i].0.numel());
         match fit {
-            Some(i) => Ok(self.free.swap_remove(i)),
+            Some(i) => {
+                let (buffer, read) = self.free.swap_remove(i);
+                if let Some(event) = read {
+                    event.block().map_err(|e| tch::TchError::Torch(e.0))?;
+                    self.spare.push(event);
+                }
+                Ok(buffer)
+            }
             None => {
                 self.made += 1;
                 Tensor::f_empty([len], (tch::Kind::Float, device))
@@ -44,17 +59,35 @@ impl BucketPool {
         }
     }
 
-    /// A buffer whose bucket is done with: kept for the step's next bucket while fewer than
-    /// [`BUCKETS_IN_FLIGHT`] are kept, else freed.
-    pub fn give_back(&mut self, buffer: Tensor) {
+    /// A buffer whose bucket is done with, after the work queued on the calling thread's
+    /// stream: kept for the step's next bucket while fewer than [`BUCKETS_IN_FLIGHT`] are
+    /// kept, else freed.
+    pub fn give_back(&mut self, buffer: Tensor) -> Result<(), dpt_sys::c10d::C10dError> {
+        let tch::Device::Cuda(i) = buffer.device() else {
+            if self.free.len() < BUCKETS_IN_FLIGHT {
+                self.free.push((buffer, None));
+            }
+            return Ok(());
+        };
         if self.free.len() < BUCKETS_IN_FLIGHT {
-            self.free.push(buffer);
+            let mut event = match self.spare.pop() {
+                Some(e) => e,
+                None => CudaEvent::ordering(i)?,
+            };
+            event.record()?;
+            self.free.push((buffer, Some(event)));
+        } else {
+            dpt_sys::c10d::record_stream(&buffer)?;
         }
+        Ok(())
     }
 
-    /// The step's reduction is over: no buffer is needed until the next backward pass.
+    /// The step's reduction is over: no buffer is needed until the next backward pass (which
+    /// on a GPU is queued after the coordinator's work, `engine::handoff`, so the buffers'
+    /// memory is free for it).
     pub fn end_step(&mut self) {
-        self.free.clear();
+        let events = self.free.drain(..).filter_map(|(_, read)| read);
+        self.spare.extend(events);
     }
 
     /// Buffers made since the run began.
@@ -113,12 +146,12 @@ mod tests {
             // Bucket b is reported: the first buffer held is its.
             let buffer = held.remove(0);
             if let Some(oldest) = flights.started(buffer) {
-                pool.give_back(oldest);
+                pool.give_back(oldest).unwrap();
             }
             assert!(flights.queue.len() <= BUCKETS_IN_FLIGHT);
         }
         for kept in flights.drain().collect::<Vec<_>>() {
-            pool.give_back(kept);
+            pool.give_back(kept).unwrap();
         }
         pool.end_step();
         most
@@ -146,9 +179,9 @@ mod tests {
         let mut pool = BucketPool::default();
         let small = pool.take(4, tch::Device::Cpu).unwrap();
         let large = pool.take(16, tch::Device::Cpu).unwrap();
-        pool.give_back(small);
-        pool.give_back(large);
-        pool.give_back(Tensor::zeros([8], (tch::Kind::Float, tch::Device::Cpu)));
+        pool.give_back(small).unwrap();
+        pool.give_back(large).unwrap();
+        pool.give_back(Tensor::zeros([8], (tch::Kind::Float, tch::Device::Cpu))).unwrap();
         assert_eq!(pool.kept(), BUCKETS_IN_FLIGHT, "a third given back is freed");
         assert_eq!(pool.take(3, tch::Device::Cpu).unwrap().numel(), 4, "the smallest that holds it");
         assert_eq!(pool.take(32, tch::Device::Cpu).unwrap().numel(), 32, "none holds it: made");

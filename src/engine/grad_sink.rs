@@ -124,14 +124,14 @@ impl GradSink {
 
     /// Reports `buckets` from the next micro-batch on; call only between steps (the coordinator
     /// does, between the replica's `StepDone` and its next `Step`).
-    pub fn rebucket(&self, buckets: Arc<Buckets>) {
+    pub fn rebucket(&self, buckets: Arc<Buckets>) -> Result<(), dpt_sys::c10d::C10dError> {
         let mut s = self.lock();
         s.left = vec![0; buckets.len()];
         s.handed = (0..buckets.len()).map(|_| Vec::new()).collect();
         let held: Vec<Tensor> = s.staged.iter_mut().filter_map(Option::take).collect();
-        held.into_iter().for_each(|t| s.pool.give_back(t));
         s.staged = (0..buckets.len()).map(|_| None).collect();
         s.buckets = buckets;
+        held.into_iter().try_for_each(|t| s.pool.give_back(t))
     }
 
     /// Under `--zero 2`, bucket `b`'s buffer of this step (made of zeros if no gradient of it
@@ -158,10 +158,11 @@ impl GradSink {
 
     /// Gives bucket `b`'s buffer back to the pool, once the coordinator has kept what it needs
     /// of it (the next bucket the backward pass starts takes it).
-    pub fn release(&self, b: usize) {
+    pub fn release(&self, b: usize) -> Result<(), dpt_sys::c10d::C10dError> {
         let mut s = self.lock();
-        if let Some(t) = s.staged.get_mut(b).and_then(Option::take) {
-            s.pool.give_back(t);
+        match s.staged.get_mut(b).and_then(Option::take) {
+            Some(t) => s.pool.give_back(t),
+            None => Ok(()),
         }
     }
 
@@ -185,14 +186,15 @@ impl GradSink {
 
     /// Orders the calling thread's current stream after the writes of bucket `b`'s gradients,
     /// before it reads them: the hooks run on the stream of the backward kernel that made each
-    /// gradient (autograd's), which for a model that runs part of its forward on a stream of
-    /// its own is not the coordinator's, and a bucket's gradients may come from several. A
-    /// wait on the device for each stream's event, recorded just after that stream's last write
-    /// of the bucket: the reading stream does not wait for the backward kernels queued after
-    /// them. Nothing on the CPU. The other direction (a later step's hook on such a stream
-    /// writing after this step's update on the default stream) holds because such a model's
-    /// stream must wait for the default stream before its forward pass reads the weights, as
-    /// PyTorch requires of any model that uses a stream of its own.
+    /// gradient (autograd's), which is the replica's (or, for a model that runs part of its
+    /// forward on a stream of its own, that one), never the coordinator's, and a bucket's
+    /// gradients may come from several. A wait on the device for each stream's event, recorded
+    /// just after that stream's last write of the bucket: the reading stream does not wait for
+    /// the backward kernels queued after them. Nothing on the CPU. The other direction (a later step's hook writing after this
+    /// step's update on the coordinator's stream) holds by the hand-off that orders the
+    /// replica's stream after the coordinator's before each step (`engine::handoff`), and for
+    /// a model's own stream because it must wait for the replica's before its forward pass
+    /// reads the weights, as PyTorch requires of any model that uses a stream of its own.
     pub fn hand_off(&self, b: usize) -> Result<(), dpt_sys::c10d::C10dError> {
         let s = self.lock();
         let step = s.step;

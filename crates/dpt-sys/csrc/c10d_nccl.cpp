@@ -140,6 +140,18 @@ int dpt_nccl_side_join(at::Tensor* const* tensors, size_t n, char** err) {
   })
 }
 
+// Marks a CUDA tensor as used on the calling thread's current stream of its device
+// (Tensor.record_stream): once it is freed, the caching allocator gives its memory to no other
+// tensor before the work queued there so far has run. For a tensor made on another thread's
+// stream and read on this one.
+int dpt_record_stream(at::Tensor* t, char** err) {
+  DPT_GUARD(err, -1, {
+    TORCH_CHECK(t->is_cuda(), "a stream is a GPU's; the tensor is on ", t->device());
+    t->record_stream(at::cuda::getCurrentCUDAStream(t->device().index()).unwrap());
+    return 0;
+  })
+}
+
 // Makes `device`'s side stream the calling thread's current stream until the guard is freed,
 // so that what is launched meanwhile (c10d's collective across the ranks, which waits for the
 // current stream) is ordered after the side stream's sums.

@@ -33,6 +33,11 @@ dpt_own_stream* dpt_own_stream_enter(int, char** err) {
 
 void dpt_own_stream_leave(dpt_own_stream*) {}
 
+int dpt_record_stream(at::Tensor*, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
 int dpt_cuda_sync_debug(int, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return -1;

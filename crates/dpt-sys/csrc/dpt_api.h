@@ -73,6 +73,7 @@ dpt_tensor* dpt_empty_bytes(const int64_t* sizes, size_t n, int pinned, char** e
 dpt_group* dpt_nccl_group(dpt_store* s, int rank, int size, int64_t timeout_ms, char** err);
 int dpt_nccl_local_allreduce(dpt_tensor* const* tensors, size_t n, char** err);
 int dpt_nccl_side_join(dpt_tensor* const* tensors, size_t n, char** err);
+int dpt_record_stream(dpt_tensor* t, char** err);
 dpt_stream_guard* dpt_side_stream_enter(int device, char** err);
 void dpt_side_stream_leave(dpt_stream_guard* g);
 dpt_own_stream* dpt_own_stream_enter(int device, char** err);

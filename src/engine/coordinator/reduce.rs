@@ -278,7 +278,7 @@ impl Exchange {
         }
         let before = current.len();
         for sink in &self.sinks {
-            sink.rebucket(Arc::clone(&planned));
+            sink.rebucket(Arc::clone(&planned))?;
         }
         let after = planned.len();
         self.buckets = Some(planned);

@@ -41,6 +41,7 @@ extern "C" {
     fn dpt_cuda_peak_bytes(device: i32, reset: i32, out: *mut i64, err: *mut *mut c_char) -> i32;
     fn dpt_nccl_local_allreduce(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
     fn dpt_nccl_side_join(t: *const *mut CTensor, n: usize, err: *mut *mut c_char) -> i32;
+    fn dpt_record_stream(t: *mut CTensor, err: *mut *mut c_char) -> i32;
     fn dpt_side_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawStreamGuard;
     fn dpt_side_stream_leave(g: *mut RawStreamGuard);
     fn dpt_own_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawOwnStream;
@@ -218,6 +219,15 @@ pub fn nccl_side_join(tensors: &[Tensor]) -> Result<(), C10dError> {
     let ptrs: Vec<*mut CTensor> = tensors.iter().map(Tensor::as_ptr).map(|p| p.cast_mut()).collect();
     // SAFETY: the tensors are alive for the call; the shim only reads their devices.
     call(|err| unsafe { dpt_nccl_side_join(ptrs.as_ptr(), ptrs.len(), err) }).map(drop)
+}
+
+/// Marks CUDA tensor `t` as used on the calling thread's current stream of its device
+/// (`Tensor.record_stream`): once freed, its memory goes to no other tensor before the work
+/// queued there so far has run. For a tensor another thread's stream made and this one reads.
+/// A CPU tensor is refused.
+pub fn record_stream(t: &Tensor) -> Result<(), C10dError> {
+    // SAFETY: the tensor is alive for the call; the shim marks its storage's block only.
+    call(|err| unsafe { dpt_record_stream(t.as_ptr().cast_mut(), err) }).map(drop)
 }
 
 /// The id of CUDA device `index`'s current stream on the calling thread (c10's `StreamId`):

@@ -39,8 +39,8 @@ pub use store::Store;
 
 pub use cuda::{
     context_made, cuda_identity, cuda_peak_allocated, cuda_reset_peak, current_stream, nccl_compiled,
-    nccl_local_allreduce, nccl_side_join, set_cuda_sync_debug, set_thread_device, CudaEvent, OwnStream, SideStream,
-    SyncDebug,
+    nccl_local_allreduce, nccl_side_join, record_stream, set_cuda_sync_debug, set_thread_device, CudaEvent,
+    OwnStream, SideStream, SyncDebug,
 };
 pub use warnings::{count_syncs_here, cuda_sync_count};
 
@@ -318,6 +318,8 @@ mod tests {
     fn a_stream_of_its_own_is_current_while_entered_and_the_old_one_after() {
         let e = super::OwnStream::enter(1000).err().expect("no process sees 1000 GPUs");
         assert!(e.0.contains("CUDA"), "{e}");
+        let cpu = tch::Tensor::zeros([2], (tch::Kind::Float, tch::Device::Cpu));
+        assert!(super::record_stream(&cpu).is_err(), "a CPU tensor has no stream");
         if tch::Cuda::device_count() == 0 {
             return;
         }

@@ -145,7 +145,7 @@ impl ReduceToOwners {
         }
         drop(sources);
         for sink in &self.sinks {
-            sink.release(bucket);
+            sink.release(bucket)?;
         }
         Ok(())
     }
