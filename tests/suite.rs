@@ -19,6 +19,8 @@ mod c10d;
 mod cli;
 #[path = "config_file.rs"]
 mod config_file;
+#[path = "cuda_graphs.rs"]
+mod cuda_graphs;
 #[path = "dashboard_pty.rs"]
 mod dashboard_pty;
 #[path = "data_formats.rs"]

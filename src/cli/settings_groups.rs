@@ -14,7 +14,7 @@ use dpt_core::model::{LossKind, Normalization, Precision};
 use dpt_core::optim::schedule::Shape;
 use dpt_core::optim::{OptimizerKind, Zero};
 use dpt_core::policies::OnNan;
-use dpt_tui::settings::{DistBackend, ModelChoice};
+use dpt_tui::settings::{CudaGraphs, DistBackend, ModelChoice};
 
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct ModelArgs {
@@ -353,6 +353,11 @@ pub struct PlacementArgs {
     /// Stop after N steps in all (a quick check of a set-up).
     #[arg(id = "placement.max_steps", long = "max-steps", value_name = "N")]
     pub max_steps: Option<usize>,
+    /// Capture each GPU replica's forward and backward passes as a CUDA graph after a few
+    /// eager steps and replay it, one launch a step (auto: where the run allows it, else eagerly,
+    /// the start record saying why; on: refuse a run that cannot; off: never).
+    #[arg(id = "placement.cuda_graphs", long = "cuda-graphs", value_name = "auto|on|off", value_parser = parse::<CudaGraphs>)]
+    pub cuda_graphs: Option<CudaGraphs>,
     /// Verify after every step that all replicas hold identical parameters (slow).
     #[arg(id = "placement.check_replicas", long = "check-replicas")]
     #[serde(skip_serializing_if = "not_set")]

@@ -340,6 +340,23 @@ impl TrainConfig {
         (cap > 0 && reduces).then(|| (super::buckets::FIRST_BUCKET_BYTES.min(cap), cap))
     }
 
+    /// What decides whether the replicas graph their steps (`--cuda-graphs`); `buckets`: the
+    /// gradients are reduced by buckets during the backward pass; `streamed`: the training
+    /// batches are. The `graph-stand-in` test fault takes CPU replicas for graphable ones.
+    pub fn graph_facts(&self, buckets: bool, streamed: bool) -> dpt_core::settings::cuda_graphs::GraphFacts {
+        let stand_in = self.kit.faults.graph_stand_in;
+        dpt_core::settings::cuda_graphs::GraphFacts {
+            cuda_build: stand_in || dpt_sys::c10d::nccl_compiled(),
+            cpu_replica: !stand_in && self.devices.contains(&DeviceId::Cpu),
+            zero_2: self.settings.optimizer.zero.shards_gradients(),
+            accumulate: self.settings.recipe.accumulate.max(1),
+            buckets,
+            draws_inside: self.kit.script.as_ref().is_some_and(|s| s.random),
+            streamed,
+            faults: self.kit.faults.change_steps(),
+        }
+    }
+
     /// Whether any replica runs on a GPU.
     pub fn has_gpu(&self) -> bool {
         self.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_)))

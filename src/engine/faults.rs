@@ -11,7 +11,10 @@
 //! loss becomes infinite at step S, as an fp16 overflow would make it; repeatable),
 //! `setup-hang` (the communicator set-up before step 0 never returns, as NCCL's peer-to-peer
 //! set-up on a machine with PCIe ACS on; on any device), `late-report` (every report window
-//! is read and recorded a window later, as on a GPU, on any device).
+//! is read and recorded a window later, as on a GPU, on any device), `graph-stand-in` (the
+//! replicas take the CUDA-graph path on any device, with a stand-in for the graph that runs the
+//! captured work each time it is replayed: the graph-ready step, eagerly), `graph-capture-fails=R`
+//! (replica R's capture fails, with `graph-stand-in`).
 
 use std::str::FromStr;
 
@@ -34,6 +37,17 @@ pub struct Faults {
     pub setup_hang: bool,
     /// Report windows are read a window later on any device (a GPU run's rule).
     pub late_report: bool,
+    /// The replicas graph their steps on any device, through a stand-in that runs the work.
+    pub graph_stand_in: bool,
+    /// Replica R's capture fails.
+    pub graph_capture_fails: Option<usize>,
+}
+
+impl Faults {
+    /// Whether a fault changes what a step computes (a graph would not replay it).
+    pub fn change_steps(&self) -> bool {
+        self.nan_loss_from.is_some() || !self.grad_overflow.is_empty() || self.slow_replica.is_some()
+    }
 }
 
 fn replica_at(v: &str) -> Result<(usize, usize), String> {
@@ -63,6 +77,10 @@ impl FromStr for Faults {
                 None if item == "checkpoint-write" => f.checkpoint_write = true,
                 None if item == "setup-hang" => f.setup_hang = true,
                 None if item == "late-report" => f.late_report = true,
+                None if item == "graph-stand-in" => f.graph_stand_in = true,
+                Some(("graph-capture-fails", v)) => {
+                    f.graph_capture_fails = Some(v.parse().map_err(|_| format!("bad replica '{v}'"))?)
+                }
                 _ => return Err(format!("unknown fault '{item}'")),
             }
         }
@@ -83,6 +101,9 @@ mod tests {
         let f: Faults = "grad-overflow=0@1,grad-overflow=1@4".parse().unwrap();
         assert_eq!(f.grad_overflow, [(0, 1), (1, 4)]);
         assert!("late-report".parse::<Faults>().unwrap().late_report);
+        let f: Faults = "graph-stand-in,graph-capture-fails=1".parse().unwrap();
+        assert!(f.graph_stand_in && f.graph_capture_fails == Some(1) && !f.change_steps());
+        assert!("nan-loss=3".parse::<Faults>().unwrap().change_steps());
         assert!("worker-panic=1".parse::<Faults>().is_err());
         assert!("meteor".parse::<Faults>().is_err());
     }

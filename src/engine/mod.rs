@@ -215,6 +215,8 @@ impl Engine {
         let (event_tx, event_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let buckets = cfg.bucket_bytes(world.is_some());
+        let graph_facts = cfg.graph_facts(buckets.is_some(), data.train.images.is_streamed());
+        let cuda_graphs = cfg.settings.placement.cuda_graphs.plan(&graph_facts).map_err(ConfigError::CudaGraphs)?;
         let first = world.as_ref().map_or(0, |w| w.replica_offset());
         let pool =
             WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets, (first, replicas))?;
@@ -249,6 +251,7 @@ impl Engine {
             ),
             math: math.describe(),
             sync_debug,
+            cuda_graphs,
         };
         let coordinator = Coordinator::new(CoordinatorParts {
             world,

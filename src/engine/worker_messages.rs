@@ -69,6 +69,9 @@ pub enum WorkerError {
     /// The window's sums could not be copied off the device.
     #[error(transparent)]
     Read(#[from] crate::device::late_read::LateReadError),
+    /// A capture of the replica's step failed (the step runs eagerly).
+    #[error("{0}")]
+    Capture(String),
     /// A panic inside libtorch or the worker, by its first line.
     #[error("{0}")]
     Panic(String),
@@ -89,6 +92,7 @@ pub enum ToWorker {
     /// `timed`: measure the phases of this step (see `engine::clock`).
     /// `loss_factor`: what the summed loss is multiplied by before the backward pass (dynamic
     /// loss scaling), if anything: a 0-dim tensor on the replica's device, computed there.
+    /// `graph`: whether the step runs eagerly, is captured or replays the replica's graph.
     Step {
         start: usize,
         len: usize,
@@ -96,6 +100,7 @@ pub enum ToWorker {
         dropout_seed: i64,
         timed: bool,
         loss_factor: Option<tch::Tensor>,
+        graph: StepGraph,
     },
     /// Read and reset the loss and accuracy accumulators (one device sync).
     Report,
@@ -106,6 +111,17 @@ pub enum ToWorker {
     Sample { prompt: Arc<Vec<i64>>, tokens: usize, context: usize, seed: i64 },
     /// Leave the thread.
     Shutdown,
+}
+
+/// How a replica runs a step's forward and backward passes (`--cuda-graphs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepGraph {
+    /// Kernel by kernel.
+    Eager,
+    /// Captured as the replica's graph for batches of this shard's size, then replayed.
+    Capture,
+    /// The replica's graph replayed on this step's batch.
+    Replay,
 }
 
 /// Shallow handles on a worker's flat buffers, given to the coordinator once at start-up. The
@@ -150,12 +166,14 @@ pub enum FromWorker {
     /// `loader`: what taking the step's batch from the streaming loader told.
     /// `flops`: on the replica's first step, the FLOPs of one sample's forward pass, counted
     /// from the operations the model ran (`dpt_sys::c10d::flops`).
+    /// `uncaptured`: why the capture this step asked for failed (the step ran eagerly).
     StepDone {
         replica: usize,
         timing: Option<super::clock::Phases>,
         bad: Vec<String>,
         loader: Option<crate::input::loader::LoaderTally>,
         flops: Option<f64>,
+        uncaptured: Option<String>,
     },
     /// During a step's backward pass: every gradient of `bucket` is in the flat gradient buffer
     /// (queued, on a GPU), so its allreduce may start.

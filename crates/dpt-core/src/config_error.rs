@@ -10,6 +10,9 @@ use crate::optim::schedule::ScheduleError;
 pub enum ConfigError {
     #[error("--batch-size must be at least 1")]
     ZeroBatch,
+    /// `--cuda-graphs on` for a run that cannot graph, with the reason.
+    #[error("{0}")]
+    CudaGraphs(String),
     #[error("{0}")]
     Zero(String),
     #[error("--snapshots {snapshots}: the rewind points need {needed} of host memory ({each} each{per_host}) and {available} is available; keep fewer with --snapshots K, or none with --snapshots 0")]

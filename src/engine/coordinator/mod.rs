@@ -13,6 +13,7 @@ mod asked_save;
 mod controls;
 mod failure;
 mod flow;
+mod graph_steps;
 mod layout;
 mod overlap;
 mod persist;
@@ -109,6 +110,8 @@ pub struct Coordinator {
     gate: flow::Gate,
     /// The rewind points kept and what the next boundary does with them.
     points: rewind::Points,
+    /// Which steps each replica runs eagerly, captures or replays.
+    graphs: graph_steps::GraphSteps,
 }
 
 /// Whether the run reports each window a window later, reading its device figures without a
@@ -161,6 +164,7 @@ impl Coordinator {
             exchange: reduce::Exchange::new(p.world, &cfg.devices, cfg.step_timeout()),
             gate: flow::Gate::default(),
             points: rewind::Points::new(settings.checkpoints.snapshots, settings.checkpoints.snapshot_every),
+            graphs: graph_steps::GraphSteps::new(p.facts.cuda_graphs, cfg.devices.len()),
             channels: Channels { events: p.events, controls: p.controls },
             facts: p.facts,
             pool: p.pool,

@@ -122,7 +122,7 @@ impl Reporter {
     pub(super) fn take_replies(&mut self, replies: Vec<FromWorker>) -> Vec<String> {
         let mut bad = Vec::new();
         for reply in replies {
-            if let FromWorker::StepDone { replica, timing, bad: b, loader, flops } = reply {
+            if let FromWorker::StepDone { replica, timing, bad: b, loader, flops, .. } = reply {
                 bad.extend(b);
                 self.rates.counted(flops);
                 if let Some(l) = loader {
@@ -247,7 +247,7 @@ mod tests {
     fn done(replica: usize, timing: Option<(usize, f64, f64)>, bad: &[&str]) -> FromWorker {
         let bad = bad.iter().map(|b| (*b).to_owned()).collect();
         let timing = timing.map(|(step, data, compute)| Phases { step, seconds: vec![data, compute] });
-        FromWorker::StepDone { replica, timing, bad, loader: None, flops: None }
+        FromWorker::StepDone { replica, timing, bad, loader: None, flops: None, uncaptured: None }
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub struct RunFacts {
     pub math: String,
     /// `DPT_SYNC_DEBUG` warns of and counts the GPUs' synchronizing calls.
     pub sync_debug: bool,
+    /// Why the replicas run their steps eagerly (`None`: they graph them; `--cuda-graphs`).
+    pub cuda_graphs: Option<dpt_core::settings::cuda_graphs::Eager>,
 }
 
 /// What the coordinator's parts say of themselves for the start record.
@@ -82,6 +84,7 @@ pub(super) fn run_info(cfg: &TrainConfig, facts: &RunFacts, parts: Accounts) -> 
         data: Some(facts.data.clone()),
         normalize: Some(cfg.normalization.clone()),
         math: facts.math.clone(),
+        cuda_graphs: dpt_core::settings::CudaGraphs::describe(facts.cuda_graphs),
         timing: parts.timing,
         world: parts.world.map(|w| crate::record::run_info::WorldInfo {
             rank: w.rank,

@@ -127,6 +127,7 @@ impl Coordinator {
             self.cfg.devices.len(),
         );
         let factors = self.update.loss_factors(len);
+        let graphs: Vec<_> = assignments.iter().enumerate().map(|(i, a)| self.graphs.next(i, a.len)).collect();
         self.pool.broadcast(|i| ToWorker::Step {
             start: assignments[i].start,
             len: assignments[i].len,
@@ -134,9 +135,16 @@ impl Coordinator {
             dropout_seed: assignments[i].dropout_seed,
             timed,
             loss_factor: factors.as_ref().map(|f| f[i].shallow_clone()),
+            graph: graphs[i],
         })?;
         // With buckets, their reduction starts while the backward passes run.
         let gathered = self.exchange.gather_step(&self.pool, self.update.replicas(), timed)?;
+        for reply in &gathered.replies {
+            if let FromWorker::StepDone { replica, uncaptured: Some(why), .. } = reply {
+                let device = self.cfg.devices[*replica].to_string();
+                self.channels.emit(self.graphs.failed(*replica, &device, why));
+            }
+        }
         let could_overlap = (gathered.early, gathered.buckets);
         let bad = self.report.take_replies(gathered.replies);
         self.channels.say(bad_images(bad));

@@ -2,7 +2,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{Batch, FromWorker, Tally, Worker, WorkerError};
+use super::{FromWorker, Tally, Worker, WorkerError};
+use crate::input::batches::Batch;
 use crate::model::Forward;
 
 impl Worker {

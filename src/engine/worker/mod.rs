@@ -4,7 +4,9 @@
 //! sample (`sample`). What it exchanges with the coordinator is in `worker_messages.rs`.
 
 mod evaluate;
+mod graphed;
 mod sample;
+mod step;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -21,16 +23,15 @@ use super::flat::FlatTensors;
 use super::grad_sink::{Destination, GradSink};
 use super::loss::{Objective, Scored};
 use crate::device::late_read::LateRead;
-use crate::input::batches::{Batch, BatchSpec, Batches};
-use crate::input::shard::shards;
+use crate::input::batches::{BatchSpec, Batches};
 use crate::model::script::ScriptNet;
 use crate::model::{Builder, Forward, Network, Precision};
-use dpt_core::seed::mix_seed;
 use dpt_core::tally::Tally;
-use dpt_sys::c10d::flops::FlopCount;
 use dpt_sys::c10d::{OwnRng, OwnStream};
 
-pub use super::worker_messages::{FromWorker, ReplicaHandles, ToWorker, WindowSums, WorkerError, WorkerSetup};
+pub use super::worker_messages::{
+    FromWorker, ReplicaHandles, StepGraph, ToWorker, WindowSums, WorkerError, WorkerSetup,
+};
 
 struct Worker {
     replica: usize,
@@ -58,6 +59,8 @@ struct Worker {
     samples: f64,
     /// The FLOPs of one sample's forward pass, once counted (on the first step with samples).
     flops_per_sample: Option<f64>,
+    /// The replica's captured step (`--cuda-graphs`), once captured.
+    graph: Option<graphed::Graphed>,
 }
 
 /// Runs one worker until `Shutdown`, a closed channel or a failure (reported, never propagated
@@ -95,12 +98,12 @@ pub fn run(setup: WorkerSetup, commands: Receiver<ToWorker>, replies: Sender<Fro
                     worker.batches.start_epoch(epoch, order, steps)?;
                     continue;
                 }
-                ToWorker::Step { start, len, global_step, dropout_seed, timed, loss_factor } => {
+                ToWorker::Step { start, len, global_step, dropout_seed, timed, loss_factor, graph } => {
                     worker.inject_faults(global_step);
                     if worker.faults.worker_oom == Some((replica, global_step)) {
                         return Err(WorkerError::InjectedOom);
                     }
-                    worker.step(start, len, (global_step, loss_factor), dropout_seed, timed)?
+                    worker.step(step::StepAsk { start, len, global_step, loss_factor, dropout_seed, timed, graph })?
                 }
                 ToWorker::Report => FromWorker::Sums { replica, sums: worker.take_sums()? },
                 ToWorker::Evaluate { start, len, val } => worker.evaluate(start, len, val)?,
@@ -216,6 +219,7 @@ impl Worker {
             correct: acc(Kind::Int64),
             samples: 0.0,
             flops_per_sample: None,
+            graph: None,
         })
     }
 
@@ -262,109 +266,6 @@ impl Worker {
             let (_keep, never) = crossbeam_channel::bounded::<()>(0);
             let _ = never.recv();
         }
-    }
-
-    fn step(
-        &mut self,
-        start: usize,
-        len: usize,
-        (global_step, loss_factor): (usize, Option<Tensor>),
-        dropout_seed: i64,
-        timed: bool,
-    ) -> Result<FromWorker, WorkerError> {
-        self.clock.start(timed, global_step)?;
-        let Batch { x, y, bad, loader } = self.batches.train(start, len)?;
-        let len = x.size()[0] as usize;
-        let mut counted = None;
-        if len == 0 {
-            // A last batch smaller than the replica count leaves this shard empty (as does a
-            // streamed batch none of whose images decode); under --zero 2 the sink's bucket
-            // buffers start at zero, and the gradient buffer is the coordinator's.
-            if self.grad_views.len() == self.trainable.len() {
-                let _ = self.grads.zero_();
-            }
-            self.clock.mark()?;
-        } else {
-            let masks = self.dropout_masks(len as i64, dropout_seed)?;
-            self.clock.mark()?;
-            // Gradient accumulation: the shard in micro-batches, their gradients summed here;
-            // the coordinator's allreduce runs once per step whatever their number.
-            let micro = shards(len, self.accumulate.min(len));
-            let last = micro.len() - 1;
-            for (i, (at, n)) in micro.into_iter().enumerate() {
-                let (at, n) = (at as i64, n as i64);
-                if let Some(sink) = &self.sink {
-                    sink.begin(i == 0, i == last);
-                }
-                let micro_masks: Vec<Tensor> = masks.iter().map(|m| m.narrow(0, at, n)).collect();
-                let (x, y) = (x.narrow(0, at, n), y.narrow(0, at, n));
-                // A network drawing its own random numbers gets this replica's stream, seeded
-                // per micro-batch, for its forward pass (the backward pass draws nothing).
-                let rng = match self.net.draws_inside() {
-                    true => {
-                        let seed = if i == 0 {
-                            dropout_seed
-                        } else {
-                            mix_seed(dropout_seed as u64, i as u64) as i64
-                        };
-                        Some(OwnRng::open(seed, self.device)?)
-                    }
-                    false => None,
-                };
-                let ctx = Forward { train: true, masks: &micro_masks, precision: self.precision };
-                // The model's FLOPs are counted once, from the first forward pass it runs; a
-                // counter that cannot open costs the run its MFU figure, nothing else.
-                let counter = match self.flops_per_sample {
-                    None if n > 0 => FlopCount::start().ok(),
-                    _ => None,
-                };
-                let scored = self.score(&x, &y, &ctx, self.label_smoothing);
-                if let Some(c) = counter {
-                    self.flops_per_sample = Some(c.total() / n as f64);
-                    counted = self.flops_per_sample;
-                }
-                drop(rng);
-                let Scored { mut loss, outputs } = scored?;
-                if self.faults.nan_loss_from.is_some_and(|s| global_step >= s) {
-                    loss = loss.g_mul_scalar(f64::NAN);
-                }
-                let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
-                let scaled = self.scaled(&loss, loss_factor.as_ref(), global_step);
-                let grads =
-                    Tensor::f_run_backward(&[scaled.as_ref().unwrap_or(&loss)], &inputs, false, false)?;
-                let _guard = tch::no_grad_guard();
-                match &self.sink {
-                    // What the hooks did not see (a parameter the pass did not reach).
-                    Some(sink) => {
-                        for (k, g) in grads.iter().enumerate() {
-                            sink.fill(k, g)?;
-                        }
-                    }
-                    None => {
-                        for (view, g) in self.grad_views.iter_mut().zip(&grads) {
-                            if i == 0 {
-                                view.copy_(g);
-                            } else {
-                                let _ = view.g_add_(g);
-                            }
-                        }
-                    }
-                }
-                let _ = self.loss_sum.f_add_(&loss.detach())?;
-                if let Some(out) = outputs {
-                    let _ = self.correct.f_add_(&out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64))?;
-                }
-            }
-            self.samples += len as f64;
-        }
-        if let Some((_, ms)) = self.faults.slow_replica.filter(|(r, _)| *r == self.replica) {
-            // Stands in for a throttled or shared device: this replica's forward and backward
-            // passes take longer (its data phase is the loader's).
-            std::thread::sleep(std::time::Duration::from_millis(ms as u64));
-        }
-        self.clock.mark()?;
-        let timing = self.clock.finish()?;
-        Ok(FromWorker::StepDone { replica: self.replica, timing, bad, loader, flops: counted })
     }
 
     /// The loss the backward pass starts from when it is scaled (`None`: the loss itself).

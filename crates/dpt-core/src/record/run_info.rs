@@ -50,6 +50,7 @@ pub struct RunInfo {
     pub timing: String,
     #[serde(default)]
     pub math: String,
+    pub cuda_graphs: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +90,7 @@ impl Default for RunInfo {
             allreduce: String::new(),
             timing: String::new(),
             math: String::new(),
+            cuda_graphs: String::new(),
             data: None,
             normalize: None,
             restart: None,

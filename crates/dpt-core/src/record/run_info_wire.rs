@@ -77,6 +77,11 @@ pub(super) struct RunInfoWire {
     /// matrix products and convolutions`); empty in records of earlier versions.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     math: String,
+    /// Whether the replicas capture their steps as CUDA graphs and replay them (`graphed: …`),
+    /// or why they run them kernel by kernel (`eager: a replica trains on the CPU`,
+    /// `eager: --cuda-graphs off`, …); empty in records of earlier versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    cuda_graphs: String,
     /// The data set: what was loaded, the image shape and the classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     data: Option<String>,
@@ -208,6 +213,7 @@ impl From<RunInfo> for RunInfoWire {
             allreduce: i.allreduce,
             timing: i.timing,
             math: i.math,
+            cuda_graphs: i.cuda_graphs,
             data: i.data,
             normalize: i.normalize,
             restart: i.restart,
@@ -247,6 +253,7 @@ impl From<RunInfoWire> for RunInfo {
             allreduce: w.allreduce,
             timing: w.timing,
             math: w.math,
+            cuda_graphs: w.cuda_graphs,
             data: w.data,
             normalize: w.normalize,
             restart: w.restart,

@@ -5,6 +5,7 @@
 //! module, resume tensors) are not settings and travel apart, in the engine's run kit.
 
 pub mod agreement;
+pub mod cuda_graphs;
 mod model_choice;
 mod resolve;
 mod validate;
@@ -24,6 +25,7 @@ use crate::optim::schedule::Schedule;
 use crate::optim::{OptimConfig, OptimizerKind};
 use crate::policies::OnNan;
 
+pub use cuda_graphs::CudaGraphs;
 pub use model_choice::{DistBackend, ModelChoice};
 pub use resolve::{differences, flat, layer, ConfigFile, Layers};
 pub use validate::SettingsError;
@@ -275,6 +277,8 @@ pub struct Placement {
     pub max_steps: Option<usize>,
     /// Compare every replica's parameters after each step (slow).
     pub check_replicas: bool,
+    /// Capture each GPU replica's step as a CUDA graph and replay it.
+    pub cuda_graphs: CudaGraphs,
 }
 
 impl Default for Placement {
@@ -295,6 +299,7 @@ impl Default for Placement {
             log_every: 50,
             max_steps: None,
             check_replicas: false,
+            cuda_graphs: CudaGraphs::Auto,
         }
     }
 }

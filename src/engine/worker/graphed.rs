@@ -1,0 +1,161 @@
+//! A replica's CUDA graph (`--cuda-graphs`): its forward and backward passes for batches of one
+//! size captured once, on the replica's stream, and replayed with one launch. The step's inputs
+//! are copied into buffers of the graph's own first (the samples, targets, dropout masks drawn
+//! eagerly from the step's seed, and the loss scale's factor), since a replay reads the
+//! addresses it captured. The parameters, the flat gradient and the accumulators stay where
+//! they are for the whole run, so the captured work writes them in place.
+//!
+//! One capture at a time in the process (CUDA's rule for a process whose threads capture), in
+//! thread-local mode, so the other replicas' streams go on meanwhile. A capture that fails (a
+//! model that synchronizes or changes shape inside) is abandoned, and the step runs eagerly;
+//! the coordinator keeps that replica eager from then on. The `graph-stand-in` test fault puts
+//! a stand-in in the graph's place on any device: it captures nothing and runs the work at each
+//! replay, which is the graph-ready step, run eagerly.
+
+use std::sync::{Mutex, PoisonError};
+
+use tch::{Device, Tensor};
+
+use super::step::Inputs;
+use super::{Worker, WorkerError};
+use dpt_sys::c10d::CudaGraph;
+
+/// Held while a replica of this process captures.
+static CAPTURING: Mutex<()> = Mutex::new(());
+
+/// The work a graph captures or replays.
+type Work<'a> = dyn FnMut() -> Result<(), WorkerError> + 'a;
+
+/// What captures and replays a replica's step: a CUDA graph, or the test fault's stand-in.
+trait Capturer: Send {
+    /// Captures `work` without running it.
+    fn capture(&mut self, work: &mut Work) -> Result<(), WorkerError>;
+    /// Runs the captured work (`work` itself, for a stand-in).
+    fn replay(&mut self, work: &mut Work) -> Result<(), WorkerError>;
+}
+
+impl Capturer for CudaGraph {
+    fn capture(&mut self, work: &mut Work) -> Result<(), WorkerError> {
+        CudaGraph::capture(self, work)
+    }
+    fn replay(&mut self, _work: &mut Work) -> Result<(), WorkerError> {
+        Ok(CudaGraph::replay(self)?)
+    }
+}
+
+/// The `graph-stand-in` test fault's graph; `fails`: its capture fails
+/// (`graph-capture-fails`).
+struct StandIn {
+    fails: bool,
+}
+
+impl Capturer for StandIn {
+    fn capture(&mut self, _work: &mut Work) -> Result<(), WorkerError> {
+        match self.fails {
+            true => Err(WorkerError::Capture("the graph-capture-fails test fault".into())),
+            false => Ok(()),
+        }
+    }
+    fn replay(&mut self, work: &mut Work) -> Result<(), WorkerError> {
+        work()
+    }
+}
+
+/// The graph's inputs, at the addresses it captured.
+struct Statics {
+    x: Tensor,
+    y: Tensor,
+    masks: Vec<Tensor>,
+    factor: Option<Tensor>,
+}
+
+impl Statics {
+    /// Buffers of the graph's own, holding this step's inputs.
+    fn of((x, y, masks): Inputs, factor: Option<&Tensor>) -> Result<Statics, WorkerError> {
+        Ok(Statics {
+            x: own(x)?,
+            y: own(y)?,
+            masks: masks.iter().map(own).collect::<Result<_, _>>()?,
+            factor: factor.map(own).transpose()?,
+        })
+    }
+
+    /// Whether a step's inputs fit these buffers.
+    fn fits(&self, (x, y, masks): Inputs, factor: Option<&Tensor>) -> bool {
+        x.size() == self.x.size()
+            && y.size() == self.y.size()
+            && masks.len() == self.masks.len()
+            && masks.iter().zip(&self.masks).all(|(m, s)| m.size() == s.size())
+            && factor.is_some() == self.factor.is_some()
+    }
+
+    /// Copies a step's inputs in.
+    fn load(&mut self, (x, y, masks): Inputs, factor: Option<&Tensor>) -> Result<(), WorkerError> {
+        self.x.f_copy_(x)?;
+        self.y.f_copy_(y)?;
+        for (s, m) in self.masks.iter_mut().zip(masks) {
+            s.f_copy_(m)?;
+        }
+        if let (Some(s), Some(f)) = (&mut self.factor, factor) {
+            s.f_copy_(f)?;
+        }
+        Ok(())
+    }
+}
+
+/// A buffer of `t`'s shape and layout holding a copy of it.
+fn own(t: &Tensor) -> Result<Tensor, tch::TchError> {
+    let mut copy = t.f_empty_like()?;
+    copy.f_copy_(t)?;
+    Ok(copy)
+}
+
+/// A replica's captured step.
+pub(super) struct Graphed {
+    capturer: Box<dyn Capturer>,
+    statics: Statics,
+}
+
+impl Worker {
+    /// Captures the replica's step for batches of this step's size, then replays it on this
+    /// step's inputs (the capture itself runs nothing). An error leaves no graph and nothing
+    /// run: the caller runs the step eagerly.
+    pub(super) fn capture(&mut self, inputs: Inputs, factor: Option<&Tensor>) -> Result<(), WorkerError> {
+        self.graph = None;
+        if self.sink.is_some() {
+            return Err(WorkerError::Capture("the gradient hooks run on the host".into()));
+        }
+        let capturer: Box<dyn Capturer> = match self.device {
+            _ if self.faults.graph_stand_in => {
+                Box::new(StandIn { fails: self.faults.graph_capture_fails == Some(self.replica) })
+            }
+            Device::Cuda(i) => Box::new(CudaGraph::new(i)?),
+            d => return Err(WorkerError::Capture(format!("{d:?} has no CUDA graphs"))),
+        };
+        let mut g = Graphed { capturer, statics: Statics::of(inputs, factor)? };
+        {
+            let _one = CAPTURING.lock().unwrap_or_else(PoisonError::into_inner);
+            let s = &g.statics;
+            g.capturer.capture(&mut || self.passes((&s.x, &s.y, &s.masks), s.factor.as_ref(), (true, 0), (None, None)))?;
+        }
+        let s = &g.statics;
+        g.capturer.replay(&mut || self.passes((&s.x, &s.y, &s.masks), s.factor.as_ref(), (true, 0), (None, None)))?;
+        self.graph = Some(g);
+        Ok(())
+    }
+
+    /// Replays the replica's graph on this step's inputs; `false` (nothing run) when it has no
+    /// graph for inputs of their shapes, and the caller runs the step eagerly.
+    pub(super) fn replay(&mut self, inputs: Inputs, factor: Option<&Tensor>) -> Result<bool, WorkerError> {
+        let Some(mut g) = self.graph.take() else { return Ok(false) };
+        if !g.statics.fits(inputs, factor) {
+            self.graph = Some(g);
+            return Ok(false);
+        }
+        g.statics.load(inputs, factor)?;
+        let s = &g.statics;
+        let ran = g.capturer.replay(&mut || self.passes((&s.x, &s.y, &s.masks), s.factor.as_ref(), (true, 0), (None, None)));
+        self.graph = Some(g);
+        ran.map(|()| true)
+    }
+}
