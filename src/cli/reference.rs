@@ -349,7 +349,7 @@ pub const ENVIRONMENT: &[(&str, &str, &str)] = &[
     ("DPT_TORCH_BUILD", "build", "The torch build compiled against (`2.11.0+cu130`), checked at start."),
     ("DPT_TORCH_CUDA", "build", "The CUDA version of that build (empty for a CPU-only build)."),
     ("DPT_HAVE_NCCL", "build", "Whether the C++ shim's NCCL half is compiled (`1` or `0`)."),
-    ("DPT_INJECT_FAULT", "tests", "Injects faults: `worker-panic=R@S`, `worker-stall=R@S`, `coordinator-panic=R@S`, `nan-loss=S`, `checkpoint-write`, `slow-replica=R@MS`, `worker-oom=R@S`, `grad-overflow=R@S`, `setup-hang`, `late-report` (comma-separated)."),
+    ("DPT_INJECT_FAULT", "tests", "Injects faults: `worker-panic=R@S`, `worker-stall=R@S`, `coordinator-panic=R@S`, `nan-loss=S`, `checkpoint-write`, `slow-replica=R@MS`, `worker-oom=R@S`, `grad-overflow=R@S`, `setup-hang`, `late-report`, `graph-stand-in`, `graph-capture-fails=R` (comma-separated)."),
     ("DPT_BLESS_DOCS", "tests", "`1`: the reference test writes `docs/reference/` instead of comparing it."),
 ];
 

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Change, Record, RunInfo, StepStats, Summary};
+use crate::device::DeviceId;
 use crate::flops::{mfu_label, rate_label};
 
 /// How a line is coloured, and how much it matters.
@@ -326,11 +327,23 @@ fn start_line(info: &RunInfo) -> String {
             )
         })
         + &if info.math.is_empty() { String::new() } else { format!(", math: {}", info.math) }
+        + &graphs(info)
         + &info.data.as_ref().map_or(String::new(), |d| format!("; data: {d}"))
         + &info.augment.as_ref().map_or(String::new(), |a| format!(", augmented: {a}"))
         + &info.normalize.as_ref().filter(|_| r.steps.is_none()).map_or(String::new(), |n| {
             format!(", normalized (x - {:?}) / {:?}", n.mean, n.std)
         })
+}
+
+/// Whether the replicas graph their steps, said for runs with a GPU or graphed ones
+/// (`, steps graphed: …`, `, steps eager: --zero 2 …`).
+fn graphs(info: &RunInfo) -> String {
+    let gpu = info.devices.iter().any(|d| matches!(d, DeviceId::Cuda(_)));
+    match info.cuda_graphs.as_str() {
+        "" => String::new(),
+        said if gpu || said.starts_with("graphed") => format!(", steps {said}"),
+        _ => String::new(),
+    }
 }
 
 /// A window's loss scale, with the steps it skipped (`1024, 1 step skipped`).

@@ -149,7 +149,8 @@ mod tests {
 
     #[test]
     fn each_obstacle_keeps_the_run_eager_with_its_reason_and_on_refuses_it() {
-        let cases: [(fn(&mut GraphFacts), Eager); 8] = [
+        type Set = fn(&mut GraphFacts);
+        let cases: [(Set, Eager); 8] = [
             (|f| f.cpu_replica = true, Eager::CpuReplica),
             (|f| f.cuda_build = false, Eager::NoCudaBuild),
             (|f| f.zero_2 = true, Eager::ZeroTwo),

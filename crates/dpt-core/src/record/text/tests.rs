@@ -194,3 +194,18 @@ fn the_start_line_says_what_a_replica_holds_and_its_shard() {
         "{zero_2}"
     );
 }
+
+#[test]
+fn the_start_line_says_whether_the_steps_are_graphed_on_gpus_only() {
+    let line = |devices: Vec<DeviceId>, graphs: &str| {
+        let info = RunInfo { devices, cuda_graphs: graphs.into(), ..RunInfo::default() };
+        Narrator::default().line(&Record::Start(Box::new(info))).expect("a start line").text
+    };
+    let gpu = line(vec![DeviceId::Cuda(0)], "eager: --cuda-graphs off");
+    assert!(gpu.contains(", steps eager: --cuda-graphs off"), "{gpu}");
+    assert!(line(vec![DeviceId::Cuda(0)], "graphed: each replica").contains(", steps graphed: each replica"));
+    let cpu = line(vec![DeviceId::Cpu], "eager: a replica trains on the CPU");
+    assert!(!cpu.contains("steps eager"), "a CPU run is not told it is not graphed: {cpu}");
+    assert!(line(vec![DeviceId::Cpu], "graphed: x").contains(", steps graphed: x"));
+    assert!(!line(vec![DeviceId::Cuda(0)], "").contains(", steps "), "an earlier version's record");
+}
