@@ -6,6 +6,8 @@
 #   - the synchronizations per step in steady state (DPT_SYNC_DEBUG=1, lenet on cuda:0);
 #   - the seed's own runs on one GPU: lenet and resnet18, 10 epochs each on Fashion-MNIST, with
 #     their seconds per epoch and test accuracy;
+#   - lenet and mnist-net with their steps as CUDA graphs (the default) and with
+#     --cuda-graphs off, 3 epochs each;
 #   - `dpt-tui bench` of the "after" binary, then of the "before" one when the kit has it, each
 #     against PyTorch's loops on the same GPU.
 # DEVICE, EPOCHS, MODELS and BUDGET change cuda:0, 10, "lenet resnet18" and 150s (a dry run on a
@@ -39,6 +41,11 @@ run() { # name, flags...
 DPT_SYNC_DEBUG=1 run sync-lenet --model lenet --epochs 2 --log-every 20
 for model in $models; do
   run "$model" --model "$model" --epochs "$epochs"
+done
+# CUDA graphs against kernel by kernel: the seed's launch-bound models, 3 epochs each way.
+for model in lenet mnist-net; do
+  [ "$model" = lenet ] || run "$model" --model "$model" --epochs 3
+  run "$model-eager" --model "$model" --epochs 3 --cuda-graphs off
 done
 timeout 200 "$dpt" bench --devices "$device" --budget "$budget" --python "$py" --out "$out/bench-after" >"$out/bench-after.out" 2>&1
 if [ -x "$out/dpt-tui-before" ]; then

@@ -27,17 +27,23 @@ def main(out):
               f"{min(syncs):.2f} to {max(syncs):.2f}, last {syncs[-1]:.2f}\n")
     else:
         print("syncs per step: no step record counted them (see sync-lenet.err)\n")
-    print("| run | epochs | seconds per epoch (mean of epochs 2 on) | last test accuracy |")
-    print("| --- | --- | --- | --- |")
-    for name in ("lenet", "resnet18"):
+    print("| run | steps | epochs | seconds per epoch (mean of epochs 2 on) | last test accuracy |")
+    print("| --- | --- | --- | --- | --- |")
+    for name in ("lenet", "lenet-eager", "mnist-net", "mnist-net-eager", "resnet18"):
         if not os.path.isdir(os.path.join(out, name)):
             continue
-        epochs = [r for r in records(os.path.join(out, name)) if r.get("kind") == "epoch"]
+        said = records(os.path.join(out, name))
+        start = next((r for r in said if r.get("kind") == "start"), {})
+        steps = start.get("cuda_graphs", "?").split(":")[0]
+        fell_back = [r for r in said if "could not capture" in str(r.get("message", ""))]
+        if fell_back:
+            steps += " (capture failed: " + fell_back[0]["message"].split(": ", 1)[-1] + ")"
+        epochs = [r for r in said if r.get("kind") == "epoch"]
         if not epochs:
-            print(f"| {name} | 0 | - | - (see {name}.err) |")
+            print(f"| {name} | {steps} | 0 | - | - (see {name}.err) |")
             continue
         later = [e["epoch_seconds"] for e in epochs[1:]] or [epochs[0]["epoch_seconds"]]
-        print(f"| {name} | {len(epochs)} | {sum(later) / len(later):.2f} | {epochs[-1]['test_acc']:.4f} |")
+        print(f"| {name} | {steps} | {len(epochs)} | {sum(later) / len(later):.2f} | {epochs[-1]['test_acc']:.4f} |")
     for side in ("after", "before"):
         md = os.path.join(out, f"bench-{side}", "bench.md")
         if os.path.isfile(md):
