@@ -20,7 +20,8 @@ use tch::Tensor;
 use super::bucket_pool::BucketPool;
 use super::buckets::Buckets;
 use super::worker_messages::FromWorker;
-use dpt_sys::c10d::{CudaEvent, Handled};
+use super::bucket_events::BucketEvents;
+use dpt_sys::c10d::Handled;
 
 /// Where the hooks write each trainable parameter's gradient.
 pub enum Destination {
@@ -60,18 +61,10 @@ struct State {
     last: bool,
     /// Per bucket, the parameters not yet written in the last micro-batch.
     left: Vec<usize>,
-    /// On a GPU, per bucket, an event per stream its hooks ran on, recorded after each of their
-    /// writes there (see [`GradSink::hand_off`]); made once and kept for the run.
-    handed: Vec<Vec<Handed>>,
+    /// On a GPU, per bucket, an event per stream its gradients were written on, recorded once
+    /// the bucket is complete (see [`GradSink::hand_off`]).
+    events: BucketEvents,
     /// Counts the steps (their last micro-batches): which events this step recorded.
-    step: u64,
-}
-
-/// A bucket's event on one stream.
-struct Handed {
-    stream: i64,
-    event: CudaEvent,
-    /// The step that last recorded it.
     step: u64,
 }
 
@@ -95,7 +88,7 @@ impl GradSink {
             adding: false,
             last: false,
             left: vec![0; buckets.len()],
-            handed: (0..buckets.len()).map(|_| Vec::new()).collect(),
+            events: BucketEvents::new(buckets.len()),
             step: 0,
             buckets,
         };
@@ -127,7 +120,7 @@ impl GradSink {
     pub fn rebucket(&self, buckets: Arc<Buckets>) -> Result<(), dpt_sys::c10d::C10dError> {
         let mut s = self.lock();
         s.left = vec![0; buckets.len()];
-        s.handed = (0..buckets.len()).map(|_| Vec::new()).collect();
+        s.events = BucketEvents::new(buckets.len());
         let held: Vec<Tensor> = s.staged.iter_mut().filter_map(Option::take).collect();
         s.staged = (0..buckets.len()).map(|_| None).collect();
         s.buckets = buckets;
@@ -177,7 +170,8 @@ impl GradSink {
             return Ok(());
         }
         s.write(k, grad)?;
-        // On a GPU, the bucket's hand-off waits for this write as for a hook's.
+        // On a GPU, the bucket's hand-off waits for this write as for a hook's (recorded when
+        // the worker settles the backward pass).
         if let (true, Some(b), tch::Device::Cuda(i)) = (s.last, s.buckets.of(k), s.device(k)) {
             s.mark(b, i).map_err(|e| tch::TchError::Torch(e.0))?;
         }
@@ -189,19 +183,28 @@ impl GradSink {
     /// gradient (autograd's), which is the replica's (or, for a model that runs part of its
     /// forward on a stream of its own, that one), never the coordinator's, and a bucket's
     /// gradients may come from several. A wait on the device for each stream's event, recorded
-    /// just after that stream's last write of the bucket: the reading stream does not wait for
-    /// the backward kernels queued after them. Nothing on the CPU. The other direction (a later step's hook writing after this
-    /// step's update on the coordinator's stream) holds by the hand-off that orders the
-    /// replica's stream after the coordinator's before each step (`engine::handoff`), and for
-    /// a model's own stream because it must wait for the replica's before its forward pass
-    /// reads the weights, as PyTorch requires of any model that uses a stream of its own.
+    /// on that stream when the bucket's last gradient came (`engine::bucket_events`): the
+    /// reading stream does not wait for the backward kernels queued after it. Nothing on the
+    /// CPU. The other direction (a later step's hook writing after this step's update on the
+    /// coordinator's stream) holds by the hand-off that orders the replica's stream after the
+    /// coordinator's before each step (`engine::handoff`), and for a model's own stream because
+    /// it must wait for the replica's before its forward pass reads the weights, as PyTorch
+    /// requires of any model that uses a stream of its own.
     pub fn hand_off(&self, b: usize) -> Result<(), dpt_sys::c10d::C10dError> {
         let s = self.lock();
-        let step = s.step;
-        for h in s.handed.get(b).into_iter().flatten().filter(|h| h.step == step) {
-            h.event.block()?;
+        match b < s.buckets.len() {
+            true => s.events.wait(b, s.step),
+            false => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The replica's backward pass is over (the worker's call, after its last micro-batch's
+    /// gradients the hooks did not see are written): on a GPU, the events of the buckets no hook
+    /// completed are recorded.
+    pub fn settle(&self) -> Result<(), dpt_sys::c10d::C10dError> {
+        let mut s = self.lock();
+        let step = s.step;
+        s.events.seal_all(step)
     }
 
     /// Starts a micro-batch: the first of a step copies, the others add; the last reports.
@@ -236,6 +239,8 @@ impl GradSink {
         }
         s.left[b] = s.left[b].saturating_sub(1);
         if s.left[b] == 0 {
+            let step = s.step;
+            s.events.seal(b, step).map_err(|e| tch::TchError::Torch(e.0))?;
             // A gone coordinator is noticed by the worker's next send.
             let _ = self.replies.send(FromWorker::BucketReady { replica: self.replica, bucket: b });
         }
@@ -300,22 +305,10 @@ impl State {
         Ok(view)
     }
 
-    /// Records bucket `b`'s event for the calling thread's current stream on CUDA device
-    /// `device`, just after a write of one of its gradients there (an event made the first time
-    /// the bucket meets that stream, then kept).
+    /// Notes a write of one of bucket `b`'s gradients on the calling thread's current stream on
+    /// CUDA device `device` (its event is recorded once the bucket is complete).
     fn mark(&mut self, b: usize, device: usize) -> Result<(), dpt_sys::c10d::C10dError> {
         let stream = dpt_sys::c10d::current_stream(device)?;
-        let step = self.step;
-        let handed = &mut self.handed[b];
-        let at = match handed.iter().position(|h| h.stream == stream) {
-            Some(at) => at,
-            None => {
-                handed.push(Handed { stream, event: CudaEvent::ordering(device)?, step });
-                handed.len() - 1
-            }
-        };
-        handed[at].event.record()?;
-        handed[at].step = step;
-        Ok(())
+        self.events.wrote(b, (device, stream))
     }
 }

@@ -2,6 +2,7 @@
 //! crossbeam channels between them, events out and controls in.
 
 pub mod allreduce;
+pub(crate) mod bucket_events;
 pub mod bucket_pool;
 pub(crate) mod buckets;
 pub mod clock;

@@ -268,6 +268,17 @@ int dpt_cuda_event_record_side(dpt_event* ev, char** err) {
   })
 }
 
+// Records the event on the CUDA stream `stream` (a c10 StreamId, as dpt_cuda_current_stream
+// gives) of its device: it completes when the work queued there so far has run. A stream may be
+// another thread's current one: what it has queued is in the past.
+int dpt_cuda_event_record_on(dpt_event* ev, int64_t stream, char** err) {
+  DPT_GUARD(err, -1, {
+    c10::DeviceGuard guard(cuda(ev->device));
+    ev->event.record(c10::Stream::unpack3(static_cast<c10::StreamId>(stream), ev->device, c10::DeviceType::CUDA));
+    return 0;
+  })
+}
+
 // 1 when the work queued before the event has run, 0 while it has not (never waits).
 int dpt_cuda_event_query(dpt_event* ev, char** err) {
   DPT_GUARD(err, -1, {

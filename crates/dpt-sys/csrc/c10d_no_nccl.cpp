@@ -38,6 +38,11 @@ int dpt_record_stream(at::Tensor*, char** err) {
   return -1;
 }
 
+int dpt_cuda_event_record_on(dpt_event*, int64_t, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return -1;
+}
+
 int dpt_cuda_sync_debug(int, char** err) {
   *err = dpt_strdup("this dpt-tui was built without CUDA headers");
   return -1;

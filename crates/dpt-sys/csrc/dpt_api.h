@@ -85,6 +85,7 @@ dpt_event* dpt_cuda_event_new(int device, int timing, char** err);
 int dpt_cuda_event_block(dpt_event* ev, char** err);
 int dpt_cuda_event_record(dpt_event* ev, char** err);
 int dpt_cuda_event_record_side(dpt_event* ev, char** err);
+int dpt_cuda_event_record_on(dpt_event* ev, int64_t stream, char** err);
 int dpt_cuda_event_query(dpt_event* ev, char** err);
 int dpt_cuda_event_elapsed_ms(dpt_event* earlier, dpt_event* later, float* ms, char** err);
 void dpt_cuda_event_free(dpt_event* ev);

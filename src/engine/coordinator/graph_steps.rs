@@ -86,7 +86,7 @@ mod tests {
     fn a_replica_warms_up_captures_and_replays_and_runs_other_shapes_eagerly() {
         let mut plan = GraphSteps::new(None, 1);
         let warm = vec![Run; WARM_UP_STEPS];
-        assert_eq!(steps(&mut plan, 0, &vec![64; WARM_UP_STEPS]), warm);
+        assert_eq!(steps(&mut plan, 0, &[64; WARM_UP_STEPS]), warm);
         assert_eq!(steps(&mut plan, 0, &[64, 64]), [Capture, Replay]);
         // The epoch's last, partial batch, then full ones again; an empty shard.
         assert_eq!(steps(&mut plan, 0, &[17, 64, 0, 64]), [Run, Replay, Run, Replay]);

@@ -116,6 +116,9 @@ impl Worker {
                 counted = self.flops_per_sample;
             }
         }
+        if let Some(sink) = &self.sink {
+            sink.settle()?;
+        }
         Ok(counted)
     }
 

@@ -29,6 +29,7 @@ extern "C" {
     fn dpt_cuda_event_block(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_record(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_record_side(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
+    fn dpt_cuda_event_record_on(e: *mut RawEvent, stream: i64, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_query(e: *mut RawEvent, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_set_device(device: i32, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_event_elapsed_ms(
@@ -105,6 +106,14 @@ impl CudaEvent {
     pub fn record_side(&mut self) -> Result<(), C10dError> {
         // SAFETY: live handle, exclusively borrowed.
         call(|err| unsafe { dpt_cuda_event_record_side(self.0.as_ptr(), err) }).map(drop)
+    }
+
+    /// Records the event on stream `stream` of its device (an id as [`current_stream`] gives,
+    /// maybe another thread's current stream): it completes when the work queued there so far
+    /// has run.
+    pub fn record_on(&mut self, stream: i64) -> Result<(), C10dError> {
+        // SAFETY: live handle, exclusively borrowed; the shim checks the stream's device.
+        call(|err| unsafe { dpt_cuda_event_record_on(self.0.as_ptr(), stream, err) }).map(drop)
     }
 
     /// Whether the work queued before the event has run (never waits).
