@@ -114,17 +114,6 @@ pub struct Coordinator {
     graphs: graph_steps::GraphSteps,
 }
 
-/// Whether the run reports each window a window later, reading its device figures without a
-/// drain: on GPUs, or with the `late-report` test fault on any device. The rule is the same on
-/// every rank (NCCL ranks are all on GPUs), since each report sums its figures over the ranks.
-fn report_later(cfg: &TrainConfig, world: Option<&crate::dist::World>) -> bool {
-    cfg.kit.faults.late_report
-        || match world {
-            Some(w) => w.backend == dpt_sys::c10d::Backend::Nccl,
-            None => cfg.has_gpu(),
-        }
-}
-
 impl Coordinator {
     pub fn new(p: CoordinatorParts) -> Self {
         let cfg = p.cfg;
@@ -159,7 +148,7 @@ impl Coordinator {
             update: update::Update::new(p.layout, update),
             report: reporter::Reporter::new(total, cfg.devices.len(), first, p.facts.peak_flops.clone())
                 .counting_syncs(p.facts.sync_debug)
-                .reporting_later(report_later(&cfg, p.world.as_deref())),
+                .reporting_later(windows::report_later(&cfg, p.world.as_deref())),
             persist,
             exchange: reduce::Exchange::new(p.world, &cfg.devices, cfg.step_timeout()),
             gate: flow::Gate::default(),

@@ -87,3 +87,14 @@ impl Coordinator {
         }
     }
 }
+
+/// Whether the run reports each window a window later, reading its device figures without a
+/// drain: on GPUs, or with the `late-report` test fault on any device. The rule is the same on
+/// every rank (NCCL ranks are all on GPUs), since each report sums its figures over the ranks.
+pub(super) fn report_later(cfg: &crate::engine::config::TrainConfig, world: Option<&crate::dist::World>) -> bool {
+    cfg.kit.faults.late_report
+        || match world {
+            Some(w) => w.backend == dpt_sys::c10d::Backend::Nccl,
+            None => cfg.has_gpu(),
+        }
+}
