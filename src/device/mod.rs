@@ -7,6 +7,7 @@ pub mod bus;
 pub mod driver;
 pub mod gpu_wait;
 pub mod intra_op;
+pub mod landing;
 pub mod late_read;
 pub mod libtorch;
 pub(crate) mod oom;

@@ -81,6 +81,8 @@ pub enum EngineError {
     GpuWait(#[from] crate::device::gpu_wait::WaitError),
     #[error(transparent)]
     LateRead(#[from] crate::device::late_read::LateReadError),
+    #[error(transparent)]
+    Landing(#[from] crate::device::landing::LandingError),
     /// A GPU ran out of memory (the line says what ran out and the way out).
     #[error("{0}")]
     OutOfMemory(String),

@@ -41,6 +41,8 @@ pub enum CheckpointError {
     OtherModel { path: PathBuf, found: ModelKind, expected: ModelKind },
     #[error("checkpoint {path} does not fit the model: {message}")]
     Mismatch { path: PathBuf, message: String },
+    #[error("checkpoint {path} not written: the parameters are not finite; the previous checkpoint is intact")]
+    NotFinite { path: PathBuf },
 }
 
 /// Tensors by name.
@@ -167,7 +169,46 @@ impl Checkpoint {
         Ok(if parts.is_empty() {
             Tensor::zeros([0], (Kind::Float, tch::Device::Cpu))
         } else {
-            Tensor::cat(&parts, 0)
+            joined(&parts)
         })
+    }
+}
+
+/// `parts` (flat, f32) end to end: the memory they are views of where they lie back to back,
+/// in order, in one buffer (a rewind point's tensors, views of the one host copy of the
+/// training buffer), else a copy.
+fn joined(parts: &[Tensor]) -> Tensor {
+    let total: i64 = parts.iter().map(Tensor::numel).map(|n| n as i64).sum();
+    let filled: Vec<&Tensor> = parts.iter().filter(|t| t.numel() > 0).collect();
+    let back_to_back = filled.iter().all(|t| t.is_contiguous() && t.kind() == Kind::Float)
+        && filled.windows(2).all(|w| w[1].data_ptr() as usize == w[0].data_ptr() as usize + w[0].numel() * 4);
+    match filled.first() {
+        // A view over memory that is not one buffer is refused (out of its storage's bounds).
+        Some(first) if back_to_back => first
+            .f_as_strided([total], [1], None::<i64>)
+            .unwrap_or_else(|_| Tensor::cat(parts, 0)),
+        _ => Tensor::cat(parts, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::joined;
+    use tch::{Kind, Tensor};
+
+    #[test]
+    fn views_back_to_back_in_one_buffer_join_without_a_copy_and_others_are_copied() {
+        let flat = Tensor::arange(10, (Kind::Float, tch::Device::Cpu));
+        let views = [flat.narrow(0, 0, 4), flat.narrow(0, 4, 0), flat.narrow(0, 4, 6)];
+        let one = joined(&views);
+        assert_eq!(one.data_ptr(), flat.data_ptr(), "the buffer itself");
+        assert!(one.equal(&flat));
+        let apart = [flat.narrow(0, 0, 3), flat.narrow(0, 4, 6)];
+        let copied = joined(&apart);
+        assert_ne!(copied.data_ptr(), flat.data_ptr());
+        assert_eq!(Vec::<f32>::try_from(&copied).unwrap(), [0., 1., 2., 4., 5., 6., 7., 8., 9.]);
+        let (a, b) = (Tensor::ones([3], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)));
+        let two = joined(&[a.shallow_clone(), b.shallow_clone()]);
+        assert!(two.equal(&Tensor::cat(&[a, b], 0)), "two buffers: a copy, whatever their addresses");
     }
 }

@@ -185,6 +185,21 @@ dpt_own_stream* dpt_own_stream_enter(int device, char** err) {
   })
 }
 
+// Makes stream `stream` of `device` (an id dpt_cuda_current_stream gave inside an earlier
+// dpt_own_stream_enter) the calling thread's current stream again until freed: work that
+// returns to one stream of its own, such as the host copies of rewind points and checkpoints.
+dpt_own_stream* dpt_own_stream_reenter(int device, int64_t stream, char** err) {
+  DPT_GUARD(err, nullptr, {
+    auto count = c10::cuda::device_count();
+    TORCH_CHECK(device >= 0 && device < count, "no CUDA device ", device, " (this process sees ", count, ")");
+    auto index = static_cast<c10::DeviceIndex>(device);
+    auto named = c10::Stream::unpack3(static_cast<c10::StreamId>(stream), index, c10::DeviceType::CUDA);
+    auto own = new dpt_own_stream{at::cuda::getCurrentCUDAStream(index)};
+    c10::cuda::setCurrentCUDAStream(at::cuda::CUDAStream(named));
+    return own;
+  })
+}
+
 void dpt_own_stream_leave(dpt_own_stream* s) {
   try {
     c10::cuda::setCurrentCUDAStream(s->previous);

@@ -31,6 +31,11 @@ dpt_own_stream* dpt_own_stream_enter(int, char** err) {
   return nullptr;
 }
 
+dpt_own_stream* dpt_own_stream_reenter(int, int64_t, char** err) {
+  *err = dpt_strdup("this dpt-tui was built without CUDA headers");
+  return nullptr;
+}
+
 void dpt_own_stream_leave(dpt_own_stream*) {}
 
 int dpt_record_stream(at::Tensor*, char** err) {

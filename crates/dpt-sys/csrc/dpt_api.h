@@ -77,6 +77,7 @@ int dpt_record_stream(dpt_tensor* t, char** err);
 dpt_stream_guard* dpt_side_stream_enter(int device, char** err);
 void dpt_side_stream_leave(dpt_stream_guard* g);
 dpt_own_stream* dpt_own_stream_enter(int device, char** err);
+dpt_own_stream* dpt_own_stream_reenter(int device, int64_t stream, char** err);
 void dpt_own_stream_leave(dpt_own_stream* s);
 int dpt_cuda_current_stream(int device, int64_t* out, char** err);
 int dpt_cuda_sync_debug(int mode, char** err);

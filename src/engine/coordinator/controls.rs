@@ -32,6 +32,8 @@ impl Coordinator {
     /// every rank takes the same decision at the same step: rank 0's lr, pause, rewind point
     /// and rewind, a stop or divergence from any rank.
     pub(super) fn poll_controls(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
+        // A rewind point taken at an earlier boundary has long arrived: kept and said now.
+        self.settle_point(false);
         self.points.decide(self.steps.global_step(), position);
         loop {
             while let Ok(c) = self.channels.controls.try_recv() {
@@ -162,6 +164,8 @@ impl Coordinator {
             // Rank 0's `r` key: the run resumes if paused and goes back at the next boundary it
             // passes (the boundary it is held at, once the dialog that sent it lets go).
             Control::Rewind { global_step: to, lr, skip } => {
+                // The point on its way to the host may be the one asked for.
+                self.settle_point(true);
                 match self.points.ask(Plan { global_step: to, lr, skip }, &self.persist) {
                     Ok(()) => self.gate.release(global_step),
                     Err(reason) => Some(Change::Refused { reason }),
@@ -175,6 +179,7 @@ impl Coordinator {
     /// next): its state into every part, then on as a resume with the lr and the skip.
     pub(super) fn rewind(&mut self, plan: Plan, now: (usize, usize)) -> Result<Restored, EngineError> {
         let from = self.steps.global_step();
+        self.settle_point(true);
         let Some(point) = self.points.back_to(plan.global_step) else {
             return Err(EngineError::Coordinator {
                 replica: None,
@@ -188,7 +193,7 @@ impl Coordinator {
         let s = &point.state;
         let spe = self.cfg.steps_per_epoch(self.facts.train_len);
         let skip = if plan.skip { between((s.epoch, s.step), now, spe) } else { 0 };
-        let mut restored = self.restore(&point, Continuation { lr: plan.lr, skip });
+        let mut restored = self.restore(&point, Continuation { lr: plan.lr, skip })?;
         self.channels.say(restored.lr.take());
         self.channels.emit(Change::Rewound {
             from,

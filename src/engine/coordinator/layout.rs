@@ -1,7 +1,9 @@
 //! How the replicas' tensors are named and laid out in the flat buffers, and how a snapshot of
 //! them holds the tensors: views of the training buffers or host copies.
 
-use tch::{Device, Tensor};
+use tch::Tensor;
+
+use crate::device::landing::{Landing, LandingError};
 
 use crate::engine::flat::Layout;
 use crate::model::TensorSpec;
@@ -43,25 +45,41 @@ impl ModelLayout {
         layout: &Layout,
         specs: &[TensorSpec],
         held: Held,
-    ) -> Vec<(String, Tensor)> {
-        let tensors = match held {
-            Held::Views => layout.views(flat),
-            Held::Copies => layout.to_logical(flat, Device::Cpu),
+    ) -> Result<Vec<(String, Tensor)>, LandingError> {
+        let whole = match held {
+            Held::Views => flat.shallow_clone(),
+            Held::Landed(landing) => landing.land(flat)?,
+            Held::LandedInOrder(landing) => landing.land_in_order(flat)?,
         };
-        specs.iter().map(|s| s.name.clone()).zip(tensors).collect()
+        Ok(specs.iter().map(|s| s.name.clone()).zip(layout.views(&whole)).collect())
     }
 }
 
 /// How a snapshot of the replicas holds their tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
+#[derive(Clone, Copy)]
+pub enum Held<'a> {
     /// Views of replica 0's buffers, on its device: for a write that ends before the next step
     /// changes them (the final save, a best-kept checkpoint), which then copies nothing but the
     /// one tensor being written.
     Views,
-    /// Copies on the host: for what outlives the step (a rewind point, the periodic checkpoint
-    /// the writer thread writes while training goes on).
-    Copies,
+    /// Views of host copies that `landing` queues, one per flat buffer, without waiting: for
+    /// what outlives the step (a rewind point, the periodic checkpoint the writer thread
+    /// writes while training goes on), read once the landing's copies have arrived.
+    Landed(&'a Landing),
+    /// As [`Held::Landed`], copied in order on this thread's stream (see
+    /// [`Landing::land_in_order`]): the BatchNorm statistics, which the first replica's next
+    /// forward pass changes on its own stream.
+    LandedInOrder(&'a Landing),
+}
+
+impl<'a> Held<'a> {
+    /// How the tensors a replica's forward pass changes are held: in order where landed.
+    pub fn in_order(self) -> Held<'a> {
+        match self {
+            Held::Landed(l) => Held::LandedInOrder(l),
+            other => other,
+        }
+    }
 }
 
 /// Replica 0's tensors as a checkpoint holds them: by name, as views or host copies ([`Held`]).

@@ -27,6 +27,7 @@ mod run_info;
 pub use run_info::RunFacts;
 mod run_loop;
 pub mod sample;
+mod snapshot;
 mod step_plan;
 mod timed;
 mod update;
@@ -38,7 +39,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::engine::config::TrainConfig;
 use crate::engine::events::Control;
 use crate::engine::{EngineError, Outcome};
-use crate::persist::checkpoint::{Checkpoint, CheckpointState};
+
 use crate::persist::resume::{Continuation, Resume};
 use crate::record::{Change, Record};
 use dpt_core::tally::Tally;
@@ -223,7 +224,7 @@ impl Coordinator {
         let resumed = self.cfg.kit.resume.as_deref().map(Resume::shallow_clone);
         let mut start = Restored { position: (0, 0), partial: None, lr: None };
         if let Some(r) = &resumed {
-            start = self.restore(r, r.then);
+            start = self.restore(r, r.then)?;
         }
         let mut memory = self.update.replicas().state_bytes();
         // Under --accumulate every bucket's buffer is held over the step's micro-batches.
@@ -293,54 +294,6 @@ impl Coordinator {
         Ok(Outcome { summary, final_params: self.update.replicas().named_host() })
     }
 
-    /// The run's state as a checkpoint that continues at `position`, each part's own: the step
-    /// plan's count and lr, the reporter's finished epochs and the epoch so far, the update's
-    /// tensors and loss scale, the best evaluations kept; held as `held` says. Where the
-    /// optimizer state is split over the ranks, every rank takes it (or its part,
-    /// [`Coordinator::snapshot_for`]) at the same point.
-    fn snapshot(&self, position: (usize, usize), held: Held) -> Result<Checkpoint, EngineError> {
-        let cfg = &self.cfg;
-        let done = self.report.done();
-        let partial = if position.1 == 0 { Tally::default() } else { self.report.epoch_so_far() };
-        let state = CheckpointState {
-            epoch: position.0,
-            step: position.1,
-            global_step: self.steps.global_step(),
-            lr: self.steps.lr(),
-            lr_scale: self.steps.scale(),
-            loss_scaler: self.update.scaler_state(),
-            best: self.persist.best_state(),
-            train_samples: self.facts.train_len,
-            test_samples: self.facts.test_len,
-            partial_epoch: partial,
-            epochs_done: done.epochs,
-            train_seconds: done.tally.seconds,
-            samples_done: done.tally.samples,
-            last_test_acc: done.last_test_acc,
-            continued: cfg.kit.resume.as_deref().and_then(Resume::continued),
-            ..CheckpointState::new(cfg.settings.clone(), cfg.normalization.clone())
-        };
-        let t = self.update.tensors(held, self.exchange.world())?;
-        Ok(Checkpoint { state, params: t.params, optimizer: t.optimizer, buffers: t.buffers, ema: t.ema })
-    }
-
-    /// The checkpoint at `position` where this rank `keep`s it (writes it); else, where the
-    /// optimizer state is split over the ranks, this rank's part in another's gathering it.
-    fn snapshot_for(
-        &self,
-        keep: bool,
-        position: (usize, usize),
-        held: Held,
-    ) -> Result<Option<Checkpoint>, EngineError> {
-        if keep {
-            return self.snapshot(position, held).map(Some);
-        }
-        if self.split() {
-            self.update.replicas().by_name(self.exchange.world()).lend_shards()?;
-        }
-        Ok(None)
-    }
-
     /// Whether the optimizer state is split over the run's processes (`--zero 1` across
     /// ranks): saving the state is then a collective every rank takes part in.
     fn split(&self) -> bool {
@@ -349,9 +302,9 @@ impl Coordinator {
 
     /// Puts a checkpoint's (or a rewind point's) state back into every part, then goes on as
     /// `then` says: the lr set as the lr key sets it, the data `skip` batches further.
-    fn restore(&mut self, point: &Resume, then: Continuation) -> Restored {
+    fn restore(&mut self, point: &Resume, then: Continuation) -> Result<Restored, EngineError> {
         let s = &point.state;
-        self.update.restore(point);
+        self.update.restore(point)?;
         self.steps.restore(s.global_step, s.lr_scale);
         if let Some(b) = &s.best {
             self.persist.restore_best(b);
@@ -369,7 +322,7 @@ impl Coordinator {
         let spe = self.cfg.steps_per_epoch(self.facts.train_len);
         let position = rewind::skipped((s.epoch, s.step), then.skip, spe);
         let partial = (position.0 == s.epoch).then_some(s.partial_epoch);
-        Restored { position, partial, lr }
+        Ok(Restored { position, partial, lr })
     }
 }
 

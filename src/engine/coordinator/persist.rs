@@ -10,7 +10,9 @@ use std::sync::Arc;
 use tch::Tensor;
 
 use super::asked_save::AskedSave;
+use super::snapshot::InFlight;
 use super::writer::{keep_newest, Periodic};
+use crate::device::gpu_wait::Waiting;
 use crate::engine::checkpoint_every::CheckpointEvery;
 use crate::engine::EngineError;
 use crate::model::script::ScriptModel;
@@ -190,15 +192,16 @@ impl Persistence {
         self.periodic.due(global_step, epoch_end)
     }
 
-    /// Hands the periodic `checkpoint` to the checkpoint thread; a failure is a warning (the
-    /// previous checkpoint is intact).
-    pub(super) fn submit(&mut self, checkpoint: Checkpoint) -> Vec<Change> {
+    /// Hands the periodic `checkpoint`, on its way to the host, to the checkpoint thread, which
+    /// writes it once it has arrived (`waiting` for it); a failure is a warning (the previous
+    /// checkpoint is intact).
+    pub(super) fn submit(&mut self, checkpoint: InFlight, waiting: Waiting) -> Vec<Change> {
         let Some(dir) = &self.save_dir else { return Vec::new() };
         let path = dir.join(CHECKPOINT_FILE);
         if let Some(e) = self.injected(&path) {
             return vec![Change::Warning { message: crate::error_chain(&e) }];
         }
-        self.periodic.submit(checkpoint, path)
+        self.periodic.submit(checkpoint, path, waiting)
     }
 
     /// How the checkpoint writes that have ended went; `wait`: first waits for the one in
@@ -341,7 +344,8 @@ mod tests {
         assert!(p.checkpoint_due(4, None));
         let mut none = persistence(None, BestKeeper::new(BestMetric::ValLoss, 0, None), false);
         assert!(!none.checkpoint_due(4, None), "nowhere to write");
-        assert!(none.submit(checkpoint(4)).is_empty());
+        let waiting = crate::engine::clock::waiting("a test", "cpu", std::time::Duration::from_secs(1));
+        assert!(none.submit(InFlight::at_once(checkpoint(4), true), waiting).is_empty());
     }
 
     #[test]

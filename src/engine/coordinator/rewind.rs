@@ -10,8 +10,13 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::persist::Persistence;
+use super::snapshot::InFlight;
+use crate::device::gpu_wait::Waiting;
 use crate::engine::checkpoint_every::CheckpointEvery;
+use crate::model::script::ScriptModel;
+use crate::model::ModelKind;
 use crate::persist::resume::Resume;
+use crate::record::Change;
 
 /// A rewind asked for: the point's step, the lr to go on with, whether to skip the batches
 /// trained on since the point.
@@ -36,6 +41,9 @@ pub(super) struct Points {
     pending: Option<Plan>,
     /// The checkpoint kept on disk that the pending rewind goes back to, read when asked.
     from_disk: Option<Resume>,
+    /// The point taken last, still on its way to the host, and its record, said once it is
+    /// kept.
+    in_flight: Option<(InFlight, Change)>,
 }
 
 impl Points {
@@ -48,6 +56,7 @@ impl Points {
             due: false,
             pending: None,
             from_disk: None,
+            in_flight: None,
         }
     }
 
@@ -95,10 +104,56 @@ impl Points {
         self.due = false;
         self.last = Instant::now();
         if let Some(point) = point {
-            self.kept.push_back(point);
-            while self.kept.len() > self.snapshots {
-                self.kept.pop_front();
+            self.keep(point);
+        }
+    }
+
+    /// Keeps `point`, the oldest dropped past the number kept.
+    fn keep(&mut self, point: Resume) {
+        self.kept.push_back(point);
+        while self.kept.len() > self.snapshots {
+            self.kept.pop_front();
+        }
+    }
+
+    /// The point due at this boundary is on its way to the host; [`Points::settle`] keeps it
+    /// once it has arrived and says `said` then.
+    pub(super) fn landing(&mut self, point: InFlight, said: Change) {
+        self.taken(None);
+        self.in_flight = Some((point, said));
+    }
+
+    /// Keeps the point on its way to the host once it has arrived (`waiting`: waits for it,
+    /// else only looks), laid out for `model`: its record, or a warning that says why no point
+    /// was kept. Nothing while none is on its way or it has not arrived.
+    pub(super) fn settle(
+        &mut self,
+        waiting: Option<&Waiting>,
+        (model, script): (ModelKind, Option<&ScriptModel>),
+    ) -> Option<Change> {
+        let (point, _) = self.in_flight.as_ref()?;
+        let global_step = point.global_step();
+        let not_yet = match point.arrived() {
+            Ok(arrived) => waiting.is_none() && !arrived,
+            Err(_) => false,
+        };
+        if not_yet {
+            return None;
+        }
+        let (point, said) = self.in_flight.take()?;
+        let wait = waiting.cloned().unwrap_or_else(|| crate::engine::clock::waiting("a rewind point's copy", "the GPU", std::time::Duration::ZERO));
+        let kept = match point.arrive(&wait) {
+            Ok(Some(checkpoint)) => Resume::new(checkpoint, model, script, std::path::Path::new("rewind point"))
+                .map_err(|e| format!("no rewind point taken: {e}")),
+            Ok(None) => Err(format!("no rewind point at step {global_step}: the weights are not finite")),
+            Err(e) => Err(format!("no rewind point at step {global_step}: {e}")),
+        };
+        match kept {
+            Ok(point) => {
+                self.keep(point);
+                Some(said)
             }
+            Err(message) => Some(Change::Warning { message }),
         }
     }
 
@@ -205,112 +260,4 @@ pub fn check_point_memory(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{between, check_point_memory, point_bytes, points_that_fit, skipped};
-
-    #[test]
-    fn the_default_points_are_as_many_as_fit_half_the_available_memory() {
-        let gib = 1u64 << 30;
-        assert_eq!(points_that_fit(3, gib, Some(16 * gib)), 3);
-        assert_eq!(points_that_fit(3, gib, Some(5 * gib)), 2, "2 GiB of points in 5 available");
-        assert_eq!(points_that_fit(3, 4 * gib, Some(5 * gib)), 0, "none fits half");
-        assert_eq!(points_that_fit(3, gib, None), 3, "unknown memory: the default");
-    }
-
-    #[test]
-    fn the_points_memory_is_counted_and_refused_with_the_numbers() {
-        // 1,000 weights with Adam's two slots and an EMA, 10 buffer values with its EMA.
-        assert_eq!(point_bytes(1000, 10, 2, true), 4 * (1000 * 4 + 10 * 2));
-        assert_eq!(check_point_memory(3, 1 << 20, 1, Some(1 << 30)), Ok(Some(3 << 20)));
-        assert_eq!(check_point_memory(0, 1 << 40, 8, Some(1)), Ok(None));
-        let e = check_point_memory(3, 1 << 30, 2, Some(4 << 30)).unwrap_err().to_string();
-        assert!(
-            e.contains("6.00 GiB")
-                && e.contains("1.00 GiB each, for 2 processes")
-                && e.contains("4.00 GiB is available"),
-            "{e}"
-        );
-        assert!(e.contains("--snapshots 0"), "{e}");
-    }
-
-    #[test]
-    fn a_skip_moves_over_epoch_ends() {
-        assert_eq!(skipped((0, 3), 0, 10), (0, 3));
-        assert_eq!(skipped((0, 3), 7, 10), (1, 0));
-        assert_eq!(skipped((2, 9), 25, 10), (5, 4));
-        assert_eq!(between((0, 3), (1, 0), 10), 7);
-        assert_eq!(between((2, 9), (5, 4), 10), 25);
-        assert_eq!(between((1, 0), (0, 3), 10), 0, "never negative");
-    }
-}
-
-#[cfg(test)]
-mod points_tests {
-    use super::*;
-    use crate::engine::coordinator::persist::PersistSettings;
-    use crate::persist::checkpoint::CheckpointState;
-    use dpt_core::best::{BestKeeper, BestMetric};
-    use tch::Tensor;
-
-    fn point(global_step: usize) -> Resume {
-        let normalize = crate::model::Normalization::uniform(0.5, 0.5);
-        Resume {
-            state: CheckpointState { global_step, ..CheckpointState::new(Default::default(), normalize) },
-            params: Tensor::ones([2], tch::kind::FLOAT_CPU),
-            optimizer: Vec::new(),
-            buffers: Tensor::zeros([0], tch::kind::FLOAT_CPU),
-            ema: None,
-            then: Default::default(),
-        }
-    }
-
-    fn no_disk() -> Persistence {
-        let settings = PersistSettings {
-            every: CheckpointEvery::Epochs(1),
-            keep: 0,
-            model: (crate::model::ModelKind::Lenet, None),
-            disk_points: true,
-            write_fault: false,
-        };
-        Persistence::new(None, BestKeeper::new(BestMetric::ValLoss, 0, None), settings)
-    }
-
-    #[test]
-    fn a_point_is_due_by_its_cadence_once_per_step_and_the_newest_are_kept() {
-        let mut p = Points::new(2, CheckpointEvery::Steps(5));
-        p.decide(3, (0, 3));
-        assert!(!p.due());
-        p.decide(5, (0, 5));
-        assert!(p.due());
-        p.taken(Some(point(5)));
-        assert!(!p.due());
-        p.decide(5, (0, 5));
-        assert!(!p.due(), "the step has its point");
-        p.taken(Some(point(10)));
-        p.taken(Some(point(15)));
-        assert_eq!(p.steps(), [10, 15], "the newest 2");
-        p.taken(None);
-        assert_eq!(p.steps(), [10, 15], "a point not taken drops none");
-    }
-
-    #[test]
-    fn a_rewind_is_refused_with_the_points_there_are_and_goes_back_dropping_the_newer() {
-        let disk = no_disk();
-        let mut p = Points::new(3, CheckpointEvery::Steps(5));
-        let plan = |global_step, lr| Plan { global_step, lr, skip: false };
-        let e = p.ask(plan(5, None), &disk).unwrap_err();
-        assert!(e.contains("no rewind point is kept yet"), "{e}");
-        p.taken(Some(point(5)));
-        p.taken(Some(point(10)));
-        let e = p.ask(plan(7, None), &disk).unwrap_err();
-        assert!(e.ends_with("the points are at steps 5, 10"), "{e}");
-        assert!(p.ask(plan(5, Some(-1.0)), &disk).unwrap_err().contains("positive"));
-        assert_eq!(p.pending(), None, "nothing refused is pending");
-        p.ask(plan(5, Some(0.1)), &disk).unwrap();
-        assert_eq!(p.take_pending(), Some(plan(5, Some(0.1))));
-        let back = p.back_to(5).expect("kept");
-        assert_eq!(back.state.global_step, 5);
-        assert_eq!(p.steps(), [5], "the newer point dropped, this one kept");
-        assert!(p.back_to(10).is_none(), "gone");
-    }
-}
+mod tests;

@@ -16,7 +16,6 @@ use crate::engine::evaluation::Evaluation;
 use crate::engine::worker::{FromWorker, ToWorker};
 use crate::engine::EngineError;
 use crate::input::shard::{epoch_order, replica_rows, shards, step_rows};
-use crate::persist::resume::Resume;
 use crate::record::{Change, FinishReason, Record};
 use dpt_sys::c10d::ReduceOp;
 
@@ -206,7 +205,7 @@ impl Coordinator {
         let train = self.report.epoch_so_far();
         let eval_start = Instant::now();
         let evaluation = self.evaluate(false)?;
-        let ema = match self.update.swap_in_ema() {
+        let ema = match self.update.swap_in_ema()? {
             Some(own) => {
                 let result = self.evaluate(false);
                 self.update.put_back(own);
@@ -250,43 +249,33 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Takes a rewind point at the boundary before `position`: the checkpoint's tensors copied
-    /// to the host and laid out as a resume reads them (none when the weights are not finite).
+    /// Takes a rewind point at the boundary before `position`: the checkpoint's tensors landed
+    /// on the host without waiting ([`super::snapshot::InFlight`]), kept and said once they
+    /// have arrived and the weights were finite ([`Coordinator::settle_point`]). A point still
+    /// on its way is settled first.
     fn take_point(&mut self, position: (usize, usize)) -> Result<(), EngineError> {
-        let global_step = self.steps.global_step();
-        let point = match self.update.params_finite() {
-            Ok(true) => {
-                let model = self.cfg.settings.model_kind();
-                let snapshot = self.snapshot(position, Held::Copies)?;
-                Resume::new(
-                    snapshot,
-                    model,
-                    self.cfg.kit.script.as_deref(),
-                    std::path::Path::new("rewind point"),
-                )
-                .map_err(|e| format!("no rewind point taken: {e}"))
-            }
-            Ok(false) => Err(format!("no rewind point at step {global_step}: the weights are not finite")),
-            Err(e) => Err(format!("no rewind point at step {global_step}: {e}")),
+        self.settle_point(true);
+        let Some(point) = self.land_for(true, position)? else { return Ok(()) };
+        let said = Change::Snapshot {
+            global_step: self.steps.global_step(),
+            epoch: position.0,
+            step: position.1,
+            loss: self.report.last_loss(),
+            lr: self.steps.lr(),
+            unix: crate::unix_now(),
         };
-        match point {
-            Ok(point) => {
-                self.points.taken(Some(point));
-                self.channels.emit(Change::Snapshot {
-                    global_step,
-                    epoch: position.0,
-                    step: position.1,
-                    loss: self.report.last_loss(),
-                    lr: self.steps.lr(),
-                    unix: crate::unix_now(),
-                });
-            }
-            Err(message) => {
-                self.points.taken(None);
-                self.channels.emit(Change::Warning { message });
-            }
-        }
+        self.points.landing(point, said);
+        self.settle_point(false);
         Ok(())
+    }
+
+    /// Keeps the rewind point on its way to the host once it has arrived (`wait`: waits for
+    /// it, within the step timeout), saying it or why none was kept.
+    pub(super) fn settle_point(&mut self, wait: bool) {
+        let waiting = self.update.waiting("a rewind point's copy to the host");
+        let model = (self.cfg.settings.model_kind(), self.cfg.kit.script.as_deref());
+        let said = self.points.settle(wait.then_some(&waiting), model);
+        self.channels.say(said);
     }
 
     /// The periodic checkpoint, if one is due after the step that made the global step count
@@ -322,19 +311,14 @@ impl Coordinator {
         }
         self.flush_report()?;
         let keep = self.persist.save_dir().is_some();
-        let said = match self.update.params_finite() {
-            Ok(true) => match self.snapshot_for(keep, position, Held::Copies)? {
-                Some(checkpoint) => self.persist.submit(checkpoint),
-                None => Vec::new(),
-            },
-            Ok(false) if keep => {
-                vec![Change::Warning {
-                    message: "checkpoint not written: the parameters are not finite".into(),
-                }]
+        // Landed without waiting, and written by the checkpoint thread once it has arrived
+        // (not at all where the weights were not finite, which it says).
+        let said = match self.land_for(keep, position)? {
+            Some(checkpoint) => {
+                let waiting = self.update.waiting("a checkpoint's copy to the host");
+                self.persist.submit(checkpoint, waiting)
             }
-            Ok(false) => Vec::new(),
-            // The device did not answer: the next step's own deadline ends the run.
-            Err(e) => vec![Change::Warning { message: format!("checkpoint not written: {e}") }],
+            None => Vec::new(),
         };
         self.channels.say(said);
         Ok(())

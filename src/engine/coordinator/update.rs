@@ -11,8 +11,9 @@ use tch::Tensor;
 use super::replicas::{Held, ReplicaTensors};
 use super::{ModelLayout, Replicas};
 use crate::device::gpu_wait::Waiting;
+use crate::device::landing::{LandingError, WriteFence};
 use crate::dist::World;
-use crate::engine::optim::loss_scale::{finite, DeviceScaler};
+use crate::engine::optim::loss_scale::{finite, DeviceScaler, ScalerFigures};
 use crate::engine::optim::OptimConfig;
 use crate::engine::worker::ReplicaHandles;
 use crate::engine::EngineError;
@@ -56,6 +57,9 @@ pub(super) struct Update {
     scaler: Option<DeviceScaler>,
     /// The replica whose tensors this thread is touching now, to name it if that fails.
     touching: Option<usize>,
+    /// Host copies of the tensors still being read on a copy stream: held before the next
+    /// change of them.
+    copies: WriteFence,
 }
 
 impl Update {
@@ -65,6 +69,7 @@ impl Update {
             settings,
             scaler: None,
             touching: None,
+            copies: WriteFence::default(),
         }
     }
 
@@ -84,9 +89,23 @@ impl Update {
 
     /// Puts a checkpoint's (or a rewind point's) tensors in every replica and continues its
     /// loss scale and step count.
-    pub(super) fn restore(&mut self, point: &Resume) {
+    pub(super) fn restore(&mut self, point: &Resume) -> Result<(), EngineError> {
+        self.writing()?;
         self.replicas.load(point);
         self.start(point.state.loss_scaler, point.state.global_step);
+        Ok(())
+    }
+
+    /// Host copies of the replicas' tensors queued on a copy stream
+    /// ([`crate::device::landing::Landing`]): their next change waits for them.
+    pub(super) fn landed(&mut self, fence: WriteFence) {
+        self.copies.join(fence);
+    }
+
+    /// Before a change of the replicas' tensors: this thread's streams wait for the copies of
+    /// them still being read (on the GPU; the host does not wait).
+    fn writing(&mut self) -> Result<(), EngineError> {
+        self.copies.hold().map_err(|e| EngineError::from(LandingError::from(e)))
     }
 
     /// Starts (or continues) the run at `global_step` steps done, with the loss scaler `saved`
@@ -120,6 +139,11 @@ impl Update {
         self.scaler.as_ref().map(DeviceScaler::host)
     }
 
+    /// The scaler's state as figures on its device, for a host copy that does not wait.
+    pub(super) fn scaler_figures_now(&self) -> Option<ScalerFigures> {
+        self.scaler.as_ref().map(DeviceScaler::figures)
+    }
+
     /// A report window's loss-scale figures on the device, `[scale, steps skipped since the
     /// last call]` (no read; none without scaling).
     pub(super) fn scaler_figures(&mut self) -> Option<Tensor> {
@@ -149,6 +173,7 @@ impl Update {
         report_norm: bool,
         world: Option<&World>,
     ) -> Result<Applied, EngineError> {
+        self.writing()?;
         if let Some(scaler) = &mut self.scaler {
             scaler.begin_step();
             self.replicas.unscale(holders, scaler, batch);
@@ -200,7 +225,7 @@ impl Update {
 
     /// What a host read of a value the step computed waits for (`phase`), with the step
     /// timeout as its deadline; see [`Waiting::fence`].
-    fn fence(&self, phase: &str) -> Waiting {
+    pub(super) fn waiting(&self, phase: &str) -> Waiting {
         let (device, timeout) = self.settings.fence;
         crate::engine::clock::waiting(phase, device, timeout)
     }
@@ -209,7 +234,7 @@ impl Update {
     /// reached it (within the step timeout; an expired wait is the run's failure).
     pub(super) fn params_finite(&self) -> Result<bool, EngineError> {
         let found = self.replicas.non_finite_params();
-        self.fence("the weights' finiteness check").fence(found.device())?;
+        self.waiting("the weights' finiteness check").fence(found.device())?;
         Ok(finite(&found))
     }
 
@@ -219,7 +244,7 @@ impl Update {
         if !self.settings.check_replicas {
             return Ok(());
         }
-        let fence = self.fence("the replicas' comparison");
+        let fence = self.waiting("the replicas' comparison");
         for &d in self.replicas.devices() {
             fence.fence(d)?;
         }
@@ -231,8 +256,9 @@ impl Update {
 
     /// Puts the moving average's weights in every replica (for its evaluation) and returns the
     /// trained ones, for [`Update::put_back`]; none without a moving average.
-    pub(super) fn swap_in_ema(&mut self) -> Option<(Tensor, Tensor)> {
-        self.replicas.swap_in_ema()
+    pub(super) fn swap_in_ema(&mut self) -> Result<Option<(Tensor, Tensor)>, EngineError> {
+        self.writing()?;
+        Ok(self.replicas.swap_in_ema())
     }
 
     /// Puts the trained weights [`Update::swap_in_ema`] took out back in every replica.
@@ -249,152 +275,4 @@ impl Update {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use dpt_core::optim::Zero;
-
-    /// An update over one replica of two parameters on the CPU, without handles from a worker.
-    fn update(scaling: Option<LossScaling>) -> Update {
-        let layout = ModelLayout::of_params(&[&[2], &[1]]);
-        let settings = UpdateSettings {
-            optimizer: OptimConfig::sgd(0.5, 0.0, 0.0),
-            scaling,
-            clip: None,
-            ema: None,
-            check_replicas: true,
-            fence: (DeviceId::Cpu, Duration::from_secs(5)),
-            fault: None,
-            replicas: (0, 1),
-        };
-        let optimizer = settings.optimizer;
-        let mut u = Update::new(layout, settings);
-        let (params, buffers) =
-            (Tensor::from_slice(&[1.0f32, 2.0, 3.0]), Tensor::zeros([0], tch::kind::FLOAT_CPU));
-        u.replicas.add_flat(params, buffers, optimizer);
-        u
-    }
-
-    #[test]
-    fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
-        let mut u = update(Some(LossScaling::default()));
-        u.begin();
-        let before = u.replicas.by_name(None).tensors(Held::Copies).unwrap().params;
-        u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
-        let applied = u.step(&[0], (1, 0.1, 0), true, None).unwrap();
-        let taken = Vec::<f64>::try_from(&applied.grad_norm.expect("asked for")).unwrap();
-        assert_eq!(taken, [0.0, 0.0], "an overflowed step's norm is left out");
-        let after = u.replicas.by_name(None).tensors(Held::Copies).unwrap().params;
-        assert!(before.iter().zip(&after).all(|(a, b)| a.1.equal(&b.1)), "weights unchanged");
-        let figures = |u: &mut Update| Vec::<f64>::try_from(&u.scaler_figures().unwrap()).unwrap();
-        assert_eq!(figures(&mut u), [f64::from(LossScaling::default().init / 2.0), 1.0]);
-        assert_eq!(figures(&mut u)[1], 0.0, "reported once");
-        let scale = u.scaler_state().map(|s| s.scale);
-        assert_eq!(scale, Some(LossScaling::default().init / 2.0), "the scale backs off");
-    }
-
-    #[test]
-    fn a_clean_step_moves_the_weights_and_the_check_finds_them_finite() {
-        let mut u = update(None);
-        u.begin();
-        u.replicas().grad(0).copy_(&Tensor::from_slice(&[1.0f32, 1.0, 2.0]));
-        let applied = u.step(&[0], (2, 0.5, 0), true, None).unwrap();
-        // The mean gradient (sum over 2 samples) is (0.5, 0.5, 1), its norm sqrt(1.5).
-        let taken = applied.grad_norm.expect("asked for");
-        assert!((taken.double_value(&[0]) - 1.5f64.sqrt()).abs() < 1e-6);
-        assert_eq!(taken.double_value(&[1]), 1.0, "one norm counted");
-        let w: Vec<f32> =
-            Vec::try_from(u.replicas.by_name(None).tensors(Held::Copies).unwrap().params[0].1.flatten(0, -1))
-                .unwrap();
-        assert_eq!(w, [0.75, 1.75], "plain SGD: w - lr * mean gradient");
-        assert!(u.params_finite().unwrap());
-        assert!(u.check_replicas(1).is_ok(), "one replica equals itself");
-        assert!(u.scaler_figures().is_none(), "nothing skipped without scaling");
-    }
-
-    /// A rewind point holding `t`, as a checkpoint of it reads back.
-    fn point_of(t: ReplicaTensors) -> Resume {
-        let flat = |named: &[(String, Tensor)]| {
-            Tensor::cat(&named.iter().map(|(_, t)| t.reshape([-1])).collect::<Vec<_>>(), 0)
-        };
-        let settings = dpt_core::settings::Settings::default();
-        let normalization = settings.model_kind().normalization();
-        Resume {
-            state: crate::persist::checkpoint::CheckpointState::new(settings, normalization),
-            params: flat(&t.params),
-            optimizer: t.optimizer.iter().map(|(slot, l)| (slot.clone(), flat(l))).collect(),
-            buffers: Tensor::zeros([0], tch::kind::FLOAT_CPU),
-            ema: None,
-            then: crate::persist::resume::Continuation::default(),
-        }
-    }
-
-    /// `n` CPU replicas of three parameters (8 values, so that 3 shards split tensors) under
-    /// AdamW with weight decay, the optimizer state whole or split by `zero`.
-    fn replicated(zero: dpt_core::optim::Zero, n: usize) -> Update {
-        let layout = ModelLayout::of_params(&[&[3], &[2, 2], &[1]]);
-        let optimizer = OptimConfig {
-            kind: dpt_core::optim::OptimizerKind::AdamW,
-            weight_decay: 0.1,
-            zero,
-            ..OptimConfig::sgd(0.01, 0.0, 0.0)
-        };
-        let settings = UpdateSettings {
-            optimizer,
-            scaling: None,
-            clip: Some(1.0),
-            ema: None,
-            check_replicas: true,
-            fence: (DeviceId::Cpu, Duration::from_secs(5)),
-            fault: None,
-            replicas: (0, n),
-        };
-        let mut u = Update::new(layout, settings);
-        for _ in 0..n {
-            let params = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.25, -0.75, 1.5, 3.0, -2.0]);
-            u.replicas.add_flat(params, Tensor::zeros([0], tch::kind::FLOAT_CPU), optimizer);
-        }
-        u.begin();
-        u
-    }
-
-    #[test]
-    fn a_sharded_optimizer_state_ends_with_the_weights_and_state_of_the_whole_one() {
-        let (mut whole, mut sharded) = (replicated(Zero::Off, 3), replicated(Zero::States, 3));
-        assert!(!whole.replicas.sharded() && sharded.replicas.sharded());
-        assert_eq!(sharded.replicas.state_bytes().optimizer, 2 * 3 * 4, "two moments of the largest shard");
-        assert_eq!(whole.replicas.state_bytes().optimizer, 2 * 8 * 4);
-        assert_eq!(sharded.replicas.state_bytes().optimizer_shards, 3);
-        assert_eq!(sharded.replicas.state_bytes().weights, 8 * 4, "the weights stay whole");
-        for step in 0..4 {
-            for u in [&mut whole, &mut sharded] {
-                for i in 0..3 {
-                    let g: Vec<f32> = (0..8).map(|k| ((k * 7 + step * 3) % 5) as f32 - 2.0).collect();
-                    u.replicas().grad(i).copy_(&Tensor::from_slice(&g));
-                }
-                u.step(&[0, 1, 2], (4, 0.01, step as usize), false, None).unwrap();
-            }
-            assert!(
-                sharded.check_replicas(step as usize).is_ok(),
-                "every replica holds the gathered weights"
-            );
-        }
-        let (a, b) =
-            (whole.tensors(Held::Copies, None).unwrap(), sharded.tensors(Held::Copies, None).unwrap());
-        let same = |x: &[(String, Tensor)], y: &[(String, Tensor)]| {
-            x.len() == y.len() && x.iter().zip(y).all(|((n, t), (m, u))| n == m && t.equal(u))
-        };
-        assert!(same(&a.params, &b.params), "bit-equal weights");
-        assert_eq!(a.optimizer.len(), 2);
-        for ((slot, x), (other, y)) in a.optimizer.iter().zip(&b.optimizer) {
-            assert_eq!(slot, other);
-            assert!(same(x, y), "the gathered {slot} equals the whole one");
-        }
-        // A checkpoint of the sharded run restores into the whole one and back.
-        let point = point_of(b);
-        whole.restore(&point);
-        sharded.restore(&point);
-        let (c, d) =
-            (whole.tensors(Held::Copies, None).unwrap(), sharded.tensors(Held::Copies, None).unwrap());
-        assert!(c.optimizer.iter().zip(&d.optimizer).all(|((_, x), (_, y))| same(x, y)));
-    }
-}
+mod tests;

@@ -1,7 +1,7 @@
-//! Periodic checkpoints written off the training thread: the coordinator copies the tensors to
-//! the host (the only part that waits on the devices) and hands the copy to the
-//! `dpt-checkpoint` thread, which writes it as every checkpoint is written (atomically, made
-//! durable) while training goes on. One write is in flight at most: a checkpoint due while the
+//! Periodic checkpoints written off the training thread: the coordinator queues the tensors'
+//! copies to the host without waiting ([`InFlight`]) and hands them to the `dpt-checkpoint`
+//! thread, which waits for them to arrive and writes them as every checkpoint is written
+//! (atomically, made durable) while training goes on. One write is in flight at most: a checkpoint due while the
 //! previous one is still being written waits for it. The final save never goes through here.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +11,9 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use crate::engine::checkpoint_every::CheckpointEvery;
-use crate::persist::checkpoint::{Checkpoint, CheckpointError};
+use super::snapshot::InFlight;
+use crate::device::gpu_wait::Waiting;
+use crate::persist::checkpoint::CheckpointError;
 use crate::record::Change;
 
 /// The periodic checkpoints: their cadence (`checkpoints.every`), how many are kept
@@ -52,7 +54,7 @@ impl Periodic {
 
     /// Hands `checkpoint` to the writer thread to write at `path`; the records of the writes
     /// that ended meanwhile, or a warning when the thread cannot start.
-    pub fn submit(&mut self, checkpoint: Checkpoint, path: PathBuf) -> Vec<Change> {
+    pub fn submit(&mut self, checkpoint: InFlight, path: PathBuf, waiting: Waiting) -> Vec<Change> {
         if self.writer.is_none() {
             match CheckpointWriter::spawn() {
                 Ok(w) => self.writer = Some(w),
@@ -61,8 +63,8 @@ impl Periodic {
                 }
             }
         }
-        let global_step = checkpoint.state.global_step;
-        let job = Job { checkpoint, path, global_step, keep: self.keep };
+        let global_step = checkpoint.global_step();
+        let job = Job { checkpoint, waiting, path, global_step, keep: self.keep };
         written(self.writer.as_mut().map(|w| w.submit(job)).unwrap_or_default())
     }
 
@@ -87,9 +89,11 @@ fn written(finished: Vec<Written>) -> Vec<Change> {
         .collect()
 }
 
-/// A checkpoint to write at `path`, keeping the `keep` newest under `checkpoints/`.
+/// A checkpoint to write at `path` once it has arrived on the host (`waiting` for it), keeping
+/// the `keep` newest under `checkpoints/`.
 pub struct Job {
-    pub checkpoint: Checkpoint,
+    pub checkpoint: InFlight,
+    pub waiting: Waiting,
     pub path: PathBuf,
     pub global_step: usize,
     pub keep: usize,
@@ -115,7 +119,7 @@ impl CheckpointWriter {
         let thread = std::thread::Builder::new().name("dpt-checkpoint".into()).spawn(move || {
             crate::device::intra_op::keep_to_one_thread();
             for job in work {
-                let result = job.checkpoint.write(&job.path).map(|()| {
+                let result = write_arrived(job.checkpoint, &job.waiting, &job.path).map(|()| {
                     keep_newest(&job.path, job.global_step, job.keep);
                     job.path.clone()
                 });
@@ -160,6 +164,16 @@ impl Drop for CheckpointWriter {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Writes `checkpoint` at `path` once it has arrived on the host; not where the weights were
+/// not finite, or it did not arrive.
+fn write_arrived(checkpoint: InFlight, waiting: &Waiting, path: &Path) -> Result<(), CheckpointError> {
+    match checkpoint.arrive(waiting) {
+        Ok(Some(arrived)) => arrived.write(path),
+        Ok(None) => Err(CheckpointError::NotFinite { path: path.to_owned() }),
+        Err(e) => Err(CheckpointError::Write { path: path.to_owned(), cause: std::io::Error::other(e) }),
     }
 }
 

@@ -56,6 +56,27 @@ pub struct DeviceScaler {
     reported: Tensor,
 }
 
+/// The loss scaler's state as float64 figures, `[scale, growth tracker, steps skipped]`,
+/// with the settings that make it whole again on the host.
+pub struct ScalerFigures {
+    settings: LossScaling,
+    /// On the scaler's device.
+    pub figures: Tensor,
+}
+
+impl ScalerFigures {
+    /// The state on the host, from `figures` (these figures, or their host copy once arrived).
+    pub fn read(&self, figures: &Tensor) -> LossScaler {
+        LossScaler {
+            init: self.settings.init,
+            scale: figures.double_value(&[0]) as f32,
+            growth_tracker: u32::try_from(figures.double_value(&[1]) as i64).unwrap_or(0),
+            skipped: figures.double_value(&[2]) as u64,
+            growth_interval: self.settings.growth_interval,
+        }
+    }
+}
+
 impl DeviceScaler {
     /// `host`'s state on `device`.
     pub fn new(host: LossScaler, device: tch::Device) -> DeviceScaler {
@@ -72,13 +93,23 @@ impl DeviceScaler {
 
     /// The state on the host (reads the device).
     pub fn host(&self) -> LossScaler {
-        LossScaler {
-            init: self.settings.init,
-            scale: self.scale.double_value(&[0]) as f32,
-            growth_tracker: u32::try_from(self.growth_tracker.int64_value(&[0])).unwrap_or(0),
-            skipped: self.skipped(),
-            growth_interval: self.settings.growth_interval,
-        }
+        let figures = self.figures();
+        figures.read(&figures.figures)
+    }
+
+    /// The state as figures on the device, for a host copy that does not wait
+    /// ([`crate::device::landing::Landing`]) and is read once it has arrived.
+    pub fn figures(&self) -> ScalerFigures {
+        let _guard = tch::no_grad_guard();
+        let figures = Tensor::cat(
+            &[
+                self.scale.to_kind(tch::Kind::Double),
+                self.growth_tracker.to_kind(tch::Kind::Double),
+                self.skipped.shallow_clone(),
+            ],
+            0,
+        );
+        ScalerFigures { settings: self.settings, figures }
     }
 
     /// Steps skipped since the run began (reads the device).

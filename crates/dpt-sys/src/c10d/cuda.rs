@@ -46,6 +46,7 @@ extern "C" {
     fn dpt_side_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawStreamGuard;
     fn dpt_side_stream_leave(g: *mut RawStreamGuard);
     fn dpt_own_stream_enter(device: i32, err: *mut *mut c_char) -> *mut RawOwnStream;
+    fn dpt_own_stream_reenter(device: i32, stream: i64, err: *mut *mut c_char) -> *mut RawOwnStream;
     fn dpt_own_stream_leave(s: *mut RawOwnStream);
     fn dpt_cuda_current_stream(device: i32, out: *mut i64, err: *mut *mut c_char) -> i32;
     fn dpt_cuda_sync_debug(mode: i32, err: *mut *mut c_char) -> i32;
@@ -310,6 +311,16 @@ impl OwnStream {
         let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
         // SAFETY: plain value argument; the shim returns an owned handle or an error.
         let p = call(|err| unsafe { dpt_own_stream_enter(device, err) })?;
+        Ok(OwnStream(non_null(p, "stream")?))
+    }
+
+    /// Makes stream `stream` of CUDA device `index` (an id [`current_stream`] gave inside an
+    /// earlier [`OwnStream::enter`]) current again: work that keeps to one stream of its own
+    /// without holding it current in between. An error without that device.
+    pub fn reenter(index: usize, stream: i64) -> Result<OwnStream, C10dError> {
+        let device = i32::try_from(index).map_err(|_| C10dError("device index too large".into()))?;
+        // SAFETY: plain value arguments; the shim returns an owned handle or an error.
+        let p = call(|err| unsafe { dpt_own_stream_reenter(device, stream, err) })?;
         Ok(OwnStream(non_null(p, "stream")?))
     }
 }

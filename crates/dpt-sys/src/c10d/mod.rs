@@ -330,6 +330,16 @@ mod tests {
         assert_ne!(inside, before, "a pool stream, not the one current before");
         drop(own);
         assert_eq!(super::current_stream(0).unwrap(), before);
+        let again = super::OwnStream::reenter(0, inside).unwrap();
+        assert_eq!(super::current_stream(0).unwrap(), inside, "the same stream entered again");
+        drop(again);
+        assert_eq!(super::current_stream(0).unwrap(), before);
+    }
+
+    #[test]
+    fn a_stream_entered_again_without_its_device_is_a_clean_error() {
+        let e = super::OwnStream::reenter(1000, 0).err().expect("no process sees 1000 GPUs");
+        assert!(e.0.contains("CUDA"), "{e}");
     }
 
     #[test]

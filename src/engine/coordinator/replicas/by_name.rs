@@ -38,10 +38,10 @@ impl StateByName<'_> {
     pub fn tensors(&self, held: Held) -> Result<ReplicaTensors, EngineError> {
         let l = self.layout;
         Ok(ReplicaTensors {
-            params: ModelLayout::split(self.params, &l.params, &l.param_specs, held),
+            params: ModelLayout::split(self.params, &l.params, &l.param_specs, held)?,
             optimizer: self.optimizer_by_name(held)?,
-            buffers: ModelLayout::split(self.buffers, &l.buffers, &l.buffer_specs, held),
-            ema: self.ema_by_name(held),
+            buffers: ModelLayout::split(self.buffers, &l.buffers, &l.buffer_specs, held.in_order())?,
+            ema: self.ema_by_name(held)?,
         })
     }
 
@@ -64,13 +64,16 @@ impl StateByName<'_> {
         for (k, (slot, flat)) in self.optim[0].slots().enumerate() {
             let named = if self.sharded {
                 let parts = self.slot_parts(k, true)?;
-                let tensors = l.params.views_of_parts(&parts).into_iter().map(|v| match held {
-                    Held::Views => v,
-                    Held::Copies => v.to_device(Device::Cpu).contiguous().copy(),
-                });
+                let mut tensors = Vec::new();
+                for v in l.params.views_of_parts(&parts) {
+                    tensors.push(match held {
+                        Held::Views => v,
+                        Held::Landed(landing) | Held::LandedInOrder(landing) => landing.land(&v)?,
+                    });
+                }
                 l.param_specs.iter().map(|s| s.name.clone()).zip(tensors).collect()
             } else {
-                ModelLayout::split(flat, &l.params, &l.param_specs, held)
+                ModelLayout::split(flat, &l.params, &l.param_specs, held)?
             };
             slots.push((slot.to_owned(), named));
         }
@@ -113,12 +116,12 @@ impl StateByName<'_> {
     }
 
     /// The moving average's parameters and buffers by name.
-    fn ema_by_name(&self, held: Held) -> Option<(NamedTensors, NamedTensors)> {
-        let ema = self.ema?;
+    fn ema_by_name(&self, held: Held) -> Result<Option<(NamedTensors, NamedTensors)>, EngineError> {
+        let Some(ema) = self.ema else { return Ok(None) };
         let l = self.layout;
-        Some((
-            ModelLayout::split(&ema.params, &l.params, &l.param_specs, held),
-            ModelLayout::split(&ema.buffers, &l.buffers, &l.buffer_specs, held),
-        ))
+        Ok(Some((
+            ModelLayout::split(&ema.params, &l.params, &l.param_specs, held)?,
+            ModelLayout::split(&ema.buffers, &l.buffers, &l.buffer_specs, held)?,
+        )))
     }
 }
