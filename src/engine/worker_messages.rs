@@ -10,6 +10,35 @@ use crate::model::script::ScriptModel;
 use crate::model::{LossKind, ModelKind, Normalization, Precision, Task};
 use dpt_core::tally::Tally;
 
+/// What a replica multiplies its summed loss by before the backward pass: the step's global
+/// batch divides it there, so the gradient the replicas sum is the mean over the batch, which
+/// the optimizer takes as it is (no division of its own, no gradient written back).
+pub enum LossFactor {
+    /// `1 / batch` for a step of `batch` samples over every replica: a number the kernel
+    /// launch carries (a replica's graph holds it for that batch).
+    Mean(usize),
+    /// Dynamic loss scaling's `scale / batch`: a 0-dim tensor on the replica's device.
+    Scaled(Tensor),
+}
+
+impl LossFactor {
+    /// The same factor (a tensor's handle, not a copy).
+    pub fn shallow_clone(&self) -> LossFactor {
+        match self {
+            LossFactor::Mean(batch) => LossFactor::Mean(*batch),
+            LossFactor::Scaled(factor) => LossFactor::Scaled(factor.shallow_clone()),
+        }
+    }
+
+    /// `loss` (a sum) times the factor.
+    pub fn apply(&self, loss: &Tensor) -> Tensor {
+        match self {
+            LossFactor::Mean(batch) => loss / (*batch).max(1) as f64,
+            LossFactor::Scaled(factor) => loss * factor,
+        }
+    }
+}
+
 /// What a worker needs to start.
 pub struct WorkerSetup {
     pub replica: usize,
@@ -90,8 +119,7 @@ pub enum ToWorker {
     /// Forward and backward on rows `start..start + len` of the epoch order; loss and accuracy
     /// accumulate on the device, without a sync.
     /// `timed`: measure the phases of this step (see `engine::clock`).
-    /// `loss_factor`: what the summed loss is multiplied by before the backward pass (dynamic
-    /// loss scaling), if anything: a 0-dim tensor on the replica's device, computed there.
+    /// `loss_factor`: what the summed loss is multiplied by before the backward pass.
     /// `graph`: whether the step runs eagerly, is captured or replays the replica's graph.
     Step {
         start: usize,
@@ -99,7 +127,7 @@ pub enum ToWorker {
         global_step: usize,
         dropout_seed: i64,
         timed: bool,
-        loss_factor: Option<tch::Tensor>,
+        loss_factor: LossFactor,
         graph: StepGraph,
     },
     /// Read and reset the loss and accuracy accumulators (one device sync).

@@ -3,11 +3,10 @@
 `python fused_reference.py SPEC_JSON`
 
 SPEC_JSON: {"optimizer": "sgd"|"adam"|"adamw", "lr", "momentum", "nesterov", "weight_decay",
-"betas", "eps", "decay_all", "batch", "steps", "shapes" (the parameters' shapes), "frozen"
-(indices of parameters that do not train)}. Draws the parameters and each step's summed
-gradients from torch.manual_seed(0), runs `torch.optim.SGD/Adam/AdamW(fused=True)` with the
-summed gradients as `.grad` and the batch as the optimizer's `grad_scale` (the division by the
-batch inside the kernel, as GradScaler hands its scale to a fused optimizer), and prints
+"betas", "eps", "decay_all", "steps", "shapes" (the parameters' shapes), "frozen" (indices of
+parameters that do not train)}. Draws the parameters and each step's gradients from
+torch.manual_seed(0), runs `torch.optim.SGD/Adam/AdamW(fused=True)` with those gradients as
+`.grad` (no `grad_scale`: dpt-tui's gradient is the batch's mean already), and prints
 {"initial": [...], "grads": [[...] per step], "final": [...]}, each the tensors flattened and
 concatenated in order. Adam and AdamW decay tensors of 2+ dimensions only unless decay_all (two
 parameter groups); SGD decays every tensor.
@@ -24,7 +23,7 @@ def main():
     params = [torch.randn(shape) for shape in spec["shapes"]]
     frozen = set(spec["frozen"])
     initial = torch.cat([p.flatten() for p in params])
-    grads = [[torch.randn(p.shape) * spec["batch"] for p in params] for _ in range(spec["steps"])]
+    grads = [[torch.randn(p.shape) for p in params] for _ in range(spec["steps"])]
     train = [p.requires_grad_() for i, p in enumerate(params) if i not in frozen]
     lr, wd = spec["lr"], spec["weight_decay"]
     if spec["optimizer"] == "sgd":
@@ -37,7 +36,6 @@ def main():
         kind = torch.optim.AdamW if spec["optimizer"] == "adamw" else torch.optim.Adam
         opt = kind([g for g in groups if g["params"]], lr=lr, betas=tuple(spec["betas"]), eps=spec["eps"],
                    fused=True)
-    opt.grad_scale = torch.tensor(float(spec["batch"]))
     for step in range(spec["steps"]):
         for i, p in enumerate(params):
             if i not in frozen:

@@ -187,19 +187,12 @@ impl Replicas {
         }
     }
 
-    /// Updates replica `i` from the reduced gradient in `grads[holder]`; `divided`: an earlier
-    /// update this step took it from the same holder (and left it divided by the batch);
-    /// `found_inf`: the loss scaler's flag on replica `i`'s device.
-    pub fn update(
-        &mut self,
-        i: usize,
-        holder: usize,
-        (lr, batch): (f64, usize),
-        divided: bool,
-        found_inf: Option<&Tensor>,
-    ) {
+    /// Updates replica `i` from the reduced gradient in `grads[holder]` (the optimizer leaves it
+    /// as it is, so replicas may share a holder); `found_inf`: the loss scaler's flag on replica
+    /// `i`'s device.
+    pub fn update(&mut self, i: usize, holder: usize, lr: f64, found_inf: Option<&Tensor>) {
         let from = self.grad_range(holder).start;
-        self.optim[i].step((&self.grads[holder], from), (lr, batch), divided, found_inf);
+        self.optim[i].step((&self.grads[holder], from), lr, found_inf);
     }
 
     /// Whether each replica holds only its shard of the optimizer state (`--zero 1`).
@@ -303,7 +296,7 @@ impl Replicas {
         self.grads.iter().map(|g| g.narrow(0, span.start, span.len)).collect()
     }
 
-    /// The global L2 norm of the mean gradient (the reduced sum over `batch` samples) in the
+    /// The global L2 norm of the mean gradient (as reduced: the workers divided their losses) in the
     /// buffers `holders` name, as a 0-dim tensor on replica 0's device (no host sync); with
     /// `max_norm`, first scales every holder's gradient as `clip_grad_norm_` does. Under
     /// `--zero 2` each replica holds a shard of the sum: the norm is summed from every shard's,
@@ -311,11 +304,10 @@ impl Replicas {
     pub fn grad_norm(
         &mut self,
         holders: &[usize],
-        batch: usize,
         max_norm: Option<f64>,
         world: Option<&World>,
     ) -> Result<Tensor, EngineError> {
-        let norm = GradNorm { batch, max_norm, device: self.params[0].device() };
+        let norm = GradNorm { max_norm, device: self.params[0].device() };
         match self.shards_gradients() {
             true => norm.of_shards(&mut self.grads, world),
             false => Ok(norm.of_holders(&mut self.grads, holders)),
@@ -324,10 +316,10 @@ impl Replicas {
 
     /// Unscales the reduced gradient in every buffer `holders` names, checked into the
     /// scaler's `found_inf` on the device (every holder carries the same sum).
-    pub fn unscale(&mut self, holders: &[usize], scaler: &mut DeviceScaler, batch: usize) {
+    pub fn unscale(&mut self, holders: &[usize], scaler: &mut DeviceScaler) {
         for (i, &h) in holders.iter().enumerate() {
             if !holders[..i].contains(&h) {
-                scaler.unscale(&mut self.grads[h], batch);
+                scaler.unscale(&mut self.grads[h]);
             }
         }
     }

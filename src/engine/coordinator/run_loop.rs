@@ -133,7 +133,7 @@ impl Coordinator {
             global_step,
             dropout_seed: assignments[i].dropout_seed,
             timed,
-            loss_factor: factors.as_ref().map(|f| f[i].shallow_clone()),
+            loss_factor: factors[i].shallow_clone(),
             graph: graphs[i],
         })?;
         // With buckets, their reduction starts while the backward passes run.
@@ -156,7 +156,7 @@ impl Coordinator {
         }
         self.report.end_phase()?;
         let lr = self.steps.step_lr();
-        let applied = self.update.step(&reduced.holders, (len, lr, global_step), closes, self.exchange.world())?;
+        let applied = self.update.step(&reduced.holders, (lr, global_step), closes, self.exchange.world())?;
         if let Some(norm) = &applied.grad_norm {
             self.report.add_grad_norm(norm);
         }

@@ -15,7 +15,7 @@ use crate::device::landing::{LandingError, WriteFence};
 use crate::dist::World;
 use crate::engine::optim::loss_scale::{finite, DeviceScaler, ScalerFigures};
 use crate::engine::optim::OptimConfig;
-use crate::engine::worker::ReplicaHandles;
+use crate::engine::worker::{LossFactor, ReplicaHandles};
 use crate::engine::EngineError;
 use crate::persist::resume::Resume;
 use dpt_core::device::DeviceId;
@@ -150,18 +150,22 @@ impl Update {
         self.scaler.as_mut().map(DeviceScaler::report_figures)
     }
 
-    /// Each replica's factor on its loss for a `batch`-sample step (the scale over the
-    /// batch), computed once on the scaler's device (no host read) and copied device to
-    /// device; none without scaling.
-    pub(super) fn loss_factors(&self, batch: usize) -> Option<Vec<Tensor>> {
-        self.scaler.as_ref().map(|s| {
-            let factor = s.loss_factor(batch);
-            self.replicas.devices().iter().map(|&d| factor.to_device(d)).collect()
-        })
+    /// Each replica's factor on its loss for a `batch`-sample step, which makes the gradient
+    /// the mean over the batch: `1 / batch`, or with scaling the scale over the batch, computed
+    /// once on the scaler's device (no host read) and copied device to device.
+    pub(super) fn loss_factors(&self, batch: usize) -> Vec<LossFactor> {
+        let devices = self.replicas.devices();
+        match &self.scaler {
+            Some(s) => {
+                let factor = s.loss_factor(batch);
+                devices.iter().map(|&d| LossFactor::Scaled(factor.to_device(d))).collect()
+            }
+            None => devices.iter().map(|_| LossFactor::Mean(batch)).collect(),
+        }
     }
 
-    /// The update of a `batch`-sample step from the reduced gradient in the buffers `holders`
-    /// name: GradScaler's check, clipping, the optimizer's update of every replica at `lr`
+    /// The update of a step from the reduced gradient (the mean over the step's batch) in the
+    /// buffers `holders` name: GradScaler's check, clipping, the optimizer's update of every replica at `lr`
     /// (which an overflowed step leaves as it was, on the device), the loss scale moved,
     /// BatchNorm statistics shared (over `world`'s ranks too), the moving average. The norm is
     /// taken where clipping needs it, else only when `report_norm` asks (a report window's last
@@ -169,21 +173,21 @@ impl Update {
     pub(super) fn step(
         &mut self,
         holders: &[usize],
-        (batch, lr, global_step): (usize, f64, usize),
+        (lr, global_step): (f64, usize),
         report_norm: bool,
         world: Option<&World>,
     ) -> Result<Applied, EngineError> {
         self.writing()?;
         if let Some(scaler) = &mut self.scaler {
             scaler.begin_step();
-            self.replicas.unscale(holders, scaler, batch);
+            self.replicas.unscale(holders, scaler);
             if let Some(w) = world.filter(|w| w.size > 1 && self.replicas.shards_gradients()) {
                 scaler.agree(w)?;
             }
         }
         let clip = self.settings.clip;
         let norm = match clip.is_some() || report_norm {
-            true => Some(self.replicas.grad_norm(holders, batch, clip, world)?),
+            true => Some(self.replicas.grad_norm(holders, clip, world)?),
             false => None,
         };
         for (i, &holder) in holders.iter().enumerate() {
@@ -193,9 +197,7 @@ impl Update {
             }
             let device = self.replicas.devices()[i];
             let found_inf = self.scaler.as_ref().map(|s| s.found_inf_on(device));
-            // Sharded, each replica divides only its own shard of a shared holder's sum.
-            let divided = !self.replicas.sharded() && holders[..i].contains(&holder);
-            self.replicas.update(i, holder, (lr, batch), divided, found_inf.as_ref());
+            self.replicas.update(i, holder, lr, found_inf.as_ref());
         }
         self.touching = None;
         self.replicas.gather_shards(world)?;

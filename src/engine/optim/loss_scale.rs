@@ -9,7 +9,8 @@
 //! bit. dpt-tui's loss is the sum over the batch where PyTorch scripts use the mean, so the
 //! workers multiply their summed loss by `scale / batch` ([`DeviceScaler::loss_factor`]): the
 //! scaled loss, and every fp16 gradient inside the backward pass, is then the one GradScaler
-//! would see for the same scale, and the overflows happen at the same scales.
+//! would see for the same scale, and the overflows happen at the same scales. Unscaling by
+//! GradScaler's reciprocal of the scale gives the mean gradient, which the optimizer takes.
 //!
 //! During a run the state lives on the device ([`DeviceScaler`]), as GradScaler keeps it: the
 //! check, the skip (by the fused optimizer kernels, which read `found_inf`) and the scale's
@@ -140,18 +141,17 @@ impl DeviceScaler {
         let _ = self.found_inf.zero_();
     }
 
-    /// Turns the reduced gradient `grad` of a step of `batch` samples back into the summed
+    /// Turns the reduced gradient `grad` (the scaled mean over the step's batch) into the mean
     /// gradient the optimizer takes, and checks it in the same pass, with GradScaler's own
     /// kernel (`_amp_foreach_non_finite_check_and_unscale_`), into the step's `found_inf` (a
     /// gradient on another device than the scaler's is checked there, into a flag of its own:
     /// every holder carries the same sum). The factor is computed on the device from the scale
     /// (nothing uploaded, nothing read).
-    pub fn unscale(&mut self, grad: &mut Tensor, batch: usize) {
+    pub fn unscale(&mut self, grad: &mut Tensor) {
         let _guard = tch::no_grad_guard();
         let device = grad.device();
-        // GradScaler's `_scale.double().reciprocal().float()`, then the batch's factor in f32.
-        let inv = self.scale.to_kind(tch::Kind::Double).reciprocal().to_kind(tch::Kind::Float);
-        let factor = (inv.to_kind(tch::Kind::Double) * batch.max(1) as f64).to_kind(tch::Kind::Float);
+        // GradScaler's `_scale.double().reciprocal().float()`.
+        let factor = self.scale.to_kind(tch::Kind::Double).reciprocal().to_kind(tch::Kind::Float);
         if device == self.found_inf.device() {
             grad.internal_amp_non_finite_check_and_unscale(&mut self.found_inf, &factor);
         } else {
@@ -220,7 +220,7 @@ mod tests {
         for clean in [true, false, true, true, false, true, true, true] {
             let mut grad = Tensor::from_slice(&[0.75f32, if clean { -3.0 } else { f32::INFINITY }]);
             device.begin_step();
-            device.unscale(&mut grad, 8);
+            device.unscale(&mut grad);
             assert_eq!(bool::try_from(&device.clean()).expect("a bool"), clean);
             host.update(clean);
             device.end_step();
@@ -238,22 +238,23 @@ mod tests {
     }
 
     #[test]
-    fn unscaling_gives_back_the_summed_gradient_and_finds_overflow() {
+    fn unscaling_gives_back_the_mean_gradient_and_finds_overflow() {
         let host = LossScaler::new(LossScaling { init: 65536.0, growth_interval: 2000 });
         let mut s = DeviceScaler::new(host, tch::Device::Cpu);
-        let mut check = |values: &[f32], batch: usize| {
+        let mut check = |values: &[f32]| {
             let mut g = Tensor::from_slice(values);
             s.begin_step();
-            s.unscale(&mut g, batch);
+            s.unscale(&mut g);
             (bool::try_from(&s.clean()).expect("a bool"), g)
         };
-        let (clean, g) = check(&[65536.0 * 0.5 / 4.0, -65536.0 / 4.0], 4);
+        // A 4-sample step's loss was multiplied by 65536 / 4: its gradient is 65536 times the mean.
+        let (clean, g) = check(&[65536.0 * 0.5, -65536.0]);
         assert!(clean);
         assert_eq!(Vec::<f32>::try_from(&g).unwrap(), [0.5, -1.0]);
-        assert!(!check(&[1.0, f32::INFINITY], 4).0);
-        assert!(!check(&[f32::NAN, 1.0], 4).0);
+        assert!(!check(&[1.0, f32::INFINITY]).0);
+        assert!(!check(&[f32::NAN, 1.0]).0);
         assert_eq!(s.loss_factor(4).double_value(&[]), 16384.0);
-        // The same bits as a scalar multiplication by GradScaler's f32 reciprocal times the batch.
+        // The same bits as GradScaler's scalar multiplication by its f32 reciprocal.
         let mut odd = DeviceScaler::new(
             LossScaler::new(LossScaling { init: 3.0, growth_interval: 2 }),
             tch::Device::Cpu,
@@ -261,8 +262,8 @@ mod tests {
         let values = Tensor::from_slice(&[0.1f32, 7.3, -2.9e-3]);
         let mut fused = values.copy();
         odd.begin_step();
-        odd.unscale(&mut fused, 5);
-        let factor = ((1.0 / 3.0f64) as f32 as f64 * 5.0) as f32;
+        odd.unscale(&mut fused);
+        let factor = (1.0 / 3.0f64) as f32;
         assert!(fused.equal(&(&values * f64::from(factor))));
     }
 

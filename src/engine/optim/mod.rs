@@ -5,10 +5,12 @@
 //!
 //! The update is PyTorch's fused kernel for the rule (`torch._fused_sgd_`, `_fused_adam_`,
 //! `_fused_adamw_`, what `torch.optim.SGD/Adam/AdamW(fused=True)` call; CUDA and CPU kernels):
-//! one pass that reads each parameter, its gradient and its state once and writes them back,
-//! with the division of the summed gradient by the global batch done inside as the kernel's
-//! `grad_scale`, and the step count a tensor on the device, so a step reads nothing from the
-//! host. Weight decay is per tensor, as parameter groups give it: the tensors the decay rule
+//! one pass that reads each parameter, its gradient and its state once and writes the
+//! parameter and its state back, and the step count a tensor on the device, so a step reads
+//! nothing from the host. The gradient arrives as the mean over the step's batch (the workers
+//! divide their loss by the batch, `LossFactor`), so the kernel gets no `grad_scale` and
+//! writes no gradient back (with one, the fused Adam kernels store the divided gradient: a
+//! full write of the gradient per step). Weight decay is per tensor, as parameter groups give it: the tensors the decay rule
 //! selects in one call, the others in a second with none.
 //!
 //! Under `--zero 1` a replica's state covers one shard of the flat parameters
@@ -51,8 +53,6 @@ pub struct OptimizerState {
     groups: Vec<Group>,
     /// 0-dim float32 on the device: the steps taken, as Adam's bias correction counts them.
     step: Tensor,
-    /// 0-dim float32 on the device: the global batch, which the summed gradient is divided by.
-    grad_scale: Tensor,
 }
 
 impl OptimizerState {
@@ -107,7 +107,7 @@ impl OptimizerState {
             })
             .filter(|g| !g.ranges.is_empty())
             .collect();
-        OptimizerState { cfg, shard, slots, groups, step, grad_scale: scalar() }
+        OptimizerState { cfg, shard, slots, groups, step }
     }
 
     /// The span of the flat parameters this state covers.
@@ -141,28 +141,24 @@ impl OptimizerState {
         let _ = self.step.fill_(taken as f64);
     }
 
-    /// Updates the parameters from `grad_sum` (the flat gradient summed over `batch` samples,
-    /// from flat offset `grads_from` on: the whole buffer from 0, or under `--zero 2` the
-    /// shard's range) at learning rate `lr`, counting the step on the device. `divided`: an earlier replica's
-    /// update on this device already divided `grad_sum` by the batch in place (the fused
-    /// kernels write the divided gradient back), so this one takes it as it is. `found_inf`
+    /// Updates the parameters from `grad` (the flat mean gradient of the step's batch, from flat
+    /// offset `grads_from` on: the whole buffer from 0, or under `--zero 2` the shard's range)
+    /// at learning rate `lr`, counting the step on the device; `grad` is left as it is. `found_inf`
     /// (dynamic loss scaling's, on this device): when it holds 1 the kernels change nothing and
     /// the step is not counted, as `torch.optim`'s fused step does under GradScaler.
     pub fn step(
         &mut self,
-        (grad_sum, grads_from): (&Tensor, i64),
-        (lr, batch): (f64, usize),
-        divided: bool,
+        (grad, grads_from): (&Tensor, i64),
+        lr: f64,
         found_inf: Option<&Tensor>,
     ) {
         let _guard = tch::no_grad_guard();
         let c = self.cfg;
         let _ = self.step.g_add_scalar_(1.0);
-        let _ = self.grad_scale.fill_(batch as f64);
-        let on_device = OnDevice { grad_scale: (!divided).then_some(&self.grad_scale), found_inf, lr: None };
+        let on_device = OnDevice { grad_scale: None, found_inf, lr: None };
         for g in &self.groups {
             let grads: Vec<Tensor> =
-                g.ranges.iter().map(|r| grad_sum.narrow(0, r.start - grads_from, r.len)).collect();
+                g.ranges.iter().map(|r| grad.narrow(0, r.start - grads_from, r.len)).collect();
             let done = match c.kind {
                 OptimizerKind::Sgd => {
                     let h = SgdStep {

@@ -17,7 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use tch::{Device, Tensor};
 
 use super::step::Inputs;
-use super::{Worker, WorkerError};
+use super::{LossFactor, Worker, WorkerError};
 use dpt_sys::c10d::CudaGraph;
 
 /// Held while a replica of this process captures.
@@ -66,40 +66,56 @@ struct Statics {
     x: Tensor,
     y: Tensor,
     masks: Vec<Tensor>,
-    factor: Option<Tensor>,
+    factor: LossFactor,
 }
 
 impl Statics {
     /// Buffers of the graph's own, holding this step's inputs.
-    fn of((x, y, masks): Inputs, factor: Option<&Tensor>) -> Result<Statics, WorkerError> {
+    fn of((x, y, masks): Inputs, factor: &LossFactor) -> Result<Statics, WorkerError> {
         Ok(Statics {
             x: own(x)?,
             y: own(y)?,
             masks: masks.iter().map(own).collect::<Result<_, _>>()?,
-            factor: factor.map(own).transpose()?,
+            factor: match factor {
+                LossFactor::Scaled(f) => LossFactor::Scaled(own(f)?),
+                mean => mean.shallow_clone(),
+            },
         })
     }
 
     /// Whether a step's inputs fit these buffers.
-    fn fits(&self, (x, y, masks): Inputs, factor: Option<&Tensor>) -> bool {
+    fn fits(&self, (x, y, masks): Inputs, factor: &LossFactor) -> bool {
         x.size() == self.x.size()
             && y.size() == self.y.size()
             && masks.len() == self.masks.len()
             && masks.iter().zip(&self.masks).all(|(m, s)| m.size() == s.size())
-            && factor.is_some() == self.factor.is_some()
+            && match (factor, &self.factor) {
+                // The graph's kernels carry the batch they were captured for.
+                (LossFactor::Mean(asked), LossFactor::Mean(held)) => asked == held,
+                (LossFactor::Scaled(_), LossFactor::Scaled(_)) => true,
+                _ => false,
+            }
     }
 
     /// Copies a step's inputs in.
-    fn load(&mut self, (x, y, masks): Inputs, factor: Option<&Tensor>) -> Result<(), WorkerError> {
+    fn load(&mut self, (x, y, masks): Inputs, factor: &LossFactor) -> Result<(), WorkerError> {
         self.x.f_copy_(x)?;
         self.y.f_copy_(y)?;
         for (s, m) in self.masks.iter_mut().zip(masks) {
             s.f_copy_(m)?;
         }
-        if let (Some(s), Some(f)) = (&mut self.factor, factor) {
+        if let (LossFactor::Scaled(s), LossFactor::Scaled(f)) = (&mut self.factor, factor) {
             s.f_copy_(f)?;
         }
         Ok(())
+    }
+}
+
+impl Statics {
+    /// The graph's work on these buffers: one micro-batch's passes, as the step's first (no
+    /// fault a graphed run can have looks at the global step).
+    fn run(&self, worker: &mut Worker) -> Result<(), WorkerError> {
+        worker.passes((&self.x, &self.y, &self.masks), &self.factor, (true, 0), (None, None))
     }
 }
 
@@ -120,7 +136,7 @@ impl Worker {
     /// Captures the replica's step for batches of this step's size, then replays it on this
     /// step's inputs (the capture itself runs nothing). An error leaves no graph and nothing
     /// run: the caller runs the step eagerly.
-    pub(super) fn capture(&mut self, inputs: Inputs, factor: Option<&Tensor>) -> Result<(), WorkerError> {
+    pub(super) fn capture(&mut self, inputs: Inputs, factor: &LossFactor) -> Result<(), WorkerError> {
         self.graph = None;
         if self.sink.is_some() {
             return Err(WorkerError::Capture("the gradient hooks run on the host".into()));
@@ -136,17 +152,17 @@ impl Worker {
         {
             let _one = CAPTURING.lock().unwrap_or_else(PoisonError::into_inner);
             let s = &g.statics;
-            g.capturer.capture(&mut || self.passes((&s.x, &s.y, &s.masks), s.factor.as_ref(), (true, 0), (None, None)))?;
+            g.capturer.capture(&mut || s.run(self))?;
         }
         let s = &g.statics;
-        g.capturer.replay(&mut || self.passes((&s.x, &s.y, &s.masks), s.factor.as_ref(), (true, 0), (None, None)))?;
+        g.capturer.replay(&mut || s.run(self))?;
         self.graph = Some(g);
         Ok(())
     }
 
     /// Replays the replica's graph on this step's inputs; `false` (nothing run) when it has no
     /// graph for inputs of their shapes, and the caller runs the step eagerly.
-    pub(super) fn replay(&mut self, inputs: Inputs, factor: Option<&Tensor>) -> Result<bool, WorkerError> {
+    pub(super) fn replay(&mut self, inputs: Inputs, factor: &LossFactor) -> Result<bool, WorkerError> {
         let Some(mut g) = self.graph.take() else { return Ok(false) };
         if !g.statics.fits(inputs, factor) {
             self.graph = Some(g);
@@ -154,7 +170,7 @@ impl Worker {
         }
         g.statics.load(inputs, factor)?;
         let s = &g.statics;
-        let ran = g.capturer.replay(&mut || self.passes((&s.x, &s.y, &s.masks), s.factor.as_ref(), (true, 0), (None, None)));
+        let ran = g.capturer.replay(&mut || s.run(self));
         self.graph = Some(g);
         ran.map(|()| true)
     }

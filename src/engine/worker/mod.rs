@@ -30,7 +30,7 @@ use dpt_core::tally::Tally;
 use dpt_sys::c10d::{OwnRng, OwnStream};
 
 pub use super::worker_messages::{
-    FromWorker, ReplicaHandles, StepGraph, ToWorker, WindowSums, WorkerError, WorkerSetup,
+    FromWorker, LossFactor, ReplicaHandles, StepGraph, ToWorker, WindowSums, WorkerError, WorkerSetup,
 };
 
 struct Worker {
@@ -269,12 +269,10 @@ impl Worker {
     }
 
     /// The loss the backward pass starts from when it is scaled (`None`: the loss itself).
-    fn scaled(&self, loss: &Tensor, factor: Option<&Tensor>, global_step: usize) -> Option<Tensor> {
-        let overflow = self.faults.grad_overflow.contains(&(self.replica, global_step));
-        match (factor, overflow) {
-            (_, true) => Some(loss * f64::INFINITY),
-            (Some(f), false) => Some(loss * f),
-            (None, false) => None,
+    fn scaled(&self, loss: &Tensor, factor: &LossFactor, global_step: usize) -> Tensor {
+        match self.faults.grad_overflow.contains(&(self.replica, global_step)) {
+            true => loss * f64::INFINITY,
+            false => factor.apply(loss),
         }
     }
 

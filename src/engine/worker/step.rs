@@ -5,7 +5,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::{FromWorker, StepGraph, Worker, WorkerError};
+use super::{FromWorker, LossFactor, StepGraph, Worker, WorkerError};
 use crate::input::batches::Batch;
 use crate::input::shard::shards;
 use crate::model::Forward;
@@ -22,7 +22,7 @@ pub(super) struct StepAsk {
     pub(super) start: usize,
     pub(super) len: usize,
     pub(super) global_step: usize,
-    pub(super) loss_factor: Option<Tensor>,
+    pub(super) loss_factor: LossFactor,
     pub(super) dropout_seed: i64,
     pub(super) timed: bool,
     pub(super) graph: StepGraph,
@@ -50,17 +50,17 @@ impl Worker {
             let inputs = (&x, &y, masks.as_slice());
             let graphed = match graph {
                 StepGraph::Eager => false,
-                StepGraph::Capture => match self.capture(inputs, loss_factor.as_ref()) {
+                StepGraph::Capture => match self.capture(inputs, &loss_factor) {
                     Ok(()) => true,
                     Err(why) => {
                         uncaptured = Some(why.to_string());
                         false
                     }
                 },
-                StepGraph::Replay => self.replay(inputs, loss_factor.as_ref())?,
+                StepGraph::Replay => self.replay(inputs, &loss_factor)?,
             };
             if !graphed {
-                counted = self.eager_passes(inputs, loss_factor.as_ref(), global_step, dropout_seed)?;
+                counted = self.eager_passes(inputs, &loss_factor, global_step, dropout_seed)?;
             }
             self.samples += len as f64;
         }
@@ -80,7 +80,7 @@ impl Worker {
     fn eager_passes(
         &mut self,
         (x, y, masks): Inputs,
-        loss_factor: Option<&Tensor>,
+        loss_factor: &LossFactor,
         global_step: usize,
         dropout_seed: i64,
     ) -> Result<Option<f64>, WorkerError> {
@@ -129,7 +129,7 @@ impl Worker {
     pub(super) fn passes(
         &mut self,
         (x, y, masks): Inputs,
-        loss_factor: Option<&Tensor>,
+        loss_factor: &LossFactor,
         (first, global_step): (bool, usize),
         (rng, counter): (Option<OwnRng>, Option<(FlopCount, i64)>),
     ) -> Result<(), WorkerError> {
@@ -145,7 +145,7 @@ impl Worker {
         }
         let inputs: Vec<&Tensor> = self.trainable.iter().map(|&i| &self.params.views[i]).collect();
         let scaled = self.scaled(&loss, loss_factor, global_step);
-        let grads = Tensor::f_run_backward(&[scaled.as_ref().unwrap_or(&loss)], &inputs, false, false)?;
+        let grads = Tensor::f_run_backward(&[&scaled], &inputs, false, false)?;
         let _guard = tch::no_grad_guard();
         match &self.sink {
             // What the hooks did not see (a parameter the pass did not reach).

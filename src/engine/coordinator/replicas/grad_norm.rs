@@ -7,10 +7,9 @@ use tch::Tensor;
 use crate::dist::World;
 use crate::engine::EngineError;
 
-/// How a step's norm is taken: the sum covers `batch` samples, the gradients are clipped to
+/// How a step's norm is taken: the gradients (the mean over the step's batch) are clipped to
 /// `max_norm` when set, and the norm is given on `device` (replica 0's).
 pub(super) struct GradNorm {
-    pub(super) batch: usize,
     pub(super) max_norm: Option<f64>,
     pub(super) device: tch::Device,
 }
@@ -25,7 +24,7 @@ impl GradNorm {
             if holders[..i].contains(&h) {
                 continue;
             }
-            let norm = grads[h].norm() / self.batch as f64;
+            let norm = grads[h].norm();
             self.clip(&mut grads[h], &norm);
             first.get_or_insert(norm);
         }
@@ -44,7 +43,7 @@ impl GradNorm {
         if let Some(w) = world.filter(|w| w.size > 1) {
             w.allreduce_in_place(&mut squares, dpt_sys::c10d::ReduceOp::Sum)?;
         }
-        let norm = squares.sqrt().reshape([]) / self.batch as f64;
+        let norm = squares.sqrt().reshape([]);
         for g in grads.iter_mut() {
             self.clip(g, &norm);
         }

@@ -31,7 +31,7 @@ fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
     u.begin();
     let before = u.replicas.by_name(None).tensors(Held::Landed(&Landing::new())).unwrap().params;
     u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
-    let applied = u.step(&[0], (1, 0.1, 0), true, None).unwrap();
+    let applied = u.step(&[0], (0.1, 0), true, None).unwrap();
     let taken = Vec::<f64>::try_from(&applied.grad_norm.expect("asked for")).unwrap();
     assert_eq!(taken, [0.0, 0.0], "an overflowed step's norm is left out");
     let after = u.replicas.by_name(None).tensors(Held::Landed(&Landing::new())).unwrap().params;
@@ -47,9 +47,10 @@ fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
 fn a_clean_step_moves_the_weights_and_the_check_finds_them_finite() {
     let mut u = update(None);
     u.begin();
-    u.replicas().grad(0).copy_(&Tensor::from_slice(&[1.0f32, 1.0, 2.0]));
-    let applied = u.step(&[0], (2, 0.5, 0), true, None).unwrap();
-    // The mean gradient (sum over 2 samples) is (0.5, 0.5, 1), its norm sqrt(1.5).
+    // The mean gradient the workers' divided losses give.
+    u.replicas().grad(0).copy_(&Tensor::from_slice(&[0.5f32, 0.5, 1.0]));
+    let applied = u.step(&[0], (0.5, 0), true, None).unwrap();
+    // Its norm is sqrt(1.5).
     let taken = applied.grad_norm.expect("asked for");
     assert!((taken.double_value(&[0]) - 1.5f64.sqrt()).abs() < 1e-6);
     assert_eq!(taken.double_value(&[1]), 1.0, "one norm counted");
@@ -122,7 +123,7 @@ fn a_sharded_optimizer_state_ends_with_the_weights_and_state_of_the_whole_one() 
                 let g: Vec<f32> = (0..8).map(|k| ((k * 7 + step * 3) % 5) as f32 - 2.0).collect();
                 u.replicas().grad(i).copy_(&Tensor::from_slice(&g));
             }
-            u.step(&[0, 1, 2], (4, 0.01, step as usize), false, None).unwrap();
+            u.step(&[0, 1, 2], (0.01, step as usize), false, None).unwrap();
         }
         assert!(
             sharded.check_replicas(step as usize).is_ok(),
