@@ -180,7 +180,17 @@ fn fused_equals_torch_fused(optim: OptimConfig) {
         })
         .collect();
     let layout = Layout::new(&specs, false);
-    let params = tch::Tensor::from_slice(&floats(&theirs["initial"]));
+    // The tensors back to back, laid out in the flat buffer as the layout places them (aligned).
+    let laid = |values: Vec<f32>| {
+        let flat = tch::Tensor::zeros([layout.total()], tch::kind::FLOAT_CPU);
+        layout.load_logical(&flat, &tch::Tensor::from_slice(&values));
+        flat
+    };
+    let logical = |flat: &tch::Tensor| -> Vec<f32> {
+        let parts: Vec<tch::Tensor> = layout.views(flat).iter().map(|v| v.reshape([-1])).collect();
+        Vec::try_from(&tch::Tensor::cat(&parts, 0)).unwrap()
+    };
+    let params = laid(floats(&theirs["initial"]));
     let mut state = OptimizerState::new(
         optim,
         &params,
@@ -189,16 +199,16 @@ fn fused_equals_torch_fused(optim: OptimConfig) {
         (dpt_core::optim::Span { start: 0, len: layout.total() }, &[]),
     );
     for grads in theirs["grads"].as_array().unwrap() {
-        let grad = tch::Tensor::from_slice(&floats(grads));
+        let grad = laid(floats(grads));
         state.step((&grad, 0), optim.lr, None);
-        assert_eq!(Vec::<f32>::try_from(&grad).unwrap(), floats(grads), "the gradient is only read");
+        assert_eq!(logical(&grad), floats(grads), "the gradient is only read");
     }
     // A step flagged by the loss scaler's `found_inf` changes nothing and is not counted.
     let before: Vec<f32> = Vec::try_from(&params).unwrap();
     let overflowed = tch::Tensor::from_slice(&[1.0f32]);
-    state.step((&tch::Tensor::from_slice(&floats(&theirs["grads"][0])), 0), optim.lr, Some(&overflowed));
+    state.step((&laid(floats(&theirs["grads"][0])), 0), optim.lr, Some(&overflowed));
     assert_eq!(Vec::<f32>::try_from(&params).unwrap(), before, "{}: a skipped step", optim.describe());
-    let ours: Vec<f32> = Vec::try_from(&params).unwrap();
+    let ours = logical(&params);
     let want = floats(&theirs["final"]);
     let differ = ours.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
     assert_eq!(differ, 0, "{}: {ours:?} against PyTorch's {want:?}", optim.describe());

@@ -80,7 +80,13 @@ fn a_run_that_reports_each_window_later_records_what_one_reporting_at_once_does(
         cfg.settings.checkpoints.snapshot_every = dpt_core::checkpoint_every::CheckpointEvery::Steps(4);
         cfg.kit.faults = faults.parse().unwrap();
         let engine = Engine::start(cfg, common::subset(256, 64)).unwrap();
-        let said: Vec<String> = engine.events().iter().map(|r| said(&r)).collect();
+        // A straggler is the machine's timing, not the run's: two runs on a busy machine differ.
+        let said: Vec<String> = engine
+            .events()
+            .iter()
+            .filter(|r| !matches!(r, Record::Event(Change::Straggler { .. })))
+            .map(|r| said(&r))
+            .collect();
         engine.join().unwrap();
         said
     };

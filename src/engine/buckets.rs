@@ -10,6 +10,7 @@
 //! break the range. After the first step, the buckets are planned again in the order the
 //! gradients arrived in, as DDP's reducer rebuilds them ([`Buckets::replanned`]).
 
+use super::flat::align_up;
 use dpt_core::optim::Span;
 
 /// Bytes of one gradient scalar (the flat buffers are `f32`).
@@ -101,7 +102,11 @@ impl Buckets {
     /// tensor between) and is not in a bucket yet.
     fn reaches(&self, (lo, hi): (usize, usize), k: usize) -> bool {
         let (from, to) = if k > hi { (hi, k) } else { (k, lo) };
-        let next_to = |m: usize| self.params[m].0 + self.params[m].1 == self.params[m + 1].0;
+        // Neighbours in the flat buffer: nothing between them, or the alignment's pad only.
+        let next_to = |m: usize| {
+            let (end, next) = (self.params[m].0 + self.params[m].1, self.params[m + 1].0);
+            end == next || align_up(end) == next
+        };
         let free = |m: usize| self.params[m].1 == 0 || self.of_param[m].is_none();
         (from..to).all(next_to) && (from + 1..to).all(free)
     }
@@ -266,6 +271,14 @@ mod tests {
         let b = Buckets::plan(&segs, &[0, 1, 3, 4], 1 << 20, 1 << 20);
         assert_eq!(spans(&b), vec![(1020, 20), (0, 1010)]);
         assert_eq!((b.of(0), b.of(1), b.of(2), b.of(3)), (Some(1), Some(1), Some(0), Some(0)));
+    }
+
+    #[test]
+    fn tensors_at_aligned_offsets_share_a_bucket_across_their_pads() {
+        let (offsets, _) = crate::engine::flat::aligned_offsets([10, 100, 5]);
+        let segs: Vec<(i64, i64)> = offsets.into_iter().zip([10, 100, 5]).collect();
+        let b = Buckets::plan(&segs, &[0, 1, 2], 1 << 20, 1 << 20);
+        assert_eq!(spans(&b), vec![(0, 197)], "one range, the pads inside");
     }
 
     #[test]

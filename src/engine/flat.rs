@@ -11,6 +11,34 @@ use tch::{Device, Kind, Tensor};
 
 use crate::model::TensorSpec;
 
+/// Every tensor of a flat buffer starts at a multiple of this many scalars: 256 bytes of f32,
+/// `cudaMalloc`'s own alignment. The vectorized paths of cuBLAS and of the fused optimizers
+/// (`all_aligned` in PyTorch's fused Adam) need 16-byte aligned pointers, which a packed
+/// layout gives most tensors by chance only (lenet's `fc1.weight` would start at byte
+/// 101,000). The pads between tensors hold zeros: their gradients are zero, so no update moves
+/// them.
+pub const ALIGN: i64 = 64;
+
+/// `n` rounded up to a multiple of [`ALIGN`].
+pub fn align_up(n: i64) -> i64 {
+    (n + ALIGN - 1) / ALIGN * ALIGN
+}
+
+/// Where tensors of `sizes` scalars start in a flat buffer, one after the other, each at a
+/// multiple of [`ALIGN`]; and the buffer's length, a multiple of it too.
+pub fn aligned_offsets(sizes: impl IntoIterator<Item = i64>) -> (Vec<i64>, i64) {
+    let mut end = 0;
+    let offsets = sizes
+        .into_iter()
+        .map(|n| {
+            let at = align_up(end);
+            end = at + n;
+            at
+        })
+        .collect();
+    (offsets, align_up(end))
+}
+
 /// Where each tensor of a flat buffer lives: offset, shape and strides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
@@ -27,22 +55,22 @@ fn row_major(shape: &[i64]) -> Vec<i64> {
 }
 
 impl Layout {
-    /// Lays `specs` out one after the other; 4-D tensors channels-last when asked.
+    /// Lays `specs` out one after the other, each at an aligned offset ([`ALIGN`]); 4-D tensors
+    /// channels-last when asked.
     pub fn new(specs: &[TensorSpec], channels_last: bool) -> Self {
-        let mut offset = 0;
+        let (offsets, total) = aligned_offsets(specs.iter().map(TensorSpec::numel));
         let entries = specs
             .iter()
-            .map(|s| {
+            .zip(offsets)
+            .map(|(s, offset)| {
                 let strides = match s.shape.as_slice() {
                     [_, c, h, w] if channels_last => vec![h * w * c, 1, w * c, *c],
                     shape => row_major(shape),
                 };
-                let entry = (offset, s.shape.clone(), strides);
-                offset += s.numel();
-                entry
+                (offset, s.shape.clone(), strides)
             })
             .collect();
-        Layout { entries, total: offset }
+        Layout { entries, total }
     }
 
     /// Number of scalars in the buffer.
@@ -51,7 +79,7 @@ impl Layout {
     }
 
     /// The contiguous ranges (offset, length) of the tensors `keep(i)` selects, neighbours
-    /// merged.
+    /// merged with the pad between them (zeros).
     pub fn runs(&self, keep: impl Fn(usize) -> bool) -> Vec<(i64, i64)> {
         let mut runs: Vec<(i64, i64)> = Vec::new();
         for (i, (offset, numel, _)) in self.segments().enumerate() {
@@ -59,7 +87,7 @@ impl Layout {
                 continue;
             }
             match runs.last_mut() {
-                Some((start, len)) if *start + *len == offset => *len += numel,
+                Some((start, len)) if align_up(*start + *len) == offset => *len = offset + numel - *start,
                 _ => runs.push((offset, numel)),
             }
         }
@@ -144,13 +172,17 @@ impl Layout {
             .collect()
     }
 
-    /// Fills `flat` from `logical`, the tensors' values concatenated in logical order.
+    /// Fills `flat` from `logical`, the tensors' values in logical order (row-major each):
+    /// back to back, or each at its aligned offset as this layout places it (a flat of this
+    /// layout's length; the two agree where no tensor needs a pad).
     pub fn load_logical(&self, flat: &Tensor, logical: &Tensor) {
         let _guard = tch::no_grad_guard();
+        let padded = logical.numel() as i64 == self.total;
         let mut start = 0;
-        for (mut view, (_, shape, _)) in self.views(flat).into_iter().zip(&self.entries) {
+        for (mut view, (offset, shape, _)) in self.views(flat).into_iter().zip(&self.entries) {
             let n: i64 = shape.iter().product();
-            view.copy_(&logical.narrow(0, start, n).view(shape.as_slice()));
+            let at = if padded { *offset } else { start };
+            view.copy_(&logical.narrow(0, at, n).view(shape.as_slice()));
             start += n;
         }
     }
@@ -256,6 +288,32 @@ mod tests {
         }
         // conv1.weight (180 values) spans parts 0 and 1 and is gathered; fc2.bias lies in part 2.
         let last = from_parts.last().unwrap();
-        assert_eq!(last.data_ptr(), parts[2].1.narrow(0, layout.total() - 2_000 - 10, 10).data_ptr());
+        let (at, n, _) = layout.segments().last().unwrap();
+        assert_eq!(last.data_ptr(), parts[2].1.narrow(0, at - 2_000, n).data_ptr());
+    }
+
+    #[test]
+    fn every_tensor_starts_aligned_and_runs_and_logical_values_cross_the_pads() {
+        let spec = |name: &str, shape: &[i64], frozen| TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+            init: crate::model::Init::Zeros,
+            frozen,
+        };
+        let specs = [spec("a", &[3, 5], false), spec("b", &[0], false), spec("c", &[64], false), spec("d", &[7], true), spec("e", &[2], false)];
+        let layout = Layout::new(&specs, false);
+        let offsets: Vec<i64> = layout.segments().map(|(o, _, _)| o).collect();
+        assert_eq!(offsets, [0, 64, 64, 128, 192]);
+        assert_eq!(layout.total(), 256, "a whole number of 256-byte blocks");
+        // a and c are neighbours across a's pad; d is frozen and breaks the run.
+        assert_eq!(layout.runs(|i| !specs[i].frozen), [(0, 128), (192, 2)]);
+        // Logical values load back to back or at the layout's own offsets alike.
+        let packed = Tensor::arange(15 + 64 + 7 + 2, (Kind::Float, Device::Cpu));
+        let (flat, again) = (Tensor::zeros([256], tch::kind::FLOAT_CPU), Tensor::zeros([256], tch::kind::FLOAT_CPU));
+        layout.load_logical(&flat, &packed);
+        layout.load_logical(&again, &flat);
+        assert!(again.equal(&flat));
+        assert_eq!(flat.double_value(&[64]), 15.0, "c's first value at its aligned offset");
+        assert_eq!(flat.narrow(0, 15, 49).abs().sum(Kind::Double).double_value(&[]), 0.0, "the pad stays zero");
     }
 }

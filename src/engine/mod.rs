@@ -221,8 +221,9 @@ impl Engine {
         let graph_facts = cfg.graph_facts(buckets.is_some(), data.train.images.is_streamed());
         let cuda_graphs = cfg.settings.placement.cuda_graphs.plan(&graph_facts).map_err(ConfigError::CudaGraphs)?;
         let first = world.as_ref().map_or(0, |w| w.replica_offset());
-        let pool =
-            WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets, (first, replicas))?;
+        let params_layout = flat::Layout::new(&builder.params, cfg.uses_channels_last());
+        let grid = crate::engine::optim::ShardGrid::new(params_layout.total(), replicas);
+        let pool = WorkerPool::spawn(&cfg, &data, (&initial_params, &initial_buffers), buckets, (first, grid))?;
         let facts = RunFacts {
             train_len: data.train.len(),
             test_len: data.test.len(),
@@ -260,7 +261,7 @@ impl Engine {
             world,
             facts,
             layout: ModelLayout {
-                params: flat::Layout::new(&builder.params, cfg.uses_channels_last()),
+                params: params_layout,
                 buffers: flat::Layout::new(&builder.buffers, false),
                 param_specs: builder.params,
                 buffer_specs: builder.buffers,

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::engine::flat::aligned_offsets;
 use tch::{Kind, Tensor};
 use thiserror::Error;
 
@@ -174,19 +175,23 @@ impl Checkpoint {
     }
 }
 
-/// `parts` (flat, f32) end to end: the memory they are views of where they lie back to back,
-/// in order, in one buffer (a rewind point's tensors, views of the one host copy of the
-/// training buffer), else a copy.
+/// `parts` (flat, f32) in one tensor of logical order: where they lie in one buffer each at
+/// its aligned offset ([`crate::engine::flat::aligned_offsets`], the training buffer's layout:
+/// a rewind point's tensors, views of the one host copy of that buffer), that memory itself,
+/// pads included; else a copy of them back to back.
 fn joined(parts: &[Tensor]) -> Tensor {
-    let total: i64 = parts.iter().map(Tensor::numel).map(|n| n as i64).sum();
-    let filled: Vec<&Tensor> = parts.iter().filter(|t| t.numel() > 0).collect();
-    let back_to_back = filled.iter().all(|t| t.is_contiguous() && t.kind() == Kind::Float)
-        && filled.windows(2).all(|w| w[1].data_ptr() as usize == w[0].data_ptr() as usize + w[0].numel() * 4);
+    let (offsets, total) = aligned_offsets(parts.iter().map(|t| t.numel() as i64));
+    let filled: Vec<(i64, &Tensor)> = offsets.into_iter().zip(parts).filter(|(_, t)| t.numel() > 0).collect();
+    let in_place = filled.iter().all(|(_, t)| t.is_contiguous() && t.kind() == Kind::Float)
+        && filled.iter().all(|(at, t)| {
+            t.data_ptr() as usize == filled[0].1.data_ptr() as usize + 4 * (*at - filled[0].0) as usize
+        });
     match filled.first() {
-        // A view over memory that is not one buffer is refused (out of its storage's bounds).
-        Some(first) if back_to_back => first
-            .f_as_strided([total], [1], None::<i64>)
-            .unwrap_or_else(|_| Tensor::cat(parts, 0)),
+        // The first tensor with values starts at offset 0; a view past the end of its memory is
+        // refused (out of its storage's bounds), and the parts are copied.
+        Some((0, first)) if in_place => {
+            first.f_as_strided([total], [1], None::<i64>).unwrap_or_else(|_| Tensor::cat(parts, 0))
+        }
         _ => Tensor::cat(parts, 0),
     }
 }
@@ -197,12 +202,12 @@ mod tests {
     use tch::{Kind, Tensor};
 
     #[test]
-    fn views_back_to_back_in_one_buffer_join_without_a_copy_and_others_are_copied() {
-        let flat = Tensor::arange(10, (Kind::Float, tch::Device::Cpu));
-        let views = [flat.narrow(0, 0, 4), flat.narrow(0, 4, 0), flat.narrow(0, 4, 6)];
+    fn views_at_their_aligned_offsets_in_one_buffer_join_without_a_copy_and_others_are_copied() {
+        let flat = Tensor::arange(192, (Kind::Float, tch::Device::Cpu));
+        let views = [flat.narrow(0, 0, 4), flat.narrow(0, 64, 0), flat.narrow(0, 64, 70)];
         let one = joined(&views);
         assert_eq!(one.data_ptr(), flat.data_ptr(), "the buffer itself");
-        assert!(one.equal(&flat));
+        assert!(one.equal(&flat), "pads included: the training buffer's layout");
         let apart = [flat.narrow(0, 0, 3), flat.narrow(0, 4, 6)];
         let copied = joined(&apart);
         assert_ne!(copied.data_ptr(), flat.data_ptr());

@@ -35,14 +35,14 @@ pub struct WorkerPool {
 impl WorkerPool {
     /// Starts one worker per device of `cfg`, each from the initial tensors (shared, read-only:
     /// each worker copies them into its own buffers, and none holds them after);
-    /// `replicas`: the global index of this process's first replica, and the run's replicas in
-    /// all its processes.
+    /// `first`: the global index of this process's first replica; `grid`: the flat parameter
+    /// buffer's parts over the run's replicas in all its processes.
     pub fn spawn(
         cfg: &TrainConfig,
         data: &Arc<Dataset>,
         (initial_params, initial_buffers): (&Tensor, &Tensor),
         bucket_bytes: Option<(i64, i64)>,
-        (first, replicas): (usize, usize),
+        (first, grid): (usize, ShardGrid),
     ) -> Result<WorkerPool, EngineError> {
         let (reply_tx, from_workers) = unbounded();
         let (alive_tx, workers_alive) = crossbeam_channel::bounded::<()>(0);
@@ -63,7 +63,7 @@ impl WorkerPool {
                 loss: cfg.settings.loss(),
                 task: cfg.task(),
                 recipe: cfg.settings.recipe.clone(),
-                eval_batch: cfg.settings.eval_batch(replicas),
+                eval_batch: cfg.settings.eval_batch(grid.parts),
                 normalization: cfg.normalization.clone(),
                 data: Arc::clone(data),
                 initial_params: initial_params.shallow_clone(),
@@ -74,7 +74,7 @@ impl WorkerPool {
                 precision: cfg.settings.precision.format,
                 loader: decoding.clone(),
                 bucket_bytes,
-                grad_shard: zero.grad_shard(ShardGrid::new(initial_params.numel() as i64, replicas), first + replica),
+                grad_shard: zero.grad_shard(grid, first + replica),
                 handoff: handoff.clone(),
             };
             let replies = reply_tx.clone();

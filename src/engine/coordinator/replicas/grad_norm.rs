@@ -52,7 +52,11 @@ impl GradNorm {
 
     fn clip(&self, g: &mut Tensor, norm: &Tensor) {
         if let Some(max) = self.max_norm {
-            let coef = ((norm + 1e-6).reciprocal() * max).clamp_max(1.0);
+            // A norm that is not a number makes the gradient's values NaN whatever the factor,
+            // and the step is skipped (loss scaling) or ruins the weights as PyTorch's would;
+            // a factor of 1 then keeps the zeros between tensors (the alignment's pads, which no
+            // backward pass writes) zeros for the steps after.
+            let coef = ((norm + 1e-6).reciprocal() * max).clamp_max(1.0).nan_to_num(1.0, None::<f64>, None::<f64>);
             let _ = g.g_mul_(&coef.to_device(g.device()));
         }
     }

@@ -4,6 +4,13 @@ use super::*;
 use crate::device::landing::Landing;
 use dpt_core::optim::Zero;
 
+/// `values` (the tensors back to back) laid out as `layout` places them, pads included.
+fn laid(layout: &crate::engine::flat::Layout, values: &[f32]) -> Tensor {
+    let flat = Tensor::zeros([layout.total()], tch::kind::FLOAT_CPU);
+    layout.load_logical(&flat, &Tensor::from_slice(values));
+    flat
+}
+
 /// An update over one replica of two parameters on the CPU, without handles from a worker.
 fn update(scaling: Option<LossScaling>) -> Update {
     let layout = ModelLayout::of_params(&[&[2], &[1]]);
@@ -18,9 +25,9 @@ fn update(scaling: Option<LossScaling>) -> Update {
         replicas: (0, 1),
     };
     let optimizer = settings.optimizer;
+    let params = laid(&layout.params, &[1.0, 2.0, 3.0]);
     let mut u = Update::new(layout, settings);
-    let (params, buffers) =
-        (Tensor::from_slice(&[1.0f32, 2.0, 3.0]), Tensor::zeros([0], tch::kind::FLOAT_CPU));
+    let buffers = Tensor::zeros([0], tch::kind::FLOAT_CPU);
     u.replicas.add_flat(params, buffers, optimizer);
     u
 }
@@ -30,7 +37,8 @@ fn an_overflowed_step_changes_nothing_and_counts_as_skipped() {
     let mut u = update(Some(LossScaling::default()));
     u.begin();
     let before = u.replicas.by_name(None).tensors(Held::Landed(&Landing::new())).unwrap().params;
-    u.replicas().grad(0).copy_(&Tensor::from_slice(&[f32::INFINITY, 0.0, 0.0]));
+    let grad = laid(&ModelLayout::of_params(&[&[2], &[1]]).params, &[f32::INFINITY, 0.0, 0.0]);
+    u.replicas().grad(0).copy_(&grad);
     let applied = u.step(&[0], (0.1, 0), true, None).unwrap();
     let taken = Vec::<f64>::try_from(&applied.grad_norm.expect("asked for")).unwrap();
     assert_eq!(taken, [0.0, 0.0], "an overflowed step's norm is left out");
@@ -48,7 +56,8 @@ fn a_clean_step_moves_the_weights_and_the_check_finds_them_finite() {
     let mut u = update(None);
     u.begin();
     // The mean gradient the workers' divided losses give.
-    u.replicas().grad(0).copy_(&Tensor::from_slice(&[0.5f32, 0.5, 1.0]));
+    let grad = laid(&ModelLayout::of_params(&[&[2], &[1]]).params, &[0.5, 0.5, 1.0]);
+    u.replicas().grad(0).copy_(&grad);
     let applied = u.step(&[0], (0.5, 0), true, None).unwrap();
     // Its norm is sqrt(1.5).
     let taken = applied.grad_norm.expect("asked for");
@@ -100,9 +109,10 @@ fn replicated(zero: dpt_core::optim::Zero, n: usize) -> Update {
         fault: None,
         replicas: (0, n),
     };
+    let values = laid(&layout.params, &[0.5, -1.0, 2.0, 0.25, -0.75, 1.5, 3.0, -2.0]);
     let mut u = Update::new(layout, settings);
     for _ in 0..n {
-        let params = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.25, -0.75, 1.5, 3.0, -2.0]);
+        let params = values.copy();
         u.replicas.add_flat(params, Tensor::zeros([0], tch::kind::FLOAT_CPU), optimizer);
     }
     u.begin();
@@ -113,15 +123,17 @@ fn replicated(zero: dpt_core::optim::Zero, n: usize) -> Update {
 fn a_sharded_optimizer_state_ends_with_the_weights_and_state_of_the_whole_one() {
     let (mut whole, mut sharded) = (replicated(Zero::Off, 3), replicated(Zero::States, 3));
     assert!(!whole.replicas.sharded() && sharded.replicas.sharded());
-    assert_eq!(sharded.replicas.state_bytes().optimizer, 2 * 3 * 4, "two moments of the largest shard");
-    assert_eq!(whole.replicas.state_bytes().optimizer, 2 * 8 * 4);
+    // Three tensors at offsets 0, 64 and 128 of 192 scalars, a shard of 64 each.
+    assert_eq!(sharded.replicas.state_bytes().optimizer, 2 * 64 * 4, "two moments of the largest shard");
+    assert_eq!(whole.replicas.state_bytes().optimizer, 2 * 192 * 4);
     assert_eq!(sharded.replicas.state_bytes().optimizer_shards, 3);
-    assert_eq!(sharded.replicas.state_bytes().weights, 8 * 4, "the weights stay whole");
+    assert_eq!(sharded.replicas.state_bytes().weights, 192 * 4, "the weights stay whole");
     for step in 0..4 {
         for u in [&mut whole, &mut sharded] {
             for i in 0..3 {
                 let g: Vec<f32> = (0..8).map(|k| ((k * 7 + step * 3) % 5) as f32 - 2.0).collect();
-                u.replicas().grad(i).copy_(&Tensor::from_slice(&g));
+                let g = laid(&ModelLayout::of_params(&[&[3], &[2, 2], &[1]]).params, &g);
+                u.replicas().grad(i).copy_(&g);
             }
             u.step(&[0, 1, 2], (0.01, step as usize), false, None).unwrap();
         }
@@ -148,4 +160,16 @@ fn a_sharded_optimizer_state_ends_with_the_weights_and_state_of_the_whole_one() 
     let (c, d) =
         (whole.tensors(Held::Landed(&Landing::new()), None).unwrap(), sharded.tensors(Held::Landed(&Landing::new()), None).unwrap());
     assert!(c.optimizer.iter().zip(&d.optimizer).all(|((_, x), (_, y))| same(x, y)));
+}
+
+#[test]
+fn clipping_a_gradient_that_is_not_a_number_leaves_the_pads_between_tensors_zero() {
+    let mut u = replicated(Zero::Off, 1);
+    let layout = ModelLayout::of_params(&[&[3], &[2, 2], &[1]]).params;
+    u.replicas().grad(0).copy_(&laid(&layout, &[f32::NAN; 8]));
+    u.step(&[0], (0.01, 0), true, None).unwrap();
+    // The next backward pass writes the tensors' gradients only: a NaN left in a pad would
+    // make every later norm NaN.
+    let pads = u.replicas().grad(0).narrow(0, 3, 61);
+    assert_eq!(pads.abs().sum(tch::Kind::Double).double_value(&[]), 0.0);
 }
