@@ -55,10 +55,23 @@ fn the_graph_ready_step_trains_as_the_eager_step_bit_for_bit() {
         c.settings.precision.format = Precision::Bf16;
         c
     };
-    let cases: [(&str, &dyn Fn() -> TrainConfig); 4] = [
+    // The update's own graph: AdamW reading its lr on the device, clipping, a moving average.
+    let adamw = || {
+        let mut c = config(ModelKind::Lenet, 1, 32);
+        c.settings.optimizer.kind = dpt_tui::engine::optim::OptimizerKind::AdamW;
+        c.settings.optimizer.weight_decay = 0.05;
+        c.settings.recipe.clip_grad_norm = Some(0.5);
+        c.settings.recipe.ema = Some(0.9);
+        // A rate that changes every step: the graph reads each step's from the device.
+        c.settings.schedule.shape = "cosine".parse().unwrap();
+        c.settings.schedule.warmup_steps = 2;
+        c
+    };
+    let cases: [(&str, &dyn Fn() -> TrainConfig); 5] = [
         ("lenet", &|| config(ModelKind::Lenet, 1, 32)),
         ("lenet in bf16", &bf16),
         ("mnist-net", &|| config(ModelKind::MnistNet, 1, 32)),
+        ("lenet with adamw, clipping and an ema", &adamw),
         ("lenet on two replicas", &|| config(ModelKind::Lenet, 2, 33)),
     ];
     for (what, cfg) in cases {
@@ -66,6 +79,9 @@ fn the_graph_ready_step_trains_as_the_eager_step_bit_for_bit() {
         assert_eq!(said, "eager: a replica trains on the CPU", "{what}");
         let (graphed, said, warnings) = run(cfg(), "graph-stand-in");
         assert!(said.starts_with("graphed: "), "{what}: {said}");
+        // One replica in the run: its update is graphed too, replayed every step.
+        let update = said.ends_with("the update is captured too, and replayed every step");
+        assert_eq!(update, !what.contains("two replicas"), "{what}: {said}");
         assert!(warnings.is_empty(), "{what}: {warnings:?}");
         same_bits(&eager, &graphed);
     }
@@ -94,6 +110,17 @@ fn a_replica_whose_capture_fails_runs_eagerly_and_says_so_once() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].starts_with("replica 1 (cpu) could not capture"), "{}", warnings[0]);
     assert!(warnings[0].contains("graph-capture-fails"), "{}", warnings[0]);
+    same_bits(&eager, &fell_back);
+    // One replica: its step's capture and its update's fail, each said once.
+    let (eager, _, _) = run(config(ModelKind::Lenet, 1, 32), "");
+    let (fell_back, _, warnings) =
+        run(config(ModelKind::Lenet, 1, 32), "graph-stand-in,graph-capture-fails=0");
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.starts_with("replica 0 (cpu) could not capture")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.starts_with("the update could not be captured as a CUDA graph")),
+        "{warnings:?}"
+    );
     same_bits(&eager, &fell_back);
 }
 

@@ -200,13 +200,13 @@ fn fused_equals_torch_fused(optim: OptimConfig) {
     );
     for grads in theirs["grads"].as_array().unwrap() {
         let grad = laid(floats(grads));
-        state.step((&grad, 0), optim.lr, None);
+        state.step((&grad, 0), (optim.lr, None), None);
         assert_eq!(logical(&grad), floats(grads), "the gradient is only read");
     }
     // A step flagged by the loss scaler's `found_inf` changes nothing and is not counted.
     let before: Vec<f32> = Vec::try_from(&params).unwrap();
     let overflowed = tch::Tensor::from_slice(&[1.0f32]);
-    state.step((&laid(floats(&theirs["grads"][0])), 0), optim.lr, Some(&overflowed));
+    state.step((&laid(floats(&theirs["grads"][0])), 0), (optim.lr, None), Some(&overflowed));
     assert_eq!(Vec::<f32>::try_from(&params).unwrap(), before, "{}: a skipped step", optim.describe());
     let ours = logical(&params);
     let want = floats(&theirs["final"]);

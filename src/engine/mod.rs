@@ -13,6 +13,7 @@ pub(crate) mod evaluation;
 pub mod faults;
 pub mod flat;
 mod grad_sink;
+pub(crate) mod graph_capture;
 pub(crate) mod handoff;
 pub(crate) mod loss;
 pub mod math;

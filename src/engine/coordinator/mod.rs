@@ -31,6 +31,7 @@ mod snapshot;
 mod step_plan;
 mod timed;
 mod update;
+mod update_graph;
 mod windows;
 mod writer;
 
@@ -143,6 +144,9 @@ impl Coordinator {
             fence: (first, cfg.step_timeout()),
             fault: cfg.kit.faults.coordinator_panic,
             replicas: (p.world.as_ref().map_or(0, |w| w.replica_offset()), total),
+            // One replica in the run whose steps are graphed: its update is too.
+            graph: (p.facts.cuda_graphs.is_none() && total == 1)
+                .then_some(cfg.kit.faults.graph_stand_in.then_some(cfg.kit.faults.graph_capture_fails == Some(0))),
         };
         Coordinator {
             steps: step_plan::StepPlan::new(cfg.lr_plan(p.facts.train_len)),

@@ -188,9 +188,9 @@ impl Replicas {
     }
 
     /// Updates replica `i` from the reduced gradient in `grads[holder]` (the optimizer leaves it
-    /// as it is, so replicas may share a holder); `found_inf`: the loss scaler's flag on replica
-    /// `i`'s device.
-    pub fn update(&mut self, i: usize, holder: usize, lr: f64, found_inf: Option<&Tensor>) {
+    /// as it is, so replicas may share a holder) at `lr` (or the rate on the device); `found_inf`:
+    /// the loss scaler's flag on replica `i`'s device.
+    pub fn update(&mut self, i: usize, holder: usize, lr: (f64, Option<&Tensor>), found_inf: Option<&Tensor>) {
         let from = self.grad_range(holder).start;
         self.optim[i].step((&self.grads[holder], from), lr, found_inf);
     }

@@ -84,7 +84,10 @@ pub(super) fn run_info(cfg: &TrainConfig, facts: &RunFacts, parts: Accounts) -> 
         data: Some(facts.data.clone()),
         normalize: Some(cfg.normalization.clone()),
         math: facts.math.clone(),
-        cuda_graphs: dpt_core::settings::CudaGraphs::describe(facts.cuda_graphs),
+        cuda_graphs: dpt_core::settings::CudaGraphs::describe(
+            facts.cuda_graphs,
+            cfg.devices.len() == 1 && parts.world.is_none(),
+        ),
         timing: parts.timing,
         world: parts.world.map(|w| crate::record::run_info::WorldInfo {
             rank: w.rank,

@@ -160,6 +160,10 @@ impl Coordinator {
         if let Some(norm) = &applied.grad_norm {
             self.report.add_grad_norm(norm);
         }
+        if let Some(why) = applied.uncaptured {
+            let message = format!("the update could not be captured as a CUDA graph and runs eagerly: {why}");
+            self.channels.emit(Change::Warning { message });
+        }
         self.report.end_phase()?;
         self.report.end_step(self.exchange.span().0, global_step)?;
         self.steps.advance();

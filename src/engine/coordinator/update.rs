@@ -9,6 +9,7 @@ use std::time::Duration;
 use tch::Tensor;
 
 use super::replicas::{Held, ReplicaTensors};
+use super::update_graph::{UpdateGraph, UpdateStep};
 use super::{ModelLayout, Replicas};
 use crate::device::gpu_wait::Waiting;
 use crate::device::landing::{LandingError, WriteFence};
@@ -42,12 +43,17 @@ pub(super) struct UpdateSettings {
     /// The global index of this process's first replica, and the run's replicas in all
     /// (which `--zero 1` splits the optimizer state over).
     pub(super) replicas: (usize, usize),
+    /// The update is captured as a CUDA graph (one replica in the run, its steps graphed):
+    /// `Some(stand_in)`, where `stand_in` is the `graph-stand-in` test fault's (`Some(fails)`).
+    pub(super) graph: Option<Option<bool>>,
 }
 
 /// A step's update done: where its norm was taken, `[the mean gradient's norm before clipping,
-/// 1]` on the device (`[0, 0]` for an overflowed step, which the report leaves out).
+/// 1]` on the device (`[0, 0]` for an overflowed step, which the report leaves out); why the
+/// update's graph could not be captured, once.
 pub(super) struct Applied {
     pub(super) grad_norm: Option<Tensor>,
+    pub(super) uncaptured: Option<String>,
 }
 
 pub(super) struct Update {
@@ -60,6 +66,8 @@ pub(super) struct Update {
     /// Host copies of the tensors still being read on a copy stream: held before the next
     /// change of them.
     copies: WriteFence,
+    /// The update's CUDA graph, where it has one ([`UpdateSettings::graph`]).
+    graph: Option<UpdateGraph>,
 }
 
 impl Update {
@@ -70,6 +78,7 @@ impl Update {
             scaler: None,
             touching: None,
             copies: WriteFence::default(),
+            graph: None,
         }
     }
 
@@ -85,6 +94,8 @@ impl Update {
             self.replicas.start_ema(decay, None);
         }
         self.start(None, 0);
+        let device = self.first_device();
+        self.graph = self.settings.graph.map(|stand_in| UpdateGraph::new(device, stand_in));
     }
 
     /// Puts a checkpoint's (or a rewind point's) tensors in every replica and continues its
@@ -93,6 +104,10 @@ impl Update {
         self.writing()?;
         self.replicas.load(point);
         self.start(point.state.loss_scaler, point.state.global_step);
+        // The loss scale's tensors are new: a graph of the update would read the old ones.
+        if let Some(g) = &mut self.graph {
+            g.forget();
+        }
         Ok(())
     }
 
@@ -178,6 +193,29 @@ impl Update {
         world: Option<&World>,
     ) -> Result<Applied, EngineError> {
         self.writing()?;
+        let next = self.graph.as_mut().map_or(UpdateStep::Eager, UpdateGraph::next);
+        match (next, self.graph.take()) {
+            (UpdateStep::Capture | UpdateStep::Replay, Some(graph)) => {
+                self.graphed(graph, holders, (lr, global_step), report_norm)
+            }
+            (_, graph) => {
+                self.graph = graph;
+                let grad_norm = self.apply(holders, (lr, None), global_step, report_norm, world)?;
+                Ok(Applied { grad_norm, uncaptured: None })
+            }
+        }
+    }
+
+    /// The update itself, at `lr` (or the rate on the device); the norm where clipping needs it or
+    /// `take_norm` asks.
+    fn apply(
+        &mut self,
+        holders: &[usize],
+        lr: (f64, Option<&Tensor>),
+        global_step: usize,
+        take_norm: bool,
+        world: Option<&World>,
+    ) -> Result<Option<Tensor>, EngineError> {
         if let Some(scaler) = &mut self.scaler {
             scaler.begin_step();
             self.replicas.unscale(holders, scaler);
@@ -186,7 +224,7 @@ impl Update {
             }
         }
         let clip = self.settings.clip;
-        let norm = match clip.is_some() || report_norm {
+        let norm = match clip.is_some() || take_norm {
             true => Some(self.replicas.grad_norm(holders, clip, world)?),
             false => None,
         };
@@ -217,7 +255,38 @@ impl Update {
         }
         self.replicas.share_buffers(world)?;
         self.replicas.update_ema();
-        Ok(Applied { grad_norm: taken })
+        Ok(taken)
+    }
+
+    /// With one replica in the run and its steps graphed, the update's own CUDA graph.
+    fn graphed(
+        &mut self,
+        mut graph: UpdateGraph,
+        holders: &[usize],
+        (lr, global_step): (f64, usize),
+        report_norm: bool,
+    ) -> Result<Applied, EngineError> {
+        let device_lr = graph.lr(lr);
+        let index = match self.first_device() {
+            tch::Device::Cuda(i) => Some(i),
+            _ => None,
+        };
+        let ran = graph.run(index, &mut || {
+            let norm = self.apply(holders, (lr, Some(&device_lr)), global_step, true, None)?;
+            norm.ok_or(EngineError::Invariant("the graphed update took no norm"))
+        });
+        self.graph = Some(graph);
+        match ran? {
+            Ok(norm) => {
+                let grad_norm = (self.settings.clip.is_some() || report_norm).then_some(norm);
+                Ok(Applied { grad_norm, uncaptured: None })
+            }
+            // The capture ran nothing: this update, and every one after, eagerly.
+            Err(why) => {
+                let grad_norm = self.apply(holders, (lr, None), global_step, report_norm, None)?;
+                Ok(Applied { grad_norm, uncaptured: Some(why) })
+            }
+        }
     }
 
     /// The replica whose tensors a panic of this thread was touching.

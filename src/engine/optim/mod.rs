@@ -143,19 +143,20 @@ impl OptimizerState {
 
     /// Updates the parameters from `grad` (the flat mean gradient of the step's batch, from flat
     /// offset `grads_from` on: the whole buffer from 0, or under `--zero 2` the shard's range)
-    /// at learning rate `lr`, counting the step on the device; `grad` is left as it is. `found_inf`
+    /// at learning rate `lr` (read from `device_lr` instead where given: a `DeviceLr`'s, which a
+    /// CUDA graph's replays read), counting the step on the device; `grad` is left as it is. `found_inf`
     /// (dynamic loss scaling's, on this device): when it holds 1 the kernels change nothing and
     /// the step is not counted, as `torch.optim`'s fused step does under GradScaler.
     pub fn step(
         &mut self,
         (grad, grads_from): (&Tensor, i64),
-        lr: f64,
+        (lr, device_lr): (f64, Option<&Tensor>),
         found_inf: Option<&Tensor>,
     ) {
         let _guard = tch::no_grad_guard();
         let c = self.cfg;
         let _ = self.step.g_add_scalar_(1.0);
-        let on_device = OnDevice { grad_scale: None, found_inf, lr: None };
+        let on_device = OnDevice { grad_scale: None, found_inf, lr: device_lr };
         for g in &self.groups {
             let grads: Vec<Tensor> =
                 g.ranges.iter().map(|r| grad.narrow(0, r.start - grads_from, r.len)).collect();

@@ -5,61 +5,19 @@
 //! addresses it captured. The parameters, the flat gradient and the accumulators stay where
 //! they are for the whole run, so the captured work writes them in place.
 //!
-//! One capture at a time in the process (CUDA's rule for a process whose threads capture), in
-//! thread-local mode, so the other replicas' streams go on meanwhile. A capture that fails (a
-//! model that synchronizes or changes shape inside) is abandoned, and the step runs eagerly;
-//! the coordinator keeps that replica eager from then on. The `graph-stand-in` test fault puts
-//! a stand-in in the graph's place on any device: it captures nothing and runs the work at each
-//! replay, which is the graph-ready step, run eagerly.
+//! One capture at a time in the process, in thread-local mode, so the other replicas' streams
+//! go on meanwhile (`engine::graph_capture`). A capture that fails (a model that synchronizes or
+//! changes shape inside) is abandoned, and the step runs eagerly; the coordinator keeps that
+//! replica eager from then on.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 
 use tch::{Device, Tensor};
 
 use super::step::Inputs;
 use super::{LossFactor, Worker, WorkerError};
+use crate::engine::graph_capture::{Capturer, StandIn, CAPTURING};
 use dpt_sys::c10d::CudaGraph;
-
-/// Held while a replica of this process captures.
-static CAPTURING: Mutex<()> = Mutex::new(());
-
-/// The work a graph captures or replays.
-type Work<'a> = dyn FnMut() -> Result<(), WorkerError> + 'a;
-
-/// What captures and replays a replica's step: a CUDA graph, or the test fault's stand-in.
-trait Capturer: Send {
-    /// Captures `work` without running it.
-    fn capture(&mut self, work: &mut Work) -> Result<(), WorkerError>;
-    /// Runs the captured work (`work` itself, for a stand-in).
-    fn replay(&mut self, work: &mut Work) -> Result<(), WorkerError>;
-}
-
-impl Capturer for CudaGraph {
-    fn capture(&mut self, work: &mut Work) -> Result<(), WorkerError> {
-        CudaGraph::capture(self, work)
-    }
-    fn replay(&mut self, _work: &mut Work) -> Result<(), WorkerError> {
-        Ok(CudaGraph::replay(self)?)
-    }
-}
-
-/// The `graph-stand-in` test fault's graph; `fails`: its capture fails
-/// (`graph-capture-fails`).
-struct StandIn {
-    fails: bool,
-}
-
-impl Capturer for StandIn {
-    fn capture(&mut self, _work: &mut Work) -> Result<(), WorkerError> {
-        match self.fails {
-            true => Err(WorkerError::Capture("the graph-capture-fails test fault".into())),
-            false => Ok(()),
-        }
-    }
-    fn replay(&mut self, work: &mut Work) -> Result<(), WorkerError> {
-        work()
-    }
-}
 
 /// The graph's inputs, at the addresses it captured.
 struct Statics {
@@ -128,7 +86,7 @@ fn own(t: &Tensor) -> Result<Tensor, tch::TchError> {
 
 /// A replica's captured step.
 pub(super) struct Graphed {
-    capturer: Box<dyn Capturer>,
+    capturer: Box<dyn Capturer<WorkerError>>,
     statics: Statics,
 }
 
@@ -141,7 +99,7 @@ impl Worker {
         if self.sink.is_some() {
             return Err(WorkerError::Capture("the gradient hooks run on the host".into()));
         }
-        let capturer: Box<dyn Capturer> = match self.device {
+        let capturer: Box<dyn Capturer<WorkerError>> = match self.device {
             _ if self.faults.graph_stand_in => {
                 Box::new(StandIn { fails: self.faults.graph_capture_fails == Some(self.replica) })
             }

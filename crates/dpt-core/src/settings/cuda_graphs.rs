@@ -118,14 +118,20 @@ impl CudaGraphs {
         .find_map(|(applies, why)| applies.then_some(why))
     }
 
-    /// The start record's words for a run planned `why` (`None`: graphed).
-    pub fn describe(why: Option<Eager>) -> String {
-        match why {
-            None => format!(
+    /// The start record's words for a run planned `why` (`None`: graphed); `one_replica`: the
+    /// run has one replica in all, whose update is captured too.
+    pub fn describe(why: Option<Eager>, one_replica: bool) -> String {
+        match (why, one_replica) {
+            (None, false) => format!(
                 "graphed: each replica captures its forward and backward passes after {WARM_UP_STEPS} eager \
                  steps and replays them for batches of that shape (others run eagerly)"
             ),
-            Some(why) => format!("eager: {why}"),
+            (None, true) => format!(
+                "graphed: the replica captures its forward and backward passes after {WARM_UP_STEPS} eager \
+                 steps and replays them for batches of that shape (others run eagerly); the update is \
+                 captured too, and replayed every step"
+            ),
+            (Some(why), _) => format!("eager: {why}"),
         }
     }
 }
@@ -144,7 +150,10 @@ mod tests {
         assert_eq!(CudaGraphs::Auto.plan(&clear()), Ok(None));
         assert_eq!(CudaGraphs::On.plan(&clear()), Ok(None));
         assert_eq!(CudaGraphs::Off.plan(&clear()), Ok(Some(Eager::Off)));
-        assert!(CudaGraphs::describe(None).starts_with("graphed: "));
+        assert!(CudaGraphs::describe(None, false).starts_with("graphed: "));
+        assert!(
+            CudaGraphs::describe(None, true).ends_with("the update is captured too, and replayed every step")
+        );
     }
 
     #[test]
@@ -169,7 +178,7 @@ mod tests {
                 refused.contains(&why.to_string()) && refused.contains("--cuda-graphs auto"),
                 "{refused}"
             );
-            assert_eq!(CudaGraphs::describe(Some(why)), format!("eager: {why}"));
+            assert_eq!(CudaGraphs::describe(Some(why), true), format!("eager: {why}"));
         }
         // A CPU run says so first, not that the build lacks CUDA.
         let cpu = GraphFacts { cpu_replica: true, buckets: true, ..GraphFacts::default() };

@@ -23,6 +23,7 @@ fn update(scaling: Option<LossScaling>) -> Update {
         fence: (DeviceId::Cpu, Duration::from_secs(5)),
         fault: None,
         replicas: (0, 1),
+        graph: None,
     };
     let optimizer = settings.optimizer;
     let params = laid(&layout.params, &[1.0, 2.0, 3.0]);
@@ -108,6 +109,7 @@ fn replicated(zero: dpt_core::optim::Zero, n: usize) -> Update {
         fence: (DeviceId::Cpu, Duration::from_secs(5)),
         fault: None,
         replicas: (0, n),
+        graph: None,
     };
     let values = laid(&layout.params, &[0.5, -1.0, 2.0, 0.25, -0.75, 1.5, 3.0, -2.0]);
     let mut u = Update::new(layout, settings);
