@@ -123,6 +123,11 @@ impl Points {
         self.in_flight = Some((point, said));
     }
 
+    /// Whether a point is on its way to the host.
+    pub(super) fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
     /// Keeps the point on its way to the host once it has arrived (`waiting`: waits for it,
     /// else only looks), laid out for `model`: its record, or a warning that says why no point
     /// was kept. Nothing while none is on its way or it has not arrived.

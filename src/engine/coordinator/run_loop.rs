@@ -276,6 +276,10 @@ impl Coordinator {
     /// Keeps the rewind point on its way to the host once it has arrived (`wait`: waits for
     /// it, within the step timeout), saying it or why none was kept.
     pub(super) fn settle_point(&mut self, wait: bool) {
+        // Nothing on its way (most boundaries): nothing to build a wait for.
+        if !self.points.in_flight() {
+            return;
+        }
         let waiting = self.update.waiting("a rewind point's copy to the host");
         let model = (self.cfg.settings.model_kind(), self.cfg.kit.script.as_deref());
         let said = self.points.settle(wait.then_some(&waiting), model);

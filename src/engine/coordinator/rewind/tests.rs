@@ -109,8 +109,10 @@ mod points_tests {
         p.landing(landed(5, true), said(5));
         assert!(!p.due(), "taken at this boundary");
         assert!(p.steps().is_empty(), "not kept before it has arrived");
+        assert!(p.in_flight());
         assert!(matches!(p.settle(None, model), Some(Change::Snapshot { global_step: 5, .. })));
         assert_eq!(p.steps(), [5]);
+        assert!(!p.in_flight());
         assert!(p.settle(None, model).is_none(), "said once");
         p.landing(landed(10, false), said(10));
         match p.settle(None, model) {
