@@ -51,9 +51,6 @@ struct OnDevice {
     stream: i64,
     /// Recorded on the calling thread's stream before each copy, waited for on the copy stream.
     ready: CudaEvent,
-    /// Whether anything was copied on the copy stream, or on the calling thread's stream.
-    aside: bool,
-    in_order: bool,
 }
 
 /// Host copies being queued; [`Landing::finish`] ends them.
@@ -72,40 +69,40 @@ impl Landing {
     /// [`WriteFence`] is held, nothing may change `t` on the device; until the [`Arrival`],
     /// nothing may read the result.
     pub fn land(&self, t: &Tensor) -> Result<Tensor, LandingError> {
-        self.copy(t, true)
+        self.copy(t)
     }
 
-    /// `t` on the host, copied on the calling thread's own stream, in order with what it queues
-    /// next: for a tensor another thread's stream writes after the commands this thread sends
-    /// (the BatchNorm statistics a replica's forward pass updates), which a [`WriteFence`]
-    /// held on this thread would not order.
+    /// `t` on the host, for a tensor another thread's stream writes after the commands this
+    /// thread sends (the BatchNorm statistics a replica's forward pass updates), which a
+    /// [`WriteFence`] held on this thread would not order: copied on the device first, in order
+    /// on the calling thread's stream, and that copy landed as [`Landing::land`] lands. The
+    /// page-locked block then only ever meets the copy stream, never a stream a graph is
+    /// captured on (freeing a block records an event on each stream it met).
     pub fn land_in_order(&self, t: &Tensor) -> Result<Tensor, LandingError> {
-        self.copy(t, false)
+        match t.device() {
+            Device::Cuda(_) => self.copy(&t.f_detach_copy()?),
+            _ => self.copy(t),
+        }
     }
 
-    fn copy(&self, t: &Tensor, aside: bool) -> Result<Tensor, LandingError> {
+    fn copy(&self, t: &Tensor) -> Result<Tensor, LandingError> {
         let Device::Cuda(index) = t.device() else { return Ok(t.f_detach_copy()?) };
         let mut devices = self.devices.borrow_mut();
         let at = match devices.iter().position(|d| d.index == index) {
             Some(at) => at,
             None => {
                 let (stream, ready) = (copy_stream(index)?, CudaEvent::ordering(index)?);
-                devices.push(OnDevice { index, stream, ready, aside: false, in_order: false });
+                devices.push(OnDevice { index, stream, ready });
                 devices.len() - 1
             }
         };
         let d = &mut devices[at];
-        if !aside {
-            d.in_order = true;
-            return Ok(t.f_to_device_(Device::Cpu, t.kind(), true, false)?);
-        }
         d.ready.record()?;
         let _copy = OwnStream::reenter(index, d.stream)?;
         d.ready.block()?;
         let host = t.f_to_device_(Device::Cpu, t.kind(), true, false)?;
         // The copy stream reads `t`: a temporary freed meanwhile is not reused before it has.
         record_stream(t)?;
-        d.aside = true;
         Ok(host)
     }
 
@@ -113,19 +110,12 @@ impl Landing {
     pub fn finish(self) -> Result<(Arrival, WriteFence), LandingError> {
         let (mut arrival, mut fence) = (Vec::new(), Vec::new());
         for d in self.devices.into_inner() {
-            if d.aside {
-                let (mut read, mut write) = (CudaEvent::ordering(d.index)?, CudaEvent::ordering(d.index)?);
-                let _copy = OwnStream::reenter(d.index, d.stream)?;
-                read.record()?;
-                write.record()?;
-                arrival.push(read);
-                fence.push(write);
-            }
-            if d.in_order {
-                let mut read = CudaEvent::ordering(d.index)?;
-                read.record()?;
-                arrival.push(read);
-            }
+            let (mut read, mut write) = (CudaEvent::ordering(d.index)?, CudaEvent::ordering(d.index)?);
+            let _copy = OwnStream::reenter(d.index, d.stream)?;
+            read.record()?;
+            write.record()?;
+            arrival.push(read);
+            fence.push(write);
         }
         Ok((Arrival(arrival), WriteFence(fence)))
     }

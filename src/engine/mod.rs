@@ -152,13 +152,16 @@ impl Engine {
             _ => false,
         };
         let builder = cfg.specs();
-        let numel =
-            |specs: &[crate::model::TensorSpec]| specs.iter().map(crate::model::TensorSpec::numel).sum();
+        // A flat buffer's length, its tensors aligned.
+        let numel = |specs: &[crate::model::TensorSpec]| {
+            flat::aligned_offsets(specs.iter().map(crate::model::TensorSpec::numel)).1
+        };
         let each = coordinator::point_bytes(
             numel(&builder.params),
             numel(&builder.buffers),
             cfg.settings.optimizer.kind.slots().len(),
             cfg.settings.recipe.ema.is_some(),
+            cfg.has_gpu(),
         );
         let ranks_here =
             world.as_ref().map_or(1, |w| w.hosts.iter().filter(|h| **h == w.hosts[w.rank]).count());

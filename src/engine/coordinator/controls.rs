@@ -45,8 +45,9 @@ impl Coordinator {
             if !self.gate.waits() {
                 return Ok(());
             }
-            // A paused run shows its last window.
+            // A paused run shows its last window, and the rewind point it took last.
             self.flush_report()?;
+            self.settle_point(true);
             let waited = Instant::now();
             let next = if self.exchange.world().is_some() {
                 // The other ranks wait on our decision: tell them at least every heartbeat.

@@ -66,7 +66,7 @@ pub enum Held<'a> {
     /// what outlives the step (a rewind point, the periodic checkpoint the writer thread
     /// writes while training goes on), read once the landing's copies have arrived.
     Landed(&'a Landing),
-    /// As [`Held::Landed`], copied in order on this thread's stream (see
+    /// As [`Held::Landed`], taken in order on this thread's stream first (see
     /// [`Landing::land_in_order`]): the BatchNorm statistics, which the first replica's next
     /// forward pass changes on its own stream.
     LandedInOrder(&'a Landing),

@@ -261,6 +261,8 @@ impl Coordinator {
                 run_loop::Leg::Rewind { plan, now } => start = self.rewind(plan, now)?,
             }
         };
+        // The rewind point taken last is said, even where the run ends before the next boundary.
+        self.settle_point(true);
         let steps_per_epoch = self.cfg.steps_per_epoch(self.facts.train_len);
         if reason != crate::record::FinishReason::Completed && self.report.window_open() {
             // Statistics of the partial window, so the curves and the checkpoint include them.

@@ -220,10 +220,15 @@ pub(super) fn between(from: (usize, usize), to: (usize, usize), steps_per_epoch:
 }
 
 /// Host bytes one rewind point takes: the flat `f32` weights, optimizer `slots` and buffers,
-/// and the moving average of both.
-pub fn point_bytes(params: i64, buffers: i64, slots: usize, ema: bool) -> u64 {
+/// and the moving average of both. Copied from GPUs (`pinned`), each flat buffer is a block of
+/// libtorch's page-locked cache, which rounds every block up to a power of two.
+pub fn point_bytes(params: i64, buffers: i64, slots: usize, ema: bool, pinned: bool) -> u64 {
+    let block = |n: i64| match 4 * n.max(0) as u64 {
+        b if pinned && b > 0 => b.next_power_of_two(),
+        b => b,
+    };
     let copies = 1 + u64::from(ema);
-    4 * (params.max(0) as u64 * (copies + slots as u64) + buffers.max(0) as u64 * copies)
+    block(params) * (copies + slots as u64) + block(buffers) * copies
 }
 
 /// How many of `keep` points of `each` bytes a one-process run keeps when no count was asked

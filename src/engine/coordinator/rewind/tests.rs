@@ -15,7 +15,9 @@ mod memory_and_positions {
     #[test]
     fn the_points_memory_is_counted_and_refused_with_the_numbers() {
         // 1,000 weights with Adam's two slots and an EMA, 10 buffer values with its EMA.
-        assert_eq!(point_bytes(1000, 10, 2, true), 4 * (1000 * 4 + 10 * 2));
+        assert_eq!(point_bytes(1000, 10, 2, true, false), 4 * (1000 * 4 + 10 * 2));
+        // From a GPU, page-locked blocks of a power of two: 4,096 and 64 bytes.
+        assert_eq!(point_bytes(1000, 10, 2, true, true), 4096 * 4 + 64 * 2);
         assert_eq!(check_point_memory(3, 1 << 20, 1, Some(1 << 30)), Ok(Some(3 << 20)));
         assert_eq!(check_point_memory(0, 1 << 40, 8, Some(1)), Ok(None));
         let e = check_point_memory(3, 1 << 30, 2, Some(4 << 30)).unwrap_err().to_string();
